@@ -1,0 +1,76 @@
+"""The engine's data: the plain request it evaluates and the decision it returns."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+
+class Action(enum.StrEnum):
+    """What a failing policy does: deny, warn the user, only record, or nothing at all."""
+
+    ENFORCE = "enforce"
+    WARN = "warn"
+    AUDIT = "audit"
+    OFF = "off"
+
+
+class Result(enum.StrEnum):
+    """The closed result vocabulary shared with PolicyReports."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    ERROR = "error"
+    SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Request:
+    """One admission request reduced to what policies need; built by the webhook, dry-run and audit."""
+
+    operation: str  # CREATE, UPDATE, DELETE, CONNECT
+    object: Mapping[str, Any]
+    old_object: Mapping[str, Any] | None = None
+    namespace: str = "default"
+    user: str = ""
+    groups: tuple[str, ...] = ()
+    subresource: str = ""
+    dry_run: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Violation:
+    """A policy that failed (or crashed) on the object, with the action the settings give it."""
+
+    policy: str
+    action: Action
+    message: str  # "GPU001: <the policy sentence>: <detail>"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PolicyResult:
+    """The outcome of one policy on one object."""
+
+    policy: str
+    result: Result
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What the engine concluded: allowed or not, per-policy results, warnings and one JSONPatch."""
+
+    allowed: bool
+    results: tuple[PolicyResult, ...] = ()
+    violations: tuple[Violation, ...] = ()
+    warnings: tuple[str, ...] = ()
+    patch: tuple[Mapping[str, Any], ...] = ()  # RFC 6902 operations against the request object
+    exempt_reason: str = ""  # non-empty when the request was short-circuited (exempt namespace, ...)
+
+    @property
+    def denial_message(self) -> str:
+        """The message for a denied request: every enforced violation, joined."""
+        return "; ".join(v.message for v in self.violations if v.action is Action.ENFORCE)

@@ -36,4 +36,14 @@ if [[ ! -x "$bin/kwok" || "$force" == --force ]]; then
   mv "$tmp/kwok" "$bin/kwok"; rm -rf "$tmp"
   echo "built kwok in $((SECONDS - start))s" >&2
 fi
+if [[ ! -s "$bin/kwok-stages.yaml" || "$force" == --force ]]; then
+  # kwok >= v0.8.0 ships no built-in stages: take the "fast" node and pod stages from its module.
+  moddir=$(cd "$(mktemp -d)" && GOFLAGS= go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  stage="$moddir/kustomize/stage"
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"; cat "$stage/$f"
+  done > "$bin/kwok-stages.yaml.tmp"
+  mv "$bin/kwok-stages.yaml.tmp" "$bin/kwok-stages.yaml"
+fi
 echo "$bin"

@@ -1,0 +1,109 @@
+"""Installs gpu-admission into the local cluster: the webhook as a local process, registered with
+the webhook configurations of `deploy/`, changed only in clientConfig."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.cluster import controlplane
+
+WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"
+_PROBE_NAMESPACE = "default"
+
+
+def deploy_dir() -> Path:
+    """The repository's `deploy/` directory, the single source of truth for the registrations."""
+    return Path(__file__).resolve().parents[2] / "deploy"
+
+
+def executable() -> str:
+    """Our own console script, next to the running interpreter when installed in a virtualenv."""
+    beside = Path(sys.executable).with_name("gpu-admission")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("gpu-admission")
+    if found is None:
+        raise controlplane.ClusterError("the gpu-admission command is not on PATH; install the package first")
+    return found
+
+
+def local_registrations(documents: Sequence[Mapping[str, Any]], *, base_url: str, ca_bundle: bytes) -> list[dict[str, Any]]:
+    """The webhook configurations with each clientConfig pointed at `base_url` + the Service path.
+
+    Everything else (rules, failurePolicy, selectors, matchConditions, timeouts, sideEffects) is kept
+    as it is in `deploy/`.
+    """
+    result: list[dict[str, Any]] = []
+    for document in documents:
+        changed = copy.deepcopy(dict(document))
+        for hook in changed.get("webhooks", []):
+            path = hook["clientConfig"]["service"].get("path", "/")
+            hook["clientConfig"] = {"url": base_url + path, "caBundle": base64.b64encode(ca_bundle).decode()}
+        result.append(changed)
+    return result
+
+
+def start_webhook(state: controlplane.State, *, config: Path | None = None, timeout: float = 30.0) -> None:
+    """Issue certificates, start `gpu-admission serve` under the cluster, wait until it is ready."""
+    certs = state.directory / "webhook"
+    if not (certs / "tls.crt").exists():
+        subprocess.run(
+            [executable(), "certs", "generate", "--out-dir", str(certs), "--host", "127.0.0.1", "--host", "localhost"],
+            check=True, capture_output=True, text=True,
+        )
+    port = state.ports.get("webhook") or controlplane.free_port()
+    state.ports["webhook"] = port
+    command = [
+        executable(), "serve", "--port", str(port), "--host", "127.0.0.1",
+        "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+    ]
+    if config is not None:
+        command += ["--config", str(config.resolve())]
+    controlplane.start(state, "webhook", command=command)
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as response:
+            return bool(response.status == 200)
+
+    controlplane.wait_for(ready, what="the webhook /readyz", timeout=timeout, state=state, component="webhook")
+
+
+def register(state: controlplane.State, *, timeout: float = 60.0) -> None:
+    """Apply the registrations from `deploy/` and wait until the apiserver calls the webhook."""
+    with open(deploy_dir() / WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
+        documents = [d for d in yaml.safe_load_all(stream) if d]
+    ca_bundle = (state.directory / "webhook" / "ca.crt").read_bytes()
+    port = state.ports["webhook"]
+    items = local_registrations(documents, base_url=f"https://127.0.0.1:{port}", ca_bundle=ca_bundle)
+    controlplane.kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    controlplane.wait_for(lambda: _webhook_effective(state), what="the apiserver to call the webhook", timeout=timeout, state=state, component="webhook")
+
+
+def install(state: controlplane.State, *, config: Path | None = None) -> None:
+    start_webhook(state, config=config)
+    register(state)
+
+
+def _webhook_effective(state: controlplane.State) -> bool:
+    """True once a bypass attempt is refused by the webhook (a server-side dry run, so nothing is stored)."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-admission-install-probe", "namespace": _PROBE_NAMESPACE},
+        "spec": {"containers": [{"name": "probe", "image": "probe", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
+    }
+    completed = controlplane.kubectl(state, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False)
+    return completed.returncode != 0 and "GPU001" in completed.stderr

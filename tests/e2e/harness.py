@@ -1,0 +1,75 @@
+"""Test-side handle on the running local cluster: kubectl, object lookups and polling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.cluster import controlplane
+
+
+class Cluster:
+    """Test-side handle on the running cluster: kubectl, object lookups and polling."""
+
+    def __init__(self, state: controlplane.State) -> None:
+        self.state = state
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return controlplane.kubectl(self.state, *args, stdin=stdin, check=False)
+
+    def apply(self, manifest: Mapping[str, Any] | list[Mapping[str, Any]], *, namespace: str) -> subprocess.CompletedProcess[str]:
+        items = manifest if isinstance(manifest, list) else [manifest]
+        body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        return self.kubectl("apply", "-n", namespace, "-f", "-", stdin=body)
+
+    def get(self, kind: str, name: str, *, namespace: str) -> dict[str, Any]:
+        completed = self.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+        assert completed.returncode == 0, completed.stderr
+        result: dict[str, Any] = json.loads(completed.stdout)
+        return result
+
+    def pods(self, *, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        args = ["get", "pods", "-n", namespace, "-o", "json"] + (["-l", selector] if selector else [])
+        completed = self.kubectl(*args)
+        assert completed.returncode == 0, completed.stderr
+        items: list[dict[str, Any]] = json.loads(completed.stdout)["items"]
+        return items
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        labels: dict[str, str] = self.get("node", name, namespace="default")["metadata"].get("labels", {})
+        return labels
+
+    def namespace(self) -> str:
+        """A fresh namespace whose default ServiceAccount exists, so pods can be created at once."""
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        completed = self.kubectl("create", "namespace", name)
+        assert completed.returncode == 0, completed.stderr
+        eventually(lambda: self.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0, what=f"ServiceAccount in {name}")
+        return name
+
+    def running_pods(self, *, namespace: str, selector: str = "", count: int = 1, timeout: float = 60) -> list[dict[str, Any]]:
+        """Poll until `count` pods are Running, and return them."""
+        found: list[dict[str, Any]] = []
+
+        def ready() -> bool:
+            nonlocal found
+            found = [p for p in self.pods(namespace=namespace, selector=selector) if p.get("status", {}).get("phase") == "Running"]
+            return len(found) >= count
+
+        eventually(ready, what=f"{count} running pods in {namespace} {selector}", timeout=timeout)
+        return found
+
+
+def eventually(predicate: Callable[[], bool], *, what: str, timeout: float = 60) -> None:
+    """Poll with a deadline (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)

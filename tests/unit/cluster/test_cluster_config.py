@@ -1,0 +1,105 @@
+"""The pure parts of the local cluster: node files, Node manifests and webhook registrations."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+import yaml
+
+from webhook.cluster import install, nodes
+
+
+def test_the_default_node_set_mirrors_the_seed_pools() -> None:
+    fake = {node.name: node for node in nodes.load(None)}
+    modes = sorted(node.labels.get("ack.node.gpu.schedule", "") for node in fake.values())
+    assert modes == ["", "cgpu", "cgpu", "cgpu", "core_mem", "default", "share", "topology"]
+    assert fake["cgpu-binpack-0"].capacity["aliyun.com/gpu-mem"] == "60"
+    assert fake["cgpu-binpack-0"].capacity["aliyun.com/gpu-count"] == "4"
+    assert fake["cgpu-spread-0"].labels["ack.node.gpu.placement"] == "spread"
+    assert fake["topology-0"].capacity["aliyun.com/gpu"] == "8"
+    assert fake["exclusive-0"].capacity["nvidia.com/gpu"] == "8"
+    assert fake["exclusive-0"].labels["aliyun.accelerator/nvidia_name"] == "Tesla-M40"
+    assert fake["cpu-0"].capacity == {}
+
+
+def test_every_gpu_node_zeroes_the_other_modes_resources() -> None:
+    own = {"cgpu": "aliyun.com/gpu-mem", "share": "aliyun.com/gpu-mem", "core_mem": "aliyun.com/gpu-mem", "topology": "aliyun.com/gpu", "default": "nvidia.com/gpu"}
+    for node in nodes.load(None):
+        mode = node.labels.get("ack.node.gpu.schedule")
+        if mode is None:
+            continue
+        others = {"nvidia.com/gpu", "aliyun.com/gpu", "aliyun.com/gpu-mem"} - {own[mode]}
+        assert all(node.capacity[name] == "0" for name in others), node.name
+        assert int(node.capacity[own[mode]]) > 0, node.name
+
+
+def test_a_node_manifest_carries_capacity_in_its_status_and_the_kwok_annotation() -> None:
+    node = nodes.FakeNode(name="n1", labels={"a": "b"}, capacity={"nvidia.com/gpu": "2"})
+    manifest = node.manifest()
+    assert manifest["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+    assert manifest["metadata"]["labels"]["a"] == "b"
+    assert manifest["status"]["capacity"]["nvidia.com/gpu"] == "2"
+    assert manifest["status"]["allocatable"] == manifest["status"]["capacity"]
+    assert manifest["status"]["capacity"]["pods"] == "110"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[]", "expected a mapping with a 'nodes' list"),
+        ("nodes: [{labels: {}}]", "nodes[0]: 'name' must be a non-empty string"),
+        ("nodes: [{name: a, capacity: [1]}]", "nodes[0].capacity: expected a mapping"),
+        ("nodes: [{name: a, labels: {x: {y: 1}}}]", "nodes[0].labels: 'x' must map to a string or number"),
+        ("nodes: [{name: a}, {name: a}]", "duplicate node names: a"),
+        ("nodes: [", "invalid YAML"),
+    ],
+)
+def test_a_bad_node_file_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text(text)
+    with pytest.raises(nodes.NodeFileError) as caught:
+        nodes.load(str(path))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_numbers_in_a_node_file_become_strings(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text("nodes: [{name: a, capacity: {nvidia.com/gpu: 4}}]")
+    [node] = nodes.load(str(path))
+    assert node.capacity == {"nvidia.com/gpu": "4"}
+
+
+def test_local_registrations_change_only_the_client_config() -> None:
+    with open(install.deploy_dir() / install.WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
+        documents = [d for d in yaml.safe_load_all(stream) if d]
+    local = install.local_registrations(documents, base_url="https://127.0.0.1:8443", ca_bundle=b"PEM")
+    assert [d["kind"] for d in local] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    for original, changed in zip(documents, local, strict=True):
+        for before, after in zip(original["webhooks"], changed["webhooks"], strict=True):
+            assert after["clientConfig"] == {
+                "url": "https://127.0.0.1:8443" + before["clientConfig"]["service"]["path"],
+                "caBundle": base64.b64encode(b"PEM").decode(),
+            }
+            assert {k: v for k, v in after.items() if k != "clientConfig"} == {k: v for k, v in before.items() if k != "clientConfig"}
+    assert "url" not in documents[0]["webhooks"][0]["clientConfig"]  # the source documents are not modified
+
+
+def test_the_webhook_registrations_are_deliberate() -> None:
+    with open(install.deploy_dir() / install.WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
+        documents = [d for d in yaml.safe_load_all(stream) if d]
+    hooks = [hook for document in documents for hook in document["webhooks"]]
+    for hook in hooks:
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["sideEffects"] == "None"
+        assert hook["matchPolicy"] == "Equivalent"
+        assert hook["failurePolicy"] == "Fail"
+        assert 1 <= hook["timeoutSeconds"] <= 10
+        [expression] = hook["namespaceSelector"]["matchExpressions"]
+        assert expression == {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease", "gpu-admission"]}
+    mutating = documents[0]["webhooks"][0]["rules"]
+    assert {(tuple(r["operations"]), tuple(r["resources"])) for r in mutating} == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontainers",))}
+    validated = {resource for rule in documents[1]["webhooks"][0]["rules"] for resource in rule["resources"]}
+    assert validated == {"pods", "pods/ephemeralcontainers", "deployments", "statefulsets", "daemonsets", "replicasets", "replicationcontrollers", "jobs", "cronjobs"}

@@ -1,4 +1,37 @@
-"""The policy engine: mutate, then validate the mutated object, and return one decision."""
+"""The policy engine: mutate, then validate the mutated object, and return one decision.
+
+Public API (the webhook, the dry-run CLI and audit all call exactly this):
+
+- `evaluate(request, *, settings) -> model.Decision`
+- `POLICIES`: the registered policies in ID order, a tuple of objects with `id`, `kind`
+  (`model.PolicyKind`), `summary` (the sentence denial messages start with) and `default_action`.
+
+How a request is evaluated:
+
+1. Short-circuits, each `allowed` with no patch and `exempt_reason` saying why: an exempt
+   namespace; an object that is not a Pod or a supported workload; DELETE and CONNECT; Pod UPDATE
+   other than the `ephemeralcontainers` subresource (the pod spec is immutable, nothing these
+   policies judge can change); a workload UPDATE whose pod template is unchanged (so a template
+   that predates the webhook does not block scaling or relabelling; audit reports it).
+2. Mutators run in ID order on an in-memory copy, each on the previous one's output. A mutator
+   acting `enforce` applies its additions; `warn` only warns with what it would add; `audit` only
+   records it. Mutation runs on Pods (CREATE, and the `ephemeralcontainers` subresource, where only
+   the new ephemeral containers are in scope) and on workload templates. For a workload,
+   `Decision.patch` holds the template additions with paths into the workload
+   (`/spec/template/spec/...`): it is what the workload's pods will get from the webhook, shown so
+   the dry-run verdict matches reality. The webhook only registers Pods for mutation and so never
+   sends it back for a workload.
+3. Validators run on the mutated object. A finding is a Violation carrying the policy's action;
+   an uncertain finding (see policy.Finding) carries at most `warn`.
+4. `allowed` is False exactly when some violation acts `enforce`; `warnings` are the messages of
+   `warn` violations and of `warn`-mode mutators; `patch` is empty when the request is denied.
+
+A crashing policy is `Result.ERROR` with a violation `"<id>: policy error: <exception>"`, whose
+action is the milder of the policy's own and `settings.error_action(kind)` (validate: enforce,
+fail closed; mutate: warn, a broken mutator never blocks pods; its additions are dropped whole).
+The engine never raises: anything unexpected outside the policies denies under the validate error
+action, with the message `engine error: ...`.
+"""
 
 # CONTRACT (owned by the policies helper; keep these names and signatures):
 #   evaluate(request: model.Request, *, settings: settings.Settings) -> model.Decision
@@ -8,3 +41,228 @@
 #     - never raises: a crashing policy becomes Result.ERROR and a Violation with its action.
 #     - Decision.patch applies cleanly with jsonpatch to request.object; a second evaluate on the
 #       patched object returns an empty patch.
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from policies import builtin, model, patching, podspec, policy
+from policies import settings as settings_
+
+POLICIES: tuple[policy.Policy, ...] = builtin.POLICIES
+
+EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Outcome:
+    """What evaluation accumulates, policy by policy (private and short-lived, hence mutable)."""
+
+    results: dict[str, model.PolicyResult] = dataclasses.field(default_factory=dict)
+    violations: list[model.Violation] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    patch: list[patching.Operation] = dataclasses.field(default_factory=list)
+
+    def violate(self, policy_id: str, action: model.Action, message: str) -> None:
+        self.violations.append(model.Violation(policy=policy_id, action=action, message=message))
+        if action is model.Action.WARN:
+            self.warnings.append(message)
+
+    def decision(self) -> model.Decision:
+        allowed = not any(v.action is model.Action.ENFORCE for v in self.violations)
+        order = {p.id: i for i, p in enumerate(POLICIES)}
+        return model.Decision(
+            allowed=allowed,
+            results=tuple(sorted(self.results.values(), key=lambda r: order.get(r.policy, 0))),
+            violations=tuple(self.violations),
+            warnings=tuple(self.warnings),
+            patch=tuple(self.patch) if allowed else (),
+        )
+
+
+def evaluate(request: model.Request, *, settings: settings_.Settings) -> model.Decision:
+    """The decision for one request; never raises."""
+    try:
+        return _evaluate(request, settings=settings)
+    except Exception as exc:  # noqa: BLE001 - the engine's promise is to never raise
+        action = settings.error_action(model.PolicyKind.VALIDATE)
+        message = f"engine error: {type(exc).__name__}: {exc}"
+        return model.Decision(
+            allowed=action is not model.Action.ENFORCE,
+            violations=(model.Violation(policy="engine", action=action, message=message),),
+            warnings=(message,) if action is model.Action.WARN else (),
+        )
+
+
+def _namespace(request: model.Request) -> str:
+    if request.namespace:
+        return request.namespace
+    metadata = podspec.mapping(podspec.mapping(request.object).get("metadata"))
+    namespace = metadata.get("namespace")
+    return namespace if isinstance(namespace, str) else ""
+
+
+def _short_circuit(request: model.Request, *, settings: settings_.Settings) -> str:
+    """Why the request is not evaluated, or "" when it is."""
+    namespace = _namespace(request)
+    if namespace in settings.exempt_namespaces:
+        return f"namespace {namespace} is exempt"
+    found = podspec.template(request.object)
+    if found is None:
+        kind = podspec.mapping(request.object).get("kind")
+        return f"kind {kind!r} has no pod template"
+    if request.operation not in ("CREATE", "UPDATE"):
+        return f"operation {request.operation} is not evaluated"
+    if request.operation == "UPDATE":
+        if found.is_pod and request.subresource != EPHEMERAL_SUBRESOURCE:
+            return "a pod update cannot change what these policies check"
+        if not found.is_pod:
+            old = podspec.template(request.old_object)
+            if old is not None and (old.spec, old.annotations) == (found.spec, found.annotations):
+                return "the pod template is unchanged"
+    elif request.subresource:
+        return f"subresource {request.subresource} is not evaluated"
+    return ""
+
+
+def _context(
+    request: model.Request,
+    *,
+    settings: settings_.Settings,
+    working: Mapping[str, Any],
+    ephemeral_only: bool,
+) -> policy.Context:
+    found = podspec.template(working)
+    if found is None:  # mutators only add below the template, so it cannot disappear
+        raise RuntimeError("the pod template vanished during mutation")
+    containers = tuple(podspec.iter_containers(found.spec, spec_path=found.spec_path))
+    if ephemeral_only:
+        old = podspec.template(request.old_object)
+        existing = (
+            set()
+            if old is None
+            else {
+                ref.name
+                for ref in podspec.iter_containers(
+                    old.spec, spec_path=old.spec_path, kinds=(podspec.ContainerKind.EPHEMERAL,)
+                )
+            }
+        )
+        containers = tuple(
+            ref
+            for ref in containers
+            if ref.kind is podspec.ContainerKind.EPHEMERAL and ref.name not in existing
+        )
+    return policy.Context(
+        request=request,
+        settings=settings,
+        template=found,
+        containers=containers,
+        whole_pod=not ephemeral_only,
+    )
+
+
+def _message(item: policy.Policy, detail: str) -> str:
+    return f"{item.id}: {item.summary}: {detail}"
+
+
+def _error(
+    outcome: _Outcome, item: policy.Policy, *, action: model.Action, settings: settings_.Settings, exc: Exception
+) -> None:
+    message = f"{item.id}: policy error: {type(exc).__name__}: {exc}"
+    outcome.results[item.id] = model.PolicyResult(policy=item.id, result=model.Result.ERROR, message=message)
+    outcome.violate(item.id, model.milder(action, settings.error_action(item.kind)), message)
+
+
+def _report(outcome: _Outcome, item: policy.Policy, action: model.Action, findings: list[policy.Finding]) -> None:
+    if not findings:
+        outcome.results[item.id] = model.PolicyResult(policy=item.id, result=model.Result.PASS)
+        return
+    for finding in findings:
+        effective = action if finding.certain else model.milder(action, model.Action.WARN)
+        outcome.violate(item.id, effective, _message(item, finding.detail))
+    certain = any(f.certain for f in findings)
+    outcome.results[item.id] = model.PolicyResult(
+        policy=item.id,
+        result=model.Result.FAIL if certain else model.Result.WARN,
+        message="; ".join(f.detail for f in findings),
+    )
+
+
+def _mutate(
+    outcome: _Outcome,
+    item: policy.Mutator,
+    *,
+    action: model.Action,
+    context: policy.Context,
+    working: dict[str, Any],
+) -> None:
+    try:
+        mutation = item.mutate(context)
+        if action is model.Action.ENFORCE and mutation.operations:
+            # Applied to a scratch copy first, so a mutator whose operations do not fit is dropped
+            # whole instead of leaving half its additions behind.
+            scratch = patching.thaw(working)
+            patching.apply(scratch, mutation.operations)
+            working.clear()
+            working.update(scratch)
+    except Exception as exc:  # noqa: BLE001 - a crashing policy is an ERROR result, not a crash
+        _error(outcome, item, action=action, settings=context.settings, exc=exc)
+        return
+    _report(outcome, item, action, list(mutation.problems))
+    if not mutation.operations:
+        return
+    described = "; ".join(mutation.changes)
+    if action is model.Action.ENFORCE:
+        outcome.patch.extend(mutation.operations)
+        message = described
+    else:
+        message = f"would have {described}" if described else "would have changed the pod"
+        if action is model.Action.WARN:
+            outcome.warnings.append(_message(item, message))
+    previous = outcome.results[item.id]
+    outcome.results[item.id] = dataclasses.replace(
+        previous, message="; ".join(m for m in (previous.message, message) if m)
+    )
+
+
+def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.Decision:
+    reason = _short_circuit(request, settings=settings)
+    if reason:
+        return model.Decision(allowed=True, exempt_reason=reason)
+    ephemeral_only = request.subresource == EPHEMERAL_SUBRESOURCE
+    working: dict[str, Any] = patching.thaw(request.object)
+    outcome = _Outcome()
+    ordered = [p for p in POLICIES if isinstance(p, policy.Mutator)] + [
+        p for p in POLICIES if not isinstance(p, policy.Mutator)
+    ]
+    for item in ordered:
+        action = settings.action(item.id)
+        context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
+        if action is model.Action.OFF:
+            outcome.results[item.id] = model.PolicyResult(
+                policy=item.id, result=model.Result.SKIP, message="off"
+            )
+            continue
+        try:
+            enabled = item.enabled(context)
+        except Exception as exc:  # noqa: BLE001 - see _mutate
+            _error(outcome, item, action=action, settings=settings, exc=exc)
+            continue
+        if not enabled:
+            outcome.results[item.id] = model.PolicyResult(
+                policy=item.id, result=model.Result.SKIP, message="not configured"
+            )
+            continue
+        if isinstance(item, policy.Mutator):
+            _mutate(outcome, item, action=action, context=context, working=working)
+        elif isinstance(item, policy.Validator):
+            try:
+                findings = list(item.validate(context))
+            except Exception as exc:  # noqa: BLE001 - see _mutate
+                _error(outcome, item, action=action, settings=settings, exc=exc)
+                continue
+            _report(outcome, item, action, findings)
+    return outcome.decision()

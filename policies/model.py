@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 
 class Action(enum.StrEnum):
@@ -17,6 +17,21 @@ class Action(enum.StrEnum):
     OFF = "off"
 
 
+_SEVERITY: Mapping[Action, int] = {Action.OFF: 0, Action.AUDIT: 1, Action.WARN: 2, Action.ENFORCE: 3}
+
+
+def milder(first: Action, second: Action) -> Action:
+    """The less severe of two actions (off < audit < warn < enforce)."""
+    return first if _SEVERITY[first] <= _SEVERITY[second] else second
+
+
+class PolicyKind(enum.StrEnum):
+    """Whether a policy judges the object or adds to it."""
+
+    VALIDATE = "validate"
+    MUTATE = "mutate"
+
+
 class Result(enum.StrEnum):
     """The closed result vocabulary shared with PolicyReports."""
 
@@ -25,6 +40,21 @@ class Result(enum.StrEnum):
     WARN = "warn"
     ERROR = "error"
     SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnvSource:
+    """A ConfigMap or Secret that a container's `envFrom` or `valueFrom` reads."""
+
+    kind: Literal["ConfigMap", "Secret"]
+    namespace: str
+    name: str
+
+
+# Resolves an EnvSource to its data (Secret values already decoded), or None when it cannot be read.
+# The engine stays pure: a caller with cluster access passes one (typically over data it fetched
+# before calling evaluate); without one, what envFrom/valueFrom would produce is unknown.
+EnvLookup = Callable[[EnvSource], Mapping[str, str] | None]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,6 +69,7 @@ class Request:
     groups: tuple[str, ...] = ()
     subresource: str = ""
     dry_run: bool = False
+    env_lookup: EnvLookup | None = None  # see EnvLookup; None means offline
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

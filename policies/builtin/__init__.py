@@ -1,0 +1,34 @@
+"""The built-in policies, registered explicitly: one module each, listed here in ID order.
+
+Adding a policy means writing its module and adding an instance to POLICIES; nothing registers
+itself on import.
+"""
+
+from __future__ import annotations
+
+from policies import policy
+from policies.builtin import (
+    gpu001_visible_devices,
+    gpu002_privileged,
+    gpu003_host_path,
+    gpu004_resources,
+    gpu005_mode_agreement,
+    gpu101_schedule_mode,
+    gpu102_card_model,
+    gpu103_off_gpu_nodes,
+    gpu104_void_devices,
+    gpu105_scheduler_name,
+)
+
+POLICIES: tuple[policy.Policy, ...] = (
+    gpu001_visible_devices.VisibleDevices(),
+    gpu002_privileged.PrivilegedOnGpu(),
+    gpu003_host_path.HostPathDevices(),
+    gpu004_resources.WellFormedResources(),
+    gpu005_mode_agreement.ModeAgreement(),
+    gpu101_schedule_mode.ScheduleMode(),
+    gpu102_card_model.CardModel(),
+    gpu103_off_gpu_nodes.OffGpuNodes(),
+    gpu104_void_devices.VoidDevices(),
+    gpu105_scheduler_name.SchedulerName(),
+)

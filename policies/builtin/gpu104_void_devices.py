@@ -1,0 +1,43 @@
+"""GPU104: containers that request no GPU get `NVIDIA_VISIBLE_DEVICES=void` (seed `003_…`).
+
+Many CUDA images default the variable to `all`; on a GPU node the NVIDIA runtime would then hand
+such a container every card without the scheduler knowing. `void` overrides the image default and,
+because `env` takes precedence over `envFrom`, any ConfigMap that might set it. Added only where the
+container's `env` does not name the variable at all (a user's own value is GPU001's to judge), to
+every container kind present (init, regular, ephemeral).
+"""
+
+from __future__ import annotations
+
+from policies import gpu, patching, podspec, policy
+
+
+class VoidDevices(policy.ContainerMutator):
+    """Adds NVIDIA_VISIBLE_DEVICES=void to containers without GPU resources."""
+
+    id = "GPU104"
+    summary = "containers that request no GPU get NVIDIA_VISIBLE_DEVICES=void"
+
+    def mutate_container(
+        self, context: policy.Context, container: podspec.ContainerRef
+    ) -> policy.Mutation:
+        """The env entry, where the container requests no GPU and does not name the variable."""
+        del context
+        if gpu.requests_gpu(container.container):
+            return policy.Mutation()
+        if podspec.has_env(container.container, gpu.VISIBLE_DEVICES_ENV):
+            return policy.Mutation()
+        entry = {"name": gpu.VISIBLE_DEVICES_ENV, "value": gpu.VISIBLE_DEVICES_VOID}
+        env = container.container.get("env")
+        if env is None:
+            operation = patching.add(patching.join(container.path, "env"), [entry])
+        elif isinstance(env, list):
+            operation = patching.add(patching.join(container.path, "env", "-"), entry)
+        else:
+            return policy.Mutation()
+        return policy.Mutation(
+            operations=(operation,),
+            changes=(
+                f"{container.label}: added {gpu.VISIBLE_DEVICES_ENV}={gpu.VISIBLE_DEVICES_VOID}",
+            ),
+        )

@@ -1,0 +1,222 @@
+"""The GPU vocabulary: every node label, extended resource and annotation key, and how they relate.
+
+This module is the one owner of these literals (DESIGN section 1, from the seeds
+`000_2d8695719794de07.txt`, `002_e2b829a309310c51.txt`, `003_c28dd89f5a652d9c.txt` and
+`004_79385826ac27146d.txt`). Everything else, inside and outside `policies`, imports them from here.
+
+The relation that matters most:
+
+| resource family (what the pod asks for)        | modes (`ack.node.gpu.schedule`) that serve it |
+|------------------------------------------------|-----------------------------------------------|
+| `nvidia.com/gpu`                               | default (also: label absent)                  |
+| `aliyun.com/gpu-mem`                           | cgpu, share, mps, core_mem                    |
+| `aliyun.com/gpu-mem` + `gpu-core.percentage`   | core_mem                                      |
+| `aliyun.com/gpu`                               | topology                                      |
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from policies import podspec
+
+# --- node labels --------------------------------------------------------------------------------
+
+SCHEDULE_LABEL = "ack.node.gpu.schedule"
+PLACEMENT_LABEL = "ack.node.gpu.placement"
+
+ACCELERATOR_LABEL_PREFIX = "aliyun.accelerator/"
+CARD_NAME_LABEL = "aliyun.accelerator/nvidia_name"
+CARD_MEMORY_LABEL = "aliyun.accelerator/nvidia_mem"
+CARD_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
+
+# Our own keys; never `nvidia.com/` or `aliyun.com/` for things we invent.
+OWN_PREFIX = "gpu-admission.io/"
+CARD_MEMORY_MIB_LABEL = "gpu-admission.io/gpu-memory-mib"  # numeric, written by the labeler
+
+
+class Mode(enum.StrEnum):
+    """A node's GPU scheduling mode, the value of `ack.node.gpu.schedule` (one per node)."""
+
+    DEFAULT = "default"  # exclusive whole cards; also what a node without the label does
+    CGPU = "cgpu"  # shared compute, isolated memory
+    CORE_MEM = "core_mem"  # isolated compute and memory
+    SHARE = "share"  # shared, no isolation
+    MPS = "mps"  # NVIDIA MPS plus cGPU memory isolation
+    TOPOLOGY = "topology"  # whole cards, best-connected set
+
+
+SHARED_MODES: tuple[Mode, ...] = (Mode.CGPU, Mode.SHARE, Mode.MPS, Mode.CORE_MEM)
+# The modes `defaultSharedMode` may name: those serving plain `aliyun.com/gpu-mem`. core_mem is left
+# out on purpose: it is what pods asking for a core percentage get, not a default for memory-only pods.
+DEFAULT_SHARED_MODE_CHOICES: tuple[Mode, ...] = (Mode.CGPU, Mode.SHARE, Mode.MPS)
+
+
+class Placement(enum.StrEnum):
+    """Which card inside a shared-mode node a pod lands on, the value of `ack.node.gpu.placement`."""
+
+    BINPACK = "binpack"  # the default: fill one card before the next
+    SPREAD = "spread"
+
+
+# --- extended resources -------------------------------------------------------------------------
+
+
+class Resource(enum.StrEnum):
+    """The extended resources of the GPU model; a pod asks for them in `limits`."""
+
+    NVIDIA_GPU = "nvidia.com/gpu"
+    GPU_MEM = "aliyun.com/gpu-mem"  # GiB on one card
+    GPU_COUNT = "aliyun.com/gpu-count"  # advertised by shared-mode nodes
+    GPU_CORE_PERCENTAGE = "aliyun.com/gpu-core.percentage"  # <= 100, on one card
+    ALIYUN_GPU = "aliyun.com/gpu"  # whole cards, topology-aware
+
+
+GPU_RESOURCES: frozenset[str] = frozenset(Resource)
+# The resources the scheduler extender places (DESIGN section 3).
+EXTENDER_RESOURCES: frozenset[str] = frozenset(
+    {Resource.GPU_MEM, Resource.GPU_CORE_PERCENTAGE, Resource.ALIYUN_GPU}
+)
+MAX_CORE_PERCENTAGE = 100
+
+
+class Family(enum.StrEnum):
+    """The kind of GPU a pod asks for; a pod asks for at most one."""
+
+    EXCLUSIVE = "nvidia.com/gpu"
+    SHARED = "aliyun.com/gpu-mem"
+    SHARED_CORE = "aliyun.com/gpu-mem+aliyun.com/gpu-core.percentage"
+    TOPOLOGY = "aliyun.com/gpu"
+
+
+_FAMILY_OF: Mapping[str, Family] = {
+    Resource.NVIDIA_GPU: Family.EXCLUSIVE,
+    Resource.GPU_MEM: Family.SHARED,
+    # gpu-count only makes sense beside gpu-mem (GPU004 insists on that), so it is the shared family.
+    Resource.GPU_COUNT: Family.SHARED,
+    Resource.GPU_CORE_PERCENTAGE: Family.SHARED_CORE,
+    Resource.ALIYUN_GPU: Family.TOPOLOGY,
+}
+
+_MODES_FOR: Mapping[Family, tuple[Mode, ...]] = {
+    Family.EXCLUSIVE: (Mode.DEFAULT,),
+    Family.SHARED: SHARED_MODES,
+    Family.SHARED_CORE: (Mode.CORE_MEM,),
+    Family.TOPOLOGY: (Mode.TOPOLOGY,),
+}
+
+
+def family_of(resource: str) -> Family | None:
+    """The family a resource name belongs to; None for anything that is not a GPU resource."""
+    return _FAMILY_OF.get(resource)
+
+
+def modes_for(family: Family) -> tuple[Mode, ...]:
+    """The node modes whose nodes advertise what `family` asks for."""
+    return _MODES_FOR[family]
+
+
+def merge_families(families: Iterable[Family]) -> frozenset[Family]:
+    """Fold families that one node mode serves together: memory plus core is the core family."""
+    found = frozenset(families)
+    if Family.SHARED_CORE in found and Family.SHARED in found:
+        found = found - {Family.SHARED}
+    return found
+
+
+def injected_mode(family: Family, *, shared_default: Mode) -> Mode | None:
+    """The mode GPU101 pins a pod of `family` to, or None where no pin is needed.
+
+    `nvidia.com/gpu` gets none: `default` is also what unlabelled nodes do, so a selector would
+    wrongly exclude them.
+    """
+    if family is Family.SHARED:
+        return shared_default
+    if family is Family.SHARED_CORE:
+        return Mode.CORE_MEM
+    if family is Family.TOPOLOGY:
+        return Mode.TOPOLOGY
+    return None
+
+
+def container_gpu_resources(container: Mapping[str, Any]) -> frozenset[str]:
+    """The GPU resource names a container mentions in its limits or requests."""
+    resources = podspec.mapping(container.get("resources"))
+    names: set[str] = set()
+    for section in ("limits", "requests"):
+        names.update(k for k in podspec.mapping(resources.get(section)) if k in GPU_RESOURCES)
+    return frozenset(names)
+
+
+def requests_gpu(container: Mapping[str, Any]) -> bool:
+    """Whether a container mentions any GPU resource (any value: GPU004 judges the values)."""
+    return bool(container_gpu_resources(container))
+
+
+def pod_families(spec: Mapping[str, Any]) -> frozenset[Family]:
+    """Every resource family any container of the pod spec asks for (merged; see merge_families)."""
+    found: list[Family] = []
+    for ref in podspec.iter_containers(spec, spec_path=""):
+        for name in container_gpu_resources(ref.container):
+            family = family_of(name)
+            if family is not None:
+                found.append(family)
+    return merge_families(found)
+
+
+def pod_family(spec: Mapping[str, Any]) -> Family | None:
+    """The one family the pod asks for; None when it asks for no GPU or mixes families."""
+    families = pod_families(spec)
+    if len(families) != 1:
+        return None
+    (family,) = families
+    return family
+
+
+def pod_requests_gpu(spec: Mapping[str, Any]) -> bool:
+    """Whether any container of the pod spec mentions a GPU resource."""
+    return any(requests_gpu(ref.container) for ref in podspec.iter_containers(spec, spec_path=""))
+
+
+# --- annotations ----------------------------------------------------------------------------------
+
+GPU_MODEL_ANNOTATION = "gpu-admission.io/gpu-model"  # comma list; node affinity In on the card name
+EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma list; NotIn
+MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB; Gt on CARD_MEMORY_MIB_LABEL
+
+# gpushare-compatible pod annotations the scheduler extender writes on bind (DESIGN section 3).
+GPUSHARE_MEM_IDX_ANNOTATION = "ALIYUN_COM_GPU_MEM_IDX"
+GPUSHARE_MEM_POD_ANNOTATION = "ALIYUN_COM_GPU_MEM_POD"
+GPUSHARE_MEM_DEV_ANNOTATION = "ALIYUN_COM_GPU_MEM_DEV"
+GPUSHARE_MEM_ASSIGNED_ANNOTATION = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+GPUSHARE_MEM_ASSUME_TIME_ANNOTATION = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+
+# --- container environment ------------------------------------------------------------------------
+
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+VISIBLE_DEVICES_VOID = "void"
+# The values that expose no card. Compared case-insensitively after trimming.
+VISIBLE_DEVICES_SAFE_VALUES: frozenset[str] = frozenset({"void", "none"})
+
+
+def is_safe_visible_devices(value: object) -> bool:
+    """Whether an NVIDIA_VISIBLE_DEVICES value exposes no card (`void` or `none`)."""
+    return isinstance(value, str) and value.strip().lower() in VISIBLE_DEVICES_SAFE_VALUES
+
+
+# --- label values ---------------------------------------------------------------------------------
+
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def card_name_label_value(model_name: str) -> str:
+    """A card model as the `aliyun.accelerator/nvidia_name` label spells it (spaces become `-`)."""
+    return "-".join(model_name.split())
+
+
+def is_label_value(value: str) -> bool:
+    """Whether `value` is a valid Kubernetes label value (63 characters, alphanumeric ends)."""
+    return _LABEL_VALUE.match(value) is not None

@@ -1,0 +1,172 @@
+"""The shapes of a built-in policy: what it sees (Context), what it returns, and the base classes.
+
+A policy is a stateless object with four class attributes (`id`, `kind`, `summary`,
+`default_action`) and one method. The base classes below do the walking so that each check is a
+few lines:
+
+- `ContainerValidator.check_container` sees one container at a time (init, regular, ephemeral).
+- `PodValidator.check_pod` sees the whole pod spec.
+- `ContainerMutator.mutate_container` / `PodMutator.mutate_pod` return `add` operations.
+
+`summary` is one sentence without a final full stop; the engine prefixes every message with
+`"<id>: <summary>: "`, so details say only what is specific to the object.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from policies import model, patching, podspec
+
+if TYPE_CHECKING:
+    # settings imports the registry, which imports this module: a runtime import would be a cycle.
+    from policies import settings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Context:
+    """What a policy sees: the request, the settings and the (possibly already mutated) pod."""
+
+    request: model.Request
+    settings: settings.Settings
+    template: podspec.Template
+    # The containers in scope: all of them, or only the new ephemeral containers when the request
+    # is the `ephemeralcontainers` subresource (nothing else of the pod can change there).
+    containers: tuple[podspec.ContainerRef, ...]
+    whole_pod: bool  # False for the ephemeralcontainers subresource: pod-level policies stand by
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the pod runs in."""
+        return self.request.namespace
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One thing a policy objects to, in words that name the container, volume or value."""
+
+    detail: str
+    # False when the policy cannot tell offline (e.g. envFrom of a ConfigMap it cannot read): such
+    # a finding is reported as a warning at most, never a denial.
+    certain: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Mutation:
+    """What a mutator wants to add, described for people, and input it could not honour."""
+
+    operations: tuple[patching.Operation, ...] = ()
+    changes: tuple[str, ...] = ()  # "added nodeSelector ack.node.gpu.schedule=cgpu"
+    problems: tuple[Finding, ...] = ()  # e.g. an annotation that is not a number
+
+
+class Policy(abc.ABC):
+    """A built-in policy: a stable ID, a one-sentence summary and a default action."""
+
+    id: ClassVar[str]
+    kind: ClassVar[model.PolicyKind]
+    summary: ClassVar[str]
+    default_action: ClassVar[model.Action] = model.Action.ENFORCE
+
+    def enabled(self, context: Context) -> bool:
+        """Whether the settings switch the policy on at all; a disabled policy is skipped."""
+        del context
+        return True
+
+
+class Validator(Policy):
+    """A policy that judges the pod and returns findings (none means pass)."""
+
+    kind = model.PolicyKind.VALIDATE
+
+    @abc.abstractmethod
+    def validate(self, context: Context) -> Iterable[Finding]:
+        """Every finding on the pod in `context`."""
+
+
+class PodValidator(Validator):
+    """A validator of pod-level fields; stands by where only ephemeral containers can change."""
+
+    def validate(self, context: Context) -> Iterable[Finding]:
+        """The pod-level findings, or none for the ephemeralcontainers subresource."""
+        if not context.whole_pod:
+            return ()
+        return self.check_pod(context)
+
+    @abc.abstractmethod
+    def check_pod(self, context: Context) -> Iterable[Finding]:
+        """Every finding on the pod spec."""
+
+
+class ContainerValidator(Validator):
+    """A validator that looks at each container in scope."""
+
+    def validate(self, context: Context) -> Iterable[Finding]:
+        """The findings of every container in scope, where the pod-level precondition holds."""
+        if not self.applies(context):
+            return ()
+        return [
+            finding
+            for container in context.containers
+            for finding in self.check_container(context, container)
+        ]
+
+    def applies(self, context: Context) -> bool:
+        """A pod-level precondition; by default every pod."""
+        del context
+        return True
+
+    @abc.abstractmethod
+    def check_container(
+        self, context: Context, container: podspec.ContainerRef
+    ) -> Iterable[Finding]:
+        """Every finding on one container."""
+
+
+class Mutator(Policy):
+    """A policy that adds what is missing; only ever `add` operations, never removals."""
+
+    kind = model.PolicyKind.MUTATE
+
+    @abc.abstractmethod
+    def mutate(self, context: Context) -> Mutation:
+        """What to add to the pod in `context` (paths from the request object's root)."""
+
+
+class PodMutator(Mutator):
+    """A mutator of pod-level fields; stands by for the ephemeralcontainers subresource."""
+
+    def mutate(self, context: Context) -> Mutation:
+        """The pod-level mutation, or nothing where the pod spec cannot change."""
+        if not context.whole_pod:
+            return Mutation()
+        return self.mutate_pod(context)
+
+    @abc.abstractmethod
+    def mutate_pod(self, context: Context) -> Mutation:
+        """What to add to the pod spec."""
+
+
+class ContainerMutator(Mutator):
+    """A mutator that looks at each container in scope."""
+
+    def mutate(self, context: Context) -> Mutation:
+        """The containers' mutations joined."""
+        parts = [self.mutate_container(context, c) for c in context.containers]
+        return join(parts)
+
+    @abc.abstractmethod
+    def mutate_container(self, context: Context, container: podspec.ContainerRef) -> Mutation:
+        """What to add to one container."""
+
+
+def join(parts: Sequence[Mutation]) -> Mutation:
+    """Several mutations as one, in order."""
+    return Mutation(
+        operations=tuple(op for part in parts for op in part.operations),
+        changes=tuple(change for part in parts for change in part.changes),
+        problems=tuple(problem for part in parts for problem in part.problems),
+    )

@@ -27,9 +27,8 @@ def bin_dir() -> Path:
 @pytest.fixture(scope="session")
 def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("cluster")
-    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None))
+    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None))
     try:
-        install.install(state)
         yield Cluster(state)
     finally:
         controlplane.down(directory)

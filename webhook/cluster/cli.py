@@ -38,13 +38,7 @@ def add_parser(subparsers: Any) -> None:
 def _up(args: argparse.Namespace) -> int:
     fake_nodes = nodes.load(args.nodes)
     bin_dir = binaries.ensure()
-    state = controlplane.up(args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes)
-    if not args.no_install:
-        try:
-            install.install(state, config=args.config)
-        except BaseException:
-            controlplane.down(args.dir)
-            raise
+    state = install.bring_up(args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config)
     print(f"cluster up: {len(fake_nodes)} fake nodes Ready{'' if args.no_install else ', gpu-admission installed'}")
     print(f"kubeconfig: {state.kubeconfig}")
     print(f"  {bin_dir / 'kubectl'} --kubeconfig {state.kubeconfig} get nodes")

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-_CREATED = ("etcd", "pki", "kubeconfig", "scheduler.yaml", STATE_FILE, "webhook")
+_CREATED = ("etcd", "pki", "kubeconfig", "scheduler.yaml", STATE_FILE, "webhook", "inventory")
 
 
 class ClusterError(RuntimeError):
@@ -83,9 +83,14 @@ def up(
     *,
     bin_dir: Path,
     fake_nodes: Sequence[nodes.FakeNode],
+    before_scheduler: Callable[[State], Mapping[str, Any] | None] | None = None,
     timeout: float = 120.0,
 ) -> State:
-    """Start every component, create the fake nodes and wait until all of them are Ready."""
+    """Start every component, create the fake nodes and wait until all of them are Ready.
+
+    `before_scheduler` runs once the apiserver is ready and before kube-scheduler starts; it may
+    start processes the scheduler calls (the extender) and return the scheduler configuration.
+    """
     directory = directory.resolve()
     existing = State.load(directory)
     if existing is not None and any(existing.running().values()):
@@ -101,10 +106,14 @@ def up(
     }
     pki.write_all(directory / "pki")
     _write_kubeconfig(state)
-    _write_scheduler_config(state)
+    write_scheduler_config(state)
     deadline = time.monotonic() + timeout
     try:
         for name in START_ORDER:
+            if name == "kube-scheduler" and before_scheduler is not None:
+                configuration = before_scheduler(state)
+                if configuration is not None:
+                    write_scheduler_config(state, configuration)
             start(state, name)
             if name == "etcd":
                 _wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), what="etcd", deadline=deadline, state=state, component="etcd")
@@ -292,15 +301,11 @@ def _write_kubeconfig(state: State) -> None:
         json.dump(config, stream, indent=2)  # JSON is YAML; every kubeconfig reader accepts it
 
 
-def _write_scheduler_config(state: State, *, extenders: Sequence[Mapping[str, Any]] = ()) -> None:
-    config: dict[str, Any] = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(state.kubeconfig)},
-        "leaderElection": {"leaderElect": False},
-    }
-    if extenders:
-        config["extenders"] = list(extenders)
+def write_scheduler_config(state: State, configuration: Mapping[str, Any] | None = None) -> None:
+    """Write the scheduler's configuration, pointed at this cluster and without leader election."""
+    config: dict[str, Any] = dict(configuration or {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
+    config["clientConnection"] = {**config.get("clientConnection", {}), "kubeconfig": str(state.kubeconfig)}
+    config["leaderElection"] = {"leaderElect": False}
     (state.directory / "scheduler.yaml").write_text(json.dumps(config, indent=2))
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import yaml
 
-from webhook.cluster import controlplane
+from webhook.cluster import controlplane, nodes
 
 WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"
+SCHEDULER_CONFIGURATION = "scheduler-config.yaml"
 _PROBE_NAMESPACE = "default"
 
 
@@ -92,9 +93,59 @@ def register(state: controlplane.State, *, timeout: float = 60.0) -> None:
     controlplane.wait_for(lambda: _webhook_effective(state), what="the apiserver to call the webhook", timeout=timeout, state=state, component="webhook")
 
 
+def local_scheduler_configuration(document: Mapping[str, Any], *, base_url: str) -> dict[str, Any]:
+    """The scheduler configuration of `deploy/` with each extender pointed at `base_url` over HTTP."""
+    changed = copy.deepcopy(dict(document))
+    for extender in changed.get("extenders", []):
+        extender["urlPrefix"] = base_url
+        extender["enableHTTPS"] = False
+        extender.pop("tlsConfig", None)
+    return changed
+
+
+def start_extender(state: controlplane.State, *, timeout: float = 30.0) -> dict[str, Any] | None:
+    """Start `gpu-admission extender` under the cluster and return the scheduler configuration
+    that calls it (None while `deploy/` has no scheduler configuration)."""
+    source = deploy_dir() / SCHEDULER_CONFIGURATION
+    if not source.exists():
+        return None
+    with open(source, encoding="utf-8") as stream:
+        document = yaml.safe_load(stream)
+    port = state.ports.get("extender") or controlplane.free_port()
+    state.ports["extender"] = port
+    command = [executable(), "extender", "--port", str(port), "--host", "127.0.0.1", "--kubeconfig", str(state.kubeconfig)]
+    controlplane.start(state, "extender", command=command)
+    controlplane.wait_for(
+        lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), what="the extender /healthz", timeout=timeout, state=state, component="extender"
+    )
+    return local_scheduler_configuration(document, base_url=f"http://127.0.0.1:{port}")
+
+
 def install(state: controlplane.State, *, config: Path | None = None) -> None:
     start_webhook(state, config=config)
     register(state)
+
+
+def bring_up(
+    directory: Path, *, bin_dir: Path, fake_nodes: Sequence[nodes.FakeNode], with_install: bool = True, config: Path | None = None
+) -> controlplane.State:
+    """The whole local cluster: the control plane and, unless told not to, gpu-admission in it
+    (the extender before kube-scheduler starts, then the webhook)."""
+    state = controlplane.up(
+        directory, bin_dir=bin_dir, fake_nodes=fake_nodes, before_scheduler=start_extender if with_install else None
+    )
+    if with_install:
+        try:
+            install(state, config=config)
+        except BaseException:
+            controlplane.down(directory)
+            raise
+    return state
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return bool(response.status == 200)
 
 
 def _webhook_effective(state: controlplane.State) -> bool:

@@ -1,0 +1,53 @@
+"""The in-repo Prometheus registry renders valid text format 0.0.4."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook import metrics
+
+
+def test_counters_render_help_type_and_sorted_escaped_series() -> None:
+    registry = metrics.Registry()
+    counter = registry.register(metrics.Counter("demo_total", "Demo\ncounter.", ("path", "code")))
+    counter.inc(path="/b", code="200")
+    counter.inc(2, path='/a"\\', code="400")
+    assert registry.render() == (
+        "# HELP demo_total Demo\\ncounter.\n"
+        "# TYPE demo_total counter\n"
+        'demo_total{path="/a\\"\\\\",code="400"} 2.0\n'
+        'demo_total{path="/b",code="200"} 1.0\n'
+    )
+
+
+def test_histograms_are_cumulative_with_inf_sum_and_count() -> None:
+    registry = metrics.Registry()
+    histogram = registry.register(metrics.Histogram("lat_seconds", "Latency.", ("route",), buckets=(0.1, 1.0)))
+    for value in (0.05, 0.1, 0.5, 3.0):
+        histogram.observe(value, route="/x")
+    assert registry.render().splitlines()[2:] == [
+        'lat_seconds_bucket{route="/x",le="0.1"} 2',
+        'lat_seconds_bucket{route="/x",le="1.0"} 3',
+        'lat_seconds_bucket{route="/x",le="+Inf"} 4',
+        'lat_seconds_sum{route="/x"} 3.65',
+        'lat_seconds_count{route="/x"} 4',
+    ]
+
+
+def test_wrong_labels_and_negative_increments_are_programming_errors() -> None:
+    counter = metrics.Counter("c_total", "C.", ("a",))
+    with pytest.raises(ValueError):
+        counter.inc(b="1")
+    with pytest.raises(ValueError):
+        counter.inc(-1, a="1")
+    registry = metrics.Registry()
+    registry.register(counter)
+    with pytest.raises(ValueError):
+        registry.register(metrics.Counter("c_total", "again", ()))
+
+
+def test_each_webhook_metrics_set_has_its_own_registry() -> None:
+    one, two = metrics.webhook_metrics(), metrics.webhook_metrics()
+    one.admission_reviews.inc(endpoint="validate", result="allowed")
+    assert two.admission_reviews.value(endpoint="validate", result="allowed") == 0
+    assert "gpu_admission_reviews_total" in two.registry.render()

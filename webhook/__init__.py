@@ -1,0 +1,1 @@
+"""The gpu-admission application: CLI, admission webhook, dry-run and their adapters."""

@@ -1,0 +1,1 @@
+"""The admission webhook: AdmissionReview wire format, decisions, responses, handlers and the app."""

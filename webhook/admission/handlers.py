@@ -1,0 +1,117 @@
+"""HTTP handlers: /mutate and /validate (AdmissionReview in, AdmissionReview out) and the probes.
+
+Two error channels: a body that is not a review gets an HTTP 4xx with a short reason; a review
+always gets HTTP 200 with the verdict in ``response`` (denials carry ``status.code`` 403).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from aiohttp import web
+
+from policies import model
+from webhook import metrics
+from webhook.admission import decisions, keys, response, review
+
+log = logging.getLogger(__name__)
+
+Endpoint = Literal["mutate", "validate"]
+
+
+async def mutate(request: web.Request) -> web.Response:
+    return await _admit(request, endpoint="mutate")
+
+
+async def validate(request: web.Request) -> web.Response:
+    return await _admit(request, endpoint="validate")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers HTTP."""
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: settings loaded and the engine evaluated a probe pod at start-up."""
+    state = request.app[keys.STATE]
+    if not state.ready:
+        return web.Response(status=503, text=f"not ready: {state.reason}\n")
+    return web.Response(text="ok\n")
+
+
+async def metrics_text(request: web.Request) -> web.Response:
+    body = request.app[keys.METRICS].registry.render()
+    return web.Response(body=body.encode("utf-8"), headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
+    meters = request.app[keys.METRICS]
+    try:
+        body = await request.read()  # enforces the app's client_max_size
+    except web.HTTPRequestEntityTooLarge:
+        meters.admission_reviews.inc(endpoint=endpoint, result="bad_request")
+        log.warning("uid=- endpoint=%s body over %d bytes from %s", endpoint, request.client_max_size, request.remote)
+        return web.Response(status=413, text=f"bad AdmissionReview: body larger than {request.client_max_size} bytes\n")
+    try:
+        checked = review.parse(body)
+    except review.BadReview as error:
+        meters.admission_reviews.inc(endpoint=endpoint, result="bad_request")
+        log.warning("uid=- endpoint=%s bad review from %s: %s", endpoint, request.remote, error)
+        return web.Response(status=400, text=f"bad AdmissionReview: {error}\n")
+    request[keys.UID] = checked.uid
+
+    try:
+        decision = decisions.decide(
+            checked.object,
+            settings=request.app[keys.SETTINGS],
+            namespace=checked.namespace,
+            operation=checked.operation,
+            old_object=checked.old_object,
+            user=checked.user,
+            groups=checked.groups,
+            subresource=checked.subresource,
+            dry_run=checked.dry_run,
+        )
+        if endpoint == "mutate":
+            answer = response.for_mutation(request=checked, decision=decision)
+        else:
+            answer = response.for_validation(request=checked, decision=decision)
+    except Exception:  # noqa: BLE001 - a bug must still answer the review, never become a 500
+        log.exception("uid=%s endpoint=%s internal error while evaluating", checked.uid, endpoint)
+        meters.admission_reviews.inc(endpoint=endpoint, result="error")
+        return web.json_response(response.for_internal_error(request=checked, endpoint=endpoint))
+
+    _record(meters, endpoint=endpoint, decision=decision, answer=answer)
+    log.info(
+        "uid=%s endpoint=%s %s %s/%s ns=%s dryRun=%s allowed=%s violations=%s patch_ops=%d%s",
+        checked.uid,
+        endpoint,
+        checked.operation,
+        checked.object_kind or "-",
+        checked.name or "-",
+        checked.namespace or "-",
+        checked.dry_run,
+        answer["response"]["allowed"],
+        ",".join(f"{v.policy}:{v.action}" for v in decision.violations) or "-",
+        len(decision.patch) if endpoint == "mutate" else 0,
+        f" exempt={decision.exempt_reason!r}" if decision.exempt_reason else "",
+    )
+    return web.json_response(answer)
+
+
+def _record(
+    meters: metrics.WebhookMetrics,
+    *,
+    endpoint: Endpoint,
+    decision: model.Decision,
+    answer: review.AdmissionReviewResponse,
+) -> None:
+    if decision.exempt_reason:
+        result = "exempt"
+    else:
+        result = "allowed" if answer["response"]["allowed"] else "denied"
+    meters.admission_reviews.inc(endpoint=endpoint, result=result)
+    for outcome in decision.results:
+        meters.policy_results.inc(endpoint=endpoint, policy=outcome.policy, result=str(outcome.result))

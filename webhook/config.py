@@ -1,0 +1,50 @@
+"""Loading the engine settings from a YAML file (the ``--config`` flag of serve and dry-run)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import yaml
+
+from policies import settings
+from webhook import errors
+
+
+def load(path: str | None) -> settings.Settings:
+    """Read ``path`` as a settings document; no path means the built-in defaults.
+
+    Every problem (missing file, bad YAML, a field the engine rejects) becomes one
+    ``errors.InputError`` line that names the file.
+    """
+    if path is None:
+        return settings.Settings()
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise errors.InputError(f"{path}: cannot read config: {_reason(error)}") from error
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise errors.InputError(f"{path}: invalid YAML: {yaml_reason(error)}") from error
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise errors.InputError(f"{path}: config must be a mapping, not {type(data).__name__}")
+    try:
+        return settings.from_mapping(data)
+    except settings.InvalidSettings as error:
+        raise errors.InputError(f"{path}: {error}") from error
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def yaml_reason(error: yaml.YAMLError) -> str:
+    """A PyYAML error on one line: the problem and where it is (its messages span several lines)."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{error.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(error).split())

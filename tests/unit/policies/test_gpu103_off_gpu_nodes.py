@@ -1,0 +1,101 @@
+"""GPU103: privileged pods that use no GPU are kept off GPU nodes."""
+
+from __future__ import annotations
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
+VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+
+def assert_second_pass_is_empty(evaluate, patched, obj, decision, **kwargs):
+    again = evaluate(patched(obj, decision.patch), **kwargs)
+    assert again.allowed
+    assert again.patch == ()
+
+
+def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(pod, container, evaluate, patched):
+    obj = pod(container(privileged=True))
+
+    decision = evaluate(obj)
+
+    assert decision.allowed
+    assert decision.patch == (
+        {
+            "op": "add",
+            "path": "/spec/affinity",
+            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}},
+        },
+        {"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+def test_privileged_init_container_counts(pod, container, evaluate):
+    decision = evaluate(pod(container(), init=[container("sysctl", privileged=True)]))
+
+    assert decision.patch[0]["path"] == "/spec/affinity"
+
+
+def test_requirement_goes_into_every_existing_term(pod, container, evaluate, patched):
+    affinity = {
+        "nodeAffinity": {
+            REQUIRED: {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        }
+    }
+    obj = pod(container(privileged=True, env=[VOID_ENV]), affinity=affinity)
+
+    decision = evaluate(obj)
+
+    terms = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
+    assert decision.patch == (
+        {"op": "add", "path": f"{terms}/0/matchExpressions/-", "value": DOES_NOT_EXIST},
+        {"op": "add", "path": f"{terms}/1/matchExpressions/-", "value": DOES_NOT_EXIST},
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+def test_unprivileged_pod_without_gpus_is_left_on_any_node_by_default(pod, container, evaluate):
+    decision = evaluate(pod(container(env=[VOID_ENV])))
+
+    assert decision.patch == ()
+
+
+def test_every_pod_without_gpus_is_kept_off_gpu_nodes_when_configured(
+    pod, container, workload, evaluate, patched
+):
+    config = {"keepNonGpuPodsOffGpuNodes": True}
+    obj = workload("Deployment", pod(container(env=[VOID_ENV])))
+
+    decision = evaluate(obj, config=config)
+
+    assert decision.patch == (
+        {
+            "op": "add",
+            "path": "/spec/template/spec/affinity",
+            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}},
+        },
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision, config=config)
+
+
+def test_pod_that_asks_for_gpu_nodes_is_not_given_a_contradicting_affinity(pod, container, evaluate):
+    decision = evaluate(
+        pod(container(env=[VOID_ENV]), nodeSelector={"aliyun.accelerator/nvidia_name": "A10"}),
+        config={"keepNonGpuPodsOffGpuNodes": True},
+    )
+
+    assert decision.allowed
+    assert decision.patch == ()
+
+
+def test_gpu_pods_are_never_kept_off_gpu_nodes(pod, container, evaluate):
+    decision = evaluate(
+        pod(container(gpu={"nvidia.com/gpu": 1})), config={"keepNonGpuPodsOffGpuNodes": True}
+    )
+
+    assert decision.patch == ()

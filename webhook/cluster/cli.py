@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from webhook import errors
 from webhook.cluster import binaries, controlplane, install, nodes
+
+ERRORS = (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError)
+
+
+def _one_line_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn this package's errors into the CLI's one-line error with exit status 2."""
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ERRORS as error:
+            raise errors.InputError(str(error)) from error
+
+    return wrapper
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,6 +52,7 @@ def add_parser(subparsers: Any) -> None:
     build.set_defaults(func=_build)
 
 
+@_one_line_errors
 def _up(args: argparse.Namespace) -> int:
     fake_nodes = nodes.load(args.nodes)
     bin_dir = binaries.ensure()
@@ -46,12 +64,14 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+@_one_line_errors
 def _down(args: argparse.Namespace) -> int:
     stopped = controlplane.down(args.dir)
     print(f"stopped: {', '.join(stopped)}" if stopped else f"nothing runs in {args.dir}")
     return 0
 
 
+@_one_line_errors
 def _status(args: argparse.Namespace) -> int:
     state = controlplane.State.load(args.dir.resolve())
     if state is None:
@@ -66,17 +86,9 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if running and all(running.values()) else 1
 
 
+@_one_line_errors
 def _build(args: argparse.Namespace) -> int:
     print(binaries.ensure(force=args.force))
     return 0
 
 
-ERRORS = (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError)
-"""Errors the top-level CLI prints as one line with exit code 2."""
-
-
-if __name__ == "__main__":  # pragma: no cover - convenience for running without the console script
-    parser = argparse.ArgumentParser(prog="gpu-admission")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    parsed = parser.parse_args()
-    sys.exit(parsed.func(parsed))

@@ -1,0 +1,276 @@
+"""The engine: actions, exemptions, short-circuits, crashing policies, ordering and robustness."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import engine, model
+from policies.builtin import gpu001_visible_devices, gpu104_void_devices
+
+ALL = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
+VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+
+
+def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default():
+    ids = [p.id for p in engine.POLICIES]
+
+    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
+    assert {p.id: p.kind for p in engine.POLICIES} == {
+        **{i: model.PolicyKind.VALIDATE for i in ids[:5]},
+        **{i: model.PolicyKind.MUTATE for i in ids[5:]},
+    }
+    assert all(p.default_action is model.Action.ENFORCE for p in engine.POLICIES)
+    for item in engine.POLICIES:
+        assert item.summary and not item.summary.endswith(".") and ":" not in item.summary
+
+
+def test_results_cover_every_policy_in_id_order(pod, container, evaluate):
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1})))
+
+    assert [r.policy for r in decision.results] == [p.id for p in engine.POLICIES]
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-node-lease", "gpu-admission"])
+def test_exempt_namespace_is_allowed_untouched(pod, container, evaluate, namespace):
+    decision = evaluate(pod(container(env=[ALL], privileged=True)), namespace=namespace)
+
+    assert decision.allowed
+    assert decision.patch == ()
+    assert decision.exempt_reason == f"namespace {namespace} is exempt"
+
+
+def test_configured_exempt_namespaces_replace_the_defaults(pod, container, evaluate):
+    config = {"exemptNamespaces": ["monitoring"]}
+
+    assert evaluate(pod(container(env=[ALL])), namespace="monitoring", config=config).allowed
+    assert not evaluate(pod(container(env=[ALL])), namespace="kube-system", config=config).allowed
+
+
+def test_namespace_falls_back_to_the_object_metadata(pod, container, evaluate):
+    obj = pod(container(env=[ALL]))
+    obj["metadata"]["namespace"] = "kube-system"
+
+    assert evaluate(obj, namespace="").exempt_reason == "namespace kube-system is exempt"
+
+
+def test_enforce_denies_with_every_enforced_message(pod, container, evaluate):
+    decision = evaluate(pod(container(env=[ALL], gpu={"nvidia.com/gpu": 0})))
+
+    assert not decision.allowed
+    assert decision.denial_message == "; ".join(
+        v.message for v in decision.violations if v.action is model.Action.ENFORCE
+    )
+    assert {v.policy for v in decision.violations} == {"GPU001", "GPU004"}
+
+
+def test_a_denied_request_carries_no_patch(pod, container, evaluate):
+    decision = evaluate(pod(container(env=[ALL]), container("sidecar")))
+
+    assert not decision.allowed
+    assert decision.patch == ()
+
+
+def test_warn_allows_and_returns_the_message_as_a_warning(pod, container, evaluate, result):
+    decision = evaluate(pod(container(env=[ALL])), config={"policies": {"GPU001": {"action": "warn"}}})
+
+    assert decision.allowed
+    assert result(decision, "GPU001") is model.Result.FAIL
+    assert decision.warnings == (decision.violations[0].message,)
+    assert decision.violations[0].action is model.Action.WARN
+
+
+def test_audit_allows_silently_and_records_the_violation(pod, container, evaluate, result):
+    decision = evaluate(pod(container(env=[ALL])), config={"policies": {"GPU001": {"action": "audit"}}})
+
+    assert decision.allowed
+    assert decision.warnings == ()
+    assert result(decision, "GPU001") is model.Result.FAIL
+    assert [v.action for v in decision.violations] == [model.Action.AUDIT]
+
+
+@pytest.mark.parametrize("off", ["off", False])
+def test_off_skips_the_policy(pod, container, evaluate, result, off):
+    decision = evaluate(pod(container(env=[ALL])), config={"policies": {"GPU001": {"action": off}}})
+
+    assert decision.allowed
+    assert result(decision, "GPU001") is model.Result.SKIP
+    assert decision.violations == ()
+
+
+def test_mutator_under_warn_only_says_what_it_would_add(pod, container, evaluate, result):
+    decision = evaluate(pod(container()), config={"policies": {"GPU104": {"action": "warn"}}})
+
+    assert decision.allowed
+    assert decision.patch == ()
+    assert decision.warnings == (
+        "GPU104: containers that request no GPU get NVIDIA_VISIBLE_DEVICES=void: would have "
+        'container "main": added NVIDIA_VISIBLE_DEVICES=void',
+    )
+    assert result(decision, "GPU104") is model.Result.PASS
+
+
+def test_mutator_under_audit_only_records_what_it_would_add(pod, container, evaluate):
+    decision = evaluate(pod(container()), config={"policies": {"GPU104": {"action": "audit"}}})
+
+    assert decision.patch == ()
+    assert decision.warnings == ()
+    gpu104 = next(r for r in decision.results if r.policy == "GPU104")
+    assert gpu104.message.startswith("would have ")
+
+
+def test_mutation_runs_before_validation(pod, container, evaluate):
+    # A pod-level GPU selector is injected first, then GPU005 judges the injected value.
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu": 1})))
+
+    assert decision.allowed
+    assert decision.patch[0]["value"] == {"ack.node.gpu.schedule": "topology"}
+
+
+def boom(*args, **kwargs):
+    raise RuntimeError("boom")
+
+
+def test_crashing_validator_is_an_error_that_denies_by_default(pod, container, evaluate, result, monkeypatch):
+    monkeypatch.setattr(gpu001_visible_devices.VisibleDevices, "check_container", boom)
+
+    decision = evaluate(pod(container(env=[VOID_ENV])))
+
+    assert not decision.allowed
+    assert result(decision, "GPU001") is model.Result.ERROR
+    assert decision.denial_message == "GPU001: policy error: RuntimeError: boom"
+
+
+def test_crashing_validator_only_warns_when_validate_errors_warn(pod, container, evaluate, monkeypatch):
+    monkeypatch.setattr(gpu001_visible_devices.VisibleDevices, "check_container", boom)
+
+    decision = evaluate(pod(container(env=[VOID_ENV])), config={"errorActions": {"validate": "warn"}})
+
+    assert decision.allowed
+    assert decision.warnings == ("GPU001: policy error: RuntimeError: boom",)
+
+
+def test_crashing_audited_validator_never_denies(pod, container, evaluate, monkeypatch):
+    monkeypatch.setattr(gpu001_visible_devices.VisibleDevices, "check_container", boom)
+
+    decision = evaluate(pod(container(env=[VOID_ENV])), config={"policies": {"GPU001": {"action": "audit"}}})
+
+    assert decision.allowed
+    assert decision.warnings == ()
+    assert [v.action for v in decision.violations] == [model.Action.AUDIT]
+
+
+def test_crashing_mutator_warns_and_the_other_mutators_still_apply(
+    pod, container, evaluate, result, monkeypatch
+):
+    monkeypatch.setattr(gpu104_void_devices.VoidDevices, "mutate_container", boom)
+
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 1})))
+
+    assert decision.allowed
+    assert result(decision, "GPU104") is model.Result.ERROR
+    assert decision.warnings == ("GPU104: policy error: RuntimeError: boom",)
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}},
+    )
+
+
+def test_crashing_mutator_denies_when_mutate_errors_enforce(pod, container, evaluate, monkeypatch):
+    monkeypatch.setattr(gpu104_void_devices.VoidDevices, "mutate_container", boom)
+
+    decision = evaluate(pod(container()), config={"errorActions": {"mutate": "enforce"}})
+
+    assert not decision.allowed
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        ({"apiVersion": "v1", "kind": "Service", "spec": {}}, "kind 'Service' has no pod template"),
+        ({"kind": "Pod"}, "kind 'Pod' has no pod template"),
+        ({}, "kind None has no pod template"),
+    ],
+)
+def test_objects_without_a_pod_template_are_allowed_with_a_reason(evaluate, obj, reason):
+    decision = evaluate(obj)
+
+    assert decision.allowed
+    assert decision.exempt_reason == reason
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_delete_and_connect_are_not_evaluated(pod, container, evaluate, operation):
+    decision = evaluate(pod(container(env=[ALL])), operation=operation)
+
+    assert decision.allowed
+    assert decision.exempt_reason == f"operation {operation} is not evaluated"
+
+
+def test_pod_updates_other_than_ephemeral_containers_are_not_evaluated(pod, container, evaluate):
+    obj = pod(container(env=[ALL]))
+
+    decision = evaluate(obj, operation="UPDATE", old=obj)
+
+    assert decision.allowed
+    assert decision.exempt_reason == "a pod update cannot change what these policies check"
+
+
+def test_workload_update_with_an_unchanged_template_is_not_evaluated(pod, container, workload, evaluate):
+    old = workload("Deployment", pod(container(env=[ALL])))
+    new = workload("Deployment", pod(container(env=[ALL])))
+    new["spec"]["replicas"] = 5
+
+    decision = evaluate(new, operation="UPDATE", old=old)
+
+    assert decision.allowed
+    assert decision.exempt_reason == "the pod template is unchanged"
+
+
+def test_workload_update_that_changes_the_template_is_evaluated(pod, container, workload, evaluate):
+    old = workload("Deployment", pod(container()))
+    new = workload("Deployment", pod(container(env=[ALL])))
+
+    decision = evaluate(new, operation="UPDATE", old=old)
+
+    assert not decision.allowed
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"kind": "Pod", "spec": {"containers": "x"}},
+        {"kind": "Pod", "spec": {"containers": [5, None, "x", {"resources": {"limits": 5}}]}},
+        {"kind": "Pod", "spec": {"containers": [{"env": "x", "envFrom": [1, {"prefix": 3, "configMapRef": "x"}]}]}},
+        {"kind": "Pod", "spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": 7}]}]}},
+        {"kind": "Pod", "spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": [1]}, "requests": "x"}}]}},
+        {"kind": "Pod", "spec": {"nodeSelector": "x", "affinity": "x", "volumes": "x", "containers": [{}]}},
+        {"kind": "Pod", "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [5, {"matchExpressions": "x"}]}}}, "containers": [{"securityContext": {"privileged": True}}]}},
+        {"kind": "Pod", "spec": {"volumes": [{"hostPath": {"path": 5}}, {"hostPath": "x"}, 3], "containers": []}},
+        {"kind": "Pod", "metadata": {"annotations": {"gpu-admission.io/gpu-model": 5, "gpu-admission.io/min-gpu-memory": ["1"]}}, "spec": {"containers": [{}]}},
+        {"kind": "Deployment", "spec": {"template": "x"}},
+        {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": 5}]}}}}}},
+        {"kind": 5, "spec": {}},
+    ],
+)
+def test_malformed_objects_never_make_the_engine_raise(evaluate, patched, obj):
+    decision = evaluate(obj)
+
+    assert isinstance(decision, model.Decision)
+    patched(obj, decision.patch)
+
+
+def test_engine_failure_outside_policies_denies_instead_of_raising(pod, container, evaluate, monkeypatch):
+    monkeypatch.setattr(engine, "_short_circuit", boom)
+
+    decision = evaluate(pod(container()))
+
+    assert not decision.allowed
+    assert decision.denial_message == "engine error: RuntimeError: boom"
+
+
+def test_engine_failure_only_warns_when_validate_errors_warn(pod, container, evaluate, monkeypatch):
+    monkeypatch.setattr(engine, "_short_circuit", boom)
+
+    decision = evaluate(pod(container()), config={"errorActions": {"validate": "warn"}})
+
+    assert decision.allowed
+    assert decision.warnings == ("engine error: RuntimeError: boom",)

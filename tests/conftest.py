@@ -26,6 +26,12 @@ ReviewFactory = Callable[..., dict[str, Any]]
 
 
 @pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+    """``tests/data``: recorded reviews and manifests."""
+    return DATA
+
+
+@pytest.fixture(scope="session")
 def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """ca.crt, ca.key, tls.crt, tls.key for localhost and 127.0.0.1, issued by ``certs``."""
     out = tmp_path_factory.mktemp("tls")
@@ -142,3 +148,9 @@ async def webhook_client(
     yield factory
     for client in clients:
         await client.close()
+
+
+@pytest_asyncio.fixture
+async def webhook(webhook_client: ClientFactory) -> WebhookClient:
+    """A TLS client for the webhook with the built-in default settings."""
+    return await webhook_client()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import ssl
 
 from webhook import errors
@@ -25,12 +26,11 @@ def server_context(*, cert_file: str, key_file: str) -> ssl.SSLContext:
 
 def load(context: ssl.SSLContext, *, cert_file: str, key_file: str) -> None:
     """Load (or reload) the serving pair into ``context``; bad files are one ``InputError`` line."""
+    for path in (cert_file, key_file):
+        if not pathlib.Path(path).is_file():
+            raise errors.InputError(f"{path}: no such file")
     try:
         context.load_cert_chain(certfile=cert_file, keyfile=key_file)
-    except FileNotFoundError as error:
-        raise errors.InputError(f"{error.filename}: no such file") from error
-    except PermissionError as error:
-        raise errors.InputError(f"{error.filename}: permission denied") from error
     except (ssl.SSLError, OSError) as error:
         raise errors.InputError(
             f"cannot load the TLS pair {cert_file} / {key_file}: {getattr(error, 'reason', None) or error}"

@@ -351,3 +351,16 @@ def test_review_module_is_what_the_handlers_parse_with() -> None:
     """The 400 reasons above come from review.parse; keep the two in one vocabulary."""
     with pytest.raises(review.BadReview, match="no request"):
         review.parse(b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}')
+
+
+async def test_a_recorded_statefulset_pod_review_gets_the_exact_patch(webhook_client: Factory, data_dir: Any) -> None:
+    body = (data_dir / "reviews" / "pod-create-gpu-mem.json").read_bytes()
+    client = await webhook_client()
+    status, answer = await _post(client, "/mutate", body)
+    assert status == 200 and answer["response"]["uid"] == "4b1f3c8e-2d1a-4f6b-9c3e-7a5d2e9b1c04"
+    assert _patch_of(answer) == [
+        {"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}},
+        {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
+    ]
+    _, validated = await _post(client, "/validate", body)
+    assert validated["response"] == {"uid": "4b1f3c8e-2d1a-4f6b-9c3e-7a5d2e9b1c04", "allowed": True}

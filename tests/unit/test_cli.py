@@ -1,0 +1,249 @@
+"""The gpu-admission CLI: commands, dry-run output and exit codes, one-line errors, serve end to end."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import pathlib
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+
+from webhook import cli
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "tests" / "data" / "manifests"
+EXAMPLES = REPO / "examples"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    status, out, err = _run(capsys, *argv, "-o", "json")
+    assert err == ""
+    report: dict[str, Any] = json.loads(out)  # exactly one JSON document
+    return status, report
+
+
+def _assert_one_line_error(status: int, out: str, err: str, *needles: str) -> None:
+    assert status == 2 and out == ""
+    assert err.startswith("gpu-admission: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("serve", "dry-run", "certs", "cluster"):
+        assert command in out
+
+
+def test_every_command_module_exposes_add_parser() -> None:
+    assert all(callable(getattr(module, "add_parser", None)) for module in cli.COMMANDS)
+
+
+def test_dry_run_of_allowed_workloads_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    status, report = _json(capsys, "dry-run", "-f", str(EXAMPLES / "workloads"))
+    assert status == 0
+    assert report["summary"]["denied"] == 0 and report["summary"]["objects"] == len(report["results"]) >= 5
+
+
+def test_dry_run_of_each_bypass_exits_1_naming_its_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    for path in sorted((EXAMPLES / "bypasses").glob("gpu00*.yaml")):
+        status, report = _json(capsys, "dry-run", "-f", str(path))
+        policy = path.name[:6].upper()
+        assert status == 1, path
+        (result,) = report["results"]
+        assert result["allowed"] is False
+        assert policy in {v["policy"] for v in result["violations"] if v["action"] == "enforce"}
+        assert result["patch"] == []
+
+
+def test_json_report_shape_sources_and_patched_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    status, report = _json(capsys, "dry-run", "-f", str(MANIFESTS / "tree"))
+    assert status == 1  # the List holds a bypass
+    assert set(report) == {"results", "summary"}
+    tree = MANIFESTS / "tree"
+    assert [r["source"] for r in report["results"]] == [
+        f"{tree}/multi.yaml#0",
+        f"{tree}/multi.yaml#2",
+        f"{tree}/nested/deeper/list.yml#0/items/0",
+        f"{tree}/nested/deeper/list.yml#0/items/1",
+        f"{tree}/nested/service.json#0",
+    ]
+    for result in report["results"]:
+        assert set(result) == {"source", "apiVersion", "kind", "namespace", "name", "allowed", "violations", "patch", "object"}
+    plain, shared, whole, sneaky, service = report["results"]
+    assert (plain["namespace"], shared["namespace"], whole["namespace"]) == ("team-a", "default", "team-b")
+    assert shared["patch"] == [{"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}}]
+    assert shared["object"]["spec"]["nodeSelector"] == {"ack.node.gpu.schedule": "cgpu"}
+    assert shared["object"]["metadata"]["annotations"] == {"built": "2024-05-01"}  # a date stays a string
+    assert sneaky["allowed"] is False and sneaky["violations"][0]["policy"] == "GPU001"
+    assert service["allowed"] is True and service["patch"] == [] and service["violations"] == []
+    assert report["summary"] == {"objects": 5, "denied": 1, "mutated": 1}
+
+
+def test_stdin_is_read_for_dash(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (EXAMPLES / "bypasses" / "gpu001-visible-devices-env.yaml").read_text()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    status, report = _json(capsys, "dry-run", "-f", "-")
+    assert status == 1 and report["results"][0]["source"] == "-#0"
+
+
+def test_namespace_flag_applies_to_objects_without_one(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "bypasses" / "gpu001-visible-devices-env.yaml")
+    status, report = _json(capsys, "dry-run", "-f", path, "--namespace", "kube-system")
+    assert status == 0 and report["results"][0]["namespace"] == "kube-system"
+
+
+def test_config_changes_the_verdict(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "settings.yaml"
+    config.write_text("policies:\n  GPU001: {action: warn}\n")
+    path = str(EXAMPLES / "bypasses" / "gpu001-visible-devices-env.yaml")
+    status, report = _json(capsys, "dry-run", "-f", path, "--config", str(config))
+    assert status == 0 and report["results"][0]["violations"][0]["action"] == "warn"
+
+
+def test_yaml_output_is_the_same_report(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(MANIFESTS / "tree")
+    _, as_json = _json(capsys, "dry-run", "-f", path)
+    status, out, _ = _run(capsys, "dry-run", "-f", path, "-o", "yaml")
+    assert status == 1 and yaml.safe_load(out) == as_json
+
+
+def test_table_shows_a_row_per_object_with_violations_and_patches(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _run(capsys, "dry-run", "-f", str(MANIFESTS / "tree"))
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0].split() == ["SOURCE", "OBJECT", "NAMESPACE", "RESULT"]
+    assert any("Pod/sneaky" in line and line.endswith("DENIED") for line in lines)
+    assert any(line.strip().startswith("ENFORCE GPU001: ") for line in lines)
+    assert any(line.strip() == 'PATCH   add /spec/nodeSelector = {"ack.node.gpu.schedule":"cgpu"}' for line in lines)
+    assert lines[-1] == "5 object(s): 1 denied, 1 mutated"
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["-f", "does/not/exist.yaml"], ["does/not/exist.yaml", "no such file"]),
+        (["-f", str(MANIFESTS / "bad" / "second-doc-broken.yaml")], ["second-doc-broken.yaml#1", "invalid YAML", "line"]),
+        (["-f", str(MANIFESTS / "bad" / "scalar.yaml")], ["scalar.yaml#0", "not a Kubernetes object"]),
+        (["-f", str(MANIFESTS / "bad" / "no-kind.yaml")], ["no-kind.yaml#0", "kind is missing"]),
+        (["-f", str(MANIFESTS / "bad" / "broken.json")], ["broken.json#0", "invalid JSON"]),
+        (["-f", str(MANIFESTS / "tree"), "--config", str(MANIFESTS / "bad" / "config-bad-action.yaml")], ["config-bad-action.yaml", "GPU001"]),
+        (["-f", str(MANIFESTS / "tree"), "--config", "missing-config.yaml"], ["missing-config.yaml", "cannot read config"]),
+    ],
+)
+def test_bad_input_is_one_line_naming_file_and_document_with_exit_2(
+    capsys: pytest.CaptureFixture[str], args: list[str], needles: list[str]
+) -> None:
+    _assert_one_line_error(*_run(capsys, "dry-run", *args), *needles)
+
+
+def test_a_directory_without_manifests_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    (tmp_path / "notes.txt").write_text("nothing here")
+    _assert_one_line_error(*_run(capsys, "dry-run", "-f", str(tmp_path)), str(tmp_path), "no .yaml/.yml/.json files")
+
+
+def test_a_list_whose_items_are_not_a_list_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("apiVersion: v1\nkind: List\nitems: {a: 1}\n")
+    _assert_one_line_error(*_run(capsys, "dry-run", "-f", str(path)), "list.yaml#0", "items must be a list")
+
+
+def test_a_bad_list_item_names_its_position(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod}\n- 42\n")
+    _assert_one_line_error(*_run(capsys, "dry-run", "-f", str(path)), "list.yaml#0/items/1")
+
+
+def test_certs_generate_writes_the_files_for_every_host(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    status, out, _ = _run(capsys, "certs", "generate", "--out-dir", str(tmp_path), "--host", "svc.ns.svc", "--host", "10.0.0.1")
+    assert status == 0 and sorted(pathlib.Path(line).name for line in out.splitlines()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    leaf = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["svc.ns.svc"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+
+
+def test_certs_generate_with_a_bad_host_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    _assert_one_line_error(*_run(capsys, "certs", "generate", "--out-dir", str(tmp_path), "--host", "not a host"), "not a host")
+
+
+def test_serve_with_a_missing_certificate_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    missing = str(tmp_path / "tls.crt")
+    _assert_one_line_error(
+        *_run(capsys, "serve", "--port", "0", "--tls-cert-file", missing, "--tls-private-key-file", missing), missing
+    )
+
+
+def test_serve_with_a_key_that_does_not_match_is_one_line(capsys: pytest.CaptureFixture[str], tls_dir: pathlib.Path) -> None:
+    _assert_one_line_error(
+        *_run(capsys, "serve", "--port", "0", "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tls_dir / "ca.key")),
+        "cannot load the TLS pair",
+    )
+
+
+def _wait_for_line(process: subprocess.Popen[str], needle: str, *, deadline_s: float = 20.0) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if needle in line:
+            return line
+        if not line and process.poll() is not None:
+            break
+    raise AssertionError(f"no {needle!r} from the server before the deadline")
+
+
+def test_serve_answers_over_tls_reloads_on_sighup_and_stops_on_sigterm(tmp_path: pathlib.Path) -> None:
+    assert cli.main(["certs", "generate", "--out-dir", str(tmp_path), "--host", "127.0.0.1"]) == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+         "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
+        stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        port = int(_wait_for_line(process, "listening on https://").rstrip().rsplit(":", 1)[1])
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+
+        def serial() -> int:
+            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            try:
+                connection.request("GET", "/readyz")
+                assert connection.getresponse().read() == b"ok\n"
+                assert isinstance(connection.sock, ssl.SSLSocket)
+                der = connection.sock.getpeercert(binary_form=True)
+                assert der is not None
+                return x509.load_der_x509_certificate(der).serial_number
+            finally:
+                connection.close()
+
+        first = serial()
+        assert cli.main(["certs", "generate", "--out-dir", str(tmp_path), "--host", "127.0.0.1"]) == 0
+        process.send_signal(signal.SIGHUP)
+        _wait_for_line(process, "SIGHUP: reloaded")
+        assert serial() != first
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,0 +1,312 @@
+"""``gpu-admission dry-run``: evaluate manifest files offline with the webhook's exact decision path.
+
+Inputs: files, directories (recursively, ``.yaml``/``.yml``/``.json``), ``-`` for stdin; multi-document
+YAML and ``kind: List`` are expanded. Exit status: 0 all allowed, 1 any denied, 2 unreadable or
+invalid input (one line naming the file and document).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import pathlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, TextIO, TypedDict
+
+import jsonpatch
+import yaml
+
+from policies import model, settings
+from webhook import config, errors
+from webhook.admission import decisions
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+EXIT_ALLOWED, EXIT_DENIED = 0, 1
+Output = Literal["table", "json", "yaml"]
+
+
+class WireViolation(TypedDict):
+    policy: str
+    action: str
+    message: str
+
+
+class WireResult(TypedDict):
+    source: str
+    apiVersion: str
+    kind: str
+    namespace: str
+    name: str
+    allowed: bool
+    violations: list[WireViolation]
+    patch: list[dict[str, Any]]
+    object: dict[str, Any]
+
+
+class WireSummary(TypedDict):
+    objects: int
+    denied: int
+    mutated: int
+
+
+class WireReport(TypedDict):
+    results: list[WireResult]
+    summary: WireSummary
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Document:
+    """One Kubernetes object read from an input, with where it came from (``path#index``)."""
+
+    source: str
+    object: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """A document's decision and the object as the webhook would have let it through."""
+
+    document: Document
+    namespace: str
+    decision: model.Decision
+    patched: dict[str, Any]
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "dry-run",
+        help="evaluate manifests offline: verdicts and patches, exit 1 on any denial",
+        description="Run the webhook's policies on manifest files. Exit 0: all allowed; 1: something is "
+        "denied; 2: unreadable or invalid input.",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="file, directory (recursive .yaml/.yml/.json) or - for stdin; repeatable",
+    )
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table")
+    parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=decisions.DEFAULT_NAMESPACE,
+        help="namespace for objects that name none (default: default)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = config.load(args.config)
+    documents = read(args.filename, stdin=sys.stdin)
+    outcomes = evaluate(documents, settings=loaded, default_namespace=args.namespace)
+    sys.stdout.write(render(outcomes, output=args.output))
+    return EXIT_DENIED if any(not outcome.decision.allowed for outcome in outcomes) else EXIT_ALLOWED
+
+
+def read(paths: Sequence[str], *, stdin: TextIO) -> list[Document]:
+    """Every object in ``paths``, in order; any problem is one ``InputError`` naming file and document."""
+    documents: list[Document] = []
+    for path in paths:
+        for name, text in _inputs(path, stdin=stdin):
+            documents.extend(parse(text, name=name, as_json=name.endswith(".json")))
+    return documents
+
+
+def parse(text: str, *, name: str, as_json: bool = False) -> list[Document]:
+    """The objects in one file's text: YAML documents (or one JSON document), ``List`` expanded."""
+    documents: list[Document] = []
+    for index, data in _loaded(text, name=name, as_json=as_json):
+        source = f"{name}#{index}"
+        if data is None:
+            continue  # an empty YAML document, e.g. after a trailing '---'
+        obj = _checked_object(data, source=source)
+        if obj["kind"] == "List" or (obj["kind"].endswith("List") and "items" in obj):
+            items = obj.get("items")
+            if not isinstance(items, list):
+                raise errors.InputError(f"{source}: {obj['kind']}.items must be a list")
+            for position, item in enumerate(items):
+                item_source = f"{source}/items/{position}"
+                documents.append(Document(source=item_source, object=_checked_object(item, source=item_source)))
+        else:
+            documents.append(Document(source=source, object=obj))
+    return documents
+
+
+def evaluate(
+    documents: Sequence[Document], *, settings: settings.Settings, default_namespace: str = "default"
+) -> list[Outcome]:
+    """Decide every document as the webhook would, and apply each patch to a copy of its object."""
+    outcomes = []
+    for document in documents:
+        namespace = decisions.object_namespace(document.object) or default_namespace
+        decision = decisions.decide(document.object, settings=settings, namespace=namespace)
+        try:
+            patched = jsonpatch.apply_patch(copy.deepcopy(document.object), [dict(op) for op in decision.patch])
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
+            raise errors.InputError(f"{document.source}: the engine's patch does not apply: {error}") from error
+        outcomes.append(Outcome(document=document, namespace=namespace, decision=decision, patched=patched))
+    return outcomes
+
+
+def report(outcomes: Sequence[Outcome]) -> WireReport:
+    """The machine-readable report (``-o json`` / ``-o yaml``)."""
+    results: list[WireResult] = []
+    for outcome in outcomes:
+        obj = outcome.document.object
+        results.append(
+            {
+                "source": outcome.document.source,
+                "apiVersion": str(obj.get("apiVersion", "")),
+                "kind": str(obj.get("kind", "")),
+                "namespace": outcome.namespace,
+                "name": _name(obj),
+                "allowed": outcome.decision.allowed,
+                "violations": [
+                    {"policy": v.policy, "action": str(v.action), "message": v.message}
+                    for v in outcome.decision.violations
+                ],
+                "patch": [dict(op) for op in outcome.decision.patch],
+                "object": outcome.patched,
+            }
+        )
+    return {
+        "results": results,
+        "summary": {
+            "objects": len(outcomes),
+            "denied": sum(1 for o in outcomes if not o.decision.allowed),
+            "mutated": sum(1 for o in outcomes if o.decision.patch),
+        },
+    }
+
+
+def render(outcomes: Sequence[Outcome], *, output: Output) -> str:
+    if output == "json":
+        return json.dumps(report(outcomes), indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(report(outcomes), sort_keys=False, allow_unicode=True)
+    return render_table(outcomes)
+
+
+def render_table(outcomes: Sequence[Outcome]) -> str:
+    """One row per object, then an indented line per violation and per patch operation."""
+    rows = [("SOURCE", "OBJECT", "NAMESPACE", "RESULT")]
+    details: list[list[str]] = [[]]
+    for outcome in outcomes:
+        decision = outcome.decision
+        obj = outcome.document.object
+        rows.append((outcome.document.source, f"{obj.get('kind')}/{_name(obj) or '-'}", outcome.namespace, _verdict(decision)))
+        lines = [f"{v.action.upper():<7} {v.message}" for v in decision.violations]
+        lines += [f"PATCH   {_describe_op(op)}" for op in decision.patch]
+        if decision.exempt_reason:
+            lines.append(f"EXEMPT  {decision.exempt_reason}")
+        details.append(lines)
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    out: list[str] = []
+    for row, lines in zip(rows, details, strict=True):
+        out.append("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3])
+        out.extend(f"    {line}" for line in lines)
+    summary = report(outcomes)["summary"]
+    out.append("")
+    out.append(f"{summary['objects']} object(s): {summary['denied']} denied, {summary['mutated']} mutated")
+    return "\n".join(out) + "\n"
+
+
+def _verdict(decision: model.Decision) -> str:
+    if not decision.allowed:
+        return "DENIED"
+    if decision.exempt_reason:
+        return "allowed (exempt)"
+    if any(v.action is model.Action.WARN for v in decision.violations) or decision.warnings:
+        return "allowed (warnings)"
+    return "allowed"
+
+
+def _describe_op(op: Mapping[str, Any]) -> str:
+    text = f"{op.get('op')} {op.get('path')}"
+    if "value" in op:
+        value = json.dumps(op["value"], separators=(",", ":"))
+        text += f" = {value if len(value) <= 80 else value[:77] + '...'}"
+    return text
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return ""
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    return str(name)
+
+
+def _inputs(path: str, *, stdin: TextIO) -> Iterator[tuple[str, str]]:
+    if path == "-":
+        try:
+            yield "-", stdin.read()
+        except UnicodeDecodeError as error:
+            raise errors.InputError(f"-: stdin is not UTF-8 text: {error.reason}") from error
+        return
+    root = pathlib.Path(path)
+    if root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+        if not files:
+            raise errors.InputError(f"{path}: no {'/'.join(MANIFEST_SUFFIXES)} files in this directory")
+    else:
+        files = [root]
+    for file in files:
+        try:
+            yield str(file), file.read_text(encoding="utf-8")
+        except FileNotFoundError as error:
+            raise errors.InputError(f"{file}: no such file or directory") from error
+        except UnicodeDecodeError as error:
+            raise errors.InputError(f"{file}: not UTF-8 text: {error.reason}") from error
+        except OSError as error:
+            raise errors.InputError(f"{file}: cannot read: {error.strerror or error}") from error
+
+
+class _ManifestLoader(yaml.SafeLoader):
+    """Safe YAML as kubectl reads it: an unquoted date stays a string, it never becomes a datetime."""
+
+
+_ManifestLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _loaded(text: str, *, name: str, as_json: bool) -> Iterator[tuple[int, object]]:
+    if as_json:
+        try:
+            yield 0, json.loads(text)
+        except ValueError as error:
+            raise errors.InputError(f"{name}#0: invalid JSON: {error}") from error
+        return
+    produced = 0
+    try:
+        for data in yaml.load_all(text, Loader=_ManifestLoader):  # noqa: S506 - a SafeLoader subclass
+            yield produced, data
+            produced += 1
+    except yaml.YAMLError as error:
+        raise errors.InputError(f"{name}#{produced}: invalid YAML: {config.yaml_reason(error)}") from error
+
+
+def _checked_object(data: object, *, source: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise errors.InputError(f"{source}: not a Kubernetes object (a {type(data).__name__}, not a mapping)")
+    for key in ("apiVersion", "kind"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise errors.InputError(f"{source}: not a Kubernetes object: {key} is missing or not a string")
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise errors.InputError(f"{source}: metadata must be a mapping")
+    if isinstance(metadata, dict) and "namespace" in metadata and not isinstance(metadata["namespace"], str):
+        raise errors.InputError(f"{source}: metadata.namespace must be a string")
+    try:
+        json.dumps(data)
+    except (TypeError, ValueError) as error:
+        raise errors.InputError(f"{source}: not representable as JSON: {error}") from error
+    return data

@@ -1,0 +1,228 @@
+"""`gpu-admission labeler`: label this node's GPUs (and optionally advertise capacity), once or forever.
+
+```
+gpu-admission labeler --node-name NAME [--kubeconfig K] [--once | --interval 60s] [--advertise]
+                      [--inventory FILE] [--take-over] [--health-port N] [--dry-run [-o table|json|yaml]]
+```
+
+`NODE_NAME` in the environment stands in for `--node-name` (the DaemonSet sets it from the downward
+API). `--dry-run` reads the cards, prints the labels, annotations and capacity (per mode) it would
+write and touches no cluster. Exit status: 0 done; 1 a `--once` pass failed (apiserver, node,
+read error); 2 bad input; 3 there is no NVML on this machine (`--once`/`--dry-run` only: the loop
+instead stays up, writes nothing and checks again every interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from policies import gpu
+from webhook import errors
+from webhook.labeler import health, inventory, labels, nvml, ownership, publisher, runner
+
+logger = logging.getLogger(__name__)
+
+EXIT_FAILED = 1
+EXIT_INPUT_ERROR = 2
+EXIT_NO_NVML = 3
+DEFAULT_INTERVAL_S = 60.0
+NODE_NAME_ENV = "NODE_NAME"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_interval(text: str) -> float:
+    """A Go-style duration (`2s`, `60s`, `1m`, `1m30s`, `500ms`) or bare seconds, as seconds > 0."""
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION_PART.findall(value)
+        if not parts or "".join(number + unit for number, unit in parts) != value:
+            raise argparse.ArgumentTypeError(f"invalid duration {text!r} (expected e.g. 2s, 60s, 1m, 500ms)") from None
+        seconds = sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"the interval must be positive, not {text!r}")
+    return seconds
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `labeler` on the top-level CLI."""
+    parser = subparsers.add_parser(
+        "labeler",
+        help="label this node's GPUs from NVML (or an inventory file) and optionally advertise capacity",
+        description="Write the aliyun.accelerator/* and gpu-admission.io/* GPU labels and annotations on a node.",
+    )
+    parser.add_argument("--node-name", default=None, help=f"the node to label (default: ${NODE_NAME_ENV})")
+    parser.add_argument("--kubeconfig", type=Path, default=None, help="default: in-cluster, else $KUBECONFIG / ~/.kube/config")
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="one pass, then exit")
+    when.add_argument(
+        "--interval", type=parse_interval, default=DEFAULT_INTERVAL_S, metavar="DURATION", help="time between passes, e.g. 2s, 60s, 1m (default: 60s)"
+    )
+    parser.add_argument(
+        "--advertise", action="store_true", help="also set the node's extended-resource capacity for its ack.node.gpu.schedule mode"
+    )
+    parser.add_argument("--inventory", type=Path, default=None, metavar="FILE", help="read the cards from this YAML file instead of NVML")
+    parser.add_argument(
+        "--take-over", action="store_true", help="replace aliyun.accelerator/* labels that another component wrote"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print what would be written; touch no cluster")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="--dry-run output (default: table)")
+    parser.add_argument("--health-port", type=int, default=None, metavar="PORT", help="serve /healthz and /readyz on this port (0: any free port)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="default: info")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    source, source_name = _source(args.inventory)
+    if args.dry_run:
+        return _dry_run(source, source_name=source_name, node_name=_node_name(args, required=False), output=args.output)
+    node_name = _node_name(args, required=True)
+    if args.health_port is not None and not 0 <= args.health_port <= 65535:
+        raise errors.InputError(f"--health-port must be 0-65535, not {args.health_port}")
+    try:
+        nodes = publisher.connect(args.kubeconfig)
+    except publisher.ConnectError as error:
+        raise errors.InputError(str(error)) from error
+    loop = runner.Runner(
+        source=source,
+        nodes=nodes,
+        options=runner.Options(node_name=node_name, interval_s=args.interval, advertise=args.advertise, take_over=args.take_over),
+    )
+    server = health.serve(loop, port=args.health_port) if args.health_port is not None else None
+    try:
+        if args.once:
+            return _exit_status(loop.step())
+        stop = threading.Event()
+        _stop_on_signals(stop)
+        loop.run(stop=stop)
+        logger.info("stopped")
+        return 0
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def preview(inv: inventory.Inventory, *, node_name: str, source: str) -> dict[str, Any]:
+    """What `--dry-run` prints: what a first pass would write on a node that carries nothing yet."""
+    plan = ownership.plan(ownership.Node(name=node_name), labels.compute(inv))
+    metadata = (plan.patch or {}).get("metadata", {})
+    return {
+        "node": node_name,
+        "source": source,
+        "labels": dict(sorted(metadata.get("labels", {}).items())),
+        "annotations": dict(sorted(metadata.get("annotations", {}).items())),
+        "capacity": {str(mode): labels.capacity(inv, mode=mode) for mode in gpu.Mode},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `labeler` on its own (what `python -m webhook.labeler.cli labeler ...` does)."""
+    parser = argparse.ArgumentParser(prog="gpu-admission")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args(argv)
+    try:
+        status: int = parsed.func(parsed)
+    except errors.InputError as error:
+        print(f"gpu-admission: error: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return status
+
+
+def _source(path: Path | None) -> tuple[runner.Source, str]:
+    if path is None:
+        return nvml.read, "nvml"
+    try:
+        inventory.load(path)  # bad input at start is an error now, not a warning every interval
+    except inventory.InventoryError as error:
+        raise errors.InputError(str(error)) from error
+
+    def read() -> inventory.Inventory:
+        return inventory.load(path)
+
+    return read, f"inventory {path}"
+
+
+def _node_name(args: argparse.Namespace, *, required: bool) -> str:
+    name = args.node_name or os.environ.get(NODE_NAME_ENV, "")
+    if name:
+        return str(name)
+    if required:
+        raise errors.InputError(f"--node-name (or ${NODE_NAME_ENV}) is required")
+    return socket.gethostname()
+
+
+def _dry_run(source: runner.Source, *, source_name: str, node_name: str, output: str) -> int:
+    try:
+        inv = source()
+    except nvml.Unavailable as error:
+        print(f"gpu-admission labeler: NVML is not available on this machine ({error}); nothing to label", file=sys.stderr)
+        return EXIT_NO_NVML
+    except (nvml.ReadError, inventory.InventoryError) as error:
+        print(f"gpu-admission labeler: reading the GPUs failed: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    report = preview(inv, node_name=node_name, source=source_name)
+    if output == "json":
+        print(json.dumps(report, indent=2))
+    elif output == "yaml":
+        print(yaml.safe_dump(report, sort_keys=False), end="")
+    else:
+        print(_table(report), end="")
+    return 0
+
+
+def _table(report: dict[str, Any]) -> str:
+    lines = [f"node {report['node']} ({report['source']})"]
+    for section in ("labels", "annotations"):
+        lines.append(f"{section}:")
+        entries = report[section]
+        lines.extend(f"  {key}={value}" for key, value in entries.items())
+        if not entries:
+            lines.append("  (none)")
+    lines.append("capacity by ack.node.gpu.schedule mode:")
+    for mode, resources in report["capacity"].items():
+        lines.append(f"  {mode}: " + ", ".join(f"{name}={value}" for name, value in resources.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _exit_status(outcome: runner.Outcome) -> int:
+    if outcome in (runner.Outcome.CHANGED, runner.Outcome.UNCHANGED):
+        return 0
+    if outcome is runner.Outcome.NO_NVML:
+        return EXIT_NO_NVML
+    return EXIT_FAILED
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handle(signum: int, _frame: object) -> None:
+        logger.info("signal %d: stopping after this pass", signum)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience for running without the console script
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Label computation: from an Inventory to the node labels, annotations and extended-resource capacity.
+
+Pure (data in, data out), so every rule here is tested without a GPU, as in NVIDIA GPU Feature
+Discovery where device access, label computation and label publishing are three units.
+
+What a node with cards gets:
+
+| key | kind | value |
+|---|---|---|
+| `aliyun.accelerator/nvidia_name` | label | the card model, sanitised (see `sanitise`); on a mixed node the most common model |
+| `aliyun.accelerator/nvidia_mem` | label | `<MiB>MiB` of one card; on a mixed node the smallest card |
+| `aliyun.accelerator/nvidia_count` | label | the number of cards |
+| `gpu-admission.io/gpu-memory-mib` | label | the same MiB as a bare number (for `Gt` node affinity) |
+| `gpu-admission.io/driver-version`, `gpu-admission.io/cuda-version` | label | when known |
+| `gpu-admission.io/gpu-inventory` | annotation | JSON `[{"index":0,"uuid":"GPU-..","name":"Tesla-T4","memoryMiB":15360}, ...]` |
+| `gpu-admission.io/gpu-topology` | annotation | JSON `{"links": [[0, 1, "NV2"], ...]}` (only when links are known) |
+| `gpu-admission.io/gpu-mixed` | annotation | `"true"`, only on a node whose cards differ in model or memory |
+
+A node without cards gets none of them. The name in the inventory annotation is sanitised like the
+label, so it compares equal to `nvidia_name` and to the card-model annotations pods use.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+
+from policies import gpu
+from webhook.labeler import inventory
+
+INVENTORY_ANNOTATION = gpu.OWN_PREFIX + "gpu-inventory"
+TOPOLOGY_ANNOTATION = gpu.OWN_PREFIX + "gpu-topology"
+MIXED_ANNOTATION = gpu.OWN_PREFIX + "gpu-mixed"
+DRIVER_VERSION_LABEL = gpu.OWN_PREFIX + "driver-version"
+CUDA_VERSION_LABEL = gpu.OWN_PREFIX + "cuda-version"
+
+MAX_LABEL_VALUE = 63
+UNKNOWN_NAME = "unknown"  # a name with nothing label-safe in it; the label must still exist (GPU103)
+
+_NOT_LABEL_SAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
+_JUNK_ENDS = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+_MIG_MARK = "-MIG-"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Desired:
+    """The labels and annotations the labeler means a node to carry (all of them its own keys)."""
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+
+def sanitise(name: str) -> str:
+    """A card name as a valid label value, GPU Feature Discovery's rule made safe for any input.
+
+    Characters outside `[A-Za-z0-9-_. ]` are dropped and runs of spaces become one `-` (so
+    `Tesla V100-SXM2-32GB` becomes `Tesla-V100-SXM2-32GB` and `NVIDIA TITAN X (Pascal)` becomes
+    `NVIDIA-TITAN-X-Pascal`). Then, unlike GFD, the value is cut to 63 characters keeping a
+    `-MIG-<profile>` suffix whole (the idea of NVIDIA/k8s-device-plugin PR #1880) and trimmed to
+    alphanumeric ends. A name with nothing left becomes `unknown`.
+    """
+    value = _trim("-".join(_NOT_LABEL_SAFE.sub("", name).split()))
+    if len(value) > MAX_LABEL_VALUE:
+        value = _shorten(value)
+    return value or UNKNOWN_NAME
+
+
+def compute(inv: inventory.Inventory) -> Desired:
+    """The labels and annotations for a node with these cards (none for a node without cards)."""
+    if not inv.cards:
+        return Desired(labels={}, annotations={})
+    names = [sanitise(card.name) for card in inv.cards]
+    smallest = min(card.memory_mib for card in inv.cards)
+    labels = {
+        gpu.CARD_NAME_LABEL: _most_common(names),
+        gpu.CARD_MEMORY_LABEL: f"{smallest}MiB",
+        gpu.CARD_COUNT_LABEL: str(len(inv.cards)),
+        gpu.CARD_MEMORY_MIB_LABEL: str(smallest),
+    }
+    for key, version in ((DRIVER_VERSION_LABEL, inv.driver_version), (CUDA_VERSION_LABEL, inv.cuda_version)):
+        if version is not None and version.strip():
+            labels[key] = sanitise(version)
+    annotations = {
+        INVENTORY_ANNOTATION: _json(
+            [
+                {"index": card.index, "uuid": card.uuid, "name": name, "memoryMiB": card.memory_mib}
+                for card, name in zip(inv.cards, names, strict=True)
+            ]
+        ),
+    }
+    if inv.links:
+        annotations[TOPOLOGY_ANNOTATION] = _json({"links": [[item.a, item.b, item.code] for item in inv.links]})
+    if len({(name, card.memory_mib) for name, card in zip(names, inv.cards, strict=True)}) > 1:
+        annotations[MIXED_ANNOTATION] = "true"
+    return Desired(labels=labels, annotations=annotations)
+
+
+# --- extended-resource capacity (`--advertise`) -------------------------------------------------
+
+# What each mode advertises (DESIGN section 1); every other resource here is set to 0 on the node.
+ADVERTISED: Mapping[gpu.Mode, tuple[gpu.Resource, ...]] = {
+    gpu.Mode.DEFAULT: (gpu.Resource.NVIDIA_GPU,),
+    gpu.Mode.CGPU: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT),
+    gpu.Mode.SHARE: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT),
+    gpu.Mode.MPS: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT),
+    gpu.Mode.CORE_MEM: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT, gpu.Resource.GPU_CORE_PERCENTAGE),
+    gpu.Mode.TOPOLOGY: (gpu.Resource.ALIYUN_GPU,),
+}
+# `nvidia.com/gpu` belongs to the NVIDIA device plugin: a default-mode node keeps whatever the
+# plugin advertises; only the other modes set it to 0 (the seeds: enabling a mode zeroes the rest).
+DEVICE_PLUGIN_RESOURCES: frozenset[str] = frozenset({gpu.Resource.NVIDIA_GPU})
+
+
+def mode_of(labels: Mapping[str, str]) -> gpu.Mode | None:
+    """The node's `ack.node.gpu.schedule` mode: `default` when the label is absent, None when invalid."""
+    value = labels.get(gpu.SCHEDULE_LABEL)
+    if value is None:
+        return gpu.Mode.DEFAULT
+    try:
+        return gpu.Mode(value)
+    except ValueError:
+        return None
+
+
+def capacity(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, str]:
+    """The extended resources a node in `mode` advertises, as quantity strings.
+
+    Memory is whole GiB per card (`floor(MiB / 1024)`, summed), since a pod asks for GiB on one card
+    and a fraction of a GiB can never be handed out. The core percentage is 100 per card.
+    """
+    cards = len(inv.cards)
+    amounts: Mapping[gpu.Resource, int] = {
+        gpu.Resource.NVIDIA_GPU: cards,
+        gpu.Resource.GPU_MEM: sum(card.memory_mib // 1024 for card in inv.cards),
+        gpu.Resource.GPU_COUNT: cards,
+        gpu.Resource.GPU_CORE_PERCENTAGE: gpu.MAX_CORE_PERCENTAGE * cards,
+        gpu.Resource.ALIYUN_GPU: cards,
+    }
+    mine = ADVERTISED[mode]
+    return {
+        str(resource): str(amounts[resource] if resource in mine else 0)
+        for resource in gpu.Resource
+        if not (mode is gpu.Mode.DEFAULT and resource in DEVICE_PLUGIN_RESOURCES)
+    }
+
+
+def _most_common(names: list[str]) -> str:
+    # Deterministic on mixed nodes (GFD's map-order flapping, NVIDIA/gpu-feature-discovery #27):
+    # the most common model wins, ties go to the first name in sorted order.
+    counts = collections.Counter(names)
+    return min(counts, key=lambda name: (-counts[name], name))
+
+
+def _trim(value: str) -> str:
+    return _JUNK_ENDS.sub("", value)
+
+
+def _shorten(value: str) -> str:
+    head, mark, profile = value.rpartition(_MIG_MARK)
+    if mark:
+        suffix = mark + profile
+        room = MAX_LABEL_VALUE - len(suffix)
+        model = _trim(head[:room]) if room > 0 else ""
+        if model:
+            return model + suffix
+    return _trim(value[:MAX_LABEL_VALUE])
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

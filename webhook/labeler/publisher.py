@@ -1,0 +1,118 @@
+"""The Kubernetes adapter of the labeler: read one Node, merge-patch it and its `status` subresource.
+
+The only labeler module that talks to the apiserver. Errors come out as the three types below, each
+with a one-line message; nothing from `kubernetes` or `urllib3` leaks to the runner. The RBAC this
+needs is `get`/`patch` on `nodes` and `patch` on `nodes/status` (see `deploy/labeler.yaml`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+
+from webhook.labeler import ownership
+
+logger = logging.getLogger(__name__)
+
+# `kubernetes.config` is untyped; Any stops here, at the adapter (STYLE habit 3).
+_config: Any = config
+
+FIELD_MANAGER = "gpu-admission-labeler"
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT_S = 30.0
+
+
+class ConnectError(Exception):
+    """No usable cluster configuration (no kubeconfig, not in a pod)."""
+
+
+class NodeNotFound(Exception):
+    """The node does not exist (yet)."""
+
+
+class Conflict(Exception):
+    """The node changed since it was read (the patch carried its resourceVersion)."""
+
+
+class ApiError(Exception):
+    """Any other failure talking to the apiserver; worth retrying at the next interval."""
+
+
+class Publisher:
+    """Reads and patches Nodes through a `kubernetes` CoreV1Api."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    def get(self, name: str) -> ownership.Node:
+        obj = self._call(lambda: self._api.read_node(name, _request_timeout=REQUEST_TIMEOUT_S), what=f"get node {name}")
+        serialised: Mapping[str, Any] = self._api.api_client.sanitize_for_serialization(obj)
+        return ownership.Node.from_object(serialised)
+
+    def patch(self, name: str, body: Mapping[str, Any]) -> None:
+        """Merge-patch the Node (labels and annotations)."""
+        self._call(
+            lambda: self._api.patch_node(
+                name, dict(body), field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT_S
+            ),
+            what=f"patch node {name}",
+        )
+
+    def patch_status(self, name: str, body: Mapping[str, Any]) -> None:
+        """Merge-patch `nodes/<name>/status` (capacity and allocatable)."""
+        self._call(
+            lambda: self._api.patch_node_status(
+                name, dict(body), field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT_S
+            ),
+            what=f"patch node {name} status",
+        )
+
+    @staticmethod
+    def _call(call: Any, *, what: str) -> Any:
+        try:
+            return call()
+        except client.ApiException as error:
+            if error.status == 404:
+                raise NodeNotFound(f"{what}: not found") from error
+            if error.status == 409:
+                raise Conflict(f"{what}: the node changed meanwhile") from error
+            raise ApiError(f"{what}: {error.status} {error.reason}: {_message(error)}") from error
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise ApiError(f"{what}: {type(error).__name__}: {error}") from error
+
+
+def connect(kubeconfig: Path | None) -> Publisher:
+    """A Publisher for the cluster of `kubeconfig`, else the pod's own service account, else the
+    default kubeconfig (`$KUBECONFIG`, `~/.kube/config`)."""
+    try:
+        if kubeconfig is not None:
+            api_client = _config.new_client_from_config(config_file=str(kubeconfig))
+        else:
+            try:
+                configuration = client.Configuration()
+                _config.load_incluster_config(client_configuration=configuration)
+                api_client = client.ApiClient(configuration)
+            except config.ConfigException:
+                api_client = _config.new_client_from_config()
+    except (config.ConfigException, OSError, ValueError) as error:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster or default kubeconfig"
+        raise ConnectError(f"cannot load {where}: {error}") from error
+    return Publisher(client.CoreV1Api(api_client))
+
+
+def _message(error: Any) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, (bytes, str)):
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if isinstance(message, str):
+            return message
+    return str(getattr(error, "reason", "") or error).splitlines()[0]

@@ -1,0 +1,226 @@
+"""The labeling loop: read the cards, compute the labels, publish what changed; every interval.
+
+The runner holds the only state of the labeler: the last good inventory (kept through transient read
+errors, so labels never flap on a hiccup) and the last problem it logged (so a problem that persists
+is logged once, not every interval, and its end is logged once too).
+
+What one pass does when things go wrong:
+
+| situation | what is written | outcome |
+|---|---|---|
+| no NVML (no library, no driver) and never read before | nothing | `NO_NVML` |
+| a transient read error (or NVML vanished) after a good read | the last good inventory, again | `READ_FAILED` |
+| a transient read error and no good read yet | nothing | `READ_FAILED` |
+| the node does not exist | nothing | `NODE_MISSING` |
+| the apiserver fails | what got through | `API_FAILED` |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from webhook.labeler import inventory, labels, nvml, ownership, publisher
+
+logger = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 3
+
+
+class Outcome(enum.StrEnum):
+    """What one pass ended with."""
+
+    CHANGED = "changed"  # something was patched
+    UNCHANGED = "unchanged"  # the node already carried everything
+    NO_NVML = "no-nvml"
+    READ_FAILED = "read-failed"
+    NODE_MISSING = "node-missing"
+    API_FAILED = "api-failed"
+
+
+class Source(Protocol):
+    """Where the cards come from: NVML or an inventory file.
+
+    Raises nvml.Unavailable (no NVML at all), or nvml.ReadError / inventory.InventoryError (this read
+    failed; try again later).
+    """
+
+    def __call__(self) -> inventory.Inventory: ...
+
+
+class Nodes(Protocol):
+    """The part of publisher.Publisher the runner uses (a fake in unit tests)."""
+
+    def get(self, name: str) -> ownership.Node: ...
+
+    def patch(self, name: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_status(self, name: str, body: Mapping[str, Any]) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    node_name: str
+    interval_s: float = 60.0
+    advertise: bool = False
+    take_over: bool = False
+
+
+class Runner:
+    """One node's labeler. `step()` is one pass; `run()` repeats it until stopped."""
+
+    def __init__(self, *, source: Source, nodes: Nodes, options: Options, clock: Callable[[], float] = time.monotonic) -> None:
+        self._source = source
+        self._nodes = nodes
+        self._options = options
+        self._clock = clock
+        self._last_good: inventory.Inventory | None = None
+        self._problem: str | None = None
+        self._notes: dict[str, str] = {}
+        self.passes = 0
+        self.last_pass_at: float | None = None
+        self.last_outcome: Outcome | None = None
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    def step(self) -> Outcome:
+        """One pass: read, compute, publish. Never raises for NVML or apiserver trouble."""
+        outcome = self._step()
+        self.passes += 1
+        self.last_pass_at = self._clock()
+        self.last_outcome = outcome
+        return outcome
+
+    def run(self, *, stop: threading.Event) -> None:
+        """Pass every interval until `stop` is set (a pass in progress finishes first)."""
+        logger.info(
+            "labeling node %s every %ss%s%s",
+            self._options.node_name,
+            f"{self._options.interval_s:g}",
+            ", advertising capacity" if self._options.advertise else "",
+            ", taking over aliyun.accelerator labels" if self._options.take_over else "",
+        )
+        while not stop.is_set():
+            self.step()
+            stop.wait(self._options.interval_s)
+
+    # --- one pass ---------------------------------------------------------------------------------
+
+    def _step(self) -> Outcome:
+        inv, read_outcome = self._read()
+        if inv is None:
+            assert read_outcome is not None
+            return read_outcome
+        try:
+            changed = self._publish(inv)
+        except publisher.NodeNotFound as error:
+            self._report(f"node {self._options.node_name} not found ({error}); will look again next interval")
+            return Outcome.NODE_MISSING
+        except (publisher.ApiError, publisher.Conflict) as error:
+            self._report(f"apiserver: {error}; will retry next interval")
+            return Outcome.API_FAILED
+        if read_outcome is None:
+            self._recovered()
+            return Outcome.CHANGED if changed else Outcome.UNCHANGED
+        return read_outcome
+
+    def _read(self) -> tuple[inventory.Inventory | None, Outcome | None]:
+        """The inventory to publish, and the failure outcome if this read failed."""
+        try:
+            inv = self._source()
+        except nvml.Unavailable as error:
+            if self._last_good is None:
+                self._report(
+                    f"NVML is not available on this node ({error}): writing no labels; "
+                    f"checking again every {self._options.interval_s:g}s"
+                )
+                return None, Outcome.NO_NVML
+            self._report(f"NVML went away ({error}): keeping the last good labels")
+            return self._last_good, Outcome.READ_FAILED
+        except (nvml.ReadError, inventory.InventoryError) as error:
+            kept = "keeping the last good labels" if self._last_good is not None else "writing nothing yet"
+            self._report(f"reading the GPUs failed ({error}): {kept}")
+            return self._last_good, Outcome.READ_FAILED
+        self._last_good = inv
+        return inv, None
+
+    def _publish(self, inv: inventory.Inventory) -> bool:
+        desired = labels.compute(inv)
+        name = self._options.node_name
+        changed = False
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            node = self._nodes.get(name)
+            plan = ownership.plan(node, desired, take_over=self._options.take_over)
+            self._note(
+                "foreign",
+                f"leaving {', '.join(plan.foreign)} alone: another component owns them (use --take-over to replace them)"
+                if plan.foreign
+                else "",
+            )
+            if plan.patch is None:
+                break
+            try:
+                self._nodes.patch(name, plan.patch)
+            except publisher.Conflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                logger.debug("node %s changed while labeling it; reading it again", name)
+                continue
+            logger.info("node %s: %s", name, _describe(plan.patch))
+            changed = True
+            break
+        if self._options.advertise:
+            changed = self._advertise(node, inv) or changed
+        return changed
+
+    def _advertise(self, node: ownership.Node, inv: inventory.Inventory) -> bool:
+        mode = labels.mode_of(node.labels)
+        if mode is None:
+            self._note("mode", f"node {node.name} has an unknown ack.node.gpu.schedule value; leaving its capacity alone")
+            return False
+        self._note("mode", "")
+        patch = ownership.capacity_patch(node, labels.capacity(inv, mode=mode))
+        if patch is None:
+            return False
+        self._nodes.patch_status(node.name, patch)
+        logger.info("node %s: advertised for mode %s: %s", node.name, mode, patch["status"].get("capacity", patch["status"]))
+        return True
+
+    # --- logging each problem once ----------------------------------------------------------------
+
+    def _report(self, problem: str) -> None:
+        if problem != self._problem:
+            logger.warning("%s", problem)
+            self._problem = problem
+
+    def _recovered(self) -> None:
+        if self._problem is not None:
+            logger.info("recovered: the node is labeled again")
+            self._problem = None
+
+    def _note(self, topic: str, message: str) -> None:
+        if message and self._notes.get(topic) != message:
+            logger.warning("%s", message)
+        self._notes[topic] = message
+
+
+def _describe(patch: Mapping[str, Any]) -> str:
+    metadata = patch.get("metadata", {})
+    parts = []
+    for section in ("labels", "annotations"):
+        entries = metadata.get(section, {})
+        if entries:
+            set_keys = sorted(key for key, value in entries.items() if value is not None)
+            removed = sorted(key for key, value in entries.items() if value is None)
+            if set_keys:
+                parts.append(f"set {section} {', '.join(set_keys)}")
+            if removed:
+                parts.append(f"removed {section} {', '.join(removed)}")
+    return "; ".join(parts) or "no change"

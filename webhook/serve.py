@@ -30,7 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "serve",
         help="run the admission webhook (HTTPS: /mutate, /validate, /healthz, /readyz, /metrics)",
         description="Serve the AdmissionReview v1 webhook over TLS 1.2+. Port 0 picks a free port; "
-        "the bound address is logged as 'listening on https://HOST:PORT'.",
+        "the bound address is printed on stdout as 'listening on https://HOST:PORT'. "
+        "SIGHUP reloads the certificate files; SIGTERM/SIGINT stop gracefully.",
     )
     parser.add_argument("--host", default="0.0.0.0", help="address to bind (default: 0.0.0.0)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to bind (default: {DEFAULT_PORT})")
@@ -77,7 +78,8 @@ async def _serve(
         except OSError as error:
             raise errors.InputError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
         for address in runner.addresses:
-            log.info("uid=- listening on https://%s:%d", *address[:2])
+            # On stdout whatever the log level: with --port 0 this is how callers learn the port.
+            print(f"listening on https://{address[0]}:{address[1]}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)

@@ -201,11 +201,10 @@ def test_serve_with_a_key_that_does_not_match_is_one_line(capsys: pytest.Capture
     )
 
 
-def _wait_for_line(process: subprocess.Popen[str], needle: str, *, deadline_s: float = 20.0) -> str:
-    assert process.stderr is not None
+def _wait_for_line(stream: Any, process: subprocess.Popen[str], needle: str, *, deadline_s: float = 20.0) -> str:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        line = process.stderr.readline()
+        line = stream.readline()
         if needle in line:
             return line
         if not line and process.poll() is not None:
@@ -218,10 +217,10 @@ def test_serve_answers_over_tls_reloads_on_sighup_and_stops_on_sigterm(tmp_path:
     process = subprocess.Popen(
         [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
          "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
-        stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        port = int(_wait_for_line(process, "listening on https://").rstrip().rsplit(":", 1)[1])
+        port = int(_wait_for_line(process.stdout, process, "listening on https://").rstrip().rsplit(":", 1)[1])
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
 
         def serial() -> int:
@@ -239,7 +238,7 @@ def test_serve_answers_over_tls_reloads_on_sighup_and_stops_on_sigterm(tmp_path:
         first = serial()
         assert cli.main(["certs", "generate", "--out-dir", str(tmp_path), "--host", "127.0.0.1"]) == 0
         process.send_signal(signal.SIGHUP)
-        _wait_for_line(process, "SIGHUP: reloaded")
+        _wait_for_line(process.stderr, process, "SIGHUP: reloaded")
         assert serial() != first
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0

@@ -97,3 +97,9 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     tricky = '"[[[[{{{{' * 50 + '\\"]]"'
     parsed = review.parse(_body(_with_request(object={"kind": "Pod", "metadata": {"name": tricky * 40}})))
     assert parsed.object is not None and parsed.object["metadata"]["name"] == tricky * 40
+
+
+def test_a_wide_but_shallow_body_is_accepted() -> None:
+    env = [{"name": f"VAR_{i}", "value": str(i)} for i in range(500)]
+    parsed = review.parse(_body(_with_request(object={"kind": "Pod", "spec": {"containers": [{"name": "a", "env": env}]}})))
+    assert parsed.object is not None

@@ -1,0 +1,129 @@
+"""The audit's data: what a result is about (ObjectRef) and one result of one policy or check (Finding).
+
+A `Finding` is the audit's unit, one per (policy or check, object) that was judged, passes
+included. It carries the action its policy or check acts with, so the exit status (1 when an
+enforce-level failure exists) and the PolicyReport's `properties.action` come from the same place.
+The namespace of `subject` decides which report a finding lands in: "" (a node) means the
+ClusterPolicyReport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from policies import model, podspec
+
+SOURCE = "gpu-admission"
+
+
+class Severity(enum.StrEnum):
+    """How much is at stake when the result fails (the PolicyReport `severity` enum, as we use it)."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+
+# Most severe first; renderings and reports order findings by this.
+SEVERITY_ORDER: Mapping[Severity, int] = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
+RESULT_ORDER: Mapping[model.Result, int] = {
+    model.Result.FAIL: 0,
+    model.Result.ERROR: 1,
+    model.Result.WARN: 2,
+    model.Result.SKIP: 3,
+    model.Result.PASS: 4,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+class ObjectRef:
+    """A Kubernetes object as a PolicyReport names it (a corev1.ObjectReference subset)."""
+
+    namespace: str  # "" for cluster-scoped objects
+    kind: str
+    name: str
+    api_version: str = ""
+    uid: str = ""
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        """The reference to a decoded object (tolerant of missing fields)."""
+        metadata = podspec.mapping(obj.get("metadata"))
+        return cls(
+            namespace=_text(metadata.get("namespace")),
+            kind=_text(obj.get("kind")),
+            name=_text(metadata.get("name")) or _text(metadata.get("generateName")),
+            api_version=_text(obj.get("apiVersion")),
+            uid=_text(metadata.get("uid")),
+        )
+
+    def wire(self) -> dict[str, str]:
+        """The ObjectReference as JSON (empty fields left out)."""
+        fields = {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
+        return {key: value for key, value in fields.items() if value}
+
+    @property
+    def display(self) -> str:
+        """`Kind/name`, the way kubectl names an object."""
+        return f"{self.kind}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One result of one policy or check on one object."""
+
+    policy: str  # GPU001 ... GPU005 (engine), GPU201 ... (audit checks)
+    rule: str  # the policy's rule name, e.g. visible-devices
+    result: model.Result
+    action: model.Action  # what the policy does when it fails (for uncertain results: at most warn)
+    severity: Severity
+    category: str
+    message: str
+    subject: ObjectRef  # the object judged; its namespace picks the report
+    related: tuple[ObjectRef, ...] = ()  # other objects involved (the pods sharing an over-committed card)
+
+    @property
+    def namespace(self) -> str:
+        """The namespace whose PolicyReport holds the finding; "" for the ClusterPolicyReport."""
+        return self.subject.namespace
+
+    @property
+    def enforced(self) -> bool:
+        """Whether this is a failure at enforce level (what makes `audit` exit 1)."""
+        return self.action is model.Action.ENFORCE and self.result in (model.Result.FAIL, model.Result.ERROR)
+
+    @property
+    def resources(self) -> tuple[ObjectRef, ...]:
+        """Every object the result names: the subject first."""
+        return (self.subject, *self.related)
+
+    def identity(self) -> tuple[str, str, str, str]:
+        """What makes a result on a controlled object the same as its controller's."""
+        return (self.policy, self.rule, str(self.result), self.message)
+
+
+def sort_key(finding: Finding) -> tuple[Any, ...]:
+    """A total, stable order: by object, then most serious first, then policy."""
+    return (
+        finding.subject.namespace,
+        finding.subject.kind,
+        finding.subject.name,
+        RESULT_ORDER[finding.result],
+        SEVERITY_ORDER[finding.severity],
+        finding.policy,
+        finding.rule,
+        finding.message,
+    )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,244 @@
+"""Factories for Nodes and Pods as the apiserver returns them, and an in-memory apiserver fake.
+
+The fake implements `webhook.extender.api.Api` with the semantics the bind protocol relies on:
+a global resourceVersion, 409 on a stale resourceVersion or UID, 409 on binding a bound pod,
+quorum reads. Every call yields to the event loop, so concurrent binds really interleave. It is
+for unit tests only; the real proof against kube-apiserver is the e2e tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from webhook.extender import api, cards, topology
+
+Object = dict[str, Any]
+NodeFactory = Callable[..., Object]
+PodFactory = Callable[..., Object]
+
+
+def node(
+    name: str = "gpu-0",
+    *,
+    mode: str | None = "cgpu",
+    placement: str | None = "binpack",
+    count: int = 4,
+    gib: int = 15,
+    inventory: list[int] | None = None,
+    links: list[tuple[int, int, str]] | None = None,
+    capacity: Mapping[str, str] | None = None,
+    address: str = "192.0.2.109",
+    annotations: Mapping[str, str] | None = None,
+) -> Object:
+    """A Node; shared modes advertise gpu-mem and gpu-count, topology advertises aliyun.com/gpu."""
+    labels: dict[str, str] = {}
+    if mode is not None:
+        labels["ack.node.gpu.schedule"] = mode
+    if placement is not None:
+        labels["ack.node.gpu.placement"] = placement
+    if capacity is None:
+        if mode == "topology":
+            capacity = {"aliyun.com/gpu": str(count)}
+        elif mode in ("cgpu", "share", "mps", "core_mem"):
+            capacity = {"aliyun.com/gpu-mem": str(count * gib), "aliyun.com/gpu-count": str(count)}
+            if mode == "core_mem":
+                capacity = {**capacity, "aliyun.com/gpu-core.percentage": str(100 * count)}
+        else:
+            capacity = {"nvidia.com/gpu": str(count)}
+    notes: dict[str, str] = dict(annotations or {})
+    if inventory is not None:
+        notes[cards.INVENTORY_ANNOTATION] = json.dumps(
+            [{"index": i, "uuid": f"GPU-{i:04d}", "name": "Tesla-T4", "memoryMiB": mib} for i, mib in enumerate(inventory)]
+        )
+    if links is not None:
+        notes[topology.TOPOLOGY_ANNOTATION] = topology.render(links)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1", "labels": labels, "annotations": notes},
+        "status": {
+            "capacity": dict(capacity),
+            "allocatable": dict(capacity),
+            "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+        },
+    }
+
+
+def pod(
+    name: str = "p",
+    *,
+    namespace: str = "team-a",
+    mem: int | str | None = None,
+    core: int | None = None,
+    whole: int | None = None,
+    node_name: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    phase: str = "Pending",
+    uid: str | None = None,
+    extra_containers: list[Object] | None = None,
+) -> Object:
+    limits: dict[str, Any] = {}
+    if mem is not None:
+        limits["aliyun.com/gpu-mem"] = str(mem)
+    if core is not None:
+        limits["aliyun.com/gpu-core.percentage"] = str(core)
+    if whole is not None:
+        limits["aliyun.com/gpu"] = str(whole)
+    container: Object = {"name": "main", "image": "registry.example/app:1"}
+    if limits:
+        container["resources"] = {"limits": limits}
+    spec: Object = {"containers": [container, *(extra_containers or [])]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or str(uuid.uuid4()),
+            "resourceVersion": "1",
+            "annotations": dict(annotations or {}),
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+@pytest.fixture
+def make_node() -> NodeFactory:
+    return node
+
+
+@pytest.fixture
+def make_gpu_pod() -> PodFactory:
+    return pod
+
+
+class FakeApiServer:
+    """An apiserver in memory: Nodes and Pods, a global resourceVersion, preconditions, Bindings."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Object] = {}
+        self.pods: dict[tuple[str, str], Object] = {}
+        self._versions = itertools.count(2)
+        self.calls: list[str] = []
+        self.node_patches = 0
+        self.conflicts = 0
+        self.fail_next_binding: dict[str, Exception] = {}
+
+    # --- setup ---
+
+    def add_node(self, obj: Object) -> Object:
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = self._next()
+        self.nodes[stored["metadata"]["name"]] = stored
+        return stored
+
+    def add_pod(self, obj: Object) -> Object:
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = self._next()
+        self.pods[(stored["metadata"]["namespace"], stored["metadata"]["name"])] = stored
+        return stored
+
+    def touch_node(self, name: str) -> None:
+        """What a kubelet heartbeat does: a new resourceVersion, nothing we care about changed."""
+        self.nodes[name]["metadata"]["resourceVersion"] = self._next()
+
+    def bound_pods(self, node: str) -> list[Object]:
+        return [p for p in self.pods.values() if p["spec"].get("nodeName") == node]
+
+    # --- the Api protocol ---
+
+    async def get_pod(self, namespace: str, name: str) -> Object:
+        await self._turn("get_pod")
+        found = self.pods.get((namespace, name))
+        if found is None:
+            raise api.NotFound(f'pods "{name}" not found', status=404)
+        return copy.deepcopy(found)
+
+    async def get_node(self, name: str) -> Object:
+        await self._turn("get_node")
+        found = self.nodes.get(name)
+        if found is None:
+            raise api.NotFound(f'nodes "{name}" not found', status=404)
+        return copy.deepcopy(found)
+
+    async def list_node_pods(self, node: str) -> list[Object]:
+        await self._turn("list_node_pods")
+        return [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
+
+    async def patch_node_annotations(self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]) -> Object:
+        await self._turn("patch_node_annotations")
+        found = self.nodes.get(name)
+        if found is None:
+            raise api.NotFound(f'nodes "{name}" not found', status=404)
+        if found["metadata"]["resourceVersion"] != resource_version:
+            self.conflicts += 1
+            raise api.Conflict("the object has been modified; please apply your changes to the latest version", status=409)
+        notes = found["metadata"].setdefault("annotations", {})
+        for key, value in annotations.items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
+        found["metadata"]["resourceVersion"] = self._next()
+        self.node_patches += 1
+        return copy.deepcopy(found)
+
+    async def patch_pod_annotations(self, namespace: str, name: str, *, uid: str, annotations: Mapping[str, str]) -> Object:
+        await self._turn("patch_pod_annotations")
+        found = self.pods.get((namespace, name))
+        if found is None:
+            raise api.NotFound(f'pods "{name}" not found', status=404)
+        if found["metadata"]["uid"] != uid:
+            raise api.Conflict("Precondition failed: UID", status=409)
+        found["metadata"].setdefault("annotations", {}).update(annotations)
+        found["metadata"]["resourceVersion"] = self._next()
+        return copy.deepcopy(found)
+
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        await self._turn("bind")
+        failure = self.fail_next_binding.pop(name, None)
+        if failure is not None:
+            raise failure
+        found = self.pods.get((namespace, name))
+        if found is None:
+            raise api.NotFound(f'pods "{name}" not found', status=404)
+        if found["metadata"]["uid"] != uid:
+            raise api.Conflict("Precondition failed: UID", status=409)
+        if found["spec"].get("nodeName"):
+            raise api.Conflict(f"pod {name} is already assigned to node {found['spec']['nodeName']}", status=409)
+        found["spec"]["nodeName"] = node
+        found["metadata"]["resourceVersion"] = self._next()
+
+    async def _turn(self, call: str) -> None:
+        self.calls.append(call)
+        await asyncio.sleep(0)  # let every other coroutine run between any two apiserver calls
+
+    def _next(self) -> str:
+        return str(next(self._versions))
+
+
+@pytest.fixture
+def apiserver() -> FakeApiServer:
+    return FakeApiServer()
+
+
+def card_use(server: FakeApiServer, node_name: str, *, now: float, ttl: float = cards.DEFAULT_RESERVATION_TTL_S) -> list[int]:
+    """GiB used per card of a node, read the way every component reads it."""
+    state = cards.node_state(server.nodes[node_name], list(server.pods.values()), now=now, ttl=ttl)
+    return [c.memory_used for c in state.cards]
+
+
+@pytest.fixture
+def used_per_card() -> Callable[..., list[int]]:
+    return card_use

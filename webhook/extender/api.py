@@ -1,0 +1,53 @@
+"""The apiserver operations the extender needs, as an interface: `kube.KubeApi` implements it for
+real, the unit tests with an in-memory fake. Objects travel as plain JSON dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+Object = dict[str, Any]
+
+
+class ApiError(Exception):
+    """The apiserver refused or could not be reached; `status` is the HTTP code (0: no answer)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Conflict(ApiError):
+    """409: a precondition (resourceVersion, UID) no longer holds, or the pod is already bound."""
+
+
+class NotFound(ApiError):
+    """404: the object is gone."""
+
+
+class Api(Protocol):
+    """What the binder reads and writes, each call one apiserver request."""
+
+    async def get_pod(self, namespace: str, name: str) -> Object: ...
+
+    async def get_node(self, name: str) -> Object: ...
+
+    async def list_node_pods(self, node: str) -> list[Object]:
+        """Every pod with `spec.nodeName` = node, in all namespaces, read from the apiserver's
+        storage (a quorum read, not a cache)."""
+        ...
+
+    async def patch_node_annotations(
+        self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]
+    ) -> Object:
+        """Set (or, for None, remove) annotations only if the node is still at `resource_version`;
+        raises Conflict otherwise. Returns the updated node."""
+        ...
+
+    async def patch_pod_annotations(self, namespace: str, name: str, *, uid: str, annotations: Mapping[str, str]) -> Object:
+        """Set annotations on the pod with this UID (Conflict or NotFound where it was replaced)."""
+        ...
+
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        """Create the pod's Binding to `node` (Conflict where it is bound already)."""
+        ...

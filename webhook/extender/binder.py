@@ -1,0 +1,164 @@
+"""Bind: choose the card(s) from fresh apiserver state, commit by compare-and-swap on the Node,
+annotate the pod, create the Binding.
+
+Why this cannot over-commit a card, not under a burst, not across a restart, not with several
+extender replicas:
+
+1. Read fresh: GET the Node (its `resourceVersion` R and its reservation ledger, the annotation
+   `gpu-admission.io/reservations`) and then LIST the pods bound to it. Both are quorum reads
+   from the apiserver; the watch cache that filter uses is never trusted here.
+2. Decide: `cards.node_state` (bound pods' allocation annotations plus unexpired ledger entries,
+   the pod being bound left out) and `placement.evaluate` pick the card(s).
+3. Commit: write the ledger with this pod's entry added (expiring after the reservation TTL), as
+   a merge patch carrying `metadata.resourceVersion: R`. The apiserver applies it only if the
+   Node is still at R, else answers 409 and we go back to 1.
+4. Annotate the pod (gpushare keys plus `gpu-admission.io/allocation`), UID as precondition.
+5. Create the Binding.
+
+Every successful commit on a node happened at a distinct resourceVersion, so the commits form a
+sequence. Each commit read the ledger at the version just before it, so it saw every earlier
+commit: either as its ledger entry, or — when a later commit pruned that entry — as a pod the
+apiserver already lists as bound, which carries its annotation (step 4 precedes step 5, and
+pruning only drops entries of pods listed as bound). So no commit can choose memory another
+commit already took, whichever process made it. Nothing lives only in memory: a restarted (or a
+second) extender reads the same annotations. A bind that dies after step 3 leaves a ledger entry
+that holds the card until it expires; one that dies after step 4 leaves an annotated, unbound pod
+that holds it until its `assumedAt` + TTL; the scheduler retries the pod, and the retry replaces
+both (they are keyed by pod UID and the pod is left out of its own state).
+
+Inside one process, binds to the same node queue on an asyncio lock, so they do not conflict
+with each other; the CAS retries are for other replicas and for unrelated Node updates (status
+heartbeats also move the resourceVersion).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from policies import podspec
+from webhook.extender import api, cards, placement, wire
+from webhook.extender import store as store_module
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 50
+_BACKOFF_S = 0.002  # first conflict backoff; grows linearly with jitter, capped at _BACKOFF_CAP_S
+_BACKOFF_CAP_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BindResult:
+    """What bind did: the allocation, or the error the scheduler gets; `conflicts` for metrics."""
+
+    allocation: cards.Allocation | None = None
+    error: str = ""
+    conflicts: int = 0
+
+
+class Binder:
+    """Binds pods; safe to call concurrently, and safe beside other Binders on other processes."""
+
+    def __init__(
+        self,
+        client: api.Api,
+        *,
+        ttl: float = cards.DEFAULT_RESERVATION_TTL_S,
+        clock: Callable[[], float] = time.time,
+        cache: store_module.Store | None = None,
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        self._api = client
+        self._ttl = ttl
+        self._clock = clock
+        self._cache = cache
+        self._max_attempts = max_attempts
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def bind(self, request: wire.BindRequest) -> BindResult:
+        try:
+            return await self._bind(request)
+        except api.ApiError as error:
+            log.warning("bind %s to %s: %s", request.pod_key, request.node, error)
+            return BindResult(error=f"binding {request.pod_key} to {request.node}: {error}")
+
+    async def _bind(self, request: wire.BindRequest) -> BindResult:
+        pod = await self._api.get_pod(request.namespace, request.name)
+        metadata = podspec.mapping(pod.get("metadata"))
+        if metadata.get("uid") != request.uid:
+            return BindResult(error=f"pod {request.pod_key} has UID {metadata.get('uid')}, not {request.uid}: it was replaced")
+        bound_to = podspec.mapping(pod.get("spec")).get("nodeName")
+        if bound_to:
+            if bound_to == request.node:
+                return BindResult()  # a retried call after a bind that did succeed
+            return BindResult(error=f"pod {request.pod_key} is already bound to {bound_to}")
+        wanted = cards.pod_request(pod)
+        if wanted.problem:
+            return BindResult(error=wanted.problem)
+        if wanted.family is None:
+            await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node)
+            return BindResult()  # nothing for us to place: bind as the default binder would
+        allocation, committed, conflicts, message = await self._commit(request, wanted)
+        if allocation is None or committed is None:
+            return BindResult(error=message, conflicts=conflicts)
+        card = cards.node_cards(committed).card(allocation.cards[0])
+        annotations = cards.bind_annotations(allocation, card_memory_gib=card.memory_gib if card else 0)
+        patched = await self._api.patch_pod_annotations(request.namespace, request.name, uid=request.uid, annotations=annotations)
+        if self._cache is not None:
+            self._cache.put_pod(patched)  # filter sees the reservation before the watch says so
+        try:
+            await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node)
+        except api.Conflict:
+            fresh = await self._api.get_pod(request.namespace, request.name)
+            if podspec.mapping(fresh.get("spec")).get("nodeName") != request.node:
+                raise
+        log.info(
+            "bound %s to %s cards %s (%d GiB, %d%% core each%s) after %d conflicts",
+            request.pod_key, request.node, list(allocation.cards), allocation.memory_gib, allocation.core_percent,
+            ", whole" if allocation.whole else "", conflicts,
+        )
+        return BindResult(allocation=allocation, conflicts=conflicts)
+
+    async def _commit(
+        self, request: wire.BindRequest, wanted: cards.Request
+    ) -> tuple[cards.Allocation | None, dict[str, Any] | None, int, str]:
+        """Steps 1-3 of the protocol, retried on conflict: (allocation, committed node, conflicts, error)."""
+        lock = self._locks.setdefault(request.node, asyncio.Lock())
+        conflicts = 0
+        async with lock:
+            for attempt in range(self._max_attempts):
+                node = await self._api.get_node(request.node)
+                pods = await self._api.list_node_pods(request.node)
+                now = self._clock()
+                ledger = cards.node_reservations(node)
+                state = cards.node_state(node, pods, now=now, ttl=self._ttl, reservations=ledger, exclude_uid=request.uid)
+                fit = placement.evaluate(wanted, state)
+                if not fit.fits:
+                    return None, None, conflicts, f"{request.node}: {fit.message}"
+                allocation = cards.Allocation(
+                    uid=request.uid, namespace=request.namespace, name=request.name, node=request.node,
+                    cards=fit.cards, memory_gib=wanted.memory_gib, core_percent=wanted.core_percent,
+                    whole=bool(wanted.cards), assumed_at=now, expires=now + self._ttl, source="reservation",
+                )
+                kept = cards.prune_reservations(ledger, pods=pods, now=now)
+                kept.pop(request.uid, None)
+                kept[request.uid] = allocation
+                version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
+                try:
+                    committed = await self._api.patch_node_annotations(
+                        request.node, resource_version=version,
+                        annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(kept)},
+                    )
+                except api.Conflict:
+                    conflicts += 1
+                    await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
+                    continue
+                if self._cache is not None:
+                    self._cache.put_node(committed)
+                return dataclasses.replace(allocation, expires=None, source="allocation"), committed, conflicts, ""
+        return None, None, conflicts, f"{request.node}: gave up after {conflicts} conflicting updates of the node; will retry"

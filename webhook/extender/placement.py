@@ -1,0 +1,177 @@
+"""Filter, score and choose: which nodes can take a pod, how good each is, and which card(s) it gets.
+
+Pure functions over `cards.NodeState`. The rules:
+- A node never fits (`FailedAndUnresolvableNodes`; preemption cannot help) when the pod's request
+  is malformed, the node's mode does not serve the pod's resource, the node has no cards, or no
+  card (no set of cards) would hold the pod even if empty.
+- A node fits only later (`FailedNodes`) when such a card exists but is occupied now.
+- Inside a node, `ack.node.gpu.placement` decides: `binpack` (default) takes the fitting card that
+  is left with the least free memory (then the fewest free cores, then the lowest index), `spread`
+  the one with the most free memory (then the lowest index). Whole-card pods get the
+  best-connected free set (`topology.best_set`).
+- Scores (0-10): binpack nodes score by how full they are after placing the pod (prefer busy
+  nodes), spread nodes by how empty; whole-card pods by set connectivity and fullness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+from collections.abc import Iterable, Mapping
+
+from policies import gpu
+from webhook.extender import cards, topology, wire
+
+
+class Verdict(enum.StrEnum):
+    FITS = "fits"
+    FULL = "full"  # fits once something leaves: FailedNodes
+    NEVER = "never"  # FailedAndUnresolvableNodes
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fit:
+    """The verdict for one node, the card(s) the pod would get, and the node's score."""
+
+    verdict: Verdict
+    message: str = ""
+    cards: tuple[int, ...] = ()
+    score: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict is Verdict.FITS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """A filter answer before it goes on the wire."""
+
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+def evaluate(request: cards.Request, state: cards.NodeState) -> Fit:
+    """Whether and where `request` fits on the node, with the node's score."""
+    node = state.node
+    if request.problem:
+        return Fit(verdict=Verdict.NEVER, message=request.problem)
+    family = request.family
+    if family is None:
+        return Fit(verdict=Verdict.FITS, score=0)  # nothing for us to place; not our business
+    serving = gpu.modes_for(family)
+    if node.mode not in serving:
+        shown = node.mode_label or f"{gpu.Mode.DEFAULT} (no label)"
+        return Fit(
+            verdict=Verdict.NEVER,
+            message=f'node is in GPU mode "{shown}" ({gpu.SCHEDULE_LABEL}); {_family_text(family)} is served by {", ".join(serving)}',
+        )
+    if not node.cards:
+        return Fit(verdict=Verdict.NEVER, message=f"node has no GPU cards: {node.problem}")
+    if family is gpu.Family.TOPOLOGY:
+        return _evaluate_whole(request, state)
+    return _evaluate_shared(request, state)
+
+
+def choose(request: cards.Request, state: cards.NodeState) -> tuple[int, ...] | None:
+    """The card(s) bind gives the pod on this node, or None where it does not fit now."""
+    fit = evaluate(request, state)
+    return fit.cards if fit.fits and fit.cards else None
+
+
+def filter_nodes(
+    request: cards.Request, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
+) -> Outcome:
+    """Classify every candidate; a node the extender does not know yet fails for now, not forever."""
+    outcome = Outcome(passed=[], failed={}, unresolvable={})
+    for name in names:
+        state = states.get(name)
+        if state is None:
+            outcome.failed[name] = "node is not in the GPU extender's cache yet"
+            continue
+        fit = evaluate(request, state)
+        if fit.verdict is Verdict.FITS:
+            outcome.passed.append(name)
+        elif fit.verdict is Verdict.FULL:
+            outcome.failed[name] = fit.message
+        else:
+            outcome.unresolvable[name] = fit.message
+    return outcome
+
+
+def scores(request: cards.Request, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
+    """Prioritize: 0-10 per node (0 where the pod does not fit)."""
+    result: dict[str, int] = {}
+    for name in names:
+        state = states.get(name)
+        fit = evaluate(request, state) if state is not None else None
+        result[name] = fit.score if fit is not None and fit.fits else 0
+    return result
+
+
+def _evaluate_shared(request: cards.Request, state: cards.NodeState) -> Fit:
+    memory, core = request.memory_gib, request.core_percent
+    largest = max(state.cards, key=lambda c: (c.card.memory_gib, -c.index))
+    if largest.card.memory_gib < memory:
+        return Fit(
+            verdict=Verdict.NEVER,
+            message=f"no GPU card is large enough: the pod needs {request.describe()}; the largest card is "
+            f"GPU{largest.index} with {largest.card.memory_gib} GiB",
+        )
+    fitting = [c for c in state.cards if not c.whole_used and c.memory_free >= memory and c.core_free >= core]
+    if not fitting:
+        best = max(state.cards, key=lambda c: (c.memory_free, c.core_free, -c.index))
+        cores = f" and {best.core_free}% cores" if core else ""
+        return Fit(
+            verdict=Verdict.FULL,
+            message=f"insufficient GPU {'memory or cores' if core else 'memory'} on any single card: the pod needs "
+            f"{request.describe()}; the card with the most free memory is GPU{best.index} with "
+            f"{best.memory_free} GiB{cores} free of {best.card.memory_gib} GiB",
+        )
+    if state.node.placement is gpu.Placement.SPREAD:
+        chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
+    else:
+        chosen = min(fitting, key=lambda c: (c.memory_free - memory, c.core_free - core, c.index))
+    total = state.memory_total or 1
+    fullness = min(1.0, (state.memory_used + memory) / total)
+    fraction = fullness if state.node.placement is gpu.Placement.BINPACK else 1.0 - fullness
+    return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=round(wire.MAX_PRIORITY * fraction))
+
+
+def _evaluate_whole(request: cards.Request, state: cards.NodeState) -> Fit:
+    wanted = request.cards
+    total = len(state.cards)
+    if wanted > total:
+        return Fit(verdict=Verdict.NEVER, message=f"the pod needs {request.describe()}; the node has {total} cards")
+    free = [c.index for c in state.cards if c.idle]
+    if len(free) < wanted:
+        shown = ", ".join(f"GPU{i}" for i in free) or "none"
+        return Fit(
+            verdict=Verdict.FULL,
+            message=f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of {total} cards are free ({shown})",
+        )
+    chosen = topology.best_set(free, wanted, state.node.links)
+    assert chosen is not None  # len(free) >= wanted > 0
+    fullness = (total - len(free) + wanted) / total
+    quality = _quality(chosen, state.node.links, [c.index for c in state.cards])
+    return Fit(verdict=Verdict.FITS, cards=chosen, score=round(wire.MAX_PRIORITY * (quality + fullness) / 2))
+
+
+def _quality(chosen: tuple[int, ...], links: topology.Topology, every: list[int]) -> float:
+    """How well the chosen set is connected relative to the node's best link (1.0 without topology)."""
+    if len(chosen) < 2 or not links.known:
+        return 1.0
+    best = max((links.score(a, b) for a, b in itertools.combinations(every, 2)), default=0)
+    pairs = len(chosen) * (len(chosen) - 1) // 2
+    return topology.set_score(chosen, links) / (best * pairs) if best else 1.0
+
+
+def _family_text(family: gpu.Family) -> str:
+    return {
+        gpu.Family.SHARED: f"{gpu.Resource.GPU_MEM}",
+        gpu.Family.SHARED_CORE: f"{gpu.Resource.GPU_MEM} with {gpu.Resource.GPU_CORE_PERCENTAGE}",
+        gpu.Family.TOPOLOGY: f"{gpu.Resource.ALIYUN_GPU}",
+        gpu.Family.EXCLUSIVE: f"{gpu.Resource.NVIDIA_GPU}",
+    }[family]

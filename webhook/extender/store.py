@@ -1,0 +1,176 @@
+"""The extender's in-memory copy of Nodes and Pods (fed by list+watch), indexed by node.
+
+Filter and prioritize read it; they are optimistic and may be a moment stale. Bind never trusts
+it: bind reads fresh objects from the apiserver (see `binder`). Objects are slimmed on the way in
+to the fields the card model reads, so a big cluster's pods stay cheap to hold.
+
+All methods run on the event loop's thread (the watch threads hand their events over with
+`call_soon_threadsafe`), so there is no locking here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from policies import podspec
+from webhook.extender import cards
+
+Object = dict[str, Any]
+
+
+class Store:
+    """Nodes by name, pods by UID, and the pods each node carries or has reserved."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, Object] = {}
+        self._pods: dict[str, Object] = {}
+        self._pod_node: dict[str, str] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self.nodes_synced = False
+        self.pods_synced = False
+
+    @property
+    def synced(self) -> bool:
+        return self.nodes_synced and self.pods_synced
+
+    # --- reading ---
+
+    def node(self, name: str) -> Object | None:
+        return self._nodes.get(name)
+
+    def nodes(self) -> list[Object]:
+        return list(self._nodes.values())
+
+    def pods(self) -> list[Object]:
+        return list(self._pods.values())
+
+    def pods_on(self, node: str) -> list[Object]:
+        """Pods bound to `node` or holding an allocation annotation for it."""
+        return [self._pods[uid] for uid in self._by_node.get(node, ())]
+
+    def state(self, name: str, *, now: float, ttl: float) -> cards.NodeState | None:
+        node = self._nodes.get(name)
+        if node is None:
+            return None
+        return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl)
+
+    def states(self, names: Iterable[str], *, now: float, ttl: float) -> dict[str, cards.NodeState | None]:
+        return {name: self.state(name, now=now, ttl=ttl) for name in names}
+
+    def all_states(self, *, now: float, ttl: float) -> dict[str, cards.NodeState]:
+        return {name: cards.node_state(node, self.pods_on(name), now=now, ttl=ttl) for name, node in sorted(self._nodes.items())}
+
+    # --- writing ---
+
+    def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._nodes = {}
+        for item in items:
+            self.put_node(item)
+        self.nodes_synced = True
+
+    def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._pods, self._pod_node, self._by_node = {}, {}, {}
+        for item in items:
+            self.put_pod(item)
+        self.pods_synced = True
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node` or `Pod`."""
+        if kind == "Node":
+            if event == "DELETED":
+                self._nodes.pop(_name(obj), None)
+            else:
+                self.put_node(obj)
+        elif kind == "Pod":
+            if event == "DELETED":
+                self._drop_pod(_uid(obj))
+            else:
+                self.put_pod(obj)
+
+    def put_node(self, obj: Mapping[str, Any]) -> None:
+        name = _name(obj)
+        if name and not _older(obj, self._nodes.get(name)):
+            self._nodes[name] = slim_node(obj)
+
+    def put_pod(self, obj: Mapping[str, Any]) -> None:
+        uid = _uid(obj)
+        if not uid or _older(obj, self._pods.get(uid)):
+            return
+        slim = slim_pod(obj)
+        self._drop_pod(uid)
+        self._pods[uid] = slim
+        node = cards.pod_node(slim)
+        if node:
+            self._pod_node[uid] = node
+            self._by_node.setdefault(node, set()).add(uid)
+
+    def _drop_pod(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+        node = self._pod_node.pop(uid, None)
+        if node is not None:
+            members = self._by_node.get(node)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._by_node[node]
+
+
+def slim_node(node: Mapping[str, Any]) -> Object:
+    """The parts of a Node the card model and inspect read."""
+    metadata = podspec.mapping(node.get("metadata"))
+    status = podspec.mapping(node.get("status"))
+    return {
+        "metadata": {key: metadata[key] for key in ("name", "uid", "resourceVersion", "labels", "annotations") if key in metadata},
+        "status": {key: status[key] for key in ("capacity", "allocatable", "addresses") if key in status},
+    }
+
+
+def slim_pod(pod: Mapping[str, Any]) -> Object:
+    """The parts of a Pod the card model and inspect read (no managedFields, env, volumes ...)."""
+    metadata = podspec.mapping(pod.get("metadata"))
+    spec = podspec.mapping(pod.get("spec"))
+    status = podspec.mapping(pod.get("status"))
+    slim_spec: Object = {}
+    if isinstance(spec.get("nodeName"), str):
+        slim_spec["nodeName"] = spec["nodeName"]
+    for kind in ("containers", "initContainers"):
+        entries = [
+            {"name": c.get("name"), "resources": c.get("resources")}
+            for c in podspec.sequence(spec.get(kind))
+            if isinstance(c, Mapping)
+        ]
+        if entries:
+            slim_spec[kind] = entries
+    return {
+        "metadata": {
+            key: metadata[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "annotations", "deletionTimestamp")
+            if key in metadata
+        },
+        "spec": slim_spec,
+        "status": {"phase": status["phase"]} if "phase" in status else {},
+    }
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(podspec.mapping(obj.get("metadata")).get("name", ""))
+
+
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str(podspec.mapping(obj.get("metadata")).get("uid", ""))
+
+
+def _older(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
+    """Whether `new` is an older version than `old` (our own write can arrive before its watch event).
+
+    resourceVersions are opaque by contract; etcd-backed apiservers use the store revision, a
+    decimal number, which is the only case compared here. Anything else counts as newer.
+    """
+    if old is None:
+        return False
+    a = podspec.mapping(new.get("metadata")).get("resourceVersion")
+    b = podspec.mapping(old.get("metadata")).get("resourceVersion")
+    if isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit():
+        return int(a) < int(b)
+    return False

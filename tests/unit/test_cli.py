@@ -51,7 +51,7 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    for command in ("serve", "dry-run", "certs", "cluster"):
+    for command in ("serve", "dry-run", "certs", "cluster", "labeler"):
         assert command in out
 
 

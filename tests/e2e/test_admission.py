@@ -33,6 +33,7 @@ def seed(kind: str, name: str) -> dict[str, Any]:
     for path in sorted(EXAMPLES.rglob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
             if isinstance(document, dict) and document.get("kind") == kind and document.get("metadata", {}).get("name") == name:
+                document["metadata"].pop("namespace", None)  # each test applies into its own namespace
                 return document
     raise AssertionError(f"no example {kind}/{name} under examples/")
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -234,9 +235,19 @@ def template_spec(obj: Mapping[str, Any]) -> Any:
     return node
 
 
+def unaliased(obj: Any) -> Any:
+    """A copy that shares no list or dict between two places, as every object decoded from JSON is.
+
+    Generated garbage can put one list object in several fields; `copy.deepcopy` keeps that aliasing,
+    and a patch appending to one of them would then change the others too.
+    """
+    return json.loads(json.dumps(obj))
+
+
 @PROPERTY_SETTINGS
 @hypothesis.given(obj=objects(), parsed=configs, lookup=lookups)
 def test_evaluation_is_total_add_only_and_idempotent(obj, parsed, lookup):
+    obj = unaliased(obj)
     original = copy.deepcopy(obj)
 
     decision = run(obj, parsed, lookup)
@@ -257,6 +268,7 @@ def test_evaluation_is_total_add_only_and_idempotent(obj, parsed, lookup):
 @hypothesis.given(spec=pod_spec, added=st.lists(container, min_size=1, max_size=2), parsed=configs)
 def test_ephemeral_container_updates_only_touch_the_new_ephemeral_containers(spec, added, parsed):
     old = {"kind": "Pod", "metadata": {"name": "app"}, "spec": spec}
+    old = unaliased(old)
     new = copy.deepcopy(old)
     existing = spec.get("ephemeralContainers") or []
     fresh = [dict(c, name=f"new-{i}") for i, c in enumerate(added)]

@@ -1,0 +1,390 @@
+"""The background audit inside ``serve``: every interval the leader replica audits and writes the reports.
+
+Wiring (serve): `add_serve_arguments(parser)` adds the flags, and
+`app.cleanup_ctx.append(background_audit(settings, interval=..., kubeconfig=...))` runs the loop
+for the app's lifetime. Nothing runs when the interval is 0 (the default).
+
+- Only one replica audits: the one holding the `coordination.k8s.io/v1` Lease
+  `gpu-admission-audit` in the process's namespace (see `lease`). The Lease is renewed by its own
+  task every few seconds, also while a long audit runs, and released on shutdown.
+- A run never overlaps the one before: one task runs them one after another, each in a worker
+  thread (the kubernetes client blocks). A run that takes longer than the interval delays the
+  next one; the next starts `interval` after the previous one started, or at once when late.
+  A run that finds leadership lost before writing does not write.
+- Metrics, in the app's registry: `gpu_admission_audit_runs_total{result}`,
+  `gpu_admission_audit_duration_seconds`, `gpu_admission_audit_last_run_timestamp_seconds`
+  (end of the last successful run), `gpu_admission_audit_leader`, and
+  `gpu_admission_audit_results{result}` (the last run's results by kind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from policies import settings as settings_
+from webhook import errors, metrics
+from webhook.admission import keys
+from webhook.audit import kube, lease, report, sweep
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "gpu-admission-audit"
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a Go-style duration (`90s`, `10m`, `1h30m`, `500ms`) or a bare number of seconds."""
+    value = text.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        parts = _DURATION.findall(value)
+        if not value or "".join(number + unit for number, unit in parts) != value:
+            raise errors.InputError(f"--audit-interval: {text!r} is not a duration like 30s, 10m or 1h") from None
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
+    if seconds < 0 or seconds != seconds:  # NaN is not a duration either
+        raise errors.InputError(f"--audit-interval: {text!r} must not be negative")
+    return seconds
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The background audit's flags on `serve`."""
+    parser.add_argument(
+        "--audit-interval",
+        type=parse_duration,
+        default=0.0,
+        metavar="DURATION",
+        help="write PolicyReports every DURATION (e.g. 10m) from the leader replica; 0 (default) turns it off",
+    )
+    parser.add_argument(
+        "--audit-kubeconfig", metavar="K", help="kubeconfig for the background audit (default: in-cluster, then ~/.kube/config)"
+    )
+    parser.add_argument("--audit-all-results", action="store_true", help="store pass results in the reports too")
+
+
+# --- metrics --------------------------------------------------------------------------------------
+
+
+class Gauge(metrics.Counter):
+    """A value that is set, not only increased.
+
+    `metrics.Registry.register` takes Counters and Histograms; a gauge renders like a counter apart
+    from its TYPE line, so it is one with a `set`.
+    """
+
+    def set(self, value: float, **labels: str) -> None:
+        key = tuple(labels[name] for name in self.labelnames)
+        if set(labels) != set(self.labelnames):
+            raise ValueError(f"labels {sorted(labels)} do not match {list(self.labelnames)}")
+        self._values[key] = value  # the Counter's own store; only `inc` refuses to go down
+
+    def render(self) -> list[str]:
+        lines = super().render()
+        lines[1] = f"# TYPE {self.name} gauge"
+        return lines
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AuditMetrics:
+    """The background audit's meters."""
+
+    runs: metrics.Counter
+    duration: metrics.Histogram
+    last_run: Gauge
+    leader: Gauge
+    results: Gauge
+
+
+def _gauge(registry: metrics.Registry, gauge: Gauge) -> Gauge:
+    registry.register(gauge)  # register() is typed to hand back the base class; keep the Gauge
+    return gauge
+
+
+def audit_metrics(registry: metrics.Registry) -> AuditMetrics:
+    """Register the background audit's meters in `registry`."""
+    return AuditMetrics(
+        runs=registry.register(metrics.Counter("gpu_admission_audit_runs_total", "Background audit runs by result (ok, error).", ("result",))),
+        duration=registry.register(
+            metrics.Histogram("gpu_admission_audit_duration_seconds", "Time one background audit run took.", (), buckets=DURATION_BUCKETS)
+        ),
+        last_run=_gauge(
+            registry, Gauge("gpu_admission_audit_last_run_timestamp_seconds", "Unix time the last successful audit run ended.", ())
+        ),
+        leader=_gauge(registry, Gauge("gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", ())),
+        results=_gauge(
+            registry,
+            Gauge("gpu_admission_audit_results", "Results of the last audit run, by result (pass, fail, warn, error, skip).", ("result",)),
+        ),
+    )
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+
+class LeaseStore(Protocol):
+    """Where the Lease lives (the apiserver; a dict in tests)."""
+
+    def read(self) -> Mapping[str, Any] | None: ...
+
+    def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]: ...
+
+
+class KubeLeaseStore:
+    """The Lease through the kube adapter."""
+
+    def __init__(self, api: Any, *, namespace: str, name: str) -> None:
+        self._api = api
+        self._namespace = namespace
+        self._name = name
+
+    def read(self) -> Mapping[str, Any] | None:
+        return kube.read_lease(self._api, namespace=self._namespace, name=self._name)
+
+    def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
+        return kube.write_lease(self._api, body, create=create)
+
+
+# One audit run: given "do we still lead?", audit, write if so, and return the results by kind.
+Job = Callable[[Callable[[], bool]], Mapping[str, int]]
+
+
+@dataclasses.dataclass
+class State:
+    """What the loop knows (`BackgroundAudit.state`)."""
+
+    leader: bool = False
+    runs: int = 0
+    running: bool = False
+    last_error: str = ""
+    overlaps: int = 0  # runs started while one was running; stays 0 by construction
+
+
+class Background:
+    """The election task and the audit task of one replica."""
+
+    def __init__(
+        self,
+        *,
+        interval: float,
+        election: lease.Election,
+        store: LeaseStore,
+        job: Job,
+        meters: AuditMetrics,
+        retry_s: float = lease.DEFAULT_RETRY_S,
+        clock: Callable[[], float] = time.time,
+        state: State | None = None,
+    ) -> None:
+        self.interval = interval
+        self.election = election
+        self.store = store
+        self.job = job
+        self.meters = meters
+        self.retry_s = retry_s
+        self.clock = clock
+        self.state = state if state is not None else State()
+        self._leading = asyncio.Event()
+        self._observed: lease.Observation | None = None
+
+    def _elect_once(self) -> bool:
+        """One election step against the store (blocking; runs in a thread)."""
+        current = self.store.read()
+        decided = lease.step(current, election=self.election, now=self.clock(), observed=self._observed)
+        self._observed = decided.observation
+        if decided.write is None:
+            return decided.leader
+        try:
+            self.store.write(decided.write, create=decided.create)
+        except kube.Conflict:
+            return False  # another replica wrote first; look again next step
+        return decided.leader
+
+    def set_leader(self, leader: bool) -> None:
+        if leader != self.state.leader:
+            log.info("uid=- background audit: %s the lease %s/%s", "acquired" if leader else "lost", self.election.namespace, self.election.name)
+        self.state.leader = leader
+        self.meters.leader.set(1.0 if leader else 0.0)
+        if leader:
+            self._leading.set()
+        else:
+            self._leading.clear()
+
+    async def elect(self) -> None:
+        """Renew or contend for the Lease every `retry_s` seconds, for ever."""
+        while True:
+            try:
+                leader = await asyncio.to_thread(self._elect_once)
+            except kube.KubeError as error:
+                log.warning("uid=- background audit: lease: %s", error)
+                leader = False  # cannot prove we lead: do not write reports
+            self.set_leader(leader)
+            await asyncio.sleep(self.retry_s)
+
+    async def audit(self) -> None:
+        """Run the job while leading, at most every `interval` seconds, never two at once."""
+        while True:
+            await self._leading.wait()
+            started = self.clock()
+            if self.state.running:
+                self.state.overlaps += 1
+            self.state.running = True
+            timer = time.perf_counter()
+            try:
+                counted = await asyncio.to_thread(self.job, lambda: self.state.leader)
+            except Exception as error:  # noqa: BLE001 - one failed run must not end the loop
+                self.meters.runs.inc(result="error")
+                self.state.last_error = str(error).splitlines()[0] if str(error) else type(error).__name__
+                log.error("uid=- background audit run failed: %s", self.state.last_error)
+            else:
+                self.meters.runs.inc(result="ok")
+                self.meters.last_run.set(self.clock())
+                for name, value in counted.items():
+                    self.meters.results.set(float(value), result=name)
+                self.state.last_error = ""
+            finally:
+                self.state.running = False
+                self.state.runs += 1
+                self.meters.duration.observe(time.perf_counter() - timer)
+            delay = max(0.0, started + self.interval - self.clock())
+            await asyncio.sleep(delay)
+
+    def release(self) -> None:
+        """Step down (blocking): clear the holder so another replica takes over without waiting."""
+        try:
+            current = self.store.read()
+            body = lease.release(current, election=self.election, now=self.clock())
+            if body is not None:
+                self.store.write(body, create=False)
+        except kube.KubeError as error:
+            log.warning("uid=- background audit: could not release the lease: %s", error)
+
+
+def identity() -> str:
+    """This replica's name in the Lease: pod name (hostname) and a per-process suffix."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def cluster_job(
+    api: Any, *, settings: settings_.Settings, all_results: bool, clock: Callable[[], float] = time.time
+) -> Job:
+    """The real run: audit every namespace and the nodes, and write the reports if still leading."""
+
+    def job(still_leader: Callable[[], bool]) -> Mapping[str, int]:
+        now = clock()
+        audit = sweep.audit_cluster(api, settings=settings, namespace=None, now=now)
+        if still_leader():
+            _, written = sweep.write_reports(api, audit, all_results=all_results, now=now)
+            log.info(
+                "uid=- background audit: %d object(s), reports %d created, %d replaced, %d deleted, %d unchanged",
+                audit.objects, written.created, written.replaced, written.deleted, written.unchanged,
+            )
+        else:
+            log.info("uid=- background audit: lost the lease during the run; nothing written")
+        tally = report.counts(audit.findings)
+        return {name: tally[name] for name in ("pass", "fail", "warn", "error", "skip")}
+
+    return job
+
+
+class BackgroundAudit:
+    """The `cleanup_ctx` entry: an async-generator callable; `state` shows what the loop does."""
+
+    def __init__(
+        self,
+        settings: settings_.Settings,
+        *,
+        interval: float,
+        kubeconfig: str | None,
+        all_results: bool,
+        lease_namespace: str | None,
+        store: LeaseStore | None,
+        job: Job | None,
+        retry_s: float,
+    ) -> None:
+        self.settings = settings
+        self.interval = interval
+        self.kubeconfig = kubeconfig
+        self.all_results = all_results
+        self.lease_namespace = lease_namespace
+        self.store = store
+        self.job = job
+        self.retry_s = retry_s
+        self.state = State()
+
+    async def __call__(self, app: web.Application) -> AsyncIterator[None]:
+        if self.interval <= 0:
+            yield
+            return
+        api = None
+        if self.store is None or self.job is None:
+            try:
+                api = kube.api_client(self.kubeconfig)
+            except kube.KubeError as error:
+                raise errors.InputError(f"background audit: {error}") from error
+        namespace = self.lease_namespace or kube.own_namespace()
+        election = lease.Election(namespace=namespace, name=LEASE_NAME, identity=identity())
+        registry = app[keys.METRICS].registry if keys.METRICS in app else metrics.Registry()
+        background = Background(
+            interval=self.interval,
+            election=election,
+            store=self.store or KubeLeaseStore(api, namespace=namespace, name=LEASE_NAME),
+            job=self.job or cluster_job(api, settings=self.settings, all_results=self.all_results),
+            meters=audit_metrics(registry),
+            retry_s=self.retry_s,
+            state=self.state,
+        )
+        tasks = [asyncio.create_task(background.elect()), asyncio.create_task(background.audit())]
+        log.info("uid=- background audit every %gs as %s (lease %s/%s)", self.interval, election.identity, namespace, LEASE_NAME)
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await asyncio.to_thread(background.release)
+            background.set_leader(False)
+            if api is not None:
+                kube.close(api)
+
+
+def background_audit(
+    settings: settings_.Settings,
+    *,
+    interval: float,
+    kubeconfig: str | None,
+    all_results: bool = False,
+    lease_namespace: str | None = None,
+    store: LeaseStore | None = None,
+    job: Job | None = None,
+    retry_s: float = lease.DEFAULT_RETRY_S,
+) -> BackgroundAudit:
+    """An aiohttp `cleanup_ctx` factory: the background audit for the app's lifetime (nothing if interval is 0).
+
+    `store` and `job` replace the apiserver Lease and the cluster audit (tests, simulations).
+    """
+    return BackgroundAudit(
+        settings,
+        interval=interval,
+        kubeconfig=kubeconfig,
+        all_results=all_results,
+        lease_namespace=lease_namespace,
+        store=store,
+        job=job,
+        retry_s=retry_s,
+    )

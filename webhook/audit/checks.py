@@ -1,0 +1,579 @@
+"""GPU consistency checks that no admission policy can make: they need the node, or every pod at once.
+
+Pure functions over decoded objects; each returns a `findings.Finding` (pass included) or None
+where the check does not apply. IDs are stable and continue the built-in numbering:
+
+| id | rule | judges | fails when |
+|---|---|---|---|
+| GPU201 | gpu-access-without-request | Pod on a GPU node | it requests no GPU but can reach the cards: a privileged container, a hostPath on GPU devices or sockets, NVIDIA_VISIBLE_DEVICES set to something but void/none (certain); or a container without NVIDIA_VISIBLE_DEVICES=void, which an image default of `all` would expose (uncertain: warn) |
+| GPU202 | card-overcommitted | GPU node | the pods' allocation annotations give one card more memory, more core percentage or more whole-card holders than it has |
+| GPU203 | orphaned-reservation | Pod with an allocation | it holds a card reservation but is not bound to that node: no `spec.nodeName`, another node, or it has finished |
+| GPU204 | missing-card | Pod with an allocation | its card index does not exist on its node (fewer cards now, or the node is gone) |
+| GPU205 | mode-resource-mismatch | GPU node | it advertises a non-zero resource of another mode than its `ack.node.gpu.schedule` (or the mode is unknown) |
+| GPU206 | card-model-labels | GPU node | a card-model label (`aliyun.accelerator/nvidia_name`, `_mem`, `_count`) is missing |
+| GPU207 | mode-selector | Pod or workload asking for `aliyun.com/gpu-mem` | its nodeSelector/required affinity does not pin one `ack.node.gpu.schedule` (seed `004_79385826ac27146d.txt`: without one, a pod needing isolation can land in the pool without it) |
+| GPU208 | mode-resource-missing | GPU node | it advertises none of its own mode's resource (the device plugin is likely not running; seed `003_c28dd89f5a652d9c.txt`) |
+
+Actions are fixed (the settings file only knows admission policies): GPU201, GPU202, GPU204 and
+GPU205 are `enforce` (cards are reachable or double-booked right now), the rest `warn`. A
+"GPU node" carries a GPU label (`ack.node.gpu.*`, `aliyun.accelerator/*`,
+`gpu-admission.io/gpu-memory-mib`), the labeler's inventory annotation, or non-zero GPU capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from policies import gpu, model, nodeaffinity, podspec
+from policies.builtin import gpu003_host_path
+from webhook.audit import findings
+from webhook.extender import cards
+
+INVENTORY_ANNOTATION = cards.INVENTORY_ANNOTATION
+CARD_MODEL_LABELS: tuple[str, ...] = (gpu.CARD_NAME_LABEL, gpu.CARD_MEMORY_LABEL, gpu.CARD_COUNT_LABEL)
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+# What each mode advertises (DESIGN section 1); every other GPU resource must be absent or 0.
+MODE_RESOURCES: Mapping[gpu.Mode, frozenset[str]] = {
+    gpu.Mode.DEFAULT: frozenset({gpu.Resource.NVIDIA_GPU}),
+    gpu.Mode.CGPU: frozenset({gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT}),
+    gpu.Mode.SHARE: frozenset({gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT}),
+    gpu.Mode.MPS: frozenset({gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT}),
+    gpu.Mode.CORE_MEM: frozenset(
+        {gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT, gpu.Resource.GPU_CORE_PERCENTAGE}
+    ),
+    gpu.Mode.TOPOLOGY: frozenset({gpu.Resource.ALIYUN_GPU}),
+}
+# The resources without which a node of the mode cannot take a single pod of its family.
+MODE_ESSENTIALS: Mapping[gpu.Mode, tuple[str, ...]] = {
+    gpu.Mode.DEFAULT: (gpu.Resource.NVIDIA_GPU,),
+    gpu.Mode.CGPU: (gpu.Resource.GPU_MEM,),
+    gpu.Mode.SHARE: (gpu.Resource.GPU_MEM,),
+    gpu.Mode.MPS: (gpu.Resource.GPU_MEM,),
+    gpu.Mode.CORE_MEM: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_CORE_PERCENTAGE),
+    gpu.Mode.TOPOLOGY: (gpu.Resource.ALIYUN_GPU,),
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Check:
+    """A consistency check: stable ID, rule name, one-sentence summary, severity, category, action."""
+
+    id: str
+    rule: str
+    summary: str
+    severity: findings.Severity
+    category: str
+    action: model.Action
+
+    def finding(
+        self,
+        subject: findings.ObjectRef,
+        *,
+        result: model.Result,
+        detail: str = "",
+        related: Iterable[findings.ObjectRef] = (),
+    ) -> findings.Finding:
+        """A result of this check; failures get the message `"<id>: <summary>: <detail>"`.
+
+        A `warn` result is an uncertain failure, so it acts at most `warn`.
+        """
+        action = self.action if result is not model.Result.WARN else model.milder(self.action, model.Action.WARN)
+        if result in (model.Result.FAIL, model.Result.WARN, model.Result.ERROR):
+            message = f"{self.id}: {self.summary}: {detail}" if detail else f"{self.id}: {self.summary}"
+        else:
+            message = detail
+        return findings.Finding(
+            policy=self.id,
+            rule=self.rule,
+            result=result,
+            action=action,
+            severity=self.severity,
+            category=self.category,
+            message=message,
+            subject=subject,
+            related=tuple(related),
+        )
+
+
+GPU_ACCESS = Check(
+    id="GPU201",
+    rule="gpu-access-without-request",
+    summary="pods on GPU nodes that request no GPU must not be able to reach the cards",
+    severity=findings.Severity.HIGH,
+    category="GPU Security",
+    action=model.Action.ENFORCE,
+)
+OVERCOMMIT = Check(
+    id="GPU202",
+    rule="card-overcommitted",
+    summary="no card may be allocated beyond its capacity",
+    severity=findings.Severity.HIGH,
+    category="GPU Allocation",
+    action=model.Action.ENFORCE,
+)
+ORPHANED = Check(
+    id="GPU203",
+    rule="orphaned-reservation",
+    summary="a card reservation must belong to a pod bound to that node",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Allocation",
+    action=model.Action.WARN,
+)
+MISSING_CARD = Check(
+    id="GPU204",
+    rule="missing-card",
+    summary="a pod's allocated card must exist on its node",
+    severity=findings.Severity.HIGH,
+    category="GPU Allocation",
+    action=model.Action.ENFORCE,
+)
+MODE_MISMATCH = Check(
+    id="GPU205",
+    rule="mode-resource-mismatch",
+    summary="a GPU node advertises only the resources of its ack.node.gpu.schedule mode",
+    severity=findings.Severity.HIGH,
+    category="GPU Nodes",
+    action=model.Action.ENFORCE,
+)
+CARD_LABELS = Check(
+    id="GPU206",
+    rule="card-model-labels",
+    summary="GPU nodes carry the card-model labels",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Nodes",
+    action=model.Action.WARN,
+)
+MODE_SELECTOR = Check(
+    id="GPU207",
+    rule="mode-selector",
+    summary="workloads asking for aliyun.com/gpu-mem select one ack.node.gpu.schedule mode",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Scheduling",
+    action=model.Action.WARN,
+)
+MODE_MISSING = Check(
+    id="GPU208",
+    rule="mode-resource-missing",
+    summary="a GPU node advertises its mode's GPU resource",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Nodes",
+    action=model.Action.WARN,
+)
+
+CHECKS: tuple[Check, ...] = (
+    GPU_ACCESS,
+    OVERCOMMIT,
+    ORPHANED,
+    MISSING_CARD,
+    MODE_MISMATCH,
+    CARD_LABELS,
+    MODE_SELECTOR,
+    MODE_MISSING,
+)
+
+
+# --- node facts ---------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(r"^\s*([0-9]+)\s*(k|M|G|T|Ki|Mi|Gi|Ti)?\s*$")
+_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(value: object) -> int | None:
+    """An integer resource quantity (`"4"`, `4`, `"1k"`); None for anything else (fractions included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if match:
+            return int(match.group(1)) * _SUFFIX[match.group(2)]
+    return None
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An object's labels (empty where absent or malformed)."""
+    return podspec.mapping(podspec.mapping(obj.get("metadata")).get("labels"))
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An object's annotations (empty where absent or malformed)."""
+    return podspec.mapping(podspec.mapping(obj.get("metadata")).get("annotations"))
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    """An object's name ("" where absent)."""
+    value = podspec.mapping(obj.get("metadata")).get("name")
+    return value if isinstance(value, str) else ""
+
+
+def capacity(node: Mapping[str, Any]) -> dict[str, int]:
+    """The node's GPU resources from `status.capacity` (unparseable values read as 0)."""
+    status = podspec.mapping(podspec.mapping(node.get("status")).get("capacity"))
+    return {key: quantity(value) or 0 for key, value in status.items() if key in gpu.GPU_RESOURCES}
+
+
+def mode_label(node: Mapping[str, Any]) -> str | None:
+    """The raw `ack.node.gpu.schedule` value, None where the label is absent."""
+    value = labels_of(node).get(gpu.SCHEDULE_LABEL)
+    return None if value is None else str(value)
+
+
+def mode(node: Mapping[str, Any]) -> gpu.Mode | None:
+    """The node's mode (`default` without the label); None for a value that is no mode."""
+    value = mode_label(node)
+    if value is None:
+        return gpu.Mode.DEFAULT
+    try:
+        return gpu.Mode(value)
+    except ValueError:
+        return None
+
+
+def is_gpu_node(node: Mapping[str, Any]) -> bool:
+    """Whether the node has GPUs by its labels, inventory annotation or capacity."""
+    if any(nodeaffinity.is_gpu_node_label(key) for key in labels_of(node)):
+        return True
+    if INVENTORY_ANNOTATION in annotations_of(node):
+        return True
+    return any(count > 0 for count in capacity(node).values())
+
+
+def _node_ref(node: Mapping[str, Any]) -> findings.ObjectRef:
+    return dataclasses.replace(findings.ObjectRef.of(node), namespace="", api_version="v1", kind="Node")
+
+
+# --- GPU201 ---------------------------------------------------------------------------------------
+
+
+def _access_reasons(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(certain, uncertain) ways the pod's containers can reach the node's cards."""
+    certain: list[str] = []
+    uncertain: list[str] = []
+    for ref in podspec.iter_containers(spec, spec_path=""):
+        if podspec.is_privileged(ref.container):
+            certain.append(f"{ref.label} is privileged")
+        entries = [e for e in podspec.env_entries(ref.container) if e.get("name") == gpu.VISIBLE_DEVICES_ENV]
+        if not entries:
+            if ref.kind is not podspec.ContainerKind.EPHEMERAL:
+                uncertain.append(ref.label)
+            continue
+        for entry in entries:
+            if "valueFrom" in entry and "value" not in entry:
+                certain.append(f"{ref.label} sets {gpu.VISIBLE_DEVICES_ENV} through valueFrom")
+            elif not gpu.is_safe_visible_devices(entry.get("value", "")):
+                certain.append(f"{ref.label} sets {gpu.VISIBLE_DEVICES_ENV}={entry.get('value')}")
+    for index, volume in podspec.volumes(spec):
+        path = podspec.mapping(volume.get("hostPath")).get("path")
+        if isinstance(path, str):
+            protected = gpu003_host_path.exposes_gpu(path)
+            if protected is not None:
+                volume_name = volume.get("name") if isinstance(volume.get("name"), str) else f"volumes[{index}]"
+                certain.append(f'volume "{volume_name}" mounts hostPath {path}, covering {protected}')
+    return certain, uncertain
+
+
+def gpu_access_without_request(
+    pod: Mapping[str, Any], *, node: Mapping[str, Any] | None
+) -> findings.Finding | None:
+    """GPU201 for a pod bound to `node`; None unless the pod runs (or will) on a known GPU node."""
+    spec = podspec.mapping(pod.get("spec"))
+    phase = podspec.mapping(pod.get("status")).get("phase")
+    if node is None or not spec.get("nodeName") or phase in TERMINAL_PHASES or not is_gpu_node(node):
+        return None
+    subject = findings.ObjectRef.of(pod)
+    if gpu.pod_requests_gpu(spec):
+        return GPU_ACCESS.finding(subject, result=model.Result.PASS, detail="the pod requests a GPU")
+    certain, uncertain = _access_reasons(spec)
+    where = f"on GPU node {name_of(node)}"
+    if certain:
+        return GPU_ACCESS.finding(
+            subject, result=model.Result.FAIL, detail=f"{where}: " + "; ".join(certain), related=[_node_ref(node)]
+        )
+    if uncertain:
+        detail = (
+            f"{where}: {', '.join(uncertain)} {'does' if len(uncertain) == 1 else 'do'} not set "
+            f"{gpu.VISIBLE_DEVICES_ENV}={gpu.VISIBLE_DEVICES_VOID}; an image that defaults it to all "
+            "would see every card"
+        )
+        return GPU_ACCESS.finding(subject, result=model.Result.WARN, detail=detail, related=[_node_ref(node)])
+    return GPU_ACCESS.finding(subject, result=model.Result.PASS, detail=f"{where}, no way to the cards")
+
+
+# --- GPU205, GPU206, GPU208 -----------------------------------------------------------------------
+
+
+def mode_resource_mismatch(node: Mapping[str, Any]) -> findings.Finding | None:
+    """GPU205 for a GPU node; None for other nodes."""
+    if not is_gpu_node(node):
+        return None
+    subject = _node_ref(node)
+    found = mode(node)
+    if found is None:
+        known = ", ".join(gpu.Mode)
+        return MODE_MISMATCH.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"{gpu.SCHEDULE_LABEL}={mode_label(node)} is no mode (known: {known})",
+        )
+    allowed = MODE_RESOURCES[found]
+    foreign = {key: count for key, count in capacity(node).items() if key not in allowed and count > 0}
+    if foreign:
+        listed = ", ".join(f"{key}={count}" for key, count in sorted(foreign.items()))
+        return MODE_MISMATCH.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"the node is in mode {found} but advertises {listed}; enabling a mode must set "
+            "the other modes' resources to 0",
+        )
+    return MODE_MISMATCH.finding(subject, result=model.Result.PASS, detail=f"mode {found}")
+
+
+def mode_resource_missing(node: Mapping[str, Any]) -> findings.Finding | None:
+    """GPU208 for a GPU node with a known mode; None otherwise."""
+    found = mode(node)
+    if found is None or not is_gpu_node(node):
+        return None
+    subject = _node_ref(node)
+    advertised = capacity(node)
+    missing = [key for key in MODE_ESSENTIALS[found] if advertised.get(key, 0) <= 0]
+    if missing:
+        return MODE_MISSING.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"the node is in mode {found} but advertises no {', '.join(missing)}; "
+            "is its device plugin running?",
+        )
+    return MODE_MISSING.finding(subject, result=model.Result.PASS, detail=f"mode {found}")
+
+
+def card_model_labels(node: Mapping[str, Any]) -> findings.Finding | None:
+    """GPU206 for a GPU node; None for other nodes."""
+    if not is_gpu_node(node):
+        return None
+    subject = _node_ref(node)
+    present = labels_of(node)
+    missing = [key for key in CARD_MODEL_LABELS if not present.get(key)]
+    if missing:
+        return CARD_LABELS.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"missing {', '.join(missing)}; pods cannot select this node's card model "
+            "(run the labeler on it)",
+        )
+    return CARD_LABELS.finding(subject, result=model.Result.PASS, detail=str(present[gpu.CARD_NAME_LABEL]))
+
+
+# --- GPU207 ---------------------------------------------------------------------------------------
+
+
+def mode_selector(obj: Mapping[str, Any]) -> findings.Finding | None:
+    """GPU207 for a Pod or workload asking for `aliyun.com/gpu-mem` alone; None for anything else."""
+    found = podspec.template(obj)
+    if found is None:
+        return None
+    family = gpu.pod_family(found.spec)
+    if family is not gpu.Family.SHARED:
+        return None
+    subject = findings.ObjectRef.of(obj)
+    serving = frozenset(gpu.modes_for(family))
+    constraint = nodeaffinity.mode_constraint(found.spec)
+    if constraint is None:
+        return MODE_SELECTOR.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"no nodeSelector {gpu.SCHEDULE_LABEL}; the pods can land on any of "
+            f"{', '.join(gpu.modes_for(family))} nodes, with or without memory isolation",
+        )
+    allowed = sorted(constraint.allowed & serving)
+    if not allowed:
+        return None  # no serving mode at all: GPU005 refuses that
+    if len(allowed) > 1:
+        return MODE_SELECTOR.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"its {constraint.source} allows {', '.join(allowed)}; pick one",
+        )
+    return MODE_SELECTOR.finding(subject, result=model.Result.PASS, detail=constraint.source)
+
+
+# --- GPU202, GPU203, GPU204: allocation annotations against the nodes ------------------------------
+# The card model and occupation come from the extender's `cards` module, so audit, inspect and the
+# scheduler extender read the annotations the same way.
+
+
+def _pod_ref(namespace: str, pod_name: str, uid: str = "") -> findings.ObjectRef:
+    return findings.ObjectRef(namespace=namespace, kind="Pod", name=pod_name, api_version="v1", uid=uid)
+
+
+def _allocation_ref(allocation: cards.Allocation) -> findings.ObjectRef:
+    return _pod_ref(allocation.namespace, allocation.name, allocation.uid)
+
+
+def _active(pod: Mapping[str, Any]) -> bool:
+    return podspec.mapping(pod.get("status")).get("phase") not in TERMINAL_PHASES
+
+
+def _requested(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The GPU resources a pod holds on its node: sum over containers, or the largest init container."""
+    spec = podspec.mapping(pod.get("spec"))
+    total: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for ref in podspec.iter_containers(
+        spec, spec_path="", kinds=(podspec.ContainerKind.INIT, podspec.ContainerKind.REGULAR)
+    ):
+        limits = podspec.mapping(podspec.mapping(ref.container.get("resources")).get("limits"))
+        for key, value in limits.items():
+            if key not in gpu.GPU_RESOURCES:
+                continue
+            amount = quantity(value) or 0
+            if ref.kind is podspec.ContainerKind.INIT:
+                init_peak[key] = max(init_peak.get(key, 0), amount)
+            else:
+                total[key] = total.get(key, 0) + amount
+    return {key: max(total.get(key, 0), init_peak.get(key, 0)) for key in {*total, *init_peak}}
+
+
+def overcommit(
+    node: Mapping[str, Any], *, state: cards.NodeState, pods: Iterable[Mapping[str, Any]]
+) -> findings.Finding | None:
+    """GPU202 for a GPU node: per card (from allocation annotations) and per node (resource sums).
+
+    `pods` are the pods bound to the node. Per card: more GiB than the card has, more than 100 %
+    of its cores, or a whole-card holder sharing it. Per node: the bound pods' GPU resources add up
+    to more than the node advertises (pods placed with `spec.nodeName`, past the scheduler).
+    """
+    if not is_gpu_node(node):
+        return None
+    subject = _node_ref(node)
+    problems: list[str] = []
+    involved: dict[findings.ObjectRef, None] = {}
+    for card in state.cards:
+        holders = [_allocation_ref(a) for a in card.allocations]
+        reasons = []
+        if card.memory_used > card.card.memory_gib:
+            reasons.append(f"{card.memory_used} GiB allocated of {card.card.memory_gib} GiB")
+        if card.core_used > cards.CORE_PER_CARD:
+            reasons.append(f"{card.core_used}% of the cores")
+        if card.whole_used and len(card.allocations) > 1:
+            reasons.append(f"held whole by one pod but shared by {len(card.allocations)}")
+        if reasons:
+            problems.append(f"card {card.index}: {', '.join(reasons)} ({', '.join(r.display for r in holders)})")
+            involved.update(dict.fromkeys(holders))
+    advertised = capacity(node)
+    used: dict[str, int] = {}
+    bound = [pod for pod in pods if _active(pod)]
+    for pod in bound:
+        for key, amount in _requested(pod).items():
+            used[key] = used.get(key, 0) + amount
+    for key in sorted(used):
+        if used[key] > advertised.get(key, 0):
+            problems.append(f"pods bound to the node ask for {key}={used[key]}, the node has {advertised.get(key, 0)}")
+            involved.update(dict.fromkeys(findings.ObjectRef.of(p) for p in bound if _requested(p).get(key)))
+    if problems:
+        return OVERCOMMIT.finding(subject, result=model.Result.FAIL, detail="; ".join(problems), related=involved)
+    allocated = sum(card.memory_used for card in state.cards)
+    detail = f"{allocated} of {state.memory_total} GiB allocated" if state.cards else "within capacity"
+    return OVERCOMMIT.finding(subject, result=model.Result.PASS, detail=detail)
+
+
+def missing_card(
+    pod: Mapping[str, Any], *, nodes: Mapping[str, Mapping[str, Any]], now: float
+) -> findings.Finding | None:
+    """GPU204 for a pod holding a card allocation; None for pods holding none."""
+    allocation = cards.pod_allocation(pod, now=now)
+    if allocation is None:
+        return None
+    subject = findings.ObjectRef.of(pod)
+    node = nodes.get(allocation.node)
+    shown = ",".join(str(index) for index in allocation.cards)
+    if node is None:
+        return MISSING_CARD.finding(
+            subject, result=model.Result.FAIL, detail=f"it holds card {shown} of node {allocation.node}, which no longer exists"
+        )
+    model_ = cards.node_cards(node)
+    missing = [index for index in allocation.cards if model_.card(index) is None]
+    if missing:
+        have = ", ".join(str(card.index) for card in model_.cards) or f"none ({model_.problem})"
+        listed = ",".join(str(index) for index in missing)
+        return MISSING_CARD.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"it holds card {listed} of node {allocation.node}, whose cards are {have}",
+            related=[_node_ref(node)],
+        )
+    return MISSING_CARD.finding(subject, result=model.Result.PASS, detail=f"card {shown} of node {allocation.node}")
+
+
+def _annotated_node(pod: Mapping[str, Any]) -> str:
+    """The node our allocation annotation names ("" where there is none); a stale one included."""
+    text = annotations_of(pod).get(cards.ALLOCATION_ANNOTATION)
+    if not isinstance(text, str):
+        return ""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return ""
+    node = document.get("node") if isinstance(document, Mapping) else None
+    return node if isinstance(node, str) else ""
+
+
+def stale_pod_reservation(pod: Mapping[str, Any]) -> findings.Finding | None:
+    """GPU203 for a running pod with our allocation annotation: it must name the node it is bound to."""
+    reserved = _annotated_node(pod)
+    spec = podspec.mapping(pod.get("spec"))
+    bound = spec.get("nodeName")
+    if not reserved or not isinstance(bound, str) or not bound or not _active(pod):
+        return None
+    subject = findings.ObjectRef.of(pod)
+    if reserved != bound:
+        return ORPHANED.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"its {cards.ALLOCATION_ANNOTATION} reserves cards on node {reserved}, but it is bound to {bound}",
+        )
+    return ORPHANED.finding(subject, result=model.Result.PASS, detail=f"bound to {bound}")
+
+
+def orphaned_ledger_entries(
+    node: Mapping[str, Any], *, pods_by_uid: Mapping[str, Mapping[str, Any]], now: float
+) -> findings.Finding | None:
+    """GPU203 for a node's reservation ledger: unexpired entries must belong to a live pod of this node.
+
+    `pods_by_uid` must hold every pod of the cluster. None for a node without a ledger.
+    """
+    ledger = cards.node_reservations(node)
+    if not ledger:
+        return None
+    subject = _node_ref(node)
+    node_name = name_of(node)
+    problems: list[str] = []
+    involved: list[findings.ObjectRef] = []
+    for uid, entry in sorted(ledger.items()):
+        if (entry.expires or 0.0) <= now:
+            continue  # lapsed: the extender ignores it, nothing is held
+        pod = pods_by_uid.get(uid)
+        ref = _allocation_ref(entry)
+        if pod is None:
+            problems.append(f"{entry.pod_key} (uid {uid}) holds card {_cards(entry)} but no longer exists")
+        elif not _active(pod):
+            problems.append(f"{entry.pod_key} holds card {_cards(entry)} but has finished")
+        else:
+            bound = podspec.mapping(pod.get("spec")).get("nodeName")
+            if bound and bound != node_name:
+                problems.append(f"{entry.pod_key} holds card {_cards(entry)} but is bound to {bound}")
+            else:
+                continue
+        involved.append(ref)
+    if problems:
+        return ORPHANED.finding(subject, result=model.Result.FAIL, detail="; ".join(problems), related=involved)
+    return ORPHANED.finding(subject, result=model.Result.PASS, detail="every reservation belongs to a pod of this node")
+
+
+def _cards(allocation: cards.Allocation) -> str:
+    return ",".join(str(index) for index in allocation.cards)

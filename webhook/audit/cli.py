@@ -1,0 +1,133 @@
+"""``gpu-admission audit``: judge what already runs (or manifest files), print it, optionally write PolicyReports.
+
+Exit status: 0 when no result fails at enforce level, 1 when one does, 2 for errors (one line, no
+traceback). The reports written by ``--write-reports`` are exactly what ``-o json|yaml`` prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook import config, dryrun, errors
+from webhook.audit import kube, render, report, scan, sweep
+
+OUTPUTS = ("table", "json", "yaml", "markdown", "html")
+EXIT_CLEAN, EXIT_ENFORCED, EXIT_ERROR = 0, 1, 2
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``audit`` on the top-level CLI."""
+    parser = subparsers.add_parser(
+        "audit",
+        help="audit what runs in the cluster (or manifest files): policies, GPU consistency, PolicyReports",
+        description="Evaluate every validate policy and the GPU consistency checks (GPU201-GPU208) over "
+        "existing Pods, workload templates and Nodes. Exit 0: nothing fails at enforce level; 1: something "
+        "does; 2: an error.",
+    )
+    parser.add_argument("--kubeconfig", metavar="K", help="kubeconfig file (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", metavar="NS", help="audit only this namespace (node-level checks are left out)")
+    where.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="audit every namespace and the nodes (the default)"
+    )
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="default: table")
+    parser.add_argument("--output-file", metavar="F", help="write the output to F instead of stdout")
+    parser.add_argument(
+        "--write-reports",
+        action="store_true",
+        help="replace the wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace) and the ClusterPolicyReport",
+    )
+    parser.add_argument(
+        "--all-results", action="store_true", help="store and show pass results too (default: everything but pass)"
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="PATH",
+        help="audit manifest files instead of a cluster: file, directory or - for stdin; repeatable",
+    )
+    parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command; kube failures become one-line ``errors.InputError`` for the top-level CLI."""
+    if args.filename and args.write_reports:
+        raise errors.InputError("--write-reports needs a cluster; it cannot be combined with -f")
+    if args.filename and args.kubeconfig:
+        raise errors.InputError("--kubeconfig and -f exclude each other: -f audits files, not a cluster")
+    settings = config.load(args.config)
+    now = time.time()
+    try:
+        if args.filename:
+            documents = dryrun.read(args.filename, stdin=sys.stdin)
+            scope = sweep.scope_of(args.namespace)
+            audit = scan.run(scan.Inventory.of(d.object for d in documents), settings=settings, scope=scope, now=now)
+            reports = sweep.reports(audit, all_results=args.all_results, now=now)
+            written = None
+        else:
+            api = kube.api_client(args.kubeconfig)
+            try:
+                audit = sweep.audit_cluster(api, settings=settings, namespace=args.namespace, now=now)
+                if args.write_reports:
+                    reports, written = sweep.write_reports(api, audit, all_results=args.all_results, now=now)
+                else:
+                    reports, written = sweep.reports(audit, all_results=args.all_results, now=now), None
+            finally:
+                kube.close(api)
+    except kube.KubeError as error:
+        raise errors.InputError(str(error)) from error
+    _emit(_text(audit, reports, output=args.output, all_results=args.all_results), path=args.output_file)
+    if written is not None:
+        print(
+            f"reports: {written.created} created, {written.replaced} replaced, {written.deleted} deleted, "
+            f"{written.unchanged} unchanged",
+            file=sys.stderr,
+        )
+    return EXIT_ENFORCED if audit.exit_status else EXIT_CLEAN
+
+
+def _text(audit: scan.Audit, reports: dict[str, report.WireReport | None], *, output: str, all_results: bool) -> str:
+    if output == "json":
+        return json.dumps(report.as_list(reports), indent=2) + "\n"
+    if output == "yaml":
+        document: Any = report.as_list(reports)
+        return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    return render.render(audit, output=output, all_results=all_results)
+
+
+def _emit(text: str, *, path: str | None) -> None:
+    """Print, or write `path` whole (a temporary file renamed over it, so no half-written report)."""
+    if path is None:
+        sys.stdout.write(text)
+        return
+    target = Path(path)
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except OSError as error:
+        raise errors.InputError(f"{path}: cannot write: {error.strerror or error}") from error
+
+
+if __name__ == "__main__":  # pragma: no cover - for running without the top-level CLI
+    parser = argparse.ArgumentParser(prog="gpu-admission")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args()
+    try:
+        sys.exit(parsed.func(parsed))
+    except errors.InputError as error:
+        print(f"gpu-admission: error: {error}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)

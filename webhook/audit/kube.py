@@ -1,0 +1,330 @@
+"""The audit's kubernetes adapter: list what to audit, look up env sources, read and write reports, Leases.
+
+Everything here is synchronous (the official `kubernetes` client is); the background audit calls
+it through `asyncio.to_thread`. Lists are paged (`limit`/`continue`, `CHUNK` objects a page) and
+decoded straight from JSON (`_preload_content=False`): the engine wants the camelCase wire shape
+anyway, and the client's model deserialisation is the slowest part of listing 10,000 pods.
+Every failure surfaces as `KubeError` with one line naming what was being done.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client import exceptions as client_exceptions
+from kubernetes.config import config_exception
+
+from policies import model
+from webhook.audit import report, scan
+
+CHUNK = 500
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_NAMESPACE = "gpu-admission"
+_T = TypeVar("_T")
+
+# `kubernetes.config` is untyped, and the typed API methods do not know that `_preload_content=False`
+# returns the raw response: Any stops here, at the adapter (STYLE habit 3).
+_config: Any = config
+
+
+class KubeError(Exception):
+    """A cluster call failed; the message is one line saying what and why."""
+
+
+def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """A client for `kubeconfig`; without one, in-cluster config inside a pod, else the default kubeconfig."""
+    try:
+        if kubeconfig:
+            loaded: client.ApiClient = _config.new_client_from_config(config_file=kubeconfig)
+            return loaded
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            _config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        default: client.ApiClient = _config.new_client_from_config()
+        return default
+    except (config_exception.ConfigException, OSError, ValueError, TypeError) as error:
+        where = kubeconfig or "the default kubeconfig"
+        raise KubeError(f"cannot load {where}: {_first_line(error)}") from error
+
+
+def close(api: Any) -> None:
+    """Release the client's connection pool (ApiClient.close is untyped)."""
+    api.close()
+
+
+def own_namespace() -> str:
+    """The namespace this process runs in (service account file, then POD_NAMESPACE), else the default."""
+    try:
+        found = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    except OSError:
+        found = ""
+    return found or os.environ.get("POD_NAMESPACE", "") or DEFAULT_NAMESPACE
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, client_exceptions.ApiException):
+        message = ""
+        if error.body:
+            try:
+                body = json.loads(error.body)
+                message = str(body.get("message", "")) if isinstance(body, dict) else ""
+            except ValueError:
+                message = ""
+        return f"{error.status} {error.reason}" + (f": {message}" if message else "")
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        return _first_line(error.reason)
+    return _first_line(error)
+
+
+def _call(what: str, function: Callable[[], _T]) -> _T:
+    try:
+        return function()
+    except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+        raise KubeError(f"{what}: {_reason(error)}") from error
+
+
+# --- listing --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Listing:
+    kind: str
+    api_version: str
+    all_namespaces: Callable[..., Any]
+    namespaced: Callable[..., Any] | None
+
+
+def _listings(api: client.ApiClient) -> list[_Listing]:
+    core: Any = client.CoreV1Api(api)
+    apps: Any = client.AppsV1Api(api)
+    batch: Any = client.BatchV1Api(api)
+    return [
+        _Listing(kind="Node", api_version="v1", all_namespaces=core.list_node, namespaced=None),
+        _Listing(kind="Pod", api_version="v1", all_namespaces=core.list_pod_for_all_namespaces, namespaced=core.list_namespaced_pod),
+        _Listing(kind="Deployment", api_version="apps/v1", all_namespaces=apps.list_deployment_for_all_namespaces, namespaced=apps.list_namespaced_deployment),
+        _Listing(kind="StatefulSet", api_version="apps/v1", all_namespaces=apps.list_stateful_set_for_all_namespaces, namespaced=apps.list_namespaced_stateful_set),
+        _Listing(kind="DaemonSet", api_version="apps/v1", all_namespaces=apps.list_daemon_set_for_all_namespaces, namespaced=apps.list_namespaced_daemon_set),
+        _Listing(kind="ReplicaSet", api_version="apps/v1", all_namespaces=apps.list_replica_set_for_all_namespaces, namespaced=apps.list_namespaced_replica_set),
+        _Listing(
+            kind="ReplicationController",
+            api_version="v1",
+            all_namespaces=core.list_replication_controller_for_all_namespaces,
+            namespaced=core.list_namespaced_replication_controller,
+        ),
+        _Listing(kind="Job", api_version="batch/v1", all_namespaces=batch.list_job_for_all_namespaces, namespaced=batch.list_namespaced_job),
+        _Listing(kind="CronJob", api_version="batch/v1", all_namespaces=batch.list_cron_job_for_all_namespaces, namespaced=batch.list_namespaced_cron_job),
+    ]
+
+
+def _pages(listing: _Listing, *, namespace: str | None, chunk: int) -> Iterator[dict[str, Any]]:
+    token = ""
+    while True:
+        kwargs: dict[str, Any] = {"limit": chunk, "_preload_content": False}
+        if token:
+            kwargs["_continue"] = token
+        if namespace is None or listing.namespaced is None:
+            call = functools.partial(listing.all_namespaces, **kwargs)
+        else:
+            call = functools.partial(listing.namespaced, namespace, **kwargs)
+        where = f"in namespace {namespace}" if namespace is not None and listing.namespaced else "in the cluster"
+        response = _call(f"cannot list {listing.kind} objects {where}", call)
+        try:
+            page = json.loads(response.data)
+        except ValueError as error:
+            raise KubeError(f"listing {listing.kind} objects: the apiserver sent invalid JSON") from error
+        for item in page.get("items") or ():
+            # List items carry no kind/apiVersion of their own; the engine and reports need both.
+            item.setdefault("kind", listing.kind)
+            item.setdefault("apiVersion", listing.api_version)
+            yield item
+        token = str((page.get("metadata") or {}).get("continue") or "")
+        if not token:
+            return
+
+
+def inventory(api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK) -> scan.Inventory:
+    """Pods, workloads (of `namespace`, or all namespaces) and every Node."""
+    objects: list[dict[str, Any]] = []
+    for listing in _listings(api):
+        objects.extend(_pages(listing, namespace=namespace, chunk=chunk))
+    return scan.Inventory.of(objects)
+
+
+def env_lookup(api: client.ApiClient) -> model.EnvLookup:
+    """A cached ConfigMap/Secret reader for GPU001's envFrom/valueFrom; unreadable sources give None."""
+    core: Any = client.CoreV1Api(api)
+    cache: dict[model.EnvSource, Mapping[str, str] | None] = {}
+
+    def lookup(source: model.EnvSource) -> Mapping[str, str] | None:
+        if source in cache:
+            return cache[source]
+        found: Mapping[str, str] | None = None
+        try:
+            if source.kind == "ConfigMap":
+                response = core.read_namespaced_config_map(source.name, source.namespace, _preload_content=False)
+                found = {str(k): str(v) for k, v in (json.loads(response.data).get("data") or {}).items()}
+            else:
+                response = core.read_namespaced_secret(source.name, source.namespace, _preload_content=False)
+                data = json.loads(response.data).get("data") or {}
+                found = {str(k): base64.b64decode(str(v)).decode("utf-8", "replace") for k, v in data.items()}
+        except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, binascii.Error):
+            found = None  # forbidden, missing or odd: the engine treats the value as unknown
+        cache[source] = found
+        return found
+
+    return lookup
+
+
+# --- reports --------------------------------------------------------------------------------------
+
+_PLURAL = {"PolicyReport": "policyreports", "ClusterPolicyReport": "clusterpolicyreports"}
+
+
+def existing_reports(api: client.ApiClient, *, namespace: str | None, cluster: bool) -> dict[str, Mapping[str, Any]]:
+    """Our reports as they are now, by namespace (report.CLUSTER for the cluster report).
+
+    Only objects named `report.NAME` are ours; another engine's reports are never touched.
+    """
+    custom: Any = client.CustomObjectsApi(api)
+    found: dict[str, Mapping[str, Any]] = {}
+    selector = f"{report.MANAGED_BY_LABEL}={report.MANAGED_BY}"
+    what = "cannot list PolicyReports (are the CRDs of deploy/crds/ applied?)"
+    if namespace is None:
+        listed = _call(what, lambda: custom.list_cluster_custom_object(report.GROUP, report.VERSION, "policyreports", label_selector=selector))
+    else:
+        listed = _call(
+            what,
+            lambda: custom.list_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", label_selector=selector),
+        )
+    for item in listed.get("items") or ():
+        metadata = item.get("metadata") or {}
+        if metadata.get("name") == report.NAME:
+            found[str(metadata.get("namespace", ""))] = item
+    if cluster:
+        listed = _call(
+            "cannot list ClusterPolicyReports (are the CRDs of deploy/crds/ applied?)",
+            lambda: custom.list_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", label_selector=selector),
+        )
+        for item in listed.get("items") or ():
+            if (item.get("metadata") or {}).get("name") == report.NAME:
+                found[report.CLUSTER] = item
+    return found
+
+
+def _write(custom: Any, step: report.Step) -> None:
+    plural = "policyreports" if step.namespace else "clusterpolicyreports"
+    where = f"{plural}/{report.NAME}" + (f" in {step.namespace}" if step.namespace else "")
+    if step.verb is report.Verb.DELETE:
+        try:
+            if step.namespace:
+                custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, report.NAME)
+            else:
+                custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, report.NAME)
+        except client_exceptions.ApiException as error:
+            if error.status != 404:  # already gone is what we wanted
+                raise KubeError(f"cannot delete {where}: {_reason(error)}") from error
+        return
+    body: dict[str, Any] = json.loads(json.dumps(step.body))
+    if step.verb is report.Verb.CREATE:
+        if step.namespace:
+            _call(f"cannot create {where}", lambda: custom.create_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, body))
+        else:
+            _call(f"cannot create {where}", lambda: custom.create_cluster_custom_object(report.GROUP, report.VERSION, plural, body))
+        return
+    body["metadata"]["resourceVersion"] = step.resource_version
+    if step.namespace:
+        _call(
+            f"cannot replace {where}",
+            lambda: custom.replace_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, report.NAME, body),
+        )
+    else:
+        _call(f"cannot replace {where}", lambda: custom.replace_cluster_custom_object(report.GROUP, report.VERSION, plural, report.NAME, body))
+
+
+def apply(api: client.ApiClient, steps: list[report.Step]) -> int:
+    """Carry out a write plan; returns the number of writes. A replace that lost a race is retried once
+    against the newer version (and dropped if that one already says the same)."""
+    custom: Any = client.CustomObjectsApi(api)
+    for step in steps:
+        try:
+            _write(custom, step)
+        except KubeError as error:
+            cause = error.__cause__
+            if not (isinstance(cause, client_exceptions.ApiException) and cause.status == 409 and step.body is not None):
+                raise
+            current = _read(custom, step.namespace)
+            retry = report.plan({step.namespace: step.body}, {step.namespace: current} if current else {})
+            for again in retry:
+                _write(custom, again)
+    return len(steps)
+
+
+def _read(custom: Any, namespace: str) -> Mapping[str, Any] | None:
+    try:
+        if namespace:
+            found = custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", report.NAME)
+        else:
+            found = custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", report.NAME)
+    except client_exceptions.ApiException as error:
+        if error.status == 404:
+            return None
+        raise KubeError(f"cannot read {report.NAME}: {_reason(error)}") from error
+    return found if isinstance(found, Mapping) else None
+
+
+# --- leases ---------------------------------------------------------------------------------------
+
+
+def read_lease(api: client.ApiClient, *, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Lease as JSON, or None when it does not exist."""
+    coordination: Any = client.CoordinationV1Api(api)
+    try:
+        response = coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+    except client_exceptions.ApiException as error:
+        if error.status == 404:
+            return None
+        raise KubeError(f"cannot read lease {namespace}/{name}: {_reason(error)}") from error
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise KubeError(f"cannot read lease {namespace}/{name}: {_reason(error)}") from error
+    found: dict[str, Any] = json.loads(response.data)
+    return found
+
+
+class Conflict(KubeError):
+    """Someone else wrote the object first (HTTP 409)."""
+
+
+def write_lease(api: client.ApiClient, lease: Mapping[str, Any], *, create: bool) -> dict[str, Any]:
+    """Create or replace (with its resourceVersion) a Lease; `Conflict` when another writer won."""
+    coordination: Any = client.CoordinationV1Api(api)
+    metadata = lease.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
+    try:
+        if create:
+            response = coordination.create_namespaced_lease(namespace, dict(lease), _preload_content=False)
+        else:
+            response = coordination.replace_namespaced_lease(name, namespace, dict(lease), _preload_content=False)
+    except client_exceptions.ApiException as error:
+        if error.status == 409:
+            raise Conflict(f"lease {namespace}/{name} changed under us") from error
+        raise KubeError(f"cannot write lease {namespace}/{name}: {_reason(error)}") from error
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise KubeError(f"cannot write lease {namespace}/{name}: {_reason(error)}") from error
+    written: dict[str, Any] = json.loads(response.data)
+    return written

@@ -1,0 +1,363 @@
+"""One audit run, pure: Pods, workloads and Nodes in; every finding (passes included) out.
+
+What is judged:
+
+- every validate policy (GPU001-GPU005) on every Pod and workload template (Deployment,
+  StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob), through the same
+  `engine.evaluate` as the webhook, with the configured action recorded on each result whatever it
+  is (enforce, warn, audit); a policy set to `off` is a `skip` result. Objects are judged as
+  stored: mutators are switched off, because an existing pod never got their additions (a pod
+  created before the webhook, say), and reporting on a mutated copy would hide exactly that;
+- the consistency checks of `checks` (GPU201-GPU208): per Pod, per workload, per Node and per
+  card.
+
+Decisions:
+
+- Exempt namespaces: every result on an object there becomes `skip`, with the reason as message
+  (nodes are cluster-scoped and never exempt; pods in exempt namespaces still count towards their
+  cards' occupation).
+- Controlled objects: Kyverno reports a Deployment, its ReplicaSets and their Pods alike, so one
+  bad template shows up three times (more with replicas). Here a result on an object with a
+  controller (`ownerReferences[].controller`) is left out when a controller up its chain carries
+  the same result (policy, rule, result and message): the finding is reported once, where it is
+  fixed. Results that differ are kept, so a pod from an older template, one changed by a
+  mutating webhook, or a pod-only check (GPU201, GPU203, GPU204) still appear on the pod.
+- Scope: with a namespace filter, node-level checks that need every pod of the cluster (GPU202,
+  the ledger part of GPU203) and all node results are not run, and the ClusterPolicyReport is
+  left alone; pod-level checks against nodes still run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from policies import engine, model, podspec, policy
+from policies import settings as settings_
+from webhook.audit import checks, findings
+from webhook.extender import cards
+
+DEFAULT_NAMESPACE = "default"
+WORKLOAD_KINDS: tuple[str, ...] = (
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "ReplicationController",
+    "Job",
+    "CronJob",
+)
+AUDITED_KINDS: frozenset[str] = frozenset({"Pod", *WORKLOAD_KINDS})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Describer:
+    """How reports present a built-in policy: rule name, severity, category."""
+
+    rule: str
+    severity: findings.Severity
+    category: str
+
+
+# Severity is a property of what a policy protects, not of its configured action.
+_BUILTIN: Mapping[str, tuple[findings.Severity, str]] = {
+    "GPU001": (findings.Severity.HIGH, "GPU Security"),
+    "GPU002": (findings.Severity.HIGH, "GPU Security"),
+    "GPU003": (findings.Severity.HIGH, "GPU Security"),
+    "GPU004": (findings.Severity.MEDIUM, "GPU Resources"),
+    "GPU005": (findings.Severity.MEDIUM, "GPU Scheduling"),
+}
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+
+
+def describe(item: policy.Policy) -> Describer:
+    """A built-in policy's rule name (its class name in kebab case), severity and category."""
+    severity, category = _BUILTIN.get(item.id, (findings.Severity.MEDIUM, "GPU"))
+    return Describer(rule=_kebab(type(item).__name__), severity=severity, category=category)
+
+
+VALIDATORS: tuple[policy.Policy, ...] = tuple(p for p in engine.POLICIES if p.kind is model.PolicyKind.VALIDATE)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Inventory:
+    """What the audit looks at, as decoded JSON objects (the kube adapter or manifest files give them)."""
+
+    pods: tuple[Mapping[str, Any], ...] = ()
+    workloads: tuple[Mapping[str, Any], ...] = ()
+    nodes: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, objects: Iterable[Mapping[str, Any]]) -> Inventory:
+        """Sort a mixed bag of objects; kinds the audit does not judge are dropped."""
+        pods: list[Mapping[str, Any]] = []
+        workloads: list[Mapping[str, Any]] = []
+        nodes: list[Mapping[str, Any]] = []
+        for obj in objects:
+            kind = obj.get("kind")
+            if kind == "Pod":
+                pods.append(obj)
+            elif kind in WORKLOAD_KINDS:
+                workloads.append(obj)
+            elif kind == "Node":
+                nodes.append(obj)
+        return cls(pods=tuple(pods), workloads=tuple(workloads), nodes=tuple(nodes))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scope:
+    """Which namespaces the audit covers (None: all) and whether node-level findings belong to it."""
+
+    namespaces: frozenset[str] | None = None
+
+    @property
+    def cluster(self) -> bool:
+        """Whether cluster-scoped findings (nodes) are part of this audit."""
+        return self.namespaces is None
+
+    def covers(self, namespace: str) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Audit:
+    """The outcome of one run."""
+
+    findings: tuple[findings.Finding, ...]  # sorted by object, folded results left out
+    scope: Scope
+    objects: int  # objects judged (pods, workloads, nodes)
+    folded: int  # results left out because the object's controller carries the same one
+    namespaces: frozenset[str]  # the namespaces holding audited objects
+    nodes: tuple[cards.NodeState, ...] = ()  # per-card occupation of every GPU node, for pictures
+
+    @property
+    def exit_status(self) -> int:
+        """0: no failure at enforce level; 1: at least one."""
+        return 1 if any(f.enforced for f in self.findings) else 0
+
+
+def audit_settings(configured: settings_.Settings) -> settings_.Settings:
+    """The settings with every mutator off, so objects are judged as they are stored."""
+    actions = dict(configured.actions)
+    for item in engine.POLICIES:
+        if item.kind is model.PolicyKind.MUTATE:
+            actions[item.id] = model.Action.OFF
+    return dataclasses.replace(configured, actions=actions)
+
+
+def namespace_of(obj: Mapping[str, Any], *, default: str = DEFAULT_NAMESPACE) -> str:
+    """The object's namespace, `default` where it names none (manifest files often do not)."""
+    value = podspec.mapping(obj.get("metadata")).get("namespace")
+    return value if isinstance(value, str) and value else default
+
+
+def _with_namespace(obj: Mapping[str, Any], namespace: str) -> Mapping[str, Any]:
+    metadata = podspec.mapping(obj.get("metadata"))
+    if metadata.get("namespace") == namespace:
+        return obj
+    return {**obj, "metadata": {**metadata, "namespace": namespace}}
+
+
+def evaluate_policies(
+    obj: Mapping[str, Any],
+    *,
+    namespace: str,
+    configured: settings_.Settings,
+    effective: settings_.Settings,
+    env_lookup: model.EnvLookup | None = None,
+) -> list[findings.Finding]:
+    """Every validate policy's result on one Pod or workload, with the action it acts with."""
+    subject = findings.ObjectRef.of(obj)
+    decision = engine.evaluate(
+        model.Request(operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup),
+        settings=effective,
+    )
+    by_policy = {result.policy: result for result in decision.results}
+    out: list[findings.Finding] = []
+    for item in VALIDATORS:
+        described = describe(item)
+        action = configured.action(item.id)
+        found = by_policy.get(item.id)
+        if decision.exempt_reason or found is None:
+            result, message = model.Result.SKIP, decision.exempt_reason or "not evaluated"
+        else:
+            result = found.result
+            if result is model.Result.PASS:
+                message = ""
+            elif result is model.Result.SKIP:
+                message = f"{item.id}: the policy is {found.message or 'skipped'}"
+            elif result is model.Result.ERROR:
+                message = found.message
+                action = model.milder(action, configured.error_action(model.PolicyKind.VALIDATE))
+            else:
+                message = f"{item.id}: {item.summary}: {found.message}"
+                if result is model.Result.WARN:
+                    action = model.milder(action, model.Action.WARN)
+        out.append(
+            findings.Finding(
+                policy=item.id,
+                rule=described.rule,
+                result=result,
+                action=action,
+                severity=described.severity,
+                category=described.category,
+                message=message,
+                subject=subject,
+            )
+        )
+    return out
+
+
+def _exempt(found: findings.Finding, reason: str) -> findings.Finding:
+    return dataclasses.replace(found, result=model.Result.SKIP, message=reason, related=())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    namespace: str
+    kind: str
+    name: str
+
+
+def _key(obj: Mapping[str, Any], namespace: str) -> _Key:
+    return _Key(namespace, str(obj.get("kind", "")), checks.name_of(obj))
+
+
+def _controller(obj: Mapping[str, Any], namespace: str) -> tuple[_Key, str] | None:
+    for ref in podspec.sequence(podspec.mapping(obj.get("metadata")).get("ownerReferences")):
+        ref = podspec.mapping(ref)
+        if ref.get("controller") is True and isinstance(ref.get("kind"), str) and isinstance(ref.get("name"), str):
+            return _Key(namespace, ref["kind"], ref["name"]), str(ref.get("uid", ""))
+    return None
+
+
+def _fold(
+    per_object: Mapping[_Key, list[findings.Finding]],
+    owners: Mapping[_Key, tuple[_Key, str]],
+    uids: Mapping[_Key, str],
+) -> tuple[list[findings.Finding], int]:
+    """Drop results that a controller up the object's chain already carries."""
+    kept: list[findings.Finding] = []
+    folded = 0
+    for key, results in per_object.items():
+        inherited: set[tuple[str, str, str, str]] = set()
+        seen = {key}
+        current = owners.get(key)
+        while current is not None and current[0] not in seen:
+            owner, uid = current
+            if owner not in per_object or (uid and uids.get(owner) and uids[owner] != uid):
+                break  # the controller is not audited here (or is another object of that name)
+            inherited.update(f.identity() for f in per_object[owner])
+            seen.add(owner)
+            current = owners.get(owner)
+        for found in results:
+            if found.identity() in inherited:
+                folded += 1
+            else:
+                kept.append(found)
+    return kept, folded
+
+
+def run(
+    inventory: Inventory,
+    *,
+    settings: settings_.Settings,
+    scope: Scope = Scope(),
+    now: float,
+    env_lookup: model.EnvLookup | None = None,
+    default_namespace: str = DEFAULT_NAMESPACE,
+) -> Audit:
+    """Judge everything in `inventory` that `scope` covers; never raises on odd objects."""
+    effective = audit_settings(settings)
+    nodes_by_name = {checks.name_of(node): node for node in inventory.nodes}
+    per_object: dict[_Key, list[findings.Finding]] = {}
+    owners: dict[_Key, tuple[_Key, str]] = {}
+    uids: dict[_Key, str] = {}
+    namespaces: set[str] = set()
+    objects = 0
+
+    def judge(obj: Mapping[str, Any], extra: Sequence[findings.Finding | None]) -> None:
+        nonlocal objects
+        namespace = namespace_of(obj, default=default_namespace)
+        placed = _with_namespace(obj, namespace)
+        results = evaluate_policies(
+            placed, namespace=namespace, configured=settings, effective=effective, env_lookup=env_lookup
+        )
+        results += [
+            dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))
+            for found in extra
+            if found is not None
+        ]
+        if namespace in settings.exempt_namespaces:
+            reason = f"namespace {namespace} is exempt"
+            results = [_exempt(found, reason) for found in results]
+        key = _key(placed, namespace)
+        per_object.setdefault(key, []).extend(results)
+        uids[key] = str(podspec.mapping(placed.get("metadata")).get("uid", ""))
+        controller = _controller(placed, namespace)
+        if controller is not None:
+            owners[key] = controller
+        namespaces.add(namespace)
+        objects += 1
+
+    for workload in inventory.workloads:
+        if scope.covers(namespace_of(workload, default=default_namespace)):
+            judge(workload, [checks.mode_selector(workload)])
+    for pod in inventory.pods:
+        if not scope.covers(namespace_of(pod, default=default_namespace)):
+            continue
+        node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
+        judge(
+            pod,
+            [
+                checks.mode_selector(pod),
+                checks.gpu_access_without_request(pod, node=node),
+                checks.stale_pod_reservation(pod),
+                checks.missing_card(pod, nodes=nodes_by_name, now=now),
+            ],
+        )
+    kept, folded = _fold(per_object, owners, uids)
+
+    states: list[cards.NodeState] = []
+    if scope.cluster:
+        grouped = cards.pods_by_node(inventory.pods)
+        bound: dict[str, list[Mapping[str, Any]]] = {}
+        for pod in inventory.pods:
+            node_name = podspec.mapping(pod.get("spec")).get("nodeName")
+            if isinstance(node_name, str) and node_name:
+                bound.setdefault(node_name, []).append(pod)
+        pods_by_uid = {
+            str(podspec.mapping(p.get("metadata")).get("uid")): p
+            for p in inventory.pods
+            if podspec.mapping(p.get("metadata")).get("uid")
+        }
+        for node in inventory.nodes:
+            if not checks.is_gpu_node(node):
+                continue
+            objects += 1
+            node_name = checks.name_of(node)
+            state = cards.node_state(node, grouped.get(node_name, ()), now=now)
+            if state.node.cards:
+                states.append(state)
+            for found in (
+                checks.mode_resource_mismatch(node),
+                checks.mode_resource_missing(node),
+                checks.card_model_labels(node),
+                checks.overcommit(node, state=state, pods=bound.get(node_name, ())),
+                checks.orphaned_ledger_entries(node, pods_by_uid=pods_by_uid, now=now),
+            ):
+                if found is not None:
+                    kept.append(found)
+    return Audit(
+        findings=tuple(sorted(kept, key=findings.sort_key)),
+        scope=scope,
+        objects=objects,
+        folded=folded,
+        namespaces=frozenset(namespaces),
+        nodes=tuple(sorted(states, key=lambda s: s.name)),
+    )

@@ -1,0 +1,91 @@
+"""One audit of a live cluster: list, judge, and bring the PolicyReports in line (CLI and background share it).
+
+Synchronous throughout (the kube adapter is); the background audit runs it in a thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+
+from policies import settings as settings_
+from webhook.audit import kube, report, scan
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Written:
+    """What a report write did."""
+
+    created: int = 0
+    replaced: int = 0
+    deleted: int = 0
+    unchanged: int = 0
+
+    @property
+    def writes(self) -> int:
+        return self.created + self.replaced + self.deleted
+
+
+def scope_of(namespace: str | None) -> scan.Scope:
+    """All namespaces (and the nodes) without a namespace, else just that namespace."""
+    return scan.Scope(namespaces=None if namespace is None else frozenset({namespace}))
+
+
+def audit_cluster(
+    api: client.ApiClient, *, settings: settings_.Settings, namespace: str | None, now: float
+) -> scan.Audit:
+    """List what `namespace` (None: every namespace and the nodes) holds and judge it."""
+    inventory = kube.inventory(api, namespace=namespace)
+    return scan.run(
+        inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube.env_lookup(api)
+    )
+
+
+def owned(audit: scan.Audit) -> set[str]:
+    """The report keys a run answers for: the audited namespaces, and the cluster report when nodes were audited."""
+    if audit.scope.namespaces is not None:
+        return set(audit.scope.namespaces)
+    return {*audit.namespaces, report.CLUSTER}
+
+
+def reports(
+    audit: scan.Audit,
+    *,
+    all_results: bool,
+    now: float,
+    previous: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, report.WireReport | None]:
+    """The reports the audit calls for (None where a report must not exist)."""
+    return report.desired(
+        audit.findings,
+        namespaces=owned(audit),
+        all_results=all_results,
+        now=report.timestamp(now),
+        previous=previous,
+    )
+
+
+def write_reports(
+    api: client.ApiClient, audit: scan.Audit, *, all_results: bool, now: float
+) -> tuple[dict[str, report.WireReport | None], Written]:
+    """Replace our reports with what `audit` found; unchanged reports are not written.
+
+    With every namespace in scope, our reports in namespaces that no longer hold findings (or no
+    longer hold anything) are deleted; with one namespace, only that namespace's report is touched.
+    """
+    namespace = None if audit.scope.namespaces is None else next(iter(sorted(audit.scope.namespaces)), None)
+    existing = kube.existing_reports(api, namespace=namespace, cluster=audit.scope.cluster)
+    wanted = reports(audit, all_results=all_results, now=now, previous=existing)
+    steps = report.plan(wanted, existing)
+    kube.apply(api, steps)
+    counted = {verb: sum(1 for step in steps if step.verb is verb) for verb in report.Verb}
+    present = sum(1 for body in wanted.values() if body is not None)
+    return wanted, Written(
+        created=counted[report.Verb.CREATE],
+        replaced=counted[report.Verb.REPLACE],
+        deleted=counted[report.Verb.DELETE],
+        unchanged=present - counted[report.Verb.CREATE] - counted[report.Verb.REPLACE],
+    )

@@ -31,7 +31,7 @@ import yaml
 
 from policies import gpu
 from webhook import errors
-from webhook.labeler import health, inventory, labels, nvml, ownership, publisher, runner
+from webhook.labeler import health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     node_name = _node_name(args, required=True)
     if args.health_port is not None and not 0 <= args.health_port <= 65535:
         raise errors.InputError(f"--health-port must be 0-65535, not {args.health_port}")
+    # Imported here, not above: the `kubernetes` client is only needed from here on, and
+    # `--dry-run` on a GPU host must work with nothing but nvidia-ml-py and PyYAML installed.
+    from webhook.labeler import publisher  # noqa: PLC0415
+
     try:
         nodes = publisher.connect(args.kubeconfig)
     except publisher.ConnectError as error:

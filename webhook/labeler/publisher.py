@@ -1,7 +1,8 @@
 """The Kubernetes adapter of the labeler: read one Node, merge-patch it and its `status` subresource.
 
-The only labeler module that talks to the apiserver. Errors come out as the three types below, each
-with a one-line message; nothing from `kubernetes` or `urllib3` leaks to the runner. The RBAC this
+The only labeler module that talks to the apiserver (it implements `store.Nodes`). Errors come out
+as the three `store` error types, each with a one-line message; nothing from `kubernetes` or
+`urllib3` leaks to the runner. The RBAC this
 needs is `get`/`patch` on `nodes` and `patch` on `nodes/status` (see `deploy/labeler.yaml`).
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 import urllib3
 from kubernetes import client, config
 
-from webhook.labeler import ownership
+from webhook.labeler import ownership, store
 
 logger = logging.getLogger(__name__)
 
@@ -32,20 +33,8 @@ class ConnectError(Exception):
     """No usable cluster configuration (no kubeconfig, not in a pod)."""
 
 
-class NodeNotFound(Exception):
-    """The node does not exist (yet)."""
-
-
-class Conflict(Exception):
-    """The node changed since it was read (the patch carried its resourceVersion)."""
-
-
-class ApiError(Exception):
-    """Any other failure talking to the apiserver; worth retrying at the next interval."""
-
-
 class Publisher:
-    """Reads and patches Nodes through a `kubernetes` CoreV1Api."""
+    """Reads and patches Nodes through a `kubernetes` CoreV1Api (a `store.Nodes`)."""
 
     def __init__(self, api: Any) -> None:
         self._api = api
@@ -79,12 +68,12 @@ class Publisher:
             return call()
         except client.ApiException as error:
             if error.status == 404:
-                raise NodeNotFound(f"{what}: not found") from error
+                raise store.NodeNotFound(f"{what}: not found") from error
             if error.status == 409:
-                raise Conflict(f"{what}: the node changed meanwhile") from error
-            raise ApiError(f"{what}: {error.status} {error.reason}: {_message(error)}") from error
+                raise store.Conflict(f"{what}: the node changed meanwhile") from error
+            raise store.ApiError(f"{what}: {error.status} {error.reason}: {_message(error)}") from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise ApiError(f"{what}: {type(error).__name__}: {error}") from error
+            raise store.ApiError(f"{what}: {type(error).__name__}: {error}") from error
 
 
 def connect(kubeconfig: Path | None) -> Publisher:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from webhook.labeler import inventory, labels, nvml, ownership, publisher
+from webhook.labeler import inventory, labels, nvml, ownership, store
 
 logger = logging.getLogger(__name__)
 
@@ -53,16 +53,6 @@ class Source(Protocol):
     def __call__(self) -> inventory.Inventory: ...
 
 
-class Nodes(Protocol):
-    """The part of publisher.Publisher the runner uses (a fake in unit tests)."""
-
-    def get(self, name: str) -> ownership.Node: ...
-
-    def patch(self, name: str, body: Mapping[str, Any]) -> None: ...
-
-    def patch_status(self, name: str, body: Mapping[str, Any]) -> None: ...
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Options:
     node_name: str
@@ -74,7 +64,7 @@ class Options:
 class Runner:
     """One node's labeler. `step()` is one pass; `run()` repeats it until stopped."""
 
-    def __init__(self, *, source: Source, nodes: Nodes, options: Options, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, source: Source, nodes: store.Nodes, options: Options, clock: Callable[[], float] = time.monotonic) -> None:
         self._source = source
         self._nodes = nodes
         self._options = options
@@ -120,10 +110,10 @@ class Runner:
             return read_outcome
         try:
             changed = self._publish(inv)
-        except publisher.NodeNotFound as error:
+        except store.NodeNotFound as error:
             self._report(f"node {self._options.node_name} not found ({error}); will look again next interval")
             return Outcome.NODE_MISSING
-        except (publisher.ApiError, publisher.Conflict) as error:
+        except (store.ApiError, store.Conflict) as error:
             self._report(f"apiserver: {error}; will retry next interval")
             return Outcome.API_FAILED
         if read_outcome is None:
@@ -168,7 +158,7 @@ class Runner:
                 break
             try:
                 self._nodes.patch(name, plan.patch)
-            except publisher.Conflict:
+            except store.Conflict:
                 if attempt == CONFLICT_RETRIES:
                     raise
                 logger.debug("node %s changed while labeling it; reading it again", name)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.labeler import inventory, ownership, publisher
+from webhook.labeler import inventory, ownership, store
 
 CardFactory = Callable[..., inventory.Card]
 
@@ -47,7 +47,7 @@ class FakeNodes:
     def get(self, name: str) -> ownership.Node:
         self._maybe_fail()
         if name not in self.objects:
-            raise publisher.NodeNotFound(f"get node {name}: not found")
+            raise store.NodeNotFound(f"get node {name}: not found")
         return ownership.Node.from_object(self.objects[name])
 
     def patch(self, name: str, body: Mapping[str, Any]) -> None:
@@ -57,9 +57,9 @@ class FakeNodes:
         if self.conflicts:
             self.conflicts -= 1
             self._bump(obj)
-            raise publisher.Conflict(f"patch node {name}: the node changed meanwhile")
+            raise store.Conflict(f"patch node {name}: the node changed meanwhile")
         if version is not None and version != obj["metadata"]["resourceVersion"]:
-            raise publisher.Conflict(f"patch node {name}: the node changed meanwhile")
+            raise store.Conflict(f"patch node {name}: the node changed meanwhile")
         body = copy.deepcopy(dict(body))
         body.get("metadata", {}).pop("resourceVersion", None)
         self.patches.append((name, body))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,16 @@ def test_the_interval_flag_accepts_the_local_cluster_spelling() -> None:
     assert args.interval == 2.0
     assert args.advertise and not args.once and not args.take_over
     assert args.func is cli.run
+
+
+def test_dry_run_needs_no_kubernetes_client() -> None:
+    # A GPU host checking its labels should not need the (large) kubernetes client installed.
+    script = (
+        "import sys\n"
+        "from webhook.labeler import cli\n"
+        f"status = cli.main(['labeler', '--dry-run', '-o', 'json', '--inventory', {str(V100)!r}])\n"
+        "assert status == 0, status\n"
+        "assert 'kubernetes' not in sys.modules, 'kubernetes was imported'\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False, cwd=Path(__file__).resolve().parents[3])
+    assert completed.returncode == 0, completed.stderr

@@ -1,0 +1,35 @@
+"""The node store the runner reads and patches: its protocol and its errors.
+
+`webhook.labeler.publisher` implements it against the apiserver; unit tests implement it in memory.
+Kept apart from the publisher so that nothing but the cluster path imports the `kubernetes` client:
+`labeler --dry-run` on a GPU host needs only `nvidia-ml-py` and PyYAML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from webhook.labeler import ownership
+
+
+class NodeNotFound(Exception):
+    """The node does not exist (yet)."""
+
+
+class Conflict(Exception):
+    """The node changed since it was read (the patch carried its resourceVersion)."""
+
+
+class ApiError(Exception):
+    """Any other failure talking to the apiserver; worth retrying at the next interval."""
+
+
+class Nodes(Protocol):
+    """Read one Node; merge-patch it and its `status` subresource."""
+
+    def get(self, name: str) -> ownership.Node: ...
+
+    def patch(self, name: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_status(self, name: str, body: Mapping[str, Any]) -> None: ...

@@ -116,19 +116,52 @@ def issue_ca(*, now: datetime.datetime, common_name: str = CA_COMMON_NAME) -> Ke
 def issue_serving(ca: KeyPair, *, hosts: list[str] | tuple[str, ...], now: datetime.datetime) -> KeyPair:
     """Create a TLS server certificate for every host, signed by ``ca``."""
     sans = subject_alternative_names(hosts)
-    key = ec.generate_private_key(ec.SECP256R1())
     subject_attributes = []
     if len(hosts[0]) <= _MAX_COMMON_NAME:
         subject_attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, hosts[0]))
+    return _issue_leaf(
+        ca,
+        subject=x509.Name(subject_attributes),
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        # An empty subject makes the SAN extension critical (RFC 5280 4.2.1.6).
+        sans=x509.SubjectAlternativeName(sans),
+        sans_critical=not subject_attributes,
+        now=now,
+        validity=SERVING_VALIDITY,
+    )
+
+
+def issue_client(
+    ca: KeyPair, *, common_name: str, organizations: tuple[str, ...] = (), now: datetime.datetime
+) -> KeyPair:
+    """Create a TLS client certificate (Kubernetes reads CN as the user, O as the groups)."""
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return _issue_leaf(
+        ca, subject=x509.Name(attributes), usage=ExtendedKeyUsageOID.CLIENT_AUTH, now=now, validity=SERVING_VALIDITY
+    )
+
+
+def _issue_leaf(
+    ca: KeyPair,
+    *,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    now: datetime.datetime,
+    validity: datetime.timedelta,
+    sans: x509.SubjectAlternativeName | None = None,
+    sans_critical: bool = False,
+) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
     ca_ski = ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    certificate = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name(subject_attributes))
+        .subject_name(subject)
         .issuer_name(ca.certificate.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(min(now + SERVING_VALIDITY, ca.certificate.not_valid_after_utc))
+        .not_valid_after(min(now + validity, ca.certificate.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -144,16 +177,13 @@ def issue_serving(ca: KeyPair, *, hosts: list[str] | tuple[str, ...], now: datet
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        # An empty subject makes the SAN extension critical (RFC 5280 4.2.1.6).
-        .add_extension(x509.SubjectAlternativeName(sans), critical=not subject_attributes)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
-        )
-        .sign(ca.key, hashes.SHA256())
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
     )
-    return KeyPair(certificate=certificate, key=key)
+    if sans is not None:
+        builder = builder.add_extension(sans, critical=sans_critical)
+    return KeyPair(certificate=builder.sign(ca.key, hashes.SHA256()), key=key)
 
 
 def issue_bundle(

@@ -118,3 +118,16 @@ def test_a_long_host_name_is_a_san_but_not_the_common_name() -> None:
     assert leaf.subject == x509.Name([])
     san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert san.critical and san.value.get_values_for_type(x509.DNSName) == [host]
+
+
+def test_a_client_certificate_names_user_and_groups_and_is_for_client_auth_only() -> None:
+    ca = authority.issue_ca(now=NOW)
+    client = authority.issue_client(ca, common_name="admin", organizations=("system:masters",), now=NOW)
+    subject = client.certificate.subject
+    assert subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)[0].value == "admin"
+    assert subject.get_attributes_for_oid(x509.oid.NameOID.ORGANIZATION_NAME)[0].value == "system:masters"
+    usages = client.certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    client.certificate.verify_directly_issued_by(ca.certificate)
+    with pytest.raises(x509.ExtensionNotFound):
+        client.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)

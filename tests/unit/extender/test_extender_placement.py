@@ -12,17 +12,17 @@ NOW = 1_800_000_000.0
 Factory = Any
 
 
-def _fill(make_node: Factory, make_gpu_pod: Factory, node_obj: dict[str, Any], sizes: list[int], **request: int) -> list[int]:
+def _fill(make_node: Factory, make_gpu_pod: Factory, node_obj: dict[str, Any], sizes: list[int], *, core_percent: int = 0) -> list[int]:
     """Place pods one after another as bind does (choose, annotate), return GiB per card."""
     pods: list[dict[str, Any]] = []
     for i, size in enumerate(sizes):
         state = cards.node_state(node_obj, pods, now=NOW)
-        wanted = cards.Request(memory_gib=size, **request)
+        wanted = cards.Request(memory_gib=size, core_percent=core_percent)
         chosen = placement.choose(wanted, state)
         assert chosen is not None, f"pod {i} ({size} GiB) did not fit"
         allocation = cards.Allocation(
             uid=f"u{i}", namespace="ns", name=f"p{i}", node=node_obj["metadata"]["name"], cards=chosen,
-            memory_gib=size, core_percent=request.get("core_percent", 0), assumed_at=NOW,
+            memory_gib=size, core_percent=core_percent, assumed_at=NOW,
         )
         annotations = cards.bind_annotations(allocation, card_memory_gib=15)
         pods.append(make_gpu_pod(f"p{i}", uid=f"u{i}", mem=size, node_name=node_obj["metadata"]["name"], annotations=annotations))

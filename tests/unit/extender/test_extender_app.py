@@ -1,0 +1,193 @@
+"""The extender app in-process: the extender/v1 wire format, the 400 channel, inspect, probes, metrics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import test_utils, web
+
+from webhook.extender import app, binder, cards, store, wire
+
+NOW = 1_800_000_000.0
+Client = test_utils.TestClient[web.Request, web.Application]
+Factory = Any
+
+
+@pytest.fixture
+def cache(apiserver: Any, make_node: Factory) -> store.Store:
+    apiserver.add_node(make_node("gpu-0"))
+    apiserver.add_node(make_node("small", count=1, gib=2))
+    apiserver.add_node(make_node("exclusive", mode="default"))
+    filled = store.Store()
+    filled.replace_nodes(list(apiserver.nodes.values()))
+    filled.replace_pods([])
+    return filled
+
+
+@pytest.fixture
+async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, cache: store.Store) -> Client:
+    settings = app.Settings(clock=lambda: NOW)
+    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings)
+    return await aiohttp_client(application)
+
+
+async def _post(client: Client, path: str, body: object) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with client.post(path, data=data, headers={"Content-Type": "application/json"}) as answer:
+        return answer.status, await answer.json()
+
+
+def _args(pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    return {"Pod": pod, "Nodes": None, "NodeNames": names}
+
+
+async def test_filter_answers_extender_filter_result_with_pascal_case_keys(client: Client, make_gpu_pod: Factory) -> None:
+    status, answer = await _post(client, "/filter", _args(make_gpu_pod(mem=4), ["gpu-0", "small", "exclusive", "gone"]))
+    assert status == 200
+    assert set(answer) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert answer["NodeNames"] == ["gpu-0"] and answer["Nodes"] is None and answer["Error"] == ""
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"small", "exclusive"}
+    assert set(answer["FailedNodes"]) == {"gone"}
+    assert "largest card is GPU0 with 2 GiB" in answer["FailedAndUnresolvableNodes"]["small"]
+
+
+async def test_filter_echoes_full_nodes_when_the_scheduler_sent_them(client: Client, make_gpu_pod: Factory, apiserver: Any) -> None:
+    body = {"Pod": make_gpu_pod(mem=4), "Nodes": {"items": [apiserver.nodes["gpu-0"], apiserver.nodes["small"]]}, "NodeNames": None}
+    status, answer = await _post(client, "/filter", body)
+    assert status == 200 and answer["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["gpu-0"]
+
+
+async def test_prioritize_answers_a_host_priority_list_within_0_to_10(client: Client, make_gpu_pod: Factory) -> None:
+    status, answer = await _post(client, "/prioritize", _args(make_gpu_pod(mem=4), ["gpu-0", "small"]))
+    assert status == 200
+    assert [set(entry) for entry in answer] == [{"Host", "Score"}, {"Host", "Score"}]
+    scores = {entry["Host"]: entry["Score"] for entry in answer}
+    assert set(scores) == {"gpu-0", "small"} and scores["small"] == 0 and 0 <= scores["gpu-0"] <= wire.MAX_PRIORITY
+
+
+async def test_bind_answers_an_empty_error_and_the_pod_is_bound(client: Client, make_gpu_pod: Factory, apiserver: Any) -> None:
+    pod = apiserver.add_pod(make_gpu_pod("trainer", mem=4))
+    body = {"PodName": "trainer", "PodNamespace": "team-a", "PodUID": pod["metadata"]["uid"], "Node": "gpu-0"}
+    status, answer = await _post(client, "/bind", body)
+    assert (status, answer) == (200, {"Error": ""})
+    assert apiserver.pods[("team-a", "trainer")]["spec"]["nodeName"] == "gpu-0"
+    # The app's cache already knows: the next filter sees the card taken.
+    status, inspected = await _get_json(client, "/inspect/gpu-0")
+    assert inspected["nodes"][0]["devs"][0]["usedGPU"] == 4
+
+
+async def test_a_failed_bind_is_a_200_with_the_reason(client: Client, make_gpu_pod: Factory, apiserver: Any) -> None:
+    pod = apiserver.add_pod(make_gpu_pod("big", mem=40))
+    body = {"PodName": "big", "PodNamespace": "team-a", "PodUID": pod["metadata"]["uid"], "Node": "gpu-0"}
+    status, answer = await _post(client, "/bind", body)
+    assert status == 200 and "no GPU card is large enough" in answer["Error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/filter", b"{not json", "bad filter request: the body is not JSON"),
+        ("/filter", b"", "bad filter request: the body is empty"),
+        ("/filter", [], "expected a JSON object"),
+        ("/filter", {"Pod": "x", "NodeNames": []}, "'Pod' must be a Pod object"),
+        ("/filter", {"Pod": {"spec": {}}}, "nodeCacheCapable"),
+        ("/filter", {"Pod": {"spec": {}}, "NodeNames": [1]}, "'NodeNames' must be a list of node names"),
+        ("/prioritize", b"\xff\xfe", "bad prioritize request"),
+        ("/bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}, "bad bind request: 'Node' must be a non-empty string"),
+        ("/bind", b"null", "expected a JSON object (ExtenderBindingArgs)"),
+    ],
+)
+async def test_malformed_bodies_get_400_with_a_clear_error_and_the_server_keeps_serving(
+    client: Client, make_gpu_pod: Factory, path: str, body: object, message: str
+) -> None:
+    status, answer = await _post(client, path, body)
+    assert status == 400 and message in answer["Error"]
+    status, answer = await _post(client, "/filter", _args(make_gpu_pod(mem=1), ["gpu-0"]))
+    assert status == 200 and answer["NodeNames"] == ["gpu-0"]
+
+
+async def test_a_filter_before_the_first_list_fails_the_call_and_healthz_says_loading(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_gpu_pod: Factory
+) -> None:
+    empty = store.Store()
+    client = await aiohttp_client(app.make_app(cache=empty, bind=binder.Binder(apiserver)))
+    status, answer = await _post(client, "/filter", _args(make_gpu_pod(mem=1), ["gpu-0"]))
+    assert status == 200 and "still loading" in answer["Error"]
+    async with client.get("/healthz") as probe:
+        assert probe.status == 503 and "loading nodes and pods" in await probe.text()
+    empty.replace_nodes([])
+    empty.replace_pods([])
+    async with client.get("/healthz") as probe:
+        assert probe.status == 200
+
+
+async def test_an_exception_inside_bind_is_a_200_with_error_never_a_500(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], cache: store.Store
+) -> None:
+    class Broken(binder.Binder):
+        async def bind(self, request: wire.BindRequest) -> binder.BindResult:
+            raise RuntimeError("boom")
+
+    client = await aiohttp_client(app.make_app(cache=cache, bind=Broken(None)))  # type: ignore[arg-type]  # never called
+    status, answer = await _post(client, "/bind", {"PodName": "p", "PodNamespace": "n", "PodUID": "u", "Node": "gpu-0"})
+    assert status == 200 and answer == {"Error": "internal error in the GPU extender: boom"}
+
+
+async def _get_json(client: Client, path: str) -> tuple[int, Any]:
+    async with client.get(path) as answer:
+        return answer.status, await answer.json()
+
+
+async def test_inspect_serves_the_per_card_state_as_json(client: Client) -> None:
+    status, answer = await _get_json(client, "/inspect")
+    assert status == 200
+    assert [n["name"] for n in answer["nodes"]] == ["gpu-0", "small"]
+    assert answer["totalGPU"] == 62 and answer["usedGPU"] == 0
+    assert answer["nodes"][0]["devs"][3] == {"id": 3, "totalGPU": 15, "usedGPU": 0, "usedCore": 0, "whole": False, "pods": []}
+    status, answer = await _get_json(client, "/inspect/nowhere")
+    assert status == 404
+
+
+async def test_metrics_count_verbs_and_give_latency_quantiles(client: Client, make_gpu_pod: Factory) -> None:
+    await _post(client, "/filter", _args(make_gpu_pod(mem=4), ["gpu-0", "small"]))
+    await _post(client, "/filter", b"nope")
+    async with client.get("/metrics") as answer:
+        text = await answer.text()
+    assert 'gpu_admission_extender_requests_total{verb="filter",result="ok"} 1.0' in text
+    assert 'gpu_admission_extender_requests_total{verb="filter",result="bad_request"} 1.0' in text
+    assert 'gpu_admission_extender_filtered_nodes_total{outcome="unresolvable"} 1.0' in text
+    assert 'gpu_admission_extender_latency_seconds{verb="filter",quantile="0.99"}' in text
+    assert 'gpu_admission_extender_request_duration_seconds_count{verb="filter"} 2' in text
+
+
+def test_quantiles_use_the_nearest_rank() -> None:
+    meter = app.Quantiles("x", "y")
+    for value in range(1, 101):
+        meter.observe(value / 1000, verb="bind")
+    assert meter.quantile(0.5, verb="bind") == 0.05 and meter.quantile(0.99, verb="bind") == 0.099
+
+
+def test_the_store_indexes_bound_and_reserved_pods_by_node(make_node: Factory, make_gpu_pod: Factory) -> None:
+    cache = store.Store()
+    cache.replace_nodes([make_node("n")])
+    note = cards.bind_annotations(cards.Allocation(uid="r", namespace="a", name="r", node="n", cards=(1,), memory_gib=2, assumed_at=NOW), card_memory_gib=15)
+    reserved = make_gpu_pod("r", uid="r", mem=2, annotations=note)
+    cache.replace_pods([reserved, make_gpu_pod("other", uid="o", mem=1)])
+    assert [p["metadata"]["name"] for p in cache.pods_on("n")] == ["r"]
+    bound = json.loads(json.dumps(reserved))
+    bound["spec"]["nodeName"] = "n"
+    bound["metadata"]["resourceVersion"] = "5"
+    cache.apply("Pod", "MODIFIED", bound)
+    stale = json.loads(json.dumps(reserved))
+    stale["metadata"]["resourceVersion"] = "3"
+    cache.put_pod(stale)  # an older version arriving late changes nothing
+    assert cache.pods_on("n")[0]["spec"]["nodeName"] == "n"
+    state = cache.state("n", now=NOW, ttl=60)
+    assert state is not None and [c.memory_used for c in state.cards] == [0, 2, 0, 0]
+    cache.apply("Pod", "DELETED", bound)
+    assert cache.pods_on("n") == []
+    assert "managedFields" not in store.slim_pod({**bound, "metadata": {**bound["metadata"], "managedFields": [{}]}})["metadata"]

@@ -1,0 +1,178 @@
+"""Bind against an in-memory apiserver: concurrency, replicas, restarts, expiry, error answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+from webhook.extender import api, binder, cards, wire
+
+NOW = 1_800_000_000.0
+Factory = Any
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _request(obj: dict[str, Any], node: str) -> wire.BindRequest:
+    meta = obj["metadata"]
+    return wire.BindRequest(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], node=node)
+
+
+def _pods(apiserver: Any, make_gpu_pod: Factory, count: int, *, prefix: str = "p", **kwargs: Any) -> list[dict[str, Any]]:
+    return [apiserver.add_pod(make_gpu_pod(f"{prefix}{i}", **kwargs)) for i in range(count)]
+
+
+async def test_binding_annotates_the_pod_then_binds_it(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
+    result = await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))
+    assert result.error == "" and result.allocation is not None and result.allocation.cards == (0,)
+    stored = apiserver.pods[("team-a", "p0")]
+    assert stored["spec"]["nodeName"] == "gpu-0"
+    notes = stored["metadata"]["annotations"]
+    assert notes["ALIYUN_COM_GPU_MEM_IDX"] == "0" and notes["ALIYUN_COM_GPU_MEM_POD"] == "4" and notes["ALIYUN_COM_GPU_MEM_DEV"] == "15"
+    assert json.loads(notes[cards.ALLOCATION_ANNOTATION])["cards"] == [0]
+    assert apiserver.calls.index("patch_pod_annotations") < apiserver.calls.index("bind")
+    assert apiserver.calls.index("patch_node_annotations") < apiserver.calls.index("patch_pod_annotations")
+
+
+async def test_a_burst_of_concurrent_binds_never_over_commits_a_card(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any
+) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    pods = _pods(apiserver, make_gpu_pod, 40, mem=4)  # 160 GiB of asks for 4 x 15 GiB: 12 fit (3 per card)
+    one = binder.Binder(apiserver, clock=Clock())
+    results = await asyncio.gather(*(one.bind(_request(p, "gpu-0")) for p in pods))
+    assert sum(1 for r in results if not r.error) == 12
+    assert used_per_card(apiserver, "gpu-0", now=NOW) == [12, 12, 12, 12]
+    assert all("insufficient GPU memory" in r.error for r in results if r.error)
+
+
+async def test_two_replicas_binding_at_once_never_over_commit(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any
+) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    apiserver.add_node(make_node("gpu-1", placement="spread"))
+    pods = _pods(apiserver, make_gpu_pod, 60, mem=5)
+    replicas = [binder.Binder(apiserver, clock=Clock()), binder.Binder(apiserver, clock=Clock())]
+    rng = random.Random(7)
+    results = await asyncio.gather(
+        *(replicas[i % 2].bind(_request(p, rng.choice(["gpu-0", "gpu-1"]))) for i, p in enumerate(pods))
+    )
+    assert sum(1 for r in results if not r.error) == 24  # 3 x 5 GiB per card, 8 cards
+    assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 15, 15, 15]
+    assert used_per_card(apiserver, "gpu-1", now=NOW) == [15, 15, 15, 15]
+    assert apiserver.conflicts > 0, "the replicas should have raced on the node's resourceVersion"
+    assert sum(r.conflicts for r in results) == apiserver.conflicts
+
+
+async def test_unrelated_node_updates_only_cost_a_retry(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
+    real_get = apiserver.get_node
+    beats = iter(range(3))
+
+    async def get_then_heartbeat(name: str) -> dict[str, Any]:
+        found = await real_get(name)
+        if next(beats, None) is not None:
+            apiserver.touch_node(name)  # a kubelet status update lands between our read and our write
+        return dict(found)
+
+    apiserver.get_node = get_then_heartbeat
+    result = await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))
+    assert result.error == "" and result.conflicts == 3
+
+
+async def test_a_restarted_extender_sees_what_the_previous_one_allocated(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any
+) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    first, second = _pods(apiserver, make_gpu_pod, 6, mem=3)[:5], None
+    before = binder.Binder(apiserver, clock=Clock())
+    for p in first:
+        assert (await before.bind(_request(p, "gpu-0"))).error == ""
+    second = apiserver.add_pod(make_gpu_pod("after-restart", mem=3))
+    after = binder.Binder(apiserver, clock=Clock())  # a new process: nothing in memory
+    result = await after.bind(_request(second, "gpu-0"))
+    assert result.allocation is not None and result.allocation.cards == (1,)
+    assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 3, 0, 0]
+
+
+async def test_a_bind_that_died_after_committing_holds_the_card_until_the_ttl(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
+    apiserver.add_node(make_node("gpu-0", count=1))
+    crashed, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
+    clock = Clock()
+    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    one = binder.Binder(apiserver, clock=clock, ttl=60)
+    assert "connection reset" in (await one.bind(_request(crashed, "gpu-0"))).error
+    # The ledger entry and the annotation of the unbound pod both still hold 10 GiB of the card:
+    blocked = await one.bind(_request(later, "gpu-0"))
+    assert "GPU0 with 5 GiB free" in blocked.error
+    # The scheduler retries the same pod: its own reservation does not stand in its way.
+    assert (await one.bind(_request(crashed, "gpu-0"))).error == ""
+    assert "insufficient" in (await one.bind(_request(later, "gpu-0"))).error
+
+
+async def test_an_unbound_reservation_expires_after_the_ttl(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0", count=1))
+    crashed, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
+    clock = Clock()
+    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    one = binder.Binder(apiserver, clock=clock, ttl=60)
+    await one.bind(_request(crashed, "gpu-0"))
+    clock.now += 61
+    result = await one.bind(_request(later, "gpu-0"))
+    assert result.error == "" and result.allocation is not None
+    ledger = cards.node_reservations(apiserver.nodes["gpu-0"])
+    assert list(ledger) == [later["metadata"]["uid"]], "the expired entry is pruned on the next commit"
+
+
+async def test_bound_pods_leave_the_ledger_on_the_next_commit(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    pods = _pods(apiserver, make_gpu_pod, 3, mem=1)
+    one = binder.Binder(apiserver, clock=Clock())
+    for p in pods:
+        await one.bind(_request(p, "gpu-0"))
+    assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [pods[-1]["metadata"]["uid"]]
+
+
+async def test_errors_come_back_as_binding_results_not_exceptions(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
+    one = binder.Binder(apiserver, clock=Clock())
+    replaced = wire.BindRequest(name="p0", namespace="team-a", uid="not-the-uid", node="gpu-0")
+    assert "was replaced" in (await one.bind(replaced)).error
+    missing = wire.BindRequest(name="ghost", namespace="team-a", uid="u", node="gpu-0")
+    assert "not found" in (await one.bind(missing)).error
+    assert "not found" in (await one.bind(_request(obj, "no-such-node"))).error
+    assert (await one.bind(_request(obj, "gpu-0"))).error == ""
+    assert (await one.bind(_request(obj, "gpu-0"))).error == "", "a retried bind of a bound pod is a success"
+    assert "already bound to gpu-0" in (await one.bind(_request(obj, "gpu-1"))).error
+
+
+async def test_whole_card_pods_get_the_best_connected_free_cards(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    links = [(a, b, "NV2" if (a < 4) == (b < 4) else "SYS") for a in range(8) for b in range(a + 1, 8)]
+    apiserver.add_node(make_node("topo", mode="topology", placement=None, count=8, links=links))
+    one, two = _pods(apiserver, make_gpu_pod, 2, whole=4)
+    b = binder.Binder(apiserver, clock=Clock())
+    first, second = await asyncio.gather(b.bind(_request(one, "topo")), b.bind(_request(two, "topo")))
+    assert first.allocation is not None and second.allocation is not None
+    assert {first.allocation.cards, second.allocation.cards} == {(0, 1, 2, 3), (4, 5, 6, 7)}
+
+
+async def test_a_pod_asking_nothing_we_place_is_bound_plainly(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    (obj,) = _pods(apiserver, make_gpu_pod, 1)
+    assert (await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))).error == ""
+    assert apiserver.pods[("team-a", "p0")]["spec"]["nodeName"] == "gpu-0"
+    assert "patch_node_annotations" not in apiserver.calls

@@ -1,0 +1,307 @@
+"""The extender's aiohttp application: the three scheduler verbs, inspect, probes and metrics.
+
+Two error channels, as for the webhook: a body the scheduler would never send (not JSON, wrong
+shape) gets HTTP 400 with a JSON body saying what is wrong, in the verb's own answer type where
+that type has an `Error` field. Everything else is HTTP 200, failures included (`Error` set):
+kube-scheduler only reads the message of a 200, and nothing here answers 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from webhook import metrics
+from webhook.extender import binder, cards, inspection, placement, wire
+from webhook.extender import store as store_module
+
+log = logging.getLogger(__name__)
+
+# A filter body carries one Pod and the node names (or, without nodeCacheCapable, every Node).
+MAX_BODY_BYTES = 16 * 1024 * 1024
+FINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+RESERVOIR = 4096  # latencies kept per verb for the p50/p99 on /metrics
+
+
+class Watch(Protocol):
+    """Keeps the store in step with the apiserver while the app runs (`kube.Watcher`)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    ttl: float = cards.DEFAULT_RESERVATION_TTL_S
+    clock: Callable[[], float] = time.time
+
+
+class Quantiles:
+    """Exact quantiles over the last RESERVOIR observations of each verb (a Prometheus summary)."""
+
+    def __init__(self, name: str, help_text: str) -> None:
+        self.name = name
+        self.help_text = help_text
+        self._recent: dict[str, collections.deque[float]] = {}
+
+    def observe(self, value: float, *, verb: str) -> None:
+        self._recent.setdefault(verb, collections.deque(maxlen=RESERVOIR)).append(value)
+
+    def quantile(self, q: float, *, verb: str) -> float:
+        ordered = sorted(self._recent.get(verb, ()))
+        if not ordered:
+            return float("nan")
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]  # nearest rank
+
+    def render(self) -> str:
+        lines = [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} summary"]
+        for verb in sorted(self._recent):
+            for q in (0.5, 0.9, 0.99):
+                lines.append(f'{self.name}{{verb="{verb}",quantile="{q}"}} {self.quantile(q, verb=verb):.6f}')
+            lines.append(f'{self.name}_count{{verb="{verb}"}} {len(self._recent[verb])}')
+        return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Meters:
+    registry: metrics.Registry
+    requests: metrics.Counter
+    duration: metrics.Histogram
+    nodes: metrics.Counter
+    conflicts: metrics.Counter
+    recent: Quantiles
+
+
+def make_meters() -> Meters:
+    registry = metrics.Registry()
+    return Meters(
+        registry=registry,
+        requests=registry.register(
+            metrics.Counter(
+                "gpu_admission_extender_requests_total",
+                "Extender requests by verb and result (ok, error, bad_request).",
+                ("verb", "result"),
+            )
+        ),
+        duration=registry.register(
+            metrics.Histogram(
+                "gpu_admission_extender_request_duration_seconds", "Time to answer a scheduler call.", ("verb",), buckets=FINE_BUCKETS
+            )
+        ),
+        nodes=registry.register(
+            metrics.Counter(
+                "gpu_admission_extender_filtered_nodes_total",
+                "Nodes judged by filter: passed, failed (full now), unresolvable (never fits).",
+                ("outcome",),
+            )
+        ),
+        conflicts=registry.register(
+            metrics.Counter(
+                "gpu_admission_extender_bind_conflicts_total",
+                "Compare-and-swap conflicts on a node's reservation ledger (retried).",
+                (),
+            )
+        ),
+        recent=Quantiles("gpu_admission_extender_latency_seconds", "Latency quantiles over recent calls per verb."),
+    )
+
+
+STORE = web.AppKey("store", store_module.Store)
+BINDER = web.AppKey("binder", binder.Binder)
+SETTINGS = web.AppKey("settings", Settings)
+METERS = web.AppKey("meters", Meters)
+WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("watch")
+
+
+def make_app(
+    *,
+    cache: store_module.Store,
+    bind: binder.Binder,
+    settings: Settings | None = None,
+    watch: Callable[[asyncio.AbstractEventLoop], Watch] | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> web.Application:
+    """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
+    app[STORE] = cache
+    app[BINDER] = bind
+    app[SETTINGS] = settings or Settings()
+    app[METERS] = make_meters()
+    if watch is not None:
+        app[WATCH] = watch
+        app.cleanup_ctx.append(_watching)
+    app.router.add_post("/filter", filter_nodes)
+    app.router.add_post("/prioritize", prioritize)
+    app.router.add_post("/bind", bind_pod)
+    app.router.add_get("/inspect", inspect_all)
+    app.router.add_get("/inspect/{node}", inspect_node)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", healthz)
+    app.router.add_get("/metrics", metrics_text)
+    return app
+
+
+async def _watching(app: web.Application) -> AsyncIterator[None]:
+    watcher = app[WATCH](asyncio.get_running_loop())
+    watcher.start()
+    yield
+    watcher.stop()
+
+
+class _BadRequest(Exception):
+    """The body is not an extender request; answered with 400."""
+
+
+async def _json(request: web.Request) -> Any:
+    try:
+        text = await request.text()
+    except web.HTTPRequestEntityTooLarge:
+        raise
+    except UnicodeDecodeError as error:
+        raise _BadRequest(f"the body is not UTF-8: {error}") from error
+    if not text.strip():
+        raise _BadRequest("the body is empty; expected JSON")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise _BadRequest(f"the body is not JSON: {error}") from error
+
+
+async def filter_nodes(request: web.Request) -> web.Response:
+    meters = request.app[METERS]
+    try:
+        args = wire.parse_nodes_request(await _json(request))
+    except (_BadRequest, wire.WireError) as error:
+        meters.requests.inc(verb="filter", result="bad_request")
+        return web.json_response(wire.filter_error(f"bad filter request: {error}"), status=400)
+    cache, settings = request.app[STORE], request.app[SETTINGS]
+    if not cache.synced:
+        meters.requests.inc(verb="filter", result="error")
+        return web.json_response(wire.filter_error("the GPU extender is still loading nodes and pods; retry"))
+    try:
+        wanted = cards.pod_request(args.pod)
+        states = _states(cache, args, settings=settings)
+        outcome = placement.filter_nodes(wanted, states, args.node_names)
+    except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
+        log.exception("filter %s", args.pod_key)
+        meters.requests.inc(verb="filter", result="error")
+        return web.json_response(wire.filter_error(f"internal error in the GPU extender: {error}"))
+    for name, count in (("passed", len(outcome.passed)), ("failed", len(outcome.failed)), ("unresolvable", len(outcome.unresolvable))):
+        meters.nodes.inc(count, outcome=name)
+    meters.requests.inc(verb="filter", result="ok")
+    log.debug("filter %s: %d of %d nodes fit", args.pod_key, len(outcome.passed), len(args.node_names))
+    return web.json_response(
+        wire.filter_result(passed=outcome.passed, failed=outcome.failed, unresolvable=outcome.unresolvable, request=args)
+    )
+
+
+async def prioritize(request: web.Request) -> web.Response:
+    meters = request.app[METERS]
+    try:
+        args = wire.parse_nodes_request(await _json(request))
+    except (_BadRequest, wire.WireError) as error:
+        meters.requests.inc(verb="prioritize", result="bad_request")
+        return web.json_response({"Error": f"bad prioritize request: {error}"}, status=400)
+    cache, settings = request.app[STORE], request.app[SETTINGS]
+    try:
+        scores = placement.scores(cards.pod_request(args.pod), _states(cache, args, settings=settings), args.node_names)
+    except Exception:  # noqa: BLE001 - a neutral answer beats a failed call; the scheduler ignores prioritize errors anyway
+        log.exception("prioritize %s", args.pod_key)
+        meters.requests.inc(verb="prioritize", result="error")
+        scores = {name: 0 for name in args.node_names}
+    else:
+        meters.requests.inc(verb="prioritize", result="ok")
+    return web.json_response(wire.priorities(scores))
+
+
+async def bind_pod(request: web.Request) -> web.Response:
+    meters = request.app[METERS]
+    try:
+        args = wire.parse_bind_request(await _json(request))
+    except (_BadRequest, wire.WireError) as error:
+        meters.requests.inc(verb="bind", result="bad_request")
+        return web.json_response(wire.binding_result(f"bad bind request: {error}"), status=400)
+    try:
+        result = await request.app[BINDER].bind(args)
+    except Exception as error:  # noqa: BLE001 - a bug must fail this bind (the scheduler retries), not the process
+        log.exception("bind %s", args.pod_key)
+        result = binder.BindResult(error=f"internal error in the GPU extender: {error}")
+    if result.conflicts:
+        meters.conflicts.inc(result.conflicts)
+    meters.requests.inc(verb="bind", result="error" if result.error else "ok")
+    return web.json_response(wire.binding_result(result.error))
+
+
+async def inspect_all(request: web.Request) -> web.Response:
+    cache, settings = request.app[STORE], request.app[SETTINGS]
+    states = cache.all_states(now=settings.clock(), ttl=settings.ttl)
+    return web.json_response(inspection.as_json(states.values()))
+
+
+async def inspect_node(request: web.Request) -> web.Response:
+    cache, settings = request.app[STORE], request.app[SETTINGS]
+    name = request.match_info["node"]
+    state = cache.state(name, now=settings.clock(), ttl=settings.ttl)
+    if state is None:
+        return web.json_response({"error": f"node {name} is not known to the extender"}, status=404)
+    return web.json_response(inspection.as_json([state]))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """200 once the first list of nodes and pods is in: before that, filter could not judge."""
+    cache = request.app[STORE]
+    if cache.synced:
+        return web.Response(text="ok\n")
+    waiting = [kind for kind, done in (("nodes", cache.nodes_synced), ("pods", cache.pods_synced)) if not done]
+    return web.Response(status=503, text=f"loading {' and '.join(waiting)}\n")
+
+
+async def metrics_text(request: web.Request) -> web.Response:
+    meters = request.app[METERS]
+    body = meters.registry.render() + meters.recent.render()
+    return web.Response(body=body.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+def _states(
+    cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings
+) -> dict[str, cards.NodeState | None]:
+    now = settings.clock()
+    if args.nodes is None:
+        return cache.states(args.node_names, now=now, ttl=settings.ttl)
+    # Without nodeCacheCapable the scheduler sends the Node objects: fresher than ours.
+    return {
+        name: cards.node_state(obj, cache.pods_on(name), now=now, ttl=settings.ttl) for name, obj in args.nodes.items()
+    }
+
+
+_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+
+
+@web.middleware
+async def _observe(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    """Latency per verb, and a last guard: nothing escapes as a 500."""
+    started = time.perf_counter()
+    try:
+        answer: web.StreamResponse = await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception as error:  # noqa: BLE001 - last line of defence; handlers already catch their own
+        log.exception("%s %s", request.method, request.path)
+        answer = web.json_response({"Error": f"internal error in the GPU extender: {error}"}, status=200)
+    verb = _VERBS.get(request.path)
+    if verb is not None:
+        elapsed = time.perf_counter() - started
+        meters = request.app[METERS]
+        meters.duration.observe(elapsed, verb=verb)
+        meters.recent.observe(elapsed, verb=verb)
+    return answer

@@ -1,0 +1,165 @@
+"""`gpu-admission extender` (serve the scheduler extender) and `gpu-admission inspect` (the per-card
+allocation table; also installed as `kubectl-inspect-cgpu`, so `kubectl inspect cgpu` works)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import logging
+import signal
+import ssl
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from webhook import errors, tls
+from webhook.extender import api, app, binder, cards, inspection, kube
+from webhook.extender import store as store_module
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 12345
+SHUTDOWN_TIMEOUT_S = 5.0
+KUBE_THREADS = 32  # blocking apiserver calls in flight at once (binds are I/O-bound)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `extender` and `inspect` on the top-level CLI."""
+    serve = subparsers.add_parser(
+        "extender",
+        help="run the kube-scheduler extender (POST /filter, /prioritize, /bind; GET /inspect, /healthz, /metrics)",
+        description="Serve the kube-scheduler HTTP extender (extender/v1, nodeCacheCapable) that places "
+        "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage and aliyun.com/gpu pods on a node and a card. "
+        "HTTP unless a certificate and key are given. /healthz answers 200 once nodes and pods are loaded.",
+    )
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to bind (default: {DEFAULT_PORT}; 0 picks one)")
+    serve.add_argument("--host", default="0.0.0.0", help="address to bind (default: 0.0.0.0)")
+    serve.add_argument("--tls-cert-file", metavar="CRT", help="PEM serving certificate: serve HTTPS (needs --tls-private-key-file)")
+    serve.add_argument("--tls-private-key-file", metavar="KEY", help="PEM private key for --tls-cert-file")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    serve.add_argument(
+        "--reservation-ttl", type=float, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="SECONDS",
+        help="how long a card stays held for a pod whose bind did not complete "
+        f"(default: {cards.DEFAULT_RESERVATION_TTL_S:g})",
+    )
+    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="default: info")
+    serve.set_defaults(func=run_extender)
+
+    show = subparsers.add_parser(
+        "inspect",
+        help="per-GPU allocation table of shared GPU nodes (also: kubectl inspect cgpu)",
+        description="Print GPU memory allocated per card, as `kubectl inspect cgpu` does.",
+    )
+    add_inspect_arguments(show)
+    show.set_defaults(func=run_inspect)
+
+
+def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-d", "--details", action="store_true", help="one row per pod")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("node", nargs="*", help="only these nodes")
+
+
+# --- inspect --------------------------------------------------------------------------------------
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    client = kube.KubeApi(kube.load_client(args.kubeconfig))
+    try:
+        nodes, _ = client.list("/api/v1/nodes")
+        pods, _ = client.list("/api/v1/pods")
+    except api.ApiError as error:
+        print(f"gpu-admission inspect: cannot read nodes and pods: {error}", file=sys.stderr)
+        return 1
+    states = cards.cluster_state(nodes, pods, now=time.time())
+    if args.node:
+        missing = sorted(set(args.node) - set(states))
+        if missing:
+            raise errors.InputError(f"no such node: {', '.join(missing)}")
+        states = {name: state for name, state in states.items() if name in args.node}
+    if args.output == "json":
+        print(json.dumps(inspection.as_json(states.values()), indent=2))
+    elif args.details:
+        sys.stdout.write(inspection.details(states.values()))
+    else:
+        sys.stdout.write(inspection.summary(states.values()))
+    return 0
+
+
+def inspect_main(argv: Sequence[str] | None = None) -> int:
+    """The `kubectl-inspect-cgpu` console script: `kubectl inspect cgpu [-d] [-o json]`."""
+    parser = argparse.ArgumentParser(prog="kubectl inspect cgpu", description="GPU memory allocated per card.")
+    add_inspect_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_inspect(args)
+    except errors.InputError as error:
+        print(f"kubectl inspect cgpu: error: {error}", file=sys.stderr)
+        return 2
+
+
+# --- extender -------------------------------------------------------------------------------------
+
+
+def run_extender(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise errors.InputError(f"--port must be 0-65535, not {args.port}")
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
+    if args.reservation_ttl <= 0:
+        raise errors.InputError("--reservation-ttl must be positive")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    context = (
+        tls.server_context(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file) if args.tls_cert_file else None
+    )
+    client = kube.load_client(args.kubeconfig)
+    asyncio.run(_serve(client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl))
+    return 0
+
+
+async def _serve(client: Any, *, host: str, port: int, context: ssl.SSLContext | None, ttl: float) -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
+    kube_api = kube.KubeApi(client)
+    cache = store_module.Store()
+    application = app.make_app(
+        cache=cache,
+        bind=binder.Binder(kube_api, ttl=ttl, cache=cache),
+        settings=app.Settings(ttl=ttl),
+        watch=lambda running: kube.Watcher(kube_api, cache, loop=running),
+    )
+    runner = web.AppRunner(application, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=context)
+        try:
+            await site.start()
+        except OSError as error:
+            raise errors.InputError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
+        scheme = "https" if context is not None else "http"
+        for address in runner.addresses:
+            log.info("listening on %s://%s:%d", scheme, *address[:2])
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await runner.cleanup()
+
+
+if __name__ == "__main__":  # pragma: no cover - convenience for running without the console script
+    _parser = argparse.ArgumentParser(prog="gpu-admission")
+    add_parser(_parser.add_subparsers(dest="command", required=True))
+    _parsed = _parser.parse_args()
+    try:
+        sys.exit(_parsed.func(_parsed))
+    except errors.InputError as _error:
+        print(f"gpu-admission: error: {_error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,276 @@
+"""The kubernetes client adapter: `api.Api` over the sync `kubernetes` client, and a list+watch
+feeding the `store.Store`.
+
+Requests go through `ApiClient.param_serialize`/`call_api`, so authentication (client
+certificates, bearer tokens with refresh, exec plugins) is the client's, but bodies stay plain
+JSON: no model classes on the way in or out, which is both faster and keeps `Any` inside this
+module. Blocking calls run in threads (`asyncio.to_thread`); the two watches each own a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+from kubernetes.config import config_exception
+
+from webhook import errors
+from webhook.extender import api
+from webhook.extender import store as store_module
+
+log = logging.getLogger(__name__)
+
+Object = dict[str, Any]
+REQUEST_TIMEOUT_S = 15.0
+WATCH_TIMEOUT_S = 290  # the apiserver closes watches at --min-request-timeout (1800 s) anyway
+LIST_PAGE = 500
+POOL_SIZE = 64
+FIELD_MANAGER = "gpu-admission-extender"
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+def load_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
+    """An ApiClient for `kubeconfig`; without one, in-cluster config, else the default kubeconfig."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        if kubeconfig:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]  # the client ships these loaders unannotated
+        else:
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # unannotated upstream
+            except config_exception.ConfigException:
+                kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # unannotated upstream
+    except (config_exception.ConfigException, OSError, ValueError) as error:
+        raise errors.InputError(f"cannot load the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}: {error}") from error
+    configuration.connection_pool_maxsize = POOL_SIZE
+    return kubernetes.client.ApiClient(configuration)
+
+
+class KubeApi:
+    """`api.Api` against a real apiserver, plus the blocking list/watch calls the watcher uses."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, *, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        self._client = client
+        self._timeout = timeout
+
+    # --- api.Api ---
+
+    async def get_pod(self, namespace: str, name: str) -> Object:
+        return await asyncio.to_thread(self.request, "GET", _pod_path(namespace, name))
+
+    async def get_node(self, name: str) -> Object:
+        return await asyncio.to_thread(self.request, "GET", f"/api/v1/nodes/{_quote(name)}")
+
+    async def list_node_pods(self, node: str) -> list[Object]:
+        items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}")
+        return items
+
+    async def patch_node_annotations(
+        self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]
+    ) -> Object:
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}}
+        return await asyncio.to_thread(
+            self.request, "PATCH", f"/api/v1/nodes/{_quote(name)}", body=body, content_type=_MERGE_PATCH,
+            query=[("fieldManager", FIELD_MANAGER)],
+        )
+
+    async def patch_pod_annotations(self, namespace: str, name: str, *, uid: str, annotations: Mapping[str, str]) -> Object:
+        # metadata.uid in the patch is a precondition: a pod recreated under the same name is refused.
+        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
+        return await asyncio.to_thread(
+            self.request, "PATCH", _pod_path(namespace, name), body=body, content_type=_MERGE_PATCH,
+            query=[("fieldManager", FIELD_MANAGER)],
+        )
+
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await asyncio.to_thread(self.request, "POST", _pod_path(namespace, name) + "/binding", body=body)
+
+    # --- blocking calls ---
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> Object:
+        """One request; the decoded JSON answer, or ApiError/Conflict/NotFound."""
+        response = self._send(method, path, query=query, body=body, content_type=content_type, timeout=self._timeout)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise _error(response.status, data, f"{method} {path}")
+        try:
+            decoded = json.loads(data)
+        except ValueError as error:
+            raise api.ApiError(f"{method} {path}: the apiserver answered something that is not JSON", status=response.status) from error
+        if not isinstance(decoded, dict):
+            raise api.ApiError(f"{method} {path}: unexpected answer", status=response.status)
+        return decoded
+
+    def list(self, path: str, *, field_selector: str = "") -> tuple[list[Object], str]:
+        """Every item of a collection (paged), and the list's resourceVersion to watch from."""
+        items: list[Object] = []
+        token = ""
+        while True:
+            query = [("limit", str(LIST_PAGE))]
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if token:
+                query.append(("continue", token))
+            page = self.request("GET", path, query=query)
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            metadata = page.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return items, str(metadata.get("resourceVersion", ""))
+
+    def watch(self, path: str, *, resource_version: str, stopped: threading.Event) -> Iterator[tuple[str, Object]]:
+        """Watch events from `resource_version` until the server ends the watch or `stopped` is set."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
+        ]
+        response = self._send("GET", path, query=query, body=None, content_type="application/json", timeout=(10.0, WATCH_TIMEOUT_S + 30.0))
+        if not 200 <= response.status < 300:
+            raise _error(response.status, response.read(), f"watch {path}")
+        raw = response.response
+        try:
+            pending = b""
+            for chunk in raw.stream(amt=None, decode_content=False):
+                if stopped.is_set():
+                    return
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = json.loads(line)
+                        yield str(event.get("type", "")), event.get("object") or {}
+        finally:
+            with contextlib.suppress(Exception):
+                raw.release_conn()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]],
+        body: Mapping[str, Any] | None,
+        content_type: str,
+        timeout: float | tuple[float, float],
+    ) -> Any:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            serialized = self._client.param_serialize(
+                method=method, resource_path=path, query_params=list(query), header_params=headers,
+                body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
+            )
+            return self._client.call_api(*serialized, _request_timeout=timeout)
+        except kubernetes.client.ApiException as error:
+            raise api.ApiError(f"{method} {path}: {error.reason or error}", status=error.status or 0) from error
+        except Exception as error:  # urllib3 connection, TLS and timeout errors
+            raise api.ApiError(f"{method} {path}: {type(error).__name__}: {error}") from error
+
+
+class Watcher:
+    """Keeps a Store in step with the apiserver: list, then watch, relisting after any failure."""
+
+    def __init__(self, kube: KubeApi, cache: store_module.Store, *, loop: asyncio.AbstractEventLoop) -> None:
+        self._kube = kube
+        self._store = cache
+        self._loop = loop
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for kind, path, replace in (
+            ("Node", "/api/v1/nodes", self._store.replace_nodes),
+            ("Pod", "/api/v1/pods", self._store.replace_pods),
+        ):
+            thread = threading.Thread(target=self._run, args=(kind, path, replace), name=f"watch-{kind.lower()}s", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self, kind: str, path: str, replace: Callable[[list[Object]], None]) -> None:
+        delay = 0.2
+        while not self._stopped.is_set():
+            try:
+                items, version = self._kube.list(path)
+                if not self._post(replace, items):
+                    return
+                log.info("listed %d %ss", len(items), kind.lower())
+                delay = 0.2
+                while not self._stopped.is_set():
+                    version = self._watch_once(kind, path, version)
+            except _Expired:
+                log.info("%s watch expired; relisting", kind.lower())
+            except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
+                log.warning("%s watch failed (%s); relisting in %.1f s", kind.lower(), error, delay)
+                self._stopped.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _watch_once(self, kind: str, path: str, version: str) -> str:
+        for event, obj in self._kube.watch(path, resource_version=version, stopped=self._stopped):
+            if event == "ERROR":
+                if obj.get("code") == 410:
+                    raise _Expired
+                raise api.ApiError(str(obj.get("message", "watch error")), status=int(obj.get("code") or 0))
+            version = str((obj.get("metadata") or {}).get("resourceVersion", version))
+            if event == "BOOKMARK":
+                continue
+            if not self._post(self._store.apply, kind, event, obj):
+                self._stopped.set()
+                break
+        return version
+
+    def _post(self, function: Callable[..., None], *args: Any) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(function, *args)
+        except RuntimeError:  # the loop is closed: the process is shutting down
+            return False
+        return True
+
+
+class _Expired(Exception):
+    """The watch's resourceVersion is too old (410 Gone): relist."""
+
+
+def _error(status: int, data: bytes, what: str) -> api.ApiError:
+    message = ""
+    with contextlib.suppress(ValueError, AttributeError):
+        message = str(json.loads(data).get("message", ""))
+    text = f"{what}: {message or data[:200].decode(errors='replace') or status}"
+    if status == 404:
+        return api.NotFound(text, status=status)
+    if status == 409:
+        return api.Conflict(text, status=status)
+    return api.ApiError(text, status=status)
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_quote(namespace)}/pods/{_quote(name)}"
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")

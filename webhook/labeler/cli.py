@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
 def preview(inv: inventory.Inventory, *, node_name: str, source: str) -> dict[str, Any]:
     """What `--dry-run` prints: what a first pass would write on a node that carries nothing yet."""
-    plan = ownership.plan(ownership.Node(name=node_name), labels.compute(inv))
+    plan = ownership.plan(ownership.Node(name=node_name), desired=labels.compute(inv))
     metadata = (plan.patch or {}).get("metadata", {})
     return {
         "node": node_name,

@@ -96,7 +96,7 @@ def owned(annotations: Mapping[str, str]) -> Owned:
     return Owned(labels=frozenset(label_keys), annotations=frozenset(annotation_keys))
 
 
-def plan(node: Node, desired: labels.Desired, *, take_over: bool = False) -> Plan:
+def plan(node: Node, *, desired: labels.Desired, take_over: bool = False) -> Plan:
     """The metadata merge patch that makes `node` carry `desired`, honouring ownership (see module)."""
     previous = owned(node.annotations)
     present = ACCELERATOR_LABELS & node.labels.keys()
@@ -126,7 +126,7 @@ def plan(node: Node, desired: labels.Desired, *, take_over: bool = False) -> Pla
     return Plan(patch={"metadata": metadata} if metadata else None, owned=now_owned, foreign=tuple(sorted(foreign if skipped else ())))
 
 
-def capacity_patch(node: Node, want: Mapping[str, str]) -> dict[str, Any] | None:
+def capacity_patch(node: Node, *, want: Mapping[str, str]) -> dict[str, Any] | None:
     """The `nodes/status` merge patch setting capacity and allocatable to `want` (None: already so)."""
     status: dict[str, Any] = {}
     for field, current in (("capacity", node.capacity), ("allocatable", node.allocatable)):

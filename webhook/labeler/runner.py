@@ -147,7 +147,7 @@ class Runner:
         changed = False
         for attempt in range(1, CONFLICT_RETRIES + 1):
             node = self._nodes.get(name)
-            plan = ownership.plan(node, desired, take_over=self._options.take_over)
+            plan = ownership.plan(node, desired=desired, take_over=self._options.take_over)
             self._note(
                 "foreign",
                 f"leaving {', '.join(plan.foreign)} alone: another component owns them (use --take-over to replace them)"
@@ -176,7 +176,7 @@ class Runner:
             self._note("mode", f"node {node.name} has an unknown ack.node.gpu.schedule value; leaving its capacity alone")
             return False
         self._note("mode", "")
-        patch = ownership.capacity_patch(node, labels.capacity(inv, mode=mode))
+        patch = ownership.capacity_patch(node, want=labels.capacity(inv, mode=mode))
         if patch is None:
             return False
         self._nodes.patch_status(node.name, patch)

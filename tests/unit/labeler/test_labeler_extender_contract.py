@@ -16,7 +16,7 @@ topology = pytest.importorskip("webhook.extender.topology", reason="the schedule
 
 def labeled_node(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, Any]:
     """A Node object as the labeler leaves it after one pass with --advertise."""
-    plan = ownership.plan(ownership.Node(name="gpu-0"), labels.compute(inv))
+    plan = ownership.plan(ownership.Node(name="gpu-0"), desired=labels.compute(inv))
     assert plan.patch is not None
     metadata = plan.patch["metadata"]
     capacity = labels.capacity(inv, mode=mode)

@@ -33,7 +33,7 @@ def apply(node: ownership.Node, patch: dict[str, Any] | None) -> ownership.Node:
 
 def test_a_fresh_node_gets_everything_and_an_ownership_record(cards_of: InventoryFactory) -> None:
     desired = labels.compute(cards_of(4))
-    plan = ownership.plan(ownership.Node(name="n", resource_version="7"), desired)
+    plan = ownership.plan(ownership.Node(name="n", resource_version="7"), desired=desired)
     assert plan.patch is not None
     metadata = plan.patch["metadata"]
     assert metadata["labels"] == desired.labels
@@ -45,14 +45,14 @@ def test_a_fresh_node_gets_everything_and_an_ownership_record(cards_of: Inventor
 
 def test_a_second_pass_over_its_own_output_sends_nothing(cards_of: InventoryFactory) -> None:
     desired = labels.compute(cards_of(4))
-    first = ownership.plan(ownership.Node(name="n"), desired)
+    first = ownership.plan(ownership.Node(name="n"), desired=desired)
     node = apply(ownership.Node(name="n"), first.patch)
-    assert ownership.plan(node, desired).patch is None
+    assert ownership.plan(node, desired=desired).patch is None
 
 
 def test_only_the_values_that_differ_are_sent(cards_of: InventoryFactory) -> None:
-    node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), labels.compute(cards_of(4))).patch)
-    plan = ownership.plan(node, labels.compute(cards_of(3)))
+    node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), desired=labels.compute(cards_of(4))).patch)
+    plan = ownership.plan(node, desired=labels.compute(cards_of(3)))
     assert plan.patch is not None
     assert plan.patch["metadata"]["labels"] == {COUNT: "3"}
     assert set(plan.patch["metadata"]["annotations"]) == {labels.INVENTORY_ANNOTATION}
@@ -60,9 +60,9 @@ def test_only_the_values_that_differ_are_sent(cards_of: InventoryFactory) -> Non
 
 def test_owned_keys_that_no_longer_apply_are_removed(cards_of: InventoryFactory, card: Callable[..., Any]) -> None:
     mixed = inventory.make([card(0), card(1, name="NVIDIA A10", memory_mib=23028)], driver_version="550.1", links=[inventory.link(0, 1, "PIX")])
-    node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), labels.compute(mixed)).patch)
+    node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), desired=labels.compute(mixed)).patch)
     assert node.annotations[labels.MIXED_ANNOTATION] == "true"
-    plan = ownership.plan(node, labels.compute(cards_of(1)))
+    plan = ownership.plan(node, desired=labels.compute(cards_of(1)))
     assert plan.patch is not None
     metadata = plan.patch["metadata"]
     assert metadata["labels"][labels.DRIVER_VERSION_LABEL] is None
@@ -71,21 +71,21 @@ def test_owned_keys_that_no_longer_apply_are_removed(cards_of: InventoryFactory,
 
 
 def test_when_every_card_is_gone_every_owned_key_and_the_record_go_too(cards_of: InventoryFactory) -> None:
-    node = apply(ownership.Node(name="n", labels={"keep": "me"}), ownership.plan(ownership.Node(name="n"), labels.compute(cards_of(2))).patch)
-    after = apply(node, ownership.plan(node, labels.compute(cards_of(0))).patch)
+    node = apply(ownership.Node(name="n", labels={"keep": "me"}), ownership.plan(ownership.Node(name="n"), desired=labels.compute(cards_of(2))).patch)
+    after = apply(node, ownership.plan(node, desired=labels.compute(cards_of(0))).patch)
     assert after.labels == {"keep": "me"}
     assert after.annotations == {}
 
 
 def test_keys_it_never_owned_are_never_removed(cards_of: InventoryFactory) -> None:
     node = ownership.Node(name="n", labels={gpu.SCHEDULE_LABEL: "cgpu", "team": "a"}, annotations={"note": "x"})
-    plan = ownership.plan(node, labels.compute(cards_of(0)))
+    plan = ownership.plan(node, desired=labels.compute(cards_of(0)))
     assert plan.patch is None
 
 
 def test_aliyun_labels_of_another_owner_are_left_alone(cards_of: InventoryFactory) -> None:
     node = ownership.Node(name="n", labels={NAME: "Tesla-M40", MEM: "12209MiB", COUNT: "1"})
-    plan = ownership.plan(node, labels.compute(cards_of(4)))
+    plan = ownership.plan(node, desired=labels.compute(cards_of(4)))
     assert plan.patch is not None
     written = plan.patch["metadata"]["labels"]
     assert NAME not in written and MEM not in written and COUNT not in written
@@ -96,7 +96,7 @@ def test_aliyun_labels_of_another_owner_are_left_alone(cards_of: InventoryFactor
 
 def test_one_foreign_aliyun_label_makes_the_whole_group_foreign(cards_of: InventoryFactory) -> None:
     node = ownership.Node(name="n", labels={COUNT: "2"})
-    plan = ownership.plan(node, labels.compute(cards_of(4)))
+    plan = ownership.plan(node, desired=labels.compute(cards_of(4)))
     assert plan.patch is not None
     assert {NAME, MEM, COUNT}.isdisjoint(plan.patch["metadata"]["labels"])
     assert plan.foreign == (COUNT,)
@@ -104,26 +104,26 @@ def test_one_foreign_aliyun_label_makes_the_whole_group_foreign(cards_of: Invent
 
 def test_take_over_replaces_another_owners_aliyun_labels_and_owns_them(cards_of: InventoryFactory) -> None:
     node = ownership.Node(name="n", labels={NAME: "Tesla-M40", MEM: "12209MiB", COUNT: "1"})
-    plan = ownership.plan(node, labels.compute(cards_of(4)), take_over=True)
+    plan = ownership.plan(node, desired=labels.compute(cards_of(4)), take_over=True)
     assert plan.patch is not None
     assert plan.patch["metadata"]["labels"][NAME] == "Tesla-T4"
     assert plan.patch["metadata"]["labels"][COUNT] == "4"
     assert plan.foreign == ()
     after = apply(node, plan.patch)
-    assert ownership.plan(after, labels.compute(cards_of(4))).patch is None  # and no flag is needed from now on
+    assert ownership.plan(after, desired=labels.compute(cards_of(4))).patch is None  # and no flag is needed from now on
 
 
 def test_take_over_on_a_node_without_cards_removes_the_other_owners_aliyun_labels(cards_of: InventoryFactory) -> None:
     node = ownership.Node(name="n", labels={NAME: "Tesla-M40", COUNT: "1", "aliyun.accelerator/other": "x"})
-    plan = ownership.plan(node, labels.compute(cards_of(0)), take_over=True)
+    plan = ownership.plan(node, desired=labels.compute(cards_of(0)), take_over=True)
     assert plan.patch is not None
     assert plan.patch["metadata"]["labels"] == {NAME: None, COUNT: None}
 
 
 def test_its_own_aliyun_labels_are_updated_without_take_over(cards_of: InventoryFactory) -> None:
-    node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), labels.compute(cards_of(4))).patch)
+    node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), desired=labels.compute(cards_of(4))).patch)
     node = ownership.Node(name="n", labels={**node.labels, NAME: "edited-by-hand"}, annotations=node.annotations)
-    plan = ownership.plan(node, labels.compute(cards_of(4)))
+    plan = ownership.plan(node, desired=labels.compute(cards_of(4)))
     assert plan.patch is not None
     assert plan.patch["metadata"]["labels"] == {NAME: "Tesla-T4"}
 
@@ -131,7 +131,7 @@ def test_its_own_aliyun_labels_are_updated_without_take_over(cards_of: Inventory
 def test_an_unreadable_ownership_record_counts_as_empty_and_is_rewritten(cards_of: InventoryFactory) -> None:
     node = ownership.Node(name="n", annotations={ownership.OWNED_ANNOTATION: "not json"})
     assert ownership.owned(node.annotations) == ownership.Owned()
-    plan = ownership.plan(node, labels.compute(cards_of(1)))
+    plan = ownership.plan(node, desired=labels.compute(cards_of(1)))
     assert plan.patch is not None
     assert json.loads(plan.patch["metadata"]["annotations"][ownership.OWNED_ANNOTATION])["labels"]
 
@@ -156,7 +156,7 @@ def test_a_node_object_is_read_from_its_json(node: NodeFactory) -> None:
 
 def test_capacity_is_patched_in_both_capacity_and_allocatable() -> None:
     node = ownership.Node(name="n", capacity={"cpu": "32"}, allocatable={"cpu": "31"})
-    patch = ownership.capacity_patch(node, {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu": "0"})
+    patch = ownership.capacity_patch(node, want={"aliyun.com/gpu-mem": "60", "aliyun.com/gpu": "0"})
     assert patch == {
         "status": {
             "capacity": {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu": "0"},
@@ -168,9 +168,9 @@ def test_capacity_is_patched_in_both_capacity_and_allocatable() -> None:
 def test_capacity_already_in_place_sends_nothing() -> None:
     current = {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu": "0"}
     node = ownership.Node(name="n", capacity=current, allocatable=current)
-    assert ownership.capacity_patch(node, {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu": "0"}) is None
+    assert ownership.capacity_patch(node, want={"aliyun.com/gpu-mem": "60", "aliyun.com/gpu": "0"}) is None
 
 
 def test_only_the_field_that_differs_is_sent() -> None:
     node = ownership.Node(name="n", capacity={"aliyun.com/gpu": "8"}, allocatable={"aliyun.com/gpu": "7"})
-    assert ownership.capacity_patch(node, {"aliyun.com/gpu": "8"}) == {"status": {"allocatable": {"aliyun.com/gpu": "8"}}}
+    assert ownership.capacity_patch(node, want={"aliyun.com/gpu": "8"}) == {"status": {"allocatable": {"aliyun.com/gpu": "8"}}}

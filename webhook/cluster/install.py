@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from policies import gpu
 from webhook.cluster import controlplane, nodes
 
 WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"
@@ -121,7 +122,38 @@ def start_extender(state: controlplane.State, *, timeout: float = 30.0) -> dict[
     return local_scheduler_configuration(document, base_url=f"http://127.0.0.1:{port}")
 
 
-def install(state: controlplane.State, *, config: Path | None = None) -> None:
+def start_labelers(state: controlplane.State, fake_nodes: Sequence[nodes.FakeNode], *, timeout: float = 60.0) -> None:
+    """Run one real labeler per fake node that has cards, fed by its inventory file, and wait
+    until every such node carries the labels and the capacity the labeler advertises."""
+    directory = state.directory / "inventory"
+    directory.mkdir(exist_ok=True)
+    labelled = [node for node in fake_nodes if node.inventory is not None]
+    for node in labelled:
+        inventory = directory / f"{node.name}.yaml"
+        inventory.write_text(yaml.safe_dump(dict(node.inventory or {}), sort_keys=False))
+        command = [
+            executable(), "labeler", "--node-name", node.name, "--kubeconfig", str(state.kubeconfig),
+            "--inventory", str(inventory), "--interval", "2s", "--advertise",
+        ]
+        controlplane.start(state, f"labeler-{node.name}", command=command)
+    names = {node.name for node in labelled}
+
+    def labelled_and_advertised() -> bool:
+        items = json.loads(controlplane.kubectl(state, "get", "nodes", "-o", "json").stdout)["items"]
+        done = {
+            item["metadata"]["name"]
+            for item in items
+            if gpu.CARD_COUNT_LABEL in item["metadata"].get("labels", {})
+            and str(gpu.Resource.GPU_MEM) in item.get("status", {}).get("capacity", {})
+        }
+        return names <= done
+
+    controlplane.wait_for(labelled_and_advertised, what=f"labels on {len(names)} GPU nodes", timeout=timeout, state=state)
+
+
+def install(state: controlplane.State, *, fake_nodes: Sequence[nodes.FakeNode] = (), config: Path | None = None) -> None:
+    """gpu-admission in the local cluster: labelers for the fake GPU nodes, then the webhook."""
+    start_labelers(state, fake_nodes)
     start_webhook(state, config=config)
     register(state)
 
@@ -136,7 +168,7 @@ def bring_up(
     )
     if with_install:
         try:
-            install(state, config=config)
+            install(state, fake_nodes=fake_nodes, config=config)
         except BaseException:
             controlplane.down(directory)
             raise

@@ -25,6 +25,9 @@ class FakeNode:
     labels: Mapping[str, str]
     capacity: Mapping[str, str]
     annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # The labeler's inventory file for this node (`gpus`, optional `topology`, `driverVersion`,
+    # `cudaVersion`); when present, `cluster up` runs a real labeler for the node with it.
+    inventory: Mapping[str, Any] | None = None
 
     def manifest(self) -> dict[str, Any]:
         """The v1 Node to create. Status is accepted on create, which is how capacity gets set."""
@@ -49,7 +52,7 @@ class FakeNode:
 
 
 def parse(document: Any, *, source: str) -> tuple[FakeNode, ...]:
-    """Read a node file document (`nodes: [{name, labels, capacity, annotations}]`)."""
+    """Read a node file document (`nodes: [{name, labels, capacity, annotations, gpus, topology}]`)."""
     if not isinstance(document, Mapping) or not isinstance(document.get("nodes"), list):
         raise NodeFileError(f"{source}: expected a mapping with a 'nodes' list")
     found: list[FakeNode] = []
@@ -63,6 +66,7 @@ def parse(document: Any, *, source: str) -> tuple[FakeNode, ...]:
                 labels=_strings(entry.get("labels"), where=f"{where}.labels"),
                 capacity=_strings(entry.get("capacity"), where=f"{where}.capacity"),
                 annotations=_strings(entry.get("annotations"), where=f"{where}.annotations"),
+                inventory=_inventory(entry, where=where),
             )
         )
     names = [node.name for node in found]
@@ -85,6 +89,19 @@ def load(path: str | None) -> tuple[FakeNode, ...]:
     except yaml.YAMLError as error:
         raise NodeFileError(f"{path}: invalid YAML: {str(error).splitlines()[0]}") from error
     return parse(document, source=path)
+
+
+_INVENTORY_KEYS = ("gpus", "topology", "driverVersion", "cudaVersion")
+
+
+def _inventory(entry: Mapping[str, Any], *, where: str) -> dict[str, Any] | None:
+    if "gpus" not in entry:
+        if "topology" in entry:
+            raise NodeFileError(f"{where}: 'topology' needs 'gpus'")
+        return None
+    if not isinstance(entry["gpus"], list) or not entry["gpus"]:
+        raise NodeFileError(f"{where}.gpus: expected a non-empty list of cards")
+    return {key: entry[key] for key in _INVENTORY_KEYS if key in entry}
 
 
 def _strings(value: Any, *, where: str) -> dict[str, str]:

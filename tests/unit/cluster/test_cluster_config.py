@@ -15,24 +15,28 @@ def test_the_default_node_set_mirrors_the_seed_pools() -> None:
     fake = {node.name: node for node in nodes.load(None)}
     modes = sorted(node.labels.get("ack.node.gpu.schedule", "") for node in fake.values())
     assert modes == ["", "cgpu", "cgpu", "cgpu", "core_mem", "default", "share", "topology"]
-    assert fake["cgpu-binpack-0"].capacity["aliyun.com/gpu-mem"] == "60"
-    assert fake["cgpu-binpack-0"].capacity["aliyun.com/gpu-count"] == "4"
     assert fake["cgpu-spread-0"].labels["ack.node.gpu.placement"] == "spread"
-    assert fake["topology-0"].capacity["aliyun.com/gpu"] == "8"
-    assert fake["exclusive-0"].capacity["nvidia.com/gpu"] == "8"
-    assert fake["exclusive-0"].labels["aliyun.accelerator/nvidia_name"] == "Tesla-M40"
-    assert fake["cpu-0"].capacity == {}
+    assert {node.labels.get("ack.node.gpu.placement") for node in fake.values() if node.name.startswith(("cgpu-binpack", "share"))} == {"binpack"}
+    cards = {name: node.inventory["gpus"] for name, node in fake.items() if node.inventory is not None}
+    # the 4 x 15 GiB cards of the seeds' binpack/spread pictures
+    assert [card["memoryMiB"] for card in cards["cgpu-binpack-0"]] == [15360] * 4
+    assert len(cards["topology-0"]) == 8 and fake["topology-0"].inventory["topology"]["links"]
+    assert {card["name"] for card in cards["exclusive-0"]} == {"Tesla M40"}
+    assert fake["exclusive-0"].capacity == {"nvidia.com/gpu": "8"}  # a device plugin's, not the labeler's
+    assert fake["cpu-0"].inventory is None and fake["cpu-0"].capacity == {}
 
 
-def test_every_gpu_node_zeroes_the_other_modes_resources() -> None:
-    own = {"cgpu": "aliyun.com/gpu-mem", "share": "aliyun.com/gpu-mem", "core_mem": "aliyun.com/gpu-mem", "topology": "aliyun.com/gpu", "default": "nvidia.com/gpu"}
+def test_the_labeler_not_the_node_file_writes_card_labels_and_shared_capacity() -> None:
     for node in nodes.load(None):
-        mode = node.labels.get("ack.node.gpu.schedule")
-        if mode is None:
-            continue
-        others = {"nvidia.com/gpu", "aliyun.com/gpu", "aliyun.com/gpu-mem"} - {own[mode]}
-        assert all(node.capacity[name] == "0" for name in others), node.name
-        assert int(node.capacity[own[mode]]) > 0, node.name
+        assert not any(key.startswith("aliyun.accelerator/") for key in node.labels), node.name
+        assert not any(key.startswith("aliyun.com/") for key in node.capacity), node.name
+
+
+def test_cards_in_a_node_file_become_its_inventory(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text("nodes: [{name: a, gpus: [{index: 0, uuid: GPU-1, name: T4, memoryMiB: 15360}], topology: {links: []}}]")
+    [node] = nodes.load(str(path))
+    assert node.inventory == {"gpus": [{"index": 0, "uuid": "GPU-1", "name": "T4", "memoryMiB": 15360}], "topology": {"links": []}}
 
 
 def test_a_node_manifest_carries_capacity_in_its_status_and_the_kwok_annotation() -> None:
@@ -54,6 +58,8 @@ def test_a_node_manifest_carries_capacity_in_its_status_and_the_kwok_annotation(
         ("nodes: [{name: a, labels: {x: {y: 1}}}]", "nodes[0].labels: 'x' must map to a string or number"),
         ("nodes: [{name: a}, {name: a}]", "duplicate node names: a"),
         ("nodes: [", "invalid YAML"),
+        ("nodes: [{name: a, gpus: []}]", "nodes[0].gpus: expected a non-empty list of cards"),
+        ("nodes: [{name: a, topology: {links: []}}]", "nodes[0]: 'topology' needs 'gpus'"),
     ],
 )
 def test_a_bad_node_file_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:

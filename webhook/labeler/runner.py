@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from policies import gpu
 from webhook.labeler import inventory, labels, nvml, ownership, store
 
 logger = logging.getLogger(__name__)
@@ -173,7 +174,8 @@ class Runner:
     def _advertise(self, node: ownership.Node, inv: inventory.Inventory) -> bool:
         mode = labels.mode_of(node.labels)
         if mode is None:
-            self._note("mode", f"node {node.name} has an unknown ack.node.gpu.schedule value; leaving its capacity alone")
+            value = node.labels.get(gpu.SCHEDULE_LABEL, "")
+            self._note("mode", f'node {node.name} has {gpu.SCHEDULE_LABEL}="{value}", which is no GPU mode; leaving its capacity alone')
             return False
         self._note("mode", "")
         patch = ownership.capacity_patch(node, want=labels.capacity(inv, mode=mode))

@@ -93,7 +93,7 @@ def test_an_unknown_mode_leaves_capacity_alone_and_says_so_once(
         loop.step()
     assert nodes.status_patches == []
     assert nodes.labels(NODE)[gpu.CARD_COUNT_LABEL] == "4"
-    assert sum("unknown ack.node.gpu.schedule value" in r.getMessage() for r in caplog.records) == 1
+    assert sum('ack.node.gpu.schedule="cgup", which is no GPU mode' in r.getMessage() for r in caplog.records) == 1
 
 
 def test_a_removed_card_updates_the_count_and_inventory(nodes: Any, cards_of: InventoryFactory) -> None:

@@ -101,8 +101,9 @@ class Binder:
         if wanted.problem:
             return BindResult(error=wanted.problem)
         if wanted.family is None:
-            await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node)
-            return BindResult()  # nothing for us to place: bind as the default binder would
+            # The scheduler only sends pods asking for a managed resource; binding anything else on
+            # request would let any caller of this endpoint place arbitrary pods.
+            return BindResult(error=f"pod {request.pod_key} asks for no resource the GPU extender places; refusing to bind it")
         allocation, committed, conflicts, message = await self._commit(request, wanted)
         if allocation is None or committed is None:
             return BindResult(error=message, conflicts=conflicts)

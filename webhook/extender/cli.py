@@ -41,6 +41,11 @@ def add_parser(subparsers: Any) -> None:
     serve.add_argument("--host", default="0.0.0.0", help="address to bind (default: 0.0.0.0)")
     serve.add_argument("--tls-cert-file", metavar="CRT", help="PEM serving certificate: serve HTTPS (needs --tls-private-key-file)")
     serve.add_argument("--tls-private-key-file", metavar="KEY", help="PEM private key for --tls-cert-file")
+    serve.add_argument(
+        "--tls-client-ca-file", metavar="CA",
+        help="require client certificates issued by this CA (kube-scheduler's tlsConfig certFile/keyFile): "
+        "without it anyone who reaches the port can ask for binds",
+    )
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     serve.add_argument(
         "--reservation-ttl", type=float, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="SECONDS",
@@ -115,9 +120,17 @@ def run_extender(args: argparse.Namespace) -> int:
     if args.reservation_ttl <= 0:
         raise errors.InputError("--reservation-ttl must be positive")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.tls_client_ca_file and not args.tls_cert_file:
+        raise errors.InputError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
     context = (
         tls.server_context(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file) if args.tls_cert_file else None
     )
+    if context is not None and args.tls_client_ca_file:
+        try:
+            context.load_verify_locations(cafile=args.tls_client_ca_file)
+        except (OSError, ssl.SSLError) as error:
+            raise errors.InputError(f"--tls-client-ca-file {args.tls_client_ca_file}: {error}") from error
+        context.verify_mode = ssl.CERT_REQUIRED
     client = kube.load_client(args.kubeconfig)
     asyncio.run(_serve(client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl))
     return 0

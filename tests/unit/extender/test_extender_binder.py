@@ -170,9 +170,9 @@ async def test_whole_card_pods_get_the_best_connected_free_cards(apiserver: Any,
     assert {first.allocation.cards, second.allocation.cards} == {(0, 1, 2, 3), (4, 5, 6, 7)}
 
 
-async def test_a_pod_asking_nothing_we_place_is_bound_plainly(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_a_pod_asking_nothing_we_place_is_not_bound(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
     apiserver.add_node(make_node("gpu-0"))
     (obj,) = _pods(apiserver, make_gpu_pod, 1)
-    assert (await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))).error == ""
-    assert apiserver.pods[("team-a", "p0")]["spec"]["nodeName"] == "gpu-0"
-    assert "patch_node_annotations" not in apiserver.calls
+    result = await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))
+    assert "asks for no resource the GPU extender places" in result.error
+    assert "nodeName" not in apiserver.pods[("team-a", "p0")]["spec"]

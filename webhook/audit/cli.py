@@ -112,22 +112,31 @@ def _emit(text: str, *, path: str | None) -> None:
         sys.stdout.write(text)
         return
     target = Path(path)
+    temporary = ""
     try:
-        descriptor, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
         with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.chmod(temporary, 0o644)
         os.replace(temporary, target)
     except OSError as error:
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
         raise errors.InputError(f"{path}: cannot write: {error.strerror or error}") from error
 
 
-if __name__ == "__main__":  # pragma: no cover - for running without the top-level CLI
+def main(argv: list[str] | None = None) -> int:
+    """``audit`` on its own (tests, ``python -m webhook.audit.cli``): errors as one line, exit status 2."""
     parser = argparse.ArgumentParser(prog="gpu-admission")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    parsed = parser.parse_args()
+    args = parser.parse_args(["audit", *(argv if argv is not None else sys.argv[1:])])
     try:
-        sys.exit(parsed.func(parsed))
+        status: int = args.func(args)
     except errors.InputError as error:
         print(f"gpu-admission: error: {error}", file=sys.stderr)
-        sys.exit(EXIT_ERROR)
+        return EXIT_ERROR
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover - for running without the top-level CLI
+    sys.exit(main())

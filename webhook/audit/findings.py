@@ -112,13 +112,12 @@ class Finding:
 
 
 def sort_key(finding: Finding) -> tuple[Any, ...]:
-    """A total, stable order: by object, then most serious first, then policy."""
+    """A total, stable order: by object, then failures before the rest, then policy ID."""
     return (
         finding.subject.namespace,
         finding.subject.kind,
         finding.subject.name,
         RESULT_ORDER[finding.result],
-        SEVERITY_ORDER[finding.severity],
         finding.policy,
         finding.rule,
         finding.message,

@@ -151,13 +151,14 @@ table { border-collapse: collapse; width: 100%; margin: 6px 0 12px; }
 th, td { text-align: left; padding: 6px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
 th { background: var(--bg); font-weight: 600; }
 td.msg { width: 55%; }
+td.obj { white-space: nowrap; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px; font-weight: 600; }
 .badge.fail { background: var(--fail); } .badge.error { background: var(--error); } .badge.warn { background: var(--warn); }
 .badge.skip { background: var(--skip); } .badge.pass { background: var(--pass); }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .node { margin: 10px 0 16px; }
 .node .meta { color: var(--muted); font-size: 12px; }
-.gpu { display: grid; grid-template-columns: 56px 1fr 150px; gap: 8px; align-items: center; margin: 4px 0; }
+.gpu { display: grid; grid-template-columns: 56px 1fr 210px; gap: 8px; align-items: center; margin: 4px 0; }
 .track { height: 16px; background: #e9edf2; border-radius: 4px; overflow: hidden; }
 .fill { height: 100%; background: var(--bar); }
 .fill.over { background: var(--over); }
@@ -219,7 +220,8 @@ def html_page(audit: scan.Audit, *, all_results: bool = False, title: str = "gpu
         )
         for item in items:
             parts.append(
-                f"<tr><td><code>{_e(_objects(item))}</code></td><td>{_e(item.policy)}<br>"
+                f'<tr><td class="obj"><code>{_e(_objects(item))}</code></td>'
+                f"<td>{_e(item.policy)}<br>"
                 f'<span class="num">{_e(item.rule)}</span></td>'
                 f'<td><span class="badge {item.result.value}">{item.result.value}</span></td>'
                 f"<td>{_e(item.action.value)}</td><td>{_e(item.severity.value)}</td>"

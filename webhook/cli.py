@@ -12,14 +12,14 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from webhook import certfiles, dryrun, errors, serve
+from webhook import certfiles, demo, dryrun, errors, serve
 from webhook.cluster import cli as cluster_cli
 from webhook.labeler import cli as labeler_cli
 
 PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
 
-COMMANDS: tuple[ModuleType, ...] = (serve, dryrun, certfiles, cluster_cli, labeler_cli)
+COMMANDS: tuple[ModuleType, ...] = (demo, serve, dryrun, certfiles, cluster_cli, labeler_cli)
 
 
 def make_parser() -> argparse.ArgumentParser:

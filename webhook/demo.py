@@ -1,0 +1,166 @@
+"""`gpu-admission demo`: the whole system on this machine, with no other input.
+
+It brings up the local cluster (building the control plane on the first run), installs
+gpu-admission from `deploy/`, applies the seed workloads and one attempt at each bypass, and prints
+what was admitted, what was refused and why, where each pod landed, and the per-card table. Without
+a Go toolchain there is no cluster to build, so it falls back to the offline dry-run of the same
+examples and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from webhook import config, dryrun, errors
+from webhook.cluster import binaries, controlplane, install, nodes
+
+NAMESPACE = "demo"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DEFAULT_DIR = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "gpu-admission" / "demo"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run everything on a local cluster: seed workloads, bypass attempts, placement",
+        description="Bring up a local cluster with fake GPU nodes, install gpu-admission, apply the seed "
+        "workloads and one attempt at each bypass, and show what happened.",
+    )
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default: {DEFAULT_DIR})")
+    parser.add_argument("--offline", action="store_true", help="skip the cluster: dry-run the examples only")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.offline or (shutil.which("go") is None and not os.environ.get(binaries.ENV_BIN_DIR)):
+        reason = "--offline" if args.offline else "no Go toolchain to build the local control plane"
+        return _offline(reason)
+    try:
+        return _on_cluster(args.dir)
+    except (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError) as error:
+        raise errors.InputError(str(error)) from error
+
+
+def _offline(reason: str) -> int:
+    print(f"demo: {reason}; showing the offline dry-run of the same examples instead.\n")
+    outcomes = dryrun.evaluate(dryrun.read([str(EXAMPLES)], stdin=sys.stdin), settings=config.load(None))
+    print(dryrun.render(outcomes, output="table"))
+    expected = all(o.decision.allowed != ("bypasses" in o.document.source) for o in outcomes)
+    print("every workload admitted and every bypass refused" if expected else "UNEXPECTED verdicts above")
+    return 0 if expected else 1
+
+
+def _on_cluster(directory: Path) -> int:
+    print("== building the control plane (first run only: a few minutes; later runs start in seconds)")
+    bin_dir = binaries.ensure()
+    if controlplane.State.load(directory.resolve()) is not None:
+        controlplane.down(directory)
+    print(f"== starting the local cluster in {directory}")
+    fake_nodes = nodes.load(None)
+    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=fake_nodes)
+    print(f"   {len(fake_nodes)} fake nodes Ready; webhook, extender and {sum(n.inventory is not None for n in fake_nodes)} labelers running")
+    controlplane.kubectl(state, "create", "namespace", NAMESPACE)
+    controlplane.wait_for(
+        lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", NAMESPACE, check=False).returncode == 0,
+        what="the demo namespace", timeout=30,
+    )
+
+    ok = True
+    print("\n== applying the seed workloads (should be admitted)")
+    for path in sorted((EXAMPLES / "workloads").glob("*.yaml")):
+        ok &= _apply(state, path, expect_admitted=True)
+    print("\n== applying one attempt at each bypass (should be refused)")
+    for path in sorted((EXAMPLES / "bypasses").glob("*.yaml")):
+        ok &= _apply(state, path, expect_admitted=False)
+
+    print("\n== where the pods landed")
+    _wait_running(state)
+    print(_placement_table(state))
+    inspect_table = _inspect(state)
+    if inspect_table:
+        print("\n== per-card GPU memory (gpu-admission inspect)")
+        print(inspect_table)
+
+    kubectl = state.bin_dir / "kubectl"
+    print("\n== the cluster keeps running")
+    print(f"   export KUBECONFIG={state.kubeconfig}")
+    print(f"   {kubectl} get pods -n {NAMESPACE} -o wide")
+    print(f"   gpu-admission cluster down --dir {directory}    # tear it down")
+    print("\ndemo: " + ("every workload admitted and every bypass refused" if ok else "UNEXPECTED results above"))
+    return 0 if ok else 1
+
+
+def _apply(state: controlplane.State, path: Path, *, expect_admitted: bool) -> bool:
+    items = [document.object for document in dryrun.read([str(path)], stdin=sys.stdin)]
+    for item in items:
+        item.get("metadata", {}).pop("namespace", None)  # everything goes into the demo namespace
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    completed = controlplane.kubectl(state, "apply", "-n", NAMESPACE, "-f", "-", stdin=body, check=False)
+    admitted = completed.returncode == 0
+    if admitted:
+        print(f"   admitted  {path.name}: {completed.stdout.strip()}")
+    else:
+        reason = completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else "refused"
+        print(f"   REFUSED   {path.name}: {_short(reason)}")
+    return admitted == expect_admitted
+
+
+def _short(message: str) -> str:
+    marker = "denied the request: "
+    return message.split(marker, 1)[1] if marker in message else message
+
+
+def _pods(state: controlplane.State) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(controlplane.kubectl(state, "get", "pods", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    return items
+
+
+def _wait_running(state: controlplane.State) -> None:
+    def settled() -> bool:
+        pods = _pods(state)
+        return bool(pods) and all(p.get("status", {}).get("phase") == "Running" for p in pods)
+
+    try:
+        controlplane.wait_for(settled, what="demo pods Running", timeout=60)
+    except controlplane.ClusterError:
+        print("   (some pods are not Running yet; listing them as they are)")
+
+
+def _placement_table(state: controlplane.State) -> str:
+    node_items = json.loads(controlplane.kubectl(state, "get", "nodes", "-o", "json").stdout)["items"]
+    labels = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in node_items}
+    rows = [("POD", "PHASE", "NODE", "MODE", "CARD MODEL", "CARDS")]
+    for pod in sorted(_pods(state), key=lambda p: p["metadata"]["name"]):
+        node = pod["spec"].get("nodeName", "")
+        node_labels = labels.get(node, {})
+        annotations = pod["metadata"].get("annotations", {})
+        rows.append(
+            (
+                pod["metadata"]["name"],
+                pod.get("status", {}).get("phase", ""),
+                node or "-",
+                node_labels.get("ack.node.gpu.schedule", "-"),
+                node_labels.get("aliyun.accelerator/nvidia_name", "-"),
+                annotations.get("ALIYUN_COM_GPU_MEM_IDX", "-"),
+            )
+        )
+    return _columns(rows)
+
+
+def _inspect(state: controlplane.State) -> str:
+    command = [install.executable(), "inspect", "--kubeconfig", str(state.kubeconfig)]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    return completed.stdout.rstrip() if completed.returncode == 0 else ""
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("   " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -44,6 +44,9 @@ class Watch(Protocol):
 class Settings:
     ttl: float = cards.DEFAULT_RESERVATION_TTL_S
     clock: Callable[[], float] = time.time
+    # Refuse the verbs and /inspect to callers without a verified client certificate. The TLS
+    # context asks for one but does not insist (CERT_OPTIONAL), so kubelet probes of /healthz work.
+    require_client_certificate: bool = False
 
 
 class Quantiles:
@@ -285,12 +288,17 @@ def _states(
 
 
 _VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+_OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 @web.middleware
 async def _observe(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    """Latency per verb, and a last guard: nothing escapes as a 500."""
+    """Client-certificate check, latency per verb, and a last guard: nothing escapes as a 500."""
     started = time.perf_counter()
+    if request.app[SETTINGS].require_client_certificate and request.path not in _OPEN_PATHS:
+        transport = request.transport
+        if transport is None or not transport.get_extra_info("peercert"):
+            return web.json_response({"Error": "a client certificate is required"}, status=401)
     try:
         answer: web.StreamResponse = await handler(request)
     except web.HTTPException:

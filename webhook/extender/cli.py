@@ -43,8 +43,8 @@ def add_parser(subparsers: Any) -> None:
     serve.add_argument("--tls-private-key-file", metavar="KEY", help="PEM private key for --tls-cert-file")
     serve.add_argument(
         "--tls-client-ca-file", metavar="CA",
-        help="require client certificates issued by this CA (kube-scheduler's tlsConfig certFile/keyFile): "
-        "without it anyone who reaches the port can ask for binds",
+        help="require client certificates issued by this CA (kube-scheduler's tlsConfig certFile/keyFile) for "
+        "the verbs and /inspect (not for /healthz and /metrics): without it anyone who reaches the port can ask for binds",
     )
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
     serve.add_argument(
@@ -130,13 +130,20 @@ def run_extender(args: argparse.Namespace) -> int:
             context.load_verify_locations(cafile=args.tls_client_ca_file)
         except (OSError, ssl.SSLError) as error:
             raise errors.InputError(f"--tls-client-ca-file {args.tls_client_ca_file}: {error}") from error
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL  # probes come without one; the app refuses the verbs
     client = kube.load_client(args.kubeconfig)
-    asyncio.run(_serve(client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl))
+    asyncio.run(
+        _serve(
+            client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl,
+            require_client_certificate=bool(args.tls_client_ca_file),
+        )
+    )
     return 0
 
 
-async def _serve(client: Any, *, host: str, port: int, context: ssl.SSLContext | None, ttl: float) -> None:
+async def _serve(
+    client: Any, *, host: str, port: int, context: ssl.SSLContext | None, ttl: float, require_client_certificate: bool
+) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
     kube_api = kube.KubeApi(client)
@@ -144,7 +151,7 @@ async def _serve(client: Any, *, host: str, port: int, context: ssl.SSLContext |
     application = app.make_app(
         cache=cache,
         bind=binder.Binder(kube_api, ttl=ttl, cache=cache),
-        settings=app.Settings(ttl=ttl),
+        settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate),
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running),
     )
     runner = web.AppRunner(application, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)

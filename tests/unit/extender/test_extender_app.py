@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import test_utils, web
 
+from certs import authority
 from webhook.extender import app, binder, cards, store, wire
 
 NOW = 1_800_000_000.0
@@ -191,3 +195,37 @@ def test_the_store_indexes_bound_and_reserved_pods_by_node(make_node: Factory, m
     cache.apply("Pod", "DELETED", bound)
     assert cache.pods_on("n") == []
     assert "managedFields" not in store.slim_pod({**bound, "metadata": {**bound["metadata"], "managedFields": [{}]}})["metadata"]
+
+
+async def test_with_client_certificates_required_the_verbs_refuse_anonymous_callers_but_probes_answer(
+    tmp_path: Any, apiserver: Any, cache: store.Store, make_gpu_pod: Factory
+) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    ca = authority.issue_ca(now=now)
+    serving = authority.issue_serving(ca, hosts=["127.0.0.1"], now=now)
+    scheduler = authority.issue_client(ca, common_name="kube-scheduler", now=now)
+    for name, data in {"ca.crt": ca.certificate_pem, "tls.crt": serving.certificate_pem, "tls.key": serving.key_pem,
+                       "client.crt": scheduler.certificate_pem, "client.key": scheduler.key_pem}.items():
+        (tmp_path / name).write_bytes(data)
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    server_context.load_verify_locations(cafile=str(tmp_path / "ca.crt"))
+    server_context.verify_mode = ssl.CERT_OPTIONAL
+    application = app.make_app(cache=cache, bind=binder.Binder(apiserver), settings=app.Settings(require_client_certificate=True))
+    server = test_utils.TestServer(application, host="127.0.0.1")
+    await server.start_server(ssl=server_context)
+    anonymous = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    trusted.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
+    body = json.dumps(_args(make_gpu_pod(mem=1), ["gpu-0"]))
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"https://127.0.0.1:{server.port}"
+            async with session.post(url + "/filter", data=body, ssl=anonymous) as answer:
+                assert answer.status == 401 and (await answer.json())["Error"] == "a client certificate is required"
+            async with session.get(url + "/healthz", ssl=anonymous) as answer:
+                assert answer.status == 200
+            async with session.post(url + "/filter", data=body, ssl=trusted) as answer:
+                assert answer.status == 200 and (await answer.json())["NodeNames"] == ["gpu-0"]
+    finally:
+        await server.close()

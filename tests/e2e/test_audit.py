@@ -1,0 +1,207 @@
+"""`gpu-admission audit --write-reports` against the real control plane: existing violators, reports, fixes.
+
+Violating objects can only exist if they were created while the webhook was not there, so the test
+unregisters the webhook configurations for the moment it creates them (and registers them again
+with `install.register`, which waits until the apiserver calls the webhook again). This is the
+cheapest honest way: the objects are real, stored by the real apiserver, and a Deployment's
+ReplicaSet and pods are made by the real controller-manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Cluster, eventually
+from webhook.cluster import install
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "deploy" / "crds"
+REPORT = "gpu-admission"
+OVERCOMMIT_NODE = "cgpu-binpack-1"
+
+
+def pod(name: str, **spec_fields: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
+    for key in ("env", "resources", "securityContext", "volumeMounts"):
+        if key in spec_fields:
+            container[key] = spec_fields.pop(key)
+    metadata: dict[str, Any] = {"name": name}
+    if "annotations" in spec_fields:
+        metadata["annotations"] = spec_fields.pop("annotations")
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container], **spec_fields}}
+
+
+BYPASS_ENV = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+
+
+def violators() -> list[dict[str, Any]]:
+    return [
+        pod("sneaky", env=BYPASS_ENV),
+        pod("root-gpu", resources={"limits": {"nvidia.com/gpu": 1}}, securityContext={"privileged": True}),
+        pod("dev-mount", volumes=[{"name": "card", "hostPath": {"path": "/dev/nvidia0"}}]),
+        # Placed by hand past the scheduler and the extender, with a gpushare annotation claiming
+        # 40 GiB of a 15 GiB card.
+        pod(
+            "overcommit",
+            nodeName=OVERCOMMIT_NODE,
+            nodeSelector={"ack.node.gpu.schedule": "cgpu"},
+            resources={"limits": {"aliyun.com/gpu-mem": 3}},
+            env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+            annotations={"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "40"},
+        ),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "bypass"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "bypass"}},
+                "template": {"metadata": {"labels": {"app": "bypass"}}, "spec": pod("x", env=BYPASS_ENV)["spec"]},
+            },
+        },
+    ]
+
+
+@pytest.fixture(scope="module")
+def crds(cluster: Cluster) -> None:
+    applied = cluster.kubectl("apply", "-f", str(CRDS))
+    assert applied.returncode == 0, applied.stderr
+    for name in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
+        waited = cluster.kubectl("wait", "--for", "condition=established", f"crd/{name}", "--timeout=60s")
+        assert waited.returncode == 0, waited.stderr
+
+
+@contextlib.contextmanager
+def webhook_unregistered(cluster: Cluster) -> Iterator[None]:
+    """No admission webhook while inside; registered again (and effective) on the way out."""
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        cluster.kubectl("delete", kind, "gpu-admission", "--ignore-not-found")
+    probe = json.dumps(pod("audit-probe", env=BYPASS_ENV))
+    eventually(
+        lambda: cluster.kubectl("create", "-n", "default", "--dry-run=server", "-f", "-", stdin=probe).returncode == 0,
+        what="the apiserver to stop calling the webhook",
+    )
+    try:
+        yield
+    finally:
+        install.register(cluster.state)
+
+
+def audit(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.audit.cli", "--kubeconfig", str(cluster.state.kubeconfig), *args],
+        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+    )
+
+
+def report(cluster: Cluster, namespace: str | None) -> dict[str, Any] | None:
+    args = ("get", "policyreport", REPORT, "-n", namespace, "-o", "json") if namespace else ("get", "clusterpolicyreport", REPORT, "-o", "json")
+    completed = cluster.kubectl(*args)
+    if completed.returncode != 0:
+        assert "NotFound" in completed.stderr, completed.stderr
+        return None
+    found: dict[str, Any] = json.loads(completed.stdout)
+    return found
+
+
+def failing(found: dict[str, Any] | None) -> set[tuple[str, str, str]]:
+    return {
+        (r["resources"][0]["kind"], r["resources"][0]["name"], r["policy"])
+        for r in (found or {}).get("results", [])
+        if r["result"] in ("fail", "error", "warn")
+    }
+
+
+def test_existing_violators_are_reported_and_disappear_once_fixed(cluster: Cluster, crds: None) -> None:
+    ns = cluster.namespace()
+    with webhook_unregistered(cluster):
+        created = cluster.apply(violators(), namespace=ns)
+        assert created.returncode == 0, created.stderr
+        # The ReplicaSet's pods must exist before the webhook is back, or it refuses them.
+        eventually(lambda: len(cluster.pods(namespace=ns, selector="app=bypass")) == 2, what="the Deployment's pods")
+
+    first = audit(cluster, "--write-reports", "-o", "json")
+    assert first.returncode == 1, first.stderr  # enforce-level failures exist
+    assert "reports: " in first.stderr
+
+    namespaced = report(cluster, ns)
+    assert namespaced is not None
+    found = failing(namespaced)
+    assert {
+        ("Pod", "sneaky", "GPU001"),
+        ("Pod", "root-gpu", "GPU002"),
+        ("Pod", "dev-mount", "GPU003"),
+        ("Deployment", "bypass", "GPU001"),
+    } <= found
+    # The template's finding is reported once, on the Deployment, not on its ReplicaSet and pods.
+    assert not {item for item in found if item[0] in ("ReplicaSet", "Pod") and item[1].startswith("bypass-") and item[2] == "GPU001"}
+    by_pod = {(r["resources"][0]["name"], r["policy"]): r for r in namespaced["results"]}
+    sneaky = by_pod[("sneaky", "GPU001")]
+    assert sneaky["message"] == (
+        "GPU001: containers must not choose GPUs through NVIDIA_VISIBLE_DEVICES: "
+        'container "main" sets NVIDIA_VISIBLE_DEVICES=all; request GPUs as resources, or use void'
+    )
+    assert (sneaky["result"], sneaky["severity"], sneaky["source"], sneaky["properties"]) == ("fail", "high", "gpu-admission", {"action": "enforce"})
+    assert set(sneaky["timestamp"]) == {"seconds", "nanos"}
+    counted = {name: sum(1 for r in namespaced["results"] if r["result"] == name) for name in ("pass", "fail", "warn", "error", "skip")}
+    assert namespaced["summary"] == counted
+
+    cluster_report = report(cluster, None)
+    assert cluster_report is not None
+    (overcommitted,) = [r for r in cluster_report["results"] if r["policy"] == "GPU202" and r["resources"][0]["name"] == OVERCOMMIT_NODE]
+    assert overcommitted["result"] == "fail"
+    assert "card 0: " in overcommitted["message"] and f"Pod/overcommit" in overcommitted["message"]
+    assert {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "overcommit"}.items() <= next(
+        ref for ref in overcommitted["resources"] if ref.get("name") == "overcommit"
+    ).items()
+
+    # Nothing changed: nothing is written.
+    version = namespaced["metadata"]["resourceVersion"]
+    again = audit(cluster, "--write-reports", "-o", "json")
+    assert again.returncode == 1
+    assert "0 created, 0 replaced, 0 deleted" in again.stderr, again.stderr
+    assert report(cluster, ns)["metadata"]["resourceVersion"] == version  # type: ignore[index]
+
+    # Fix: remove the violators, recreate one of them the right way (through the webhook again).
+    deleted = cluster.kubectl("delete", "deployment", "bypass", "-n", ns, "--cascade=foreground", "--wait=true", "--timeout=120s")
+    assert deleted.returncode == 0, deleted.stderr
+    deleted = cluster.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true", "--timeout=120s")
+    assert deleted.returncode == 0, deleted.stderr
+    eventually(lambda: cluster.pods(namespace=ns) == [], what=f"no pods left in {ns}", timeout=120)
+    fixed = cluster.apply(pod("sneaky", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]), namespace=ns)
+    assert fixed.returncode == 0, fixed.stderr
+
+    after = audit(cluster, "--write-reports")
+    assert "reports: " in after.stderr
+    assert report(cluster, ns) is None  # a namespace without findings has no report
+    cluster_after = report(cluster, None)
+    assert not [
+        r for r in (cluster_after or {}).get("results", [])
+        if any(ref.get("name") == "overcommit" and ref.get("namespace") == ns for ref in r["resources"])
+    ]
+
+
+def test_a_namespace_audit_writes_only_that_namespaces_report(cluster: Cluster, crds: None) -> None:
+    mine, other = cluster.namespace(), cluster.namespace()
+    with webhook_unregistered(cluster):
+        for ns in (mine, other):
+            created = cluster.apply(pod("sneaky", env=BYPASS_ENV), namespace=ns)
+            assert created.returncode == 0, created.stderr
+    try:
+        completed = audit(cluster, "-n", mine, "--write-reports", "-o", "yaml")
+        assert completed.returncode == 1, completed.stderr
+        assert ("Pod", "sneaky", "GPU001") in failing(report(cluster, mine))
+        assert report(cluster, other) is None
+    finally:
+        for ns in (mine, other):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false")

@@ -212,9 +212,41 @@ def is_safe_visible_devices(value: object) -> bool:
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
+MAX_LABEL_VALUE = 63
+_NOT_LABEL_SAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
+_JUNK_ENDS = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+_MIG_MARK = "-MIG-"
+
+
 def card_name_label_value(model_name: str) -> str:
-    """A card model as the `aliyun.accelerator/nvidia_name` label spells it (spaces become `-`)."""
-    return "-".join(model_name.split())
+    """A card model as the `aliyun.accelerator/nvidia_name` label spells it; "" when nothing is left.
+
+    GPU Feature Discovery's rule made safe for any input: characters outside `[A-Za-z0-9-_. ]` are
+    dropped and runs of spaces become one `-` (`Tesla V100-SXM2-32GB` becomes `Tesla-V100-SXM2-32GB`,
+    `NVIDIA TITAN X (Pascal)` becomes `NVIDIA-TITAN-X-Pascal`). Then, unlike GFD, the value is cut to
+    63 characters keeping a `-MIG-<profile>` suffix whole (the idea of NVIDIA/k8s-device-plugin
+    PR #1880) and trimmed to alphanumeric ends. The labeler writes names with this, and GPU102
+    spells the card models pods ask for with it, so the two always compare equal.
+    """
+    value = _trim("-".join(_NOT_LABEL_SAFE.sub("", model_name).split()))
+    if len(value) > MAX_LABEL_VALUE:
+        value = _shorten(value)
+    return value
+
+
+def _trim(value: str) -> str:
+    return _JUNK_ENDS.sub("", value)
+
+
+def _shorten(value: str) -> str:
+    head, mark, profile = value.rpartition(_MIG_MARK)
+    if mark:
+        suffix = mark + profile
+        room = MAX_LABEL_VALUE - len(suffix)
+        model = _trim(head[:room]) if room > 0 else ""
+        if model:
+            return model + suffix
+    return _trim(value[:MAX_LABEL_VALUE])
 
 
 def is_label_value(value: str) -> bool:

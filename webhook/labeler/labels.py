@@ -25,7 +25,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import re
 from collections.abc import Mapping
 
 from policies import gpu
@@ -37,12 +36,8 @@ MIXED_ANNOTATION = gpu.OWN_PREFIX + "gpu-mixed"
 DRIVER_VERSION_LABEL = gpu.OWN_PREFIX + "driver-version"
 CUDA_VERSION_LABEL = gpu.OWN_PREFIX + "cuda-version"
 
-MAX_LABEL_VALUE = 63
 UNKNOWN_NAME = "unknown"  # a name with nothing label-safe in it; the label must still exist (GPU103)
 
-_NOT_LABEL_SAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
-_JUNK_ENDS = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
-_MIG_MARK = "-MIG-"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -54,18 +49,8 @@ class Desired:
 
 
 def sanitise(name: str) -> str:
-    """A card name as a valid label value, GPU Feature Discovery's rule made safe for any input.
-
-    Characters outside `[A-Za-z0-9-_. ]` are dropped and runs of spaces become one `-` (so
-    `Tesla V100-SXM2-32GB` becomes `Tesla-V100-SXM2-32GB` and `NVIDIA TITAN X (Pascal)` becomes
-    `NVIDIA-TITAN-X-Pascal`). Then, unlike GFD, the value is cut to 63 characters keeping a
-    `-MIG-<profile>` suffix whole (the idea of NVIDIA/k8s-device-plugin PR #1880) and trimmed to
-    alphanumeric ends. A name with nothing left becomes `unknown`.
-    """
-    value = _trim("-".join(_NOT_LABEL_SAFE.sub("", name).split()))
-    if len(value) > MAX_LABEL_VALUE:
-        value = _shorten(value)
-    return value or UNKNOWN_NAME
+    """A card name as a valid label value (`gpu.card_name_label_value`); `unknown` when nothing is left."""
+    return gpu.card_name_label_value(name) or UNKNOWN_NAME
 
 
 def compute(inv: inventory.Inventory) -> Desired:
@@ -152,21 +137,6 @@ def _most_common(names: list[str]) -> str:
     # the most common model wins, ties go to the first name in sorted order.
     counts = collections.Counter(names)
     return min(counts, key=lambda name: (-counts[name], name))
-
-
-def _trim(value: str) -> str:
-    return _JUNK_ENDS.sub("", value)
-
-
-def _shorten(value: str) -> str:
-    head, mark, profile = value.rpartition(_MIG_MARK)
-    if mark:
-        suffix = mark + profile
-        room = MAX_LABEL_VALUE - len(suffix)
-        model = _trim(head[:room]) if room > 0 else ""
-        if model:
-            return model + suffix
-    return _trim(value[:MAX_LABEL_VALUE])
 
 
 def _json(value: object) -> str:

@@ -157,11 +157,7 @@ def test_replicaset_template_annotations_drive_the_template_affinity(
             "16384, got '0'",
         ),
         ({"gpu-admission.io/gpu-model": " , "}, "annotation gpu-admission.io/gpu-model names no card model"),
-        (
-            {"gpu-admission.io/exclude-gpu-model": "Tesla/V100"},
-            "annotation gpu-admission.io/exclude-gpu-model names 'Tesla/V100', not a card model "
-            "label value",
-        ),
+        ({"gpu-admission.io/exclude-gpu-model": "(/)"}, "annotation gpu-admission.io/exclude-gpu-model names no card model"),
     ],
 )
 def test_annotation_that_cannot_be_honoured_is_denied(pod, container, evaluate, annotations, detail):
@@ -189,3 +185,13 @@ def test_pod_without_card_annotations_gets_no_affinity(pod, container, evaluate)
     decision = evaluate(gpu_pod(pod, container, {"team": "vision"}))
 
     assert decision.patch == ()
+
+
+def test_card_models_are_spelled_as_the_labeler_writes_them(pod, container, evaluate):
+    obj = gpu_pod(pod, container, {"gpu-admission.io/gpu-model": "NVIDIA TITAN X (Pascal)"})
+
+    decision = evaluate(obj)
+
+    [op] = decision.patch
+    [term] = op["value"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0]["values"] == ["NVIDIA-TITAN-X-Pascal"]

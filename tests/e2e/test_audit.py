@@ -13,7 +13,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def pod(name: str, **spec_fields: Any) -> dict[str, Any]:
 BYPASS_ENV = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
 
 
-def violators() -> list[dict[str, Any]]:
+def violators() -> list[Mapping[str, Any]]:
     return [
         pod("sneaky", env=BYPASS_ENV),
         pod("root-gpu", resources={"limits": {"nvidia.com/gpu": 1}}, securityContext={"privileged": True}),

@@ -407,6 +407,17 @@ def mode_selector(obj: Mapping[str, Any]) -> findings.Finding | None:
 # scheduler extender read the annotations the same way.
 
 
+# A card or node shared by thousands of pods must not make a message or a report result huge
+# (reports live in etcd): name this many pods, then say how many more there are.
+MAX_NAMED = 10
+MAX_RELATED = 50
+
+
+def _named(refs: list[findings.ObjectRef]) -> str:
+    shown = ", ".join(ref.display for ref in refs[:MAX_NAMED])
+    return shown + (f" and {len(refs) - MAX_NAMED} more" if len(refs) > MAX_NAMED else "")
+
+
 def _pod_ref(namespace: str, pod_name: str, uid: str = "") -> findings.ObjectRef:
     return findings.ObjectRef(namespace=namespace, kind="Pod", name=pod_name, api_version="v1", uid=uid)
 
@@ -463,7 +474,7 @@ def overcommit(
         if card.whole_used and len(card.allocations) > 1:
             reasons.append(f"held whole by one pod but shared by {len(card.allocations)}")
         if reasons:
-            problems.append(f"card {card.index}: {', '.join(reasons)} ({', '.join(r.display for r in holders)})")
+            problems.append(f"card {card.index}: {', '.join(reasons)} ({_named(holders)})")
             involved.update(dict.fromkeys(holders))
     advertised = capacity(node)
     used: dict[str, int] = {}
@@ -476,7 +487,9 @@ def overcommit(
             problems.append(f"pods bound to the node ask for {key}={used[key]}, the node has {advertised.get(key, 0)}")
             involved.update(dict.fromkeys(findings.ObjectRef.of(p) for p in bound if _requested(p).get(key)))
     if problems:
-        return OVERCOMMIT.finding(subject, result=model.Result.FAIL, detail="; ".join(problems), related=involved)
+        return OVERCOMMIT.finding(
+            subject, result=model.Result.FAIL, detail="; ".join(problems), related=list(involved)[:MAX_RELATED]
+        )
     allocated = sum(card.memory_used for card in state.cards)
     detail = f"{allocated} of {state.memory_total} GiB allocated" if state.cards else "within capacity"
     return OVERCOMMIT.finding(subject, result=model.Result.PASS, detail=detail)
@@ -571,7 +584,8 @@ def orphaned_ledger_entries(
                 continue
         involved.append(ref)
     if problems:
-        return ORPHANED.finding(subject, result=model.Result.FAIL, detail="; ".join(problems), related=involved)
+        shown = problems[:MAX_NAMED] + ([f"and {len(problems) - MAX_NAMED} more"] if len(problems) > MAX_NAMED else [])
+        return ORPHANED.finding(subject, result=model.Result.FAIL, detail="; ".join(shown), related=involved[:MAX_RELATED])
     return ORPHANED.finding(subject, result=model.Result.PASS, detail="every reservation belongs to a pod of this node")
 
 

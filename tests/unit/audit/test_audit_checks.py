@@ -309,3 +309,13 @@ def test_check_ids_are_unique_and_continue_the_builtin_numbering() -> None:
 
 def test_quantities_parse_like_the_apiserver_writes_them() -> None:
     assert [checks.quantity(v) for v in ("4", 4, "1k", "2Ki", " 3 ", "1.5", "x", True)] == [4, 4, 1000, 2048, 3, None, None, None]
+
+
+def test_gpu202_names_a_few_pods_of_a_crowded_card_and_counts_the_rest(node: NodeFactory, pod: PodFactory) -> None:
+    gpu_node = node()
+    pods = [pod(f"p{i:03}", node_name="cgpu-0", gpu_mem=1, annotations=allocation("cgpu-0", [0], mem=1)) for i in range(300)]
+    found = checks.overcommit(gpu_node, state=state_of(gpu_node, pods), pods=pods)
+    assert found is not None and found.result is FAIL
+    assert "Pod/p009 and 290 more)" in found.message
+    assert len(found.message) < 1000
+    assert len(found.related) == checks.MAX_RELATED

@@ -21,8 +21,13 @@ How a request is evaluated:
    (`/spec/template/spec/...`): it is what the workload's pods will get from the webhook, shown so
    the dry-run verdict matches reality. The webhook only registers Pods for mutation and so never
    sends it back for a workload.
-3. Validators run on the mutated object. A finding is a Violation carrying the policy's action;
-   an uncertain finding (see policy.Finding) carries at most `warn`.
+   Each policy's action is `settings.action(id, namespace=..., namespace_labels=...)`: a namespace
+   override, else the configured action, else the default. A policy under an active exception for
+   the object (`settings.exception`) is `Result.SKIP` with the message `exception <name>`.
+3. Validators run on the mutated object: the built-ins, then `settings.user_policies` (compiled
+   CEL policies, `policies.cel`), so every caller of `evaluate` gets the same user policies. A
+   finding is a Violation carrying the policy's action; an uncertain finding (see
+   policy.Finding) carries at most `warn`.
 4. `allowed` is False exactly when some violation acts `enforce`; `warnings` are the messages of
    `warn` violations and of `warn`-mode mutators; `patch` is empty when the request is denied.
 
@@ -45,7 +50,7 @@ action, with the message `engine error: ...`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies import builtin, model, patching, podspec, policy
@@ -70,9 +75,9 @@ class _Outcome:
         if action is model.Action.WARN:
             self.warnings.append(message)
 
-    def decision(self) -> model.Decision:
+    def decision(self, *, ordered: Sequence[policy.Policy] = POLICIES) -> model.Decision:
         allowed = not any(v.action is model.Action.ENFORCE for v in self.violations)
-        order = {p.id: i for i, p in enumerate(POLICIES)}
+        order = {p.id: i for i, p in enumerate(ordered)}
         return model.Decision(
             allowed=allowed,
             results=tuple(sorted(self.results.values(), key=lambda r: order.get(r.policy, 0))),
@@ -161,6 +166,7 @@ def _context(
         template=found,
         containers=containers,
         whole_pod=not ephemeral_only,
+        object=working,
     )
 
 
@@ -235,15 +241,29 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
     ephemeral_only = request.subresource == EPHEMERAL_SUBRESOURCE
     working: dict[str, Any] = patching.thaw(request.object)
     outcome = _Outcome()
-    ordered = [p for p in POLICIES if isinstance(p, policy.Mutator)] + [
-        p for p in POLICIES if not isinstance(p, policy.Mutator)
+    registered = (*POLICIES, *settings.user_policies)
+    ordered = [p for p in registered if isinstance(p, policy.Mutator)] + [
+        p for p in registered if not isinstance(p, policy.Mutator)
     ]
+    namespace = _namespace(request)
     for item in ordered:
-        action = settings.action(item.id)
+        action = settings.action(item.id, namespace=namespace, namespace_labels=request.namespace_labels)
         context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
         if action is model.Action.OFF:
             outcome.results[item.id] = model.PolicyResult(
                 policy=item.id, result=model.Result.SKIP, message="off"
+            )
+            continue
+        exception = settings.exception(
+            item.id,
+            namespace=namespace,
+            namespace_labels=request.namespace_labels,
+            obj=request.object,
+            now=request.now,
+        )
+        if exception is not None:
+            outcome.results[item.id] = model.PolicyResult(
+                policy=item.id, result=model.Result.SKIP, message=f"exception {exception.name}"
             )
             continue
         try:
@@ -265,4 +285,4 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
                 _error(outcome, item, action=action, settings=settings, exc=exc)
                 continue
             _report(outcome, item, action, findings)
-    return outcome.decision()
+    return outcome.decision(ordered=registered)

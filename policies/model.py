@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -70,6 +71,12 @@ class Request:
     subresource: str = ""
     dry_run: bool = False
     env_lookup: EnvLookup | None = None  # see EnvLookup; None means offline
+    # The namespace's labels, for namespace overrides and exceptions by selector; None where the
+    # caller does not know them (only kubernetes.io/metadata.name is then assumed).
+    namespace_labels: Mapping[str, str] | None = None
+    # The time the request is judged at, for exception expiry; the engine never reads a clock, so
+    # without it an exception with an expiry date does not apply.
+    now: datetime.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

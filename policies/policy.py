@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from policies import model, patching, podspec
 
@@ -37,6 +37,9 @@ class Context:
     # is the `ephemeralcontainers` subresource (nothing else of the pod can change there).
     containers: tuple[podspec.ContainerRef, ...]
     whole_pod: bool  # False for the ephemeralcontainers subresource: pod-level policies stand by
+    # The whole object as validators see it (after the mutators' additions), for policies that
+    # judge more than the pod template (the CEL user policies).
+    object: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def namespace(self) -> str:

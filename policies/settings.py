@@ -1,4 +1,4 @@
-"""Engine settings: action per policy, exempt namespaces and the GPU-mode parameters.
+"""Engine settings: actions, namespace overrides, exceptions and the GPU parameters (no I/O).
 
 `Settings()` is the built-in default. `from_mapping` parses the already-loaded YAML document
 (loading files is the caller's job; this package does no I/O). The schema, every key optional:
@@ -7,9 +7,29 @@
 policies:                          # per-policy action: enforce | warn | audit | off
   GPU001: {action: enforce}
   GPU104: {action: off}            # YAML 1.1 reads a bare `off` as false; that means off too
+  TEAM001: {action: warn}          # user (CEL) policies are named by their spec.id
+namespaceOverrides:                # per-namespace actions; the first override that matches the
+  - name: research                 #   namespace *and* names the policy decides
+    namespaces: [research, lab-a]  # any of these names ...
+    namespaceSelector:             # ... and/or namespaces whose labels match (metav1.LabelSelector)
+      matchLabels: {gpu-admission.io/tier: lab}
+      matchExpressions: [{key: env, operator: In, values: [dev, test]}]
+    policies:
+      GPU002: {action: warn}
+exceptions:                        # a policy does not apply to matching objects: Result.SKIP,
+  - name: dcgm-exporter            #   message "exception <name>"
+    policies: [GPU002, GPU003]
+    match:                         # every key given must hold; at least one is required
+      namespaces: [monitoring]
+      namespaceSelector: {matchLabels: {team: ops}}
+      names: ["dcgm-exporter-*"]   # shell patterns on metadata.name (generateName when unnamed)
+      objectSelector: {matchLabels: {app: dcgm-exporter}}  # the object's (and template's) labels
+    expires: "2026-12-31T00:00:00Z"  # RFC 3339 (or a date: 00:00 UTC); afterwards it stops applying
+    reason: needs /dev/nvidia* for DCGM metrics, OPS-1234
 exemptNamespaces: [kube-system, kube-node-lease, gpu-admission]
 defaultSharedMode: cgpu            # cgpu | share | mps: what GPU101 pins aliyun.com/gpu-mem pods to
 gpuSchedulerName: ""               # GPU105 sets this schedulerName when non-empty
+visibleDevicesNeutralValue: void   # what GPU104 writes and GPU001 accepts: void | none | ""
 keepNonGpuPodsOffGpuNodes: false   # GPU103 for every pod without GPUs, not only privileged ones
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
@@ -20,23 +40,41 @@ Actions: `enforce` denies (for a mutator: applies its patch), `warn` adds a warn
 only says what it would add), `audit` only records the result, `off` skips the policy. A crashing
 policy gets the milder of its own action and `errorActions[kind]`, so an audited policy never
 denies, not even when it crashes.
+
+Resolution for one policy on one object (`Settings.action`, `Settings.exception`): an active
+exception that matches skips it; otherwise the first namespace override that matches and names the
+policy gives its action; otherwise `policies.<id>.action`; otherwise the policy's default.
+
+Namespace labels come with the request (`model.Request.namespace_labels`). Where the caller does
+not know them, only the label the apiserver puts on every namespace,
+`kubernetes.io/metadata.name`, is assumed, so a selector on any other label does not match.
+An exception with `expires` applies only when the caller says what time it is (`now`): without
+a clock this package cannot tell whether it has expired, and applying it would be the unsafe guess.
 """
 
 # CONTRACT (owned by the policies helper; keep these names and signatures):
 #   Settings                       frozen dataclass, Settings() is the built-in default
 #   from_mapping(data) -> Settings parses the already-loaded YAML document
 #   InvalidSettings(ValueError)    raised with a one-line message naming the field
+#   Settings.action(policy_id)     the action without namespace context, as before
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import fnmatch
+import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, gpu, model
+from policies import builtin, gpu, model, policy
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on every namespace
+# NVIDIA_VISIBLE_DEVICES values that expose no device node: `void` (and empty) behave like runc,
+# `none` mounts the driver but no card. Anything else could name cards, so it cannot be configured.
+NEUTRAL_VISIBLE_DEVICES_CHOICES: tuple[str, ...] = ("void", "none", "")
 
 
 class InvalidSettings(ValueError):
@@ -54,6 +92,102 @@ def _default_error_actions() -> Mapping[model.PolicyKind, model.Action]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Requirement:
+    """One `matchExpressions` entry of a label selector."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether `labels` satisfy the requirement (Kubernetes semantics: NotIn holds when absent)."""
+        if self.operator == "Exists":
+            return self.key in labels
+        if self.operator == "DoesNotExist":
+            return self.key not in labels
+        if self.operator == "In":
+            return self.key in labels and labels[self.key] in self.values
+        return self.key not in labels or labels[self.key] not in self.values
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LabelSelector:
+    """A metav1.LabelSelector: every matchLabels pair and every requirement must hold."""
+
+    match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether `labels` are selected; an empty selector selects everything."""
+        return all(labels.get(k) == v for k, v in self.match_labels.items()) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NamespaceMatch:
+    """Namespaces by name (any of) and/or by labels; both given means both must hold."""
+
+    names: frozenset[str] = frozenset()
+    selector: LabelSelector | None = None
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether the namespace is matched."""
+        if self.names and namespace not in self.names:
+            return False
+        return self.selector is None or self.selector.matches(labels)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NamespaceOverride:
+    """Actions for some policies in the namespaces an override matches."""
+
+    name: str
+    match: NamespaceMatch
+    actions: Mapping[str, model.Action]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PolicyException:
+    """Objects some policies do not apply to, until `expires` (when set)."""
+
+    name: str
+    policies: frozenset[str]
+    namespaces: NamespaceMatch | None = None
+    names: tuple[str, ...] = ()  # shell patterns; any of them
+    object_selector: LabelSelector | None = None
+    expires: datetime.datetime | None = None  # aware, UTC
+    reason: str = ""
+
+    def expired(self, now: datetime.datetime) -> bool:
+        """Whether the exception has stopped applying at `now`."""
+        return self.expires is not None and _aware(now) >= self.expires
+
+    def matches(self, *, namespace: str, namespace_labels: Mapping[str, str], obj: Mapping[str, Any]) -> bool:
+        """Whether the object falls under the exception (expiry is not considered here)."""
+        if self.namespaces is not None and not self.namespaces.matches(namespace, namespace_labels):
+            return False
+        metadata = _mapping(obj.get("metadata"))
+        if self.names:
+            name = metadata.get("name") or ""
+            if not name:
+                generate = metadata.get("generateName")
+                name = f"{generate}*" if isinstance(generate, str) and generate else ""
+            if not isinstance(name, str) or not any(_glob(name, p) for p in self.names):
+                return False
+        if self.object_selector is not None:
+            candidates = [_labels(metadata.get("labels"))]
+            template = _mapping(_mapping(_mapping(obj.get("spec")).get("template")).get("metadata"))
+            jobs = _mapping(_mapping(_mapping(_mapping(obj.get("spec")).get("jobTemplate")).get("spec")).get("template"))
+            for found in (template, _mapping(jobs.get("metadata"))):
+                if "labels" in found:
+                    candidates.append(_labels(found.get("labels")))
+            if not any(self.object_selector.matches(c) for c in candidates):
+                return False
+        return True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything the engine can be told; the defaults are the documented built-in behaviour."""
 
@@ -65,31 +199,96 @@ class Settings:
     error_actions: Mapping[model.PolicyKind, model.Action] = dataclasses.field(
         default_factory=_default_error_actions
     )
+    visible_devices_neutral_value: str = gpu.VISIBLE_DEVICES_VOID
+    namespace_overrides: tuple[NamespaceOverride, ...] = ()
+    exceptions: tuple[PolicyException, ...] = ()
+    # Validators from outside the built-ins (compiled CEL policies, see policies.cel), evaluated
+    # after the built-in validators by every caller of the engine.
+    user_policies: tuple[policy.Policy, ...] = ()
 
-    def action(self, policy_id: str) -> model.Action:
-        """The configured action of a policy (its default where the settings do not name it)."""
+    def action(
+        self,
+        policy_id: str,
+        *,
+        namespace: str | None = None,
+        namespace_labels: Mapping[str, str] | None = None,
+    ) -> model.Action:
+        """The action of a policy: a matching namespace override, else the configured, else the default.
+
+        Without `namespace` no override is considered (the cluster-wide action).
+        """
+        if namespace is not None and self.namespace_overrides:
+            labels = labels_of_namespace(namespace, namespace_labels)
+            for override in self.namespace_overrides:
+                if policy_id in override.actions and override.match.matches(namespace, labels):
+                    return override.actions[policy_id]
         found = self.actions.get(policy_id)
         if found is not None:
             return found
-        for policy in builtin.POLICIES:
-            if policy.id == policy_id:
-                return policy.default_action
+        for item in (*builtin.POLICIES, *self.user_policies):
+            if item.id == policy_id:
+                return item.default_action
         return model.Action.OFF
+
+    def exception(
+        self,
+        policy_id: str,
+        *,
+        namespace: str,
+        namespace_labels: Mapping[str, str] | None = None,
+        obj: Mapping[str, Any],
+        now: datetime.datetime | None,
+    ) -> PolicyException | None:
+        """The first active exception that exempts `obj` from the policy, or None."""
+        labels = labels_of_namespace(namespace, namespace_labels)
+        for exception in self.exceptions:
+            if policy_id not in exception.policies:
+                continue
+            if exception.expires is not None and (now is None or exception.expired(now)):
+                continue
+            if exception.matches(namespace=namespace, namespace_labels=labels, obj=obj):
+                return exception
+        return None
 
     def error_action(self, kind: model.PolicyKind) -> model.Action:
         """The most a crashing policy of this kind may do."""
         return self.error_actions.get(kind, model.Action.ENFORCE)
 
+    def is_neutral_visible_devices(self, value: object) -> bool:
+        """Whether an NVIDIA_VISIBLE_DEVICES value exposes no card: void, none or the configured value."""
+        return gpu.is_safe_visible_devices(value) or (
+            isinstance(value, str) and value.strip().lower() == self.visible_devices_neutral_value
+        )
+
+
+def labels_of_namespace(namespace: str, labels: Mapping[str, str] | None) -> Mapping[str, str]:
+    """The namespace's labels, with the name label the apiserver always sets."""
+    if labels is not None and labels.get(NAMESPACE_NAME_LABEL) == namespace:
+        return labels
+    return {**(labels or {}), NAMESPACE_NAME_LABEL: namespace}
+
+
+def expired_exceptions(settings: Settings, *, now: datetime.datetime) -> list[PolicyException]:
+    """The exceptions whose `expires` has passed at `now` (audit reports them as findings)."""
+    return [e for e in settings.exceptions if e.expired(now)]
+
+
+# --- parsing ---------------------------------------------------------------------------------------
 
 _KEYS = (
     "policies",
+    "namespaceOverrides",
+    "exceptions",
     "exemptNamespaces",
     "defaultSharedMode",
     "gpuSchedulerName",
+    "visibleDevicesNeutralValue",
     "keepNonGpuPodsOffGpuNodes",
     "errorActions",
 )
 _ACTION_NAMES = ", ".join(model.Action)
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # a namespace name (DNS label)
 
 
 def _action(value: object, *, field: str) -> model.Action:
@@ -103,23 +302,27 @@ def _action(value: object, *, field: str) -> model.Action:
     raise InvalidSettings(f"{field}: must be one of {_ACTION_NAMES}, got {value!r}")
 
 
-def _policies(value: object) -> Mapping[str, model.Action]:
-    actions = dict(_default_actions())
-    if value is None:
-        return types.MappingProxyType(actions)
+def _policy_actions(value: object, *, field: str, known: Sequence[str]) -> dict[str, model.Action]:
     if not isinstance(value, Mapping):
-        raise InvalidSettings(f"policies: must be a mapping of policy ID to {{action: ...}}, got {value!r}")
-    known = ", ".join(sorted(actions))
+        raise InvalidSettings(f"{field}: must be a mapping of policy ID to {{action: ...}}, got {value!r}")
+    actions: dict[str, model.Action] = {}
     for policy_id, entry in value.items():
-        if policy_id not in actions:
-            raise InvalidSettings(f"policies.{policy_id}: unknown policy; known: {known}")
+        if policy_id not in known:
+            raise InvalidSettings(f"{field}.{policy_id}: unknown policy; known: {', '.join(known)}")
         if not isinstance(entry, Mapping):
-            raise InvalidSettings(f"policies.{policy_id}: must be a mapping like {{action: enforce}}, got {entry!r}")
+            raise InvalidSettings(f"{field}.{policy_id}: must be a mapping like {{action: enforce}}, got {entry!r}")
         for key in entry:
             if key != "action":
-                raise InvalidSettings(f"policies.{policy_id}.{key}: unknown key; known: action")
+                raise InvalidSettings(f"{field}.{policy_id}.{key}: unknown key; known: action")
         if "action" in entry:
-            actions[policy_id] = _action(entry["action"], field=f"policies.{policy_id}.action")
+            actions[policy_id] = _action(entry["action"], field=f"{field}.{policy_id}.action")
+    return actions
+
+
+def _policies(value: object, *, defaults: Mapping[str, model.Action]) -> Mapping[str, model.Action]:
+    actions = dict(defaults)
+    if value is not None:
+        actions.update(_policy_actions(value, field="policies", known=sorted(defaults)))
     return types.MappingProxyType(actions)
 
 
@@ -163,6 +366,17 @@ def _scheduler_name(value: object) -> str:
     return value.strip()
 
 
+def _neutral_value(value: object) -> str:
+    if value is None:
+        return gpu.VISIBLE_DEVICES_VOID
+    if isinstance(value, str) and value.strip().lower() in NEUTRAL_VISIBLE_DEVICES_CHOICES:
+        return value.strip().lower()
+    choices = ", ".join(repr(c) for c in NEUTRAL_VISIBLE_DEVICES_CHOICES)
+    raise InvalidSettings(
+        f"visibleDevicesNeutralValue: must be one of {choices} (values that expose no GPU), got {value!r}"
+    )
+
+
 def _flag(value: object, *, field: str) -> bool:
     if value is None:
         return False
@@ -171,20 +385,190 @@ def _flag(value: object, *, field: str) -> bool:
     return value
 
 
-def from_mapping(data: Mapping[str, Any]) -> Settings:
+def _keys(value: Mapping[str, Any], *, field: str, known: Sequence[str]) -> None:
+    for key in value:
+        if key not in known:
+            raise InvalidSettings(f"{field}.{key}: unknown key; known: {', '.join(known)}")
+
+
+def _strings(value: object, *, field: str, allow_empty_list: bool = False) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidSettings(f"{field}: must be a list of non-empty strings, got {value!r}")
+    if not value and not allow_empty_list:
+        raise InvalidSettings(f"{field}: must not be empty")
+    return tuple(value)
+
+
+def _namespace_names(value: object, *, field: str) -> frozenset[str]:
+    names = _strings(value, field=field)
+    for index, name in enumerate(names):
+        if not _NAME.match(name) or len(name) > 63:
+            raise InvalidSettings(f"{field}[{index}]: {name!r} is not a namespace name")
+    return frozenset(names)
+
+
+def label_selector(value: object, *, field: str) -> LabelSelector:
+    """A metav1.LabelSelector from its YAML form; raises InvalidSettings naming the field."""
+    if not isinstance(value, Mapping):
+        raise InvalidSettings(f"{field}: must be a mapping with matchLabels and/or matchExpressions, got {value!r}")
+    _keys(value, field=field, known=("matchLabels", "matchExpressions"))
+    labels = value.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise InvalidSettings(f"{field}.matchLabels: must map label keys to string values, got {labels!r}")
+    expressions = value.get("matchExpressions") or []
+    if not isinstance(expressions, list):
+        raise InvalidSettings(f"{field}.matchExpressions: must be a list, got {expressions!r}")
+    requirements = []
+    for index, entry in enumerate(expressions):
+        where = f"{field}.matchExpressions[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidSettings(f"{where}: must be a mapping with key, operator and values, got {entry!r}")
+        _keys(entry, field=where, known=("key", "operator", "values"))
+        key, operator, values = entry.get("key"), entry.get("operator"), entry.get("values") or []
+        if not isinstance(key, str) or not key:
+            raise InvalidSettings(f"{where}.key: must be a label key, got {key!r}")
+        if operator not in _OPERATORS:
+            raise InvalidSettings(f"{where}.operator: must be one of {', '.join(_OPERATORS)}, got {operator!r}")
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidSettings(f"{where}.values: must be a list of strings, got {values!r}")
+        if operator in ("In", "NotIn") and not values:
+            raise InvalidSettings(f"{where}.values: must not be empty for {operator}")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise InvalidSettings(f"{where}.values: must be empty for {operator}")
+        requirements.append(Requirement(key=key, operator=operator, values=frozenset(values)))
+    return LabelSelector(match_labels=types.MappingProxyType(dict(labels)), match_expressions=tuple(requirements))
+
+
+def _namespace_match(value: Mapping[str, Any], *, field: str) -> NamespaceMatch | None:
+    names = value.get("namespaces")
+    selector = value.get("namespaceSelector")
+    if names is None and selector is None:
+        return None
+    return NamespaceMatch(
+        names=frozenset() if names is None else _namespace_names(names, field=f"{field}.namespaces"),
+        selector=None if selector is None else label_selector(selector, field=f"{field}.namespaceSelector"),
+    )
+
+
+def _override_list(value: object, *, known: Sequence[str]) -> tuple[NamespaceOverride, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidSettings(f"namespaceOverrides: must be a list, got {value!r}")
+    overrides = []
+    for index, entry in enumerate(value):
+        field = f"namespaceOverrides[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidSettings(f"{field}: must be a mapping, got {entry!r}")
+        _keys(entry, field=field, known=("name", "namespaces", "namespaceSelector", "policies"))
+        name = entry.get("name", field)
+        if not isinstance(name, str) or not name:
+            raise InvalidSettings(f"{field}.name: must be a non-empty string, got {name!r}")
+        match = _namespace_match(entry, field=field)
+        if match is None:
+            raise InvalidSettings(f"{field}: needs namespaces and/or namespaceSelector")
+        if "policies" not in entry:
+            raise InvalidSettings(f"{field}.policies: is required")
+        actions = _policy_actions(entry["policies"], field=f"{field}.policies", known=known)
+        overrides.append(NamespaceOverride(name=name, match=match, actions=types.MappingProxyType(actions)))
+    return tuple(overrides)
+
+
+def _timestamp(value: object, *, field: str) -> datetime.datetime:
+    if isinstance(value, datetime.datetime):
+        return _aware(value)
+    if isinstance(value, datetime.date):  # YAML reads a bare 2026-12-31 as a date
+        return datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.timezone.utc)
+    if isinstance(value, str):
+        try:
+            return _aware(datetime.datetime.fromisoformat(value.strip()))
+        except ValueError:
+            pass
+    raise InvalidSettings(f"{field}: must be an RFC 3339 time like 2026-12-31T00:00:00Z, got {value!r}")
+
+
+def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyException, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidSettings(f"exceptions: must be a list, got {value!r}")
+    exceptions: list[PolicyException] = []
+    for index, entry in enumerate(value):
+        field = f"exceptions[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidSettings(f"{field}: must be a mapping, got {entry!r}")
+        _keys(entry, field=field, known=("name", "policies", "match", "expires", "reason"))
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidSettings(f"{field}.name: is required (a non-empty string), got {name!r}")
+        if any(e.name == name for e in exceptions):
+            raise InvalidSettings(f"{field}.name: {name!r} is used by an earlier exception")
+        ids = _strings(entry.get("policies"), field=f"{field}.policies")
+        for position, policy_id in enumerate(ids):
+            if policy_id not in known:
+                raise InvalidSettings(
+                    f"{field}.policies[{position}]: unknown policy {policy_id!r}; known: {', '.join(known)}"
+                )
+        match = entry.get("match")
+        if not isinstance(match, Mapping) or not match:
+            raise InvalidSettings(
+                f"{field}.match: is required: namespaces, namespaceSelector, names and/or objectSelector"
+            )
+        _keys(match, field=f"{field}.match", known=("namespaces", "namespaceSelector", "names", "objectSelector"))
+        names = () if match.get("names") is None else _strings(match["names"], field=f"{field}.match.names")
+        selector = match.get("objectSelector")
+        reason = entry.get("reason", "")
+        if not isinstance(reason, str):
+            raise InvalidSettings(f"{field}.reason: must be a string, got {reason!r}")
+        expires = entry.get("expires")
+        exceptions.append(
+            PolicyException(
+                name=name.strip(),
+                policies=frozenset(ids),
+                namespaces=_namespace_match(match, field=f"{field}.match"),
+                names=names,
+                object_selector=None
+                if selector is None
+                else label_selector(selector, field=f"{field}.match.objectSelector"),
+                expires=None if expires is None else _timestamp(expires, field=f"{field}.expires"),
+                reason=reason,
+            )
+        )
+    return tuple(exceptions)
+
+
+def _user_policies(extra: Iterable[policy.Policy]) -> tuple[policy.Policy, ...]:
+    seen = {p.id for p in builtin.POLICIES}
+    out = []
+    for item in extra:
+        if item.id in seen:
+            raise InvalidSettings(f"policy {item.id}: the ID is already taken by another policy")
+        seen.add(item.id)
+        out.append(item)
+    return tuple(out)
+
+
+def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[policy.Policy] = ()) -> Settings:
     """Settings from a loaded YAML document; raises InvalidSettings naming the first bad field.
 
     An empty document (None, as a YAML loader returns for an empty file) gives the defaults.
+    `user_policies` (compiled CEL policies) join the built-ins: their IDs may then be named in
+    `policies`, `namespaceOverrides` and `exceptions`.
     """
+    extra = _user_policies(user_policies)
     if data is None:
-        return Settings()
+        data = {}
     if not isinstance(data, Mapping):
         raise InvalidSettings(f"settings: must be a mapping, got {type(data).__name__}")
     for key in data:
         if key not in _KEYS:
             raise InvalidSettings(f"{key}: unknown key; known: {', '.join(_KEYS)}")
+    defaults = {**_default_actions(), **{p.id: p.default_action for p in extra}}
+    known = sorted(defaults)
     return Settings(
-        actions=_policies(data.get("policies")),
+        actions=_policies(data.get("policies"), defaults=defaults),
         exempt_namespaces=_namespaces(data.get("exemptNamespaces")),
         default_shared_mode=_shared_mode(data.get("defaultSharedMode")),
         gpu_scheduler_name=_scheduler_name(data.get("gpuSchedulerName")),
@@ -192,4 +576,26 @@ def from_mapping(data: Mapping[str, Any]) -> Settings:
             data.get("keepNonGpuPodsOffGpuNodes"), field="keepNonGpuPodsOffGpuNodes"
         ),
         error_actions=_error_actions(data.get("errorActions")),
+        visible_devices_neutral_value=_neutral_value(data.get("visibleDevicesNeutralValue")),
+        namespace_overrides=_override_list(data.get("namespaceOverrides"), known=known),
+        exceptions=_exception_list(data.get("exceptions"), known=known),
+        user_policies=extra,
     )
+
+
+def _aware(moment: datetime.datetime) -> datetime.datetime:
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _labels(value: object) -> Mapping[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+def _glob(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern)

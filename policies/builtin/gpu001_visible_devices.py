@@ -67,7 +67,7 @@ def _check_entry(
     if value_from is None or "value" in entry:
         value = entry.get("value")
         value = "" if value is None else value
-        if gpu.is_safe_visible_devices(value):
+        if context.settings.is_neutral_visible_devices(value):
             return []
         shown = value if isinstance(value, str) else repr(value)
         return [
@@ -85,7 +85,7 @@ def _check_entry(
             data = _lookup(context, kind, name)
             if data is not None:
                 value = data.get(key)
-                if value is None or gpu.is_safe_visible_devices(value):
+                if value is None or context.settings.is_neutral_visible_devices(value):
                     return []
                 return [
                     policy.Finding(
@@ -132,7 +132,7 @@ def _check_env_from(
                 )
             ]
         value = data.get(key)
-        if value is not None and not gpu.is_safe_visible_devices(value):
+        if value is not None and not context.settings.is_neutral_visible_devices(value):
             return [
                 policy.Finding(
                     detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV}={value} "

@@ -22,12 +22,12 @@ class VoidDevices(policy.ContainerMutator):
         self, context: policy.Context, container: podspec.ContainerRef
     ) -> policy.Mutation:
         """The env entry, where the container requests no GPU and does not name the variable."""
-        del context
         if gpu.requests_gpu(container.container):
             return policy.Mutation()
         if podspec.has_env(container.container, gpu.VISIBLE_DEVICES_ENV):
             return policy.Mutation()
-        entry = {"name": gpu.VISIBLE_DEVICES_ENV, "value": gpu.VISIBLE_DEVICES_VOID}
+        neutral = context.settings.visible_devices_neutral_value
+        entry = {"name": gpu.VISIBLE_DEVICES_ENV, "value": neutral}
         env = container.container.get("env")
         if env is None:
             operation = patching.add(patching.join(container.path, "env"), [entry])
@@ -38,6 +38,6 @@ class VoidDevices(policy.ContainerMutator):
         return policy.Mutation(
             operations=(operation,),
             changes=(
-                f"{container.label}: added {gpu.VISIBLE_DEVICES_ENV}={gpu.VISIBLE_DEVICES_VOID}",
+                f"{container.label}: added {gpu.VISIBLE_DEVICES_ENV}={neutral}",
             ),
         )

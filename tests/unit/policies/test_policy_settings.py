@@ -84,8 +84,9 @@ def test_each_action_is_accepted(action):
         ({"policies": ["GPU001"]}, "policies: must be a mapping of policy ID to {action: ...}, got ['GPU001']"),
         (
             {"exemptNamespace": ["x"]},
-            "exemptNamespace: unknown key; known: policies, exemptNamespaces, defaultSharedMode, "
-            "gpuSchedulerName, keepNonGpuPodsOffGpuNodes, errorActions",
+            "exemptNamespace: unknown key; known: policies, namespaceOverrides, exceptions, exemptNamespaces, "
+            "defaultSharedMode, gpuSchedulerName, visibleDevicesNeutralValue, keepNonGpuPodsOffGpuNodes, "
+            "errorActions",
         ),
         ({"exemptNamespaces": "kube-system"}, "exemptNamespaces: must be a list of namespace names, got 'kube-system'"),
         ({"exemptNamespaces": ["ok", ""]}, "exemptNamespaces: must be a list of namespace names, got ['ok', '']"),

@@ -53,7 +53,9 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
     except web.HTTPRequestEntityTooLarge:
         meters.admission_reviews.inc(endpoint=endpoint, result="bad_request")
         log.warning("uid=- endpoint=%s body over %d bytes from %s", endpoint, request.client_max_size, request.remote)
-        return web.Response(status=413, text=f"bad AdmissionReview: body larger than {request.client_max_size} bytes\n")
+        # 400 like every other body that is not a usable review (the contract in DESIGN section 2);
+        # the reason line says it was the size.
+        return web.Response(status=400, text=f"bad AdmissionReview: body larger than {request.client_max_size} bytes\n")
     try:
         checked = review.parse(body)
     except review.BadReview as error:

@@ -1,4 +1,4 @@
-"""Loading the engine settings from a YAML file (the ``--config`` flag of serve and dry-run)."""
+"""Loading the engine settings from a YAML file (``--config``) and user policies (``--policies-dir``)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ import pathlib
 import yaml
 
 from policies import settings
-from webhook import errors
+from webhook import errors, userpolicies
 
 
-def load(path: str | None) -> settings.Settings:
+def load(path: str | None, *, policies_dir: str | None = None) -> settings.Settings:
     """Read ``path`` as a settings document; no path means the built-in defaults.
 
-    Every problem (missing file, bad YAML, a field the engine rejects) becomes one
-    ``errors.InputError`` line that names the file.
+    ``policies_dir`` holds user (CEL) policies (``webhook.userpolicies``); they join the built-ins,
+    and the document may name their IDs. Every problem (missing file, bad YAML, a field the engine
+    rejects, a policy that does not compile) becomes one ``errors.InputError`` line that names the file.
     """
+    user_policies = userpolicies.load(policies_dir)
     if path is None:
-        return settings.Settings()
+        return settings.from_mapping({}, user_policies=user_policies)
     try:
         text = pathlib.Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -31,7 +33,7 @@ def load(path: str | None) -> settings.Settings:
     if not isinstance(data, dict):
         raise errors.InputError(f"{path}: config must be a mapping, not {type(data).__name__}")
     try:
-        return settings.from_mapping(data)
+        return settings.from_mapping(data, user_policies=user_policies)
     except settings.InvalidSettings as error:
         raise errors.InputError(f"{path}: {error}") from error
 

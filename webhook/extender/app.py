@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from policies import podspec
 from webhook import metrics
 from webhook.extender import binder, cards, inspection, placement, wire
 from webhook.extender import store as store_module
@@ -279,11 +280,13 @@ def _states(
     cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings
 ) -> dict[str, cards.NodeState | None]:
     now = settings.clock()
+    uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     if args.nodes is None:
-        return cache.states(args.node_names, now=now, ttl=settings.ttl)
+        return cache.states(args.node_names, now=now, ttl=settings.ttl, exclude_uid=uid)
     # Without nodeCacheCapable the scheduler sends the Node objects: fresher than ours.
     return {
-        name: cards.node_state(obj, cache.pods_on(name), now=now, ttl=settings.ttl) for name, obj in args.nodes.items()
+        name: cards.node_state(obj, cache.pods_on(name), now=now, ttl=settings.ttl, exclude_uid=uid)
+        for name, obj in args.nodes.items()
     }
 
 

@@ -136,7 +136,7 @@ class Binder:
                 node = await self._api.get_node(request.node)
                 pods = await self._api.list_node_pods(request.node)
                 now = self._clock()
-                ledger = cards.node_reservations(node)
+                ledger = await self._live(cards.node_reservations(node), pods=pods, node=request.node, now=now)
                 state = cards.node_state(node, pods, now=now, ttl=self._ttl, reservations=ledger, exclude_uid=request.uid)
                 fit = placement.evaluate(wanted, state)
                 if not fit.fits:
@@ -146,7 +146,7 @@ class Binder:
                     cards=fit.cards, memory_gib=wanted.memory_gib, core_percent=wanted.core_percent,
                     whole=bool(wanted.cards), assumed_at=now, expires=now + self._ttl, source="reservation",
                 )
-                kept = cards.prune_reservations(ledger, pods=pods, now=now)
+                kept = cards.prune_reservations(ledger, pods=pods, now=now)  # `ledger` has no gone pods
                 kept.pop(request.uid, None)
                 kept[request.uid] = allocation
                 version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
@@ -163,3 +163,28 @@ class Binder:
                     self._cache.put_node(committed)
                 return dataclasses.replace(allocation, expires=None, source="allocation"), committed, conflicts, ""
         return None, None, conflicts, f"{request.node}: gave up after {conflicts} conflicting updates of the node; will retry"
+
+    async def _live(
+        self, ledger: dict[str, cards.Allocation], *, pods: list[dict[str, Any]], node: str, now: float
+    ) -> dict[str, cards.Allocation]:
+        """The ledger without entries of pods that are gone: deleted, replaced under the same name,
+        finished, or bound to another node. Such a pod will never use the card, so its entry need
+        not wait for its TTL. Entries of pods listed on the node, or unbound and alive, stay."""
+        listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in pods}
+        unsure = [e for uid, e in ledger.items() if uid not in listed and (e.expires or 0.0) > now]
+        if not unsure:
+            return ledger
+        found = await asyncio.gather(*(self._api.get_pod(e.namespace, e.name) for e in unsure), return_exceptions=True)
+        gone: set[str] = set()
+        for entry, pod in zip(unsure, found, strict=True):
+            if isinstance(pod, api.NotFound):
+                gone.add(entry.uid)
+            elif isinstance(pod, BaseException):
+                continue  # cannot tell: keep it (over-counting is safe, under-counting is not)
+            else:
+                meta, spec = podspec.mapping(pod.get("metadata")), podspec.mapping(pod.get("spec"))
+                elsewhere = bool(spec.get("nodeName")) and spec.get("nodeName") != node
+                finished = podspec.mapping(pod.get("status")).get("phase") in cards.TERMINAL_PHASES
+                if meta.get("uid") != entry.uid or elsewhere or finished:
+                    gone.add(entry.uid)
+        return {uid: entry for uid, entry in ledger.items() if uid not in gone}

@@ -49,14 +49,18 @@ class Store:
         """Pods bound to `node` or holding an allocation annotation for it."""
         return [self._pods[uid] for uid in self._by_node.get(node, ())]
 
-    def state(self, name: str, *, now: float, ttl: float) -> cards.NodeState | None:
+    def state(self, name: str, *, now: float, ttl: float, exclude_uid: str = "") -> cards.NodeState | None:
+        """The node's card state; `exclude_uid` leaves out the pod being placed (its own earlier,
+        interrupted attempt must not make it look as if the node were full)."""
         node = self._nodes.get(name)
         if node is None:
             return None
-        return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl)
+        return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, exclude_uid=exclude_uid)
 
-    def states(self, names: Iterable[str], *, now: float, ttl: float) -> dict[str, cards.NodeState | None]:
-        return {name: self.state(name, now=now, ttl=ttl) for name in names}
+    def states(
+        self, names: Iterable[str], *, now: float, ttl: float, exclude_uid: str = ""
+    ) -> dict[str, cards.NodeState | None]:
+        return {name: self.state(name, now=now, ttl=ttl, exclude_uid=exclude_uid) for name in names}
 
     def all_states(self, *, now: float, ttl: float) -> dict[str, cards.NodeState]:
         return {name: cards.node_state(node, self.pods_on(name), now=now, ttl=ttl) for name, node in sorted(self._nodes.items())}

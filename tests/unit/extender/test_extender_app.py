@@ -229,3 +229,16 @@ async def test_with_client_certificates_required_the_verbs_refuse_anonymous_call
                 assert answer.status == 200 and (await answer.json())["NodeNames"] == ["gpu-0"]
     finally:
         await server.close()
+
+
+async def test_filter_leaves_out_the_pods_own_interrupted_reservation(client: Client, cache: store.Store, make_gpu_pod: Factory) -> None:
+    retried = make_gpu_pod("retried", uid="retry-uid", mem=2)
+    note = cards.bind_annotations(
+        cards.Allocation(uid="retry-uid", namespace="team-a", name="retried", node="small", cards=(0,), memory_gib=2, assumed_at=NOW),
+        card_memory_gib=2,
+    )
+    cache.put_pod({**retried, "metadata": {**retried["metadata"], "annotations": note}})
+    status, answer = await _post(client, "/filter", _args(retried, ["small"]))
+    assert answer["NodeNames"] == ["small"], answer
+    status, answer = await _post(client, "/filter", _args(make_gpu_pod("other", mem=2), ["small"]))
+    assert answer["NodeNames"] == [] and "GPU0 with 0 GiB free" in answer["FailedNodes"]["small"]

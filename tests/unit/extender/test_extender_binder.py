@@ -176,3 +176,34 @@ async def test_a_pod_asking_nothing_we_place_is_not_bound(apiserver: Any, make_n
     result = await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))
     assert "asks for no resource the GPU extender places" in result.error
     assert "nodeName" not in apiserver.pods[("team-a", "p0")]["spec"]
+
+
+async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_after_the_ttl(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
+    apiserver.add_node(make_node("gpu-0", count=1))
+    gone, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
+    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    one = binder.Binder(apiserver, clock=Clock(), ttl=600)
+    await one.bind(_request(gone, "gpu-0"))
+    del apiserver.pods[("team-a", "p0")]  # the user deletes the pod the bind was cut off for
+    result = await one.bind(_request(later, "gpu-0"))
+    assert result.error == "" and result.allocation is not None
+    assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [later["metadata"]["uid"]]
+
+
+async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0", count=1))
+    stuck, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
+    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    one = binder.Binder(apiserver, clock=Clock(), ttl=600)
+    await one.bind(_request(stuck, "gpu-0"))
+    real_get = apiserver.get_pod
+
+    async def flaky(namespace: str, name: str) -> dict[str, Any]:
+        if name == "p0":
+            raise api.ApiError("timeout", status=0)
+        return dict(await real_get(namespace, name))
+
+    apiserver.get_pod = flaky
+    assert "insufficient GPU memory" in (await one.bind(_request(later, "gpu-0"))).error

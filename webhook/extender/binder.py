@@ -26,9 +26,16 @@ that holds the card until it expires; one that dies after step 4 leaves an annot
 that holds it until its `assumedAt` + TTL; the scheduler retries the pod, and the retry replaces
 both (they are keyed by pod UID and the pod is left out of its own state).
 
-Inside one process, binds to the same node queue on an asyncio lock, so they do not conflict
-with each other; the CAS retries are for other replicas and for unrelated Node updates (status
-heartbeats also move the resourceVersion).
+Inside one process, binds to the same node do not race each other: they queue per node, and one
+task commits whatever is waiting as a batch — one read, a card choice per pod in arrival order
+(each seeing the choices before it), one CAS — then every pod goes on to steps 4-5 in parallel.
+Under binpack, where the scheduler sends a burst of pods to the same busiest node, this is what
+keeps bind throughput up. The CAS retries are for other replicas and for unrelated Node updates
+(status heartbeats also move the resourceVersion).
+
+Ledger entries of pods that are gone (deleted, replaced, finished, bound elsewhere) are dropped at
+the next commit once they are older than a few seconds (one GET per such entry), rather than
+holding a card for the whole TTL.
 """
 
 from __future__ import annotations
@@ -48,8 +55,33 @@ from webhook.extender import store as store_module
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 50
+MAX_BATCH = 64  # binds to one node committed by one compare-and-swap
+STALE_CHECK_AGE_S = 10.0  # ledger entries younger than this are binds in flight: not worth a GET
 _BACKOFF_S = 0.002  # first conflict backoff; grows linearly with jitter, capped at _BACKOFF_CAP_S
 _BACKOFF_CAP_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Decision:
+    allocation: cards.Allocation | None = None
+    node: dict[str, Any] | None = None
+    conflicts: int = 0
+    error: str = ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Waiting:
+    request: wire.BindRequest
+    wanted: cards.Request
+    future: asyncio.Future[_Decision]
+
+
+@dataclasses.dataclass(kw_only=True)
+class _NodeQueue:
+    """Binds waiting to be committed on one node, and the task committing them."""
+
+    pending: list[_Waiting] = dataclasses.field(default_factory=list)
+    task: asyncio.Task[None] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -78,7 +110,7 @@ class Binder:
         self._clock = clock
         self._cache = cache
         self._max_attempts = max_attempts
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._queues: dict[str, _NodeQueue] = {}
 
     async def bind(self, request: wire.BindRequest) -> BindResult:
         try:
@@ -128,41 +160,89 @@ class Binder:
     async def _commit(
         self, request: wire.BindRequest, wanted: cards.Request
     ) -> tuple[cards.Allocation | None, dict[str, Any] | None, int, str]:
-        """Steps 1-3 of the protocol, retried on conflict: (allocation, committed node, conflicts, error)."""
-        lock = self._locks.setdefault(request.node, asyncio.Lock())
-        conflicts = 0
-        async with lock:
-            for attempt in range(self._max_attempts):
-                node = await self._api.get_node(request.node)
-                pods = await self._api.list_node_pods(request.node)
-                now = self._clock()
-                ledger = await self._live(cards.node_reservations(node), pods=pods, node=request.node, now=now)
-                state = cards.node_state(node, pods, now=now, ttl=self._ttl, reservations=ledger, exclude_uid=request.uid)
-                fit = placement.evaluate(wanted, state)
-                if not fit.fits:
-                    return None, None, conflicts, f"{request.node}: {fit.message}"
-                allocation = cards.Allocation(
-                    uid=request.uid, namespace=request.namespace, name=request.name, node=request.node,
-                    cards=fit.cards, memory_gib=wanted.memory_gib, core_percent=wanted.core_percent,
-                    whole=bool(wanted.cards), assumed_at=now, expires=now + self._ttl, source="reservation",
-                )
-                kept = cards.prune_reservations(ledger, pods=pods, now=now)  # `ledger` has no gone pods
-                kept.pop(request.uid, None)
-                kept[request.uid] = allocation
-                version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
+        """Steps 1-3 of the protocol for this pod, committed together with every other bind to the
+        same node that is waiting at that moment. Returns (allocation, committed node, conflicts, error)."""
+        queue = self._queues.setdefault(request.node, _NodeQueue())
+        future: asyncio.Future[_Decision] = asyncio.get_running_loop().create_future()
+        queue.pending.append(_Waiting(request=request, wanted=wanted, future=future))
+        if queue.task is None:
+            queue.task = asyncio.create_task(self._drain(request.node, queue), name=f"commit {request.node}")
+        decision = await future
+        return decision.allocation, decision.node, decision.conflicts, decision.error
+
+    async def _drain(self, node_name: str, queue: _NodeQueue) -> None:
+        """Commit waiting binds for one node, a batch at a time, until none wait."""
+        try:
+            while queue.pending:
+                batch, queue.pending = queue.pending[:MAX_BATCH], queue.pending[MAX_BATCH:]
                 try:
-                    committed = await self._api.patch_node_annotations(
-                        request.node, resource_version=version,
-                        annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(kept)},
-                    )
-                except api.Conflict:
-                    conflicts += 1
-                    await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
+                    decisions = await self._commit_batch(node_name, batch)
+                except Exception as error:  # noqa: BLE001 - every waiter gets the failure, the queue goes on
+                    for waiting in batch:
+                        if not waiting.future.done():
+                            waiting.future.set_exception(error)
                     continue
-                if self._cache is not None:
-                    self._cache.put_node(committed)
-                return dataclasses.replace(allocation, expires=None, source="allocation"), committed, conflicts, ""
-        return None, None, conflicts, f"{request.node}: gave up after {conflicts} conflicting updates of the node; will retry"
+                for waiting, decision in zip(batch, decisions, strict=True):
+                    if not waiting.future.done():
+                        waiting.future.set_result(decision)
+        finally:
+            queue.task = None
+
+    async def _commit_batch(self, node_name: str, batch: list[_Waiting]) -> list[_Decision]:
+        """One read of the node, a card choice for each waiting pod in arrival order, one CAS."""
+        conflicts = 0
+        for attempt in range(self._max_attempts):
+            node = await self._api.get_node(node_name)
+            pods = await self._api.list_node_pods(node_name)
+            now = self._clock()
+            ledger = await self._live(cards.node_reservations(node), pods=pods, node=node_name, now=now)
+            batch_uids = {waiting.request.uid for waiting in batch}
+            chosen: dict[str, cards.Allocation] = {}
+            errors: dict[int, str] = {}
+            for position, waiting in enumerate(batch):
+                request = waiting.request
+                others = {uid: entry for uid, entry in ledger.items() if uid not in batch_uids}
+                state = cards.node_state(
+                    node, pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid
+                )
+                fit = placement.evaluate(waiting.wanted, state)
+                if not fit.fits:
+                    errors[position] = f"{node_name}: {fit.message}"
+                    continue
+                chosen[request.uid] = cards.Allocation(
+                    uid=request.uid, namespace=request.namespace, name=request.name, node=node_name,
+                    cards=fit.cards, memory_gib=waiting.wanted.memory_gib, core_percent=waiting.wanted.core_percent,
+                    whole=bool(waiting.wanted.cards), assumed_at=now, expires=now + self._ttl, source="reservation",
+                )
+            if not chosen:
+                return [_Decision(error=errors[i], conflicts=_first(i, conflicts)) for i in range(len(batch))]
+            kept = cards.prune_reservations(ledger, pods=pods, now=now)  # `ledger` has no gone pods
+            for uid in batch_uids:
+                kept.pop(uid, None)
+            kept.update(chosen)
+            version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
+            try:
+                committed = await self._api.patch_node_annotations(
+                    node_name, resource_version=version,
+                    annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(kept)},
+                )
+            except api.Conflict:
+                conflicts += 1
+                await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
+                continue
+            if self._cache is not None:
+                self._cache.put_node(committed)
+            return [
+                _Decision(error=errors[i], conflicts=_first(i, conflicts))
+                if i in errors
+                else _Decision(
+                    allocation=dataclasses.replace(chosen[w.request.uid], expires=None, source="allocation"),
+                    node=committed, conflicts=_first(i, conflicts),
+                )
+                for i, w in enumerate(batch)
+            ]
+        message = f"{node_name}: gave up after {conflicts} conflicting updates of the node; will retry"
+        return [_Decision(error=message, conflicts=_first(i, conflicts)) for i in range(len(batch))]
 
     async def _live(
         self, ledger: dict[str, cards.Allocation], *, pods: list[dict[str, Any]], node: str, now: float
@@ -171,7 +251,10 @@ class Binder:
         finished, or bound to another node. Such a pod will never use the card, so its entry need
         not wait for its TTL. Entries of pods listed on the node, or unbound and alive, stay."""
         listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in pods}
-        unsure = [e for uid, e in ledger.items() if uid not in listed and (e.expires or 0.0) > now]
+        unsure = [
+            e for uid, e in ledger.items()
+            if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + STALE_CHECK_AGE_S <= now
+        ]
         if not unsure:
             return ledger
         found = await asyncio.gather(*(self._api.get_pod(e.namespace, e.name) for e in unsure), return_exceptions=True)
@@ -188,3 +271,8 @@ class Binder:
                 if meta.get("uid") != entry.uid or elsewhere or finished:
                     gone.add(entry.uid)
         return {uid: entry for uid, entry in ledger.items() if uid not in gone}
+
+
+def _first(position: int, conflicts: int) -> int:
+    """A batch's conflicts are reported once (with its first pod), so metrics count them once."""
+    return conflicts if position == 0 else 0

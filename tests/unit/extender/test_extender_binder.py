@@ -184,9 +184,12 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
     apiserver.add_node(make_node("gpu-0", count=1))
     gone, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
     apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
-    one = binder.Binder(apiserver, clock=Clock(), ttl=600)
+    clock = Clock()
+    one = binder.Binder(apiserver, clock=clock, ttl=600)
     await one.bind(_request(gone, "gpu-0"))
     del apiserver.pods[("team-a", "p0")]  # the user deletes the pod the bind was cut off for
+    assert "insufficient" in (await one.bind(_request(later, "gpu-0"))).error, "young entries are binds in flight"
+    clock.now += binder.STALE_CHECK_AGE_S
     result = await one.bind(_request(later, "gpu-0"))
     assert result.error == "" and result.allocation is not None
     assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [later["metadata"]["uid"]]
@@ -196,7 +199,8 @@ async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: An
     apiserver.add_node(make_node("gpu-0", count=1))
     stuck, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
     apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
-    one = binder.Binder(apiserver, clock=Clock(), ttl=600)
+    clock = Clock()
+    one = binder.Binder(apiserver, clock=clock, ttl=600)
     await one.bind(_request(stuck, "gpu-0"))
     real_get = apiserver.get_pod
 
@@ -206,4 +210,18 @@ async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: An
         return dict(await real_get(namespace, name))
 
     apiserver.get_pod = flaky
+    clock.now += binder.STALE_CHECK_AGE_S
     assert "insufficient GPU memory" in (await one.bind(_request(later, "gpu-0"))).error
+
+
+async def test_binds_waiting_for_one_node_are_committed_together(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any
+) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    pods = _pods(apiserver, make_gpu_pod, 20, mem=3)
+    one = binder.Binder(apiserver, clock=Clock())
+    results = await asyncio.gather(*(one.bind(_request(p, "gpu-0")) for p in pods))
+    assert all(r.error == "" for r in results)
+    assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 15, 15, 15]
+    assert apiserver.node_patches < 5, f"{apiserver.node_patches} commits for 20 binds: they should batch"
+    assert len(cards.node_reservations(apiserver.nodes["gpu-0"])) <= 20

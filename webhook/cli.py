@@ -13,13 +13,17 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from webhook import certfiles, demo, dryrun, errors, serve
+from webhook.audit import cli as audit_cli
 from webhook.cluster import cli as cluster_cli
+from webhook.extender import cli as extender_cli
 from webhook.labeler import cli as labeler_cli
 
 PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
 
-COMMANDS: tuple[ModuleType, ...] = (demo, serve, dryrun, certfiles, cluster_cli, labeler_cli)
+COMMANDS: tuple[ModuleType, ...] = (
+    demo, serve, dryrun, audit_cli, certfiles, extender_cli, labeler_cli, cluster_cli
+)
 
 
 def make_parser() -> argparse.ArgumentParser:

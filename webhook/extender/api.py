@@ -44,10 +44,9 @@ class Api(Protocol):
         raises Conflict otherwise. Returns the updated node."""
         ...
 
-    async def patch_pod_annotations(self, namespace: str, name: str, *, uid: str, annotations: Mapping[str, str]) -> Object:
-        """Set annotations on the pod with this UID (Conflict or NotFound where it was replaced)."""
-        ...
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """Create the pod's Binding to `node` (Conflict where it is bound already)."""
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """Create the pod's Binding to `node`, carrying `annotations`: the apiserver copies a
+        Binding's annotations onto the pod in the same write that sets `spec.nodeName`, so a pod is
+        never bound without its allocation annotations. The UID is a precondition (Conflict where
+        the pod was replaced or is bound already; NotFound where it is gone)."""
         ...

@@ -12,23 +12,25 @@ extender replicas:
 3. Commit: write the ledger with this pod's entry added (expiring after the reservation TTL), as
    a merge patch carrying `metadata.resourceVersion: R`. The apiserver applies it only if the
    Node is still at R, else answers 409 and we go back to 1.
-4. Annotate the pod (gpushare keys plus `gpu-admission.io/allocation`), UID as precondition.
-5. Create the Binding.
+4. Create the Binding, carrying the annotations (gpushare keys plus `gpu-admission.io/allocation`):
+   the apiserver copies a Binding's annotations onto the pod in the same write that sets
+   `spec.nodeName`, so a pod is never bound without them (and never annotated but unbound). The
+   pod's UID is the Binding's precondition.
 
 Every successful commit on a node happened at a distinct resourceVersion, so the commits form a
 sequence. Each commit read the ledger at the version just before it, so it saw every earlier
 commit: either as its ledger entry, or — when a later commit pruned that entry — as a pod the
-apiserver already lists as bound, which carries its annotation (step 4 precedes step 5, and
-pruning only drops entries of pods listed as bound). So no commit can choose memory another
+apiserver already lists as bound, which carries its annotation (bound and annotated in one write,
+and pruning only drops entries of pods listed as bound). So no commit can choose memory another
 commit already took, whichever process made it. Nothing lives only in memory: a restarted (or a
 second) extender reads the same annotations. A bind that dies after step 3 leaves a ledger entry
-that holds the card until it expires; one that dies after step 4 leaves an annotated, unbound pod
-that holds it until its `assumedAt` + TTL; the scheduler retries the pod, and the retry replaces
-both (they are keyed by pod UID and the pod is left out of its own state).
+that holds the card until it expires (or, sooner, until a later commit finds the pod deleted); the
+scheduler retries the pod, and the retry replaces the entry (entries are keyed by pod UID, and the
+pod is left out of its own state).
 
 Inside one process, binds to the same node do not race each other: they queue per node, and one
 task commits whatever is waiting as a batch — one read, a card choice per pod in arrival order
-(each seeing the choices before it), one CAS — then every pod goes on to steps 4-5 in parallel.
+(each seeing the choices before it), one CAS — then every pod goes on to step 4 in parallel.
 Under binpack, where the scheduler sends a burst of pods to the same busiest node, this is what
 keeps bind throughput up. The CAS retries are for other replicas and for unrelated Node updates
 (status heartbeats also move the resourceVersion).
@@ -120,7 +122,11 @@ class Binder:
             return BindResult(error=f"binding {request.pod_key} to {request.node}: {error}")
 
     async def _bind(self, request: wire.BindRequest) -> BindResult:
-        pod = await self._api.get_pod(request.namespace, request.name)
+        # The watch cache's copy is enough to read what the pod asks for (extended resources cannot
+        # be resized); the Binding's UID precondition catches a pod replaced in the meantime.
+        pod = self._cache.pod(request.uid) if self._cache is not None else None
+        if pod is None or _key(pod) != (request.namespace, request.name):
+            pod = await self._api.get_pod(request.namespace, request.name)
         metadata = podspec.mapping(pod.get("metadata"))
         if metadata.get("uid") != request.uid:
             return BindResult(error=f"pod {request.pod_key} has UID {metadata.get('uid')}, not {request.uid}: it was replaced")
@@ -141,15 +147,15 @@ class Binder:
             return BindResult(error=message, conflicts=conflicts)
         card = cards.node_cards(committed).card(allocation.cards[0])
         annotations = cards.bind_annotations(allocation, card_memory_gib=card.memory_gib if card else 0)
-        patched = await self._api.patch_pod_annotations(request.namespace, request.name, uid=request.uid, annotations=annotations)
-        if self._cache is not None:
-            self._cache.put_pod(patched)  # filter sees the reservation before the watch says so
         try:
-            await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node)
+            await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node, annotations=annotations)
         except api.Conflict:
             fresh = await self._api.get_pod(request.namespace, request.name)
             if podspec.mapping(fresh.get("spec")).get("nodeName") != request.node:
                 raise
+            return BindResult(conflicts=conflicts)  # an earlier attempt of this very pod got there first
+        if self._cache is not None:
+            self._cache.put_pod(_bound_copy(pod, node=request.node, annotations=annotations))  # filter sees it at once
         log.info(
             "bound %s to %s cards %s (%d GiB, %d%% core each%s) after %d conflicts",
             request.pod_key, request.node, list(allocation.cards), allocation.memory_gib, allocation.core_percent,
@@ -276,3 +282,15 @@ class Binder:
 def _first(position: int, conflicts: int) -> int:
     """A batch's conflicts are reported once (with its first pod), so metrics count them once."""
     return conflicts if position == 0 else 0
+
+
+def _key(pod: dict[str, Any]) -> tuple[str, str]:
+    metadata = podspec.mapping(pod.get("metadata"))
+    return str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+
+
+def _bound_copy(pod: dict[str, Any], *, node: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """The pod as the Binding left it (same resourceVersion: the watch event that follows is newer)."""
+    metadata = dict(podspec.mapping(pod.get("metadata")))
+    metadata["annotations"] = {**podspec.mapping(metadata.get("annotations")), **annotations}
+    return {**pod, "metadata": metadata, "spec": {**podspec.mapping(pod.get("spec")), "nodeName": node}}

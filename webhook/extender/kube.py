@@ -82,19 +82,11 @@ class KubeApi:
             query=[("fieldManager", FIELD_MANAGER)],
         )
 
-    async def patch_pod_annotations(self, namespace: str, name: str, *, uid: str, annotations: Mapping[str, str]) -> Object:
-        # metadata.uid in the patch is a precondition: a pod recreated under the same name is refused.
-        body = {"metadata": {"uid": uid, "annotations": dict(annotations)}}
-        return await asyncio.to_thread(
-            self.request, "PATCH", _pod_path(namespace, name), body=body, content_type=_MERGE_PATCH,
-            query=[("fieldManager", FIELD_MANAGER)],
-        )
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations)},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await asyncio.to_thread(self.request, "POST", _pod_path(namespace, name) + "/binding", body=body)

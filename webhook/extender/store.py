@@ -39,6 +39,9 @@ class Store:
     def node(self, name: str) -> Object | None:
         return self._nodes.get(name)
 
+    def pod(self, uid: str) -> Object | None:
+        return self._pods.get(uid)
+
     def nodes(self) -> list[Object]:
         return list(self._nodes.values())
 

@@ -194,18 +194,8 @@ class FakeApiServer:
         self.node_patches += 1
         return copy.deepcopy(found)
 
-    async def patch_pod_annotations(self, namespace: str, name: str, *, uid: str, annotations: Mapping[str, str]) -> Object:
-        await self._turn("patch_pod_annotations")
-        found = self.pods.get((namespace, name))
-        if found is None:
-            raise api.NotFound(f'pods "{name}" not found', status=404)
-        if found["metadata"]["uid"] != uid:
-            raise api.Conflict("Precondition failed: UID", status=409)
-        found["metadata"].setdefault("annotations", {}).update(annotations)
-        found["metadata"]["resourceVersion"] = self._next()
-        return copy.deepcopy(found)
-
-    async def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        """pods/binding: the Binding's annotations land on the pod in the same write as nodeName."""
         await self._turn("bind")
         failure = self.fail_next_binding.pop(name, None)
         if failure is not None:
@@ -217,6 +207,7 @@ class FakeApiServer:
             raise api.Conflict("Precondition failed: UID", status=409)
         if found["spec"].get("nodeName"):
             raise api.Conflict(f"pod {name} is already assigned to node {found['spec']['nodeName']}", status=409)
+        found["metadata"].setdefault("annotations", {}).update(annotations)
         found["spec"]["nodeName"] = node
         found["metadata"]["resourceVersion"] = self._next()
 

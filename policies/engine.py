@@ -208,12 +208,9 @@ def _mutate(
     try:
         mutation = item.mutate(context)
         if action is model.Action.ENFORCE and mutation.operations:
-            # Applied to a scratch copy first, so a mutator whose operations do not fit is dropped
-            # whole instead of leaving half its additions behind.
-            scratch = patching.thaw(working)
-            patching.apply(scratch, mutation.operations)
-            working.clear()
-            working.update(scratch)
+            # All or nothing (patching.apply undoes a partial application), so a mutator whose
+            # operations do not fit is dropped whole instead of leaving half its additions behind.
+            patching.apply(working, mutation.operations)
     except Exception as exc:  # noqa: BLE001 - a crashing policy is an ERROR result, not a crash
         _error(outcome, item, action=action, settings=context.settings, exc=exc)
         return
@@ -246,9 +243,15 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
         p for p in registered if not isinstance(p, policy.Mutator)
     ]
     namespace = _namespace(request)
+    # The context (template, containers with their paths) only changes when a mutator's additions
+    # land in `working`, which is exactly when the patch grows; rebuilt then, not per policy.
+    context: policy.Context | None = None
+    context_at = -1
     for item in ordered:
         action = settings.action(item.id, namespace=namespace, namespace_labels=request.namespace_labels)
-        context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
+        if context is None or context_at != len(outcome.patch):
+            context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
+            context_at = len(outcome.patch)
         if action is model.Action.OFF:
             outcome.results[item.id] = model.PolicyResult(
                 policy=item.id, result=model.Result.SKIP, message="off"

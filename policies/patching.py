@@ -51,12 +51,24 @@ def split(path: str) -> list[str]:
     return [unescape(token) for token in path[1:].split("/")]
 
 
+# Decoded JSON leaves: never copied, and recognised by exact type without a call (thaw runs over
+# every node of a review, managedFields included, so the per-node cost is what matters).
+_LEAVES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
 def thaw(value: Any) -> Any:
     """A mutable deep copy of decoded JSON: mappings become dicts, lists and tuples lists.
 
     Leaves (and anything unexpected) are shared, not copied: mutators never modify leaves, and a
     generic deep copy could fail on objects that are not JSON.
     """
+    kind = type(value)
+    if kind is dict:
+        return {key: item if type(item) in _LEAVES else thaw(item) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return [item if type(item) in _LEAVES else thaw(item) for item in value]
+    if kind in _LEAVES:
+        return value
     if isinstance(value, Mapping):
         return {key: thaw(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -64,29 +76,45 @@ def thaw(value: Any) -> Any:
     return value
 
 
+_ABSENT = object()  # undo marker: the key was not there before
+_INSERTED = object()  # undo marker: the list item was inserted
+
+
 def apply(document: MutableMapping[str, Any], operations: Sequence[Operation]) -> None:
-    """Apply `add` operations to a thawed document in place (RFC 6902 semantics for `add`)."""
-    for operation in operations:
-        if operation.get("op") != "add":
-            raise PatchError(f"only add operations are supported, got {operation.get('op')!r}")
-        tokens = split(str(operation["path"]))
-        if not tokens:
-            raise PatchError("cannot replace the whole document")
-        parent: Any = document
-        for token in tokens[:-1]:
-            parent = _child(parent, token)
-        last = tokens[-1]
-        value = thaw(operation["value"])
-        if isinstance(parent, MutableMapping):
-            parent[last] = value
-        elif isinstance(parent, list):
-            if last == "-":
-                parent.append(value)
-            else:
-                index = _index(last, upper=len(parent))
+    """Apply `add` operations to a thawed document in place (RFC 6902 semantics for `add`).
+
+    All or nothing: when an operation does not fit, the ones already applied are undone before the
+    error propagates, so a caller needs no copy of the document to keep it intact.
+    """
+    undo: list[tuple[Any, Any, Any]] = []
+    try:
+        for operation in operations:
+            if operation.get("op") != "add":
+                raise PatchError(f"only add operations are supported, got {operation.get('op')!r}")
+            tokens = split(str(operation["path"]))
+            if not tokens:
+                raise PatchError("cannot replace the whole document")
+            parent: Any = document
+            for token in tokens[:-1]:
+                parent = _child(parent, token)
+            last = tokens[-1]
+            value = thaw(operation["value"])
+            if isinstance(parent, MutableMapping):
+                undo.append((parent, last, parent.get(last, _ABSENT)))
+                parent[last] = value
+            elif isinstance(parent, list):
+                index = len(parent) if last == "-" else _index(last, upper=len(parent))
                 parent.insert(index, value)
-        else:
-            raise PatchError(f"cannot add under a {type(parent).__name__} at {operation['path']}")
+                undo.append((parent, index, _INSERTED))
+            else:
+                raise PatchError(f"cannot add under a {type(parent).__name__} at {operation['path']}")
+    except Exception:
+        for parent, key, previous in reversed(undo):
+            if previous is _ABSENT or previous is _INSERTED:
+                del parent[key]
+            else:
+                parent[key] = previous
+        raise
 
 
 def _child(parent: Any, token: str) -> Any:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -134,6 +135,7 @@ def node_cards(node: Mapping[str, Any]) -> NodeCards:
     return NodeCards(**common, cards=tuple(Card(index=i, memory_gib=per_card) for i in range(count)), source="capacity")
 
 
+@functools.lru_cache(maxsize=4096)  # pure and immutable: nodes share few distinct inventories
 def parse_inventory(text: str | None) -> tuple[Card, ...]:
     """The cards of an inventory annotation; empty when missing or malformed (never raises)."""
     if not text:
@@ -555,6 +557,7 @@ def _occupy(node: NodeCards, allocations: Iterable[Allocation]) -> NodeState:
 _Parsed = tuple[str, tuple[int, ...], int, int, bool, float | None]
 
 
+@functools.lru_cache(maxsize=65536)  # pure and immutable: one entry per allocated pod
 def _parse_allocation(text: str | None) -> _Parsed | None:
     if not text:
         return None

@@ -53,8 +53,9 @@ class Outcome:
     unresolvable: dict[str, str]
 
 
-def evaluate(request: cards.Request, state: cards.NodeState) -> Fit:
-    """Whether and where `request` fits on the node, with the node's score."""
+def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = True) -> Fit:
+    """Whether and where `request` fits on the node, with the node's score. With `decide` off only
+    the verdict is computed (filter needs no card and no score; it judges hundreds of nodes)."""
     node = state.node
     if request.problem:
         return Fit(verdict=Verdict.NEVER, message=request.problem)
@@ -71,8 +72,8 @@ def evaluate(request: cards.Request, state: cards.NodeState) -> Fit:
     if not node.cards:
         return Fit(verdict=Verdict.NEVER, message=f"node has no GPU cards: {node.problem}")
     if family is gpu.Family.TOPOLOGY:
-        return _evaluate_whole(request, state)
-    return _evaluate_shared(request, state)
+        return _evaluate_whole(request, state, decide=decide)
+    return _evaluate_shared(request, state, decide=decide)
 
 
 def choose(request: cards.Request, state: cards.NodeState) -> tuple[int, ...] | None:
@@ -91,7 +92,7 @@ def filter_nodes(
         if state is None:
             outcome.failed[name] = "node is not in the GPU extender's cache yet"
             continue
-        fit = evaluate(request, state)
+        fit = evaluate(request, state, decide=False)
         if fit.verdict is Verdict.FITS:
             outcome.passed.append(name)
         elif fit.verdict is Verdict.FULL:
@@ -111,7 +112,7 @@ def scores(request: cards.Request, states: Mapping[str, cards.NodeState | None],
     return result
 
 
-def _evaluate_shared(request: cards.Request, state: cards.NodeState) -> Fit:
+def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:
     memory, core = request.memory_gib, request.core_percent
     largest = max(state.cards, key=lambda c: (c.card.memory_gib, -c.index))
     if largest.card.memory_gib < memory:
@@ -120,7 +121,9 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState) -> Fit:
             message=f"no GPU card is large enough: the pod needs {request.describe()}; the largest card is "
             f"GPU{largest.index} with {largest.card.memory_gib} GiB",
         )
-    fitting = [c for c in state.cards if not c.whole_used and c.memory_free >= memory and c.core_free >= core]
+    fitting = [c for c in state.cards if c.memory_free >= memory and c.core_free >= core]  # whole-used cards have 0 free
+    if fitting and not decide:
+        return Fit(verdict=Verdict.FITS)
     if not fitting:
         best = max(state.cards, key=lambda c: (c.memory_free, c.core_free, -c.index))
         cores = f" and {best.core_free}% cores" if core else ""
@@ -140,7 +143,7 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState) -> Fit:
     return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=round(wire.MAX_PRIORITY * fraction))
 
 
-def _evaluate_whole(request: cards.Request, state: cards.NodeState) -> Fit:
+def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:
     wanted = request.cards
     total = len(state.cards)
     if wanted > total:
@@ -152,6 +155,8 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState) -> Fit:
             verdict=Verdict.FULL,
             message=f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of {total} cards are free ({shown})",
         )
+    if not decide:
+        return Fit(verdict=Verdict.FITS)
     chosen = topology.best_set(free, wanted, state.node.links)
     assert chosen is not None  # len(free) >= wanted > 0
     fullness = (total - len(free) + wanted) / total

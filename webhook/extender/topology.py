@@ -22,6 +22,7 @@ free indices are chosen.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -78,6 +79,7 @@ def is_level(level: object) -> bool:
     return isinstance(level, str) and level_score(level) > UNKNOWN_SCORE
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the result is never mutated
 def parse(text: str | None) -> Topology:
     """The topology in an annotation value; EMPTY for a missing or malformed one (never raises).
 

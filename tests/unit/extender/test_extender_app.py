@@ -242,3 +242,25 @@ async def test_filter_leaves_out_the_pods_own_interrupted_reservation(client: Cl
     assert answer["NodeNames"] == ["small"], answer
     status, answer = await _post(client, "/filter", _args(make_gpu_pod("other", mem=2), ["small"]))
     assert answer["NodeNames"] == [] and "GPU0 with 0 GiB free" in answer["FailedNodes"]["small"]
+
+
+def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Factory, make_gpu_pod: Factory) -> None:
+    cache = store.Store()
+    cache.replace_nodes([make_node("n")])
+    cache.replace_pods([])
+    first = cache.state("n", now=NOW, ttl=60)
+    assert first is not None and cache.state("n", now=NOW + 1, ttl=60) is first, "unchanged node: cached"
+    entry = cards.Allocation(uid="r", namespace="a", name="r", node="n", cards=(0,), memory_gib=5, assumed_at=NOW, expires=NOW + 30)
+    reserved = make_node("n", annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations({"r": entry})})
+    reserved["metadata"]["resourceVersion"] = "2"
+    cache.put_node(reserved)
+    held = cache.state("n", now=NOW + 1, ttl=60)
+    assert held is not None and held.cards[0].memory_used == 5
+    after = cache.state("n", now=NOW + 31, ttl=60)
+    assert after is not None and after.cards[0].memory_used == 0, "the cache must not outlive the reservation"
+    own = cache.state("n", now=NOW + 1, ttl=60, exclude_uid="r")
+    assert own is not None and own.cards[0].memory_used == 0
+    note = cards.bind_annotations(cards.Allocation(uid="b", namespace="a", name="b", node="n", cards=(2,), memory_gib=7, assumed_at=NOW), card_memory_gib=15)
+    cache.put_pod(make_gpu_pod("b", uid="b", mem=7, node_name="n", annotations=note))
+    latest = cache.state("n", now=NOW + 31, ttl=60)
+    assert latest is not None and [c.memory_used for c in latest.cards] == [0, 0, 7, 0]

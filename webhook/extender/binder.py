@@ -142,11 +142,13 @@ class Binder:
             # The scheduler only sends pods asking for a managed resource; binding anything else on
             # request would let any caller of this endpoint place arbitrary pods.
             return BindResult(error=f"pod {request.pod_key} asks for no resource the GPU extender places; refusing to bind it")
+        started = time.perf_counter()
         allocation, committed, conflicts, message = await self._commit(request, wanted)
         if allocation is None or committed is None:
             return BindResult(error=message, conflicts=conflicts)
         card = cards.node_cards(committed).card(allocation.cards[0])
         annotations = cards.bind_annotations(allocation, card_memory_gib=card.memory_gib if card else 0)
+        committed_at = time.perf_counter()
         try:
             await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node, annotations=annotations)
         except api.Conflict:
@@ -157,9 +159,10 @@ class Binder:
         if self._cache is not None:
             self._cache.put_pod(_bound_copy(pod, node=request.node, annotations=annotations))  # filter sees it at once
         log.info(
-            "bound %s to %s cards %s (%d GiB, %d%% core each%s) after %d conflicts",
+            "bound %s to %s cards %s (%d GiB, %d%% core each%s) after %d conflicts; commit %.0f ms, binding %.0f ms",
             request.pod_key, request.node, list(allocation.cards), allocation.memory_gib, allocation.core_percent,
             ", whole" if allocation.whole else "", conflicts,
+            (committed_at - started) * 1000, (time.perf_counter() - committed_at) * 1000,
         )
         return BindResult(allocation=allocation, conflicts=conflicts)
 
@@ -198,8 +201,10 @@ class Binder:
         """One read of the node, a card choice for each waiting pod in arrival order, one CAS."""
         conflicts = 0
         for attempt in range(self._max_attempts):
+            started = time.perf_counter()
             node = await self._api.get_node(node_name)
             pods = await self._api.list_node_pods(node_name)
+            read = time.perf_counter()
             now = self._clock()
             ledger = await self._live(cards.node_reservations(node), pods=pods, node=node_name, now=now)
             batch_uids = {waiting.request.uid for waiting in batch}
@@ -238,6 +243,10 @@ class Binder:
                 continue
             if self._cache is not None:
                 self._cache.put_node(committed)
+            log.debug(
+                "committed %d of %d binds on %s (%d pods listed, %d ledger entries): read %.0f ms, decide+write %.0f ms",
+                len(chosen), len(batch), node_name, len(pods), len(kept), (read - started) * 1000, (time.perf_counter() - read) * 1000,
+            )
             return [
                 _Decision(error=errors[i], conflicts=_first(i, conflicts))
                 if i in errors

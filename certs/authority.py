@@ -79,7 +79,9 @@ def subject_alternative_names(hosts: list[str] | tuple[str, ...]) -> list[x509.G
     return names
 
 
-def issue_ca(*, now: datetime.datetime, common_name: str = CA_COMMON_NAME) -> KeyPair:
+def issue_ca(
+    *, now: datetime.datetime, common_name: str = CA_COMMON_NAME, validity: datetime.timedelta = CA_VALIDITY
+) -> KeyPair:
     """Create a self-signed CA that may sign serving certificates only (path length 0)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -91,7 +93,7 @@ def issue_ca(*, now: datetime.datetime, common_name: str = CA_COMMON_NAME) -> Ke
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(now + CA_VALIDITY)
+        .not_valid_after(now + validity)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -113,8 +115,14 @@ def issue_ca(*, now: datetime.datetime, common_name: str = CA_COMMON_NAME) -> Ke
     return KeyPair(certificate=certificate, key=key)
 
 
-def issue_serving(ca: KeyPair, *, hosts: list[str] | tuple[str, ...], now: datetime.datetime) -> KeyPair:
-    """Create a TLS server certificate for every host, signed by ``ca``."""
+def issue_serving(
+    ca: KeyPair,
+    *,
+    hosts: list[str] | tuple[str, ...],
+    now: datetime.datetime,
+    validity: datetime.timedelta = SERVING_VALIDITY,
+) -> KeyPair:
+    """Create a TLS server certificate for every host, signed by ``ca`` (never outliving it)."""
     sans = subject_alternative_names(hosts)
     subject_attributes = []
     if len(hosts[0]) <= _MAX_COMMON_NAME:
@@ -127,7 +135,7 @@ def issue_serving(ca: KeyPair, *, hosts: list[str] | tuple[str, ...], now: datet
         sans=x509.SubjectAlternativeName(sans),
         sans_critical=not subject_attributes,
         now=now,
-        validity=SERVING_VALIDITY,
+        validity=validity,
     )
 
 

@@ -199,18 +199,29 @@ class Background:
         self.state = state if state is not None else State()
         self._leading = asyncio.Event()
         self._observed: lease.Observation | None = None
+        self._renewed_at = float("-inf")
 
-    def _elect_once(self) -> bool:
+    def leading(self) -> bool:
+        """Whether we lead *and* renewed recently enough that no other replica can have taken over:
+        past two thirds of the lease without a successful renewal we stop writing (client-go's
+        renew deadline), however long a hung call takes."""
+        deadline = self.election.duration_s * 2 / 3
+        return self.state.leader and self.clock() - self._renewed_at < deadline
+
+    def elect_once(self) -> bool:
         """One election step against the store (blocking; runs in a thread)."""
         current = self.store.read()
         decided = lease.step(current, election=self.election, now=self.clock(), observed=self._observed)
         self._observed = decided.observation
         if decided.write is None:
             return decided.leader
+        started = self.clock()
         try:
             self.store.write(decided.write, create=decided.create)
         except kube.Conflict:
             return False  # another replica wrote first; look again next step
+        if decided.leader:
+            self._renewed_at = started  # the claim runs from before the write was sent
         return decided.leader
 
     def set_leader(self, leader: bool) -> None:
@@ -227,7 +238,7 @@ class Background:
         """Renew or contend for the Lease every `retry_s` seconds, for ever."""
         while True:
             try:
-                leader = await asyncio.to_thread(self._elect_once)
+                leader = await asyncio.to_thread(self.elect_once)
             except kube.KubeError as error:
                 log.warning("uid=- background audit: lease: %s", error)
                 leader = False  # cannot prove we lead: do not write reports
@@ -244,7 +255,7 @@ class Background:
             self.state.running = True
             timer = time.perf_counter()
             try:
-                counted = await asyncio.to_thread(self.job, lambda: self.state.leader)
+                counted = await asyncio.to_thread(self.job, self.leading)
             except Exception as error:  # noqa: BLE001 - one failed run must not end the loop
                 self.meters.runs.inc(result="error")
                 self.state.last_error = str(error).splitlines()[0] if str(error) else type(error).__name__

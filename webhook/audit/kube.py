@@ -28,6 +28,7 @@ from policies import model
 from webhook.audit import report, scan
 
 CHUNK = 500
+LEASE_TIMEOUT_S = 5  # a hung Lease call must not outlive the claim it renews
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "gpu-admission"
 _T = TypeVar("_T")
@@ -295,7 +296,7 @@ def read_lease(api: client.ApiClient, *, namespace: str, name: str) -> dict[str,
     """The Lease as JSON, or None when it does not exist."""
     coordination: Any = client.CoordinationV1Api(api)
     try:
-        response = coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+        response = coordination.read_namespaced_lease(name, namespace, _preload_content=False, _request_timeout=LEASE_TIMEOUT_S)
     except client_exceptions.ApiException as error:
         if error.status == 404:
             return None
@@ -317,9 +318,13 @@ def write_lease(api: client.ApiClient, lease: Mapping[str, Any], *, create: bool
     namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
     try:
         if create:
-            response = coordination.create_namespaced_lease(namespace, dict(lease), _preload_content=False)
+            response = coordination.create_namespaced_lease(
+                namespace, dict(lease), _preload_content=False, _request_timeout=LEASE_TIMEOUT_S
+            )
         else:
-            response = coordination.replace_namespaced_lease(name, namespace, dict(lease), _preload_content=False)
+            response = coordination.replace_namespaced_lease(
+                name, namespace, dict(lease), _preload_content=False, _request_timeout=LEASE_TIMEOUT_S
+            )
     except client_exceptions.ApiException as error:
         if error.status == 409:
             raise Conflict(f"lease {namespace}/{name} changed under us") from error

@@ -16,7 +16,7 @@ from aiohttp import web
 from policies import settings as settings_
 from webhook import errors, metrics
 from webhook.admission import keys
-from webhook.audit import background, kube
+from webhook.audit import background, kube, lease
 
 
 class MemoryLeaseStore:
@@ -190,3 +190,21 @@ def test_serve_arguments_default_to_no_background_audit() -> None:
     assert parser.parse_args([]).audit_interval == 0
     parsed = parser.parse_args(["--audit-interval", "10m", "--audit-kubeconfig", "/k", "--audit-all-results"])
     assert (parsed.audit_interval, parsed.audit_kubeconfig, parsed.audit_all_results) == (600, "/k", True)
+
+
+def test_leadership_lapses_two_thirds_into_the_lease_without_a_renewal() -> None:
+    now = [100.0]
+    election = lease.Election(namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15)
+    loop = background.Background(
+        interval=60, election=election, store=MemoryLeaseStore(), job=RecordingJob().for_replica("me"),
+        meters=background.audit_metrics(metrics.Registry()), clock=lambda: now[0],
+    )
+    assert not loop.leading()
+    loop.set_leader(loop.elect_once())
+    assert loop.leading()
+    now[0] = 109.9
+    assert loop.leading()
+    now[0] = 110.0  # 10 s = 2/3 of 15 s since the last successful renewal: another replica may soon take over
+    assert not loop.leading()
+    loop.set_leader(loop.elect_once())  # a renewal restores it
+    assert loop.leading()

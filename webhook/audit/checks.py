@@ -478,14 +478,14 @@ def overcommit(
             involved.update(dict.fromkeys(holders))
     advertised = capacity(node)
     used: dict[str, int] = {}
-    bound = [pod for pod in pods if _active(pod)]
-    for pod in bound:
-        for key, amount in _requested(pod).items():
+    requested = [(pod, _requested(pod)) for pod in pods if _active(pod)]
+    for _, asked in requested:
+        for key, amount in asked.items():
             used[key] = used.get(key, 0) + amount
     for key in sorted(used):
         if used[key] > advertised.get(key, 0):
             problems.append(f"pods bound to the node ask for {key}={used[key]}, the node has {advertised.get(key, 0)}")
-            involved.update(dict.fromkeys(findings.ObjectRef.of(p) for p in bound if _requested(p).get(key)))
+            involved.update(dict.fromkeys(findings.ObjectRef.of(p) for p, asked in requested if asked.get(key)))
     if problems:
         return OVERCOMMIT.finding(
             subject, result=model.Result.FAIL, detail="; ".join(problems), related=list(involved)[:MAX_RELATED]
@@ -496,9 +496,16 @@ def overcommit(
 
 
 def missing_card(
-    pod: Mapping[str, Any], *, nodes: Mapping[str, Mapping[str, Any]], now: float
+    pod: Mapping[str, Any],
+    *,
+    nodes: Mapping[str, Mapping[str, Any]],
+    now: float,
+    models: dict[str, cards.NodeCards] | None = None,
 ) -> findings.Finding | None:
-    """GPU204 for a pod holding a card allocation; None for pods holding none."""
+    """GPU204 for a pod holding a card allocation; None for pods holding none.
+
+    `models` caches each node's card model across calls (one audit reads a node once).
+    """
     allocation = cards.pod_allocation(pod, now=now)
     if allocation is None:
         return None
@@ -509,7 +516,11 @@ def missing_card(
         return MISSING_CARD.finding(
             subject, result=model.Result.FAIL, detail=f"it holds card {shown} of node {allocation.node}, which no longer exists"
         )
-    model_ = cards.node_cards(node)
+    model_ = models.get(allocation.node) if models is not None else None
+    if model_ is None:
+        model_ = cards.node_cards(node)
+        if models is not None:
+            models[allocation.node] = model_
     missing = [index for index in allocation.cards if model_.card(index) is None]
     if missing:
         have = ", ".join(str(card.index) for card in model_.cards) or f"none ({model_.problem})"

@@ -275,6 +275,7 @@ def run(
     """Judge everything in `inventory` that `scope` covers; never raises on odd objects."""
     effective = audit_settings(settings)
     nodes_by_name = {checks.name_of(node): node for node in inventory.nodes}
+    models: dict[str, cards.NodeCards] = {}
     per_object: dict[_Key, list[findings.Finding]] = {}
     owners: dict[_Key, tuple[_Key, str]] = {}
     uids: dict[_Key, str] = {}
@@ -318,7 +319,7 @@ def run(
                 checks.mode_selector(pod),
                 checks.gpu_access_without_request(pod, node=node),
                 checks.stale_pod_reservation(pod),
-                checks.missing_card(pod, nodes=nodes_by_name, now=now),
+                checks.missing_card(pod, nodes=nodes_by_name, now=now, models=models),
             ],
         )
     kept, folded = _fold(per_object, owners, uids)

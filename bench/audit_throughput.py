@@ -87,7 +87,8 @@ def create_pods(state: controlplane.State, *, count: int, namespaces: list[str],
     batches: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     for index in range(count):
-        current.append(pod(index, namespaces[index % len(namespaces)]))
+        # Contiguous blocks per namespace, so each namespace gets its share of every kind of pod.
+        current.append(pod(index, namespaces[index * len(namespaces) // count]))
         if len(current) == BATCH:
             batches.append(current)
             current = []

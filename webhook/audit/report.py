@@ -97,7 +97,7 @@ def wire_result(finding: findings.Finding, *, at: Timestamp) -> WireResult:
         "rule": finding.rule,
         "category": finding.category,
         "severity": finding.severity.value,
-        "timestamp": dict(at),  # type: ignore[typeddict-item]  # a copy, so reports never share one
+        "timestamp": {"seconds": at["seconds"], "nanos": at["nanos"]},  # a copy: reports never share one
         "result": result,
         "scored": True,
         "resources": [ref.wire() for ref in finding.resources],

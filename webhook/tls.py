@@ -1,40 +1,82 @@
-"""TLS contexts for the webhook server (TLS 1.2 or newer) and for clients that trust our CA."""
+"""TLS for the webhook server (TLS 1.2 or newer): contexts, hot-swapping the serving pair, its expiry metric.
+
+A rotated serving pair goes into the *live* ``SSLContext`` (``load_cert_chain`` again): new
+handshakes use the new pair, established connections keep theirs, nothing restarts. A pair is
+loaded into a scratch context first and only then into the live one, because OpenSSL drops the
+live private key as soon as a certificate that does not match it is loaded: a half-written
+rotation (new key, old certificate) must leave the server exactly as it was.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import datetime
+import logging
+import os
 import pathlib
 import ssl
+import tempfile
 
-from webhook import errors
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+
+from webhook import errors, metrics
+
+log = logging.getLogger(__name__)
 
 MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2
+EXPIRY_METRIC = "gpu_admission_certificate_expiry_timestamp_seconds"
 
 
-def server_context(*, cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A server context that serves ``cert_file`` (leaf first, then any chain) with ``key_file``.
-
-    ``load`` can be called again on the same context to pick up a rotated certificate: new
-    handshakes use the new pair, established connections keep theirs.
-    """
+def new_server_context() -> ssl.SSLContext:
+    """A server context without a pair yet (load one with `load_pem` or `load`)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = MINIMUM_VERSION
     # kube-apiserver offers h2 and http/1.1; aiohttp speaks only the latter.
     context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def server_context(*, cert_file: str, key_file: str) -> ssl.SSLContext:
+    """A server context that serves ``cert_file`` (leaf first, then any chain) with ``key_file``."""
+    context = new_server_context()
     load(context, cert_file=cert_file, key_file=key_file)
     return context
 
 
 def load(context: ssl.SSLContext, *, cert_file: str, key_file: str) -> None:
-    """Load (or reload) the serving pair into ``context``; bad files are one ``InputError`` line."""
+    """Load (or reload) the pair from files into ``context``; bad files are one ``InputError`` line."""
+    certificate_pem, key_pem = read_pair(cert_file=cert_file, key_file=key_file)
+    load_pem(context, certificate_pem=certificate_pem, key_pem=key_pem, source=_pair_name(cert_file, key_file))
+
+
+def read_pair(*, cert_file: str, key_file: str) -> tuple[bytes, bytes]:
+    """The bytes of both files; a missing or unreadable one is an ``InputError``."""
+    pair = []
     for path in (cert_file, key_file):
-        if not pathlib.Path(path).is_file():
-            raise errors.InputError(f"{path}: no such file")
-    try:
-        context.load_cert_chain(certfile=cert_file, keyfile=key_file)
-    except (ssl.SSLError, OSError) as error:
-        raise errors.InputError(
-            f"cannot load the TLS pair {cert_file} / {key_file}: {getattr(error, 'reason', None) or error}"
-        ) from error
+        try:
+            pair.append(pathlib.Path(path).read_bytes())
+        except FileNotFoundError as error:
+            raise errors.InputError(f"{path}: no such file") from error
+        except OSError as error:
+            raise errors.InputError(f"{path}: {error.strerror or error}") from error
+    return pair[0], pair[1]
+
+
+def load_pem(context: ssl.SSLContext, *, certificate_pem: bytes, key_pem: bytes, source: str = "the TLS pair") -> None:
+    """Load a PEM pair into ``context``, or raise ``InputError`` and leave ``context`` untouched."""
+    # ssl loads only from files: write both into one private file, gone once loaded.
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-tls-") as directory:
+        combined = pathlib.Path(directory) / "pair.pem"
+        descriptor = os.open(combined, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(certificate_pem.rstrip(b"\n") + b"\n" + key_pem)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile=str(combined))
+            context.load_cert_chain(certfile=str(combined))
+        except (ssl.SSLError, OSError) as error:
+            raise errors.InputError(f"cannot load {source}: {getattr(error, 'reason', None) or error}") from error
 
 
 def client_context(*, ca_file: str) -> ssl.SSLContext:
@@ -42,3 +84,143 @@ def client_context(*, ca_file: str) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
     context.minimum_version = MINIMUM_VERSION
     return context
+
+
+class Gauge(metrics.Counter):
+    """A value that is set (`metrics.Registry` renders it like a counter but for its TYPE line)."""
+
+    def set(self, value: float, **labels: str) -> None:
+        self.inc(0.0, **labels)  # checks the label names and creates the series
+        self._values[tuple(labels[name] for name in self.labelnames)] = value
+
+    def render(self) -> list[str]:
+        lines = super().render()
+        lines[1] = f"# TYPE {self.name} gauge"
+        return lines
+
+
+def expiry_gauge(registry: metrics.Registry) -> Gauge:
+    """Register ``gpu_admission_certificate_expiry_timestamp_seconds{certificate="serving"|"ca"}``."""
+    gauge = Gauge(
+        EXPIRY_METRIC,
+        "Unix time the certificate expires: the serving certificate this replica serves now, and the CA that signs it.",
+        ("certificate",),
+    )
+    registry.register(gauge)
+    return gauge
+
+
+@dataclasses.dataclass
+class Serving:
+    """The live serving pair of one server: swapped in place, its expiry exported."""
+
+    context: ssl.SSLContext
+    gauge: Gauge | None = None
+    fingerprint: bytes = b""
+    not_after: datetime.datetime | None = None
+
+    def offer(
+        self, *, certificate_pem: bytes, key_pem: bytes, source: str, now: datetime.datetime | None = None, force: bool = False
+    ) -> bool:
+        """Load the pair if it differs from the one served (or ``force``); True when it was loaded.
+
+        An unloadable pair, or an expired certificate while the current one is still good, raises
+        ``InputError`` and keeps the current pair.
+        """
+        certificate = _leaf(certificate_pem, source=source)
+        fingerprint = certificate.fingerprint(hashes.SHA256())
+        if fingerprint == self.fingerprint and not force:
+            return False
+        moment = now or datetime.datetime.now(datetime.UTC)
+        current_good = self.not_after is not None and moment < self.not_after
+        if certificate.not_valid_after_utc <= moment and current_good:
+            raise errors.InputError(f"{source}: the certificate expired at {certificate.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
+        load_pem(self.context, certificate_pem=certificate_pem, key_pem=key_pem, source=source)
+        self.fingerprint, self.not_after = fingerprint, certificate.not_valid_after_utc
+        if self.gauge is not None:
+            self.gauge.set(certificate.not_valid_after_utc.timestamp(), certificate="serving")
+        return True
+
+    def set_ca(self, certificate: x509.Certificate) -> None:
+        if self.gauge is not None:
+            self.gauge.set(certificate.not_valid_after_utc.timestamp(), certificate="ca")
+
+
+class FileWatch:
+    """Reloads the serving pair when its files change (size, inode or mtime of either file).
+
+    Kubelet swaps a mounted Secret's files by renaming a symlink and ``certs generate`` renames
+    new files over the old: both change the inode, so polling ``stat`` sees every rotation. A pair
+    that does not load (the key already new, the certificate still old) is tried again next time.
+    """
+
+    def __init__(self, serving: Serving, *, cert_file: str, key_file: str) -> None:
+        self.serving = serving
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.reloads = 0
+        self._loaded: tuple[tuple[int, int, int], ...] | None = None
+        self._reported: tuple[tuple[int, int, int], ...] | None = None
+
+    def start(self) -> None:
+        """The first load; a pair that does not load is an ``InputError`` (nothing to serve yet)."""
+        signature = self._signature()
+        certificate_pem, key_pem = read_pair(cert_file=self.cert_file, key_file=self.key_file)
+        self.serving.offer(certificate_pem=certificate_pem, key_pem=key_pem, source=_pair_name(self.cert_file, self.key_file))
+        self._loaded = signature
+
+    def _signature(self) -> tuple[tuple[int, int, int], ...]:
+        signature = []
+        for path in (self.cert_file, self.key_file):
+            try:
+                status = os.stat(path)
+            except OSError:
+                signature.append((0, 0, 0))
+            else:
+                signature.append((status.st_ino, status.st_mtime_ns, status.st_size))
+        return tuple(signature)
+
+    def changed(self) -> bool:
+        return self._signature() != self._loaded
+
+    def reload(self, *, reason: str, force: bool = False) -> bool:
+        """Load the files now if they hold a new pair (or ``force``); runs on the event loop's thread
+        because the live context is not thread-safe."""
+        signature = self._signature()
+        try:
+            certificate_pem, key_pem = read_pair(cert_file=self.cert_file, key_file=self.key_file)
+            loaded = self.serving.offer(
+                certificate_pem=certificate_pem, key_pem=key_pem, source=_pair_name(self.cert_file, self.key_file), force=force
+            )
+        except errors.InputError as error:
+            if signature != self._reported:
+                log.warning("uid=- %s: kept the previous certificate: %s", reason, error)
+                self._reported = signature
+            return False
+        self._loaded = signature
+        if loaded:
+            self.reloads += 1
+            log.info("uid=- %s: reloaded %s (expires %s)", reason, self.cert_file, _iso(self.serving.not_after))
+        return loaded
+
+    async def run(self, *, interval: float) -> None:
+        """Poll for changes every ``interval`` seconds, for ever."""
+        while True:
+            await asyncio.sleep(interval)
+            if await asyncio.to_thread(self.changed):
+                self.reload(reason="certificate files changed")
+
+
+def _leaf(certificate_pem: bytes, *, source: str) -> x509.Certificate:
+    try:
+        return x509.load_pem_x509_certificate(certificate_pem)
+    except ValueError as error:
+        raise errors.InputError(f"{source}: not a PEM certificate") from error
+
+
+def _pair_name(cert_file: str, key_file: str) -> str:
+    return f"the TLS pair {cert_file} / {key_file}"
+
+
+def _iso(moment: datetime.datetime | None) -> str:
+    return "unknown" if moment is None else f"{moment:%Y-%m-%dT%H:%M:%SZ}"

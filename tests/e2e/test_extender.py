@@ -289,7 +289,19 @@ def wait_settled(cluster: Cluster, pool: Pool, namespace: str, *, placed: int, t
         ]
         return len(pods) == total and len(placed_now) == placed and len(judged) == total - placed
 
-    eventually(settled, what=f"{placed} of {total} pods bound and the rest unschedulable in {namespace}", timeout=timeout)
+    try:
+        eventually(settled, what=f"{placed} of {total} pods bound and the rest unschedulable in {namespace}", timeout=timeout)
+    except AssertionError as error:
+        pods = pods_of(cluster, namespace)
+        reasons: dict[str, int] = {}
+        for pod in pods:
+            if pod["spec"].get("nodeName"):
+                key = "bound"
+            else:
+                conditions = [c for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled"]
+                key = f"unbound/{conditions[0].get('reason') if conditions else 'no condition'}"
+            reasons[key] = reasons.get(key, 0) + 1
+        raise AssertionError(f"{error}: {len(pods)} pods, {reasons}, cards {card_use(cluster, pool, namespace)}") from None
 
 
 def events_of(cluster: Cluster, namespace: str, name: str) -> list[str]:

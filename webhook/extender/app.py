@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import logging
@@ -125,6 +126,7 @@ BINDER = web.AppKey("binder", binder.Binder)
 SETTINGS = web.AppKey("settings", Settings)
 METERS = web.AppKey("meters", Meters)
 WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("watch")
+TIDY_EVERY = web.AppKey("tidy_every", float)
 
 
 def make_app(
@@ -133,9 +135,11 @@ def make_app(
     bind: binder.Binder,
     settings: Settings | None = None,
     watch: Callable[[asyncio.AbstractEventLoop], Watch] | None = None,
+    tidy_every: float | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> web.Application:
-    """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up."""
+    """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up;
+    `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[STORE] = cache
     app[BINDER] = bind
@@ -144,6 +148,9 @@ def make_app(
     if watch is not None:
         app[WATCH] = watch
         app.cleanup_ctx.append(_watching)
+    if tidy_every is not None:
+        app[TIDY_EVERY] = tidy_every
+        app.cleanup_ctx.append(_tidying)
     app.router.add_post("/filter", filter_nodes)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
@@ -160,6 +167,31 @@ async def _watching(app: web.Application) -> AsyncIterator[None]:
     watcher.start()
     yield
     watcher.stop()
+
+
+async def _tidying(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(_tidy(app), name="tidy reservation ledgers")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _tidy(app: web.Application) -> None:
+    """Prune ledgers holding entries that no longer count. Without this, a card held by a bind
+    that never completed would look taken until some other bind touched the node, and the pods
+    the extender turned away meanwhile would wait for the scheduler's periodic retry (minutes):
+    the prune's Node update is the cluster event that makes kube-scheduler retry them at once."""
+    cache, bind, settings = app[STORE], app[BINDER], app[SETTINGS]
+    while True:
+        await asyncio.sleep(app[TIDY_EVERY])
+        if not cache.synced:
+            continue
+        for name in cache.stale_ledgers(now=settings.clock()):
+            try:
+                await bind.prune(name)
+            except Exception:  # noqa: BLE001 - tidying is best effort; the next pass tries again
+                log.warning("pruning the ledger of %s failed", name, exc_info=True)
 
 
 class _BadRequest(Exception):

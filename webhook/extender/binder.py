@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 50
 MAX_BATCH = 64  # binds to one node committed by one compare-and-swap
-STALE_CHECK_AGE_S = 10.0  # ledger entries younger than this are binds in flight: not worth a GET
 _BACKOFF_S = 0.002  # first conflict backoff; grows linearly with jitter, capped at _BACKOFF_CAP_S
 _BACKOFF_CAP_S = 0.1
 
@@ -259,6 +258,33 @@ class Binder:
         message = f"{node_name}: gave up after {conflicts} conflicting updates of the node; will retry"
         return [_Decision(error=message, conflicts=_first(i, conflicts)) for i in range(len(batch))]
 
+    async def prune(self, node_name: str) -> bool:
+        """Drop expired ledger entries and those of pods that are gone or placed elsewhere, if there
+        are any. Besides tidying, the Node update is a cluster event, on which kube-scheduler retries
+        the pods the extender turned away while those entries still held cards. True if it wrote."""
+        for attempt in range(self._max_attempts):
+            node = await self._api.get_node(node_name)
+            pods = await self._api.list_node_pods(node_name)
+            now = self._clock()
+            ledger = cards.node_reservations(node)
+            kept = cards.prune_reservations(await self._live(ledger, pods=pods, node=node_name, now=now), pods=pods, now=now)
+            if kept.keys() == ledger.keys():
+                return False
+            version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
+            try:
+                committed = await self._api.patch_node_annotations(
+                    node_name, resource_version=version,
+                    annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(kept)},
+                )
+            except api.Conflict:
+                await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
+                continue
+            if self._cache is not None:
+                self._cache.put_node(committed)
+            log.info("pruned %d ledger entries on %s", len(ledger) - len(kept), node_name)
+            return True
+        return False
+
     async def _live(
         self, ledger: dict[str, cards.Allocation], *, pods: list[dict[str, Any]], node: str, now: float
     ) -> dict[str, cards.Allocation]:
@@ -268,7 +294,7 @@ class Binder:
         listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in pods}
         unsure = [
             e for uid, e in ledger.items()
-            if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + STALE_CHECK_AGE_S <= now
+            if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + cards.IN_FLIGHT_GRACE_S <= now
         ]
         if not unsure:
             return ledger

@@ -45,6 +45,9 @@ ALLOCATION_ANNOTATION = "gpu-admission.io/allocation"
 RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
 
 DEFAULT_RESERVATION_TTL_S = 120.0
+# A ledger entry younger than this is a bind in flight: its pod may not show up bound (or even in a
+# watch cache) yet. Older entries of pods that are gone or placed elsewhere are dropped early.
+IN_FLIGHT_GRACE_S = 10.0
 CORE_PER_CARD = gpu.MAX_CORE_PERCENTAGE
 MIB_PER_GIB = 1024
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -339,6 +342,15 @@ def pod_allocation(pod: Mapping[str, Any], *, now: float, ttl: float = DEFAULT_R
 
 def parse_reservations(text: str | None) -> dict[str, Allocation]:
     """The node's reservation ledger, by pod UID; malformed entries are dropped (never raises)."""
+    return dict(_parse_reservations(text))
+
+
+@functools.lru_cache(maxsize=4096)  # pure; callers get a fresh dict
+def _parse_reservations(text: str | None) -> tuple[tuple[str, Allocation], ...]:
+    return tuple(_read_reservations(text).items())
+
+
+def _read_reservations(text: str | None) -> dict[str, Allocation]:
     if not text:
         return {}
     try:

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 12345
 SHUTDOWN_TIMEOUT_S = 5.0
 KUBE_THREADS = 32  # blocking apiserver calls in flight at once (binds are I/O-bound)
+TIDY_EVERY_S = 5.0  # how often stale reservation ledgers are looked for
 
 
 def add_parser(subparsers: Any) -> None:
@@ -153,6 +154,7 @@ async def _serve(
         bind=binder.Binder(kube_api, ttl=ttl, cache=cache),
         settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate),
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running),
+        tidy_every=TIDY_EVERY_S,
     )
     runner = web.AppRunner(application, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()

@@ -31,6 +31,7 @@ class Store:
         self._by_node: dict[str, set[str]] = {}
         self._versions: dict[str, int] = {}  # per node: bumped whenever the node or its pods change
         self._states: dict[str, _Cached] = {}
+        self._ledger_refs: dict[str, set[str]] = {}  # pod UID -> nodes whose ledger names it
         self.nodes_synced = False
         self.pods_synced = False
 
@@ -60,8 +61,11 @@ class Store:
         """The node's card state; `exclude_uid` leaves out the pod being placed (its own earlier,
         interrupted attempt must not make it look as if the node were full).
 
-        States are cached per node until the node or one of its pods changes, or until the first
-        reservation counted in it expires: filter judges hundreds of nodes per pod.
+        Ledger entries of pods this cache knows are bound elsewhere or finished, or that it has not
+        seen for longer than a bind takes (deleted), are left out, as bind leaves them out. States
+        are cached per node until the node, one of its pods or a pod in its ledger changes, or
+        until the first time-limited entry in it stops counting: filter judges hundreds of nodes
+        per pod.
         """
         node = self._nodes.get(name)
         if node is None:
@@ -71,11 +75,38 @@ class Store:
         if hit is not None and hit.version == version and hit.ttl == ttl and now < hit.valid_until:
             state = hit.state
         else:
-            state = cards.node_state(node, self.pods_on(name), now=now, ttl=ttl)
-            self._states[name] = _Cached(version=version, ttl=ttl, valid_until=_valid_until(state, ttl=ttl), state=state)
+            ledger = cards.node_reservations(node)
+            live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
+            for uid in ledger:
+                self._ledger_refs.setdefault(uid, set()).add(name)
+            state = cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live)
+            unseen = [(e.assumed_at or 0.0) + cards.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
+            valid_until = min([_valid_until(state, ttl=ttl), *unseen])
+            self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state)
         if exclude_uid and any(a.uid == exclude_uid for a in (*state.allocations, *state.orphans)):
-            return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, exclude_uid=exclude_uid)
+            ledger = cards.node_reservations(node)
+            live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
+            return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
         return state
+
+    def stale_ledgers(self, *, now: float) -> list[str]:
+        """Nodes whose ledger holds entries that no longer count (expired, or their pod is gone,
+        finished or placed elsewhere): worth a prune."""
+        found = []
+        for name, node in self._nodes.items():
+            ledger = cards.node_reservations(node)
+            if any((e.expires or 0.0) <= now or not self._plausible(e, node=name, now=now) for e in ledger.values()):
+                found.append(name)
+        return found
+
+    def _plausible(self, entry: cards.Allocation, *, node: str, now: float) -> bool:
+        """Whether a ledger entry may still stand for a card in use, by what this cache knows."""
+        pod = self._pods.get(entry.uid)
+        if pod is None:
+            return not self.pods_synced or (entry.assumed_at or 0.0) + cards.IN_FLIGHT_GRACE_S > now
+        bound_to = podspec.mapping(pod.get("spec")).get("nodeName")
+        finished = podspec.mapping(pod.get("status")).get("phase") in cards.TERMINAL_PHASES
+        return not finished and (not bound_to or bound_to == node)
 
     def states(
         self, names: Iterable[str], *, now: float, ttl: float, exclude_uid: str = ""
@@ -95,6 +126,7 @@ class Store:
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
+        self._ledger_refs = {}
         for item in items:
             self.put_pod(item)
         self.pods_synced = True
@@ -136,6 +168,8 @@ class Store:
         self._versions[node] = self._versions.get(node, 0) + 1
 
     def _drop_pod(self, uid: str) -> None:
+        for referring in self._ledger_refs.pop(uid, set()):
+            self._touch(referring)  # a ledger entry of this pod may count differently now
         self._pods.pop(uid, None)
         node = self._pod_node.pop(uid, None)
         if node is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import ssl
@@ -264,3 +265,61 @@ def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Fac
     cache.put_pod(make_gpu_pod("b", uid="b", mem=7, node_name="n", annotations=note))
     latest = cache.state("n", now=NOW + 31, ttl=60)
     assert latest is not None and [c.memory_used for c in latest.cards] == [0, 0, 7, 0]
+
+
+def _ledger_node(make_node: Factory, entries: dict[str, cards.Allocation]) -> dict[str, Any]:
+    obj: dict[str, Any] = make_node("n", annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(entries)})
+    obj["metadata"]["resourceVersion"] = "7"
+    return obj
+
+
+def _entry(uid: str, *, card: int, assumed: float = NOW) -> cards.Allocation:
+    return cards.Allocation(uid=uid, namespace="a", name=uid, node="n", cards=(card,), memory_gib=5, assumed_at=assumed, expires=assumed + 60)
+
+
+def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_long_gone(make_node: Factory, make_gpu_pod: Factory) -> None:
+    cache = store.Store()
+    entries = {"elsewhere": _entry("elsewhere", card=0), "done": _entry("done", card=1), "unseen": _entry("unseen", card=2),
+               "waiting": _entry("waiting", card=3)}
+    cache.replace_nodes([_ledger_node(make_node, entries)])
+    cache.replace_pods([
+        make_gpu_pod("elsewhere", uid="elsewhere", mem=5, node_name="other"),
+        make_gpu_pod("done", uid="done", mem=5, phase="Succeeded"),
+        make_gpu_pod("waiting", uid="waiting", mem=5),
+    ])
+    early = cache.state("n", now=NOW + 1, ttl=60)
+    assert early is not None and [c.memory_used for c in early.cards] == [0, 0, 5, 5], "an unseen pod may just be lagging"
+    late = cache.state("n", now=NOW + cards.IN_FLIGHT_GRACE_S + 1, ttl=60)
+    assert late is not None and [c.memory_used for c in late.cards] == [0, 0, 0, 5]
+    assert cache.stale_ledgers(now=NOW + 1) == ["n"]
+
+
+def test_a_ledger_pod_moving_elsewhere_refreshes_the_cached_state(make_node: Factory, make_gpu_pod: Factory) -> None:
+    cache = store.Store()
+    cache.replace_nodes([_ledger_node(make_node, {"w": _entry("w", card=0)})])
+    waiting = make_gpu_pod("w", uid="w", mem=5)
+    cache.replace_pods([waiting])
+    held = cache.state("n", now=NOW + 1, ttl=60)
+    assert held is not None and held.cards[0].memory_used == 5
+    assert cache.stale_ledgers(now=NOW + 1) == []
+    moved = {**waiting, "metadata": {**waiting["metadata"], "resourceVersion": "9"}, "spec": {**waiting["spec"], "nodeName": "other"}}
+    cache.put_pod(moved)
+    freed = cache.state("n", now=NOW + 1, ttl=60)
+    assert freed is not None and freed.cards[0].memory_used == 0
+
+
+async def test_the_app_prunes_stale_ledgers_in_the_background(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory
+) -> None:
+    apiserver.add_node(_ledger_node(make_node, {"gone": _entry("gone", card=0, assumed=NOW - 100)}))
+    cache = store.Store()
+    cache.replace_nodes(list(apiserver.nodes.values()))
+    cache.replace_pods([])
+    settings = app.Settings(clock=lambda: NOW)
+    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings, tidy_every=0.01)
+    await aiohttp_client(application)
+    deadline = asyncio.get_running_loop().time() + 5
+    while cards.node_reservations(apiserver.nodes["n"]) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert cards.node_reservations(apiserver.nodes["n"]) == {}
+    assert cache.stale_ledgers(now=NOW) == []

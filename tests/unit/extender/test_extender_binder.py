@@ -189,7 +189,7 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
     await one.bind(_request(gone, "gpu-0"))
     del apiserver.pods[("team-a", "p0")]  # the user deletes the pod the bind was cut off for
     assert "insufficient" in (await one.bind(_request(later, "gpu-0"))).error, "young entries are binds in flight"
-    clock.now += binder.STALE_CHECK_AGE_S
+    clock.now += cards.IN_FLIGHT_GRACE_S
     result = await one.bind(_request(later, "gpu-0"))
     assert result.error == "" and result.allocation is not None
     assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [later["metadata"]["uid"]]
@@ -210,7 +210,7 @@ async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: An
         return dict(await real_get(namespace, name))
 
     apiserver.get_pod = flaky
-    clock.now += binder.STALE_CHECK_AGE_S
+    clock.now += cards.IN_FLIGHT_GRACE_S
     assert "insufficient GPU memory" in (await one.bind(_request(later, "gpu-0"))).error
 
 
@@ -225,3 +225,20 @@ async def test_binds_waiting_for_one_node_are_committed_together(
     assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 15, 15, 15]
     assert apiserver.node_patches < 5, f"{apiserver.node_patches} commits for 20 binds: they should batch"
     assert len(cards.node_reservations(apiserver.nodes["gpu-0"])) <= 20
+
+
+async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    alive = apiserver.add_pod(make_gpu_pod("alive", mem=2))
+    entries = {
+        "expired": cards.Allocation(uid="expired", namespace="team-a", name="x", node="gpu-0", cards=(0,), memory_gib=2, assumed_at=NOW - 200, expires=NOW - 80),
+        "deleted": cards.Allocation(uid="deleted", namespace="team-a", name="gone", node="gpu-0", cards=(1,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
+        alive["metadata"]["uid"]: cards.Allocation(uid=alive["metadata"]["uid"], namespace="team-a", name="alive", node="gpu-0", cards=(2,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
+    }
+    apiserver.nodes["gpu-0"]["metadata"]["annotations"][cards.RESERVATIONS_ANNOTATION] = cards.render_reservations(entries)
+    one = binder.Binder(apiserver, clock=Clock())
+    assert await one.prune("gpu-0") is True
+    assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [alive["metadata"]["uid"]]
+    assert await one.prune("gpu-0") is False

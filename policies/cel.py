@@ -30,9 +30,10 @@ The expressions see `object` (after the built-in mutators, as the apiserver's va
 does), `oldObject` (null on CREATE), `request` (kind, resource, subResource, name, namespace,
 operation, userInfo, dryRun), `params` and `namespaceObject` (metadata.name and labels). The
 language is cel-go's as Kubernetes runs it: the standard library with type checking, the
-`strings`, `optional`, `bindings` and `math` extensions, and `sum()` on lists from Kubernetes'
-list library. Kubernetes-only libraries (quantity, url, ip, cidr, semver, authorizer) are not
-available, so a policy that uses them is refused at load.
+`strings`, `optional` and `math` extensions, and `sum()` on lists from Kubernetes' list library.
+Kubernetes-only libraries (quantity, url, ip, cidr, semver, authorizer) and `cel.bind` (which
+kube-apiserver 1.34 refuses in ValidatingAdmissionPolicy) are not available, so a policy that uses
+them is refused at load.
 
 Bounds (the guarantees, see `MAX_EXPRESSION_CHARS`, `MAX_INPUT_NODES`, `MAX_INPUT_CHARS`):
 
@@ -64,7 +65,6 @@ from typing import Any, ClassVar
 # runtime objects are handled as Any here and checked by the unit tests.
 from cel_expr_python import cel as cel_runtime  # type: ignore[import-untyped]
 from cel_expr_python.ext import (  # type: ignore[import-untyped]
-    ext_bindings,
     ext_math,
     ext_optional,
     ext_strings,
@@ -250,7 +250,6 @@ def environment() -> Any:
         extensions=[
             ext_strings.ExtStrings(),
             ext_optional.ExtOptional(),
-            ext_bindings.ExtBindings(),
             ext_math.ExtMath(),
         ],
         functions=[sum_decl],
@@ -363,7 +362,8 @@ def _plain_input(value: Any, *, field: str) -> Any:
         if budget[0] < 0:
             raise EvaluationError(f"{field} has more than {MAX_INPUT_NODES} values, past the CEL input limit")
         if isinstance(item, Mapping):
-            return {str(k): walk(v) for k, v in item.items()}
+            # A null field is an absent one, as in the apiserver's objects (a manifest's bare `env:`).
+            return {str(k): walk(v) for k, v in item.items() if v is not None}
         if isinstance(item, (list, tuple)):
             return [walk(v) for v in item]
         if isinstance(item, str):

@@ -1,0 +1,261 @@
+"""`policies export-vap`: the manifests, their CEL evaluated here as the apiserver would, and the settings' effect."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from policies import cel, settings
+from webhook import config, policies_cli, vap
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "examples"
+NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC)
+
+
+def exported(document: dict[str, Any] | None = None, *, policies_dir: pathlib.Path | None = None) -> vap.Export:
+    user = config.load(None, policies_dir=str(policies_dir)).user_policies if policies_dir else ()
+    return vap.export(settings.from_mapping(document or {}, user_policies=user), now=NOW)
+
+
+def policy_named(export: vap.Export, name: str) -> dict[str, Any]:
+    return next(m for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == name)
+
+
+def as_pod(document: dict[str, Any]) -> dict[str, Any]:
+    if document["kind"] == "Pod":
+        return document
+    spec = document["spec"]
+    template = spec["jobTemplate"]["spec"]["template"] if document["kind"] == "CronJob" else spec["template"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": template.get("metadata") or {"name": "p"}, "spec": template["spec"]}
+
+
+def without_nulls(value: Any) -> Any:
+    """The object as the apiserver hands it to CEL: a typed Pod has no null fields (`env:` alone drops out)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
+def admits(policy: dict[str, Any], pod: dict[str, Any], *, namespace: str = "team-a", labels: dict[str, str] | None = None) -> bool:
+    """What kube-apiserver concludes for `pod`: match conditions, then every validation (CEL run here)."""
+    env = cel.environment()
+    activation = {
+        "object": without_nulls(pod),
+        "oldObject": None,
+        "request": {"namespace": namespace, "operation": "CREATE", "resource": {"resource": "pods"}},
+        "namespaceObject": {"metadata": {"name": namespace, "labels": {"kubernetes.io/metadata.name": namespace, **(labels or {})}}},
+    }
+    spec = policy["spec"]
+    for condition in spec["matchConditions"]:
+        if not cel.evaluate(cel.compile_expression(env, condition["expression"], field=condition["name"]), activation):
+            return True
+    return all(
+        cel.evaluate(cel.compile_expression(env, v["expression"], field="validation"), activation) is True
+        for v in spec["validations"]
+    )
+
+
+def test_each_exported_policy_comes_with_a_deny_binding_excluding_the_webhooks_namespaces() -> None:
+    manifests = exported().manifests
+    webhook = yaml.safe_load_all((REPO / "deploy" / "webhook-configurations.yaml").read_text())
+    excluded = {
+        tuple(e["values"])
+        for configuration in webhook
+        for hook in configuration["webhooks"]
+        for e in hook["namespaceSelector"]["matchExpressions"]
+    }
+
+    assert [(m["kind"], m["metadata"]["name"]) for m in manifests] == [
+        (kind, f"gpu-admission-gpu00{n}")
+        for n in range(1, 5)
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    ]
+    for binding in manifests[1::2]:
+        assert binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        (expression,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
+        assert {tuple(sorted(expression["values"]))} == {tuple(sorted(v)) for v in excluded}
+    for policy in manifests[0::2]:
+        assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+@pytest.mark.parametrize(
+    ("bypass", "policy"),
+    [
+        ("gpu001-visible-devices-env.yaml", "gpu-admission-gpu001"),
+        ("gpu002-privileged-gpu.yaml", "gpu-admission-gpu002"),
+        ("gpu003-host-path-devices.yaml", "gpu-admission-gpu003"),
+        ("gpu004-malformed-resources.yaml", "gpu-admission-gpu004"),
+    ],
+)
+def test_the_exported_cel_refuses_each_bypass_pod_and_only_with_its_policy(bypass: str, policy: str) -> None:
+    export = exported()
+    pod = as_pod(yaml.safe_load((EXAMPLES / "bypasses" / bypass).read_text()))
+
+    verdicts = {m["metadata"]["name"]: admits(m, pod) for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy"}
+
+    assert [name for name, allowed in verdicts.items() if not allowed] == [policy]
+
+
+def test_the_exported_cel_admits_every_seed_workload() -> None:
+    export = exported()
+    for path in sorted((EXAMPLES / "workloads").glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document["kind"] not in ("Service", "ConfigMap"):
+                pod = as_pod(document)
+                assert all(
+                    admits(m, pod) for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy"
+                ), path.name
+
+
+@pytest.mark.parametrize(
+    ("value", "allowed"),
+    [("void", True), (" None ", True), ("all", False), ("0", False), ("", False)],
+)
+def test_gpu001_by_value_follows_the_neutral_values(value: str, allowed: bool) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
+    if not value:
+        del pod["spec"]["containers"][0]["env"][0]["value"]
+
+    assert admits(policy_named(exported(), "gpu-admission-gpu001"), pod) is allowed
+    assert admits(policy_named(exported({"visibleDevicesNeutralValue": ""}), "gpu-admission-gpu001"), pod) is (allowed or not value)
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [("/dev/nvidia0", False), ("//dev//nvidiactl/", False), ("/dev", False), ("/", False), ("/var/lib/kubelet/device-plugins/kubelet.sock", False),
+     ("/run/nvidia/driver", False), ("/dev/shm", True), ("/data", True), ("/var/lib/docker", True)],
+)
+def test_gpu003_paths(path: str, allowed: bool) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "v", "hostPath": {"path": path}}]}}
+
+    assert admits(policy_named(exported(), "gpu-admission-gpu003"), pod) is allowed
+
+
+def test_a_policy_not_enforced_anywhere_is_left_out_with_a_note() -> None:
+    export = exported({"policies": {"GPU002": {"action": "warn"}, "GPU003": {"action": "off"}}})
+
+    names = {m["metadata"]["name"] for m in export.manifests}
+    assert "gpu-admission-gpu002" not in names and "gpu-admission-gpu003" not in names
+    assert export.notes == (
+        "GPU002: left out: its action is not enforce in any namespace",
+        "GPU003: left out: its action is not enforce in any namespace",
+    )
+
+
+def test_namespace_overrides_become_a_match_condition() -> None:
+    document = {
+        "policies": {"GPU002": {"action": "warn"}},
+        "namespaceOverrides": [
+            {"namespaces": ["prod"], "policies": {"GPU001": {"action": "audit"}, "GPU002": {"action": "enforce"}}},
+            {"namespaceSelector": {"matchLabels": {"tier": "lab"}}, "policies": {"GPU001": {"action": "warn"}}},
+        ],
+    }
+    export = exported(document)
+    privileged = as_pod(yaml.safe_load((EXAMPLES / "bypasses" / "gpu002-privileged-gpu.yaml").read_text()))
+    visible = as_pod(yaml.safe_load((EXAMPLES / "bypasses" / "gpu001-visible-devices-env.yaml").read_text()))
+
+    gpu002 = policy_named(export, "gpu-admission-gpu002")
+    assert not admits(gpu002, privileged, namespace="prod")
+    assert admits(gpu002, privileged, namespace="team-a")
+    gpu001 = policy_named(export, "gpu-admission-gpu001")
+    assert admits(gpu001, visible, namespace="prod")
+    assert admits(gpu001, visible, namespace="x", labels={"tier": "lab"})
+    assert not admits(gpu001, visible, namespace="x")
+
+
+def test_active_exceptions_leave_their_objects_out_and_expiring_ones_are_noted() -> None:
+    document = {
+        "exceptions": [
+            {"name": "DCGM exporter", "policies": ["GPU003"], "match": {"namespaces": ["monitoring"], "names": ["dcgm-*"]}, "expires": "2026-12-31T00:00:00Z"},
+            {"name": "gone", "policies": ["GPU003"], "match": {"namespaces": ["team-a"]}, "expires": "2026-01-01T00:00:00Z"},
+        ]
+    }
+    export = exported(document)
+    pod = as_pod(yaml.safe_load((EXAMPLES / "bypasses" / "gpu003-host-path-devices.yaml").read_text()))
+    named = copy.deepcopy(pod)
+    named["metadata"]["name"] = "dcgm-exporter-1"
+    unnamed = copy.deepcopy(pod)
+    unnamed["metadata"] = {"generateName": "dcgm-exporter-"}
+    gpu003 = policy_named(export, "gpu-admission-gpu003")
+
+    assert admits(gpu003, named, namespace="monitoring")
+    assert admits(gpu003, unnamed, namespace="monitoring")
+    assert not admits(gpu003, pod, namespace="monitoring")
+    assert not admits(gpu003, named, namespace="team-a")  # the expired exception is not exported
+    assert [c["name"] for c in gpu003["spec"]["matchConditions"]] == ["not-a-mirror-pod", "exception-0-dcgm-exporter"]
+    assert export.notes == (
+        "GPU003: exception DCGM exporter expires 2026-12-31T00:00:00+00:00; export again after that, the apiserver cannot tell",
+    )
+
+
+def test_user_policies_are_exported_with_params_written_in() -> None:
+    export = exported(policies_dir=EXAMPLES / "policies")
+    policy = policy_named(export, "gpu-admission-max-gpus-per-pod")
+
+    assert "params" not in " ".join(v["expression"] for v in policy["spec"]["validations"]).replace("'", "")
+    assert policy["metadata"]["annotations"]["gpu-admission.io/policy-id"] == "USR001"
+    assert policy["spec"]["validations"][0]["messageExpression"].startswith(
+        "'USR001: pods in a GPU-limited namespace ask for at most a few whole GPUs: ' + ("
+    )
+    three = yaml.safe_load((EXAMPLES / "policies" / "manifests" / "max-gpus-per-pod-denied.yaml").read_text())
+    two = yaml.safe_load((EXAMPLES / "policies" / "manifests" / "max-gpus-per-pod-allowed.yaml").read_text())
+    assert not admits(policy, three, namespace="team-small")
+    assert admits(policy, two, namespace="team-small")
+    assert admits(policy, three, namespace="team-big")
+    card = policy_named(export, "gpu-admission-card-model-required")
+    assert card["spec"]["matchConstraints"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["inference"]}]
+    }
+
+
+def test_params_are_rewritten_only_where_they_are_the_variable() -> None:
+    literal = vap._dyn_lit({"n": 2, "names": ["a"]})
+
+    assert literal == "{'n': dyn(2), 'names': dyn([dyn('a')])}"
+    assert vap.rewrite_params("params.n > x.params && 'params' != \"params\" && paramsx", literal="P") == (
+        "(P).n > x.params && 'params' != \"params\" && paramsx"
+    )
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    policies_cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["policies", *argv])
+    status: int = args.func(args)
+    return status
+
+
+def test_the_cli_writes_the_manifests_to_a_file_or_stdout(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "vap.yaml"
+
+    assert run_cli("export-vap", "--policies-dir", str(EXAMPLES / "policies"), "-o", str(target)) == 0
+    written = [d for d in yaml.safe_load_all(target.read_text()) if d]
+    assert len(written) == 14
+    assert "wrote 14 manifests" in capsys.readouterr().err
+    assert run_cli("export-vap") == 0
+    assert len([d for d in yaml.safe_load_all(capsys.readouterr().out) if d]) == 8
+
+
+def test_the_cli_lists_every_policy_with_action_and_source(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("list", "--policies-dir", str(EXAMPLES / "policies")) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["ID", "KIND", "ACTION", "SOURCE"]
+    assert [line.split()[0] for line in lines[1:]] == [
+        *(f"GPU00{n}" for n in range(1, 6)),
+        *(f"GPU10{n}" for n in range(1, 6)),
+        "USR002",
+        "USR003",
+        "USR001",
+    ]

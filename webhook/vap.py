@@ -1,0 +1,451 @@
+"""ValidatingAdmissionPolicy export: the rules CEL can express, run inside kube-apiserver under the webhook.
+
+``export(settings, now=...)`` returns ValidatingAdmissionPolicy + ValidatingAdmissionPolicyBinding
+manifests (``admissionregistration.k8s.io/v1``), one pair per policy, named
+``gpu-admission-<id>``. They are a fail-closed second layer: the apiserver evaluates them itself, so
+they still refuse the bypasses when the webhook is down, misconfigured or deleted. They never
+refuse what the webhook would admit, only (where CEL cannot see as much) admit some of what it
+would refuse:
+
+- GPU001 by value: ``NVIDIA_VISIBLE_DEVICES`` in ``env`` must be void/none (or the configured
+  neutral value), and ``valueFrom`` for it is refused; ``envFrom`` is not judged (the webhook warns);
+- GPU002: no privileged container in a pod that requests a GPU resource or targets GPU nodes;
+- GPU003 on the path as written (repeated and trailing slashes allowed for; ``.``/``..`` are not
+  resolved as the webhook does);
+- GPU004: positive integers (digits as the apiserver writes quantities; ``1k`` is not read),
+  in limits, requests equal to limits, ``gpu-core.percentage`` at most 100 and beside ``gpu-mem``,
+  one resource family per pod;
+- every user policy (``--policies-dir``) as written, with its ``params`` written into the
+  expressions as a literal: the apiserver declares ``params`` only for a ``paramKind``, refuses
+  ``cel.bind``, and gives match conditions no ``variables``; so the identifier ``params`` (outside
+  string literals and field names) becomes the literal, its map values and list items ``dyn()``
+  as the type checker wants for mixed types.
+
+GPU005 and the mutators are not exported. The settings shape the export: a policy that is not
+``enforce`` anywhere is left out (bindings use ``validationActions: [Deny]``); namespace overrides
+become a match condition on the namespace; exceptions that have not expired at export time become
+match conditions that leave their objects out (CEL has no clock, so an exception with an expiry
+keeps applying in the apiserver until the manifests are exported again; the webhook stops
+applying it on time). Bindings leave out the exempt namespaces by ``kubernetes.io/metadata.name``,
+as ``deploy/webhook-configurations.yaml`` does, and mirror pods, as its match condition does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from policies import builtin, cel, gpu, model
+from policies import settings as settings_
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+PREFIX = "gpu-admission-"
+EXPORTED_BUILTINS = ("GPU001", "GPU002", "GPU003", "GPU004")
+MIRROR_POD = (
+    "request.resource.resource != 'pods' || !has(object.metadata.annotations) || "
+    "!('kubernetes.io/config.mirror' in object.metadata.annotations)"
+)
+_GPU_NODE_LABELS = (gpu.SCHEDULE_LABEL, gpu.PLACEMENT_LABEL, gpu.CARD_MEMORY_MIB_LABEL)
+_POSITIVE_OPERATORS = ("In", "Exists", "Gt", "Lt")
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rule:
+    """One exported policy before it becomes manifests."""
+
+    id: str
+    name: str  # the VAP name, gpu-admission-<...>
+    resource_rules: tuple[Mapping[str, Any], ...]
+    validations: tuple[Mapping[str, Any], ...]
+    match_conditions: tuple[Mapping[str, str], ...] = ()
+    namespace_selector: Mapping[str, Any] | None = None
+    object_selector: Mapping[str, Any] | None = None
+    source: str = "built-in"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Export:
+    """The manifests, and notes for the person exporting (left-out policies, expiry caveats)."""
+
+    manifests: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...]
+
+
+def export(settings: settings_.Settings, *, now: datetime.datetime) -> Export:
+    """The VAP and binding manifests for `settings` (built-ins and `settings.user_policies`)."""
+    notes: list[str] = []
+    manifests: list[dict[str, Any]] = []
+    summaries = {p.id: p.summary for p in builtin.POLICIES}
+    rules = [_builtin(policy_id, summary=summaries[policy_id], settings=settings) for policy_id in EXPORTED_BUILTINS]
+    for item in settings.user_policies:
+        spec = cel.spec_of(item)
+        if spec is not None:
+            rules.append(_user(spec))
+    for rule in rules:
+        enforced = _enforced_here(rule.id, settings)
+        if enforced is None:
+            notes.append(f"{rule.id}: left out: its action is not enforce in any namespace")
+            continue
+        conditions = [{"name": "not-a-mirror-pod", "expression": MIRROR_POD}, *rule.match_conditions]
+        if enforced != "true":
+            conditions.append({"name": "enforced-in-this-namespace", "expression": enforced})
+        for index, exception in enumerate(settings.exceptions):
+            if rule.id not in exception.policies or exception.expired(now):
+                continue
+            conditions.append(
+                {
+                    "name": f"exception-{index}-{_dns(exception.name)}"[:63].rstrip("-"),
+                    "expression": f"!({_exception_matches(exception)})",
+                }
+            )
+            if exception.expires is not None:
+                notes.append(
+                    f"{rule.id}: exception {exception.name} expires {exception.expires.isoformat()}; "
+                    "export again after that, the apiserver cannot tell"
+                )
+        manifests.extend(_manifests(rule, conditions=conditions, exempt=settings.exempt_namespaces))
+    return Export(manifests=tuple(manifests), notes=tuple(notes))
+
+
+def render(manifests: Iterable[Mapping[str, Any]]) -> str:
+    """The manifests as one multi-document YAML stream, ready for ``kubectl apply -f``."""
+    header = "# Generated by `gpu-admission policies export-vap`; edit the policies and export again.\n"
+    return header + yaml.safe_dump_all(
+        [json.loads(json.dumps(m)) for m in manifests], sort_keys=False, explicit_start=True, width=1000
+    )
+
+
+# --- manifests -------------------------------------------------------------------------------------
+
+
+def _manifests(rule: Rule, *, conditions: Sequence[Mapping[str, str]], exempt: frozenset[str]) -> list[dict[str, Any]]:
+    labels = {"app.kubernetes.io/name": "gpu-admission", "app.kubernetes.io/component": "validating-admission-policy"}
+    constraints: dict[str, Any] = {"resourceRules": [dict(r) for r in rule.resource_rules]}
+    if rule.namespace_selector is not None:
+        constraints["namespaceSelector"] = rule.namespace_selector
+    if rule.object_selector is not None:
+        constraints["objectSelector"] = rule.object_selector
+    policy = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": rule.name, "labels": labels, "annotations": {"gpu-admission.io/policy-id": rule.id, "gpu-admission.io/source": rule.source}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": constraints,
+            "matchConditions": [dict(c) for c in conditions],
+            "validations": [dict(v) for v in rule.validations],
+        },
+    }
+    binding_spec: dict[str, Any] = {"policyName": rule.name, "validationActions": ["Deny"]}
+    if exempt:
+        binding_spec["matchResources"] = {
+            "namespaceSelector": {
+                "matchExpressions": [{"key": settings_.NAMESPACE_NAME_LABEL, "operator": "NotIn", "values": sorted(exempt)}]
+            }
+        }
+    binding = {
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": rule.name, "labels": labels},
+        "spec": binding_spec,
+    }
+    return [policy, binding]
+
+
+_POD_RULES: tuple[Mapping[str, Any], ...] = (
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"},
+    {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["UPDATE"],
+        "resources": ["pods/ephemeralcontainers"],
+        "scope": "Namespaced",
+    },
+)
+
+
+def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> Rule:
+    def validation(expression: str, detail: str) -> dict[str, str]:
+        return {"expression": expression, "message": f"{policy_id}: {summary}: {detail}", "reason": "Forbidden"}
+
+    if policy_id == "GPU001":
+        safe = sorted({*gpu.VISIBLE_DEVICES_SAFE_VALUES, settings.visible_devices_neutral_value})
+        env = gpu.VISIBLE_DEVICES_ENV
+        check = (
+            f"!has(c.env) || c.env.all(e, e.name != {_lit(env)} || "
+            f"((has(e.value) || !has(e.valueFrom)) && e.?value.orValue('').trim().lowerAscii() in {_lit(safe)}))"
+        )
+        validations = [
+            validation(
+                _every_container(check),
+                f"a container sets {env} to a value other than {' or '.join(repr(s) for s in safe)}, or through "
+                "valueFrom; request GPUs as resources",
+            )
+        ]
+    elif policy_id == "GPU002":
+        privileged = "!(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
+        validations = [
+            validation(
+                f"!({_requests_gpu()} || {_targets_gpu_nodes()}) || {_every_container(privileged)}",
+                "a container is privileged",
+            )
+        ]
+    elif policy_id == "GPU003":
+        inner = (
+            r"dev/+nvidia[^/]*|dev/+dri|run/+nvidia[^/]*|var/+run/+nvidia[^/]*|"
+            r"var/+lib/+kubelet/+(device-plugins|pod-resources)"
+        )
+        parents = r"dev|run|var|var/+run|var/+lib|var/+lib/+kubelet"
+        pattern = f"^/*(({inner})(/.*)?|(({parents})/*)?)$"
+        validations = [
+            validation(
+                f"!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || "
+                f"!v.hostPath.path.matches({_lit(pattern)}))",
+                "a hostPath volume exposes GPU device nodes, their runtime directories or the kubelet's "
+                "device-plugin and pod-resources sockets",
+            )
+        ]
+    else:  # GPU004
+        resources = _lit(sorted(gpu.GPU_RESOURCES))
+        limits, requests = "dyn(c).?resources.?limits.orValue({})", "dyn(c).?resources.?requests.orValue({})"
+        core, mem, count = _lit(gpu.Resource.GPU_CORE_PERCENTAGE), _lit(gpu.Resource.GPU_MEM), _lit(gpu.Resource.GPU_COUNT)
+        families = (
+            f"[{_any_container(_names_any([gpu.Resource.NVIDIA_GPU]))}, "
+            f"{_any_container(_names_any([gpu.Resource.GPU_MEM, gpu.Resource.GPU_CORE_PERCENTAGE]))}, "
+            f"{_any_container(_names_any([gpu.Resource.ALIYUN_GPU]))}].filter(x, x).size() <= 1"
+        )
+        validations = [
+            validation(
+                _every_container(
+                    f"{limits}.all(k, !(k in {resources}) || "
+                    f"(string({limits}[k]).matches('^[0-9]+$') && int(string({limits}[k])) > 0))"
+                ),
+                "a GPU resource limit is not a positive integer",
+            ),
+            validation(
+                _every_container(
+                    f"{requests}.all(k, !(k in {resources}) || "
+                    f"(k in {limits} && string({requests}[k]) == string({limits}[k])))"
+                ),
+                "a GPU resource is requested without an equal limit",
+            ),
+            validation(
+                _every_container(
+                    f"!({core} in {limits}) || !string({limits}[{core}]).matches('^[0-9]+$') || "
+                    f"int(string({limits}[{core}])) <= {gpu.MAX_CORE_PERCENTAGE}"
+                ),
+                f"{gpu.Resource.GPU_CORE_PERCENTAGE} is above {gpu.MAX_CORE_PERCENTAGE}",
+            ),
+            validation(
+                _every_container(f"!({core} in {limits} || {count} in {limits}) || {mem} in {limits}"),
+                f"{gpu.Resource.GPU_CORE_PERCENTAGE} and {gpu.Resource.GPU_COUNT} come only beside {gpu.Resource.GPU_MEM}",
+            ),
+            validation(families, "the pod mixes GPU resource families (one of nvidia.com/gpu, aliyun.com/gpu-mem, aliyun.com/gpu)"),
+        ]
+    return Rule(
+        id=policy_id, name=PREFIX + policy_id.lower(), resource_rules=_POD_RULES, validations=tuple(validations)
+    )
+
+
+def _user(spec: cel.Spec) -> Rule:
+    literal = _dyn_lit(spec.params)
+
+    def bound(expression: str) -> str:
+        return expression if spec.params is None else rewrite_params(expression, literal=literal)
+
+    prefix = f"{spec.id}: {spec.summary}: "
+    validations = []
+    for item in spec.validations:
+        out: dict[str, str] = {"expression": bound(item.expression.source)}
+        out["message"] = prefix + (item.message or f"failed expression: {' '.join(item.expression.source.split())}")
+        if item.message_expression is not None:
+            out["messageExpression"] = f"{_lit(prefix)} + ({bound(item.message_expression.source)})"
+        out["reason"] = item.reason if item.reason in ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge") else "Forbidden"
+        validations.append(out)
+    return Rule(
+        id=spec.id,
+        name=PREFIX + spec.name,
+        resource_rules=tuple({**r.as_mapping(), "scope": "Namespaced"} for r in spec.rules),
+        validations=tuple(validations),
+        match_conditions=tuple(
+            {"name": name, "expression": bound(expression.source)} for name, expression in spec.match_conditions
+        ),
+        namespace_selector=spec.namespace_selector_document,
+        object_selector=spec.object_selector_document,
+        source=spec.source,
+    )
+
+
+# A CEL token: a string literal (quotes, triple quotes, r/b prefixes), an identifier, or anything else.
+_TOKEN = re.compile(
+    r"""(?P<string>[rRbB]{0,2}(?:'\'\'[\s\S]*?'\'\'|\"\"\"[\s\S]*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))"""
+    r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*)|(?P<other>\s+|.)",
+    re.DOTALL,
+)
+
+
+def rewrite_params(expression: str, *, literal: str) -> str:
+    """`expression` with the variable `params` replaced by `(literal)` (strings and fields untouched)."""
+    out: list[str] = []
+    previous = ""
+    for token in _TOKEN.finditer(expression):
+        text = token.group(0)
+        if token.lastgroup == "ident" and text == "params" and previous != ".":
+            text = f"({literal})"
+        out.append(text)
+        if not text.isspace():
+            previous = text[-1]
+    return "".join(out)
+
+
+# --- CEL generation --------------------------------------------------------------------------------
+
+
+def _lit(value: Any) -> str:
+    """A CEL literal for a JSON-like value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_lit(str(k))}: {_lit(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_lit(v) for v in value) + "]"
+    return _lit(str(value))
+
+
+def _dyn_lit(value: Any) -> str:
+    """A CEL literal whose map values and list items are `dyn(...)`, so mixed types type-check."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_lit(str(k))}: dyn({_dyn_lit(v)})" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"dyn({_dyn_lit(v)})" for v in value) + "]"
+    return _lit(value)
+
+
+def _every_container(predicate: str) -> str:
+    """`predicate` (over `c`) holds for every container, init and ephemeral container."""
+    return " && ".join(f"object.spec.?{name}.orValue([]).all(c, {predicate})" for name in _CONTAINER_LISTS)
+
+
+def _any_container(predicate: str) -> str:
+    return "(" + " || ".join(f"object.spec.?{name}.orValue([]).exists(c, {predicate})" for name in _CONTAINER_LISTS) + ")"
+
+
+def _names_any(resources: Sequence[str]) -> str:
+    wanted = _lit(list(resources))
+    return (
+        f"dyn(c).?resources.?limits.orValue({{}}).exists(k, k in {wanted}) || "
+        f"dyn(c).?resources.?requests.orValue({{}}).exists(k, k in {wanted})"
+    )
+
+
+def _requests_gpu() -> str:
+    return _any_container(_names_any(sorted(gpu.GPU_RESOURCES)))
+
+
+def _is_gpu_label(key: str) -> str:
+    return f"({key} in {_lit(list(_GPU_NODE_LABELS))} || {key}.startsWith({_lit(gpu.ACCELERATOR_LABEL_PREFIX)}))"
+
+
+def _targets_gpu_nodes() -> str:
+    positive = _lit(list(_POSITIVE_OPERATORS))
+    expression = f"{_is_gpu_label('e.key')} && e.operator in {positive}"
+    affinity = "object.spec.?affinity.?nodeAffinity"
+    return (
+        f"(object.spec.?nodeSelector.orValue({{}}).exists(k, {_is_gpu_label('k')}) || "
+        f"{affinity}.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms.orValue([])"
+        f".exists(t, t.?matchExpressions.orValue([]).exists(e, {expression})) || "
+        f"{affinity}.?preferredDuringSchedulingIgnoredDuringExecution.orValue([])"
+        f".exists(p, p.preference.?matchExpressions.orValue([]).exists(e, {expression})))"
+    )
+
+
+def selector_expression(selector: settings_.LabelSelector, *, labels: str) -> str:
+    """CEL that is true where `labels` (a map expression) are selected, with Kubernetes semantics."""
+    parts = [f"({_lit(k)} in {labels} && {labels}[{_lit(k)}] == {_lit(v)})" for k, v in selector.match_labels.items()]
+    for requirement in selector.match_expressions:
+        key, values = _lit(requirement.key), _lit(sorted(requirement.values))
+        if requirement.operator == "In":
+            parts.append(f"({key} in {labels} && {labels}[{key}] in {values})")
+        elif requirement.operator == "NotIn":
+            parts.append(f"(!({key} in {labels}) || !({labels}[{key}] in {values}))")
+        elif requirement.operator == "Exists":
+            parts.append(f"({key} in {labels})")
+        else:
+            parts.append(f"!({key} in {labels})")
+    return " && ".join(parts) or "true"
+
+
+_NAMESPACE_LABELS = "namespaceObject.metadata.?labels.orValue({})"
+
+
+def _namespace_matches(match: settings_.NamespaceMatch) -> str:
+    parts = []
+    if match.names:
+        parts.append(f"request.namespace in {_lit(sorted(match.names))}")
+    if match.selector is not None:
+        # the name label is set on every namespace; spelled out so a selector on it needs no namespaceObject
+        parts.append(selector_expression(match.selector, labels=_NAMESPACE_LABELS))
+    return "(" + " && ".join(parts or ["true"]) + ")"
+
+
+def _exception_matches(exception: settings_.PolicyException) -> str:
+    parts = []
+    if exception.namespaces is not None:
+        parts.append(_namespace_matches(exception.namespaces))
+    if exception.names:
+        name = (
+            "(object.metadata.?name.orValue('') != '' ? object.metadata.name : "
+            "object.metadata.?generateName.orValue('') + '*')"
+        )
+        pattern = "^(" + "|".join(_glob(p) for p in exception.names) + ")$"
+        parts.append(f"{name}.matches({_lit(pattern)})")
+    if exception.object_selector is not None:
+        parts.append("(" + selector_expression(exception.object_selector, labels="object.metadata.?labels.orValue({})") + ")")
+    return " && ".join(parts) or "true"
+
+
+def _glob(pattern: str) -> str:
+    out = []
+    for char in pattern:
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char.isalnum() or char in "_":
+            out.append(char)
+        else:
+            out.append("\\" + char)
+    return "".join(out)
+
+
+def _enforced_here(policy_id: str, settings: settings_.Settings) -> str | None:
+    """CEL true where the policy acts `enforce` ("true" when everywhere), None when nowhere."""
+    base = settings.action(policy_id) is model.Action.ENFORCE
+    expression = "true" if base else "false"
+    relevant = [o for o in settings.namespace_overrides if policy_id in o.actions]
+    if not relevant:
+        return "true" if base else None
+    if not base and all(o.actions[policy_id] is not model.Action.ENFORCE for o in relevant):
+        return None
+    for override in reversed(relevant):  # the first matching override decides
+        here = "true" if override.actions[policy_id] is model.Action.ENFORCE else "false"
+        expression = f"({_namespace_matches(override.match)} ? {here} : {expression})"
+    return expression
+
+
+def _dns(name: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
+    return cleaned[:50] or "unnamed"

@@ -92,6 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table")
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
+    parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.add_argument(
         "-n",
         "--namespace",
@@ -102,7 +103,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = config.load(args.config)
+    loaded = config.load(args.config, policies_dir=args.policies_dir)
     documents = read(args.filename, stdin=sys.stdin)
     outcomes = evaluate(documents, settings=loaded, default_namespace=args.namespace)
     sys.stdout.write(render(outcomes, output=args.output))
@@ -141,17 +142,37 @@ def parse(text: str, *, name: str, as_json: bool = False) -> list[Document]:
 def evaluate(
     documents: Sequence[Document], *, settings: settings.Settings, default_namespace: str = "default"
 ) -> list[Outcome]:
-    """Decide every document as the webhook would, and apply each patch to a copy of its object."""
+    """Decide every document as the webhook would, and apply each patch to a copy of its object.
+
+    Namespace documents among the inputs give their labels to the objects in them (for namespace
+    overrides and exceptions by label selector).
+    """
+    labels = namespace_labels(documents)
     outcomes = []
     for document in documents:
         namespace = decisions.object_namespace(document.object) or default_namespace
-        decision = decisions.decide(document.object, settings=settings, namespace=namespace)
+        decision = decisions.decide(
+            document.object, settings=settings, namespace=namespace, namespace_labels=labels.get(namespace)
+        )
         try:
             patched = jsonpatch.apply_patch(copy.deepcopy(document.object), [dict(op) for op in decision.patch])
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
             raise errors.InputError(f"{document.source}: the engine's patch does not apply: {error}") from error
         outcomes.append(Outcome(document=document, namespace=namespace, decision=decision, patched=patched))
     return outcomes
+
+
+def namespace_labels(documents: Sequence[Document]) -> dict[str, dict[str, str]]:
+    """The labels of every Namespace among `documents`, by name."""
+    found: dict[str, dict[str, str]] = {}
+    for document in documents:
+        obj = document.object
+        metadata = obj.get("metadata")
+        if obj.get("kind") != "Namespace" or not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+            continue
+        labels = metadata.get("labels")
+        found[metadata["name"]] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    return found
 
 
 def report(outcomes: Sequence[Outcome]) -> WireReport:

@@ -32,6 +32,7 @@ def make_app(config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES)
     """Build the webhook app for ``config``; serve it over TLS (see ``webhook.serve``)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[keys.SETTINGS] = config
+    app[keys.LIVE_SETTINGS] = keys.LiveSettings(current=config)
     app[keys.METRICS] = metrics.webhook_metrics()
     app[keys.STATE] = keys.State()
     app.cleanup_ctx.append(_readiness)
@@ -46,7 +47,7 @@ def make_app(config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES)
 async def _readiness(app: web.Application) -> AsyncIterator[None]:
     state = app[keys.STATE]
     try:
-        decision = decisions.decide(_PROBE_POD, settings=app[keys.SETTINGS])
+        decision = decisions.decide(_PROBE_POD, settings=app[keys.LIVE_SETTINGS].current)
     except Exception:  # noqa: BLE001 - reported through /readyz instead of refusing to start
         log.exception("uid=- the policy engine raised on the readiness probe pod")
         decision = None

@@ -6,6 +6,7 @@ settings give the same verdict and the same patch wherever it is evaluated.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,12 +26,16 @@ def decide(
     groups: tuple[str, ...] = (),
     subresource: str = "",
     dry_run: bool = False,
+    namespace_labels: Mapping[str, str] | None = None,
+    now: datetime.datetime | None = None,
 ) -> model.Decision:
     """Evaluate ``obj`` with the engine and return its decision.
 
     The namespace is ``namespace`` when given (the webhook passes the request's), else the object's
     ``metadata.namespace``, else ``default`` (what kubectl would use). A request without an object
     (DELETE, CONNECT) has nothing for the policies to look at and is allowed with that reason.
+    ``namespace_labels`` feed namespace overrides and exceptions by label selector (unknown: only
+    ``kubernetes.io/metadata.name`` is assumed); ``now`` (default: the clock) decides exception expiry.
     """
     if obj is None:
         return model.Decision(allowed=True, exempt_reason=f"{operation} request carries no object to evaluate")
@@ -44,6 +49,8 @@ def decide(
             groups=groups,
             subresource=subresource,
             dry_run=dry_run,
+            namespace_labels=namespace_labels,
+            now=now if now is not None else datetime.datetime.now(datetime.timezone.utc),
         ),
         settings=settings,
     )

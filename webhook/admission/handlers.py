@@ -67,7 +67,7 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
     try:
         decision = decisions.decide(
             checked.object,
-            settings=request.app[keys.SETTINGS],
+            settings=request.app[keys.LIVE_SETTINGS].current,
             namespace=checked.namespace,
             operation=checked.operation,
             old_object=checked.old_object,

@@ -18,7 +18,15 @@ class State:
     reason: str = "starting"
 
 
-SETTINGS = web.AppKey("settings", settings.Settings)
+@dataclasses.dataclass
+class LiveSettings:
+    """The settings in force; the configuration reload (``webhook.configwatch``) replaces them whole."""
+
+    current: settings.Settings
+
+
+SETTINGS = web.AppKey("settings", settings.Settings)  # as the app was built; reviews use LIVE_SETTINGS
+LIVE_SETTINGS = web.AppKey("live_settings", LiveSettings)
 METRICS = web.AppKey("metrics", metrics.WebhookMetrics)
 STATE = web.AppKey("state", State)
 UID = web.RequestKey("uid", str)

@@ -13,6 +13,7 @@ where the check does not apply. IDs are stable and continue the built-in numberi
 | GPU206 | card-model-labels | GPU node | a card-model label (`aliyun.accelerator/nvidia_name`, `_mem`, `_count`) is missing |
 | GPU207 | mode-selector | Pod or workload asking for `aliyun.com/gpu-mem` | its nodeSelector/required affinity does not pin one `ack.node.gpu.schedule` (seed `004_79385826ac27146d.txt`: without one, a pod needing isolation can land in the pool without it) |
 | GPU208 | mode-resource-missing | GPU node | it advertises none of its own mode's resource (the device plugin is likely not running; seed `003_c28dd89f5a652d9c.txt`) |
+| GPU209 | expired-exception | an exception in the settings file | its `expires` has passed: the policies it named apply to its objects again, so the entry is to be removed or renewed |
 
 Actions are fixed (the settings file only knows admission policies): GPU201, GPU202, GPU204 and
 GPU205 are `enforce` (cards are reachable or double-booked right now), the rest `warn`. A
@@ -28,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, model, nodeaffinity, podspec
+from policies import gpu, model, nodeaffinity, podspec, settings
 from policies.builtin import gpu003_host_path
 from webhook.audit import findings
 from webhook.extender import cards
@@ -165,6 +166,15 @@ MODE_MISSING = Check(
     action=model.Action.WARN,
 )
 
+EXPIRED_EXCEPTION = Check(
+    id="GPU209",
+    rule="expired-exception",
+    summary="exceptions in the settings are removed or renewed when they expire",
+    severity=findings.Severity.LOW,
+    category="GPU Configuration",
+    action=model.Action.WARN,
+)
+
 CHECKS: tuple[Check, ...] = (
     GPU_ACCESS,
     OVERCOMMIT,
@@ -174,7 +184,21 @@ CHECKS: tuple[Check, ...] = (
     CARD_LABELS,
     MODE_SELECTOR,
     MODE_MISSING,
+    EXPIRED_EXCEPTION,
 )
+
+
+def expired_exception(exception: settings.PolicyException) -> findings.Finding:
+    """GPU209 for an exception whose expiry has passed (`settings.expired_exceptions` picks them)."""
+    subject = findings.ObjectRef(
+        namespace="", kind="GpuAdmissionException", name=exception.name, api_version="gpu-admission.io/v1alpha1"
+    )
+    expired = exception.expires.isoformat() if exception.expires is not None else "?"
+    return EXPIRED_EXCEPTION.finding(
+        subject,
+        result=model.Result.FAIL,
+        detail=f"exception {exception.name!r} for {', '.join(sorted(exception.policies))} expired {expired}",
+    )
 
 
 # --- node facts ---------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="audit manifest files instead of a cluster: file, directory or - for stdin; repeatable",
     )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
+    parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.set_defaults(func=run)
 
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InputError("--write-reports needs a cluster; it cannot be combined with -f")
     if args.filename and args.kubeconfig:
         raise errors.InputError("--kubeconfig and -f exclude each other: -f audits files, not a cluster")
-    settings = config.load(args.config)
+    settings = config.load(args.config, policies_dir=args.policies_dir)
     now = time.time()
     try:
         if args.filename:

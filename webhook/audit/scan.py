@@ -30,11 +30,12 @@ Decisions:
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import engine, model, podspec, policy
+from policies import cel, engine, model, podspec, policy
 from policies import settings as settings_
 from webhook.audit import checks, findings
 from webhook.extender import cards
@@ -76,9 +77,10 @@ def _kebab(name: str) -> str:
 
 
 def describe(item: policy.Policy) -> Describer:
-    """A built-in policy's rule name (its class name in kebab case), severity and category."""
+    """A policy's rule name (a built-in's class name in kebab case, a user policy's name), severity and category."""
     severity, category = _BUILTIN.get(item.id, (findings.Severity.MEDIUM, "GPU"))
-    return Describer(rule=_kebab(type(item).__name__), severity=severity, category=category)
+    spec = cel.spec_of(item)
+    return Describer(rule=spec.name if spec else _kebab(type(item).__name__), severity=severity, category=category)
 
 
 VALIDATORS: tuple[policy.Policy, ...] = tuple(p for p in engine.POLICIES if p.kind is model.PolicyKind.VALIDATE)
@@ -144,10 +146,14 @@ class Audit:
 def audit_settings(configured: settings_.Settings) -> settings_.Settings:
     """The settings with every mutator off, so objects are judged as they are stored."""
     actions = dict(configured.actions)
-    for item in engine.POLICIES:
-        if item.kind is model.PolicyKind.MUTATE:
-            actions[item.id] = model.Action.OFF
-    return dataclasses.replace(configured, actions=actions)
+    mutators = {item.id for item in engine.POLICIES if item.kind is model.PolicyKind.MUTATE}
+    for policy_id in mutators:
+        actions[policy_id] = model.Action.OFF
+    overrides = tuple(  # a namespace override must not switch a mutator back on
+        dataclasses.replace(o, actions={k: v for k, v in o.actions.items() if k not in mutators})
+        for o in configured.namespace_overrides
+    )
+    return dataclasses.replace(configured, actions=actions, namespace_overrides=overrides)
 
 
 def namespace_of(obj: Mapping[str, Any], *, default: str = DEFAULT_NAMESPACE) -> str:
@@ -170,18 +176,19 @@ def evaluate_policies(
     configured: settings_.Settings,
     effective: settings_.Settings,
     env_lookup: model.EnvLookup | None = None,
+    now: datetime.datetime | None = None,
 ) -> list[findings.Finding]:
-    """Every validate policy's result on one Pod or workload, with the action it acts with."""
+    """Every validate policy's result (user policies included) on one Pod or workload, with its action."""
     subject = findings.ObjectRef.of(obj)
     decision = engine.evaluate(
-        model.Request(operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup),
+        model.Request(operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup, now=now),
         settings=effective,
     )
     by_policy = {result.policy: result for result in decision.results}
     out: list[findings.Finding] = []
-    for item in VALIDATORS:
+    for item in (*VALIDATORS, *configured.user_policies):
         described = describe(item)
-        action = configured.action(item.id)
+        action = configured.action(item.id, namespace=namespace)
         found = by_policy.get(item.id)
         if decision.exempt_reason or found is None:
             result, message = model.Result.SKIP, decision.exempt_reason or "not evaluated"
@@ -274,6 +281,7 @@ def run(
 ) -> Audit:
     """Judge everything in `inventory` that `scope` covers; never raises on odd objects."""
     effective = audit_settings(settings)
+    moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)  # for exception expiry
     nodes_by_name = {checks.name_of(node): node for node in inventory.nodes}
     models: dict[str, cards.NodeCards] = {}
     per_object: dict[_Key, list[findings.Finding]] = {}
@@ -287,7 +295,7 @@ def run(
         namespace = namespace_of(obj, default=default_namespace)
         placed = _with_namespace(obj, namespace)
         results = evaluate_policies(
-            placed, namespace=namespace, configured=settings, effective=effective, env_lookup=env_lookup
+            placed, namespace=namespace, configured=settings, effective=effective, env_lookup=env_lookup, now=moment
         )
         results += [
             dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))
@@ -354,6 +362,7 @@ def run(
             ):
                 if found is not None:
                     kept.append(found)
+        kept.extend(checks.expired_exception(e) for e in settings_.expired_exceptions(settings, now=moment))
     return Audit(
         findings=tuple(sorted(kept, key=findings.sort_key)),
         scope=scope,

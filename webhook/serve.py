@@ -43,7 +43,7 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import config, errors, leader, provision, tls
+from webhook import config, configwatch, errors, leader, provision, tls
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 
@@ -85,6 +85,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="bind with SO_REUSEPORT, so that several processes share the port (the kernel spreads connections)",
     )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
+    parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
+    parser.add_argument(
+        "--config-reload-interval",
+        type=_seconds,
+        default=configwatch.DEFAULT_INTERVAL_S,
+        metavar="DURATION",
+        help="how often --config and --policies-dir are checked for changes and reloaded; an invalid "
+        "change is refused and the last good configuration stays (default: 3s)",
+    )
     parser.add_argument(
         "--drain-seconds",
         type=_seconds,
@@ -165,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    loaded = config.load(args.config)
+    loaded = config.load(args.config, policies_dir=args.policies_dir)
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     asyncio.run(_serve(loaded, args=args, certificates=certificates))
     return 0
@@ -186,6 +195,8 @@ CertificateSource = Callable[[tls.Gauge], contextlib.AbstractAsyncContextManager
 
 async def _serve(loaded: settings.Settings, *, args: argparse.Namespace, certificates: CertificateSource) -> None:
     app = admission_app.make_app(loaded)
+    source = configwatch.Source(config_path=args.config, policies_dir=args.policies_dir)
+    app.cleanup_ctx.append(configwatch.watch(source, interval_s=args.config_reload_interval))
     _add_drain(app)
     gauge = tls.expiry_gauge(app[keys.METRICS].registry)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, keepalive_timeout=KEEPALIVE_TIMEOUT_S)

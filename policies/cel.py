@@ -46,8 +46,16 @@ Bounds (the guarantees, see `MAX_EXPRESSION_CHARS`, `MAX_INPUT_NODES`, `MAX_INPU
   evaluation stops with an error, which is an `error` result;
 - regular expressions are RE2 (linear time), and CEL has no loops or recursion besides the
   comprehensions, so one evaluation is bounded by the budget times the work of one iteration on
-  a bounded input. What is not bounded is memory for a deliberately hostile expression (string
-  concatenation inside a comprehension); policy files are trusted like the webhook's settings.
+  a bounded input;
+- time: the runtime holds the GIL and cannot be interrupted, so no thread or signal can stop one
+  expression. The engine bounds the user policies of one request together instead: once
+  `userPolicyBudgetSeconds` (default 1 s, measured with the caller's clock, `Request.clock`) is
+  spent, the user policies not yet run are `error` results. The worst case is therefore the budget
+  plus one expression, and one ordinary expression takes microseconds (see bench/README.md); an
+  expression scanning megabyte strings in every one of 10,000 iterations can take seconds, in
+  which case kube-apiserver's webhook timeout (5 s) answers first, failing closed.
+- not bounded: memory for a deliberately hostile expression (string concatenation inside a
+  comprehension). Policy files are trusted like the webhook's settings.
 
 An `error` result acts as the milder of the policy's action and `errorActions.validate` (by
 default: enforce, so a policy that cannot be evaluated fails closed).

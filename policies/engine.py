@@ -243,6 +243,8 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
         p for p in registered if not isinstance(p, policy.Mutator)
     ]
     namespace = _namespace(request)
+    user_ids = {p.id for p in settings.user_policies}
+    budget_started: float | None = None
     # The context (template, containers with their paths) only changes when a mutator's additions
     # land in `working`, which is exactly when the patch grows; rebuilt then, not per policy.
     context: policy.Context | None = None
@@ -282,6 +284,17 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
         if isinstance(item, policy.Mutator):
             _mutate(outcome, item, action=action, context=context, working=working)
         elif isinstance(item, policy.Validator):
+            if item.id in user_ids and request.clock is not None:
+                # CEL cannot be interrupted mid-expression; what can be bounded is how long the
+                # user policies of one request run together: past the budget the rest are errors.
+                elapsed = request.clock()
+                budget_started = elapsed if budget_started is None else budget_started
+                if elapsed - budget_started > settings.user_policy_budget_s:
+                    spent = TimeoutError(
+                        f"the {settings.user_policy_budget_s:g} s budget for user policies was spent before it ran"
+                    )
+                    _error(outcome, item, action=action, settings=settings, exc=spent)
+                    continue
             try:
                 findings = list(item.validate(context))
             except Exception as exc:  # noqa: BLE001 - see _mutate

@@ -77,6 +77,9 @@ class Request:
     # The time the request is judged at, for exception expiry; the engine never reads a clock, so
     # without it an exception with an expiry date does not apply.
     now: datetime.datetime | None = None
+    # Monotonic seconds, for the time budget of user policies (Settings.user_policy_budget_s); the
+    # engine does not read a clock itself, so without one there is no time budget.
+    clock: Callable[[], float] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

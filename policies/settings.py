@@ -30,6 +30,8 @@ exemptNamespaces: [kube-system, kube-node-lease, gpu-admission]
 defaultSharedMode: cgpu            # cgpu | share | mps: what GPU101 pins aliyun.com/gpu-mem pods to
 gpuSchedulerName: ""               # GPU105 sets this schedulerName when non-empty
 visibleDevicesNeutralValue: void   # what GPU104 writes and GPU001 accepts: void | none | ""
+userPolicyBudgetSeconds: 1        # CPU time all user policies of one request may take together;
+                                   #   the ones left when it is spent are errors (see policies.cel)
 keepNonGpuPodsOffGpuNodes: false   # GPU103 for every pod without GPUs, not only privileged ones
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
@@ -75,6 +77,9 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on 
 # NVIDIA_VISIBLE_DEVICES values that expose no device node: `void` (and empty) behave like runc,
 # `none` mounts the driver but no card. Anything else could name cards, so it cannot be configured.
 NEUTRAL_VISIBLE_DEVICES_CHOICES: tuple[str, ...] = ("void", "none", "")
+# Well under the webhook's timeoutSeconds (5 in deploy/), so a request still gets an answer in time.
+DEFAULT_USER_POLICY_BUDGET_S = 1.0
+MAX_USER_POLICY_BUDGET_S = 30.0
 
 
 class InvalidSettings(ValueError):
@@ -200,6 +205,7 @@ class Settings:
         default_factory=_default_error_actions
     )
     visible_devices_neutral_value: str = gpu.VISIBLE_DEVICES_VOID
+    user_policy_budget_s: float = DEFAULT_USER_POLICY_BUDGET_S
     namespace_overrides: tuple[NamespaceOverride, ...] = ()
     exceptions: tuple[PolicyException, ...] = ()
     # Validators from outside the built-ins (compiled CEL policies, see policies.cel), evaluated
@@ -283,6 +289,7 @@ _KEYS = (
     "defaultSharedMode",
     "gpuSchedulerName",
     "visibleDevicesNeutralValue",
+    "userPolicyBudgetSeconds",
     "keepNonGpuPodsOffGpuNodes",
     "errorActions",
 )
@@ -375,6 +382,17 @@ def _neutral_value(value: object) -> str:
     raise InvalidSettings(
         f"visibleDevicesNeutralValue: must be one of {choices} (values that expose no GPU), got {value!r}"
     )
+
+
+def _budget(value: object) -> float:
+    if value is None:
+        return DEFAULT_USER_POLICY_BUDGET_S
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_USER_POLICY_BUDGET_S:
+        raise InvalidSettings(
+            f"userPolicyBudgetSeconds: must be a number of seconds above 0 and at most {MAX_USER_POLICY_BUDGET_S:g}, "
+            f"got {value!r}"
+        )
+    return float(value)
 
 
 def _flag(value: object, *, field: str) -> bool:
@@ -577,6 +595,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         ),
         error_actions=_error_actions(data.get("errorActions")),
         visible_devices_neutral_value=_neutral_value(data.get("visibleDevicesNeutralValue")),
+        user_policy_budget_s=_budget(data.get("userPolicyBudgetSeconds")),
         namespace_overrides=_override_list(data.get("namespaceOverrides"), known=known),
         exceptions=_exception_list(data.get("exceptions"), known=known),
         user_policies=extra,

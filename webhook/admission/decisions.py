@@ -7,6 +7,7 @@ settings give the same verdict and the same patch wherever it is evaluated.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +52,7 @@ def decide(
             dry_run=dry_run,
             namespace_labels=namespace_labels,
             now=now if now is not None else datetime.datetime.now(datetime.timezone.utc),
+            clock=time.monotonic,
         ),
         settings=settings,
     )

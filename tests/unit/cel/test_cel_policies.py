@@ -404,3 +404,37 @@ def test_user_policy_results_follow_the_built_ins(make_pod: PodFactory) -> None:
 
     assert ids[-2:] == ["ZZZ001", "AAA001"]
     assert ids[:-2] == [p.id for p in engine.POLICIES]
+
+
+def test_user_policies_past_the_time_budget_are_errors_not_evaluations(make_pod: PodFactory) -> None:
+    ticks = iter([0.0, 0.6, 1.2])  # each user policy starts 0.6 s after the previous one
+    config_ = with_policies(
+        policy_document(policy_id="TST001"),
+        policy_document(policy_id="TST002"),
+        policy_document(policy_id="TST003", action="audit"),
+        document={"userPolicyBudgetSeconds": 1},
+    )
+
+    decision = decide(make_pod(), config_, clock=lambda: next(ticks))
+
+    assert [result(decision, f"TST00{n}").result for n in (1, 2, 3)] == [
+        model.Result.PASS,
+        model.Result.PASS,
+        model.Result.ERROR,
+    ]
+    assert result(decision, "TST003").message == (
+        "TST003: policy error: TimeoutError: the 1 s budget for user policies was spent before it ran"
+    )
+    assert decision.allowed  # the late policy is audited: its error acts no more than audit
+
+
+def test_without_a_clock_there_is_no_time_budget(make_pod: PodFactory) -> None:
+    config_ = with_policies(policy_document(), document={"userPolicyBudgetSeconds": 0.001})
+
+    assert result(decide(make_pod(), config_)).result is model.Result.PASS
+
+
+@pytest.mark.parametrize("value", [0, -1, 31, "1s", True])
+def test_the_time_budget_is_a_positive_number_of_seconds(value: Any) -> None:
+    with pytest.raises(settings.InvalidSettings, match="userPolicyBudgetSeconds: must be a number of seconds"):
+        settings.from_mapping({"userPolicyBudgetSeconds": value})

@@ -85,8 +85,8 @@ def test_each_action_is_accepted(action):
         (
             {"exemptNamespace": ["x"]},
             "exemptNamespace: unknown key; known: policies, namespaceOverrides, exceptions, exemptNamespaces, "
-            "defaultSharedMode, gpuSchedulerName, visibleDevicesNeutralValue, keepNonGpuPodsOffGpuNodes, "
-            "errorActions",
+            "defaultSharedMode, gpuSchedulerName, visibleDevicesNeutralValue, userPolicyBudgetSeconds, "
+            "keepNonGpuPodsOffGpuNodes, errorActions",
         ),
         ({"exemptNamespaces": "kube-system"}, "exemptNamespaces: must be a list of namespace names, got 'kube-system'"),
         ({"exemptNamespaces": ["ok", ""]}, "exemptNamespaces: must be a list of namespace names, got ['ok', '']"),

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Cluster, eventually
-from webhook.cluster import install
+from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e
 
@@ -205,3 +208,62 @@ def test_a_namespace_audit_writes_only_that_namespaces_report(cluster: Cluster, 
     finally:
         for ns in (mine, other):
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def _metric(url: str, context: ssl.SSLContext, name: str) -> float | None:
+    with urllib.request.urlopen(url, context=context, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster, crds: None, tmp_path: Path) -> None:
+    ns = cluster.namespace()
+    with webhook_unregistered(cluster):
+        created = cluster.apply(pod("sneaky", env=BYPASS_ENV), namespace=ns)
+        assert created.returncode == 0, created.stderr
+    certs = cluster.state.directory / "webhook"
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    replicas: list[tuple[subprocess.Popen[bytes], int]] = []
+    try:
+        for index in range(2):
+            port = controlplane.free_port()
+            log = open(tmp_path / f"serve-{index}.log", "wb")  # noqa: SIM115 - closed with the process below
+            process = subprocess.Popen(
+                [install.executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
+                 "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+                 "--audit-interval", "1s", "--audit-kubeconfig", str(cluster.state.kubeconfig)],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAMESPACE": "default"},
+            )
+            log.close()
+            replicas.append((process, port))
+        eventually(lambda: ("Pod", "sneaky", "GPU001") in failing(report(cluster, ns)), what="a background-written report", timeout=60)
+
+        def leaders() -> list[float | None]:
+            return [_metric(f"https://127.0.0.1:{port}/metrics", context, "gpu_admission_audit_leader") for _, port in replicas]
+
+        eventually(lambda: sorted(value or 0.0 for value in leaders()) == [0.0, 1.0], what="exactly one leader", timeout=30)
+        holder = json.loads(cluster.kubectl("get", "lease", "gpu-admission-audit", "-n", "default", "-o", "json").stdout)["spec"]["holderIdentity"]
+        assert holder
+        ((leader_process, leader_port),) = [r for r, value in zip(replicas, leaders(), strict=True) if value == 1.0]
+        runs = _metric(f"https://127.0.0.1:{leader_port}/metrics", context, 'gpu_admission_audit_runs_total{result="ok"}')
+        assert runs is not None and runs >= 1
+        assert (_metric(f"https://127.0.0.1:{leader_port}/metrics", context, "gpu_admission_audit_last_run_timestamp_seconds") or 0) > 0
+
+        # The leader stops (releasing the Lease); the other replica takes over and keeps the report current.
+        leader_process.terminate()
+        leader_process.wait(timeout=30)
+        (follower_process, follower_port), = [r for r in replicas if r[0] is not leader_process]
+        eventually(
+            lambda: _metric(f"https://127.0.0.1:{follower_port}/metrics", context, "gpu_admission_audit_leader") == 1.0,
+            what="the other replica to take over", timeout=30,
+        )
+        cluster.kubectl("delete", "pod", "sneaky", "-n", ns, "--wait=true", "--timeout=60s")
+        eventually(lambda: report(cluster, ns) is None, what="the fixed namespace's report to go", timeout=60)
+    finally:
+        for process, _ in replicas:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false")

@@ -43,7 +43,7 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import config, configwatch, errors, leader, provision, tls, workers
+from webhook import config, configwatch, errors, leader, provision, tls
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background
@@ -85,15 +85,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="bind with SO_REUSEPORT, so that several processes share the port (the kernel spreads connections)",
     )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        metavar="N",
-        help="serve from N processes on the port (SO_REUSEPORT; one review uses one core, so N is the number "
-        "of cores to use; each prints its own 'listening on' line; default: 1)",
-    )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
+    audit_background.add_serve_arguments(parser)
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.add_argument(
         "--config-reload-interval",
@@ -103,7 +96,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how often --config and --policies-dir are checked for changes and reloaded; an invalid "
         "change is refused and the last good configuration stays (default: 3s)",
     )
-    audit_background.add_serve_arguments(parser)
     parser.add_argument(
         "--drain-seconds",
         type=_seconds,
@@ -181,16 +173,10 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
     if args.cert_check_interval <= datetime.timedelta(0):
         raise errors.InputError("--cert-check-interval must be positive")
-    if args.workers < 1:
-        raise errors.InputError(f"--workers must be at least 1, not {args.workers}")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     loaded = config.load(args.config, policies_dir=args.policies_dir)
-    if args.workers > 1:
-        if files:
-            tls.read_pair(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)  # one error line, not one per worker
-        return workers.supervise(args, serve_one=run)
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     asyncio.run(_serve(loaded, args=args, certificates=certificates))
     return 0
@@ -211,13 +197,13 @@ CertificateSource = Callable[[tls.Gauge], contextlib.AbstractAsyncContextManager
 
 async def _serve(loaded: settings.Settings, *, args: argparse.Namespace, certificates: CertificateSource) -> None:
     app = admission_app.make_app(loaded)
-    source = configwatch.Source(config_path=args.config, policies_dir=args.policies_dir)
-    app.cleanup_ctx.append(configwatch.watch(source, interval_s=args.config_reload_interval))
     app.cleanup_ctx.append(
         audit_background.background_audit(
             loaded, interval=args.audit_interval, kubeconfig=args.audit_kubeconfig, all_results=args.audit_all_results
         )
     )
+    source = configwatch.Source(config_path=args.config, policies_dir=args.policies_dir)
+    app.cleanup_ctx.append(configwatch.watch(source, interval_s=args.config_reload_interval))
     _add_drain(app)
     gauge = tls.expiry_gauge(app[keys.METRICS].registry)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, keepalive_timeout=KEEPALIVE_TIMEOUT_S)

@@ -124,14 +124,23 @@ def wait_running(api: Any, *, count: int, timeout: float) -> float:
         time.sleep(1.0)
 
 
-def timed(function: Callable[[], Any], *, repeat: int) -> tuple[float, Any]:
-    """Median seconds over `repeat` calls, and the last call's result."""
+# CPU seconds of this process per step, by step label; filled by `timed`.
+Cpu = dict[str, float]
+
+
+def timed(function: Callable[[], Any], *, repeat: int, cpu: Cpu | None = None, label: str = "") -> tuple[float, Any]:
+    """Median wall seconds over `repeat` calls, and the last call's result; the median CPU seconds
+    of this process go to `cpu[label]` (on a shared machine wall time mostly measures the others)."""
     seconds: list[float] = []
+    used: list[float] = []
     result: Any = None
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         result = function()
         seconds.append(time.perf_counter() - started)
+        used.append(time.process_time() - started_cpu)
+    if cpu is not None:
+        cpu[label] = statistics.median(used)
     return statistics.median(seconds), result
 
 
@@ -180,13 +189,17 @@ def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
     print(f"# created in {creating:.1f} s ({args.pods / creating:.0f} pods/s), all Running {waiting:.1f} s later", file=sys.stderr)
 
     settings = settings_.Settings()
+    cpu: Cpu = {}
+    load_before = os.getloadavg()[0]
     reference, _ = timed(lambda: controlplane.kubectl(state, "get", "pods", "-A", "-o", "json"), repeat=args.repeat)
-    listing, inventory = timed(lambda: kube.inventory(api), repeat=args.repeat)
-    auditing, audit = timed(lambda: sweep.audit_cluster(api, settings=settings, namespace=None, now=time.time()), repeat=args.repeat)
-    started = time.perf_counter()
-    _, first = sweep.write_reports(api, audit, all_results=False, now=time.time())
-    first_write = time.perf_counter() - started
-    unchanged_write, (_, second) = timed(lambda: sweep.write_reports(api, audit, all_results=False, now=time.time()), repeat=args.repeat)
+    listing, inventory = timed(lambda: kube.inventory(api), repeat=args.repeat, cpu=cpu, label="list")
+    auditing, audit = timed(
+        lambda: sweep.audit_cluster(api, settings=settings, namespace=None, now=time.time()), repeat=args.repeat, cpu=cpu, label="audit"
+    )
+    first_write, (_, first) = timed(lambda: sweep.write_reports(api, audit, all_results=False, now=time.time()), repeat=1, cpu=cpu, label="first")
+    unchanged_write, (_, second) = timed(
+        lambda: sweep.write_reports(api, audit, all_results=False, now=time.time()), repeat=args.repeat, cpu=cpu, label="unchanged"
+    )
 
     with tempfile.TemporaryDirectory() as scratch:
         snapshot = pathlib.Path(scratch) / "snapshot.json"
@@ -198,29 +211,30 @@ def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
             documents = dryrun.read([str(snapshot)], stdin=io.StringIO())
             return scan.run(scan.Inventory.of(d.object for d in documents), settings=settings, now=time.time())
 
-        offline_s, offline_audit = timed(offline, repeat=args.repeat)
-    judging, _ = timed(lambda: scan.run(inventory, settings=settings, now=time.time()), repeat=args.repeat)
+        offline_s, offline_audit = timed(offline, repeat=args.repeat, cpu=cpu, label="offline")
+    judging, _ = timed(lambda: scan.run(inventory, settings=settings, now=time.time()), repeat=args.repeat, cpu=cpu, label="judge")
 
     objects_n = audit.objects
     failing = sum(1 for f in audit.findings if f.result.value != "pass")
     rows = [
-        ("reference: kubectl get pods -A -o json", reference, len(inventory.pods)),
-        ("list (paged, raw JSON)", listing, len(inventory.pods) + len(inventory.workloads) + len(inventory.nodes)),
-        ("audit: list + judge", auditing, objects_n),
-        ("judge only (in memory)", judging, objects_n),
-        (f"offline -f: parse {size_mb:.0f} MB JSON + judge", offline_s, offline_audit.objects),
-        (f"write reports, first ({first.created} created)", first_write, objects_n),
-        (f"write reports, unchanged ({second.writes} writes)", unchanged_write, objects_n),
+        ("reference: kubectl get pods -A -o json", reference, None, len(inventory.pods)),
+        ("list (paged, raw JSON)", listing, cpu["list"], len(inventory.pods) + len(inventory.workloads) + len(inventory.nodes)),
+        ("audit: list + judge", auditing, cpu["audit"], objects_n),
+        ("judge only (in memory)", judging, cpu["judge"], objects_n),
+        (f"offline -f: parse {size_mb:.0f} MB JSON + judge", offline_s, cpu["offline"], offline_audit.objects),
+        (f"write reports, first ({first.created} created)", first_write, cpu["first"], objects_n),
+        (f"write reports, unchanged ({second.writes} writes)", unchanged_write, cpu["unchanged"], objects_n),
     ]
-    load = os.getloadavg()
+    load_after = os.getloadavg()[0]
     print(f"\n### {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {args.pods} pods in {len(namespaces)} namespaces, "
-          f"{len(inventory.nodes)} KWOK nodes (load average {load[0]:.1f})\n")
+          f"{len(inventory.nodes)} KWOK nodes (load average {load_before:.1f} → {load_after:.1f})\n")
     print(f"Machine: nproc {os.cpu_count()}, Python {platform.python_version()}; median of {args.repeat}. "
           f"{objects_n} objects audited, {len(audit.findings)} results, {failing} not pass.\n")
-    print("| step | seconds | objects | objects/s |")
-    print("|---|---:|---:|---:|")
-    for label, seconds, count in rows:
-        print(f"| {label} | {seconds:.2f} | {count} | {count / seconds:,.0f} |")
+    print("| step | wall s | objects/s (wall) | CPU s (this process) | objects/s (CPU) |")
+    print("|---|---:|---:|---:|---:|")
+    for label, seconds, used, count in rows:
+        cpu_cells = f"{used:.2f} | {count / used:,.0f}" if used else "- | -"
+        print(f"| {label} | {seconds:.2f} | {count / seconds:,.0f} | {cpu_cells} |")
     return 0
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from webhook import certfiles, demo, dryrun, errors, serve
+from webhook import certfiles, demo, dryrun, errors, policies_cli, serve
 from webhook.audit import cli as audit_cli
 from webhook.cluster import cli as cluster_cli
 from webhook.extender import cli as extender_cli
@@ -22,7 +22,7 @@ PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
 
 COMMANDS: tuple[ModuleType, ...] = (
-    demo, serve, dryrun, audit_cli, certfiles, extender_cli, labeler_cli, cluster_cli
+    demo, serve, dryrun, audit_cli, policies_cli, certfiles, extender_cli, labeler_cli, cluster_cli
 )
 
 

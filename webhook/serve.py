@@ -43,7 +43,7 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import config, configwatch, errors, leader, provision, tls
+from webhook import config, configwatch, errors, leader, provision, tls, workers
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background
@@ -84,6 +84,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--reuse-port",
         action="store_true",
         help="bind with SO_REUSEPORT, so that several processes share the port (the kernel spreads connections)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve from N processes on the port (SO_REUSEPORT; one review uses one core, so N is the number "
+        "of cores to use; each prints its own 'listening on' line; default: 1)",
     )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     audit_background.add_serve_arguments(parser)
@@ -173,10 +181,16 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
     if args.cert_check_interval <= datetime.timedelta(0):
         raise errors.InputError("--cert-check-interval must be positive")
+    if args.workers < 1:
+        raise errors.InputError(f"--workers must be at least 1, not {args.workers}")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     loaded = config.load(args.config, policies_dir=args.policies_dir)
+    if args.workers > 1:
+        if files:
+            tls.read_pair(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)  # one error line, not one per worker
+        return workers.supervise(args, serve_one=run)
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     asyncio.run(_serve(loaded, args=args, certificates=certificates))
     return 0

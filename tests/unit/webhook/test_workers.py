@@ -1,0 +1,132 @@
+"""``gpu-admission serve --workers N``: N processes on one port, replaced when one dies, stopped together."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pathlib
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from webhook import certfiles
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("workers-tls")
+    certfiles.generate(out_dir=directory, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
+    return directory
+
+
+def _serve(pair: pathlib.Path, *extra: str) -> tuple[subprocess.Popen[str], pathlib.Path]:
+    out = pair / f"serve-{time.monotonic_ns()}.out"
+    stream = out.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(pair / "tls.key"), *extra],
+        stdout=stream, stderr=subprocess.STDOUT, text=True,
+    )
+    stream.close()
+    return process, out
+
+
+def _until(predicate: object, *, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # polling child processes and their output, with a deadline
+
+
+def _ports(out: pathlib.Path) -> list[int]:
+    return [int(p) for p in re.findall(r"listening on https://127\.0\.0\.1:(\d+)", out.read_text())]
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _ready(port: int, pair: pathlib.Path) -> bool:
+    context = ssl.create_default_context(cafile=str(pair / "ca.crt"))
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=5) as answer:
+        return bool(answer.status == 200)
+
+
+@pytest.fixture
+def two_workers(pair: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path]]:
+    process, out = _serve(pair, "--workers", "2")
+    try:
+        _until(lambda: len(_ports(out)) >= 2, what="two workers listening")
+        yield process, out
+    finally:
+        if process.poll() is None:
+            process.kill()
+            for child in _children(process.pid):
+                os.kill(child, signal.SIGKILL)
+        process.wait(10)
+
+
+def test_two_workers_listen_on_one_port_and_answer(two_workers: tuple[subprocess.Popen[str], pathlib.Path], pair: pathlib.Path) -> None:
+    process, out = two_workers
+    ports = _ports(out)
+    assert len(set(ports)) == 1 and ports[0] != 0
+    assert len(_children(process.pid)) == 2
+    assert all(_ready(ports[0], pair) for _ in range(20))
+
+
+def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(
+    two_workers: tuple[subprocess.Popen[str], pathlib.Path], pair: pathlib.Path
+) -> None:
+    process, out = two_workers
+    before = _children(process.pid)
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    _until(lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker")
+    assert _ready(_ports(out)[0], pair)
+    assert "exited (status -9); starting another" in out.read_text()
+
+
+def test_sigterm_stops_every_worker_and_the_supervisor(two_workers: tuple[subprocess.Popen[str], pathlib.Path]) -> None:
+    process, _ = two_workers
+    workers = _children(process.pid)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0
+    assert not any(pathlib.Path(f"/proc/{pid}").exists() and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] for pid in workers)
+
+
+def test_a_bad_key_stops_the_supervisor_with_one_error_line(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "tls.key").write_text("not a key")
+    process, out = _serve(pair, "--workers", "2")
+    process.kill()
+    process.wait(10)
+    completed = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
+         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(tmp_path / "missing.key")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2 and completed.stderr.count("gpu-admission: error:") == 1, completed.stderr
+
+
+def test_workers_must_be_positive(pair: pathlib.Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--port", "0", "--workers", "0",
+         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(pair / "tls.key")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2 and "--workers must be at least 1" in completed.stderr

@@ -146,6 +146,8 @@ def mutated(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
     if how == "truncate":
         return how, bytes(data[: draw(st.integers(0, len(data) - 1))])
     for _ in range(draw(st.integers(1, 8))):
+        if not data:
+            break
         at = draw(st.integers(0, len(data) - 1))
         if how == "flip":
             data[at] = draw(st.integers(0, 255))

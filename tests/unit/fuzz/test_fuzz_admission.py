@@ -11,8 +11,8 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-import hostile
-from conftest import FUZZ, Client, ThreadServer, raw_exchange, rss_bytes
+from tests.unit.fuzz import hostile
+from tests.unit.fuzz.servers import FUZZ, Client, ThreadServer, raw_exchange, rss_bytes
 
 ENDPOINTS = st.sampled_from(["/mutate", "/validate"])
 
@@ -67,7 +67,11 @@ def test_a_stalled_body_does_not_hold_up_other_requests(webhook_server: ThreadSe
     """A client that promises 100 kB and sends 10 bytes ties up its own connection, nobody else's."""
     stalled = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"apiVers"
     done = threading.Event()
-    worker = threading.Thread(target=lambda: (raw_exchange(webhook_server.port, stalled, context=client_ssl, timeout=3), done.set()), daemon=True)
+    def stall() -> None:
+        raw_exchange(webhook_server.port, stalled, context=client_ssl, timeout=3)
+        done.set()
+
+    worker = threading.Thread(target=stall, daemon=True)
     worker.start()
     started = time.monotonic()
     status, _, _ = webhook.post("/validate", json.dumps(hostile.review()).encode())

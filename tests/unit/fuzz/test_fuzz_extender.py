@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import assume, event, given
 
-import hostile
-from conftest import FUZZ, Client, ThreadServer
+from tests.unit.fuzz import hostile
+from tests.unit.fuzz.servers import FUZZ, Client, ThreadServer
 
 UNKNOWN_CHARSET = "application/json; charset=no-such-codec"
 # An unknown charset is tested on its own below (a known defect, marked xfail); kept out of the

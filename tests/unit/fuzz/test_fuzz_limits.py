@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-import hostile
-from conftest import FUZZ, Client, rss_bytes
+from tests.unit.fuzz import hostile
+from tests.unit.fuzz.servers import FUZZ, Client, rss_bytes
 from webhook.admission import app as admission_app
 from webhook.admission import review
 

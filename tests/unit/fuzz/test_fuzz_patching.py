@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-import hostile
-from conftest import FUZZ
 from policies import patching
+from tests.unit.fuzz import hostile
+from tests.unit.fuzz.servers import FUZZ
 
 _TOKENS = st.sampled_from(["metadata", "spec", "containers", "0", "1", "-", "env", "labels", "a~1b", "x", "5", "01"])
 _PATHS = st.lists(_TOKENS, min_size=0, max_size=5).map(lambda tokens: "".join("/" + t for t in tokens))

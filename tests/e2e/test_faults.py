@@ -1,0 +1,318 @@
+"""Faults on a throwaway cluster: the apiserver restarted under the extender and the labelers, and
+the extender killed in the middle of binds.
+
+The module brings up a local cluster of its own (``install.bring_up`` into a temporary directory,
+``controlplane.down`` at the end): the session cluster is shared with other tests and these tests
+stop its apiserver and kill its extender. The extender is the one ``deploy/scheduler-config.yaml``
+wires into the default kube-scheduler; the GPU pods here go to one KWOK node of this module's
+own (four 15 GiB cards, tainted so that only these pods land there).
+
+What must hold, read from what the apiserver stores and not from the extender's memory: the
+allocation annotations of bound pods never sum past a card; reservations of binds that died
+(the node's ledger ``gpu-admission.io/reservations``, allocation annotations on unbound pods) hold
+their card until they expire and free it afterwards; the extender and the labelers pick up where
+they were once the apiserver is back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.harness import Cluster, eventually
+from webhook.cluster import controlplane, install, nodes
+from webhook.extender import cards
+
+pytestmark = pytest.mark.e2e
+
+CARD_MIB = 15360
+CARD_GIB = CARD_MIB // 1024
+CARDS = 4
+TAINT = "gpu-admission.io/e2e-faults"
+SHORT_TTL_S = 40.0  # long enough to outlast the steps below on a busy machine, short enough to wait for
+
+
+@pytest.fixture(scope="module")
+def throwaway(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    directory = tmp_path_factory.mktemp("faults-cluster")
+    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None))
+    try:
+        assert "extender" in state.pids, "bring_up did not start the extender of deploy/scheduler-config.yaml"
+        yield Cluster(state)
+    finally:
+        controlplane.down(directory)
+
+
+@pytest.fixture(scope="module")
+def gpu_node(throwaway: Cluster) -> str:
+    """One KWOK node as the labeler leaves it: four T4 cards in the inventory annotation, cgpu."""
+    name = f"faults-{uuid.uuid4().hex[:6]}"
+    inventory = [{"index": i, "uuid": f"GPU-{name}-{i}", "name": "Tesla-T4", "memoryMiB": CARD_MIB} for i in range(CARDS)]
+    capacity = {"aliyun.com/gpu-mem": str(CARDS * CARD_GIB), "aliyun.com/gpu-count": str(CARDS)}
+    manifest = nodes.FakeNode(
+        name=name,
+        labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "faults": name},
+        capacity=capacity,
+        annotations={cards.INVENTORY_ANNOTATION: json.dumps(inventory)},
+    ).manifest()
+    manifest["spec"]["taints"] = [{"key": TAINT, "value": name, "effect": "NoSchedule"}]
+    completed = throwaway.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    assert completed.returncode == 0, completed.stderr
+    eventually(lambda: _ready(throwaway, name), what=f"node {name} Ready")
+    return name
+
+
+def _ready(cluster: Cluster, name: str) -> bool:
+    node = cluster.get("node", name, namespace="default")
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+
+def gpu_pod(name: str, *, node: str, mem: int, scheduler: str = "default-scheduler", annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {"faults": node},
+            "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(mem)}}}],
+        },
+    }
+
+
+def create(cluster: Cluster, pods: list[dict[str, Any]], *, namespace: str) -> None:
+    completed = cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    assert completed.returncode == 0, completed.stderr
+
+
+def all_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    completed = cluster.kubectl("get", "pods", "-A", "-o", "json")
+    assert completed.returncode == 0, completed.stderr
+    items: list[dict[str, Any]] = json.loads(completed.stdout)["items"]
+    return items
+
+
+def bound_use(cluster: Cluster, node: str) -> list[int]:
+    """GiB per card held by bound, non-terminal pods, from their gpushare annotations (read
+    independently of the extender's code); asserts that no card is over-committed."""
+    used = [0] * CARDS
+    for pod in all_pods(cluster):
+        if pod["spec"].get("nodeName") != node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        annotations = pod["metadata"].get("annotations", {})
+        assert "ALIYUN_COM_GPU_MEM_IDX" in annotations, f"{pod['metadata']['name']} was bound without the extender"
+        for index in annotations["ALIYUN_COM_GPU_MEM_IDX"].split(","):
+            used[int(index)] += int(annotations["ALIYUN_COM_GPU_MEM_POD"])
+    assert all(gib <= CARD_GIB for gib in used), f"{node} over-committed: {used} GiB of {CARD_GIB} per card"
+    return used
+
+
+def held(cluster: Cluster, node: str, *, ttl: float) -> list[int]:
+    """GiB per card as the allocation model counts it now: bound pods, unbound pods with a fresh
+    allocation annotation, unexpired ledger entries. Never past a card either."""
+    state = cards.node_state(cluster.get("node", node, namespace="default"), all_pods(cluster), now=time.time(), ttl=ttl)
+    used = [card.memory_used for card in state.cards]
+    assert all(gib <= CARD_GIB for gib in used), f"{node} over-committed counting reservations: {used}"
+    return used
+
+
+def bound_count(cluster: Cluster, namespace: str) -> int:
+    return sum(1 for p in cluster.pods(namespace=namespace) if p["spec"].get("nodeName"))
+
+
+def unschedulable_count(cluster: Cluster, namespace: str) -> int:
+    return sum(
+        1
+        for p in cluster.pods(namespace=namespace)
+        if not p["spec"].get("nodeName")
+        and any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in p.get("status", {}).get("conditions", []))
+    )
+
+
+def restart_extender(cluster: Cluster, *, ttl: float) -> None:
+    """The extender `install.start_extender` runs, started again on its port with ``--reservation-ttl``."""
+    state = cluster.state
+    port = state.ports["extender"]
+    command = [
+        install.executable(), "extender", "--port", str(port), "--host", "127.0.0.1",
+        "--kubeconfig", str(state.kubeconfig), "--reservation-ttl", f"{ttl:g}",
+    ]
+    controlplane.start(state, "extender", command=command)
+    controlplane.wait_for(
+        lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), what="the extender /healthz", timeout=30, state=state, component="extender"
+    )
+
+
+def kill_extender(cluster: Cluster) -> None:
+    """SIGKILL, as an OOM kill or a lost node would: binds in flight are cut wherever they are."""
+    pid = cluster.state.pids.pop("extender")
+    try:
+        os.killpg(pid, signal.SIGKILL)  # started in a session of its own: the group is its own
+    except ProcessLookupError:
+        pass
+    cluster.state.save()
+    eventually(lambda: not _alive(pid), what="the extender to die", timeout=10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        finished = 0
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+    return finished == 0 and Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as answer:
+        return bool(answer.status == 200)
+
+
+def labels_of(cluster: Cluster, node: str) -> dict[str, str]:
+    return cluster.node_labels(node)
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+
+def test_after_an_apiserver_restart_the_extender_and_labelers_recover_and_nothing_is_double_allocated(
+    throwaway: Cluster, gpu_node: str
+) -> None:
+    state = throwaway.state
+    namespace = throwaway.namespace()
+    create(throwaway, [gpu_pod(f"before-{i}", node=gpu_node, mem=5) for i in range(6)], namespace=namespace)
+    eventually(lambda: bound_count(throwaway, namespace) == 6, what="6 pods bound before the restart", timeout=120)
+    before = bound_use(throwaway, gpu_node)
+    assert sum(before) == 30
+
+    controlplane.stop(state, ["kube-apiserver"])
+    # Long enough for watches and the labelers' next passes (every 2 s) to fail at least once.
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # the outage itself: nothing to poll for while the apiserver is down
+    controlplane.start(state, "kube-apiserver")
+    controlplane.wait_for(
+        lambda: throwaway.kubectl("get", "--raw", "/readyz").returncode == 0, what="kube-apiserver back", timeout=60,
+        state=state, component="kube-apiserver",
+    )
+    running = state.running()
+    assert running.get("extender") and all(alive for name, alive in running.items() if name.startswith("labeler-")), running
+
+    # The extender serves from its watch cache: new pods placed correctly prove it caught up. 12
+    # pods of 5 GiB fit on four 15 GiB cards, so 6 of these 10 get a card and 4 stay Pending.
+    create(throwaway, [gpu_pod(f"after-{i}", node=gpu_node, mem=5) for i in range(10)], namespace=namespace)
+
+    def settled() -> bool:
+        bound_use(throwaway, gpu_node)
+        return bound_count(throwaway, namespace) == 12 and unschedulable_count(throwaway, namespace) == 4
+
+    eventually(settled, what="12 pods bound and 4 unschedulable after the restart", timeout=180)
+    assert bound_use(throwaway, gpu_node) == [CARD_GIB] * CARDS
+    first_pods = {p["metadata"]["name"]: p["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] for p in throwaway.pods(namespace=namespace) if p["metadata"]["name"].startswith("before-")}
+    assert len(first_pods) == 6, "pods bound before the restart keep their cards"
+
+    # A labeler that recovered follows its node's inventory again: one card gone, then back.
+    node = next(name for name in state.pids if name.startswith("labeler-"))[len("labeler-"):]
+    inventory = state.directory / "inventory" / f"{node}.yaml"
+    original = inventory.read_text()
+    document = yaml.safe_load(original)
+    count = len(document["gpus"])
+    document["gpus"] = document["gpus"][:-1]
+    inventory.write_text(yaml.safe_dump(document, sort_keys=False))
+    try:
+        eventually(lambda: labels_of(throwaway, node).get("aliyun.accelerator/nvidia_count") == str(count - 1),
+                   what=f"the labeler of {node} to see a card fewer", timeout=60)
+    finally:
+        inventory.write_text(original)
+    eventually(lambda: labels_of(throwaway, node).get("aliyun.accelerator/nvidia_count") == str(count),
+               what=f"the labeler of {node} to see the card again", timeout=60)
+    throwaway.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reservation_expires(
+    throwaway: Cluster, gpu_node: str
+) -> None:
+    eventually(lambda: sum(bound_use(throwaway, gpu_node)) == 0 and sum(held(throwaway, gpu_node, ttl=SHORT_TTL_S)) == 0,
+               what=f"{gpu_node} empty after the previous test", timeout=120)
+    controlplane.stop(throwaway.state, ["extender"])
+    restart_extender(throwaway, ttl=SHORT_TTL_S)
+    namespace = throwaway.namespace()
+
+    # Leftovers of binds that died, written as the binder writes them (see webhook/extender/binder.py),
+    # each for 10 GiB of one card. The pods ask for a scheduler nobody runs, so no retry replaces them.
+    # - card 0, killed after the ledger commit (step 3): a ledger entry for a pending pod;
+    # - card 1, killed after annotating the pod too (step 4): the entry plus the pod's allocation annotations;
+    # - card 2, an entry for a pod that is gone: the binder may drop it at once, it must not hold the card.
+    now = time.time()
+    expires = now + SHORT_TTL_S
+    after_annotate = cards.Allocation(uid="", namespace=namespace, name="cut-after-annotate", node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now)
+    create(throwaway, [
+        gpu_pod("cut-after-commit", node=gpu_node, mem=10, scheduler="nobody"),
+        gpu_pod("cut-after-annotate", node=gpu_node, mem=10, scheduler="nobody",
+                annotations=cards.bind_annotations(after_annotate, card_memory_gib=CARD_GIB)),
+    ], namespace=namespace)
+    uids = {name: throwaway.get("pod", name, namespace=namespace)["metadata"]["uid"] for name in ("cut-after-commit", "cut-after-annotate")}
+    ledger = {
+        uids["cut-after-commit"]: cards.Allocation(uid=uids["cut-after-commit"], namespace=namespace, name="cut-after-commit",
+                                                   node=gpu_node, cards=(0,), memory_gib=10, assumed_at=now, expires=expires),
+        uids["cut-after-annotate"]: cards.Allocation(uid=uids["cut-after-annotate"], namespace=namespace, name="cut-after-annotate",
+                                                     node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now, expires=expires),
+        "gone-uid": cards.Allocation(uid="gone-uid", namespace=namespace, name="gone", node=gpu_node, cards=(2,), memory_gib=10,
+                                     assumed_at=now, expires=expires),
+    }
+    completed = throwaway.kubectl("annotate", "node", gpu_node, "--overwrite", f"{cards.RESERVATIONS_ANNOTATION}={cards.render_reservations(ledger)}")
+    assert completed.returncode == 0, completed.stderr
+    assert held(throwaway, gpu_node, ttl=SHORT_TTL_S)[:3] == [10, 10, 10]
+
+    # A real SIGKILL in the middle of a burst: 4 pods of 15 GiB would take every card, but while
+    # the leftovers live only cards 2 (its pod is gone) and 3 can take one.
+    create(throwaway, [gpu_pod(f"whole-{i}", node=gpu_node, mem=CARD_GIB) for i in range(4)], namespace=namespace)
+    eventually(lambda: bound_count(throwaway, namespace) >= 1, what="a first bind", timeout=120)
+    kill_extender(throwaway)
+
+    def reserved_cards_untouched() -> None:
+        """Cards 0 and 1 go to nobody while the reservations live (a margin: same machine's clock)."""
+        use = bound_use(throwaway, gpu_node)
+        if time.time() < expires - 2:
+            assert use[:2] == [0, 0], f"a card was handed out while reserved until {expires:.0f} (now {time.time():.0f}): {use}"
+
+    reserved_cards_untouched()
+    held(throwaway, gpu_node, ttl=SHORT_TTL_S)  # over-commit check, reservations included
+    restart_extender(throwaway, ttl=SHORT_TTL_S)
+
+    def only_free_cards_used() -> bool:
+        reserved_cards_untouched()
+        return bound_use(throwaway, gpu_node)[2:] == [CARD_GIB, CARD_GIB]
+
+    eventually(only_free_cards_used, what="cards 2 and 3 taken by the burst", timeout=120)
+
+    # Once the reservations expire, cards 0 and 1 are free again and the remaining whole-card pods
+    # get them; the pods whose binds were cut stay unbound and hold nothing.
+    touches = iter(range(1_000_000))
+
+    def all_cards_taken() -> bool:
+        reserved_cards_untouched()
+        if time.time() > expires:
+            # Pods the extender turned away wait for a cluster event to be tried again (KEP-624:
+            # extenders have no queueing hints); a Node update is one, as a freed card would bring.
+            throwaway.kubectl("label", "node", gpu_node, "--overwrite", f"faults-touch={next(touches)}")
+        return bound_use(throwaway, gpu_node) == [CARD_GIB] * CARDS
+
+    eventually(all_cards_taken, what="every card taken once the reservations expired", timeout=max(0.0, expires - time.time()) + 180)
+    names = {p["metadata"]["name"] for p in throwaway.pods(namespace=namespace) if p["spec"].get("nodeName")}
+    assert names == {f"whole-{i}" for i in range(4)}, names
+    assert held(throwaway, gpu_node, ttl=SHORT_TTL_S) == [CARD_GIB] * CARDS, "nothing but the bound pods holds a card"

@@ -1,0 +1,409 @@
+"""The webhook against a reference engine, OPA, in one run: same TLS, same load, same reviews.
+
+OPA (``github.com/open-policy-agent/opa``, built with ``go install`` into
+``~/.cache/gpu-admission/bench/opa-<version>/``) serves ``bench/opa/policy.rego`` (GPU001, GPU002
+and GPU004 in Rego) as a validating webhook: ``POST /`` answers with ``data.system.main``, an
+AdmissionReview. gpu-admission serves ``POST /validate``. Both get the same serving certificate and
+the same two review bodies (a small GPU pod and a large pod of about 50 KB), driven by the same Go
+load generator (``bench/loadgen``), interleaved server by server so that background load on a
+shared machine hits both alike.
+
+Per server and body: throughput at saturation (closed loop, ``--connections`` in flight), p50/p99
+at fixed open-loop arrival rates (default 500, 1,000, 2,000 /s; achieved rate and errors shown),
+CPU seconds per 1,000 requests (utime + stime from ``/proc``, the saturation window) and RSS (idle
+after start, and the peak under load). Then the ratio ours / OPA of each.
+
+Before any load, every server answers a set of probe reviews (allowed and denied for each of the
+three rules); the verdicts and the policy IDs named must agree, or the run stops.
+
+    .venv/bin/python bench/compare_opa.py                      # defaults: ours --workers 2, OPA
+    .venv/bin/python bench/compare_opa.py --servers ours1,ours,opa --duration 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import pathlib
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
+
+from webhook import certfiles  # noqa: E402 - after the path set-up above
+from webhook.cluster import controlplane  # noqa: E402 - same
+
+OPA_VERSION = "v1.22.3"
+OPA_MODULE = "github.com/open-policy-agent/opa"
+POLICY = loadgen.HERE.parent / "opa" / "policy.rego"
+RATES = (500.0, 1000.0, 2000.0)
+THREE = {"GPU001", "GPU002", "GPU004"}
+
+
+def opa_binary(version: str = OPA_VERSION) -> pathlib.Path:
+    """OPA built from the Go module proxy into the cache (``go install``; the module has no replace
+    directives, so no tools module is needed)."""
+    directory = loadgen.CACHE / f"opa-{version}"
+    target = directory / "opa"
+    if target.exists():
+        return target
+    if shutil.which("go") is None:
+        raise SystemExit("building OPA needs a Go toolchain")
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"building {OPA_MODULE}@{version} into {directory} (a few minutes) ...", file=sys.stderr)
+    subprocess.run(
+        ["go", "install", f"{OPA_MODULE}@{version}"], check=True, env={**os.environ, "GOBIN": str(directory)}
+    )
+    return target
+
+
+# --- the review bodies ----------------------------------------------------------------------------------
+
+
+def review(obj: dict[str, Any], *, namespace: str = "ml-team", uid: str = "5f1c3a62-0d4e-4b8a-9e2f-bench00000001") -> dict[str, Any]:
+    kind = obj["kind"]
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+            "name": obj["metadata"].get("name", ""),
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+        },
+    }
+
+
+def small_pod() -> dict[str, Any]:
+    """One container asking for 3 GiB of a shared card: every rule looks, none objects."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cgpu-small", "namespace": "ml-team", "labels": {"app": "cgpu-small"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "registry.example/ml/train:1.0",
+                    "command": ["python", "train.py"],
+                    "env": [{"name": "EPOCHS", "value": "10"}],
+                    "resources": {"limits": {"aliyun.com/gpu-mem": 3}},
+                }
+            ]
+        },
+    }
+
+
+def large_pod() -> dict[str, Any]:
+    """About 50 KB: eight containers (one with a GPU), many env entries, volumes and managedFields,
+    the shape a big operator-made pod has. Every rule walks all of it; none objects."""
+    containers = []
+    for index in range(8):
+        container: dict[str, Any] = {
+            "name": f"worker-{index}",
+            "image": f"registry.example/platform/worker-{index}:2024.11.3",
+            "args": [f"--shard={index}", "--log-format=json", "--metrics-addr=:9090"],
+            "env": [
+                {"name": f"CONFIG_SETTING_{n:03d}", "value": f"value-{index}-{n}-" + "x" * 24} for n in range(45)
+            ]
+            + [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "envFrom": [{"configMapRef": {"name": f"worker-{index}-settings"}, "prefix": "APP_"}],
+            "ports": [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+            "resources": {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}},
+            "volumeMounts": [{"name": f"data-{index}", "mountPath": f"/data/{index}"}],
+            "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+        }
+        containers.append(container)
+    containers[0]["resources"]["limits"]["aliyun.com/gpu-mem"] = 8
+    managed = [
+        {
+            "manager": f"operator-{n}",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2024-11-03T10:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {f"f:label-{k}": {} for k in range(20)}}},
+        }
+        for n in range(12)
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "platform-large",
+            "namespace": "ml-team",
+            "labels": {f"label-{k}": f"value-{k}" for k in range(20)},
+            "annotations": {f"example.com/note-{k}": "n" * 60 for k in range(10)},
+            "managedFields": managed,
+        },
+        "spec": {
+            "containers": containers,
+            "volumes": [{"name": f"data-{index}", "emptyDir": {}} for index in range(8)],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
+    """(name, review, allowed, policy IDs denying) pairs every server must answer alike."""
+
+    def pod(**container: Any) -> dict[str, Any]:
+        obj = small_pod()
+        obj["spec"]["containers"][0].update(container)
+        return obj
+
+    gpu = {"limits": {"aliyun.com/gpu-mem": 3}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "dep", "namespace": "ml-team"},
+        "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])["spec"]}},
+    }
+    on_gpu_nodes = pod(resources={}, securityContext={"privileged": True})
+    on_gpu_nodes["spec"]["nodeSelector"] = {"aliyun.accelerator/nvidia_name": "Tesla-V100-SXM2-32GB"}
+    return [
+        ("small allowed", review(small_pod()), True, set()),
+        ("large allowed", review(large_pod()), True, set()),
+        ("GPU001 value", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])), False, {"GPU001"}),
+        ("GPU001 void", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": " VOID "}])), True, set()),
+        ("GPU001 valueFrom", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])), False, {"GPU001"}),
+        ("GPU001 envFrom warns", review(pod(envFrom=[{"configMapRef": {"name": "cm"}}])), True, set()),
+        ("GPU002 privileged GPU pod", review(pod(securityContext={"privileged": True})), False, {"GPU002"}),
+        ("GPU002 privileged on GPU nodes", review(on_gpu_nodes), False, {"GPU002"}),
+        ("GPU002 privileged, no GPU", review(pod(resources={}, securityContext={"privileged": True})), True, set()),
+        ("GPU004 requests only", review(pod(resources={"requests": {"aliyun.com/gpu-mem": 3}})), False, {"GPU004"}),
+        ("GPU004 zero", review(pod(resources={"limits": {"nvidia.com/gpu": "0"}})), False, {"GPU004"}),
+        ("GPU004 fraction", review(pod(resources={"limits": {"nvidia.com/gpu": 1.5}})), False, {"GPU004"}),
+        ("GPU004 unequal", review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3}, "requests": {"aliyun.com/gpu-mem": 2}})), False, {"GPU004"}),
+        ("GPU004 core > 100", review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3, "aliyun.com/gpu-core.percentage": 150}})), False, {"GPU004"}),
+        ("GPU004 core alone", review(pod(resources={"limits": {"aliyun.com/gpu-core.percentage": 50}})), False, {"GPU004"}),
+        ("GPU004 mixed", review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3, "nvidia.com/gpu": 1}})), False, {"GPU004"}),
+        ("exempt namespace", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), namespace="kube-system"), True, set()),
+        ("Deployment template", review(deployment), False, {"GPU001"}),
+        ("all three", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}], securityContext={"privileged": True}, resources={"limits": {"nvidia.com/gpu": 0}})), False, {"GPU001", "GPU002", "GPU004"}),
+        ("ok", review(pod(resources=gpu)), True, set()),
+    ]
+
+
+# --- servers --------------------------------------------------------------------------------------------
+
+
+def three_policies_config(path: pathlib.Path) -> pathlib.Path:
+    """Settings with only GPU001, GPU002 and GPU004 on: the same work the Rego does."""
+    from policies import engine
+
+    lines = ["policies:"] + [f"  {p.id}: {{action: {'enforce' if p.id in THREE else 'off'}}}" for p in engine.POLICIES]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tuple[loadgen.Server, str]:
+    """Start one server; ``ours`` (``--workers`` from the name: ``ours1``, ``ours2``; ``ours3p`` = three
+    policies only) or ``opa``. Returns the server and the URL reviews go to."""
+    cert, key = scratch / "tls.crt", scratch / "tls.key"
+    if name == "opa":
+        assert opa is not None
+        # OPA logs the address it was given, not the one bound, so port 0 cannot be used; a port
+        # the kernel just handed out is free in practice.
+        port = controlplane.free_port()
+        argv = [
+            str(opa), "run", "--server", "--addr", f"127.0.0.1:{port}", "--tls-cert-file", str(cert),
+            "--tls-private-key-file", str(key), "--disable-telemetry", str(POLICY),
+        ]
+        server = loadgen.Server(argv, log=scratch / f"{name}.log")
+        server.wait_for_line("Initializing server.")
+        loadgen.wait_ready(f"https://127.0.0.1:{port}/health", ca=scratch / "ca.crt", server=server)
+        url = f"https://127.0.0.1:{port}/"
+    else:
+        match = re.fullmatch(r"ours(\d*)(3p)?", name)
+        if match is None:
+            raise SystemExit(f"unknown server {name!r}: ours, ours<N>, ours<N>3p or opa")
+        workers = int(match.group(1) or 2)
+        argv = [
+            sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
+        ]
+        if workers != 1:
+            argv += ["--workers", str(workers)]
+        if match.group(2):
+            argv += ["--config", str(three_policies_config(scratch / "three.yaml"))]
+        server = loadgen.Server(argv, log=scratch / f"{name}.log")
+        line = server.wait_for_line("listening on https://")
+        port = int(line.rsplit(":", 1)[1])
+        loadgen.wait_ready(f"https://127.0.0.1:{port}/readyz", ca=scratch / "ca.crt", server=server)
+        url = f"https://127.0.0.1:{port}/validate"
+    return server, url
+
+
+def post(url: str, body: bytes, context: ssl.SSLContext) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        result: dict[str, Any] = json.loads(answer.read())
+        return result
+
+
+def check_agreement(urls: dict[str, str], context: ssl.SSLContext) -> list[str]:
+    """Each server's verdict and denying policy IDs on every probe; the differences as lines."""
+    problems = []
+    for label, body, allowed, denying in probes():
+        for name, url in urls.items():
+            answer = post(url, json.dumps(body).encode(), context)["response"]
+            ids = set(re.findall(r"GPU\d{3}", answer.get("status", {}).get("message", ""))) & THREE
+            if answer["allowed"] is not allowed or (not allowed and ids != denying):
+                problems.append(f"{label}: {name} answered allowed={answer['allowed']} naming {sorted(ids)}; expected allowed={allowed} {sorted(denying)}")
+            if answer.get("uid") != body["request"]["uid"]:
+                problems.append(f"{label}: {name} did not echo the uid")
+    return problems
+
+
+# --- measuring ------------------------------------------------------------------------------------------
+
+
+def measure(
+    servers: dict[str, tuple[loadgen.Server, str]],
+    bodies: dict[str, pathlib.Path],
+    *,
+    ca: pathlib.Path,
+    args: argparse.Namespace,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """figures[body][server] = {idle_rss, saturation, rates: {rate: result}, cpu_per_1k, rss_peak}."""
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    for body_name, body in bodies.items():
+        figures[body_name] = {name: {"idle_rss": loadgen.rss_bytes(server.pid), "rates": {}} for name, (server, _) in servers.items()}
+        for name, (server, url) in servers.items():  # warm-up: caches, allocator, connections
+            loadgen.run(url=url, body=body, ca=ca, seconds=args.warmup, connections=args.connections)
+        for name, (server, url) in servers.items():
+            with loadgen.Meter(server.pid) as meter:
+                result = loadgen.run(url=url, body=body, ca=ca, seconds=args.duration, connections=args.connections)
+            entry = figures[body_name][name]
+            entry["saturation"] = result
+            entry["cpu_s"] = meter.cpu_s
+            entry["cpu_per_1k"] = meter.cpu_s / max(result["ok"], 1) * 1000
+            entry["rss_peak"] = meter.rss_peak
+            print(f"  {body_name:<5} {name:<7} saturation {result['achieved_rate']:8.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
+                  f"p99 {result['p99_ms']:7.2f} ms  errors {result['errors']}  cpu/1k {entry['cpu_per_1k']:.3f} s  "
+                  f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+        for rate in args.rates:
+            for name, (server, url) in servers.items():
+                with loadgen.Meter(server.pid) as meter:
+                    result = loadgen.run(url=url, body=body, ca=ca, seconds=args.duration, rate=rate, connections=args.open_connections)
+                result["cpu_per_1k"] = meter.cpu_s / max(result["ok"], 1) * 1000
+                entry = figures[body_name][name]
+                entry["rates"][rate] = result
+                entry["rss_peak"] = max(entry["rss_peak"], meter.rss_peak)
+                print(f"  {body_name:<5} {name:<7} {rate:6.0f}/s -> {result['achieved_rate']:7.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
+                      f"p99 {result['p99_ms']:8.2f} ms  errors {result['errors']}  late {result['late']}  "
+                      f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+    return figures
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:.0f}"
+
+
+def render(figures: dict[str, dict[str, dict[str, Any]]], *, bodies: dict[str, pathlib.Path], args: argparse.Namespace, before: dict[str, Any], after_load: float) -> str:
+    names = list(next(iter(figures.values())))
+    rates = list(args.rates)
+    lines = [
+        f"Machine: {before['cpu']} x{before['nproc']}, Python {before['python']}, OPA {OPA_VERSION}; "
+        f"{before['date']}; load average {before['loadavg']:.1f} → {after_load:.1f}.",
+        f"Command: `.venv/bin/python bench/compare_opa.py --servers {','.join(names)} --duration {args.duration:g} "
+        f"--connections {args.connections}`",
+        "",
+    ]
+    header = "| body | server | saturation req/s (p99 ms) | " + " | ".join(
+        f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in rates
+    ) + " | CPU s / 1k req | RSS idle / peak MiB |"
+    for body_name, per_server in figures.items():
+        size = bodies[body_name].stat().st_size
+        lines += [f"**{body_name} pod** ({size:,} bytes)", "", header, "|---|---|" + "---:|" * (len(rates) + 3)]
+        for name in names:
+            f = per_server[name]
+            sat = f["saturation"]
+            cells = [f"{sat['achieved_rate']:.0f} ({sat['p99_ms']:.1f})"]
+            for rate in rates:
+                r = f["rates"][rate]
+                errs = r["errors"] + r["late"]
+                cells.append(f"{r['achieved_rate']:.0f}, {r['p50_ms']:.2f}, {r['p99_ms']:.1f}, {errs}")
+            cells += [f"{f['cpu_per_1k']:.3f}", f"{_mib(f['idle_rss'])} / {_mib(f['rss_peak'])}"]
+            lines.append(f"| {body_name} | {name} | " + " | ".join(cells) + " |")
+        if "opa" in per_server:
+            opa = per_server["opa"]
+            for name in names:
+                if name == "opa":
+                    continue
+                f = per_server[name]
+                cells = [f"{f['saturation']['achieved_rate'] / opa['saturation']['achieved_rate']:.2f}× (higher is better)"]
+                for rate in rates:
+                    a, b = f["rates"][rate], opa["rates"][rate]
+                    cells.append(f"p50 {a['p50_ms'] / max(b['p50_ms'], 1e-3):.2f}×, p99 {a['p99_ms'] / max(b['p99_ms'], 1e-3):.2f}×")
+                cells += [f"{f['cpu_per_1k'] / opa['cpu_per_1k']:.2f}×", f"{f['idle_rss'] / opa['idle_rss']:.2f}× / {f['rss_peak'] / opa['rss_peak']:.2f}×"]
+                lines.append(f"| {body_name} | **{name} / opa** | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", default="ours,opa", help="comma list: ours (2 workers), ours<N> (N workers), ours<N>3p (three policies only), opa")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before measuring each body (default 3)")
+    parser.add_argument("--connections", type=int, default=32, help="closed-loop connections for saturation (default 32)")
+    parser.add_argument("--open-connections", type=int, default=64, help="connection pool for open-loop rates (default 64)")
+    parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=list(RATES), help="open-loop rates, comma list")
+    parser.add_argument("--bodies", default="small,large", help="comma list of small, large")
+    parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    opa = opa_binary() if "opa" in names else None
+    loadgen.binary()
+    before = loadgen.machine()
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-opa-") as tmp:
+        scratch = pathlib.Path(tmp)
+        certfiles.generate(out_dir=scratch, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
+        ca = scratch / "ca.crt"
+        bodies = {}
+        for body_name, make in (("small", small_pod), ("large", large_pod)):
+            if body_name in args.bodies.split(","):
+                bodies[body_name] = scratch / f"{body_name}.json"
+                bodies[body_name].write_text(json.dumps(review(make()), separators=(",", ":")))
+        servers: dict[str, tuple[loadgen.Server, str]] = {}
+        try:
+            for name in names:
+                servers[name] = start(name, scratch, opa=opa)
+            context = ssl.create_default_context(cafile=str(ca))
+            problems = check_agreement({n: u for n, (_, u) in servers.items()}, context)
+            if problems:
+                print("the servers disagree:\n  " + "\n  ".join(problems), file=sys.stderr)
+                return 1
+            print(f"{len(probes())} probe reviews: all servers agree", file=sys.stderr)
+            figures = measure(servers, bodies, ca=ca, args=args)
+        finally:
+            for server, _ in servers.values():
+                server.stop()
+    text = render(figures, bodies=bodies, args=args, before=before, after_load=os.getloadavg()[0])
+    print(text)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"machine": before, "figures": figures}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

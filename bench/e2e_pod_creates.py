@@ -1,0 +1,214 @@
+"""Pod creates per second through a local kube-apiserver, with and without the webhook, and the p99 it adds.
+
+Brings up its own local control plane (``webhook.cluster``: etcd, kube-apiserver, controller
+manager, scheduler, KWOK nodes; no gpu-admission), then drives ``POST /api/v1/namespaces/default/pods``
+with the Go load generator (admin client certificate, kept-alive HTTP/1.1 connections) for a GPU pod
+asking for ``aliyun.com/gpu-mem: 3`` with ``generateName`` (every request a new pod):
+
+1. without the webhook: saturation (closed loop, ``--connections``), then open-loop arrivals at
+   each ``--rates`` (p50/p99, achieved rate, errors);
+2. the webhook installed as ``deploy/`` registers it (mutating + validating, ``failurePolicy:
+   Fail``; ``gpu-admission serve`` as a local process, ``--webhook-workers`` of them): the same runs.
+
+Creates are server-side dry runs (``?dryRun=All``) by default: admission, webhooks included, runs in
+full and nothing is stored, so every run starts from the same etcd. ``--real`` stores them instead
+(in a namespace of their own, with a ``schedulerName`` no scheduler serves, so nothing schedules
+them and the first phase's pods do not slow the second; the namespace is deleted in between).
+
+Also shown: CPU seconds per 1,000 creates of kube-apiserver and of the webhook, and the apiserver's
+own view of the webhook (``apiserver_admission_webhook_admission_duration_seconds``, mean per call).
+
+    .venv/bin/python bench/e2e_pod_creates.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import ssl
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
+
+from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
+
+NAMESPACE = "default"
+
+
+def pod(*, real: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "train",
+                "image": "registry.example/ml/train:1.0",
+                "env": [{"name": "EPOCHS", "value": "10"}],
+                "resources": {"limits": {"aliyun.com/gpu-mem": 3}},
+            }
+        ]
+    }
+    if real:
+        spec["schedulerName"] = "gpu-admission-bench-nobody"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "bench-", "labels": {"app": "bench"}}, "spec": spec}
+
+
+def webhook_metrics(state: controlplane.State) -> dict[str, tuple[float, float]]:
+    """(sum seconds, count) of the apiserver's admission-webhook latency histogram, per webhook name."""
+    pki = state.directory / "pki"
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with urllib.request.urlopen(state.server + "/metrics", context=context, timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        match = re.match(r'apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)', line)
+        if match and 'rejected="false"' in match.group(2):
+            name = re.search(r'name="([^"]+)"', match.group(2))
+            key = name.group(1) if name else "?"
+            entry = found.setdefault(key, [0.0, 0.0])
+            entry[0 if match.group(1) == "sum" else 1] += float(match.group(3))
+    return {k: (v[0], v[1]) for k, v in found.items()}
+
+
+def phase(
+    state: controlplane.State, body: pathlib.Path, *, url: str, args: argparse.Namespace, label: str
+) -> dict[str, Any]:
+    pki = state.directory / "pki"
+    common = {"url": url, "body": body, "ca": pki / "ca.crt", "client_cert": pki / "admin.crt", "client_key": pki / "admin.key"}
+    apiserver = state.pids["kube-apiserver"]
+    webhook = state.pids.get("webhook")
+    loadgen.run(seconds=args.warmup, connections=args.connections, **common)  # type: ignore[arg-type]
+    before = webhook_metrics(state)
+    with loadgen.Meter(apiserver) as api_meter, loadgen.Meter(webhook or apiserver) as hook_meter:
+        saturation = loadgen.run(seconds=args.duration, connections=args.connections, **common)  # type: ignore[arg-type]
+    after = webhook_metrics(state)
+    calls = {name: (after[name][0] - before.get(name, (0, 0))[0], after[name][1] - before.get(name, (0, 0))[1]) for name in after}
+    result: dict[str, Any] = {
+        "saturation": saturation,
+        "apiserver_cpu_per_1k": api_meter.cpu_s / max(saturation["ok"], 1) * 1000,
+        "webhook_cpu_per_1k": hook_meter.cpu_s / max(saturation["ok"], 1) * 1000 if webhook else 0.0,
+        "webhook_mean_ms": {name: s / c * 1000 for name, (s, c) in calls.items() if c},
+        "rates": {},
+    }
+    print(f"  {label:<16} saturation {saturation['achieved_rate']:7.1f}/s p50 {saturation['p50_ms']:7.2f} p99 {saturation['p99_ms']:8.2f} "
+          f"errors {saturation['errors']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    for rate in args.rates:
+        run = loadgen.run(seconds=args.duration, rate=rate, connections=args.connections, **common)  # type: ignore[arg-type]
+        result["rates"][rate] = run
+        print(f"  {label:<16} {rate:5.0f}/s -> {run['achieved_rate']:7.1f}/s p50 {run['p50_ms']:7.2f} p99 {run['p99_ms']:8.2f} "
+              f"errors {run['errors']} late {run['late']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    return result
+
+
+def start_webhook(state: controlplane.State, *, workers: int) -> None:
+    if workers == 1:
+        install.start_webhook(state)
+    else:
+        # install.start_webhook's command with --workers; the same certificates and readiness wait.
+        certs = state.directory / "webhook"
+        install.start_webhook(state)  # issues the certificates, proves the command works
+        controlplane.stop(state, ["webhook"])
+        port = state.ports["webhook"]
+        command = [
+            install.executable(), "serve", "--port", str(port), "--host", "127.0.0.1", "--workers", str(workers),
+            "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+        ]
+        controlplane.start(state, "webhook", command=command)
+        ca = certs / "ca.crt"
+        controlplane.wait_for(
+            lambda: _ok(f"https://127.0.0.1:{port}/readyz", ca), what="the webhook /readyz", timeout=30, state=state, component="webhook"
+        )
+    install.register(state)
+
+
+def _ok(url: str, ca: pathlib.Path) -> bool:
+    with urllib.request.urlopen(url, context=ssl.create_default_context(cafile=str(ca)), timeout=2) as answer:
+        return bool(answer.status == 200)
+
+
+def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, machine: dict[str, Any]) -> str:
+    mode = "real creates" if args.real else "server-side dry-run creates (`?dryRun=All`)"
+    lines = [
+        f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
+        f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}; {mode}; webhook workers {args.webhook_workers}.",
+        f"Command: `.venv/bin/python bench/e2e_pod_creates.py --duration {args.duration:g} --connections {args.connections}"
+        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers}`",
+        "",
+        "| | creates/s at saturation (p99 ms) | " + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in args.rates)
+        + " | apiserver CPU s / 1k | webhook CPU s / 1k | webhook call, mean ms (apiserver's view) |",
+        "|---|---:|" + "---:|" * len(args.rates) + "---:|---:|---|",
+    ]
+    for name in ("without webhook", "with webhook"):
+        r = results[name]
+        sat = r["saturation"]
+        cells = [f"{sat['achieved_rate']:.0f} ({sat['p99_ms']:.1f})"]
+        for rate in args.rates:
+            run = r["rates"][rate]
+            cells.append(f"{run['achieved_rate']:.0f}, {run['p50_ms']:.1f}, {run['p99_ms']:.1f}, {run['errors'] + run['late']}")
+        calls = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(r["webhook_mean_ms"].items())) or "—"
+        cells += [f"{r['apiserver_cpu_per_1k']:.2f}", f"{r['webhook_cpu_per_1k']:.2f}" if r["webhook_cpu_per_1k"] else "—", calls]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    without, with_ = results["without webhook"], results["with webhook"]
+    cells = [f"{with_['saturation']['achieved_rate'] / without['saturation']['achieved_rate']:.2f}×"]
+    for rate in args.rates:
+        a, b = with_["rates"][rate], without["rates"][rate]
+        cells.append(f"p50 +{a['p50_ms'] - b['p50_ms']:.1f} ms, p99 +{a['p99_ms'] - b['p99_ms']:.1f} ms")
+    cells += ["", "", ""]
+    lines.append("| **added by the webhook** | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds of unmeasured load per phase (default 3)")
+    parser.add_argument("--connections", type=int, default=16, help="closed-loop connections / open-loop pool (default 16)")
+    parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50.0, 100.0, 200.0], help="open-loop rates, comma list")
+    parser.add_argument("--real", action="store_true", help="store the pods instead of server-side dry runs")
+    parser.add_argument("--webhook-workers", type=int, default=1, help="gpu-admission serve --workers (default 1)")
+    parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
+    args = parser.parse_args()
+    loadgen.binary()
+    bin_dir = binaries.ensure()
+    machine = loadgen.machine()
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-e2e-bench-") as tmp:
+        directory = pathlib.Path(tmp) / "cluster"
+        started = time.monotonic()
+        state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), with_install=False)
+        print(f"control plane up in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        try:
+            body = pathlib.Path(tmp) / "pod.json"
+            body.write_text(json.dumps(pod(real=args.real)))
+            namespace = "bench" if args.real else NAMESPACE
+            suffix = "" if args.real else "?dryRun=All"
+            url = f"{state.server}/api/v1/namespaces/{namespace}/pods{suffix}"
+            for label in ("without webhook", "with webhook"):
+                if label == "with webhook":
+                    start_webhook(state, workers=args.webhook_workers)
+                if args.real:
+                    controlplane.kubectl(state, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true")
+                    controlplane.kubectl(state, "create", "namespace", namespace)
+                    controlplane.wait_for(
+                        lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
+                        what="the bench namespace's ServiceAccount", timeout=60,
+                    )
+                results[label] = phase(state, body, url=url, args=args, label=label)
+        finally:
+            controlplane.down(directory)
+    text = render(results, args=args, machine=machine)
+    print(text)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+module gpu-admission/bench/loadgen
+
+go 1.22

@@ -1,5 +1,5 @@
 """Bind: choose the card(s) from fresh apiserver state, commit by compare-and-swap on the Node,
-annotate the pod, create the Binding.
+create the Binding that carries the allocation annotations.
 
 Why this cannot over-commit a card, not under a burst, not across a restart, not with several
 extender replicas:
@@ -20,8 +20,10 @@ extender replicas:
 Every successful commit on a node happened at a distinct resourceVersion, so the commits form a
 sequence. Each commit read the ledger at the version just before it, so it saw every earlier
 commit: either as its ledger entry, or — when a later commit pruned that entry — as a pod the
-apiserver already lists as bound, which carries its annotation (bound and annotated in one write,
-and pruning only drops entries of pods listed as bound). So no commit can choose memory another
+apiserver already lists as bound, which carries its annotation (bound and annotated in one write).
+Pruning drops only entries of pods listed as bound there, expired ones, and ones whose pod a GET
+shows deleted, replaced, finished or bound to another node: none of those hold a card of this
+node. So no commit can choose memory another
 commit already took, whichever process made it. Nothing lives only in memory: a restarted (or a
 second) extender reads the same annotations. A bind that dies after step 3 leaves a ledger entry
 that holds the card until it expires (or, sooner, until a later commit finds the pod deleted); the
@@ -37,7 +39,8 @@ keeps bind throughput up. The CAS retries are for other replicas and for unrelat
 
 Ledger entries of pods that are gone (deleted, replaced, finished, bound elsewhere) are dropped at
 the next commit once they are older than a few seconds (one GET per such entry), rather than
-holding a card for the whole TTL.
+holding a card for the whole TTL; `prune` does the same without a bind (the app calls it for the
+ledgers its cache finds stale).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ HOSTS = ("gpu-admission-webhook.gpu-admission.svc", "127.0.0.1")
 DAY = datetime.timedelta(days=1)
 
 
-def fresh(now: datetime.datetime = NOW, **policy: datetime.timedelta) -> rotation.Material:
-    plan = rotation.reconcile(rotation.Material(), hosts=HOSTS, now=now, policy=rotation.Policy(**policy))
+def fresh(policy: rotation.Policy = rotation.Policy()) -> rotation.Material:
+    plan = rotation.reconcile(rotation.Material(), hosts=HOSTS, now=NOW, policy=policy)
     return plan.material
 
 
@@ -60,12 +60,13 @@ def test_the_serving_certificate_is_renewed_sixty_days_before_it_expires_and_not
 
 
 def test_renewal_timing_follows_a_short_test_policy() -> None:
-    policy = dict(serving_validity=datetime.timedelta(seconds=20), serving_renew_before=datetime.timedelta(seconds=12),
-                  ca_validity=datetime.timedelta(seconds=60), ca_renew_before=datetime.timedelta(seconds=30),
-                  ca_propagation=datetime.timedelta(seconds=2))
-    material = stored(fresh(**policy))
-    assert not rotation.reconcile(material, hosts=HOSTS, now=NOW + datetime.timedelta(seconds=7), policy=rotation.Policy(**policy)).changed
-    assert rotation.reconcile(material, hosts=HOSTS, now=NOW + datetime.timedelta(seconds=8), policy=rotation.Policy(**policy)).changed
+    second = datetime.timedelta(seconds=1)
+    short = {"serving_validity": 20 * second, "serving_renew_before": 12 * second, "ca_validity": 60 * second,
+             "ca_renew_before": 30 * second, "ca_propagation": 2 * second}
+    policy = rotation.Policy(**short)
+    material = stored(fresh(policy))
+    assert not rotation.reconcile(material, hosts=HOSTS, now=NOW + 7 * second, policy=policy).changed
+    assert rotation.reconcile(material, hosts=HOSTS, now=NOW + 8 * second, policy=policy).changed
 
 
 def test_a_new_host_gets_a_new_serving_certificate() -> None:
@@ -146,7 +147,7 @@ def test_without_knowing_the_clients_a_serving_certificate_from_the_new_ca_is_is
 
 
 def test_an_expired_serving_certificate_is_replaced_at_once_even_during_a_ca_rotation() -> None:
-    material = stored(fresh(serving_validity=datetime.timedelta(days=10), serving_renew_before=DAY))
+    material = stored(fresh(rotation.Policy(serving_validity=datetime.timedelta(days=10), serving_renew_before=DAY)))
     later = NOW + 11 * DAY
     plan = rotation.reconcile(material, hosts=HOSTS, now=later, rotate_ca=True, client_bundles=[material.bundle_pem()])
     assert plan.material.serving is not None and plan.material.ca is not None

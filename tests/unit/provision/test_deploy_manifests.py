@@ -1,0 +1,223 @@
+"""deploy/: the webhook Deployment is hardened and highly available, its RBAC minimal, the kustomize
+base complete, and every argument in the manifests one the CLI accepts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook import cli, config, provision
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+COMPONENT = DEPLOY / "overlays" / "cert-manager"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.fixture(scope="module")
+def webhook() -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in documents(DEPLOY / "webhook.yaml")}
+
+
+def deployment(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    return objects[("Deployment", provision.SERVICE)]
+
+
+def pod_spec(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = deployment(objects)["spec"]["template"]["spec"]
+    return spec
+
+
+def serve_args(args: list[str]) -> argparse.Namespace:
+    """Parse a container's args with the real CLI parser ($(VAR) references stand for strings)."""
+    return cli.make_parser().parse_args(args)
+
+
+def test_the_webhook_runs_at_least_two_replicas_spread_over_nodes_with_a_disruption_budget(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    spec = deployment(webhook)["spec"]
+    assert spec["replicas"] >= 2
+    assert spec["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    terms = pod_spec(webhook)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert terms[0]["podAffinityTerm"]["labelSelector"] == spec["selector"]
+    budget = webhook[("PodDisruptionBudget", provision.SERVICE)]["spec"]
+    assert budget["selector"] == spec["selector"] and budget["maxUnavailable"] == 1
+
+
+def test_the_container_is_non_root_read_only_without_capabilities_and_with_the_runtime_seccomp_profile(
+    webhook: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    spec = pod_spec(webhook)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 65532  # the Dockerfile's user
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], "a writable /tmp for the TLS pair file"
+
+
+def test_probes_use_readyz_and_healthz_over_https_on_the_serving_port(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    (container,) = pod_spec(webhook)["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    service = webhook[("Service", provision.SERVICE)]["spec"]
+    assert service["ports"][0]["port"] == 443 and service["ports"][0]["targetPort"] == "https"
+    assert service["selector"] == deployment(webhook)["spec"]["selector"]["matchLabels"]
+
+
+def test_the_args_are_self_managed_certificates_for_the_service_the_configurations_call(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    (container,) = pod_spec(webhook)["containers"]
+    args = serve_args(container["args"])
+    assert args.self_managed_certs and args.tls_cert_file is None
+    assert (args.certs_secret, args.service, args.webhook_configuration) == (provision.SECRET, provision.SERVICE, provision.WEBHOOK_CONFIGURATION)
+    assert args.namespace == "$(POD_NAMESPACE)" and {e["name"] for e in container["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
+    assert args.port == 8443
+    for configuration in documents(DEPLOY / "webhook-configurations.yaml"):
+        assert configuration["metadata"]["name"] == args.webhook_configuration
+        for hook in configuration["webhooks"]:
+            assert hook["clientConfig"]["service"]["name"] == args.service
+            assert hook["clientConfig"]["service"]["namespace"] == "gpu-admission"
+
+
+def test_the_grace_period_covers_both_drain_phases_and_requests_in_flight(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    (container,) = pod_spec(webhook)["containers"]
+    args = serve_args(container["args"])
+    assert args.drain_seconds > 0 and args.drain_idle_seconds > 90, "longer than kube-apiserver's 90 s idle timeout"
+    assert pod_spec(webhook)["terminationGracePeriodSeconds"] > args.drain_seconds + args.drain_idle_seconds + 5
+
+
+def test_rbac_grants_only_the_secret_the_lease_and_the_two_configurations_by_name(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    role = webhook[("Role", provision.SERVICE)]
+    rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))): sorted(r["verbs"]) for r in role["rules"]}
+    assert rules == {
+        ("", "secrets", ()): ["create"],
+        ("", "secrets", (provision.SECRET,)): ["get", "update"],
+        ("coordination.k8s.io", "leases", ()): ["create"],
+        ("coordination.k8s.io", "leases", (provision.LEASE,)): ["get", "update"],
+    }
+    [cluster_rule] = webhook[("ClusterRole", provision.SERVICE)]["rules"]
+    assert cluster_rule == {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        "resourceNames": [provision.WEBHOOK_CONFIGURATION],
+        "verbs": ["get", "update"],
+    }
+    account = pod_spec(webhook)["serviceAccountName"]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        binding = webhook[(kind, provision.SERVICE)]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-admission"}]
+
+
+def test_the_policy_config_map_is_a_valid_settings_document_mounted_where_serve_reads_it(
+    webhook: dict[tuple[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    [config_map] = documents(DEPLOY / "policy-config.yaml")
+    path = tmp_path / "config.yaml"
+    path.write_text(config_map["data"]["config.yaml"])
+    loaded = config.load(str(path))
+    assert "gpu-admission" in loaded.exempt_namespaces
+    (container,) = pod_spec(webhook)["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    assert serve_args(container["args"]).config == f"{mount['mountPath']}/config.yaml"
+    volume = next(v for v in pod_spec(webhook)["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+
+
+def test_the_namespace_enforces_restricted_pod_security() -> None:
+    [namespace] = documents(DEPLOY / "namespace.yaml")
+    assert namespace["metadata"]["name"] == "gpu-admission"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# --- the kustomize base -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kustomization() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    return loaded
+
+
+def test_the_base_lists_only_files_that_exist(kustomization: dict[str, Any]) -> None:
+    for entry in kustomization["resources"]:
+        assert (DEPLOY / entry).is_file(), entry
+    for generator in kustomization["configMapGenerator"]:
+        for item in generator["files"]:
+            assert (DEPLOY / item.split("=", 1)[-1]).is_file(), item
+
+
+def test_the_base_labels_everything_part_of_gpu_admission_without_touching_selectors(kustomization: dict[str, Any]) -> None:
+    [labels] = kustomization["labels"]
+    assert labels["pairs"] == {"app.kubernetes.io/part-of": "gpu-admission"}
+    assert labels["includeSelectors"] is False
+
+
+def _component_manifests() -> set[str]:
+    """deploy/*.yaml files that hold Kubernetes objects (not kustomize or scheduler configuration)."""
+    found = set()
+    for path in DEPLOY.glob("*.yaml"):
+        kinds = {d.get("kind") for d in documents(path)}
+        if kinds and not kinds & {"Kustomization", "KubeSchedulerConfiguration"}:
+            found.add(path.name)
+    return found
+
+
+def test_the_base_lists_every_manifest_except_those_that_still_carry_their_own_namespace(kustomization: dict[str, Any]) -> None:
+    listed = set(kustomization["resources"])
+    for name in sorted(_component_manifests() - listed):
+        kinds = [d["kind"] for d in documents(DEPLOY / name)]
+        assert "Namespace" in kinds, f"deploy/{name} no longer carries a Namespace: list it in deploy/kustomization.yaml"
+    namespaces = [name for name in listed if any(d["kind"] == "Namespace" for d in documents(DEPLOY / name))]
+    assert namespaces == ["namespace.yaml"], "kustomize refuses a second gpu-admission Namespace"
+
+
+def test_the_second_scheduler_configuration_is_shipped_as_a_config_map(kustomization: dict[str, Any]) -> None:
+    [generator] = kustomization["configMapGenerator"]
+    assert generator["namespace"] == "gpu-admission" and generator["options"]["disableNameSuffixHash"] is True
+    [item] = generator["files"]
+    key, source = item.split("=", 1)
+    assert key == "scheduler-config.yaml"
+    [document] = documents(DEPLOY / source)
+    assert document["kind"] == "KubeSchedulerConfiguration"
+
+
+# --- the cert-manager component ---------------------------------------------------------------------
+
+
+def test_the_cert_manager_component_serves_files_from_the_certificates_secret() -> None:
+    [patch] = documents(COMPONENT / "webhook-files-mode.yaml")
+    spec = patch["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = serve_args(container["args"])
+    assert not args.self_managed_certs
+    [mount] = container["volumeMounts"]
+    assert args.tls_cert_file == f"{mount['mountPath']}/tls.crt" and args.tls_private_key_file == f"{mount['mountPath']}/tls.key"
+    [volume] = spec["volumes"]
+    certificates = {d["metadata"]["name"]: d for d in documents(COMPONENT / "certificates.yaml") if d["kind"] == "Certificate"}
+    serving = certificates["gpu-admission-webhook"]["spec"]
+    assert volume["secret"]["secretName"] == serving["secretName"]
+    assert set(serving["dnsNames"]) == set(provision.service_hosts(provision.SERVICE, "gpu-admission"))
+    assert serving["renewBefore"] == "1440h", "60 days, as in the self-managed mode"
+
+
+def test_the_cert_manager_component_injects_the_ca_and_drops_the_self_managed_rbac() -> None:
+    component: dict[str, Any] = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component"
+    patches = [yaml.safe_load(p["patch"]) for p in component["patches"] if "patch" in p]
+    injected = {p["kind"] for p in patches if p["metadata"].get("annotations", {}).get("cert-manager.io/inject-ca-from") == "gpu-admission/gpu-admission-webhook"}
+    assert injected == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    deleted = {p["kind"] for p in patches if p.get("$patch") == "delete"}
+    assert deleted == {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}

@@ -23,7 +23,6 @@ three rules); the verdicts and the policy IDs named must agree, or the run stops
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import os

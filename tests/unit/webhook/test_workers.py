@@ -110,17 +110,23 @@ def test_sigterm_stops_every_worker_and_the_supervisor(two_workers: tuple[subpro
     assert not any(pathlib.Path(f"/proc/{pid}").exists() and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] for pid in workers)
 
 
-def test_a_bad_key_stops_the_supervisor_with_one_error_line(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    (tmp_path / "tls.key").write_text("not a key")
-    process, out = _serve(pair, "--workers", "2")
-    process.kill()
-    process.wait(10)
+def test_a_missing_key_stops_the_supervisor_with_one_error_line(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
          "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(tmp_path / "missing.key")],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and completed.stderr.count("gpu-admission: error:") == 1, completed.stderr
+
+
+def test_a_key_that_does_not_load_stops_every_worker_with_its_status(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "tls.key").write_text("not a key")
+    completed = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
+         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2 and "gpu-admission: error:" in completed.stderr, completed.stderr
 
 
 def test_workers_must_be_positive(pair: pathlib.Path) -> None:

@@ -227,7 +227,7 @@ async def filter_nodes(request: web.Request) -> web.Response:
     try:
         wanted = cards.pod_request(args.pod)
         states = _states(cache, args, settings=settings)
-        outcome = placement.filter_nodes(wanted, states, args.node_names)
+        outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
         log.exception("filter %s", args.pod_key)
         meters.requests.inc(verb="filter", result="error")
@@ -250,7 +250,9 @@ async def prioritize(request: web.Request) -> web.Response:
         return web.json_response({"Error": f"bad prioritize request: {error}"}, status=400)
     cache, settings = request.app[STORE], request.app[SETTINGS]
     try:
-        scores = placement.scores(cards.pod_request(args.pod), _states(cache, args, settings=settings), args.node_names)
+        scores = placement.scores(
+            cards.pod_request(args.pod), states=_states(cache, args, settings=settings), names=args.node_names
+        )
     except Exception:  # noqa: BLE001 - a neutral answer beats a failed call; the scheduler ignores prioritize errors anyway
         log.exception("prioritize %s", args.pod_key)
         meters.requests.inc(verb="prioritize", result="error")

@@ -83,7 +83,7 @@ def choose(request: cards.Request, state: cards.NodeState) -> tuple[int, ...] | 
 
 
 def filter_nodes(
-    request: cards.Request, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
+    request: cards.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
 ) -> Outcome:
     """Classify every candidate; a node the extender does not know yet fails for now, not forever."""
     outcome = Outcome(passed=[], failed={}, unresolvable={})
@@ -102,7 +102,7 @@ def filter_nodes(
     return outcome
 
 
-def scores(request: cards.Request, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
+def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
     """Prioritize: 0-10 per node (0 where the pod does not fit)."""
     result: dict[str, int] = {}
     for name in names:

@@ -74,7 +74,7 @@ def test_filter_separates_never_fitting_nodes_from_full_ones(make_node: Factory,
         exclusive=cards.node_state(make_node("exclusive", mode="default"), [], now=NOW),
         cpu=cards.node_state(make_node("cpu", mode=None, placement=None, capacity={}), [], now=NOW),
     )
-    outcome = placement.filter_nodes(cards.Request(memory_gib=8), states, ["roomy", "full", "small", "exclusive", "cpu", "unknown"])
+    outcome = placement.filter_nodes(cards.Request(memory_gib=8), states=states, names=["roomy", "full", "small", "exclusive", "cpu", "unknown"])
     assert outcome.passed == ["roomy"]
     assert set(outcome.failed) == {"full", "unknown"}
     assert set(outcome.unresolvable) == {"small", "exclusive", "cpu"}
@@ -140,11 +140,11 @@ def test_scores_prefer_busy_binpack_nodes_and_empty_spread_nodes(
         busy=cards.node_state(make_node("busy", placement=placement_label), [make_gpu_pod("b", uid="b", mem=12, node_name="busy", annotations=note)], now=NOW),
         idle=cards.node_state(make_node("idle", placement=placement_label), [], now=NOW),
     )
-    scores = placement.scores(cards.Request(memory_gib=3), states, ["busy", "idle", "gone"])
+    scores = placement.scores(cards.Request(memory_gib=3), states=states, names=["busy", "idle", "gone"])
     assert all(0 <= s <= 10 for s in scores.values()) and scores["gone"] == 0
     assert (scores["busy"] > scores["idle"]) is busier_wins
 
 
 def test_a_pod_asking_for_nothing_we_manage_passes_everywhere(make_node: Factory) -> None:
-    outcome = placement.filter_nodes(cards.Request(), {"a": cards.node_state(make_node("a", mode="default"), [], now=NOW)}, ["a"])
+    outcome = placement.filter_nodes(cards.Request(), states={"a": cards.node_state(make_node("a", mode="default"), [], now=NOW)}, names=["a"])
     assert outcome.passed == ["a"]

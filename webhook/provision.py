@@ -365,9 +365,12 @@ def reconcile(
         for reason in plan.reasons:
             log.info("uid=- %s: %s", store.describe(), reason)
     injected = clients.inject(plan.material.bundle_pem()) if clients is not None else 0
+    waiting = plan.waiting
     if injected:
         log.info("uid=- %s: set caBundle in %d webhook entr%s", clients.describe() if clients else "", injected, "y" if injected == 1 else "ies")
-    return Outcome(material=plan.material, reasons=plan.reasons, waiting=plan.waiting, written=plan.changed, injected=injected)
+        if waiting:  # decided on the bundles as read before this injection
+            waiting = "the new CA was injected just now: the serving certificate from it follows once it has propagated"
+    return Outcome(material=plan.material, reasons=plan.reasons, waiting=waiting, written=plan.changed, injected=injected)
 
 
 # --- in serve -------------------------------------------------------------------------------------

@@ -107,8 +107,12 @@ def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | Non
     result: dict[str, int] = {}
     for name in names:
         state = states.get(name)
-        fit = evaluate(request, state) if state is not None else None
-        result[name] = fit.score if fit is not None and fit.fits else 0
+        if state is None or not evaluate(request, state, decide=False).fits:
+            result[name] = 0
+        elif request.family is gpu.Family.TOPOLOGY:
+            result[name] = evaluate(request, state).score  # the score depends on the set chosen
+        else:
+            result[name] = _shared_score(request, state)  # no need to pick the card
     return result
 
 
@@ -137,10 +141,14 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: 
         chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
     else:
         chosen = min(fitting, key=lambda c: (c.memory_free - memory, c.core_free - core, c.index))
-    total = state.memory_total or 1
-    fullness = min(1.0, (state.memory_used + memory) / total)
+    return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=_shared_score(request, state))
+
+
+def _shared_score(request: cards.Request, state: cards.NodeState) -> int:
+    """Binpack nodes score by how full they are once the pod is on them; spread nodes by how empty."""
+    fullness = min(1.0, (state.memory_used + request.memory_gib) / (state.memory_total or 1))
     fraction = fullness if state.node.placement is gpu.Placement.BINPACK else 1.0 - fullness
-    return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=round(wire.MAX_PRIORITY * fraction))
+    return round(wire.MAX_PRIORITY * fraction)
 
 
 def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:

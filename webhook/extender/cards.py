@@ -459,9 +459,25 @@ class NodeState:
     def memory_total(self) -> int:
         return self.node.memory_gib
 
-    @property
+    # Computed once per state (states are cached and judged for every pod; frozen dataclasses
+    # still have an instance __dict__, which is where cached_property keeps its value).
+
+    @functools.cached_property
     def memory_used(self) -> int:
         return sum(min(c.memory_used, c.card.memory_gib) if not c.whole_used else c.card.memory_gib for c in self.cards)
+
+    @functools.cached_property
+    def largest_card_gib(self) -> int:
+        return max((c.card.memory_gib for c in self.cards), default=0)
+
+    @functools.cached_property
+    def free(self) -> tuple[tuple[int, int], ...]:
+        """(free GiB, free core percent) of each card."""
+        return tuple((c.memory_free, c.core_free) for c in self.cards)
+
+    @functools.cached_property
+    def idle_cards(self) -> int:
+        return sum(1 for c in self.cards if c.idle)
 
     def card(self, index: int) -> CardState | None:
         for card in self.cards:

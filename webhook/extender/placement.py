@@ -116,18 +116,21 @@ def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | Non
     return result
 
 
+_FITS = Fit(verdict=Verdict.FITS)
+
+
 def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:
     memory, core = request.memory_gib, request.core_percent
-    largest = max(state.cards, key=lambda c: (c.card.memory_gib, -c.index))
-    if largest.card.memory_gib < memory:
+    if state.largest_card_gib < memory:
+        largest = max(state.cards, key=lambda c: (c.card.memory_gib, -c.index))
         return Fit(
             verdict=Verdict.NEVER,
             message=f"no GPU card is large enough: the pod needs {request.describe()}; the largest card is "
             f"GPU{largest.index} with {largest.card.memory_gib} GiB",
         )
+    if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in state.free):
+        return _FITS  # the common filter case, kept cheap: hundreds of nodes per pod
     fitting = [c for c in state.cards if c.memory_free >= memory and c.core_free >= core]  # whole-used cards have 0 free
-    if fitting and not decide:
-        return Fit(verdict=Verdict.FITS)
     if not fitting:
         best = max(state.cards, key=lambda c: (c.memory_free, c.core_free, -c.index))
         cores = f" and {best.core_free}% cores" if core else ""
@@ -156,6 +159,8 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: b
     total = len(state.cards)
     if wanted > total:
         return Fit(verdict=Verdict.NEVER, message=f"the pod needs {request.describe()}; the node has {total} cards")
+    if not decide and state.idle_cards >= wanted:
+        return _FITS
     free = [c.index for c in state.cards if c.idle]
     if len(free) < wanted:
         shown = ", ".join(f"GPU{i}" for i in free) or "none"
@@ -163,8 +168,6 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: b
             verdict=Verdict.FULL,
             message=f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of {total} cards are free ({shown})",
         )
-    if not decide:
-        return Fit(verdict=Verdict.FITS)
     chosen = topology.best_set(free, wanted, state.node.links)
     assert chosen is not None  # len(free) >= wanted > 0
     fullness = (total - len(free) + wanted) / total

@@ -121,9 +121,10 @@ def test_an_upgrade_changes_the_image_and_the_setting_in_place(cluster: controlp
         lambda: {p["spec"]["containers"][0]["image"] for p in webhook_pods(cluster) if "deletionTimestamp" not in p["metadata"]} == {"gpu-admission:0.2.0"},
         what="the rollout to the new image", timeout=120,
     )
-    # Nothing new but the rollout's own children (owned by the Deployment, collected with it).
+    # Nothing new but the rollouts' own children (the one image also rolls the extender Deployment
+    # and the labeler DaemonSet; each child is owned by its workload and collected with it).
     grown = sorted(set(part_of(cluster)) - set(before))
-    assert grown and all(name.startswith(("pod/", "replicaset.apps/")) for name in grown), grown
+    assert grown and all(name.startswith(("pod/", "replicaset.apps/", "controllerrevision.apps/")) for name in grown), grown
 
 
 def test_delete_leaves_nothing_labelled_part_of_gpu_admission(cluster: controlplane.State, tmp_path: Path) -> None:
@@ -146,7 +147,9 @@ def test_the_cert_manager_component_builds_on_the_base(cluster: controlplane.Sta
     }))
     objects = {(d["kind"], d["metadata"]["name"]): d for d in rendered(cluster, tmp_path)}
     assert ("Certificate", "gpu-admission-webhook") in objects and ("Issuer", "gpu-admission-ca") in objects
-    assert not any(kind in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"} for kind, _ in objects)
+    # The webhook no longer manages certificates, so its RBAC goes; the extender's and labeler's stays.
+    rbac = {name for kind, name in objects if kind in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}}
+    assert rbac and not any(name.startswith("gpu-admission-webhook") for name in rbac), rbac
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = objects[(kind, "gpu-admission")]["metadata"]["annotations"]
         assert annotations["cert-manager.io/inject-ca-from"] == "gpu-admission/gpu-admission-webhook"

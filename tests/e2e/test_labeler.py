@@ -196,7 +196,8 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
 ) -> None:
     # Everything but the DaemonSet for real (KWOK would "run" it on every fake GPU node of the
     # shared cluster); the DaemonSet through the apiserver's validation only.
-    documents = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d["kind"] != "DaemonSet"]
+    namespace = [d for d in yaml.safe_load_all((MANIFEST.parent / "namespace.yaml").read_text()) if d]
+    documents = namespace + [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d["kind"] != "DaemonSet"]
     created = cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}))
     assert created.returncode == 0, created.stderr
     dry_run = cluster.kubectl("apply", "--dry-run=server", "-f", str(MANIFEST))

@@ -33,7 +33,7 @@ from typing import Any
 from cryptography import x509
 
 from certs import authority, rotation
-from webhook import errors, provision
+from webhook import errors, kube, provision
 
 CA_CERT = rotation.CA_CERT
 CA_KEY = rotation.CA_KEY
@@ -217,10 +217,10 @@ def _store_and_clients(args: argparse.Namespace) -> tuple[provision.Store, provi
     """The store (files or Secret), the clients (None: not reachable) and the API client to close."""
     configuration = args.webhook_configuration
     if args.out_dir:
-        api = provision.api_client(args.kubeconfig) if configuration else None
+        api = kube.api_client(args.kubeconfig) if configuration else None
         clients = provision.WebhookClients(api, name=configuration) if api is not None and configuration else None
         return FileStore(pathlib.Path(args.out_dir)), clients, api
-    api = provision.api_client(args.kubeconfig)
+    api = kube.api_client(args.kubeconfig)
     configuration = provision.WEBHOOK_CONFIGURATION if configuration is None else configuration
     store = provision.SecretStore(api, namespace=args.namespace, name=args.certs_secret)
     return store, (provision.WebhookClients(api, name=configuration) if configuration else provision.NoClients()), api
@@ -252,7 +252,7 @@ def _cluster_errors(function: Callable[[argparse.Namespace], int]) -> Callable[[
 
 @_cluster_errors
 def run_install(args: argparse.Namespace) -> int:
-    api = provision.api_client(args.kubeconfig)
+    api = kube.api_client(args.kubeconfig)
     try:
         secret = provision.SecretStore(api, namespace=args.namespace, name=args.certs_secret)
         configuration = provision.WEBHOOK_CONFIGURATION if args.webhook_configuration is None else args.webhook_configuration

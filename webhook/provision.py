@@ -22,19 +22,16 @@ import dataclasses
 import datetime
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import exceptions as client_exceptions
-from kubernetes.config import config_exception
 
 from certs import rotation
-from webhook import errors, leader, tls
+from webhook import errors, kube, leader, tls
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +48,7 @@ LABELS = {
     "app.kubernetes.io/part-of": "gpu-admission",
     "app.kubernetes.io/managed-by": "gpu-admission",
 }
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
-# `kubernetes.config` is untyped: Any stops here, at the adapter.
-_config: Any = config
 
 
 class KubeError(Exception):
@@ -113,34 +107,6 @@ class Target:
 def close(api: Any) -> None:
     """Release the client's connection pool (``ApiClient.close`` is untyped)."""
     api.close()
-
-
-def own_namespace() -> str:
-    """The namespace this process runs in (service account file, then POD_NAMESPACE), else the default."""
-    try:
-        found = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
-    except OSError:
-        found = ""
-    return found or os.environ.get("POD_NAMESPACE", "") or DEFAULT_NAMESPACE
-
-
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client for ``kubeconfig``; without one, in-cluster config inside a pod, else the default kubeconfig."""
-    try:
-        if kubeconfig:
-            loaded: client.ApiClient = _config.new_client_from_config(config_file=kubeconfig)
-            return loaded
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = client.Configuration()
-            _config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        default: client.ApiClient = _config.new_client_from_config()
-        return default
-    except (config_exception.ConfigException, OSError, ValueError, TypeError) as error:
-        raise errors.InputError(f"cannot load {kubeconfig or 'the default kubeconfig'}: {_first_line(error)}") from error
-
-
-# --- the store and the clients --------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -204,9 +170,9 @@ class SecretStore:
         except client_exceptions.ApiException as error:
             if error.status == 404:
                 return None
-            raise KubeError(f"{what}: {_reason(error)}") from error
+            raise KubeError(f"{what}: {kube.reason(error)}") from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"{what}: {_reason(error)}") from error
+            raise KubeError(f"{what}: {kube.reason(error)}") from error
         secret = json.loads(response.data)
         entries: dict[str, bytes] = {}
         for key, value in (secret.get("data") or {}).items():
@@ -241,9 +207,9 @@ class SecretStore:
         except client_exceptions.ApiException as error:
             if error.status == 409:
                 raise Conflict(f"{self.describe()} changed under us") from error
-            raise KubeError(f"{what}: {_reason(error)}") from error
+            raise KubeError(f"{what}: {kube.reason(error)}") from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"{what}: {_reason(error)}") from error
+            raise KubeError(f"{what}: {kube.reason(error)}") from error
 
 
 _KINDS = ("mutating", "validating")
@@ -266,9 +232,9 @@ class WebhookClients:
         except client_exceptions.ApiException as error:
             if error.status == 404:
                 return None
-            raise KubeError(f"cannot read the {kind} webhook configuration {self.name}: {_reason(error)}") from error
+            raise KubeError(f"cannot read the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"cannot read the {kind} webhook configuration {self.name}: {_reason(error)}") from error
+            raise KubeError(f"cannot read the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
         found: dict[str, Any] = json.loads(response.data)
         return found
 
@@ -313,9 +279,9 @@ class WebhookClients:
         except client_exceptions.ApiException as error:
             if error.status == 409:
                 raise Conflict(f"the {kind} webhook configuration {self.name} changed under us") from error
-            raise KubeError(f"cannot update the {kind} webhook configuration {self.name}: {_reason(error)}") from error
+            raise KubeError(f"cannot update the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"cannot update the {kind} webhook configuration {self.name}: {_reason(error)}") from error
+            raise KubeError(f"cannot update the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
         return len(stale)
 
 
@@ -477,23 +443,3 @@ class Manager:
         while True:
             await asyncio.sleep(self.interval)
             await self.tick()
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, client_exceptions.ApiException):
-        message = ""
-        if error.body:
-            try:
-                body = json.loads(error.body)
-                message = str(body.get("message", "")) if isinstance(body, dict) else ""
-            except ValueError:
-                message = ""
-        return f"{error.status} {error.reason}" + (f": {message}" if message else "")
-    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
-        return _first_line(error.reason)
-    return _first_line(error)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -43,7 +43,7 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import config, configwatch, errors, leader, provision, tls, workers
+from webhook import config, configwatch, errors, kube, leader, provision, tls, workers
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background
@@ -342,7 +342,7 @@ def _self_managed(args: argparse.Namespace) -> CertificateSource:
         )
     except rotation.InvalidPolicy as error:
         raise errors.InputError(str(error)) from error
-    namespace = args.namespace or provision.own_namespace()
+    namespace = args.namespace or kube.own_namespace()
     target = provision.Target(
         namespace=namespace,
         secret=args.certs_secret,
@@ -356,7 +356,7 @@ def _self_managed(args: argparse.Namespace) -> CertificateSource:
 
     @contextlib.asynccontextmanager
     async def source(gauge: tls.Gauge) -> AsyncIterator[Certificates]:
-        api = provision.api_client(args.kubeconfig)
+        api = kube.api_client(args.kubeconfig)
         try:
             store = provision.SecretStore(api, namespace=target.namespace, name=target.secret)
             clients: provision.Clients = (

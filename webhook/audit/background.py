@@ -37,6 +37,7 @@ from aiohttp import web
 from policies import settings as settings_
 from webhook import errors, metrics
 from webhook.admission import keys
+from webhook import kube as webhook_kube
 from webhook.audit import kube, lease, report, sweep
 
 log = logging.getLogger(__name__)
@@ -346,7 +347,7 @@ class BackgroundAudit:
                 api = kube.api_client(self.kubeconfig)
             except kube.KubeError as error:
                 raise errors.InputError(f"background audit: {error}") from error
-        namespace = self.lease_namespace or kube.own_namespace()
+        namespace = self.lease_namespace or webhook_kube.own_namespace()
         election = lease.Election(namespace=namespace, name=LEASE_NAME, identity=identity())
         registry = app[keys.METRICS].registry if keys.METRICS in app else metrics.Registry()
         background = Background(

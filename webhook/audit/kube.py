@@ -14,28 +14,20 @@ import binascii
 import dataclasses
 import functools
 import json
-import os
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import exceptions as client_exceptions
-from kubernetes.config import config_exception
 
 from policies import model
+from webhook import kube
 from webhook.audit import report, scan
 
 CHUNK = 500
 LEASE_TIMEOUT_S = 5  # a hung Lease call must not outlive the claim it renews
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-DEFAULT_NAMESPACE = "gpu-admission"
 _T = TypeVar("_T")
-
-# `kubernetes.config` is untyped, and the typed API methods do not know that `_preload_content=False`
-# returns the raw response: Any stops here, at the adapter (STYLE habit 3).
-_config: Any = config
 
 
 class KubeError(Exception):
@@ -43,20 +35,11 @@ class KubeError(Exception):
 
 
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """A client for `kubeconfig`; without one, in-cluster config inside a pod, else the default kubeconfig."""
+    """`webhook.kube.api_client`, failing as this adapter's `KubeError`."""
     try:
-        if kubeconfig:
-            loaded: client.ApiClient = _config.new_client_from_config(config_file=kubeconfig)
-            return loaded
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = client.Configuration()
-            _config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        default: client.ApiClient = _config.new_client_from_config()
-        return default
-    except (config_exception.ConfigException, OSError, ValueError, TypeError) as error:
-        where = kubeconfig or "the default kubeconfig"
-        raise KubeError(f"cannot load {where}: {_first_line(error)}") from error
+        return kube.api_client(kubeconfig)
+    except kube.ConfigError as error:
+        raise KubeError(str(error)) from error
 
 
 def close(api: Any) -> None:
@@ -64,40 +47,11 @@ def close(api: Any) -> None:
     api.close()
 
 
-def own_namespace() -> str:
-    """The namespace this process runs in (service account file, then POD_NAMESPACE), else the default."""
-    try:
-        found = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
-    except OSError:
-        found = ""
-    return found or os.environ.get("POD_NAMESPACE", "") or DEFAULT_NAMESPACE
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-def _reason(error: BaseException) -> str:
-    if isinstance(error, client_exceptions.ApiException):
-        message = ""
-        if error.body:
-            try:
-                body = json.loads(error.body)
-                message = str(body.get("message", "")) if isinstance(body, dict) else ""
-            except ValueError:
-                message = ""
-        return f"{error.status} {error.reason}" + (f": {message}" if message else "")
-    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
-        return _first_line(error.reason)
-    return _first_line(error)
-
-
 def _call(what: str, function: Callable[[], _T]) -> _T:
     try:
         return function()
     except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as error:
-        raise KubeError(f"{what}: {_reason(error)}") from error
+        raise KubeError(f"{what}: {kube.reason(error)}") from error
 
 
 # --- listing --------------------------------------------------------------------------------------
@@ -239,7 +193,7 @@ def _write(custom: Any, step: report.Step) -> None:
                 custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, report.NAME)
         except client_exceptions.ApiException as error:
             if error.status != 404:  # already gone is what we wanted
-                raise KubeError(f"cannot delete {where}: {_reason(error)}") from error
+                raise KubeError(f"cannot delete {where}: {kube.reason(error)}") from error
         return
     body: dict[str, Any] = json.loads(json.dumps(step.body))
     if step.verb is report.Verb.CREATE:
@@ -285,7 +239,7 @@ def _read(custom: Any, namespace: str) -> Mapping[str, Any] | None:
     except client_exceptions.ApiException as error:
         if error.status == 404:
             return None
-        raise KubeError(f"cannot read {report.NAME}: {_reason(error)}") from error
+        raise KubeError(f"cannot read {report.NAME}: {kube.reason(error)}") from error
     return found if isinstance(found, Mapping) else None
 
 
@@ -300,9 +254,9 @@ def read_lease(api: client.ApiClient, *, namespace: str, name: str) -> dict[str,
     except client_exceptions.ApiException as error:
         if error.status == 404:
             return None
-        raise KubeError(f"cannot read lease {namespace}/{name}: {_reason(error)}") from error
+        raise KubeError(f"cannot read lease {namespace}/{name}: {kube.reason(error)}") from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
-        raise KubeError(f"cannot read lease {namespace}/{name}: {_reason(error)}") from error
+        raise KubeError(f"cannot read lease {namespace}/{name}: {kube.reason(error)}") from error
     found: dict[str, Any] = json.loads(response.data)
     return found
 
@@ -328,8 +282,8 @@ def write_lease(api: client.ApiClient, lease: Mapping[str, Any], *, create: bool
     except client_exceptions.ApiException as error:
         if error.status == 409:
             raise Conflict(f"lease {namespace}/{name} changed under us") from error
-        raise KubeError(f"cannot write lease {namespace}/{name}: {_reason(error)}") from error
+        raise KubeError(f"cannot write lease {namespace}/{name}: {kube.reason(error)}") from error
     except (urllib3.exceptions.HTTPError, OSError) as error:
-        raise KubeError(f"cannot write lease {namespace}/{name}: {_reason(error)}") from error
+        raise KubeError(f"cannot write lease {namespace}/{name}: {kube.reason(error)}") from error
     written: dict[str, Any] = json.loads(response.data)
     return written

@@ -199,16 +199,20 @@ class _BadRequest(Exception):
 
 
 async def _json(request: web.Request) -> Any:
+    body = await request.read()  # HTTPRequestEntityTooLarge (413) passes through
+    charset = request.charset or "utf-8"
     try:
-        text = await request.text()
-    except web.HTTPRequestEntityTooLarge:
-        raise
+        text = body.decode(charset)
+    except LookupError as error:
+        raise _BadRequest(f"unknown charset {charset!r} in the Content-Type") from error
     except UnicodeDecodeError as error:
-        raise _BadRequest(f"the body is not UTF-8: {error}") from error
+        raise _BadRequest(f"the body is not {charset}: {error}") from error
     if not text.strip():
         raise _BadRequest("the body is empty; expected JSON")
     try:
         return json.loads(text)
+    except RecursionError as error:
+        raise _BadRequest("the body is nested too deeply to be an extender request") from error
     except ValueError as error:
         raise _BadRequest(f"the body is not JSON: {error}") from error
 

@@ -19,10 +19,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import kubernetes.client
-import kubernetes.config
-from kubernetes.config import config_exception
 
-from webhook import errors
+from webhook import kube
 from webhook.extender import api
 from webhook.extender import store as store_module
 
@@ -39,19 +37,7 @@ _MERGE_PATCH = "application/merge-patch+json"
 
 def load_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
     """An ApiClient for `kubeconfig`; without one, in-cluster config, else the default kubeconfig."""
-    configuration = kubernetes.client.Configuration()
-    try:
-        if kubeconfig:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]  # the client ships these loaders unannotated
-        else:
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # unannotated upstream
-            except config_exception.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # unannotated upstream
-    except (config_exception.ConfigException, OSError, ValueError) as error:
-        raise errors.InputError(f"cannot load the kubeconfig{f' {kubeconfig}' if kubeconfig else ''}: {error}") from error
-    configuration.connection_pool_maxsize = POOL_SIZE
-    return kubernetes.client.ApiClient(configuration)
+    return kube.api_client(kubeconfig, pool_size=POOL_SIZE)
 
 
 class KubeApi:

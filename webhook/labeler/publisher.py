@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 
+from webhook import kube
 from webhook.labeler import ownership, store
 
 logger = logging.getLogger(__name__)
 
-# `kubernetes.config` is untyped; Any stops here, at the adapter (STYLE habit 3).
-_config: Any = config
 
 FIELD_MANAGER = "gpu-admission-labeler"
 MERGE_PATCH = "application/merge-patch+json"
@@ -80,19 +79,9 @@ def connect(kubeconfig: Path | None) -> Publisher:
     """A Publisher for the cluster of `kubeconfig`, else the pod's own service account, else the
     default kubeconfig (`$KUBECONFIG`, `~/.kube/config`)."""
     try:
-        if kubeconfig is not None:
-            api_client = _config.new_client_from_config(config_file=str(kubeconfig))
-        else:
-            try:
-                configuration = client.Configuration()
-                _config.load_incluster_config(client_configuration=configuration)
-                api_client = client.ApiClient(configuration)
-            except config.ConfigException:
-                api_client = _config.new_client_from_config()
-    except (config.ConfigException, OSError, ValueError) as error:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster or default kubeconfig"
-        raise ConnectError(f"cannot load {where}: {error}") from error
-    return Publisher(client.CoreV1Api(api_client))
+        return Publisher(client.CoreV1Api(kube.api_client(kubeconfig)))
+    except kube.ConfigError as error:
+        raise ConnectError(str(error)) from error
 
 
 def _message(error: Any) -> str:

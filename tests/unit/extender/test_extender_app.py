@@ -323,3 +323,11 @@ async def test_the_app_prunes_stale_ledgers_in_the_background(
         await asyncio.sleep(0.01)
     assert cards.node_reservations(apiserver.nodes["n"]) == {}
     assert cache.stale_ledgers(now=NOW) == []
+
+
+@pytest.mark.parametrize("path", ["/filter", "/prioritize", "/bind"])
+async def test_an_unknown_charset_or_a_body_nested_too_deep_is_a_400(client: Client, path: str) -> None:
+    async with client.post(path, data=b"{}", headers={"Content-Type": "application/json; charset=no-such-codec"}) as answer:
+        assert answer.status == 400 and "unknown charset 'no-such-codec'" in (await answer.json())["Error"]
+    async with client.post(path, data=b"[" * 100_000 + b"]" * 100_000, headers={"Content-Type": "application/json"}) as answer:
+        assert answer.status == 400 and "nested too deeply" in (await answer.json())["Error"]

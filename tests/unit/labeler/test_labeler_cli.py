@@ -130,7 +130,7 @@ def test_an_unusable_kubeconfig_is_bad_input(tmp_path: Path, capsys: pytest.Capt
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("not: a kubeconfig\n")
     assert run("--once", "--node-name", "n", "--inventory", str(V100), "--kubeconfig", str(kubeconfig)) == cli.EXIT_INPUT_ERROR
-    assert "cannot load kubeconfig" in capsys.readouterr().err
+    assert f"cannot load {kubeconfig}: Invalid kube-config file" in capsys.readouterr().err
 
 
 def test_once_and_interval_cannot_be_combined(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,26 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import assume, event, given
+from hypothesis import event, given
 
 from tests.unit.fuzz import hostile
 from tests.unit.fuzz.servers import FUZZ, Client, ThreadServer
 
 UNKNOWN_CHARSET = "application/json; charset=no-such-codec"
-# An unknown charset is tested on its own below (a known defect, marked xfail); kept out of the
-# random runs so they keep finding other things.
-CONTENT_TYPES = hostile.CONTENT_TYPES.filter(lambda value: value != UNKNOWN_CHARSET)
-KNOWN_DEFECT = (
-    "extender app._json catches UnicodeDecodeError and ValueError but not the LookupError of an unknown "
-    "charset nor the RecursionError of a body nested past the interpreter's limit: the last-resort "
-    "middleware answers 200 {'Error': 'internal error ...'}, which for /prioritize is not even a "
-    "HostPriorityList; a body the scheduler never sends should be a 400"
-)
-
-
-def _known_defect(label: str) -> bool:
-    """Bodies nested deeper than the JSON decoder recurses (see KNOWN_DEFECT); tested on their own."""
-    return label.startswith("deep") and int(label.split()[-1]) >= 900
 
 
 def _check(path: str, status: int, data: bytes) -> None:
@@ -40,10 +26,9 @@ def _check(path: str, status: int, data: bytes) -> None:
 
 
 @FUZZ
-@given(drawn=hostile.filter_bodies(), content_type=CONTENT_TYPES)
+@given(drawn=hostile.filter_bodies(), content_type=hostile.CONTENT_TYPES)
 def test_filter_survives_hostile_bodies(extender: Client, drawn: hostile.Body, content_type: str | None) -> None:
     label, body = drawn
-    assume(not _known_defect(label))
     status, data, seconds = extender.post("/filter", body, content_type=content_type)
     event(f"{label.split()[0]} -> {status}")
     _check("/filter", status, data)
@@ -51,10 +36,9 @@ def test_filter_survives_hostile_bodies(extender: Client, drawn: hostile.Body, c
 
 
 @FUZZ
-@given(drawn=hostile.filter_bodies(), content_type=CONTENT_TYPES)
+@given(drawn=hostile.filter_bodies(), content_type=hostile.CONTENT_TYPES)
 def test_prioritize_survives_hostile_bodies(extender: Client, drawn: hostile.Body, content_type: str | None) -> None:
     label, body = drawn
-    assume(not _known_defect(label))
     status, data, seconds = extender.post("/prioritize", body, content_type=content_type)
     event(f"{label.split()[0]} -> {status}")
     _check("/prioritize", status, data)
@@ -62,10 +46,9 @@ def test_prioritize_survives_hostile_bodies(extender: Client, drawn: hostile.Bod
 
 
 @FUZZ
-@given(drawn=hostile.bind_bodies(), content_type=CONTENT_TYPES)
+@given(drawn=hostile.bind_bodies(), content_type=hostile.CONTENT_TYPES)
 def test_bind_survives_hostile_bodies(extender: Client, drawn: hostile.Body, content_type: str | None) -> None:
     label, body = drawn
-    assume(not _known_defect(label))
     status, data, seconds = extender.post("/bind", body, content_type=content_type)
     event(f"{label.split()[0]} -> {status}")
     _check("/bind", status, data)
@@ -78,7 +61,6 @@ def test_the_extender_answers_a_good_filter_after_the_hostile_ones(extender_serv
     assert status == 200 and json.loads(data)["NodeNames"] == ["gpu-0", "gpu-1"]
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_DEFECT)
 @pytest.mark.parametrize("path", ["/filter", "/prioritize", "/bind"])
 def test_an_unknown_charset_is_a_400_like_any_unreadable_body(extender: Client, path: str) -> None:
     body = json.dumps(hostile.bind_args() if path == "/bind" else hostile.filter_args()).encode()
@@ -87,7 +69,6 @@ def test_an_unknown_charset_is_a_400_like_any_unreadable_body(extender: Client, 
     assert status == 400
 
 
-@pytest.mark.xfail(strict=True, reason=KNOWN_DEFECT)
 @pytest.mark.parametrize("path", ["/filter", "/prioritize", "/bind"])
 def test_a_body_nested_past_the_decoders_limit_is_a_400(extender: Client, path: str) -> None:
     status, data, _ = extender.post(path, b"[" * 5000 + b"]" * 5000)

@@ -43,7 +43,7 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import config, configwatch, errors, kube, leader, provision, tls, workers
+from webhook import clustercontext, config, configwatch, errors, kube, leader, provision, tls, workers
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background
@@ -95,6 +95,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     audit_background.add_serve_arguments(parser)
+    clustercontext.add_serve_arguments(parser)
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.add_argument(
         "--config-reload-interval",
@@ -140,7 +141,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="keep a CA and serving pair in a Secret, renewed ahead of expiry, and inject the CA into the "
         "webhook configurations",
     )
-    managed.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster config, else ~/.kube/config")
     managed.add_argument("--namespace", metavar="NS", help="namespace of the Secret, Service and Lease (default: the pod's own)")
     managed.add_argument("--certs-secret", default=provision.SECRET, metavar="NAME", help=f"default: {provision.SECRET}")
     managed.add_argument(
@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
             tls.read_pair(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)  # one error line, not one per worker
         return workers.supervise(args, serve_one=run)
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
-    asyncio.run(_serve(loaded, args=args, certificates=certificates))
+    context = clustercontext.from_args(args)  # before the loop: loading a kubeconfig reads files
+    asyncio.run(_serve(loaded, args=args, certificates=certificates, context=context))
     return 0
 
 
@@ -209,8 +210,16 @@ class Certificates:
 CertificateSource = Callable[[tls.Gauge], contextlib.AbstractAsyncContextManager[Certificates]]
 
 
-async def _serve(loaded: settings.Settings, *, args: argparse.Namespace, certificates: CertificateSource) -> None:
+async def _serve(
+    loaded: settings.Settings,
+    *,
+    args: argparse.Namespace,
+    certificates: CertificateSource,
+    context: clustercontext.Context | None = None,
+) -> None:
     app = admission_app.make_app(loaded)
+    if context is not None:
+        context.install(app)
     app.cleanup_ctx.append(
         audit_background.background_audit(
             loaded, interval=args.audit_interval, kubeconfig=args.audit_kubeconfig, all_results=args.audit_all_results

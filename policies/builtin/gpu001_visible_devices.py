@@ -140,3 +140,33 @@ def _check_env_from(
                 )
             ]
     return []
+
+
+def sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:
+    """The ConfigMaps and Secrets this policy would look up for `obj` (pod or workload template).
+
+    A caller with cluster access fetches these before evaluating (the engine never waits on I/O)
+    and hands the data in as `Request.env_lookup`. A superset is harmless: what is not asked for
+    is not read.
+    """
+    found: set[model.EnvSource] = set()
+    for container in podspec.containers(obj):
+        entries = [e for e in podspec.env_entries(container.container) if e.get("name") == gpu.VISIBLE_DEVICES_ENV]
+        for entry in entries:
+            reference = podspec.mapping(entry.get("valueFrom"))
+            for field in ("configMapKeyRef", "secretKeyRef"):
+                ref = podspec.mapping(reference.get(field))
+                if ref and "value" not in entry:
+                    found.add(model.EnvSource(kind=_SOURCE_FIELDS[field], namespace=namespace, name=str(ref.get("name", ""))))
+        if entries:
+            continue  # env takes precedence over envFrom
+        for source in podspec.sequence(container.container.get("envFrom")):
+            source = podspec.mapping(source)
+            prefix = source.get("prefix") or ""
+            if not isinstance(prefix, str) or not gpu.VISIBLE_DEVICES_ENV.startswith(prefix):
+                continue
+            for field in ("configMapRef", "secretRef"):
+                ref = podspec.mapping(source.get(field))
+                if ref:
+                    found.add(model.EnvSource(kind=_SOURCE_FIELDS[field], namespace=namespace, name=str(ref.get("name", ""))))
+    return frozenset(found)

@@ -28,6 +28,7 @@ def decide(
     subresource: str = "",
     dry_run: bool = False,
     namespace_labels: Mapping[str, str] | None = None,
+    env_lookup: model.EnvLookup | None = None,
     now: datetime.datetime | None = None,
 ) -> model.Decision:
     """Evaluate ``obj`` with the engine and return its decision.
@@ -36,7 +37,8 @@ def decide(
     ``metadata.namespace``, else ``default`` (what kubectl would use). A request without an object
     (DELETE, CONNECT) has nothing for the policies to look at and is allowed with that reason.
     ``namespace_labels`` feed namespace overrides and exceptions by label selector (unknown: only
-    ``kubernetes.io/metadata.name`` is assumed); ``now`` (default: the clock) decides exception expiry.
+    ``kubernetes.io/metadata.name`` is assumed); ``now`` (default: the clock) decides exception expiry. ``env_lookup`` gives GPU001 the
+    ConfigMap/Secret data (already fetched: the engine does no I/O); without it, offline judgement.
     """
     if obj is None:
         return model.Decision(allowed=True, exempt_reason=f"{operation} request carries no object to evaluate")
@@ -51,6 +53,7 @@ def decide(
             subresource=subresource,
             dry_run=dry_run,
             namespace_labels=namespace_labels,
+            env_lookup=env_lookup,
             now=now if now is not None else datetime.datetime.now(datetime.timezone.utc),
             clock=time.monotonic,
         ),

@@ -7,11 +7,13 @@ always gets HTTP 200 with the verdict in ``response`` (denials carry ``status.co
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Literal
 
 from aiohttp import web
 
 from policies import model
+from policies.builtin import gpu001_visible_devices
 from webhook import metrics
 from webhook.admission import decisions, keys, response, review
 
@@ -34,10 +36,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: settings loaded and the engine evaluated a probe pod at start-up."""
+    """Readiness: settings loaded, the engine evaluated a probe pod at start-up and, with cluster
+    access, the namespace labels have been listed (a review is never judged without them)."""
     state = request.app[keys.STATE]
     if not state.ready:
         return web.Response(status=503, text=f"not ready: {state.reason}\n")
+    if keys.NAMESPACES in request.app and not request.app[keys.NAMESPACES].labels.synced:
+        return web.Response(status=503, text="not ready: namespace labels not listed yet\n")
     return web.Response(text="ok\n")
 
 
@@ -65,6 +70,7 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
     request[keys.UID] = checked.uid
 
     try:
+        namespace_labels, env_lookup = await _cluster_context(request, checked)
         decision = decisions.decide(
             checked.object,
             settings=request.app[keys.LIVE_SETTINGS].current,
@@ -75,6 +81,8 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
             groups=checked.groups,
             subresource=checked.subresource,
             dry_run=checked.dry_run,
+            namespace_labels=namespace_labels,
+            env_lookup=env_lookup,
         )
         if endpoint == "mutate":
             answer = response.for_mutation(request=checked, decision=decision)
@@ -101,6 +109,23 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
         f" exempt={decision.exempt_reason!r}" if decision.exempt_reason else "",
     )
     return web.json_response(answer)
+
+
+async def _cluster_context(
+    request: web.Request, checked: review.Review
+) -> tuple[Mapping[str, str] | None, model.EnvLookup | None]:
+    """The namespace's labels and GPU001's ConfigMap/Secret data, where the app has cluster access."""
+    app = request.app
+    if checked.object is None:
+        return None, None  # nothing to evaluate (DELETE, CONNECT)
+    namespace = checked.namespace or decisions.object_namespace(checked.object) or decisions.DEFAULT_NAMESPACE
+    labels = await app[keys.NAMESPACES].labels_for(namespace) if keys.NAMESPACES in app else None
+    lookup = None
+    if keys.ENV_SOURCES in app:
+        wanted = gpu001_visible_devices.sources(checked.object, namespace=namespace)
+        if wanted:
+            lookup = await app[keys.ENV_SOURCES].prefetch(wanted)
+    return labels, lookup
 
 
 def _record(

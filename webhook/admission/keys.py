@@ -8,6 +8,7 @@ from aiohttp import web
 
 from policies import settings
 from webhook import metrics
+from webhook.admission import envsources, namespaces
 
 
 @dataclasses.dataclass
@@ -29,4 +30,7 @@ SETTINGS = web.AppKey("settings", settings.Settings)  # as the app was built; re
 LIVE_SETTINGS = web.AppKey("live_settings", LiveSettings)
 METRICS = web.AppKey("metrics", metrics.WebhookMetrics)
 STATE = web.AppKey("state", State)
+# Present only with cluster access (``serve`` adds them; see ``webhook.clustercontext``).
+NAMESPACES = web.AppKey("namespaces", namespaces.Informer)
+ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)
 UID = web.RequestKey("uid", str)

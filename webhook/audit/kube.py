@@ -1,4 +1,4 @@
-"""The audit's kubernetes adapter: list what to audit, look up env sources, read and write reports, Leases.
+"""The audit's kubernetes adapter: list what to audit, look up env sources (the webhook too), read and write reports, Leases.
 
 Everything here is synchronous (the official `kubernetes` client is); the background audit calls
 it through `asyncio.to_thread`. Lists are paged (`limit`/`continue`, `CHUNK` objects a page) and
@@ -121,27 +121,33 @@ def inventory(api: client.ApiClient, *, namespace: str | None = None, chunk: int
     return scan.Inventory.of(objects)
 
 
-def env_lookup(api: client.ApiClient) -> model.EnvLookup:
-    """A cached ConfigMap/Secret reader for GPU001's envFrom/valueFrom; unreadable sources give None."""
+def read_env_source(api: client.ApiClient, source: model.EnvSource, *, timeout_s: float | None = None) -> Mapping[str, str] | None:
+    """A ConfigMap's data or a Secret's decoded data, for GPU001; None when it is missing,
+    forbidden or odd (the engine then treats the value as unknown). Shared by the audit and the
+    webhook (``webhook.clustercontext``), which bounds each read with `timeout_s`."""
     core: Any = client.CoreV1Api(api)
+    extra: dict[str, Any] = {"_preload_content": False}
+    if timeout_s is not None:
+        extra["_request_timeout"] = timeout_s
+    try:
+        if source.kind == "ConfigMap":
+            response = core.read_namespaced_config_map(source.name, source.namespace, **extra)
+            return {str(k): str(v) for k, v in (json.loads(response.data).get("data") or {}).items()}
+        response = core.read_namespaced_secret(source.name, source.namespace, **extra)
+        data = json.loads(response.data).get("data") or {}
+        return {str(k): base64.b64decode(str(v)).decode("utf-8", "replace") for k, v in data.items()}
+    except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, binascii.Error):
+        return None
+
+
+def env_lookup(api: client.ApiClient) -> model.EnvLookup:
+    """A cached ConfigMap/Secret reader for GPU001's envFrom/valueFrom (one audit run); unreadable sources give None."""
     cache: dict[model.EnvSource, Mapping[str, str] | None] = {}
 
     def lookup(source: model.EnvSource) -> Mapping[str, str] | None:
-        if source in cache:
-            return cache[source]
-        found: Mapping[str, str] | None = None
-        try:
-            if source.kind == "ConfigMap":
-                response = core.read_namespaced_config_map(source.name, source.namespace, _preload_content=False)
-                found = {str(k): str(v) for k, v in (json.loads(response.data).get("data") or {}).items()}
-            else:
-                response = core.read_namespaced_secret(source.name, source.namespace, _preload_content=False)
-                data = json.loads(response.data).get("data") or {}
-                found = {str(k): base64.b64decode(str(v)).decode("utf-8", "replace") for k, v in data.items()}
-        except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, binascii.Error):
-            found = None  # forbidden, missing or odd: the engine treats the value as unknown
-        cache[source] = found
-        return found
+        if source not in cache:
+            cache[source] = read_env_source(api, source)
+        return cache[source]
 
     return lookup
 

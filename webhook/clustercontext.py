@@ -1,0 +1,218 @@
+"""What ``serve`` reads from the cluster while judging reviews: namespace labels and GPU001's env sources.
+
+With cluster access (``--kubeconfig``, ``--self-managed-certs``, or a pod with a service account
+token) the webhook, by default:
+
+- keeps every Namespace's labels in an informer-style cache (``webhook.admission.namespaces``),
+  so namespace overrides and exceptions by label selector work as they do in dry-run with
+  ``--namespace-labels``; ``/readyz`` is 503 until the first list succeeded;
+- reads the ConfigMaps a pod's ``envFrom``/``valueFrom`` names, for GPU001
+  (``webhook.admission.envsources``: 10 s cache, 1 s per read, offline judgement on timeout).
+
+Secrets are read only with ``--lookup-secrets``: a webhook that can read every Secret is a prime
+target, so the default leaves Secret-fed ``envFrom`` an uncertain warning (and ``valueFrom`` a
+finding), as offline. Without cluster access nothing here runs and the webhook judges offline.
+
+This module is the shell: the kubernetes client (through ``webhook.audit.kube``) and the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from aiohttp import web
+from kubernetes import client
+from kubernetes import watch as kube_watch
+from kubernetes.client import exceptions as client_exceptions
+
+from policies import model
+from webhook import errors
+from webhook.admission import envsources, keys, namespaces
+from webhook.audit import kube
+
+log = logging.getLogger(__name__)
+
+TOKEN = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+LIST_CHUNK = 500
+_watch_module: Any = kube_watch  # untyped; Any stops at the adapter (STYLE habit 3)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cluster-context flags of ``serve`` (``--kubeconfig`` is shared with self-managed certificates)."""
+    group = parser.add_argument_group(
+        "cluster context (with --kubeconfig, --self-managed-certs, or in a pod with a service account token)"
+    )
+    group.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig for the cluster context and self-managed certificates (default: in-cluster config, "
+        "else ~/.kube/config where --self-managed-certs needs one)",
+    )
+    group.add_argument(
+        "--namespace-labels",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="list and watch Namespaces so that overrides and exceptions can select namespaces by label; "
+        "readyz is 503 until the first list (default: on with cluster access)",
+    )
+    group.add_argument(
+        "--lookup-configmaps",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the ConfigMaps a pod's envFrom/valueFrom names, for GPU001 (10s cache, 1s per read; "
+        "default: on with cluster access)",
+    )
+    group.add_argument(
+        "--lookup-secrets",
+        action="store_true",
+        help="read Secrets too (needs get on secrets cluster-wide, a large privilege; default: off, and "
+        "Secret-fed envFrom stays an uncertain warning)",
+    )
+
+
+def has_access(args: argparse.Namespace) -> bool:
+    """Whether the flags or the environment give this process a way to the apiserver."""
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and TOKEN.exists()
+    return bool(args.kubeconfig) or bool(args.self_managed_certs) or in_pod
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Wanted:
+    """Which parts of the cluster context to run."""
+
+    namespace_labels: bool
+    configmaps: bool
+    secrets: bool
+
+    @property
+    def any(self) -> bool:
+        return self.namespace_labels or self.configmaps or self.secrets
+
+
+def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
+    """Resolve the flags: on by default with access; asked for explicitly without access is an error."""
+    asked = [flag for flag, value in (("--namespace-labels", args.namespace_labels), ("--lookup-configmaps", args.lookup_configmaps), ("--lookup-secrets", args.lookup_secrets or None)) if value]
+    if asked and not access:
+        raise errors.InputError(f"{', '.join(asked)} need cluster access: give --kubeconfig, or run in a pod with a service account token")
+    return Wanted(
+        namespace_labels=access and args.namespace_labels is not False,
+        configmaps=access and args.lookup_configmaps is not False,
+        secrets=access and bool(args.lookup_secrets),
+    )
+
+
+class KubeNamespaces:
+    """``namespaces.Source`` over the apiserver (raw JSON, like the audit's lists)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core: Any = client.CoreV1Api(api)
+        self._watch: Any = None  # kubernetes.watch is untyped: Any stops here, at the adapter
+
+    def list(self) -> tuple[list[Mapping[str, Any]], str]:
+        items: list[Mapping[str, Any]] = []
+        token, version = "", ""
+        while True:
+            extra: dict[str, Any] = {"limit": LIST_CHUNK, "_preload_content": False, "_request_timeout": 30}
+            if token:
+                extra["_continue"] = token
+            response = self._core.list_namespace(**extra)
+            page = json.loads(response.data)
+            items.extend(page.get("items") or ())
+            metadata = page.get("metadata") or {}
+            version = str(metadata.get("resourceVersion") or version)
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return items, version
+
+    def watch(self, *, resource_version: str, timeout_s: int) -> Iterator[Mapping[str, Any]]:
+        self._watch = _watch_module.Watch()
+        try:
+            yield from self._watch.stream(
+                self._core.list_namespace,
+                resource_version=resource_version,
+                timeout_seconds=timeout_s,
+                allow_watch_bookmarks=True,
+                deserialize=False,
+                _request_timeout=(10, timeout_s + 30),
+            )
+        except client_exceptions.ApiException as error:
+            if error.status == 410:
+                raise namespaces.Expired(str(error.reason)) from error
+            raise
+
+    def read(self, name: str, *, timeout_s: float) -> Mapping[str, Any] | None:
+        try:
+            response = self._core.read_namespace(name, _preload_content=False, _request_timeout=timeout_s)
+        except client_exceptions.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        found: Mapping[str, Any] = json.loads(response.data)
+        return found
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+
+
+@dataclasses.dataclass(kw_only=True)
+class Context:
+    """The parts in use, and the client they share."""
+
+    api: client.ApiClient
+    informer: namespaces.Informer | None
+    env: envsources.Cache | None
+
+    def install(self, app: web.Application) -> None:
+        """Put the parts where the handlers find them, and run them for the app's lifetime."""
+        if self.informer is not None:
+            app[keys.NAMESPACES] = self.informer
+        if self.env is not None:
+            app[keys.ENV_SOURCES] = self.env
+        app.cleanup_ctx.append(self._lifetime)
+
+    async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
+        if self.informer is not None:
+            self.informer.start()
+        try:
+            yield
+        finally:
+            if self.informer is not None:
+                # The thread is a daemon: a watch blocked in a read does not hold up the exit.
+                await asyncio.to_thread(self.informer.stop, wait_s=1.0)
+            kube.close(self.api)
+
+
+def from_args(args: argparse.Namespace) -> Context | None:
+    """The cluster context the flags ask for, or None (offline) without access or with every part off."""
+    parts = wanted(args, access=has_access(args))
+    if not parts.any:
+        log.info("uid=- no cluster context: namespace labels unknown, GPU001 judges envFrom offline")
+        return None
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except kube.KubeError as error:
+        raise errors.InputError(f"cluster context: {error}") from error
+    informer = namespaces.Informer(KubeNamespaces(api)) if parts.namespace_labels else None
+    env = None
+    kinds = frozenset(kind for kind, on in (("ConfigMap", parts.configmaps), ("Secret", parts.secrets)) if on)
+    if kinds:
+
+        def reader(source: model.EnvSource) -> Mapping[str, str] | None:
+            # The read's own timeout ends the thread; the cache stops waiting at the same bound.
+            return kube.read_env_source(api, source, timeout_s=envsources.DEFAULT_TIMEOUT_S)
+
+        env = envsources.Cache(reader, kinds=kinds)
+    log.info(
+        "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s",
+        *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets)),
+    )
+    return Context(api=api, informer=informer, env=env)

@@ -58,7 +58,8 @@ def local_registrations(documents: Sequence[Mapping[str, Any]], *, base_url: str
 
 
 def start_webhook(state: controlplane.State, *, config: Path | None = None, timeout: float = 30.0) -> None:
-    """Issue certificates, start `gpu-admission serve` under the cluster, wait until it is ready."""
+    """Issue certificates, start `gpu-admission serve` under the cluster (with its kubeconfig, so that
+    it reads namespace labels and ConfigMaps as in a real cluster), wait until it is ready."""
     certs = state.directory / "webhook"
     if not (certs / "tls.crt").exists():
         subprocess.run(
@@ -70,6 +71,8 @@ def start_webhook(state: controlplane.State, *, config: Path | None = None, time
     command = [
         executable(), "serve", "--port", str(port), "--host", "127.0.0.1",
         "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+        # Cluster access like the real webhook's: namespace labels, ConfigMap lookups for GPU001.
+        "--kubeconfig", str(state.kubeconfig),
     ]
     if config is not None:
         command += ["--config", str(config.resolve())]

@@ -147,9 +147,11 @@ def test_the_cert_manager_component_builds_on_the_base(cluster: controlplane.Sta
     }))
     objects = {(d["kind"], d["metadata"]["name"]): d for d in rendered(cluster, tmp_path)}
     assert ("Certificate", "gpu-admission-webhook") in objects and ("Issuer", "gpu-admission-ca") in objects
-    # The webhook no longer manages certificates, so its RBAC goes; the extender's and labeler's stays.
-    rbac = {name for kind, name in objects if kind in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}}
-    assert rbac and not any(name.startswith("gpu-admission-webhook") for name in rbac), rbac
+    # The webhook no longer manages certificates, so that RBAC goes; its cluster context's (namespaces,
+    # ConfigMaps) and the extender's and labeler's stay.
+    rbac = {(kind, name) for kind, name in objects if kind in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}}
+    assert not {name for _, name in rbac} & {"gpu-admission-webhook"}, rbac
+    assert {("ClusterRole", "gpu-admission-webhook-context"), ("ClusterRoleBinding", "gpu-admission-webhook-context")} <= rbac, rbac
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = objects[(kind, "gpu-admission")]["metadata"]["annotations"]
         assert annotations["cert-manager.io/inject-ca-from"] == "gpu-admission/gpu-admission-webhook"

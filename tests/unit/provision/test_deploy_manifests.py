@@ -116,9 +116,34 @@ def test_rbac_grants_only_the_secret_the_lease_and_the_two_configurations_by_nam
         "verbs": ["get", "update"],
     }
     account = pod_spec(webhook)["serviceAccountName"]
-    for kind in ("RoleBinding", "ClusterRoleBinding"):
-        binding = webhook[(kind, provision.SERVICE)]
+    for kind, name in (("RoleBinding", provision.SERVICE), ("ClusterRoleBinding", provision.SERVICE), ("ClusterRoleBinding", CONTEXT)):
+        binding = webhook[(kind, name)]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-admission"}]
+
+
+CONTEXT = "gpu-admission-webhook-context"
+
+
+def test_the_cluster_context_reads_namespaces_and_config_maps_but_no_secrets(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    rules = {(r["apiGroups"][0], tuple(r["resources"])): sorted(r["verbs"]) for r in webhook[("ClusterRole", CONTEXT)]["rules"]}
+    assert rules == {("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"]}
+    assert webhook[("ClusterRoleBinding", CONTEXT)]["roleRef"]["name"] == CONTEXT
+    (container,) = pod_spec(webhook)["containers"]
+    args = serve_args(container["args"])
+    assert args.namespace_labels is True and args.lookup_configmaps is True and args.lookup_secrets is False
+    assert "automountServiceAccountToken" not in pod_spec(webhook)
+
+
+def test_user_policies_come_from_a_config_map_mounted_as_a_directory(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+    [config_map] = documents(DEPLOY / "user-policies.yaml")
+    (container,) = pod_spec(webhook)["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "policies")
+    assert "subPath" not in mount, "a subPath mount never sees ConfigMap updates"
+    assert serve_args(container["args"]).policies_dir == mount["mountPath"]
+    volume = next(v for v in pod_spec(webhook)["volumes"] if v["name"] == "policies")
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    for mounted in container["volumeMounts"]:
+        assert "subPath" not in mounted, mounted
 
 
 def test_the_policy_config_map_is_a_valid_settings_document_mounted_where_serve_reads_it(
@@ -213,6 +238,15 @@ def test_the_cert_manager_component_serves_files_from_the_certificates_secret() 
     assert serving["renewBefore"] == "1440h", "60 days, as in the self-managed mode"
 
 
+def test_the_cert_manager_component_keeps_the_cluster_context() -> None:
+    [patch] = documents(COMPONENT / "webhook-files-mode.yaml")
+    spec = patch["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = serve_args(container["args"])
+    assert args.namespace_labels and args.lookup_configmaps and args.policies_dir == "/etc/gpu-admission/policies"
+    assert spec.get("automountServiceAccountToken") is not False, "the cluster context needs the token"
+
+
 def test_the_cert_manager_component_injects_the_ca_and_drops_the_self_managed_rbac() -> None:
     component: dict[str, Any] = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
     assert component["kind"] == "Component"
@@ -221,3 +255,33 @@ def test_the_cert_manager_component_injects_the_ca_and_drops_the_self_managed_rb
     assert injected == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     deleted = {p["kind"] for p in patches if p.get("$patch") == "delete"}
     assert deleted == {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+# --- the background-audit component -----------------------------------------------------------------
+
+AUDIT = DEPLOY / "overlays" / "background-audit"
+
+
+def test_the_background_audit_component_turns_the_audit_on_with_exactly_its_rbac() -> None:
+    component: dict[str, Any] = yaml.safe_load((AUDIT / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component" and component["resources"] == ["rbac.yaml"]
+    [patch] = component["patches"]
+    [operation] = yaml.safe_load(patch["patch"])
+    assert operation["op"] == "add" and operation["path"].endswith("/args/-")
+    assert serve_args(["serve", "--self-managed-certs", operation["value"]]).audit_interval == 600
+    objects = {(d["kind"], d["metadata"]["name"]): d for d in documents(AUDIT / "rbac.yaml")}
+    verbs = {
+        (group, resource): sorted(rule["verbs"])
+        for rule in objects[("ClusterRole", "gpu-admission-webhook-audit")]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    listed = {("", "pods"), ("", "nodes"), ("", "replicationcontrollers"), ("apps", "deployments"), ("apps", "statefulsets"),
+              ("apps", "daemonsets"), ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs")}
+    assert {key: ["list"] for key in listed} == {key: value for key, value in verbs.items() if key in listed}
+    assert verbs[("wgpolicyk8s.io", "policyreports")] == verbs[("wgpolicyk8s.io", "clusterpolicyreports")] == ["create", "delete", "get", "list", "update"]
+    assert set(verbs) == listed | {("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports")}
+    lease_rules = objects[("Role", "gpu-admission-webhook-audit")]["rules"]
+    assert {tuple(r.get("resourceNames", ())): r["verbs"] for r in lease_rules} == {(): ["create"], ("gpu-admission-audit",): ["get", "update"]}
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        assert objects[(kind, "gpu-admission-webhook-audit")]["subjects"][0]["name"] == "gpu-admission-webhook"

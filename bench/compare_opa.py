@@ -120,7 +120,7 @@ def large_pod() -> dict[str, Any]:
             "image": f"registry.example/platform/worker-{index}:2024.11.3",
             "args": [f"--shard={index}", "--log-format=json", "--metrics-addr=:9090"],
             "env": [
-                {"name": f"CONFIG_SETTING_{n:03d}", "value": f"value-{index}-{n}-" + "x" * 24} for n in range(45)
+                {"name": f"CONFIG_SETTING_{n:03d}", "value": f"value-{index}-{n}-" + "x" * 24} for n in range(60)
             ]
             + [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "envFrom": [{"configMapRef": {"name": f"worker-{index}-settings"}, "prefix": "APP_"}],
@@ -285,7 +285,10 @@ def measure(
     """figures[body][server] = {idle_rss, saturation, rates: {rate: result}, cpu_per_1k, rss_peak}."""
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for body_name, body in bodies.items():
-        figures[body_name] = {name: {"idle_rss": loadgen.rss_bytes(server.pid), "rates": {}} for name, (server, _) in servers.items()}
+        figures[body_name] = {
+            name: {"idle_rss": loadgen.rss_bytes(server.pid), "idle_pss": loadgen.pss_bytes(server.pid), "pss_peak": 0, "rates": {}}
+            for name, (server, _) in servers.items()
+        }
         for name, (server, url) in servers.items():  # warm-up: caches, allocator, connections
             loadgen.run(url=url, body=body, ca=ca, seconds=args.warmup, connections=args.connections)
         for name, (server, url) in servers.items():
@@ -296,6 +299,7 @@ def measure(
             entry["cpu_s"] = meter.cpu_s
             entry["cpu_per_1k"] = meter.cpu_s / max(result["ok"], 1) * 1000
             entry["rss_peak"] = meter.rss_peak
+            entry["pss_peak"] = max(entry["pss_peak"], meter.pss_peak)
             print(f"  {body_name:<5} {name:<7} saturation {result['achieved_rate']:8.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
                   f"p99 {result['p99_ms']:7.2f} ms  errors {result['errors']}  cpu/1k {entry['cpu_per_1k']:.3f} s  "
                   f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
@@ -307,6 +311,7 @@ def measure(
                 entry = figures[body_name][name]
                 entry["rates"][rate] = result
                 entry["rss_peak"] = max(entry["rss_peak"], meter.rss_peak)
+                entry["pss_peak"] = max(entry["pss_peak"], meter.pss_peak)
                 print(f"  {body_name:<5} {name:<7} {rate:6.0f}/s -> {result['achieved_rate']:7.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
                       f"p99 {result['p99_ms']:8.2f} ms  errors {result['errors']}  late {result['late']}  "
                       f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
@@ -317,7 +322,7 @@ def _mib(value: int) -> str:
     return f"{value / 2**20:.0f}"
 
 
-def render(figures: dict[str, dict[str, dict[str, Any]]], *, bodies: dict[str, pathlib.Path], args: argparse.Namespace, before: dict[str, Any], after_load: float) -> str:
+def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, int], args: argparse.Namespace, before: dict[str, Any], after_load: float) -> str:
     names = list(next(iter(figures.values())))
     rates = list(args.rates)
     lines = [
@@ -329,10 +334,10 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, bodies: dict[str, p
     ]
     header = "| body | server | saturation req/s (p99 ms) | " + " | ".join(
         f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in rates
-    ) + " | CPU s / 1k req | RSS idle / peak MiB |"
+    ) + " | CPU s / 1k req | RSS idle / peak MiB | PSS idle / peak MiB |"
     for body_name, per_server in figures.items():
-        size = bodies[body_name].stat().st_size
-        lines += [f"**{body_name} pod** ({size:,} bytes)", "", header, "|---|---|" + "---:|" * (len(rates) + 3)]
+        size = sizes[body_name]
+        lines += [f"**{body_name} pod** ({size:,} bytes)", "", header, "|---|---|" + "---:|" * (len(rates) + 4)]
         for name in names:
             f = per_server[name]
             sat = f["saturation"]
@@ -341,7 +346,7 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, bodies: dict[str, p
                 r = f["rates"][rate]
                 errs = r["errors"] + r["late"]
                 cells.append(f"{r['achieved_rate']:.0f}, {r['p50_ms']:.2f}, {r['p99_ms']:.1f}, {errs}")
-            cells += [f"{f['cpu_per_1k']:.3f}", f"{_mib(f['idle_rss'])} / {_mib(f['rss_peak'])}"]
+            cells += [f"{f['cpu_per_1k']:.3f}", f"{_mib(f['idle_rss'])} / {_mib(f['rss_peak'])}", f"{_mib(f['idle_pss'])} / {_mib(f['pss_peak'])}"]
             lines.append(f"| {body_name} | {name} | " + " | ".join(cells) + " |")
         if "opa" in per_server:
             opa = per_server["opa"]
@@ -353,7 +358,11 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, bodies: dict[str, p
                 for rate in rates:
                     a, b = f["rates"][rate], opa["rates"][rate]
                     cells.append(f"p50 {a['p50_ms'] / max(b['p50_ms'], 1e-3):.2f}×, p99 {a['p99_ms'] / max(b['p99_ms'], 1e-3):.2f}×")
-                cells += [f"{f['cpu_per_1k'] / opa['cpu_per_1k']:.2f}×", f"{f['idle_rss'] / opa['idle_rss']:.2f}× / {f['rss_peak'] / opa['rss_peak']:.2f}×"]
+                cells += [
+                    f"{f['cpu_per_1k'] / opa['cpu_per_1k']:.2f}×",
+                    f"{f['idle_rss'] / opa['idle_rss']:.2f}× / {f['rss_peak'] / opa['rss_peak']:.2f}×",
+                    f"{f['idle_pss'] / opa['idle_pss']:.2f}× / {f['pss_peak'] / max(opa['pss_peak'], 1):.2f}×",
+                ]
                 lines.append(f"| {body_name} | **{name} / opa** | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -397,10 +406,10 @@ def main() -> int:
         finally:
             for server, _ in servers.values():
                 server.stop()
-    text = render(figures, bodies=bodies, args=args, before=before, after_load=os.getloadavg()[0])
-    print(text)
+        sizes = {name: path.stat().st_size for name, path in bodies.items()}
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"machine": before, "figures": figures}, indent=2, default=str))
+        pathlib.Path(args.json).write_text(json.dumps({"machine": before, "sizes": sizes, "figures": figures}, indent=2, default=str))
+    print(render(figures, sizes=sizes, args=args, before=before, after_load=os.getloadavg()[0]))
     return 0
 
 

@@ -10,6 +10,10 @@ asking for ``aliyun.com/gpu-mem: 3`` with ``generateName`` (every request a new 
 2. the webhook installed as ``deploy/`` registers it (mutating + validating, ``failurePolicy:
    Fail``; ``gpu-admission serve`` as a local process, ``--webhook-workers`` of them): the same runs.
 
+The two alternate for ``--rounds`` rounds (the registrations deleted and applied again in between),
+so that load from other work on a shared machine falls on both; "added" is the difference of the
+rounds' means.
+
 Creates are server-side dry runs (``?dryRun=All``) by default: admission, webhooks included, runs in
 full and nothing is stored, so every run starts from the same etcd. ``--real`` stores them instead
 (in a namespace of their own, with a ``schedulerName`` no scheduler serves, so nothing schedules
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -128,6 +133,20 @@ def start_webhook(state: controlplane.State, *, workers: int) -> None:
     install.register(state)
 
 
+def unregister(state: controlplane.State) -> None:
+    """Delete the webhook configurations of deploy/ and wait until a bypass pod is admitted again."""
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        controlplane.kubectl(state, "delete", kind, "-l", "app.kubernetes.io/name=gpu-admission", "--ignore-not-found")
+    probe = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-probe", "namespace": NAMESPACE},
+        "spec": {"containers": [{"name": "p", "image": "p", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
+    }
+    controlplane.wait_for(
+        lambda: controlplane.kubectl(state, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False).returncode == 0,
+        what="the apiserver to stop calling the webhook", timeout=60,
+    )
+
+
 def _ok(url: str, ca: pathlib.Path) -> bool:
     with urllib.request.urlopen(url, context=ssl.create_default_context(cafile=str(ca)), timeout=2) as answer:
         return bool(answer.status == 200)
@@ -145,7 +164,7 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         + " | apiserver CPU s / 1k | webhook CPU s / 1k | webhook call, mean ms (apiserver's view) |",
         "|---|---:|" + "---:|" * len(args.rates) + "---:|---:|---|",
     ]
-    for name in ("without webhook", "with webhook"):
+    for name in results:
         r = results[name]
         sat = r["saturation"]
         cells = [f"{sat['achieved_rate']:.0f} ({sat['p99_ms']:.1f})"]
@@ -155,13 +174,19 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         calls = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(r["webhook_mean_ms"].items())) or "—"
         cells += [f"{r['apiserver_cpu_per_1k']:.2f}", f"{r['webhook_cpu_per_1k']:.2f}" if r["webhook_cpu_per_1k"] else "—", calls]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    without, with_ = results["without webhook"], results["with webhook"]
-    cells = [f"{with_['saturation']['achieved_rate'] / without['saturation']['achieved_rate']:.2f}×"]
+
+    def mean(kind: str, pick: Callable[[dict[str, Any]], float]) -> float:
+        values = [pick(r) for name, r in results.items() if name.startswith(kind + " ")]
+        return sum(values) / len(values)
+
+    cells = [f"{mean('with', lambda r: r['saturation']['achieved_rate']) / mean('without', lambda r: r['saturation']['achieved_rate']):.2f}×"]
     for rate in args.rates:
-        a, b = with_["rates"][rate], without["rates"][rate]
-        cells.append(f"p50 +{a['p50_ms'] - b['p50_ms']:.1f} ms, p99 +{a['p99_ms'] - b['p99_ms']:.1f} ms")
-    cells += ["", "", ""]
-    lines.append("| **added by the webhook** | " + " | ".join(cells) + " |")
+        p50 = mean("with", lambda r: r["rates"][rate]["p50_ms"]) - mean("without", lambda r: r["rates"][rate]["p50_ms"])
+        p99 = mean("with", lambda r: r["rates"][rate]["p99_ms"]) - mean("without", lambda r: r["rates"][rate]["p99_ms"])
+        cells.append(f"p50 {p50:+.1f} ms, p99 {p99:+.1f} ms")
+    cpu = mean("with", lambda r: r["apiserver_cpu_per_1k"]) - mean("without", lambda r: r["apiserver_cpu_per_1k"])
+    cells += [f"{cpu:+.2f}", "", ""]
+    lines.append(f"| **added by the webhook** (mean of {args.rounds} rounds) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -171,6 +196,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of unmeasured load per phase (default 3)")
     parser.add_argument("--connections", type=int, default=16, help="closed-loop connections / open-loop pool (default 16)")
     parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50.0, 100.0, 200.0], help="open-loop rates, comma list")
+    parser.add_argument("--rounds", type=int, default=2, help="without/with pairs, alternated so background load hits both (default 2)")
     parser.add_argument("--real", action="store_true", help="store the pods instead of server-side dry runs")
     parser.add_argument("--webhook-workers", type=int, default=1, help="gpu-admission serve --workers (default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
@@ -190,17 +216,27 @@ def main() -> int:
             namespace = "bench" if args.real else NAMESPACE
             suffix = "" if args.real else "?dryRun=All"
             url = f"{state.server}/api/v1/namespaces/{namespace}/pods{suffix}"
-            for label in ("without webhook", "with webhook"):
-                if label == "with webhook":
-                    start_webhook(state, workers=args.webhook_workers)
-                if args.real:
-                    controlplane.kubectl(state, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true")
-                    controlplane.kubectl(state, "create", "namespace", namespace)
-                    controlplane.wait_for(
-                        lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
-                        what="the bench namespace's ServiceAccount", timeout=60,
-                    )
-                results[label] = phase(state, body, url=url, args=args, label=label)
+            registered = False
+            for round_ in range(1, args.rounds + 1):
+                for with_webhook in (False, True):
+                    if with_webhook and not registered:
+                        if "webhook" not in state.pids:
+                            start_webhook(state, workers=args.webhook_workers)
+                        else:
+                            install.register(state)
+                        registered = True
+                    elif not with_webhook and registered:
+                        unregister(state)
+                        registered = False
+                    if args.real:
+                        controlplane.kubectl(state, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true")
+                        controlplane.kubectl(state, "create", "namespace", namespace)
+                        controlplane.wait_for(
+                            lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
+                            what="the bench namespace's ServiceAccount", timeout=60,
+                        )
+                    label = f"{'with' if with_webhook else 'without'} webhook #{round_}"
+                    results[label] = phase(state, body, url=url, args=args, label=label)
         finally:
             controlplane.down(directory)
     text = render(results, args=args, machine=machine)

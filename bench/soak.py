@@ -5,7 +5,8 @@ load generator sends open-loop arrivals at ``--rate`` per second, one minute at 
 through three review bodies (a small GPU pod, a 50 KB pod, and a denied pod) and both endpoints,
 so every code path (patch, allow, deny) runs all along. After each minute: that minute's achieved
 rate, errors, p50/p99/max latency, the server's CPU and RSS. At the end: RSS first / last / peak,
-the growth after warm-up with its least-squares slope, total requests and errors.
+the growth after warm-up with its least-squares slope, and the drift of each body's own minutes
+(RSS follows what a minute served: large bodies leave a few MiB more), total requests and errors.
 
     .venv/bin/python bench/soak.py --minutes 30 --rate 200 > soak.txt
 """
@@ -120,6 +121,15 @@ def main() -> int:
         "load_start": started["loadavg"],
         "load_end": os.getloadavg()[0],
     }
+    # Memory per body and endpoint (each minute's RSS depends on what it served): the change from
+    # its first minute after warm-up to its last; growth would show in every one of them.
+    drift: dict[str, float] = {}
+    for row in rows:
+        if row["minute"] > args.warmup_minutes:
+            key = f"{row['body']} {row['endpoint']}"
+            first = drift.setdefault(key + " first", row["rss"] / 2**20)
+            drift[key] = row["rss"] / 2**20 - first
+    summary["rss_drift_same_traffic_mib"] = {k: round(v, 2) for k, v in drift.items() if not k.endswith(" first")}
     print("# summary " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}), flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"machine": started, "rows": rows, "summary": summary}, indent=2))

@@ -122,15 +122,31 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def pss_bytes(pid: int) -> int:
+    """Proportional set size of ``pid`` and its live descendants: pages shared between processes
+    (a forked worker's copy-on-write pages) counted once in all, unlike a sum of RSS."""
+    total = 0
+    for p in tree(pid):
+        try:
+            for line in pathlib.Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 @dataclasses.dataclass
 class Meter:
-    """CPU used and peak RSS of a process tree over a window (``with Meter(pid) as m: ...``)."""
+    """CPU used and peak RSS (and PSS) of a process tree over a window (``with Meter(pid) as m: ...``)."""
 
     pid: int
     interval_s: float = 0.2
     cpu_s: float = 0.0
     rss_peak: int = 0
     rss_end: int = 0
+    pss_peak: int = 0
     _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _cpu0: float = 0.0
@@ -145,6 +161,7 @@ class Meter:
     def _sample(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.rss_peak = max(self.rss_peak, rss_bytes(self.pid))
+            self.pss_peak = max(self.pss_peak, pss_bytes(self.pid))
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()

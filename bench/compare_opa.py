@@ -10,8 +10,14 @@ shared machine hits both alike.
 
 Per server and body: throughput at saturation (closed loop, ``--connections`` in flight), p50/p99
 at fixed open-loop arrival rates (default 500, 1,000, 2,000 /s; achieved rate and errors shown),
-CPU seconds per 1,000 requests (utime + stime from ``/proc``, the saturation window) and RSS (idle
-after start, and the peak under load). Then the ratio ours / OPA of each.
+CPU seconds per 1,000 requests (utime + stime from ``/proc``, the saturation window) and memory
+(RSS and PSS, idle after start and the peak under load). Then the ratio ours / OPA of each.
+
+On a shared machine the load average says little (it counts waiting, not working); each figure
+comes with the cores the server used and the cores everything else used meanwhile ("others":
+the machine's busy time from ``/proc/stat`` less the server's and the load generator's). CPU per
+request is the figure least moved by neighbours; throughput at saturation is whatever share of
+the cores the server got.
 
 Before any load, every server answers a set of probe reviews (allowed and denied for each of the
 three rules); the verdicts and the policy IDs named must agree, or the run stops.
@@ -300,21 +306,25 @@ def measure(
             entry["cpu_per_1k"] = meter.cpu_s / max(result["ok"], 1) * 1000
             entry["rss_peak"] = meter.rss_peak
             entry["pss_peak"] = max(entry["pss_peak"], meter.pss_peak)
+            entry["others_cores"] = meter.others_cores(client_cpu_s=result["client_cpu_s"])
+            entry["server_cores"] = meter.cpu_s / meter.wall_s
             print(f"  {body_name:<5} {name:<7} saturation {result['achieved_rate']:8.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
                   f"p99 {result['p99_ms']:7.2f} ms  errors {result['errors']}  cpu/1k {entry['cpu_per_1k']:.3f} s  "
-                  f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+                  f"server {entry['server_cores']:.2f} cores, client {result['client_cpu_s'] / meter.wall_s:.2f}, "
+                  f"others {entry['others_cores']:.2f}", file=sys.stderr)
         for rate in args.rates:
             for name, (server, url) in servers.items():
                 with loadgen.Meter(server.pid) as meter:
                     result = loadgen.run(url=url, body=body, ca=ca, seconds=args.duration, rate=rate, connections=args.open_connections)
                 result["cpu_per_1k"] = meter.cpu_s / max(result["ok"], 1) * 1000
+                result["others_cores"] = meter.others_cores(client_cpu_s=result["client_cpu_s"])
                 entry = figures[body_name][name]
                 entry["rates"][rate] = result
                 entry["rss_peak"] = max(entry["rss_peak"], meter.rss_peak)
                 entry["pss_peak"] = max(entry["pss_peak"], meter.pss_peak)
                 print(f"  {body_name:<5} {name:<7} {rate:6.0f}/s -> {result['achieved_rate']:7.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
                       f"p99 {result['p99_ms']:8.2f} ms  errors {result['errors']}  late {result['late']}  "
-                      f"load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+                      f"others {result['others_cores']:.2f} cores", file=sys.stderr)
     return figures
 
 
@@ -332,8 +342,8 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
         f"--connections {args.connections}`",
         "",
     ]
-    header = "| body | server | saturation req/s (p99 ms) | " + " | ".join(
-        f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in rates
+    header = "| body | server | saturation req/s (p99 ms) [server / others' cores] | " + " | ".join(
+        f"@{r:.0f}/s: achieved, p50, p99 ms, errors [others' cores]" for r in rates
     ) + " | CPU s / 1k req | RSS idle / peak MiB | PSS idle / peak MiB |"
     for body_name, per_server in figures.items():
         size = sizes[body_name]
@@ -341,11 +351,11 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
         for name in names:
             f = per_server[name]
             sat = f["saturation"]
-            cells = [f"{sat['achieved_rate']:.0f} ({sat['p99_ms']:.1f})"]
+            cells = [f"{sat['achieved_rate']:.0f} ({sat['p99_ms']:.1f}) [{f['server_cores']:.1f} / {f['others_cores']:.1f}]"]
             for rate in rates:
                 r = f["rates"][rate]
                 errs = r["errors"] + r["late"]
-                cells.append(f"{r['achieved_rate']:.0f}, {r['p50_ms']:.2f}, {r['p99_ms']:.1f}, {errs}")
+                cells.append(f"{r['achieved_rate']:.0f}, {r['p50_ms']:.2f}, {r['p99_ms']:.1f}, {errs} [{r['others_cores']:.1f}]")
             cells += [f"{f['cpu_per_1k']:.3f}", f"{_mib(f['idle_rss'])} / {_mib(f['rss_peak'])}", f"{_mib(f['idle_pss'])} / {_mib(f['pss_peak'])}"]
             lines.append(f"| {body_name} | {name} | " + " | ".join(cells) + " |")
         if "opa" in per_server:

@@ -137,6 +137,14 @@ def pss_bytes(pid: int) -> int:
     return total
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all cores, all processes) since boot."""
+    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0  # already counted in user/nice
+    return (sum(fields) - idle - guest) / TICKS
+
+
 @dataclasses.dataclass
 class Meter:
     """CPU used and peak RSS (and PSS) of a process tree over a window (``with Meter(pid) as m: ...``)."""
@@ -147,12 +155,18 @@ class Meter:
     rss_peak: int = 0
     rss_end: int = 0
     pss_peak: int = 0
+    wall_s: float = 0.0
+    machine_busy_s: float = 0.0  # every process on the machine, ours included
     _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _cpu0: float = 0.0
+    _busy0: float = 0.0
+    _wall0: float = 0.0
 
     def __enter__(self) -> Meter:
         self._cpu0 = cpu_seconds(self.pid)
+        self._busy0 = machine_busy_seconds()
+        self._wall0 = time.monotonic()
         self.rss_peak = rss_bytes(self.pid)
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -168,8 +182,14 @@ class Meter:
         if self._thread is not None:
             self._thread.join()
         self.cpu_s = cpu_seconds(self.pid) - self._cpu0
+        self.machine_busy_s = machine_busy_seconds() - self._busy0
+        self.wall_s = time.monotonic() - self._wall0
         self.rss_end = rss_bytes(self.pid)
         self.rss_peak = max(self.rss_peak, self.rss_end)
+
+    def others_cores(self, *, client_cpu_s: float = 0.0) -> float:
+        """Cores the rest of the machine kept busy meanwhile: not this tree, not the load generator."""
+        return max(0.0, (self.machine_busy_s - self.cpu_s - client_cpu_s) / self.wall_s) if self.wall_s else 0.0
 
 
 # --- servers ----------------------------------------------------------------------------------------

@@ -246,9 +246,19 @@ def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster
         eventually(lambda: sorted(value or 0.0 for value in leaders()) == [0.0, 1.0], what="exactly one leader", timeout=30)
         holder = json.loads(cluster.kubectl("get", "lease", "gpu-admission-audit", "-n", "default", "-o", "json").stdout)["spec"]["holderIdentity"]
         assert holder
-        ((leader_process, leader_port),) = [r for r, value in zip(replicas, leaders(), strict=True) if value == 1.0]
-        runs = _metric(f"https://127.0.0.1:{leader_port}/metrics", context, 'gpu_admission_audit_runs_total{result="ok"}')
-        assert runs is not None and runs >= 1
+        # Under load a Lease renewal can miss and leadership move; judge the replica that leads now,
+        # once it has finished a run of its own.
+        current: list[tuple[subprocess.Popen[bytes], int]] = []
+
+        def leader_has_run() -> bool:
+            current[:] = [r for r, value in zip(replicas, leaders(), strict=True) if value == 1.0]
+            if len(current) != 1:
+                return False
+            runs = _metric(f"https://127.0.0.1:{current[0][1]}/metrics", context, 'gpu_admission_audit_runs_total{result="ok"}')
+            return runs is not None and runs >= 1
+
+        eventually(leader_has_run, what="the leader to finish a run", timeout=30)
+        ((leader_process, leader_port),) = current
         assert (_metric(f"https://127.0.0.1:{leader_port}/metrics", context, "gpu_admission_audit_last_run_timestamp_seconds") or 0) > 0
 
         # The leader stops (releasing the Lease); the other replica takes over and keeps the report current.

@@ -222,7 +222,11 @@ def three_policies_config(path: pathlib.Path) -> pathlib.Path:
 def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tuple[loadgen.Server, str]:
     """Start one server; ``ours`` (``--workers`` from the name: ``ours1``, ``ours2``; ``ours3p`` = three
     policies only) or ``opa``. Returns the server and the URL reviews go to."""
-    cert, key = scratch / "tls.crt", scratch / "tls.key"
+    # The pair sits in a directory of its own: OPA watches the certificate's directory and reloads
+    # its TLS configuration on every change there, so logs written beside the pair (its own
+    # included) would keep it reloading, and burning a core, for ever.
+    tls_dir = scratch / "tls"
+    cert, key = tls_dir / "tls.crt", tls_dir / "tls.key"
     if name == "opa":
         assert opa is not None
         # OPA logs the address it was given, not the one bound, so port 0 cannot be used; a port
@@ -234,7 +238,7 @@ def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tupl
         ]
         server = loadgen.Server(argv, log=scratch / f"{name}.log")
         server.wait_for_line("Initializing server.")
-        loadgen.wait_ready(f"https://127.0.0.1:{port}/health", ca=scratch / "ca.crt", server=server)
+        loadgen.wait_ready(f"https://127.0.0.1:{port}/health", ca=tls_dir / "ca.crt", server=server)
         url = f"https://127.0.0.1:{port}/"
     else:
         match = re.fullmatch(r"ours(\d*)(3p)?", name)
@@ -252,7 +256,7 @@ def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tupl
         server = loadgen.Server(argv, log=scratch / f"{name}.log")
         line = server.wait_for_line("listening on https://")
         port = int(line.rsplit(":", 1)[1])
-        loadgen.wait_ready(f"https://127.0.0.1:{port}/readyz", ca=scratch / "ca.crt", server=server)
+        loadgen.wait_ready(f"https://127.0.0.1:{port}/readyz", ca=tls_dir / "ca.crt", server=server)
         url = f"https://127.0.0.1:{port}/validate"
     return server, url
 
@@ -395,8 +399,8 @@ def main() -> int:
     before = loadgen.machine()
     with tempfile.TemporaryDirectory(prefix="gpu-admission-opa-") as tmp:
         scratch = pathlib.Path(tmp)
-        certfiles.generate(out_dir=scratch, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
-        ca = scratch / "ca.crt"
+        certfiles.generate(out_dir=scratch / "tls", hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
+        ca = scratch / "tls" / "ca.crt"
         bodies = {}
         for body_name, make in (("small", small_pod), ("large", large_pod)):
             if body_name in args.bodies.split(","):

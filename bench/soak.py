@@ -69,7 +69,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-admission-soak-") as tmp:
         scratch = pathlib.Path(tmp)
-        certfiles.generate(out_dir=scratch, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
+        certfiles.generate(out_dir=scratch / "tls", hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
         cycle = bodies(scratch)
         server, url = compare_opa.start(f"ours{args.workers}", scratch, opa=None)
         base = url.rsplit("/", 1)[0]
@@ -82,7 +82,7 @@ def main() -> int:
             for minute in range(1, args.minutes + 1):
                 label, endpoint, body = cycle[(minute - 1) % len(cycle)]
                 with loadgen.Meter(server.pid) as meter:
-                    result = loadgen.run(url=base + endpoint, body=body, ca=scratch / "ca.crt", seconds=args.segment_seconds, rate=args.rate, connections=32)
+                    result = loadgen.run(url=base + endpoint, body=body, ca=scratch / "tls" / "ca.crt", seconds=args.segment_seconds, rate=args.rate, connections=32)
                 row = {
                     "minute": minute, "body": label, "endpoint": endpoint, "achieved": result["achieved_rate"],
                     "ok": result["ok"], "errors": result["errors"], "late": result["late"], "statuses": result["statuses"],

@@ -93,11 +93,13 @@ class Tally:
 
 
 def known_extender_defect(label: str) -> bool:
-    """The extender's known 200-instead-of-400 answers (see tests/unit/fuzz/test_fuzz_extender.py)."""
+    """Bodies the extender once answered 200 'internal error' instead of 400 (an unknown charset, a
+    body nested past the decoder's limit; fixed in the extender). Still counted apart, so a
+    regression there shows as its own line rather than hiding other failures."""
     if "charset=no-such-codec" in label:
         return True
     first = label.split()
-    return first[0].startswith("deep") and first[1].isdigit() and int(first[1]) >= 900
+    return first[0].startswith("deep") and len(first) > 1 and first[1].isdigit() and int(first[1]) >= 900
 
 
 def check_admission(status: int, data: bytes, sent: bytes) -> None:
@@ -235,13 +237,13 @@ def main() -> int:
         if values:
             print(f"| {name} | {values[0] / 2**20:.1f} | {max(values) / 2**20:.1f} | {values[-1] / 2**20:.1f} |")
     if tally.known:
-        print(f"\nKnown extender defect (200 'internal error' instead of 400 for an unknown charset or a body nested "
-              f"past the decoder's limit), counted apart: {dict(tally.known)}")
+        print(f"\nRegression of the fixed extender defect (200 'internal error' instead of 400 for an unknown charset "
+              f"or a body nested past the decoder's limit), counted apart: {dict(tally.known)}")
     if tally.failures:
         print("\nFirst failures:")
         for line in tally.failures:
             print(f"- {line}")
-    return 0 if tally.failure_count == 0 else 1
+    return 0 if tally.failure_count == 0 and not tally.known else 1
 
 
 if __name__ == "__main__":

@@ -231,11 +231,14 @@ def main() -> int:
     for family in sorted({k[1] for k in tally.statuses}):
         cells = [f"{sum(v for k, v in tally.statuses.items() if k[1] == family and k[2] == c):,}" for c in codes]
         print(f"| {family} | " + " | ".join(cells) + " |")
-    print("\n| server | RSS start MiB | RSS peak MiB | RSS end MiB |")
-    print("|---|---:|---:|---:|")
+    print("\n| server | RSS start MiB | RSS peak MiB | RSS end MiB | RSS each minute (MiB) | growth over the second half |")
+    print("|---|---:|---:|---:|---|---:|")
     for name, values in samples.items():
         if values:
-            print(f"| {name} | {values[0] / 2**20:.1f} | {max(values) / 2**20:.1f} | {values[-1] / 2**20:.1f} |")
+            per_minute = values[::12]  # a sample every 5 s
+            half = values[len(values) // 2]
+            print(f"| {name} | {values[0] / 2**20:.1f} | {max(values) / 2**20:.1f} | {values[-1] / 2**20:.1f} | "
+                  f"{' '.join(f'{v / 2**20:.0f}' for v in per_minute)} | {(values[-1] - half) / 2**20:+.1f} MiB |")
     if tally.known:
         print(f"\nRegression of the fixed extender defect (200 'internal error' instead of 400 for an unknown charset "
               f"or a body nested past the decoder's limit), counted apart: {dict(tally.known)}")

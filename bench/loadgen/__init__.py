@@ -198,12 +198,14 @@ class Meter:
 class Server:
     """A server process started from ``argv``, its output in ``log``; stopped on exit."""
 
-    def __init__(self, argv: Sequence[str], *, log: pathlib.Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, log: pathlib.Path, env: dict[str, str] | None = None, cwd: pathlib.Path = REPO
+    ) -> None:
         self.argv = list(argv)
         self.log = log
         self._stream = log.open("w")
         self.process = subprocess.Popen(
-            self.argv, stdout=self._stream, stderr=subprocess.STDOUT, cwd=REPO,
+            self.argv, stdout=self._stream, stderr=subprocess.STDOUT, cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
 

@@ -13,7 +13,8 @@ no other process can take it in between. Every worker prints its own ``listening
 
 Signals: workers run in their own process group, so a terminal's Ctrl-C reaches the supervisor
 alone; it passes SIGTERM, SIGINT and SIGHUP on to every worker and exits when they have all
-exited. A worker that dies while no stop was asked for is started again, unless it exited with an
+exited. A supervisor that is killed outright takes its workers with it (the kernel sends them
+SIGTERM: PR_SET_PDEATHSIG). A worker that dies while no stop was asked for is started again, unless it exited with an
 error status within ``FAST_FAILURE_S`` of its start (bad certificate, port taken: a restart would
 fail the same way); then the others are stopped and the supervisor exits with the worker's status.
 A worker killed by a signal (an OOM kill) is always replaced.
@@ -22,6 +23,8 @@ A worker killed by a signal (an OOM kill) is always replaced.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import dataclasses
 import logging
 import os
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 FAST_FAILURE_S = 5.0
 _POLL_S = 0.2
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclasses.dataclass
@@ -82,6 +86,7 @@ def supervise(args: argparse.Namespace, *, serve_one: Callable[[argparse.Namespa
                 os.setpgid(0, 0)
                 for signum in _FORWARDED:
                     signal.signal(signum, signal.SIG_DFL)
+                _stop_with(parent=supervisor)
                 reserved.close()
                 status = _run_worker(serve_one, child_args)
             finally:
@@ -91,6 +96,7 @@ def supervise(args: argparse.Namespace, *, serve_one: Callable[[argparse.Namespa
         return _Worker(pid=pid, started=time.monotonic())
 
     workers: dict[int, _Worker] = {}
+    supervisor = os.getpid()
     previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
     status = 0
     try:
@@ -137,6 +143,19 @@ def _run_worker(serve_one: Callable[[argparse.Namespace], int], args: argparse.N
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _stop_with(*, parent: int) -> None:
+    """Have the kernel send this worker SIGTERM when the supervisor dies, however it dies (a
+    SIGKILL included): a worker must not outlive it and keep the port. Linux only (prctl);
+    elsewhere workers outlive a killed supervisor, as any forked server's would."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the supervisor died before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reap() -> tuple[int, int]:

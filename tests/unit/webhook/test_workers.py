@@ -76,10 +76,12 @@ def two_workers(pair: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pat
         yield process, out
     finally:
         if process.poll() is None:
-            process.kill()
-            for child in _children(process.pid):
-                os.kill(child, signal.SIGKILL)
-        process.wait(10)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
 
 
 def test_two_workers_listen_on_one_port_and_answer(two_workers: tuple[subprocess.Popen[str], pathlib.Path], pair: pathlib.Path) -> None:
@@ -108,6 +110,22 @@ def test_sigterm_stops_every_worker_and_the_supervisor(two_workers: tuple[subpro
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
     assert not any(pathlib.Path(f"/proc/{pid}").exists() and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] for pid in workers)
+
+
+def test_workers_do_not_outlive_a_supervisor_killed_outright(two_workers: tuple[subprocess.Popen[str], pathlib.Path]) -> None:
+    process, _ = two_workers
+    workers = _children(process.pid)
+    process.kill()
+    process.wait(10)
+    _until(lambda: not any(_running(pid) for pid in workers), what="the workers to stop")
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"
 
 
 def test_a_missing_key_stops_the_supervisor_with_one_error_line(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:

@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import json
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -31,7 +30,7 @@ from kubernetes import client
 from kubernetes.client import exceptions as client_exceptions
 
 from certs import rotation
-from webhook import errors, kube, leader, tls
+from webhook import durations, errors, kube, leader, tls
 
 log = logging.getLogger(__name__)
 
@@ -61,23 +60,11 @@ class Conflict(KubeError):
 
 # --- durations ------------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def duration(text: str) -> datetime.timedelta:
     """A duration like ``365d``, ``60d``, ``1h30m``, ``90s`` or ``500ms`` (a bare number is seconds)."""
-    value = text.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        parts = _DURATION.findall(value)
-        if not value or "".join(number + unit for number, unit in parts) != value:
-            raise ValueError(f"{text!r} is not a duration like 365d, 12h, 90s") from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if not seconds >= 0:  # also NaN
-        raise ValueError(f"{text!r} must not be negative")
-    return datetime.timedelta(seconds=seconds)
+    return datetime.timedelta(seconds=durations.seconds(text))
 
 
 # --- where things are -----------------------------------------------------------------------------

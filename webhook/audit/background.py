@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import socket
 import time
 import uuid
@@ -35,7 +34,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from policies import settings as settings_
-from webhook import errors, metrics
+from webhook import durations, errors, metrics
 from webhook.admission import keys
 from webhook import kube as webhook_kube
 from webhook.audit import kube, lease, report, sweep
@@ -44,23 +43,14 @@ log = logging.getLogger(__name__)
 
 LEASE_NAME = "gpu-admission-audit"
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str) -> float:
     """Seconds from a Go-style duration (`90s`, `10m`, `1h30m`, `500ms`) or a bare number of seconds."""
-    value = text.strip()
     try:
-        seconds = float(value)
-    except ValueError:
-        parts = _DURATION.findall(value)
-        if not value or "".join(number + unit for number, unit in parts) != value:
-            raise errors.InputError(f"--audit-interval: {text!r} is not a duration like 30s, 10m or 1h") from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if seconds < 0 or seconds != seconds:  # NaN is not a duration either
-        raise errors.InputError(f"--audit-interval: {text!r} must not be negative")
-    return seconds
+        return durations.seconds(text)
+    except ValueError as error:
+        raise errors.InputError(f"--audit-interval: {error}") from None
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 import yaml
 
 from policies import gpu
-from webhook import errors
+from webhook import durations, errors
 from webhook.labeler import health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
@@ -41,21 +40,15 @@ EXIT_NO_NVML = 3
 DEFAULT_INTERVAL_S = 60.0
 NODE_NAME_ENV = "NODE_NAME"
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_interval(text: str) -> float:
     """A Go-style duration (`2s`, `60s`, `1m`, `1m30s`, `500ms`) or bare seconds, as seconds > 0."""
-    value = text.strip()
     try:
-        seconds = float(value)
-    except ValueError:
-        parts = _DURATION_PART.findall(value)
-        if not parts or "".join(number + unit for number, unit in parts) != value:
-            raise argparse.ArgumentTypeError(f"invalid duration {text!r} (expected e.g. 2s, 60s, 1m, 500ms)") from None
-        seconds = sum(float(number) * _UNIT_S[unit] for number, unit in parts)
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        seconds = durations.seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"invalid duration: {error}") from None
+    if not seconds > 0:
         raise argparse.ArgumentTypeError(f"the interval must be positive, not {text!r}")
     return seconds
 

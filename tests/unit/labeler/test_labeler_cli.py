@@ -148,7 +148,7 @@ def test_intervals_read_like_go_durations(text: str, seconds: float) -> None:
     assert cli.parse_interval(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "0s", "0", "-1s", "2x", "s", "1m-1s", "2 s", "nan", "inf", "1d"])
+@pytest.mark.parametrize("text", ["", "0s", "0", "-1s", "2x", "s", "1m-1s", "2 s", "nan", "inf", "1y"])
 def test_bad_intervals_are_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         cli.parse_interval(text)

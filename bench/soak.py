@@ -18,6 +18,7 @@ import datetime
 import json
 import os
 import pathlib
+import re
 import statistics
 import sys
 import tempfile
@@ -28,6 +29,9 @@ import compare_opa  # noqa: E402 - bench/ is not a package; the review bodies li
 import loadgen  # noqa: E402
 
 from webhook import certfiles  # noqa: E402
+
+
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
 
 def bodies(directory: pathlib.Path) -> list[tuple[str, str, pathlib.Path]]:
@@ -45,6 +49,21 @@ def bodies(directory: pathlib.Path) -> list[tuple[str, str, pathlib.Path]]:
         ("small", "/validate", files["small"]),
         ("large", "/mutate", files["large"]),
     ]
+
+
+def longest_log_gap(log: pathlib.Path) -> float:
+    """Seconds of the longest silence between two timestamped lines of the server's log."""
+    longest, previous = 0.0, None
+    with log.open(errors="replace") as stream:
+        for line in stream:
+            found = _STAMP.match(line)
+            if not found:
+                continue
+            stamp = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(found.group(2)) / 1000
+            if previous is not None:
+                longest = max(longest, stamp - previous)
+            previous = stamp
+    return longest
 
 
 def slope_kib_per_minute(points: list[tuple[float, int]]) -> float:
@@ -97,6 +116,7 @@ def main() -> int:
                     print(f"the server exited with {server.process.returncode}", flush=True)
                     return 1
             log_bytes = server.log.stat().st_size
+            longest_gap = longest_log_gap(server.log)
         finally:
             server.stop()
     settled = [(r["minute"], r["rss"]) for r in rows if r["minute"] > args.warmup_minutes]
@@ -118,6 +138,9 @@ def main() -> int:
         "max_ms": max(r["max_ms"] for r in rows),
         "cpu_s_per_1k": sum(r["cpu_s"] for r in rows) / max(total_ok, 1) * 1000,
         "server_log_mib": log_bytes / 2**20,
+        # The server logs every review; the longest silence between two log lines bounds how long
+        # its event loop ever stood still, telling a server stall from a client or a neighbour.
+        "server_longest_log_gap_s": longest_gap,
         "load_start": started["loadavg"],
         "load_end": os.getloadavg()[0],
     }

@@ -26,17 +26,22 @@ import logging
 import os
 import pathlib
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from kubernetes import client
-from kubernetes import watch as kube_watch
-from kubernetes.client import exceptions as client_exceptions
-
 from policies import model
-from webhook import errors
+from webhook import errors, lazy
 from webhook.admission import envsources, keys, namespaces
 from webhook.audit import kube
+
+if TYPE_CHECKING:
+    from kubernetes import client
+    from kubernetes import watch as kube_watch
+    from kubernetes.client import exceptions as client_exceptions
+else:
+    client = lazy.Module("kubernetes.client")
+    kube_watch = lazy.Module("kubernetes.watch")
+    client_exceptions = lazy.Module("kubernetes.client.exceptions")
 
 log = logging.getLogger(__name__)
 

@@ -6,14 +6,21 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import urllib3
-from kubernetes import client, config
-from kubernetes.client import exceptions as client_exceptions
-from kubernetes.config import config_exception
+from webhook import errors, lazy
 
-from webhook import errors
+if TYPE_CHECKING:
+    import urllib3
+    from kubernetes import client, config
+    from kubernetes.client import exceptions as client_exceptions
+    from kubernetes.config import config_exception
+else:
+    urllib3 = lazy.Module("urllib3")
+    client = lazy.Module("kubernetes.client")
+    config = lazy.Module("kubernetes.config")
+    client_exceptions = lazy.Module("kubernetes.client.exceptions")
+    config_exception = lazy.Module("kubernetes.config.config_exception")
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "gpu-admission"

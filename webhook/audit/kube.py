@@ -15,15 +15,20 @@ import dataclasses
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
-
-import urllib3
-from kubernetes import client
-from kubernetes.client import exceptions as client_exceptions
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from policies import model
-from webhook import kube
+from webhook import kube, lazy
 from webhook.audit import report, scan
+
+if TYPE_CHECKING:
+    import urllib3
+    from kubernetes import client
+    from kubernetes.client import exceptions as client_exceptions
+else:
+    urllib3 = lazy.Module("urllib3")
+    client = lazy.Module("kubernetes.client")
+    client_exceptions = lazy.Module("kubernetes.client.exceptions")
 
 CHUNK = 500
 LEASE_TIMEOUT_S = 5  # a hung Lease call must not outlive the claim it renews

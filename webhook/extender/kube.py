@@ -16,13 +16,16 @@ import logging
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kubernetes.client
-
-from webhook import kube
+from webhook import kube, lazy
 from webhook.extender import api
 from webhook.extender import store as store_module
+
+if TYPE_CHECKING:
+    import kubernetes.client
+else:
+    kubernetes = lazy.Module("kubernetes")
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,17 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import urllib3
-from kubernetes import client
-
-from webhook import kube
+from webhook import kube, lazy
 from webhook.labeler import ownership, store
+
+if TYPE_CHECKING:
+    import urllib3
+    from kubernetes import client
+else:
+    urllib3 = lazy.Module("urllib3")
+    client = lazy.Module("kubernetes.client")
 
 logger = logging.getLogger(__name__)
 

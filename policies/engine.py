@@ -246,14 +246,12 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
     user_ids = {p.id for p in settings.user_policies}
     budget_started: float | None = None
     # The context (template, containers with their paths) only changes when a mutator's additions
-    # land in `working`, which is exactly when the patch grows; rebuilt then, not per policy.
+    # land in `working`, which is exactly when the patch grows; rebuilt then, not per policy, and
+    # only for a policy that runs: one that is off or under an exception never needs it.
     context: policy.Context | None = None
     context_at = -1
     for item in ordered:
         action = settings.action(item.id, namespace=namespace, namespace_labels=request.namespace_labels)
-        if context is None or context_at != len(outcome.patch):
-            context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
-            context_at = len(outcome.patch)
         if action is model.Action.OFF:
             outcome.results[item.id] = model.PolicyResult(
                 policy=item.id, result=model.Result.SKIP, message="off"
@@ -271,6 +269,9 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
                 policy=item.id, result=model.Result.SKIP, message=f"exception {exception.name}"
             )
             continue
+        if context is None or context_at != len(outcome.patch):
+            context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
+            context_at = len(outcome.patch)
         try:
             enabled = item.enabled(context)
         except Exception as exc:  # noqa: BLE001 - see _mutate

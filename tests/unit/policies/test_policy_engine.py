@@ -274,3 +274,83 @@ def test_engine_failure_only_warns_when_validate_errors_warn(pod, container, eva
 
     assert decision.allowed
     assert decision.warnings == ("engine error: RuntimeError: boom",)
+
+
+def _count_contexts(monkeypatch) -> list[str]:
+    """Record every evaluation context the engine builds (the pod kind it was built for)."""
+    built: list[str] = []
+    real = engine._context
+
+    def counting(request, **kwargs):
+        context = real(request, **kwargs)
+        built.append(context.template.kind)
+        return context
+
+    monkeypatch.setattr(engine, "_context", counting)
+    return built
+
+
+def _every_policy(action: str, **except_for: str) -> dict:
+    return {"policies": {p.id: {"action": except_for.get(p.id, action)} for p in engine.POLICIES}}
+
+
+def test_policies_that_are_off_are_skipped_before_any_context_is_built(pod, container, evaluate, monkeypatch):
+    built = _count_contexts(monkeypatch)
+    for item in engine.POLICIES:  # nothing of a policy that is off may run, not even `enabled`
+        monkeypatch.setattr(type(item), "enabled", boom)
+
+    decision = evaluate(pod(container(env=[ALL], privileged=True, gpu={"nvidia.com/gpu": 1})), config=_every_policy("off"))
+
+    assert built == []
+    assert decision.allowed and decision.patch == () and decision.violations == ()
+    assert [(r.policy, r.result, r.message) for r in decision.results] == [
+        (p.id, model.Result.SKIP, "off") for p in engine.POLICIES
+    ]
+
+
+def test_a_namespace_override_to_off_skips_before_the_context_and_elsewhere_the_policy_runs(
+    pod, container, evaluate, result, monkeypatch
+):
+    built = _count_contexts(monkeypatch)
+    config = {
+        **_every_policy("off", GPU001="enforce"),
+        "namespaceOverrides": [{"name": "lab", "namespaces": ["lab"], "policies": {"GPU001": {"action": "off"}}}],
+    }
+    obj = pod(container(env=[ALL]))
+
+    in_lab = evaluate(obj, config=config, namespace="lab")
+    assert built == []
+    assert in_lab.allowed and result(in_lab, "GPU001") is model.Result.SKIP
+
+    elsewhere = evaluate(obj, config=config, namespace="team-a")
+    assert built == ["Pod"]  # once, for GPU001 alone
+    assert not elsewhere.allowed and result(elsewhere, "GPU001") is model.Result.FAIL
+
+
+def test_policies_under_an_exception_are_skipped_before_any_context_is_built(pod, container, evaluate, monkeypatch):
+    built = _count_contexts(monkeypatch)
+    config = {
+        **_every_policy("off", GPU001="enforce", GPU104="enforce"),
+        "exceptions": [{"name": "legacy", "policies": ["GPU001", "GPU104"], "match": {"names": ["app"]}}],
+    }
+
+    decision = evaluate(pod(container(env=[ALL])), config=config)
+
+    assert built == []
+    assert decision.allowed and decision.patch == ()
+    assert {r.policy: r.message for r in decision.results if r.message != "off"} == {
+        "GPU001": "exception legacy",
+        "GPU104": "exception legacy",
+    }
+
+
+def test_the_context_is_built_once_and_rebuilt_only_after_a_mutation_lands(pod, container, workload, evaluate, monkeypatch):
+    built = _count_contexts(monkeypatch)
+    # GPU104 (enforce) adds NVIDIA_VISIBLE_DEVICES=void; GPU101-103 and GPU105 are off in between.
+    config = _every_policy("off", GPU001="enforce", GPU104="enforce")
+
+    decision = evaluate(workload("Deployment", pod(container())), config=config)
+
+    assert built == ["Deployment", "Deployment"]  # for GPU104, then for GPU001 on the mutated template
+    assert decision.allowed
+    assert [op["path"] for op in decision.patch] == ["/spec/template/spec/containers/0/env"]

@@ -1,4 +1,4 @@
-"""A tiny Prometheus registry (counters, histograms, text format 0.0.4) and the webhook's metrics.
+"""A tiny Prometheus registry (counters, gauges, histograms, text format 0.0.4) and the webhook's metrics.
 
 Small enough to own instead of adding ``prometheus_client``; every app builds its own registry, so
 tests and several apps in one process never share counts.
@@ -18,11 +18,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-_M = TypeVar("_M", "Counter", "Histogram")
+# Bound, not constrained, so that `register` hands back what it was given (a Gauge stays a Gauge).
+_M = TypeVar("_M", bound="Counter | Histogram")
 
 
 class Counter:
     """A monotonically increasing value per label set."""
+
+    type_name = "counter"  # what the `# TYPE` line says
 
     def __init__(self, name: str, help_text: str, labelnames: Sequence[str]) -> None:
         self.name = name
@@ -40,10 +43,19 @@ class Counter:
         return self._values.get(_label_values(self.labelnames, labels), 0.0)
 
     def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {_escape_help(self.help_text)}", f"# TYPE {self.name} counter"]
+        lines = [f"# HELP {self.name} {_escape_help(self.help_text)}", f"# TYPE {self.name} {self.type_name}"]
         for key in sorted(self._values):
             lines.append(f"{self.name}{_labels(self.labelnames, key)} {_number(self._values[key])}")
         return lines
+
+
+class Gauge(Counter):
+    """A value per label set that is set, not only increased; rendered like a counter but for its TYPE."""
+
+    type_name = "gauge"
+
+    def set(self, value: float, **labels: str) -> None:
+        self._values[_label_values(self.labelnames, labels)] = value  # only `inc` refuses to go down
 
 
 @dataclasses.dataclass

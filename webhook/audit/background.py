@@ -71,39 +71,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 # --- metrics --------------------------------------------------------------------------------------
 
 
-class Gauge(metrics.Counter):
-    """A value that is set, not only increased.
-
-    `metrics.Registry.register` takes Counters and Histograms; a gauge renders like a counter apart
-    from its TYPE line, so it is one with a `set`.
-    """
-
-    def set(self, value: float, **labels: str) -> None:
-        key = tuple(labels[name] for name in self.labelnames)
-        if set(labels) != set(self.labelnames):
-            raise ValueError(f"labels {sorted(labels)} do not match {list(self.labelnames)}")
-        self._values[key] = value  # the Counter's own store; only `inc` refuses to go down
-
-    def render(self) -> list[str]:
-        lines = super().render()
-        lines[1] = f"# TYPE {self.name} gauge"
-        return lines
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AuditMetrics:
     """The background audit's meters."""
 
     runs: metrics.Counter
     duration: metrics.Histogram
-    last_run: Gauge
-    leader: Gauge
-    results: Gauge
-
-
-def _gauge(registry: metrics.Registry, gauge: Gauge) -> Gauge:
-    registry.register(gauge)  # register() is typed to hand back the base class; keep the Gauge
-    return gauge
+    last_run: metrics.Gauge
+    leader: metrics.Gauge
+    results: metrics.Gauge
 
 
 def audit_metrics(registry: metrics.Registry) -> AuditMetrics:
@@ -113,13 +89,14 @@ def audit_metrics(registry: metrics.Registry) -> AuditMetrics:
         duration=registry.register(
             metrics.Histogram("gpu_admission_audit_duration_seconds", "Time one background audit run took.", (), buckets=DURATION_BUCKETS)
         ),
-        last_run=_gauge(
-            registry, Gauge("gpu_admission_audit_last_run_timestamp_seconds", "Unix time the last successful audit run ended.", ())
+        last_run=registry.register(
+            metrics.Gauge("gpu_admission_audit_last_run_timestamp_seconds", "Unix time the last successful audit run ended.", ())
         ),
-        leader=_gauge(registry, Gauge("gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", ())),
-        results=_gauge(
-            registry,
-            Gauge("gpu_admission_audit_results", "Results of the last audit run, by result (pass, fail, warn, error, skip).", ("result",)),
+        leader=registry.register(metrics.Gauge("gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", ())),
+        results=registry.register(
+            metrics.Gauge(
+                "gpu_admission_audit_results", "Results of the last audit run, by result (pass, fail, warn, error, skip).", ("result",)
+            ),
         ),
     )
 

@@ -51,3 +51,32 @@ def test_each_webhook_metrics_set_has_its_own_registry() -> None:
     one.admission_reviews.inc(endpoint="validate", result="allowed")
     assert two.admission_reviews.value(endpoint="validate", result="allowed") == 0
     assert "gpu_admission_reviews_total" in two.registry.render()
+
+
+def test_gauges_are_set_up_and_down_and_render_as_gauges() -> None:
+    registry = metrics.Registry()
+    gauge = registry.register(metrics.Gauge("demo_seconds", "Demo gauge.", ("which",)))
+    assert isinstance(gauge, metrics.Gauge)  # register hands back the gauge itself, with its `set`
+    gauge.set(1700000000, which="b")
+    gauge.set(5.5, which="a")
+    gauge.set(2, which="a")  # a gauge may go down
+    gauge.inc(which="b")
+    assert gauge.value(which="a") == 2
+    assert registry.render() == (
+        "# HELP demo_seconds Demo gauge.\n"
+        "# TYPE demo_seconds gauge\n"
+        'demo_seconds{which="a"} 2.0\n'
+        'demo_seconds{which="b"} 1700000001.0\n'
+    )
+
+
+def test_gauge_labels_are_checked_like_a_counters() -> None:
+    gauge = metrics.Gauge("g", "G.", ("a",))
+    for wrong in ({}, {"b": "1"}, {"a": "1", "b": "2"}):
+        with pytest.raises(ValueError):
+            gauge.set(1, **wrong)
+    with pytest.raises(ValueError):
+        gauge.inc(-1, a="1")
+    unlabelled = metrics.Gauge("u", "U.", ())
+    unlabelled.set(0)
+    assert unlabelled.render() == ["# HELP u U.", "# TYPE u gauge", "u 0.0"]

@@ -49,30 +49,17 @@ class Source:
         return self.config_path is not None or self.policies_dir is not None
 
 
-class Gauge(metrics.Counter):
-    """A value that is set, not counted (the registry renders it with ``# TYPE ... gauge``)."""
-
-    def set(self, value: float, **labels: str) -> None:
-        key = metrics._label_values(self.labelnames, labels)  # noqa: SLF001 - same label checking as Counter
-        self._values[key] = value
-
-    def render(self) -> list[str]:
-        lines = super().render()
-        lines[1] = f"# TYPE {self.name} gauge"
-        return lines
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReloadMetrics:
     """The reload's metrics, registered in the app's registry."""
 
     errors: metrics.Counter
-    last_success: Gauge
+    last_success: metrics.Gauge
 
 
 def register(registry: metrics.Registry) -> ReloadMetrics:
     """Register the reload metrics in `registry`."""
-    last_success = Gauge(
+    last_success = metrics.Gauge(
         "gpu_admission_config_last_reload_success_timestamp_seconds",
         "Unix time the configuration in force was loaded (at start or by a reload).",
         (),

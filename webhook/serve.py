@@ -44,7 +44,7 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import clustercontext, config, configwatch, errors, kube, leader, provision, tls, workers
+from webhook import clustercontext, config, configwatch, errors, kube, leader, metrics, provision, tls, workers
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background
@@ -197,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         if files:
             tls.read_pair(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)  # one error line, not one per worker
         return workers.supervise(args, serve_one=run)
+    tls.limit_read_buffers()
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     context = clustercontext.from_args(args)  # before the loop: loading a kubeconfig reads files
     asyncio.run(_serve(loaded, args=args, certificates=certificates, context=context))
@@ -213,7 +214,7 @@ class Certificates:
 
 # An async context manager factory: given the expiry gauge, yields the live certificates for the
 # server's lifetime and keeps them fresh in the background.
-CertificateSource = Callable[[tls.Gauge], contextlib.AbstractAsyncContextManager[Certificates]]
+CertificateSource = Callable[[metrics.Gauge], contextlib.AbstractAsyncContextManager[Certificates]]
 
 
 async def _serve(
@@ -327,7 +328,7 @@ async def _until(event: asyncio.Event, *, timeout: float) -> None:
 
 def _files(args: argparse.Namespace) -> CertificateSource:
     @contextlib.asynccontextmanager
-    async def source(gauge: tls.Gauge) -> AsyncIterator[Certificates]:
+    async def source(gauge: metrics.Gauge) -> AsyncIterator[Certificates]:
         serving = tls.Serving(tls.new_server_context(), gauge=gauge)
         watch = tls.FileWatch(serving, cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)
         watch.start()
@@ -370,7 +371,7 @@ def _self_managed(args: argparse.Namespace) -> CertificateSource:
     interval = args.cert_check_interval.total_seconds()
 
     @contextlib.asynccontextmanager
-    async def source(gauge: tls.Gauge) -> AsyncIterator[Certificates]:
+    async def source(gauge: metrics.Gauge) -> AsyncIterator[Certificates]:
         api = kube.api_client(args.kubeconfig)
         try:
             store = provision.SecretStore(api, namespace=target.namespace, name=target.secret)

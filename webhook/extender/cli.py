@@ -133,6 +133,7 @@ def run_extender(args: argparse.Namespace) -> int:
             raise errors.InputError(f"--tls-client-ca-file {args.tls_client_ca_file}: {error}") from error
         context.verify_mode = ssl.CERT_OPTIONAL  # probes come without one; the app refuses the verbs
     client = kube.load_client(args.kubeconfig)
+    tls.limit_read_buffers()
     asyncio.run(
         _serve(
             client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl,

@@ -108,7 +108,8 @@ def parse(body: bytes) -> Review:
     if _too_deep(body):
         raise BadReview(f"body nests deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(body, parse_constant=_reject_constant)
+        # json.loads(body, parse_constant=...) without building a decoder per request
+        data = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except RecursionError as error:
         # Unbalanced brackets slip past the depth scan; the decoder then recurses until it stops.
         raise BadReview(f"body nests deeper than {MAX_DEPTH} levels") from error
@@ -211,6 +212,9 @@ def _too_deep(body: bytes) -> bool:
 
 def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _json_type(value: object) -> str:

@@ -270,7 +270,7 @@ def run_install(args: argparse.Namespace) -> int:
             injected = outcome.injected
         print(f"{clients.describe()}: {injected} caBundle(s) updated")
     finally:
-        provision.close(api)
+        kube.close(api)
     return 0
 
 
@@ -306,7 +306,7 @@ def run_rotate(args: argparse.Namespace) -> int:
         return 0 if not second.waiting else 1
     finally:
         if api is not None:
-            provision.close(api)
+            kube.close(api)
 
 
 @_cluster_errors
@@ -317,7 +317,7 @@ def run_show(args: argparse.Namespace) -> int:
         bundles = clients.bundles() if clients is not None else None
     finally:
         if api is not None:
-            provision.close(api)
+            kube.close(api)
     rows = describe(material, now=_now(), bundles=bundles)
     if args.output == "json":
         json.dump({"source": store.describe(), "certificates": rows, "problems": list(material.problems)}, sys.stdout, indent=2)

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from policies import model
-from webhook import errors, lazy
+from webhook import errors, lazy, metrics
+from webhook import kube as webhook_kube
 from webhook.admission import envsources, keys, namespaces
 from webhook.audit import kube
 
@@ -44,6 +45,8 @@ else:
     client_exceptions = lazy.Module("kubernetes.client.exceptions")
 
 log = logging.getLogger(__name__)
+
+WATCH_ERRORS_METRIC = "gpu_admission_namespace_watch_errors_total"
 
 TOKEN = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 LIST_CHUNK = 500
@@ -180,6 +183,17 @@ class Context:
         """Put the parts where the handlers find them, and run them for the app's lifetime."""
         if self.informer is not None:
             app[keys.NAMESPACES] = self.informer
+            if keys.METRICS in app:
+                errors_total = app[keys.METRICS].registry.register(
+                    metrics.Counter(
+                        WATCH_ERRORS_METRIC,
+                        "Failed lists or watches of Namespaces (each one re-lists after a backoff; "
+                        "meanwhile labels come from the cache, or one read per unknown namespace).",
+                        (),
+                    )
+                )
+                errors_total.inc(0)  # a sample from the start, so an alert on increase() sees the first error
+                self.informer.on_error = lambda _reason: errors_total.inc()
         if self.env is not None:
             app[keys.ENV_SOURCES] = self.env
         app.cleanup_ctx.append(self._lifetime)
@@ -193,7 +207,7 @@ class Context:
             if self.informer is not None:
                 # The thread is a daemon: a watch blocked in a read does not hold up the exit.
                 await asyncio.to_thread(self.informer.stop, wait_s=1.0)
-            kube.close(self.api)
+            webhook_kube.close(self.api)
 
 
 def from_args(args: argparse.Namespace) -> Context | None:

@@ -29,6 +29,11 @@ DEFAULT_NAMESPACE = "gpu-admission"
 _config: Any = config
 
 
+def close(api: Any) -> None:
+    """Release the client's connection pool (``ApiClient.close`` is untyped)."""
+    api.close()
+
+
 class ConfigError(errors.InputError):
     """No client could be made: the kubeconfig is missing or bad. One line, exit status 2 in the CLI."""
 

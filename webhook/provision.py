@@ -96,11 +96,6 @@ class Target:
         return tuple(dict.fromkeys((*named, *self.extra_hosts)))
 
 
-def close(api: Any) -> None:
-    """Release the client's connection pool (``ApiClient.close`` is untyped)."""
-    api.close()
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Stored:
     """What a store holds now; ``version`` makes the next write conditional (None: absent)."""

@@ -409,7 +409,7 @@ def _self_managed(args: argparse.Namespace) -> CertificateSource:
                         with contextlib.suppress(asyncio.CancelledError):
                             await task
         finally:
-            provision.close(api)
+            kube.close(api)
 
     return source
 

@@ -339,7 +339,7 @@ class BackgroundAudit:
             await asyncio.to_thread(background.release)
             background.set_leader(False)
             if api is not None:
-                kube.close(api)
+                webhook_kube.close(api)
 
 
 def background_audit(

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from webhook import config, dryrun, errors
+from webhook import kube as webhook_kube
 from webhook.audit import kube, render, report, scan, sweep
 
 OUTPUTS = ("table", "json", "yaml", "markdown", "html")
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     reports, written = sweep.reports(audit, all_results=args.all_results, now=now), None
             finally:
-                kube.close(api)
+                webhook_kube.close(api)
     except kube.KubeError as error:
         raise errors.InputError(str(error)) from error
     _emit(_text(audit, reports, output=args.output, all_results=args.all_results), path=args.output_file)

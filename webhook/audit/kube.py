@@ -47,11 +47,6 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
         raise KubeError(str(error)) from error
 
 
-def close(api: Any) -> None:
-    """Release the client's connection pool (ApiClient.close is untyped)."""
-    api.close()
-
-
 def _call(what: str, function: Callable[[], _T]) -> _T:
     try:
         return function()

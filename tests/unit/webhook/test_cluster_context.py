@@ -412,3 +412,41 @@ def test_access_comes_from_a_kubeconfig_self_managed_certificates_or_a_pod(monke
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setattr(clustercontext, "TOKEN", pathlib.Path("/nonexistent/token"))
     assert not clustercontext.has_access(serve_args()), "no token mounted: no access"
+
+
+class _ClosingApi:
+    """The ApiClient's one method the context calls on its own: close, at the app's end."""
+
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_failed_namespace_lists_are_counted_on_metrics(aiohttp_client: Callable[..., Any]) -> None:
+    source = FakeSource(lists=[OSError("connection refused"), OSError("connection refused"), ([ns("a")], "7")], watches=[])
+    source.stopped = threading.Event()
+    informer = namespaces.Informer(source, max_backoff_s=0.2)
+    api = _ClosingApi()
+    app = admission_app.make_app(settings.Settings())
+    clustercontext.Context(api=api, informer=informer, env=None).install(app)
+    client = await aiohttp_client(app)  # starts the informer (the context's lifetime)
+    assert await asyncio.to_thread(source.done.wait, 10), "the informer never reached its watch"
+    assert _watch_errors(await (await client.get("/metrics")).text()) == 2
+    await client.close()
+    assert api.closed
+
+
+async def test_the_watch_error_counter_is_there_at_zero_before_any_error(aiohttp_client: Callable[..., Any]) -> None:
+    source = FakeSource(lists=[([ns("a")], "1")], watches=[])
+    source.stopped = threading.Event()
+    app = admission_app.make_app(settings.Settings())
+    clustercontext.Context(api=_ClosingApi(), informer=namespaces.Informer(source), env=None).install(app)
+    client = await aiohttp_client(app)
+    assert await asyncio.to_thread(source.done.wait, 10)
+    assert _watch_errors(await (await client.get("/metrics")).text()) == 0
+
+
+def _watch_errors(exposition: str) -> float:
+    (value,) = [float(line.split()[1]) for line in exposition.splitlines() if line.startswith(clustercontext.WATCH_ERRORS_METRIC + " ")]
+    return value

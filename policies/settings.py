@@ -274,6 +274,18 @@ def labels_of_namespace(namespace: str, labels: Mapping[str, str] | None) -> Map
     return {**(labels or {}), NAMESPACE_NAME_LABEL: namespace}
 
 
+def labels_by_namespace(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """The labels of every Namespace object among `objects`, by name (others are ignored)."""
+    found: dict[str, dict[str, str]] = {}
+    for obj in objects:
+        metadata = obj.get("metadata")
+        if obj.get("kind") != "Namespace" or not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+            continue
+        labels = metadata.get("labels")
+        found[metadata["name"]] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    return found
+
+
 def expired_exceptions(settings: Settings, *, now: datetime.datetime) -> list[PolicyException]:
     """The exceptions whose `expires` has passed at `now` (audit reports them as findings)."""
     return [e for e in settings.exceptions if e.expired(now)]

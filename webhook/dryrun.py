@@ -164,15 +164,7 @@ def evaluate(
 
 def namespace_labels(documents: Sequence[Document]) -> dict[str, dict[str, str]]:
     """The labels of every Namespace among `documents`, by name."""
-    found: dict[str, dict[str, str]] = {}
-    for document in documents:
-        obj = document.object
-        metadata = obj.get("metadata")
-        if obj.get("kind") != "Namespace" or not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
-            continue
-        labels = metadata.get("labels")
-        found[metadata["name"]] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
-    return found
+    return settings.labels_by_namespace(document.object for document in documents)
 
 
 def report(outcomes: Sequence[Outcome]) -> WireReport:

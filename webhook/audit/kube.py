@@ -14,6 +14,7 @@ import binascii
 import dataclasses
 import functools
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +30,8 @@ else:
     urllib3 = lazy.Module("urllib3")
     client = lazy.Module("kubernetes.client")
     client_exceptions = lazy.Module("kubernetes.client.exceptions")
+
+log = logging.getLogger(__name__)
 
 CHUNK = 500
 LEASE_TIMEOUT_S = 5  # a hung Lease call must not outlive the claim it renews
@@ -114,11 +117,27 @@ def _pages(listing: _Listing, *, namespace: str | None, chunk: int) -> Iterator[
 
 
 def inventory(api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK) -> scan.Inventory:
-    """Pods, workloads (of `namespace`, or all namespaces) and every Node."""
+    """Pods, workloads (of `namespace`, or all namespaces), every Node, and the Namespaces' labels."""
     objects: list[dict[str, Any]] = []
     for listing in _listings(api):
         objects.extend(_pages(listing, namespace=namespace, chunk=chunk))
+    objects.extend(_namespaces(api, chunk=chunk))
     return scan.Inventory.of(objects)
+
+
+def _namespaces(api: client.ApiClient, *, chunk: int) -> list[dict[str, Any]]:
+    """Every Namespace, for the labels namespace overrides select on (as the webhook sees them).
+
+    Whoever may list pods but not Namespaces still gets the audit, with a warning: each namespace
+    then has only its name label, as in the webhook without its cluster context.
+    """
+    core: Any = client.CoreV1Api(api)
+    listing = _Listing(kind="Namespace", api_version="v1", all_namespaces=core.list_namespace, namespaced=None)
+    try:
+        return list(_pages(listing, namespace=None, chunk=chunk))
+    except KubeError as error:
+        log.warning("namespace labels unknown, overrides that select on them will not match: %s", error)
+        return []
 
 
 def read_env_source(api: client.ApiClient, source: model.EnvSource, *, timeout_s: float | None = None) -> Mapping[str, str] | None:

@@ -93,13 +93,17 @@ class Inventory:
     pods: tuple[Mapping[str, Any], ...] = ()
     workloads: tuple[Mapping[str, Any], ...] = ()
     nodes: tuple[Mapping[str, Any], ...] = ()
+    # Labels by namespace name, from the Namespace objects seen: namespace overrides select on
+    # them exactly as in the webhook. A namespace missing here has only its name label.
+    namespace_labels: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> Inventory:
-        """Sort a mixed bag of objects; kinds the audit does not judge are dropped."""
+        """Sort a mixed bag of objects; kinds the audit does not judge (but Namespaces' labels) are dropped."""
         pods: list[Mapping[str, Any]] = []
         workloads: list[Mapping[str, Any]] = []
         nodes: list[Mapping[str, Any]] = []
+        namespaces: list[Mapping[str, Any]] = []
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Pod":
@@ -108,7 +112,14 @@ class Inventory:
                 workloads.append(obj)
             elif kind == "Node":
                 nodes.append(obj)
-        return cls(pods=tuple(pods), workloads=tuple(workloads), nodes=tuple(nodes))
+            elif kind == "Namespace":
+                namespaces.append(obj)
+        return cls(
+            pods=tuple(pods),
+            workloads=tuple(workloads),
+            nodes=tuple(nodes),
+            namespace_labels=settings_.labels_by_namespace(namespaces),
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -177,18 +188,21 @@ def evaluate_policies(
     effective: settings_.Settings,
     env_lookup: model.EnvLookup | None = None,
     now: datetime.datetime | None = None,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> list[findings.Finding]:
     """Every validate policy's result (user policies included) on one Pod or workload, with its action."""
     subject = findings.ObjectRef.of(obj)
     decision = engine.evaluate(
-        model.Request(operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup, now=now),
+        model.Request(
+            operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup, now=now, namespace_labels=namespace_labels
+        ),
         settings=effective,
     )
     by_policy = {result.policy: result for result in decision.results}
     out: list[findings.Finding] = []
     for item in (*VALIDATORS, *configured.user_policies):
         described = describe(item)
-        action = configured.action(item.id, namespace=namespace)
+        action = configured.action(item.id, namespace=namespace, namespace_labels=namespace_labels)
         found = by_policy.get(item.id)
         if decision.exempt_reason or found is None:
             result, message = model.Result.SKIP, decision.exempt_reason or "not evaluated"
@@ -295,7 +309,13 @@ def run(
         namespace = namespace_of(obj, default=default_namespace)
         placed = _with_namespace(obj, namespace)
         results = evaluate_policies(
-            placed, namespace=namespace, configured=settings, effective=effective, env_lookup=env_lookup, now=moment
+            placed,
+            namespace=namespace,
+            configured=settings,
+            effective=effective,
+            env_lookup=env_lookup,
+            now=moment,
+            namespace_labels=inventory.namespace_labels.get(namespace),
         )
         results += [
             dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))

@@ -163,3 +163,42 @@ def test_audit_settings_turn_every_mutator_off_and_keep_the_rest() -> None:
     }
     assert effective.actions["GPU002"] is model.Action.WARN
     assert dataclasses.replace(effective, actions=configured.actions) == configured
+
+
+LAB_WARNS = {
+    "namespaceOverrides": [
+        {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU001": {"action": "warn"}}}
+    ]
+}
+
+
+def namespace(name: str, **labels: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def test_namespace_overrides_select_on_the_labels_of_the_namespaces_seen(pod: PodFactory) -> None:
+    configured = settings_.from_mapping(LAB_WARNS)
+    audit = run(
+        namespace("research", team="lab"),
+        namespace("prod", team="ops"),
+        pod("in-lab", namespace="research", env=BYPASS),
+        pod("in-prod", namespace="prod", env=BYPASS),
+        settings=configured,
+    )
+    (lab,) = of(audit, "in-lab", "GPU001")
+    (prod,) = of(audit, "in-prod", "GPU001")
+    assert (lab.result, lab.action) == (model.Result.FAIL, model.Action.WARN)
+    assert (prod.result, prod.action) == (model.Result.FAIL, model.Action.ENFORCE)
+    assert audit.exit_status == 1  # the prod pod's enforce-level failure
+
+
+def test_without_the_namespace_object_only_the_name_label_is_known(pod: PodFactory) -> None:
+    audit = run(pod("in-lab", namespace="research", env=BYPASS), settings=settings_.from_mapping(LAB_WARNS))
+    (found,) = of(audit, "in-lab", "GPU001")
+    assert found.action is model.Action.ENFORCE
+
+
+def test_the_inventory_keeps_namespace_labels_and_drops_the_namespaces_themselves() -> None:
+    inventory = scan.Inventory.of([namespace("a", team="x"), {"kind": "Namespace", "metadata": {"name": "b"}}, {"kind": "Namespace"}])
+    assert inventory.namespace_labels == {"a": {"team": "x"}, "b": {}}
+    assert inventory.pods == inventory.workloads == inventory.nodes == ()

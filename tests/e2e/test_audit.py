@@ -210,6 +210,41 @@ def test_a_namespace_audit_writes_only_that_namespaces_report(cluster: Cluster, 
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 
+def test_a_namespace_override_selected_by_label_applies_in_the_live_audit(cluster: Cluster, crds: None, tmp_path: Path) -> None:
+    lab, plain = cluster.namespace(), cluster.namespace()
+    labelled = cluster.kubectl("label", "namespace", lab, "team=lab")
+    assert labelled.returncode == 0, labelled.stderr
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "namespaceOverrides": [
+                    {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU001": {"action": "warn"}}}
+                ]
+            }
+        )
+    )
+    with webhook_unregistered(cluster):
+        for ns in (lab, plain):
+            created = cluster.apply(pod("sneaky", env=BYPASS_ENV), namespace=ns)
+            assert created.returncode == 0, created.stderr
+    try:
+        actions = {}
+        for ns in (lab, plain):
+            completed = audit(cluster, "-n", ns, "--config", str(config), "-o", "json")
+            # 1 either way: the pod also fails GPU201 (a GPU node reachable without a request), enforce
+            assert completed.returncode == 1, completed.stderr
+            (found,) = [
+                r for item in json.loads(completed.stdout)["items"] for r in item.get("results", [])
+                if r["policy"] == "GPU001" and r["resources"][0]["name"] == "sneaky"
+            ]
+            actions[ns] = (found["result"], found["properties"]["action"])
+        assert actions == {lab: ("fail", "warn"), plain: ("fail", "enforce")}
+    finally:
+        for ns in (lab, plain):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false")
+
+
 def _metric(url: str, context: ssl.SSLContext, name: str) -> float | None:
     with urllib.request.urlopen(url, context=context, timeout=5) as response:
         for line in response.read().decode().splitlines():

@@ -26,23 +26,17 @@ import logging
 import os
 import pathlib
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
+
 from policies import model
-from webhook import errors, lazy, metrics
+from webhook import errors, metrics
 from webhook import kube as webhook_kube
 from webhook.admission import envsources, keys, namespaces
 from webhook.audit import kube
-
-if TYPE_CHECKING:
-    from kubernetes import client
-    from kubernetes import watch as kube_watch
-    from kubernetes.client import exceptions as client_exceptions
-else:
-    client = lazy.Module("kubernetes.client")
-    kube_watch = lazy.Module("kubernetes.watch")
-    client_exceptions = lazy.Module("kubernetes.client.exceptions")
+from webhook.kube import client, client_exceptions
+from webhook.kube import watch as kube_watch
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,9 @@
 """The one place that turns a kubeconfig (or a pod's service account) into a `kubernetes` client,
-and the client's errors into one-line reasons. Every command that talks to a cluster uses it."""
+and the client's errors into one-line reasons. Every command that talks to a cluster uses it.
+
+It also holds the `kubernetes` modules for the rest of the package, imported on first use
+(``webhook.lazy``): ``from webhook.kube import client, client_exceptions, urllib3, watch``.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from webhook import errors, lazy
 
 if TYPE_CHECKING:
     import urllib3
-    from kubernetes import client, config
+    from kubernetes import client, config, watch
     from kubernetes.client import exceptions as client_exceptions
     from kubernetes.config import config_exception
 else:
@@ -21,6 +25,7 @@ else:
     config = lazy.Module("kubernetes.config")
     client_exceptions = lazy.Module("kubernetes.client.exceptions")
     config_exception = lazy.Module("kubernetes.config.config_exception")
+    watch = lazy.Module("kubernetes.watch")
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "gpu-admission"

@@ -28,19 +28,10 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from webhook import lazy
 from webhook.audit import lease
-
-if TYPE_CHECKING:
-    import urllib3
-    from kubernetes import client
-    from kubernetes.client import exceptions as client_exceptions
-else:
-    urllib3 = lazy.Module("urllib3")
-    client = lazy.Module("kubernetes.client")
-    client_exceptions = lazy.Module("kubernetes.client.exceptions")
+from webhook.kube import client, client_exceptions, urllib3
 
 log = logging.getLogger(__name__)
 

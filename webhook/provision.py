@@ -23,19 +23,11 @@ import datetime
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from certs import rotation
-from webhook import durations, errors, kube, lazy, leader, tls
-
-if TYPE_CHECKING:
-    import urllib3
-    from kubernetes import client
-    from kubernetes.client import exceptions as client_exceptions
-else:
-    urllib3 = lazy.Module("urllib3")
-    client = lazy.Module("kubernetes.client")
-    client_exceptions = lazy.Module("kubernetes.client.exceptions")
+from webhook import durations, errors, kube, leader, tls
+from webhook.kube import client, client_exceptions, urllib3
 
 log = logging.getLogger(__name__)
 

@@ -16,20 +16,12 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from policies import model
-from webhook import kube, lazy
+from webhook import kube
 from webhook.audit import report, scan
-
-if TYPE_CHECKING:
-    import urllib3
-    from kubernetes import client
-    from kubernetes.client import exceptions as client_exceptions
-else:
-    urllib3 = lazy.Module("urllib3")
-    client = lazy.Module("kubernetes.client")
-    client_exceptions = lazy.Module("kubernetes.client.exceptions")
+from webhook.kube import client, client_exceptions, urllib3
 
 log = logging.getLogger(__name__)
 

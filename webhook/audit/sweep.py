@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies import settings as settings_
-from webhook import lazy
 from webhook.audit import kube, report, scan
-
-if TYPE_CHECKING:
-    from kubernetes import client
-else:
-    client = lazy.Module("kubernetes.client")
+from webhook.kube import client
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

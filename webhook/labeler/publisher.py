@@ -12,17 +12,11 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from webhook import kube, lazy
+from webhook import kube
+from webhook.kube import client, urllib3
 from webhook.labeler import ownership, store
-
-if TYPE_CHECKING:
-    import urllib3
-    from kubernetes import client
-else:
-    urllib3 = lazy.Module("urllib3")
-    client = lazy.Module("kubernetes.client")
 
 logger = logging.getLogger(__name__)
 

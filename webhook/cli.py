@@ -3,41 +3,77 @@
 Each command module exposes ``add_parser(subparsers) -> None``, which registers its subcommand and
 sets ``func(args: argparse.Namespace) -> int`` (the exit status). Bad input is raised as
 ``errors.InputError`` and printed here as one line with exit status 2, never as a traceback.
+
+A run imports only the module of the command it names (``SUBCOMMANDS``): ``serve`` then never
+loads the labeler's NVML binding or the cluster tools (4 MiB resident, and start-up time, in
+every webhook process). ``--help`` and anything unknown build the whole parser.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from webhook import certfiles, demo, dryrun, errors, policies_cli, serve
-from webhook.audit import cli as audit_cli
-from webhook.cluster import cli as cluster_cli
-from webhook.extender import cli as extender_cli
-from webhook.labeler import cli as labeler_cli
+from webhook import errors
 
 PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
 
-COMMANDS: tuple[ModuleType, ...] = (
-    demo, serve, dryrun, audit_cli, policies_cli, certfiles, extender_cli, labeler_cli, cluster_cli
+# Every command module, in the order `--help` lists them.
+MODULES: tuple[str, ...] = (
+    "webhook.demo",
+    "webhook.serve",
+    "webhook.dryrun",
+    "webhook.audit.cli",
+    "webhook.policies_cli",
+    "webhook.certfiles",
+    "webhook.extender.cli",
+    "webhook.labeler.cli",
+    "webhook.cluster.cli",
 )
+# The subcommand names each module registers (tests/unit/test_cli.py checks this against the parser).
+SUBCOMMANDS: dict[str, str] = {
+    "demo": "webhook.demo",
+    "serve": "webhook.serve",
+    "dry-run": "webhook.dryrun",
+    "audit": "webhook.audit.cli",
+    "policies": "webhook.policies_cli",
+    "certs": "webhook.certfiles",
+    "extender": "webhook.extender.cli",
+    "inspect": "webhook.extender.cli",
+    "labeler": "webhook.labeler.cli",
+    "cluster": "webhook.cluster.cli",
+}
 
 
-def make_parser() -> argparse.ArgumentParser:
+def commands(names: Sequence[str] = MODULES) -> tuple[ModuleType, ...]:
+    """The command modules ``names``, imported."""
+    return tuple(importlib.import_module(name) for name in names)
+
+
+def make_parser(modules: Sequence[str] = MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Safe GPU scheduling for Kubernetes: admission webhook, dry-run and tools."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
+    for command in commands(modules):
         command.add_parser(subparsers)
     return parser
 
 
+def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser with only the named command's module, where the first argument names one."""
+    named = SUBCOMMANDS.get(argv[0]) if argv else None
+    return make_parser((named,) if named is not None else MODULES)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = _parser_for(argv).parse_args(argv)
     try:
         status: int = args.func(args)
     except errors.InputError as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import http.client
 import io
 import json
@@ -56,7 +58,33 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_every_command_module_exposes_add_parser() -> None:
-    assert all(callable(getattr(module, "add_parser", None)) for module in cli.COMMANDS)
+    assert all(callable(getattr(module, "add_parser", None)) for module in cli.commands())
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001 - argparse has no public accessor
+    return list(action.choices)
+
+
+def test_the_subcommand_map_names_what_each_module_registers() -> None:
+    assert set(cli.SUBCOMMANDS.values()) == set(cli.MODULES)
+    for module in cli.MODULES:
+        registered = _subcommands(cli.make_parser((module,)))
+        assert registered == [name for name, owner in cli.SUBCOMMANDS.items() if owner == module], module
+    assert _subcommands(cli.make_parser()) == list(cli.SUBCOMMANDS)
+
+
+def test_a_named_command_builds_a_parser_with_that_command_alone() -> None:
+    assert _subcommands(cli._parser_for(["dry-run", "-f", "x"])) == ["dry-run"]  # noqa: SLF001
+    assert _subcommands(cli._parser_for(["--help"])) == list(cli.SUBCOMMANDS)  # noqa: SLF001
+    assert _subcommands(cli._parser_for(["no-such-command"])) == list(cli.SUBCOMMANDS)  # noqa: SLF001
+
+
+def test_an_unknown_command_is_a_usage_error_listing_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["no-such-command"])
+    assert exited.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
 
 
 def test_dry_run_of_allowed_workloads_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

@@ -168,6 +168,11 @@ class Binder:
         )
         return BindResult(allocation=allocation, conflicts=conflicts)
 
+    @property
+    def nodes_committing(self) -> frozenset[str]:
+        """The nodes with binds waiting to be committed now."""
+        return frozenset(self._queues)
+
     async def _commit(
         self, request: wire.BindRequest, wanted: cards.Request
     ) -> tuple[cards.Allocation | None, dict[str, Any] | None, int, str]:
@@ -198,6 +203,10 @@ class Binder:
                         waiting.future.set_result(decision)
         finally:
             queue.task = None
+            # A node's queue lives only while binds to it wait: kept, the map would grow with every
+            # node name ever bound to (autoscaled nodes come and go; a fuzzed /bind names any).
+            if not queue.pending and self._queues.get(node_name) is queue:
+                del self._queues[node_name]
 
     async def _commit_batch(self, node_name: str, batch: list[_Waiting]) -> list[_Decision]:
         """One read of the node, a card choice for each waiting pod in arrival order, one CAS."""

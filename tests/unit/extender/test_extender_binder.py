@@ -242,3 +242,30 @@ async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
     assert await one.prune("gpu-0") is True
     assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [alive["metadata"]["uid"]]
     assert await one.prune("gpu-0") is False
+
+
+async def test_no_per_node_state_outlives_the_binds_to_that_node(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    pods = _pods(apiserver, make_gpu_pod, 6, mem=4)
+    one = binder.Binder(apiserver, clock=Clock())
+    # Names of nodes that do not exist (a node scaled away, a hostile caller): each one fails ...
+    failed = await asyncio.gather(*(one.bind(_request(p, f"gone-{i}")) for i, p in enumerate(pods)))
+    assert all("not found" in r.error for r in failed)
+    # ... and a real burst succeeds; afterwards nothing is kept per node.
+    bound = await asyncio.gather(*(one.bind(_request(p, "gpu-0")) for p in pods))
+    assert all(r.error == "" for r in bound)
+    assert one.nodes_committing == frozenset()
+
+
+async def test_a_node_keeps_its_queue_while_binds_to_it_wait(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
+    one = binder.Binder(apiserver, clock=Clock())
+    pending = asyncio.ensure_future(one.bind(_request(obj, "gpu-0")))
+    seen: set[frozenset[str]] = set()
+    while not pending.done():  # step the loop and look at the queues between steps
+        seen.add(one.nodes_committing)
+        await asyncio.sleep(0)
+    assert frozenset({"gpu-0"}) in seen, "the bind waited in its node's queue"
+    assert (await pending).error == ""
+    assert one.nodes_committing == frozenset()

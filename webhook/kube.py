@@ -27,6 +27,11 @@ else:
     config_exception = lazy.Module("kubernetes.config.config_exception")
     watch = lazy.Module("kubernetes.watch")
 
+__all__ = [  # the lazy kubernetes modules are exported for the package's other cluster code
+    "DEFAULT_NAMESPACE", "SERVICE_ACCOUNT_NAMESPACE", "ConfigError", "api_client", "client", "client_exceptions",
+    "close", "first_line", "own_namespace", "reason", "urllib3", "watch",
+]
+
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DEFAULT_NAMESPACE = "gpu-admission"
 

@@ -54,7 +54,7 @@ run() {
 } | tee "$OUT/index.txt"
 
 run webhook_load        $PY bench/webhook_load.py --concurrency 16 --duration "$D" --warmup 2
-run compare_opa         $PY bench/compare_opa.py --duration "$D" --json "$OUT/compare_opa.json"
+run compare_opa         $PY bench/compare_opa.py --servers ours1,ours13p,ours,ours23p,opa --duration "$D" --json "$OUT/compare_opa.json"
 run e2e_pod_creates     $PY bench/e2e_pod_creates.py --duration "$D" --json "$OUT/e2e_pod_creates.json"
 run dryrun_throughput   $PY bench/dryrun_throughput.py --objects "$DRY"
 run extender_throughput $PY bench/extender_throughput.py --nodes "$NODES" --pods "$EXT_PODS" --rounds 2

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -70,12 +71,47 @@ class State:
         return {name: _alive(pid) for name, pid in self.pids.items()}
 
 
+# Ports are handed out below the kernel's ephemeral range: a port the kernel picked (bind to 0)
+# comes from that range, and between our check and the component's own bind the kernel may give
+# it to any outgoing connection on the machine as its local port (seen in CI: kube-controller-
+# manager failing with "address already in use" while the suite's other clusters were busy).
+_PORT_FLOOR = 10_000
+_PORT_TRIES = 200
+_handed_out: set[int] = set()
+_random = random.SystemRandom()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port() -> int:
-    """A port nobody listens on now (the kernel picks it)."""
+    """A port nobody listens on now, outside the kernel's ephemeral range where there is room
+    below it (else one the kernel picks), never the same one twice in a process."""
+    low, _ = _ephemeral_range()
+    if low - _PORT_FLOOR >= 1_000:
+        for _ in range(_PORT_TRIES):
+            port = _random.randrange(_PORT_FLOOR, low)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        picked: int = sock.getsockname()[1]
+        return picked
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def up(

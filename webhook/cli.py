@@ -22,19 +22,8 @@ from webhook import errors
 PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
 
-# Every command module, in the order `--help` lists them.
-MODULES: tuple[str, ...] = (
-    "webhook.demo",
-    "webhook.serve",
-    "webhook.dryrun",
-    "webhook.audit.cli",
-    "webhook.policies_cli",
-    "webhook.certfiles",
-    "webhook.extender.cli",
-    "webhook.labeler.cli",
-    "webhook.cluster.cli",
-)
-# The subcommand names each module registers (tests/unit/test_cli.py checks this against the parser).
+# Each subcommand and the module that registers it, in the order `--help` lists them
+# (tests/unit/test_cli.py checks this against the parser).
 SUBCOMMANDS: dict[str, str] = {
     "demo": "webhook.demo",
     "serve": "webhook.serve",
@@ -47,6 +36,8 @@ SUBCOMMANDS: dict[str, str] = {
     "labeler": "webhook.labeler.cli",
     "cluster": "webhook.cluster.cli",
 }
+# Every command module, once each.
+MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
 
 
 def commands(names: Sequence[str] = MODULES) -> tuple[ModuleType, ...]:

@@ -2,15 +2,11 @@
 
 Importing ``kubernetes`` loads every API class and model: about 17 MiB resident and a third of a
 second. ``serve`` from certificate files with no cluster never calls the API, nor does a worker
-forked before it would, so the modules that ``serve`` loads at start-up (the cluster context, the
-Lease, certificate provisioning, the background audit) hold the client as ``Module`` and pay for
-it only when they first reach a cluster. Each such module also imports the real thing under
-``typing.TYPE_CHECKING``, so type checkers and the import-linter contracts still see it::
-
-    if TYPE_CHECKING:
-        from kubernetes import client
-    else:
-        client = lazy.Module("kubernetes.client")
+forked before it would, so the package holds the client's modules as ``Module`` and pays for them
+only when it first reaches a cluster. ``webhook.kube`` (the one kube adapter) is where they are
+made; it imports the real modules under ``typing.TYPE_CHECKING`` so type checkers and the
+import-linter contracts still see them, and the rest of the package imports the handles from it
+(``from webhook.kube import client, client_exceptions``).
 """
 
 from __future__ import annotations

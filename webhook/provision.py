@@ -58,7 +58,6 @@ class Conflict(KubeError):
 # --- durations ------------------------------------------------------------------------------------
 
 
-
 def duration(text: str) -> datetime.timedelta:
     """A duration like ``365d``, ``60d``, ``1h30m``, ``90s`` or ``500ms`` (a bare number is seconds)."""
     return datetime.timedelta(seconds=durations.seconds(text))

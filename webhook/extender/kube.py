@@ -16,16 +16,12 @@ import logging
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from webhook import kube, lazy
+from webhook import kube
 from webhook.extender import api
 from webhook.extender import store as store_module
-
-if TYPE_CHECKING:
-    import kubernetes.client
-else:
-    kubernetes = lazy.Module("kubernetes")
+from webhook.kube import client as kube_client
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +34,7 @@ FIELD_MANAGER = "gpu-admission-extender"
 _MERGE_PATCH = "application/merge-patch+json"
 
 
-def load_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
+def load_client(kubeconfig: str | None) -> kube_client.ApiClient:
     """An ApiClient for `kubeconfig`; without one, in-cluster config, else the default kubeconfig."""
     return kube.api_client(kubeconfig, pool_size=POOL_SIZE)
 
@@ -46,7 +42,7 @@ def load_client(kubeconfig: str | None) -> kubernetes.client.ApiClient:
 class KubeApi:
     """`api.Api` against a real apiserver, plus the blocking list/watch calls the watcher uses."""
 
-    def __init__(self, client: kubernetes.client.ApiClient, *, timeout: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(self, client: kube_client.ApiClient, *, timeout: float = REQUEST_TIMEOUT_S) -> None:
         self._client = client
         self._timeout = timeout
 
@@ -165,7 +161,7 @@ class KubeApi:
                 body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
             )
             return self._client.call_api(*serialized, _request_timeout=timeout)
-        except kubernetes.client.ApiException as error:
+        except kube_client.ApiException as error:
             raise api.ApiError(f"{method} {path}: {error.reason or error}", status=error.status or 0) from error
         except Exception as error:  # urllib3 connection, TLS and timeout errors
             raise api.ApiError(f"{method} {path}: {type(error).__name__}: {error}") from error

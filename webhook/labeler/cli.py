@@ -41,7 +41,6 @@ DEFAULT_INTERVAL_S = 60.0
 NODE_NAME_ENV = "NODE_NAME"
 
 
-
 def parse_interval(text: str) -> float:
     """A Go-style duration (`2s`, `60s`, `1m`, `1m30s`, `500ms`) or bare seconds, as seconds > 0."""
     try:

@@ -6,6 +6,12 @@ reference row is /healthz on the same server and connections: TLS + HTTP + aioht
 parsing or policy evaluation, so the difference is what admission itself costs.
 
     .venv/bin/python bench/webhook_load.py --concurrency 16 --duration 10
+    .venv/bin/python bench/webhook_load.py --against 8900dc2   # this tree and an earlier commit, one run
+
+With ``--against REF`` the same measurement runs on a server started from a git worktree of REF (same
+interpreter, same certificates, same bodies), alternating rounds between the two, and prints the
+ratios: throughput, p99, and the server's CPU time per 1,000 reviews (read from /proc, so the load
+generator's own CPU on the same cores does not count). The per-review cost is that CPU figure.
 """
 
 from __future__ import annotations
@@ -40,9 +46,15 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured load first (default 2)")
     parser.add_argument("--server-log-level", default="info", help="the server's --log-level (default info)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--against", metavar="REF", help="also measure a server from git REF, alternating, and print ratios")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --against (default 3)")
+    parser.add_argument("--review", type=pathlib.Path, action="append",
+                        help="AdmissionReview body to send (repeatable; default: the gpu-mem pod create)")
     args = parser.parse_args()
+    if args.against:
+        return _compare(args)
     with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-") as scratch:
-        results = asyncio.run(_bench(pathlib.Path(scratch), args))
+        results = asyncio.run(_bench(pathlib.Path(scratch), args, REPO, _bodies(args)[0][1]))
     machine = _machine()
     if args.json:
         print(json.dumps({"machine": machine, "concurrency": args.concurrency, "results": results}, indent=2))
@@ -58,7 +70,62 @@ def main() -> int:
     return 0 if all(row["errors"] == 0 for row in results) else 1
 
 
-async def _bench(scratch: pathlib.Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _bodies(args: argparse.Namespace) -> list[tuple[str, bytes]]:
+    paths = args.review or [REVIEW]
+    return [(path.stem, path.read_bytes()) for path in paths]
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """This tree against a worktree of `args.against`, alternating rounds, per review body."""
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-") as scratch_dir:
+        scratch = pathlib.Path(scratch_dir)
+        other = scratch / "against"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(other), args.against],
+                       check=True, capture_output=True)
+        try:
+            trees = {"this": REPO, args.against: other}
+            figures: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+            for round_ in range(args.rounds):
+                order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
+                for name, tree in order:
+                    for stem, body in _bodies(args):
+                        work = scratch / f"{name.replace('/', '_')}-{stem}-{round_}"
+                        work.mkdir()
+                        for row in asyncio.run(_bench(work, args, tree, body)):
+                            figures.setdefault((stem, row["endpoint"], name), []).append(row)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(other)],
+                           check=False, capture_output=True)
+    machine = _machine()
+    print(f"# {machine['date']}  {machine['cpu']} x{machine['nproc']}  Python {machine['python']}")
+    print(f"# concurrency {args.concurrency}, {args.duration:g} s per endpoint, {args.rounds} alternating rounds; "
+          f"medians; ratio = this tree / {args.against}")
+    print(f"{'review':<22} {'endpoint':<10} {'req/s':>14} {'p99 ms':>14} {'CPU s/1k':>16} {'ratio CPU':>9}")
+    summary: dict[str, float] = {}
+    for stem, _ in _bodies(args):
+        for endpoint in ENDPOINTS:
+            this = _median_row(figures[(stem, endpoint, "this")])
+            base = _median_row(figures[(stem, endpoint, args.against)])
+            ratio = this["cpu_s_per_1k"] / base["cpu_s_per_1k"] if base["cpu_s_per_1k"] else float("nan")
+            summary[f"{stem}{endpoint}"] = round(ratio, 3)
+            print(f"{stem:<22} {endpoint:<10} {this['rps']:>6.0f}/{base['rps']:<7.0f} "
+                  f"{this['p99_ms']:>6.2f}/{base['p99_ms']:<7.2f} {this['cpu_s_per_1k']:>7.3f}/{base['cpu_s_per_1k']:<8.3f} "
+                  f"{ratio:>9.3f}")
+    print(json.dumps({"cpu_ratio": summary, "against": args.against}))
+    return 0
+
+
+def _median_row(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {key: statistics.median(row[key] for row in rows) for key in ("rps", "p99_ms", "cpu_s_per_1k")}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc/PID/stat."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _bench(scratch: pathlib.Path, args: argparse.Namespace, tree: pathlib.Path, body: bytes) -> list[dict[str, Any]]:
     certfiles.generate(out_dir=scratch, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
     log_path, out_path = scratch / "server.log", scratch / "server.out"
     with log_path.open("w") as log, out_path.open("w") as out:
@@ -66,19 +133,22 @@ async def _bench(scratch: pathlib.Path, args: argparse.Namespace) -> list[dict[s
             [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
              "--tls-cert-file", str(scratch / "tls.crt"), "--tls-private-key-file", str(scratch / "tls.key"),
              "--log-level", args.server_log_level],
-            stdout=out, stderr=log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=out, stderr=log, cwd=tree, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
         )
     try:
         port = _wait_for_port(out_path, log_path, server)
         context = tls.client_context(ca_file=str(scratch / "ca.crt"))
-        body = REVIEW.read_bytes()
         connector = aiohttp.TCPConnector(limit=args.concurrency, ssl=context)
         async with aiohttp.ClientSession(connector=connector, base_url=f"https://127.0.0.1:{port}") as session:
             await _check_answers(session, body)
             results = []
             for endpoint in ENDPOINTS:
                 await _load(session, endpoint, body, concurrency=args.concurrency, seconds=args.warmup)
-                results.append(await _load(session, endpoint, body, concurrency=args.concurrency, seconds=args.duration))
+                cpu_before = _cpu_seconds(server.pid)
+                row = await _load(session, endpoint, body, concurrency=args.concurrency, seconds=args.duration)
+                cpu = _cpu_seconds(server.pid) - cpu_before
+                row["cpu_s_per_1k"] = 1000 * cpu / row["requests"] if row["requests"] else 0.0
+                results.append(row)
             return results
     finally:
         server.terminate()

@@ -19,9 +19,9 @@ namespaceOverrides:                # per-namespace actions; the first override t
 exceptions:                        # a policy does not apply to matching objects: Result.SKIP,
   - name: dcgm-exporter            #   message "exception <name>"
     policies: [GPU002, GPU003]
-    match:                         # every key given must hold; at least one is required
-      namespaces: [monitoring]
-      namespaceSelector: {matchLabels: {team: ops}}
+    match:                         # every key given must hold; namespaces and/or namespaceSelector
+      namespaces: [monitoring]     #   are required (tenants cannot label namespaces; a selector needs
+      namespaceSelector: {matchLabels: {team: ops}}  # matchLabels, In or Exists); the rest narrow
       names: ["dcgm-exporter-*"]   # shell patterns on metadata.name (generateName when unnamed)
       objectSelector: {matchLabels: {app: dcgm-exporter}}  # the object's (and template's) labels
     expires: "2026-12-31T00:00:00Z"  # RFC 3339 (or a date: 00:00 UTC); afterwards it stops applying
@@ -519,6 +519,32 @@ def _timestamp(value: object, *, field: str) -> datetime.datetime:
     raise InvalidSettings(f"{field}: must be an RFC 3339 time like 2026-12-31T00:00:00Z, got {value!r}")
 
 
+def _anchored(namespaces: NamespaceMatch | None, *, field: str, name: str) -> None:
+    """Refuse an exception a pod's author could match: one not tied to namespaces tenants cannot label.
+
+    `names` and `objectSelector` are written by whoever writes the pod, so on their own they let a
+    tenant label a pod into the exception. Namespace names, or a namespaceSelector with at least one
+    positive requirement (a matchLabels pair, In or Exists), anchor it; NotIn and DoesNotExist alone
+    select every namespace that lacks a label, new tenant namespaces included, and Exists on
+    `kubernetes.io/metadata.name` (which every namespace has) selects them all.
+    """
+    selector = None if namespaces is None else namespaces.selector
+    positive = selector is not None and (
+        bool(selector.match_labels)
+        or any(
+            r.operator == "In" or (r.operator == "Exists" and r.key != NAMESPACE_NAME_LABEL)
+            for r in selector.match_expressions
+        )
+    )
+    if namespaces is not None and (namespaces.names or positive):
+        return
+    raise InvalidSettings(
+        f"{field}: exception {name!r} is not anchored to namespaces: give match.namespaces, or a "
+        "match.namespaceSelector with matchLabels, In or Exists (names and objectSelector are set by the "
+        "pod's author, so they may only narrow an exception within its namespaces)"
+    )
+
+
 def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyException, ...]:
     if value is None:
         return ()
@@ -549,6 +575,8 @@ def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyExcep
         _keys(match, field=f"{field}.match", known=("namespaces", "namespaceSelector", "names", "objectSelector"))
         names = () if match.get("names") is None else _strings(match["names"], field=f"{field}.match.names")
         selector = match.get("objectSelector")
+        namespaces = _namespace_match(match, field=f"{field}.match")
+        _anchored(namespaces, field=f"{field}.match", name=name.strip())
         reason = entry.get("reason", "")
         if not isinstance(reason, str):
             raise InvalidSettings(f"{field}.reason: must be a string, got {reason!r}")
@@ -557,7 +585,7 @@ def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyExcep
             PolicyException(
                 name=name.strip(),
                 policies=frozenset(ids),
-                namespaces=_namespace_match(match, field=f"{field}.match"),
+                namespaces=namespaces,
                 names=names,
                 object_selector=None
                 if selector is None

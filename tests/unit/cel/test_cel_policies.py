@@ -378,7 +378,7 @@ def test_user_policies_see_the_object_after_the_built_in_mutators(make_pod: PodF
 def test_settings_overrides_and_exceptions_apply_to_user_policies(make_pod: PodFactory) -> None:
     document = {
         "namespaceOverrides": [{"namespaces": ["lab"], "policies": {"TST001": {"action": "warn"}}}],
-        "exceptions": [{"name": "legacy", "policies": ["TST001"], "match": {"names": ["legacy-*"]}}],
+        "exceptions": [{"name": "legacy", "policies": ["TST001"], "match": {"namespaces": ["team-a"], "names": ["legacy-*"]}}],
     }
     config_ = with_policies(policy_document(validations=[{"expression": "false", "message": "no"}]), document=document)
 

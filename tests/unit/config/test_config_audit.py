@@ -45,7 +45,7 @@ def test_audit_judges_user_policies_and_applies_overrides_and_live_exceptions(ma
     configured = settings.from_mapping(
         {
             "namespaceOverrides": [{"namespaces": ["lab"], "policies": {"USR003": {"action": "audit"}}}],
-            "exceptions": [{"name": "big-ok", "policies": ["USR003"], "match": {"names": ["big-ok"]}, "expires": "2027-01-01T00:00:00Z"}],
+            "exceptions": [{"name": "big-ok", "policies": ["USR003"], "match": {"namespaces": ["team-a"], "names": ["big-ok"]}, "expires": "2027-01-01T00:00:00Z"}],
         },
         user_policies=configured.user_policies,
     )

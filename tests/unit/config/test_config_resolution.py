@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import engine, model, settings
+from policies import builtin, engine, model, settings
 from tests.conftest import PodFactory
 
 NOW = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.timezone.utc)
@@ -252,20 +252,20 @@ def test_the_default_neutral_value_is_void(make_pod: PodFactory) -> None:
         ("exceptions: [{policies: [GPU002], match: {namespaces: [a]}}]", "exceptions[0].name: is required (a non-empty string), got None"),
         ("exceptions: [{name: x, match: {namespaces: [a]}}]", "exceptions[0].policies: must be a list of non-empty strings, got None"),
         (
-            "exceptions: [{name: x, policies: [GPU009], match: {namespaces: [a]}}]",
-            "exceptions[0].policies[0]: unknown policy 'GPU009'; known: GPU001, GPU002, GPU003, GPU004, GPU005, GPU101, GPU102, GPU103, GPU104, GPU105",
+            "exceptions: [{name: x, policies: [GPU999], match: {namespaces: [a]}}]",
+            f"exceptions[0].policies[0]: unknown policy 'GPU999'; known: {', '.join(sorted(p.id for p in builtin.POLICIES))}",
         ),
         ("exceptions: [{name: x, policies: [GPU002]}]", "exceptions[0].match: is required: namespaces, namespaceSelector, names and/or objectSelector"),
         ("exceptions: [{name: x, policies: [GPU002], match: {name: a}}]", "exceptions[0].match.name: unknown key; known: namespaces, namespaceSelector, names, objectSelector"),
         (
-            "exceptions: [{name: x, policies: [GPU002], match: {names: [a]}, expires: next week}]",
+            "exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}, expires: next week}]",
             "exceptions[0].expires: must be an RFC 3339 time like 2026-12-31T00:00:00Z, got 'next week'",
         ),
         (
-            "exceptions: [{name: x, policies: [GPU002], match: {names: [a]}}, {name: x, policies: [GPU003], match: {names: [b]}}]",
+            "exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}}, {name: x, policies: [GPU003], match: {namespaces: [a], names: [b]}}]",
             "exceptions[1].name: 'x' is used by an earlier exception",
         ),
-        ("exceptions: [{name: x, policies: [GPU002], match: {names: [a]}, until: 1}]", "exceptions[0].until: unknown key; known: name, policies, match, expires, reason"),
+        ("exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}, until: 1}]", "exceptions[0].until: unknown key; known: name, policies, match, expires, reason"),
     ],
 )
 def test_an_invalid_document_is_refused_with_one_line_naming_the_field(text: str, message: str) -> None:

@@ -331,7 +331,7 @@ def test_policies_under_an_exception_are_skipped_before_any_context_is_built(pod
     built = _count_contexts(monkeypatch)
     config = {
         **_every_policy("off", GPU001="enforce", GPU104="enforce"),
-        "exceptions": [{"name": "legacy", "policies": ["GPU001", "GPU104"], "match": {"names": ["app"]}}],
+        "exceptions": [{"name": "legacy", "policies": ["GPU001", "GPU104"], "match": {"namespaces": ["team-a"], "names": ["app"]}}],
     }
 
     decision = evaluate(pod(container(env=[ALL])), config=config)

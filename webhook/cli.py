@@ -33,6 +33,9 @@ SUBCOMMANDS: dict[str, str] = {
     "certs": "webhook.certfiles",
     "extender": "webhook.extender.cli",
     "inspect": "webhook.extender.cli",
+    "explain": "webhook.explain.cli",
+    "snapshot": "webhook.explain.cli",
+    "simulate": "webhook.explain.cli",
     "labeler": "webhook.labeler.cli",
     "cluster": "webhook.cluster.cli",
 }

@@ -48,19 +48,21 @@ class ConfigError(errors.InputError):
     """No client could be made: the kubeconfig is missing or bad. One line, exit status 2 in the CLI."""
 
 
-def api_client(kubeconfig: str | os.PathLike[str] | None = None, *, pool_size: int | None = None) -> client.ApiClient:
+def api_client(
+    kubeconfig: str | os.PathLike[str] | None = None, *, pool_size: int | None = None, context: str | None = None
+) -> client.ApiClient:
     """A client for `kubeconfig`; without one, in-cluster config inside a pod, else the default
-    kubeconfig (`$KUBECONFIG`, `~/.kube/config`)."""
+    kubeconfig (`$KUBECONFIG`, `~/.kube/config`). `context` picks a kubeconfig context."""
     try:
         if kubeconfig:
             configuration = client.Configuration()
-            _config.load_kube_config(config_file=os.fspath(kubeconfig), client_configuration=configuration)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            _config.load_kube_config(config_file=os.fspath(kubeconfig), context=context, client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not context:
             configuration = client.Configuration()
             _config.load_incluster_config(client_configuration=configuration)
         else:
             configuration = client.Configuration()
-            _config.load_kube_config(client_configuration=configuration)
+            _config.load_kube_config(context=context, client_configuration=configuration)
     except (config_exception.ConfigException, OSError, ValueError, TypeError) as error:
         where = os.fspath(kubeconfig) if kubeconfig else "the in-cluster or default kubeconfig"
         raise ConfigError(f"cannot load {where}: {first_line(error)}") from error

@@ -41,7 +41,7 @@ from policies import gpu, podspec
 from webhook.extender import topology
 
 INVENTORY_ANNOTATION = "gpu-admission.io/gpu-inventory"
-ALLOCATION_ANNOTATION = "gpu-admission.io/allocation"
+ALLOCATION_ANNOTATION = gpu.ALLOCATION_ANNOTATION  # the key is the GPU model's; kept here for callers
 RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
 
 DEFAULT_RESERVATION_TTL_S = 120.0
@@ -211,7 +211,7 @@ class Request:
         return f"{self.memory_gib} GiB ({gpu.Resource.GPU_MEM}) on one card"
 
 
-_MANAGED = (gpu.Resource.GPU_MEM, gpu.Resource.GPU_CORE_PERCENTAGE, gpu.Resource.ALIYUN_GPU)
+_MANAGED = gpu.EXTENDER_MANAGED
 
 
 def pod_request(pod: Mapping[str, Any]) -> Request:
@@ -553,6 +553,11 @@ def cluster_state(
         name = str(podspec.mapping(node.get("metadata")).get("name", ""))
         result[name] = node_state(node, grouped.get(name, ()), now=now, ttl=ttl)
     return result
+
+
+def occupy(node: NodeCards, allocations: Iterable[Allocation]) -> NodeState:
+    """The state of `node` holding exactly `allocations` (what-ifs: explain, simulate)."""
+    return _occupy(node, allocations)
 
 
 def _occupy(node: NodeCards, allocations: Iterable[Allocation]) -> NodeState:

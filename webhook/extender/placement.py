@@ -11,6 +11,11 @@ Pure functions over `cards.NodeState`. The rules:
   best-connected free set (`topology.best_set`).
 - Scores (0-10): binpack nodes score by how full they are after placing the pod (prefer busy
   nodes), spread nodes by how empty; whole-card pods by set connectivity and fullness.
+
+Every refusal is a `reasons.Reason` (a stable code and a sentence): the filter joins the sentences
+for kube-scheduler, and `gpu-admission explain` / `simulate` show the codes, so the rules live here
+once. `diagnose` adds what only a counterfactual shows: that the pod would fit without the
+reservations of binds in flight, or without the allocations of pods that are gone.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import itertools
 from collections.abc import Iterable, Mapping
 
 from policies import gpu
-from webhook.extender import cards, topology, wire
+from webhook.extender import cards, reasons, topology, wire
 
+
+ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
 
 class Verdict(enum.StrEnum):
     FITS = "fits"
@@ -35,13 +42,25 @@ class Fit:
     """The verdict for one node, the card(s) the pod would get, and the node's score."""
 
     verdict: Verdict
-    message: str = ""
+    reasons: tuple[reasons.Reason, ...] = ()
     cards: tuple[int, ...] = ()
     score: int = 0
 
     @property
     def fits(self) -> bool:
         return self.verdict is Verdict.FITS
+
+    @property
+    def message(self) -> str:
+        return reasons.join(self.reasons)
+
+    @property
+    def codes(self) -> tuple[ReasonCode, ...]:
+        return tuple(reason.code for reason in self.reasons)
+
+
+def _refuse(verdict: Verdict, code: reasons.Code, message: str) -> Fit:
+    return Fit(verdict=verdict, reasons=(reasons.Reason(code=code, message=message),))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,6 +70,7 @@ class Outcome:
     passed: list[str]
     failed: dict[str, str]
     unresolvable: dict[str, str]
+    reasons: dict[str, tuple[reasons.Reason, ...]] = dataclasses.field(default_factory=dict)  # failed and unresolvable
 
 
 def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = True) -> Fit:
@@ -58,19 +78,20 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
     the verdict is computed (filter needs no card and no score; it judges hundreds of nodes)."""
     node = state.node
     if request.problem:
-        return Fit(verdict=Verdict.NEVER, message=request.problem)
+        return _refuse(Verdict.NEVER, reasons.Code.BAD_REQUEST, request.problem)
     family = request.family
     if family is None:
         return Fit(verdict=Verdict.FITS, score=0)  # nothing for us to place; not our business
     serving = gpu.modes_for(family)
     if node.mode not in serving:
         shown = node.mode_label or f"{gpu.Mode.DEFAULT} (no label)"
-        return Fit(
-            verdict=Verdict.NEVER,
-            message=f'node is in GPU mode "{shown}" ({gpu.SCHEDULE_LABEL}); {_family_text(family)} is served by {", ".join(serving)}',
+        return _refuse(
+            Verdict.NEVER,
+            reasons.Code.MODE_MISMATCH,
+            f'node is in GPU mode "{shown}" ({gpu.SCHEDULE_LABEL}); {_family_text(family)} is served by {", ".join(serving)}',
         )
     if not node.cards:
-        return Fit(verdict=Verdict.NEVER, message=f"node has no GPU cards: {node.problem}")
+        return _refuse(Verdict.NEVER, reasons.Code.NO_GPU, f"node has no GPU cards: {node.problem}")
     if family is gpu.Family.TOPOLOGY:
         return _evaluate_whole(request, state, decide=decide)
     return _evaluate_shared(request, state, decide=decide)
@@ -89,17 +110,49 @@ def filter_nodes(
     outcome = Outcome(passed=[], failed={}, unresolvable={})
     for name in names:
         state = states.get(name)
-        if state is None:
-            outcome.failed[name] = "node is not in the GPU extender's cache yet"
-            continue
-        fit = evaluate(request, state, decide=False)
+        fit = _NOT_CACHED if state is None else evaluate(request, state, decide=False)
         if fit.verdict is Verdict.FITS:
             outcome.passed.append(name)
-        elif fit.verdict is Verdict.FULL:
-            outcome.failed[name] = fit.message
-        else:
-            outcome.unresolvable[name] = fit.message
+            continue
+        (outcome.failed if fit.verdict is Verdict.FULL else outcome.unresolvable)[name] = fit.message
+        outcome.reasons[name] = fit.reasons
     return outcome
+
+
+def diagnose(
+    request: cards.Request, state: cards.NodeState, *, stale: frozenset[str] = frozenset()
+) -> Fit:
+    """`evaluate`, and where the pod does not fit now, whether it would without the reservations
+    of binds in flight (`RESERVED_IN_FLIGHT`) or without the allocations of the pod UIDs in `stale`
+    (pods that are gone: `STALE_ALLOCATION`). Those reasons come first: they say what to wait for
+    or clean up; the capacity reason after them says what is short meanwhile."""
+    fit = evaluate(request, state)
+    if fit.verdict is not Verdict.FULL:
+        return fit
+    extra: list[reasons.Reason] = []
+    gone = [a for a in state.allocations if a.uid in stale]
+    if gone and evaluate(request, _without(state, {a.uid for a in gone})).fits:
+        shown = ", ".join(f"{a.pod_key} (card {','.join(map(str, a.cards))})" for a in gone[:5])
+        extra.append(
+            reasons.Reason(
+                code=reasons.Code.STALE_ALLOCATION,
+                message=f"cards are held by {len(gone)} allocation(s) of pods that no longer exist: {shown}",
+            )
+        )
+    flying = [a for a in state.allocations if not a.bound and a.uid not in stale]
+    if flying and evaluate(request, _without(state, {a.uid for a in (*gone, *flying)})).fits:
+        shown = ", ".join(f"{a.pod_key} (card {','.join(map(str, a.cards))})" for a in flying[:5])
+        extra.append(
+            reasons.Reason(
+                code=reasons.Code.RESERVED_IN_FLIGHT,
+                message=f"cards are reserved by {len(flying)} bind(s) in flight, released when they complete or expire: {shown}",
+            )
+        )
+    return dataclasses.replace(fit, reasons=(*extra, *fit.reasons)) if extra else fit
+
+
+def _without(state: cards.NodeState, uids: set[str]) -> cards.NodeState:
+    return cards.occupy(state.node, [a for a in state.allocations if a.uid not in uids])
 
 
 def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
@@ -117,15 +170,17 @@ def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | Non
 
 
 _FITS = Fit(verdict=Verdict.FITS)
+_NOT_CACHED = _refuse(Verdict.FULL, reasons.Code.NOT_CACHED, "node is not in the GPU extender's cache yet")
 
 
 def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:
     memory, core = request.memory_gib, request.core_percent
     if state.largest_card_gib < memory:
         largest = max(state.cards, key=lambda c: (c.card.memory_gib, -c.index))
-        return Fit(
-            verdict=Verdict.NEVER,
-            message=f"no GPU card is large enough: the pod needs {request.describe()}; the largest card is "
+        return _refuse(
+            Verdict.NEVER,
+            reasons.Code.INSUFFICIENT_MEMORY,
+            f"no GPU card is large enough: the pod needs {request.describe()}; the largest card is "
             f"GPU{largest.index} with {largest.card.memory_gib} GiB",
         )
     if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in state.free):
@@ -133,10 +188,27 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: 
     fitting = [c for c in state.cards if c.memory_free >= memory and c.core_free >= core]  # whole-used cards have 0 free
     if not fitting:
         best = max(state.cards, key=lambda c: (c.memory_free, c.core_free, -c.index))
+        usable = [c for c in state.cards if c.core_free >= core]
+        total_free = sum(c.memory_free for c in usable)
+        if any(c.memory_free >= memory for c in state.cards):
+            code = reasons.Code.CORE_EXHAUSTED  # the memory is there; the cores are not
+        elif total_free >= memory:
+            largest_free = max(usable, key=lambda c: (c.memory_free, -c.index))
+            return _refuse(
+                Verdict.FULL,
+                reasons.Code.FRAGMENTED,
+                f"insufficient GPU memory on any single card (fragmented): the pod needs {request.describe()}; the node has {total_free} GiB free in "
+                f"total, but the largest free block is {largest_free.memory_free} GiB (GPU{largest_free.index}; free per card: "
+                + ", ".join(f"GPU{c.index} {c.memory_free}" for c in state.cards)
+                + ")",
+            )
+        else:
+            code = reasons.Code.INSUFFICIENT_MEMORY
         cores = f" and {best.core_free}% cores" if core else ""
-        return Fit(
-            verdict=Verdict.FULL,
-            message=f"insufficient GPU {'memory or cores' if core else 'memory'} on any single card: the pod needs "
+        return _refuse(
+            Verdict.FULL,
+            code,
+            f"insufficient GPU {'memory or cores' if core else 'memory'} on any single card: the pod needs "
             f"{request.describe()}; the card with the most free memory is GPU{best.index} with "
             f"{best.memory_free} GiB{cores} free of {best.card.memory_gib} GiB",
         )
@@ -158,15 +230,18 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: b
     wanted = request.cards
     total = len(state.cards)
     if wanted > total:
-        return Fit(verdict=Verdict.NEVER, message=f"the pod needs {request.describe()}; the node has {total} cards")
+        return _refuse(
+            Verdict.NEVER, reasons.Code.NO_TOPOLOGY_SET, f"the pod needs {request.describe()}; the node has {total} cards"
+        )
     if not decide and state.idle_cards >= wanted:
         return _FITS
     free = [c.index for c in state.cards if c.idle]
     if len(free) < wanted:
         shown = ", ".join(f"GPU{i}" for i in free) or "none"
-        return Fit(
-            verdict=Verdict.FULL,
-            message=f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of {total} cards are free ({shown})",
+        return _refuse(
+            Verdict.FULL,
+            reasons.Code.NO_TOPOLOGY_SET,
+            f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of {total} cards are free ({shown})",
         )
     chosen = topology.best_set(free, wanted, state.node.links)
     assert chosen is not None  # len(free) >= wanted > 0

@@ -1,0 +1,290 @@
+"""One GPU pod against every GPU node: admission, request, why each node refuses it, the best node.
+
+Pure: Nodes and Pods in (as the apiserver returns them, or from a snapshot), a `Report` out. The
+per-node verdict is the extender's own: node states come from `store.Store` (the extender's cache,
+fed with the same objects, so ledger entries of gone pods count exactly as long as they count
+there), and the verdict from `placement.diagnose` (`placement.evaluate`, which the extender's
+filter and bind run, plus the what-ifs for binds in flight and stale allocations). kube-scheduler's
+own node checks, which run before the extender is asked, come from `predicates`.
+
+Stale allocations: the extender counts a reservation-ledger entry whose pod is not listed for
+`cards.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
+stops counting it and prunes it from the Node within seconds; a Terminating pod counts until its
+object is gone, as kube-scheduler counts it. `explain` calls both stale while they still hold
+cards: ledger entries of pods that are not listed, and pods past their deletion deadline by more
+than `STUCK_TERMINATING_S` (their node is likely lost: force-deleting them frees the cards).
+
+The best node is the refusing node that needs the smallest change, in this order: nothing but time
+or cleanup (binds in flight, stale allocations), an uncordon or a toleration, moving the fewest pods
+(then the fewest GiB) off one card or set of cards, and last a change of the pod's selectors.
+A node that could never hold the pod (cards too small, wrong mode by resource) is not suggested.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from policies import gpu, model, nodeaffinity, podspec
+from webhook.extender import cards, placement, reasons
+from webhook.extender import store as store_module
+from webhook.explain import predicates
+
+ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
+
+STUCK_TERMINATING_S = 300.0
+
+_CAPACITY = frozenset(
+    {reasons.Code.FRAGMENTED, reasons.Code.INSUFFICIENT_MEMORY, reasons.Code.CORE_EXHAUSTED, reasons.Code.NO_TOPOLOGY_SET}
+)
+_WAIT = frozenset({reasons.Code.RESERVED_IN_FLIGHT, reasons.Code.STALE_ALLOCATION})
+_SELECTOR = frozenset({reasons.Code.MODE_MISMATCH, reasons.Code.CARD_MODEL})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeVerdict:
+    """One node's answer for the pod."""
+
+    node: str
+    fits: bool
+    reasons: tuple[reasons.Reason, ...]
+    state: cards.NodeState | None
+    cards: tuple[int, ...] = ()  # where the pod would go, when it fits
+    never: bool = False  # the extender calls it unresolvable: no change of occupation helps
+
+    @property
+    def codes(self) -> tuple[ReasonCode, ...]:
+        return tuple(r.code for r in self.reasons)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Suggestion:
+    node: str
+    change: str
+    moves: tuple[str, ...] = ()  # pods (namespace/name) to move off the node
+    cost: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bound:
+    node: str
+    cards: tuple[int, ...]
+    memory_gib: int = 0
+    core_percent: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Report:
+    pod: str  # namespace/name
+    admission: model.Decision | None
+    request: cards.Request
+    family: str  # what the pod asks for, in words, also for a family the extender does not place
+    modes: tuple[str, ...]  # node modes that serve the request
+    selectors: tuple[str, ...]  # the pod's nodeSelector and required affinity, as sentences
+    bound: Bound | None
+    nodes: tuple[NodeVerdict, ...]
+    suggestion: Suggestion | None
+
+    @property
+    def managed(self) -> bool:
+        return self.request.managed
+
+
+class Cluster:
+    """Nodes and pods as the extender sees them: its cache, plus what `explain` needs beside it."""
+
+    def __init__(
+        self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float,
+        ttl: float = cards.DEFAULT_RESERVATION_TTL_S,
+    ) -> None:
+        self.now, self.ttl = now, ttl
+        self.nodes: dict[str, Mapping[str, Any]] = {}
+        for node in nodes:
+            name = str(podspec.mapping(node.get("metadata")).get("name", ""))
+            if name:
+                self.nodes[name] = node
+        listed = list(pods)
+        self.pods_by_uid = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in listed}
+        self.store = store_module.Store()
+        self.store.replace_nodes(self.nodes.values())
+        self.store.replace_pods(listed)
+
+    def gpu_nodes(self) -> list[str]:
+        """Nodes with a GPU mode label, card labels, or cards the extender can place on; by name."""
+        found = []
+        for name, node in sorted(self.nodes.items()):
+            labels = podspec.mapping(podspec.mapping(node.get("metadata")).get("labels"))
+            if gpu.SCHEDULE_LABEL in labels or gpu.CARD_NAME_LABEL in labels or cards.node_cards(node).cards:
+                found.append(name)
+        return found
+
+    def state(self, name: str, *, exclude_uid: str = "") -> cards.NodeState | None:
+        return self.store.state(name, now=self.now, ttl=self.ttl, exclude_uid=exclude_uid)
+
+    def stale(self, name: str) -> frozenset[str]:
+        """UIDs whose allocations on `name` belong to pods that are gone (see the module docstring)."""
+        node = self.nodes.get(name)
+        if node is None:
+            return frozenset()
+        gone = {uid for uid in cards.node_reservations(node) if uid not in self.pods_by_uid}
+        for pod in self.store.pods_on(name):
+            deadline = _time(podspec.mapping(pod.get("metadata")).get("deletionTimestamp"))
+            if deadline is not None and deadline + STUCK_TERMINATING_S <= self.now:
+                gone.add(str(podspec.mapping(pod.get("metadata")).get("uid", "")))
+        return frozenset(gone)
+
+
+def judge(pod: Mapping[str, Any], request: cards.Request, *, cluster: Cluster, name: str) -> NodeVerdict:
+    """The pod on one node of `cluster`: kube-scheduler's checks, then the extender's (with the what-ifs)."""
+    uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
+    return verdict(
+        pod, request, node=cluster.nodes.get(name, {}), name=name, state=cluster.state(name, exclude_uid=uid),
+        stale=cluster.stale(name),
+    )
+
+
+def verdict(
+    pod: Mapping[str, Any], request: cards.Request, *, node: Mapping[str, Any], name: str,
+    state: cards.NodeState | None, stale: frozenset[str] = frozenset(),
+) -> NodeVerdict:
+    """The pod on one node in a given state (`simulate` passes its own)."""
+    before = predicates.check(pod, node)
+    if state is None:
+        outcome = placement.filter_nodes(request, states={}, names=[name])
+        return NodeVerdict(node=name, fits=False, reasons=(*before, *outcome.reasons[name]), state=None)
+    fit = placement.diagnose(request, state, stale=stale)
+    return NodeVerdict(
+        node=name, fits=fit.fits and not before, reasons=(*before, *fit.reasons), state=state,
+        cards=fit.cards if fit.fits else (), never=fit.verdict is placement.Verdict.NEVER,
+    )
+
+
+def explain(
+    pod: Mapping[str, Any], *, cluster: Cluster, admission: model.Decision | None = None
+) -> Report:
+    """The whole report for one pod."""
+    metadata = podspec.mapping(pod.get("metadata"))
+    spec = podspec.mapping(pod.get("spec"))
+    key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    request = cards.pod_request(pod)
+    family = request.family or gpu.pod_family(spec)
+    common: dict[str, Any] = {
+        "pod": key,
+        "admission": admission,
+        "request": request,
+        "family": str(family) if family else "",
+        "modes": tuple(str(m) for m in gpu.modes_for(family)) if family else (),
+        "selectors": selectors(spec),
+    }
+    bound_to = spec.get("nodeName")
+    if isinstance(bound_to, str) and bound_to:
+        allocation = cards.pod_allocation(pod, now=cluster.now, ttl=cluster.ttl)
+        held = allocation if allocation is not None and allocation.node == bound_to else None
+        return Report(
+            **common,
+            bound=Bound(
+                node=bound_to, cards=held.cards if held else (), memory_gib=held.memory_gib if held else 0,
+                core_percent=held.core_percent if held else 0,
+            ),
+            nodes=(), suggestion=None,
+        )
+    if not request.managed:
+        return Report(**common, bound=None, nodes=(), suggestion=None)
+    verdicts = tuple(judge(pod, request, cluster=cluster, name=name) for name in cluster.gpu_nodes())
+    return Report(**common, bound=None, nodes=verdicts, suggestion=suggest(request, verdicts))
+
+
+def selectors(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The pod's nodeSelector entries and required affinity terms, one sentence each."""
+    found = [f"nodeSelector {k}={v}" for k, v in sorted(nodeaffinity.node_selector(spec).items())]
+    for number, term in enumerate(nodeaffinity.required_terms(spec)):
+        parts = [
+            f"{e.get('key')} {e.get('operator')}"
+            + (f" [{','.join(str(v) for v in podspec.sequence(e.get('values')))}]" if e.get("values") else "")
+            for e in nodeaffinity.expressions(term)
+        ]
+        found.append(f"affinity term {number + 1}: " + " and ".join(parts))
+    return tuple(found)
+
+
+def suggest(request: cards.Request, verdicts: Sequence[NodeVerdict]) -> Suggestion | None:
+    """The refusing node that needs the smallest change; None when a node fits or none can."""
+    if any(v.fits for v in verdicts):
+        return None
+    options = [option for option in (_option(request, v) for v in verdicts) if option is not None]
+    return min(options, key=lambda o: (o.cost, o.node), default=None)
+
+
+def _option(request: cards.Request, verdict: NodeVerdict) -> Suggestion | None:
+    codes = set(verdict.codes)
+    if verdict.state is None or not codes or (verdict.never and not codes <= _SELECTOR | {reasons.Code.UNSCHEDULABLE}):
+        return None
+    if not codes <= _CAPACITY | _WAIT | _SELECTOR | {reasons.Code.UNSCHEDULABLE}:
+        return None
+    changes: list[str] = []
+    tier, moved, gib = 0, 0, 0
+    moves: tuple[str, ...] = ()
+    if codes & _WAIT:
+        for reason in verdict.reasons:
+            if reason.code is reasons.Code.STALE_ALLOCATION:
+                changes.append("force-delete the gone pods' allocations (" + reason.message.split(": ", 1)[-1] + ")")
+            elif reason.code is reasons.Code.RESERVED_IN_FLIGHT:
+                changes.append("wait for the binds in flight to finish or expire")
+    elif codes & _CAPACITY:
+        found = _moves(request, verdict.state)
+        if found is None:
+            return None
+        moves, gib, where = found
+        tier, moved = 2, len(moves)
+        changes.append(f"move {', '.join(moves)} off {where} (frees {gib} GiB)" if request.memory_gib else f"move {', '.join(moves)} off {where}")
+    if reasons.Code.UNSCHEDULABLE in codes:
+        tier = max(tier, 1)
+        changes.append("uncordon the node or tolerate its taints")
+    if codes & _SELECTOR:
+        tier = 3
+        changes.append("change the pod's selectors or the node's labels: " + "; ".join(r.message for r in verdict.reasons if r.code in _SELECTOR))
+    return Suggestion(node=verdict.node, change="; then ".join(changes), moves=moves, cost=(tier, moved, gib))
+
+
+def _moves(request: cards.Request, state: cards.NodeState) -> tuple[tuple[str, ...], int, str] | None:
+    """The fewest bound pods to move (then the fewest GiB) so that the pod fits: (pods, GiB, where)."""
+    best: tuple[tuple[int, int], tuple[str, ...], int, str] | None = None
+    if request.family is gpu.Family.TOPOLOGY:
+        busy = sorted((c for c in state.cards if not c.idle), key=lambda c: (len(c.allocations), c.index))
+        short = request.cards - state.idle_cards
+        if short <= 0 or short > len(busy) or any(not a.bound for c in busy[:short] for a in c.allocations):
+            return None
+        chosen = busy[:short]
+        pods = tuple(dict.fromkeys(a.pod_key for c in chosen for a in c.allocations))
+        return pods, sum(c.card.memory_gib for c in chosen), ", ".join(f"GPU{c.index}" for c in chosen)
+    for card in state.cards:
+        if card.card.memory_gib < request.memory_gib:
+            continue
+        need_memory = request.memory_gib - card.memory_free
+        need_core = request.core_percent - card.core_free
+        movable = sorted((a for a in card.allocations if a.bound), key=lambda a: (-a.memory_gib, -a.core_percent, a.pod_key))
+        taken: list[cards.Allocation] = []
+        for allocation in movable:
+            if need_memory <= 0 and need_core <= 0:
+                break
+            taken.append(allocation)
+            need_memory -= allocation.memory_gib
+            need_core -= allocation.core_percent
+        if need_memory > 0 or need_core > 0 or not taken:
+            continue
+        cost = (len(taken), sum(a.memory_gib for a in taken))
+        if best is None or cost < best[0]:
+            best = (cost, tuple(a.pod_key for a in taken), cost[1], f"GPU{card.index}")
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def _time(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)).timestamp()

@@ -1,0 +1,255 @@
+"""`gpu-admission explain`, `snapshot` and `simulate`: why a GPU pod is pending, and what a batch would do.
+
+All three read the cluster with the usual flags (`--kubeconfig`, `--context`) or, for explain and
+simulate, a snapshot file (`--snapshot`), and never write to the cluster.
+
+Exit statuses: explain 0 (a report, whatever it says), 2 for a pod that does not exist or bad
+input; simulate 0 when every GPU pod lands, 1 when some do not (or are denied), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from webhook import config, dryrun, errors, kube
+from webhook.admission import decisions
+from webhook.extender import api, inspection
+from webhook.extender import kube as extender_kube
+from webhook.explain import analysis, render, simulate, snapshot
+
+EXIT_ALL_PLACED, EXIT_NOT_PLACED = 0, 1
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `explain`, `snapshot` and `simulate`."""
+    explain = subparsers.add_parser(
+        "explain",
+        help="why a GPU pod is pending: admission, request, each node's reason (stable codes), the best node",
+        description="Explain one pod: would it be admitted, what it asks for, why each GPU node cannot take it "
+        "(the scheduler extender's own placement code), and the node that would fit after the smallest change.",
+    )
+    explain.add_argument("kind", choices=("pod",), help="what to explain (pod)")
+    explain.add_argument("name", help="the pod's name")
+    explain.add_argument("-n", "--namespace", default=decisions.DEFAULT_NAMESPACE, help="default: default")
+    _common(explain)
+    explain.set_defaults(func=run_explain)
+
+    save = subparsers.add_parser(
+        "snapshot",
+        help="save nodes, GPU pods and reservations to a file, for explain/simulate --snapshot",
+        description="Write the cluster's GPU allocation (nodes, GPU pods, reservation ledgers) to a file, so that "
+        "`explain` and `simulate` can replay it offline.",
+    )
+    save.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write (.json for JSON, else YAML; - for stdout)")
+    _cluster_flags(save)
+    save.set_defaults(func=run_snapshot)
+
+    sim = subparsers.add_parser(
+        "simulate",
+        help="place manifests' GPU pods on a copy of the allocation, with the extender's placement; writes nothing",
+        description="Place the GPU pods of the manifests in order on a copy of the current allocation (live or "
+        "--snapshot), as admission, kube-scheduler and the extender would: where each lands (node, card), which "
+        "do not fit and why, the per-card table afterwards. Exit 0: all land; 1: some do not.",
+    )
+    sim.add_argument("-f", "--filename", action="append", required=True, metavar="PATH", help="file, directory or -; repeatable")
+    sim.add_argument(
+        "--add-nodes", metavar="FILE",
+        help="Node objects to add copies of until every pod fits: answers how many more nodes of this kind are needed",
+    )
+    _common(sim)
+    sim.set_defaults(func=run_simulate)
+
+
+def _cluster_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table")
+    parser.add_argument("--snapshot", metavar="FILE", help="read a snapshot file instead of the cluster")
+    parser.add_argument("--config", metavar="FILE", help="settings YAML for the admission step (as dry-run)")
+    parser.add_argument("--policies-dir", metavar="DIR", help="user (CEL) policies for the admission step")
+    _cluster_flags(parser)
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> extender_kube.KubeApi:
+    return extender_kube.KubeApi(kube.api_client(args.kubeconfig, context=args.context))
+
+
+def read_cluster(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+    """Nodes, pods and the moment they describe: the snapshot's, or the live cluster now."""
+    if getattr(args, "snapshot", None):
+        taken = snapshot.load(args.snapshot)
+        return taken.nodes, taken.pods, taken.taken_at
+    client = _client(args)
+    try:
+        nodes, _ = client.list("/api/v1/nodes")
+        pods, _ = client.list("/api/v1/pods")
+    except api.ApiError as error:
+        raise errors.InputError(f"cannot read nodes and pods: {error}") from error
+    return nodes, pods, time.time()
+
+
+def _find_pod(args: argparse.Namespace, pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("name") == args.name and metadata.get("namespace") == args.namespace:
+            return pod
+    raise errors.InputError(f'pod "{args.name}" not found in namespace "{args.namespace}"')
+
+
+# --- explain --------------------------------------------------------------------------------------
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    settings = config.load(args.config, policies_dir=args.policies_dir)
+    if args.snapshot:
+        nodes, pods, now = read_cluster(args)
+        pod = _find_pod(args, pods)
+    else:
+        client = _client(args)
+        try:
+            pod = client.request("GET", f"/api/v1/namespaces/{args.namespace}/pods/{args.name}")
+        except api.NotFound as error:
+            raise errors.InputError(f'pod "{args.name}" not found in namespace "{args.namespace}"') from error
+        except api.ApiError as error:
+            raise errors.InputError(f"cannot read pod {args.namespace}/{args.name}: {error}") from error
+        nodes, pods, now = read_cluster(args)
+    report = explain_pod(pod, nodes=nodes, pods=pods, now=now, settings=settings)
+    sys.stdout.write(render.render(report, output=args.output))
+    return 0
+
+
+def explain_pod(
+    pod: Mapping[str, Any], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], now: float,
+    settings: Any | None = None,
+) -> analysis.Report:
+    """The report for one pod (admission with `settings`, default settings when None)."""
+    loaded = settings if settings is not None else config.load(None)
+    decision = decisions.decide(pod, settings=loaded)
+    return analysis.explain(pod, cluster=analysis.Cluster(nodes, pods, now=now), admission=decision)
+
+
+# --- snapshot -------------------------------------------------------------------------------------
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    nodes, pods, now = read_cluster(args)
+    taken = snapshot.take(nodes, pods, now=now)
+    text = snapshot.dumps(taken, as_json=args.output.endswith(".json"))
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise errors.InputError(f"cannot write {args.output}: {error.strerror or error}") from error
+    print(f"saved {len(taken.nodes)} nodes and {len(taken.pods)} GPU pods to {args.output}", file=sys.stderr)
+    return 0
+
+
+# --- simulate -------------------------------------------------------------------------------------
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    settings = config.load(args.config, policies_dir=args.policies_dir)
+    documents = dryrun.read(args.filename, stdin=sys.stdin)
+    templates = _nodes_file(args.add_nodes) if args.add_nodes else []
+    nodes, pods, now = read_cluster(args)
+    result = simulate_batch([d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates)
+    sys.stdout.write(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes)))
+    return EXIT_ALL_PLACED if result is not None and not result.unplaced and not _denied(result) else EXIT_NOT_PLACED
+
+
+def simulate_batch(
+    objects: Sequence[Mapping[str, Any]], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+    now: float, settings: Any | None = None, templates: Sequence[Mapping[str, Any]] = (),
+) -> simulate.Result | None:
+    """Admit and place the manifests' pods; with `templates`, the fewest added nodes (None: none do)."""
+    loaded = settings if settings is not None else config.load(None)
+    expanded = simulate.expand(objects)
+    documents = [dryrun.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)]
+    outcomes = dryrun.evaluate(documents, settings=loaded)
+    admitted = [outcome.patched for outcome in outcomes]
+    for pod, outcome in zip(admitted, outcomes):
+        pod.setdefault("metadata", {})["namespace"] = outcome.namespace
+    denials = {i: o.decision.denial_message for i, o in enumerate(outcomes) if not o.decision.allowed}
+    cluster = analysis.Cluster(nodes, pods, now=now)
+    if templates:
+        return simulate.with_added_nodes(admitted, cluster=cluster, templates=templates, denials=denials)
+    return simulate.run(admitted, cluster=cluster, denials=denials)
+
+
+def _denied(result: simulate.Result) -> bool:
+    return any(landing.denied for landing in result.landings)
+
+
+def _nodes_file(path: str) -> list[dict[str, Any]]:
+    found = [d.object for d in dryrun.read([path], stdin=sys.stdin) if d.object.get("kind") == "Node"]
+    if not found:
+        raise errors.InputError(f"{path}: no Node objects to add")
+    return found
+
+
+def simulation_json(result: simulate.Result | None) -> dict[str, Any]:
+    if result is None:
+        return {"placements": [], "addedNodes": None, "cards": None}
+    return {
+        "placements": [
+            {
+                "pod": landing.pod,
+                "node": landing.node or None,
+                "cards": list(landing.cards),
+                "ties": list(landing.ties),
+                "denied": landing.denied or None,
+                "gpu": landing.managed,
+                "nodes": [
+                    {"node": v.node, "fits": v.fits, "reasons": [render.reason_json(r) for r in v.reasons]} for v in landing.verdicts
+                ],
+            }
+            for landing in result.landings
+        ],
+        "addedNodes": result.added,
+        "cards": inspection.as_json(result.states.values()),
+    }
+
+
+def render_simulation(result: simulate.Result | None, *, output: str, asked_for_nodes: bool = False) -> str:
+    if output == "json":
+        return json.dumps(simulation_json(result), indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(simulation_json(result), sort_keys=False)
+    if result is None:
+        return "no number of added nodes (up to %d) lets every pod fit: the pods do not fit that kind of node\n" % simulate.MAX_ADDED_NODES
+    rows = [["POD", "NODE", "CARDS", "NOTE"]]
+    for landing in result.landings:
+        if landing.denied:
+            rows.append([landing.pod, "-", "-", f"denied at admission: {landing.denied}"])
+        elif not landing.managed:
+            rows.append([landing.pod, "-", "-", "asks for no GPU the extender places; not simulated"])
+        elif landing.placed:
+            note = f"as good: {', '.join(landing.ties[:3])}{' ...' if len(landing.ties) > 3 else ''}" if landing.ties else ""
+            rows.append([landing.pod, landing.node, ",".join(f"GPU{i}" for i in landing.cards), note])
+        else:
+            rows.append([landing.pod, "-", "-", "does not fit: " + ", ".join(sorted({str(c) for v in landing.verdicts for c in v.codes}))])
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    for landing in result.landings:
+        if landing.managed and not landing.placed and not landing.denied:
+            lines += ["", f"{landing.pod} does not fit:", *render.grouped(landing.verdicts)]
+    if asked_for_nodes:
+        lines += ["", f"Nodes to add: {result.added}"]
+    lines += ["", inspection.summary(result.states.values()).rstrip("\n")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,208 @@
+"""`explain`'s output: the JSON contract (also YAML) and the table for people.
+
+JSON (stable; README "explain"):
+
+    {"pod": "ns/name",
+     "admission": {"allowed": true, "violations": [{"policy", "action", "message"}], "warnings": [...]} | null,
+     "request": {"family", "memoryGiB", "corePercent", "cards", "modes": [...], "selectors": [...], "problem"},
+     "bound": {"node", "cards": [...], "memoryGiB", "corePercent"} | null,
+     "nodes": [{"node", "fits", "reasons": [{"code", "message"}], "cards": [...], "chosen": [...]}],
+     "suggestion": {"node", "change", "moves": [...]} | null}
+
+`cards` of a node: `{"index", "model", "memoryGiB", "usedGiB", "freeGiB", "coreUsed", "whole", "pods"}`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TypedDict
+
+import yaml
+
+from webhook.extender import cards, reasons
+from webhook.explain import analysis
+
+MAX_NODES_SHOWN = 10
+
+
+class ReasonJson(TypedDict):
+    code: str
+    message: str
+
+
+class CardJson(TypedDict):
+    index: int
+    model: str
+    memoryGiB: int
+    usedGiB: int
+    freeGiB: int
+    coreUsed: int
+    whole: bool
+    pods: list[str]
+
+
+class NodeJson(TypedDict):
+    node: str
+    fits: bool
+    reasons: list[ReasonJson]
+    cards: list[CardJson]
+    chosen: list[int]
+
+
+class RequestJson(TypedDict):
+    family: str
+    memoryGiB: int
+    corePercent: int
+    cards: int
+    modes: list[str]
+    selectors: list[str]
+    problem: str
+
+
+class ReportJson(TypedDict):
+    pod: str
+    admission: dict[str, Any] | None
+    request: RequestJson
+    bound: dict[str, Any] | None
+    nodes: list[NodeJson]
+    suggestion: dict[str, Any] | None
+
+
+def card_json(card: cards.CardState) -> CardJson:
+    return {
+        "index": card.index,
+        "model": card.card.model,
+        "memoryGiB": card.card.memory_gib,
+        "usedGiB": card.card.memory_gib if card.whole_used else min(card.memory_used, card.card.memory_gib),
+        "freeGiB": card.memory_free,
+        "coreUsed": min(card.core_used, cards.CORE_PER_CARD),
+        "whole": card.whole_used,
+        "pods": [a.pod_key for a in card.allocations],
+    }
+
+
+def reason_json(reason: reasons.Reason) -> ReasonJson:
+    return {"code": str(reason.code), "message": reason.message}
+
+
+def as_json(report: analysis.Report) -> ReportJson:
+    admission = report.admission
+    request = report.request
+    return {
+        "pod": report.pod,
+        "admission": None
+        if admission is None
+        else {
+            "allowed": admission.allowed,
+            "violations": [{"policy": v.policy, "action": str(v.action), "message": v.message} for v in admission.violations],
+            "warnings": list(admission.warnings),
+        },
+        "request": {
+            "family": report.family,
+            "memoryGiB": request.memory_gib,
+            "corePercent": request.core_percent,
+            "cards": request.cards,
+            "modes": list(report.modes),
+            "selectors": list(report.selectors),
+            "problem": request.problem,
+        },
+        "bound": None
+        if report.bound is None
+        else {
+            "node": report.bound.node,
+            "cards": list(report.bound.cards),
+            "memoryGiB": report.bound.memory_gib,
+            "corePercent": report.bound.core_percent,
+        },
+        "nodes": [
+            {
+                "node": v.node,
+                "fits": v.fits,
+                "reasons": [reason_json(r) for r in v.reasons],
+                "cards": [card_json(c) for c in (v.state.cards if v.state is not None else ())],
+                "chosen": list(v.cards),
+            }
+            for v in report.nodes
+        ],
+        "suggestion": None
+        if report.suggestion is None
+        else {"node": report.suggestion.node, "change": report.suggestion.change, "moves": list(report.suggestion.moves)},
+    }
+
+
+def render(report: analysis.Report, *, output: str) -> str:
+    if output == "json":
+        return json.dumps(as_json(report), indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(as_json(report), sort_keys=False)
+    return table(report)
+
+
+def table(report: analysis.Report) -> str:
+    lines = [f"Pod:        {report.pod}"]
+    lines.append(f"Admission:  {_admission(report)}")
+    lines.append(f"Request:    {_request(report)}")
+    if report.modes:
+        lines.append(f"Modes:      {', '.join(report.modes)}")
+    lines.append(f"Selectors:  {'; '.join(report.selectors) if report.selectors else 'none'}")
+    if report.bound is not None:
+        where = ", ".join(f"GPU{i}" for i in report.bound.cards) or "no card recorded (no allocation annotation)"
+        lines.append(f"Bound:      node {report.bound.node}, {where}")
+        return "\n".join(lines) + "\n"
+    if not report.managed:
+        lines.append("Per node:   the pod asks for no GPU the extender places; nothing to explain")
+        return "\n".join(lines) + "\n"
+    lines.append("Per node:")
+    lines.extend(grouped(report.nodes))
+    suggestion = report.suggestion
+    if any(v.fits for v in report.nodes):
+        fitting = [v for v in report.nodes if v.fits]
+        lines.append(f"Best node:  {fitting[0].node} fits now" + (f" (GPU{','.join(map(str, fitting[0].cards))})" if fitting[0].cards else ""))
+    elif suggestion is not None:
+        lines.append(f"Best node:  {suggestion.node}: {suggestion.change}")
+    else:
+        lines.append("Best node:  none: no GPU node can take this pod by changing its occupation")
+    return "\n".join(lines) + "\n"
+
+
+def grouped(verdicts: Sequence[analysis.NodeVerdict]) -> list[str]:
+    """Nodes grouped by reason code (a node under each of its codes), fitting nodes last."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for verdict in verdicts:
+        if verdict.fits:
+            groups.setdefault("FITS", []).append((verdict.node, "fits" + (f" on GPU{','.join(map(str, verdict.cards))}" if verdict.cards else "")))
+        for reason in verdict.reasons:
+            groups.setdefault(str(reason.code), []).append((verdict.node, reason.message))
+    lines: list[str] = []
+    if not groups:
+        return ["  no GPU node in the cluster"]
+    for code in sorted(groups, key=lambda c: (c == "FITS", c)):
+        members = groups[code]
+        names = [n for n, _ in members]
+        shown = ", ".join(names[:MAX_NODES_SHOWN]) + (f" and {len(names) - MAX_NODES_SHOWN} more" if len(names) > MAX_NODES_SHOWN else "")
+        lines.append(f"  {code} ({len(names)} node{'s' if len(names) != 1 else ''}): {shown}")
+        for name, message in members[:MAX_NODES_SHOWN]:
+            lines.append(f"    {name}: {message}")
+    return lines
+
+
+def _admission(report: analysis.Report) -> str:
+    decision = report.admission
+    if decision is None:
+        return "not evaluated"
+    if not decision.violations:
+        return "allowed, no policy violated"
+    shown = "; ".join(v.message for v in decision.violations)
+    return f"{'allowed' if decision.allowed else 'DENIED'}: {shown}"
+
+
+def _request(report: analysis.Report) -> str:
+    request = report.request
+    if request.problem:
+        return f"malformed: {request.problem}"
+    if request.family is not None:
+        return request.describe()
+    if report.family:
+        return f"{report.family}: placed by kube-scheduler and the device plugin, not by the GPU extender"
+    return "no GPU"

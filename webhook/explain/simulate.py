@@ -1,0 +1,198 @@
+"""Place a batch of GPU pods, in order, on a copy of the cluster's allocation: where each would land.
+
+Each pod goes through what the real path does, in the same order: the admission engine (its
+mutations, e.g. GPU101's mode selector, change where the pod may go; a denied pod never exists),
+kube-scheduler's node checks (`predicates`), the extender's filter and prioritize
+(`placement.evaluate`, `placement.scores`), and the extender's card choice on the chosen node
+(`placement.choose`: binpack/spread, topology sets). The pod's allocation is then added to the
+copy, so the next pod sees it. Nothing is written anywhere.
+
+kube-scheduler adds the extender's score (weight 5 in `deploy/scheduler-config.yaml`) to its own
+plugins' scores, and picks at random among equal totals. GPU pods on otherwise equal nodes get equal
+in-tree scores, so the simulation takes the highest extender score and, among equal ones, the first
+node by name, and reports the other equally good nodes as `ties`: the real scheduler may pick any
+of them.
+
+Workloads in the manifests (Deployment, ReplicaSet, StatefulSet, ReplicationController: `replicas`;
+Job: `parallelism`) become that many pods of their template, named `<name>-<i>`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from policies import podspec
+from webhook.extender import cards, placement
+from webhook.explain import analysis, predicates
+
+Object = dict[str, Any]
+REPLICATED = {"Deployment": "replicas", "ReplicaSet": "replicas", "StatefulSet": "replicas", "ReplicationController": "replicas", "Job": "parallelism"}
+MAX_ADDED_NODES = 1000
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Landing:
+    pod: str  # namespace/name
+    node: str = ""  # "" where it does not fit
+    cards: tuple[int, ...] = ()
+    ties: tuple[str, ...] = ()  # other nodes with the same extender score
+    denied: str = ""  # the admission denial, where there is one
+    verdicts: tuple[analysis.NodeVerdict, ...] = ()  # why no node took it
+    managed: bool = True  # False: asks for nothing the extender places (not simulated)
+
+    @property
+    def placed(self) -> bool:
+        return bool(self.node)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Result:
+    landings: tuple[Landing, ...]
+    states: dict[str, cards.NodeState]
+    added: int = 0  # nodes added from the template (--add-nodes)
+
+    @property
+    def unplaced(self) -> int:
+        return sum(1 for landing in self.landings if landing.managed and not landing.placed)
+
+
+def expand(objects: Sequence[Mapping[str, Any]]) -> list[Object]:
+    """Pods of the manifests, workloads expanded to their replicas, in order."""
+    pods: list[Object] = []
+    for obj in objects:
+        kind = obj.get("kind")
+        metadata = podspec.mapping(obj.get("metadata"))
+        if kind == "Pod":
+            pods.append(copy.deepcopy(dict(obj)))
+        elif kind in REPLICATED or kind == "CronJob":
+            spec = podspec.mapping(obj.get("spec"))
+            if kind == "CronJob":
+                spec = podspec.mapping(podspec.mapping(spec.get("jobTemplate")).get("spec"))
+            count = spec.get(REPLICATED.get(str(kind), "parallelism"), 1)
+            count = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 1
+            template = podspec.mapping(spec.get("template"))
+            for index in range(count):
+                pods.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            **copy.deepcopy(dict(podspec.mapping(template.get("metadata")))),
+                            "name": f"{metadata.get('name', 'pod')}-{index}",
+                            "namespace": metadata.get("namespace", ""),
+                        },
+                        "spec": copy.deepcopy(dict(podspec.mapping(template.get("spec")))),
+                    }
+                )
+    return pods
+
+
+def run(
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    cluster: analysis.Cluster,
+    denials: Mapping[int, str] | None = None,
+    extra_nodes: Sequence[Mapping[str, Any]] = (),
+) -> Result:
+    """Place `pods` in order (`denials`: pod position -> admission message; those are skipped)."""
+    nodes: dict[str, Mapping[str, Any]] = {name: cluster.nodes[name] for name in cluster.gpu_nodes()}
+    states: dict[str, cards.NodeState] = {}
+    for name in nodes:
+        state = cluster.state(name)
+        if state is not None:
+            states[name] = state
+    stale = {name: cluster.stale(name) for name in nodes}
+    for extra in extra_nodes:
+        name = str(podspec.mapping(extra.get("metadata")).get("name", ""))
+        nodes[name] = extra
+        states[name] = cards.node_state(extra, (), now=cluster.now, ttl=cluster.ttl, reservations={})
+        stale[name] = frozenset()
+    landings: list[Landing] = []
+    for position, pod in enumerate(pods):
+        metadata = podspec.mapping(pod.get("metadata"))
+        key = f"{metadata.get('namespace', '') or 'default'}/{metadata.get('name', '')}"
+        if denials and position in denials:
+            landings.append(Landing(pod=key, denied=denials[position]))
+            continue
+        request = cards.pod_request(pod)
+        if not request.managed:
+            landings.append(Landing(pod=key, managed=False))
+            continue
+        candidates = [
+            name
+            for name, node in nodes.items()
+            if name in states and placement.evaluate(request, states[name], decide=False).fits and not predicates.check(pod, node)
+        ]
+        if not candidates:
+            verdicts = tuple(
+                analysis.verdict(pod, request, node=node, name=name, state=states.get(name), stale=stale[name])
+                for name, node in nodes.items()
+            )
+            landings.append(Landing(pod=key, verdicts=verdicts))
+            continue
+        scores = placement.scores(request, states=states, names=candidates)
+        top = max(scores.values())
+        best = sorted(name for name in candidates if scores[name] == top)
+        chosen = best[0]
+        fit = placement.evaluate(request, states[chosen])
+        state = states[chosen]
+        allocation = cards.Allocation(
+            uid=f"simulated-{position}", namespace=str(metadata.get("namespace", "") or "default"), name=str(metadata.get("name", "")),
+            node=chosen, cards=fit.cards, memory_gib=request.memory_gib, core_percent=request.core_percent,
+            whole=bool(request.cards), assumed_at=cluster.now, bound=True,
+        )
+        states[chosen] = cards.occupy(state.node, [*state.allocations, *state.orphans, allocation])
+        landings.append(Landing(pod=key, node=chosen, cards=fit.cards, ties=tuple(best[1:])))
+    return Result(landings=tuple(landings), states=states, added=len(extra_nodes))
+
+
+def copies(templates: Sequence[Mapping[str, Any]], count: int) -> list[Object]:
+    """`count` new nodes cycling through `templates`, named `<template>-added-<i>`, with no ledger."""
+    made: list[Object] = []
+    for index in range(count):
+        template = templates[index % len(templates)]
+        node = copy.deepcopy(dict(template))
+        metadata = dict(podspec.mapping(node.get("metadata")))
+        metadata["name"] = f"{metadata.get('name', 'node')}-added-{index + 1}"
+        annotations = {k: v for k, v in podspec.mapping(metadata.get("annotations")).items() if k != cards.RESERVATIONS_ANNOTATION}
+        metadata["annotations"] = annotations
+        node["metadata"] = metadata
+        made.append(node)
+    return made
+
+
+def with_added_nodes(
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    cluster: analysis.Cluster,
+    templates: Sequence[Mapping[str, Any]],
+    denials: Mapping[int, str] | None = None,
+) -> Result | None:
+    """The fewest copies of `templates` with which every pod fits (doubling, then bisection);
+    None where even MAX_ADDED_NODES do not do (the pods do not fit that kind of node)."""
+    first = run(pods, cluster=cluster, denials=denials)
+    if not first.unplaced:
+        return first
+    if not templates:
+        return None
+    low, high = 0, 1
+    found: Result | None = None
+    while high <= MAX_ADDED_NODES:
+        attempt = run(pods, cluster=cluster, denials=denials, extra_nodes=copies(templates, high))
+        if not attempt.unplaced:
+            found = attempt
+            break
+        low, high = high, high * 2
+    if found is None:
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        attempt = run(pods, cluster=cluster, denials=denials, extra_nodes=copies(templates, middle))
+        if attempt.unplaced:
+            low = middle
+        else:
+            high, found = middle, attempt
+    return found

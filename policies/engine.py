@@ -9,10 +9,16 @@ Public API (the webhook, the dry-run CLI and audit all call exactly this):
 How a request is evaluated:
 
 1. Short-circuits, each `allowed` with no patch and `exempt_reason` saying why: an exempt
-   namespace; an object that is not a Pod or a supported workload; DELETE and CONNECT; Pod UPDATE
-   other than the `ephemeralcontainers` subresource (the pod spec is immutable, nothing these
-   policies judge can change); a workload UPDATE whose pod template is unchanged (so a template
-   that predates the webhook does not block scaling or relabelling; audit reports it).
+   namespace; an object that is not a Pod, a supported workload or a kind some policy judges
+   without a pod template (ConfigMap, Secret: GPU007); DELETE and CONNECT; a Pod UPDATE through
+   a subresource other than `ephemeralcontainers` (status, binding, ...); a workload UPDATE whose
+   pod template is unchanged (so a template that predates the webhook does not block scaling or
+   relabelling; audit reports it).
+   Only the policies whose `kinds` include the object's kind run (`policy.judges`): pod policies
+   never see a ConfigMap, GPU007 never sees a Pod. A plain Pod UPDATE (no subresource) is judged
+   only by the policies that declare `pod_updates` (GPU008: the allocation annotations); for every
+   other policy the pod spec it judged at create is immutable, so a running pod's label or
+   annotation edit is neither refused nor patched by them.
 2. Mutators run in ID order on an in-memory copy, each on the previous one's output. A mutator
    acting `enforce` applies its additions; `warn` only warns with what it would add; `audit` only
    records it. Mutation runs on Pods (CREATE, and the `ephemeralcontainers` subresource, where only
@@ -57,6 +63,10 @@ from policies import builtin, model, patching, podspec, policy
 from policies import settings as settings_
 
 POLICIES: tuple[policy.Policy, ...] = builtin.POLICIES
+# Kinds without a pod template that some built-in judges (GPU007: ConfigMap, Secret).
+_TEMPLATELESS_KINDS: frozenset[str] = frozenset(
+    kind for item in POLICIES for kind in getattr(item, "kinds", ()) if kind not in podspec.SUPPORTED_KINDS
+)
 
 EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
 
@@ -115,14 +125,16 @@ def _short_circuit(request: model.Request, *, settings: settings_.Settings) -> s
     if namespace in settings.exempt_namespaces:
         return f"namespace {namespace} is exempt"
     found = podspec.template(request.object)
-    if found is None:
-        kind = podspec.mapping(request.object).get("kind")
+    kind = podspec.mapping(request.object).get("kind")
+    if found is None and kind not in _TEMPLATELESS_KINDS:
         return f"kind {kind!r} has no pod template"
     if request.operation not in ("CREATE", "UPDATE"):
         return f"operation {request.operation} is not evaluated"
+    if found is None:  # a ConfigMap or Secret: every CREATE and UPDATE, no subresource
+        return f"subresource {request.subresource} is not evaluated" if request.subresource else ""
     if request.operation == "UPDATE":
-        if found.is_pod and request.subresource != EPHEMERAL_SUBRESOURCE:
-            return "a pod update cannot change what these policies check"
+        if found.is_pod and request.subresource not in ("", EPHEMERAL_SUBRESOURCE):
+            return f"subresource {request.subresource} is not evaluated"
         if not found.is_pod:
             old = podspec.template(request.old_object)
             if old is not None and (old.spec, old.annotations) == (found.spec, found.annotations):
@@ -140,8 +152,16 @@ def _context(
     ephemeral_only: bool,
 ) -> policy.Context:
     found = podspec.template(working)
-    if found is None:  # mutators only add below the template, so it cannot disappear
-        raise RuntimeError("the pod template vanished during mutation")
+    if found is None:
+        kind = working.get("kind")
+        if kind not in _TEMPLATELESS_KINDS:  # mutators only add below the template: it cannot vanish
+            raise RuntimeError("the pod template vanished during mutation")
+        # No pod in it: an empty template carrying the object's metadata, and no containers.
+        metadata = podspec.mapping(working.get("metadata"))
+        empty = podspec.Template(kind=str(kind), spec_path="", spec={}, metadata_path="/metadata", metadata=metadata)
+        return policy.Context(
+            request=request, settings=settings, template=empty, containers=(), whole_pod=True, object=working
+        )
     containers = tuple(podspec.iter_containers(found.spec, spec_path=found.spec_path))
     if ephemeral_only:
         old = podspec.template(request.old_object)
@@ -238,7 +258,10 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
     ephemeral_only = request.subresource == EPHEMERAL_SUBRESOURCE
     working: dict[str, Any] = patching.thaw(request.object)
     outcome = _Outcome()
-    registered = (*POLICIES, *settings.user_policies)
+    kind = working.get("kind")
+    registered = tuple(p for p in (*POLICIES, *settings.user_policies) if policy.judges(p, kind))
+    if request.operation == "UPDATE" and kind == "Pod" and not request.subresource:
+        registered = tuple(p for p in registered if policy.judges_pod_updates(p))
     ordered = [p for p in registered if isinstance(p, policy.Mutator)] + [
         p for p in registered if not isinstance(p, policy.Mutator)
     ]

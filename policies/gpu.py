@@ -8,7 +8,7 @@ The relation that matters most:
 
 | resource family (what the pod asks for)        | modes (`ack.node.gpu.schedule`) that serve it |
 |------------------------------------------------|-----------------------------------------------|
-| `nvidia.com/gpu`                               | default (also: label absent)                  |
+| `nvidia.com/gpu` (and any other `nvidia.com/*`) | default (also: label absent)                  |
 | `aliyun.com/gpu-mem`                           | cgpu, share, mps, core_mem                    |
 | `aliyun.com/gpu-mem` + `gpu-core.percentage`   | core_mem                                      |
 | `aliyun.com/gpu`                               | topology                                      |
@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import podspec
+from policies import podrequests, podspec
 
 # --- node labels --------------------------------------------------------------------------------
 
@@ -76,10 +76,24 @@ class Resource(enum.StrEnum):
 
 
 GPU_RESOURCES: frozenset[str] = frozenset(Resource)
-# The resources the scheduler extender places (DESIGN section 3).
-EXTENDER_RESOURCES: frozenset[str] = frozenset(
-    {Resource.GPU_MEM, Resource.GPU_CORE_PERCENTAGE, Resource.ALIYUN_GPU}
-)
+# Every extended resource in NVIDIA's domain is a GPU device request: NVIDIA's device plugin names
+# MIG slices `nvidia.com/mig-<profile>` (the mixed MIG strategy), renamed shared cards
+# `nvidia.com/gpu.shared` (time-slicing or MPS with renameByDefault) or whatever its config renames
+# them to, and KubeVirt's GPU device plugin uses the card's PCI name. All of them come from the
+# NVIDIA device plugin on `default`-mode nodes, so they belong to the exclusive family (one family
+# per pod: `nvidia.com/gpu` beside a MIG slice is fine, beside `aliyun.com/gpu-mem` it is not).
+NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
+
+
+def is_gpu_resource(name: object) -> bool:
+    """Whether a resource name asks for a GPU: one of `Resource`, or any `nvidia.com/*` name."""
+    return isinstance(name, str) and (name in GPU_RESOURCES or name.startswith(NVIDIA_RESOURCE_PREFIX))
+
+# The resources the scheduler extender places (DESIGN section 3), in one order (memory, core
+# percentage, whole cards) for the extender's request arithmetic; `nvidia.com/gpu` is not one of
+# them: the kubelet's device manager hands out those cards itself.
+EXTENDER_MANAGED: tuple[Resource, ...] = (Resource.GPU_MEM, Resource.GPU_CORE_PERCENTAGE, Resource.ALIYUN_GPU)
+EXTENDER_RESOURCES: frozenset[str] = frozenset(EXTENDER_MANAGED)
 MAX_CORE_PERCENTAGE = 100
 
 
@@ -111,7 +125,10 @@ _MODES_FOR: Mapping[Family, tuple[Mode, ...]] = {
 
 def family_of(resource: str) -> Family | None:
     """The family a resource name belongs to; None for anything that is not a GPU resource."""
-    return _FAMILY_OF.get(resource)
+    found = _FAMILY_OF.get(resource)
+    if found is None and is_gpu_resource(resource):
+        return Family.EXCLUSIVE  # MIG slices, shared and renamed cards of NVIDIA's device plugin
+    return found
 
 
 def modes_for(family: Family) -> tuple[Mode, ...]:
@@ -147,7 +164,7 @@ def container_gpu_resources(container: Mapping[str, Any]) -> frozenset[str]:
     resources = podspec.mapping(container.get("resources"))
     names: set[str] = set()
     for section in ("limits", "requests"):
-        names.update(k for k in podspec.mapping(resources.get(section)) if k in GPU_RESOURCES)
+        names.update(k for k in podspec.mapping(resources.get(section)) if is_gpu_resource(k))
     return frozenset(names)
 
 
@@ -176,6 +193,15 @@ def pod_family(spec: Mapping[str, Any]) -> Family | None:
     return family
 
 
+def pod_gpu_requests(spec: Mapping[str, Any]) -> podrequests.PodRequests:
+    """The pod's effective request of every GPU resource, counted as Kubernetes counts it.
+
+    Sidecars add to the regular containers, an init container needs its own amount plus the
+    sidecars started before it, the pod needs the largest of these (see `podrequests`).
+    """
+    return podrequests.pod_requests(spec, wanted=is_gpu_resource)
+
+
 def pod_requests_gpu(spec: Mapping[str, Any]) -> bool:
     """Whether any container of the pod spec mentions a GPU resource."""
     return any(requests_gpu(ref.container) for ref in podspec.iter_containers(spec, spec_path=""))
@@ -193,6 +219,27 @@ GPUSHARE_MEM_POD_ANNOTATION = "ALIYUN_COM_GPU_MEM_POD"
 GPUSHARE_MEM_DEV_ANNOTATION = "ALIYUN_COM_GPU_MEM_DEV"
 GPUSHARE_MEM_ASSIGNED_ANNOTATION = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 GPUSHARE_MEM_ASSUME_TIME_ANNOTATION = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+# Our own JSON allocation (node, card indices, GiB and core percent per card), written beside them.
+ALLOCATION_ANNOTATION = "gpu-admission.io/allocation"
+# Every pod annotation the extender's accounting, the device plugin and `inspect` read a card
+# allocation from: only a Binding from the extender may carry them (GPU008).
+ALLOCATION_ANNOTATIONS: tuple[str, ...] = (
+    GPUSHARE_MEM_IDX_ANNOTATION,
+    GPUSHARE_MEM_POD_ANNOTATION,
+    GPUSHARE_MEM_DEV_ANNOTATION,
+    GPUSHARE_MEM_ASSIGNED_ANNOTATION,
+    GPUSHARE_MEM_ASSUME_TIME_ANNOTATION,
+    ALLOCATION_ANNOTATION,
+)
+
+
+def pod_extender_resources(spec: Mapping[str, Any]) -> frozenset[str]:
+    """The extender-managed resources any container of the pod spec names (any value)."""
+    found: set[str] = set()
+    for ref in podspec.iter_containers(spec, spec_path=""):
+        found.update(container_gpu_resources(ref.container) & EXTENDER_RESOURCES)
+    return frozenset(found)
+
 
 # --- container environment ------------------------------------------------------------------------
 
@@ -205,6 +252,47 @@ VISIBLE_DEVICES_SAFE_VALUES: frozenset[str] = frozenset({"void", "none"})
 def is_safe_visible_devices(value: object) -> bool:
     """Whether an NVIDIA_VISIBLE_DEVICES value exposes no card (`void` or `none`)."""
     return isinstance(value, str) and value.strip().lower() in VISIBLE_DEVICES_SAFE_VALUES
+
+
+# The isolation variables: what the gpushare device plugin hands a container in its Allocate
+# response (AliyunContainerService/gpushare-device-plugin, pkg/gpu/nvidia/allocate.go and const.go:
+# the card index, the pod's and the container's GiB, the card's GiB, and `CGPU_DISABLE=true` only
+# where the admin labels the node `cgpu.disable.isolation`), and what the cGPU isolation layer reads
+# from the container's environment to size and place its instance (the cGPU README and ACK's "use
+# Docker to install and use cGPU": `CGPU_DISABLE`, `ALIYUN_COM_GPU_MEM_DEV`,
+# `ALIYUN_COM_GPU_MEM_CONTAINER`, `ALIYUN_COM_GPU_VISIBLE_DEVICES`, `ALIYUN_COM_GPU_SCHD_WEIGHT`,
+# with `ALIYUN_COM_GPU_MEM_UNIT` beside them in ACK's own allocators). A pod's env is applied after
+# the device plugin's, so a pod that sets any of these overrides what it was allocated: no
+# isolation, a bigger share, another card. The pod may not set them at all.
+ISOLATION_ENV: frozenset[str] = frozenset(
+    {
+        "ALIYUN_COM_GPU_MEM_IDX",
+        "ALIYUN_COM_GPU_MEM_POD",
+        "ALIYUN_COM_GPU_MEM_CONTAINER",
+        "ALIYUN_COM_GPU_MEM_DEV",
+        "ALIYUN_COM_GPU_MEM_UNIT",
+        "ALIYUN_COM_GPU_VISIBLE_DEVICES",
+        "ALIYUN_COM_GPU_SCHD_WEIGHT",
+        "CGPU_DISABLE",
+    }
+)
+# Every name a pod's environment must not deliver (GPU001), and no ConfigMap or Secret may carry as a
+# key (GPU007): NVIDIA_VISIBLE_DEVICES (void/none excepted, by value only) and the isolation
+# variables. Left out on purpose, from the NVIDIA container toolkit's hook
+# (nvidia-container-runtime-hook, container_config.go): NVIDIA_DRIVER_CAPABILITIES and
+# NVIDIA_REQUIRE_* choose driver libraries and checks, not cards; NVIDIA_MIG_CONFIG_DEVICES and
+# NVIDIA_MIG_MONITOR_DEVICES make the hook refuse a container that is not privileged (and a
+# privileged GPU pod is GPU002's); CUDA_VISIBLE_DEVICES only narrows what the container already has.
+GUARDED_ENV: frozenset[str] = frozenset({VISIBLE_DEVICES_ENV, *ISOLATION_ENV})
+
+
+def composed_guarded_env(prefix: str) -> frozenset[str]:
+    """The guarded names an `envFrom` with `prefix` can compose from some key (prefix + key).
+
+    Keys are never empty, so only names the prefix is a proper beginning of count; "" composes all
+    of them (that case is GPU007's, which keeps every key equal to a guarded name out of sources).
+    """
+    return frozenset(name for name in GUARDED_ENV if name.startswith(prefix) and len(name) > len(prefix))
 
 
 # --- label values ---------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ class Context:
 
     request: model.Request
     settings: settings.Settings
+    # The pod template; for a kind without one (a ConfigMap, a Secret) an empty template whose
+    # metadata is the object's, and `containers` is empty: judge `object` there.
     template: podspec.Template
     # The containers in scope: all of them, or only the new ephemeral containers when the request
     # is the `ephemeralcontainers` subresource (nothing else of the pod can change there).
@@ -73,6 +75,19 @@ class Policy(abc.ABC):
     kind: ClassVar[model.PolicyKind]
     summary: ClassVar[str]
     default_action: ClassVar[model.Action] = model.Action.ENFORCE
+    # The object kinds the policy judges: Pods and the workloads holding a pod template, unless a
+    # policy says otherwise (GPU007 judges ConfigMaps and Secrets); the engine runs a policy only
+    # on its kinds, so a pod policy never sees a ConfigMap.
+    kinds: ClassVar[frozenset[str]] = podspec.SUPPORTED_KINDS
+    # Whether the policy also judges a plain pod UPDATE (the pod itself, not a subresource), with
+    # the stored pod in `request.old_object`. Only GPU008 does (the allocation annotations): every
+    # other policy judges what a pod is created with, and must neither refuse nor patch a running
+    # pod's unrelated update.
+    pod_updates: ClassVar[bool] = False
+    # Whether the policy can judge an object as stored (the audit). False for a policy that judges
+    # what a request writes and the stored object legitimately carries afterwards (GPU008: a bound
+    # pod has spec.nodeName and the extender's annotations); the audit leaves such a policy out.
+    stored_objects: ClassVar[bool] = True
 
     def enabled(self, context: Context) -> bool:
         """Whether the settings switch the policy on at all; a disabled policy is skipped."""
@@ -88,6 +103,17 @@ class Validator(Policy):
     @abc.abstractmethod
     def validate(self, context: Context) -> Iterable[Finding]:
         """Every finding on the pod in `context`."""
+
+
+def judges(item: Policy, kind: object) -> bool:
+    """Whether `item` judges objects of `kind` (a policy without `kinds` judges pod-bearing kinds)."""
+    kinds = getattr(item, "kinds", podspec.SUPPORTED_KINDS)
+    return isinstance(kind, str) and kind in kinds
+
+
+def judges_pod_updates(item: Policy) -> bool:
+    """Whether `item` judges a plain pod UPDATE (see `Policy.pod_updates`)."""
+    return bool(getattr(item, "pod_updates", False))
 
 
 class PodValidator(Validator):

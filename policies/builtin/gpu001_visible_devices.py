@@ -1,17 +1,35 @@
-"""GPU001: no container picks its GPUs through NVIDIA_VISIBLE_DEVICES (seed `003_c28dd89f5a652d9c.txt`).
+"""GPU001: no container sets the environment that picks its GPUs or switches off their isolation.
 
-A container that sets the variable sees cards the scheduler never gave it. Three ways to set it:
+The guarded names are `gpu.GUARDED_ENV`: `NVIDIA_VISIBLE_DEVICES` (seed `003_c28dd89f5a652d9c.txt`;
+the NVIDIA container toolkit exposes the cards it lists) and the GPU-sharing isolation variables
+(`gpu.ISOLATION_ENV`: what the gpushare device plugin sets in its Allocate response, such as
+`ALIYUN_COM_GPU_MEM_CONTAINER`, and what the cGPU layer reads, such as `CGPU_DISABLE`). The kubelet
+applies the pod's environment after the device plugin's, so a pod that names one of them overrides
+what the scheduler gave it: `NVIDIA_VISIBLE_DEVICES=all` turns one accounted card into all of them,
+`CGPU_DISABLE=true` or `ALIYUN_COM_GPU_MEM_CONTAINER=15` turn a 1 GiB share into the whole card.
+Every container kind is judged (init, sidecar, regular, ephemeral), in Pods and workload templates.
 
-- `env[].value`: anything but `void`/`none` (trimmed, any case) fails.
-- `env[].valueFrom`: a ConfigMap/Secret key is looked up when the request carries an
-  `env_lookup`; otherwise, and for `fieldRef`/`resourceFieldRef`, the value is unknown and it fails.
-  Naming the variable explicitly and hiding its value is not something a legitimate pod needs.
-- `envFrom`: a ConfigMap/Secret without a prefix, or with a prefix that begins
-  `NVIDIA_VISIBLE_DEVICES`, can produce it. With `env_lookup` the data decides. Offline the finding
-  is uncertain and is reported as a warning at most: `envFrom` of a ConfigMap is everyday practice,
-  and denying all of it would block far more than it protects. `env` takes precedence over
-  `envFrom` in Kubernetes, so a container that also sets the variable in `env` (as GPU104 does
-  with `void` for containers without GPUs) is judged on `env` alone.
+- `env[].value`: `NVIDIA_VISIBLE_DEVICES` may only be `void`/`none` (trimmed, any case; see
+  `Settings.visible_devices_neutral_value`), which expose no card. An isolation variable may not be
+  set at all, whatever its value (an empty `ALIYUN_COM_GPU_MEM_CONTAINER` switches isolation off).
+- `env[].valueFrom` (configMapKeyRef, secretKeyRef, fieldRef, resourceFieldRef) for a guarded name is
+  refused always, even where today's value is `void`: a ConfigMap or Secret can be edited and an
+  annotation changed before the container (re)starts, and the kubelet reads them only then.
+- `envFrom` with a non-empty `prefix` that begins a guarded name (`NVIDIA_`, `NVIDIA_VISIBLE_`,
+  `ALIYUN_COM_GPU_MEM_`, `CGPU_`, `N`, ...) composes it from an ordinary key (`NVIDIA_` +
+  `VISIBLE_DEVICES`), which no check on the source's keys can see: refused in every container.
+- `envFrom` without a prefix is admitted (it is everyday practice): GPU007 keeps every key equal to
+  a guarded name out of ConfigMaps and Secrets, at creation and at every later update, so the source
+  cannot deliver one, today or later. Where GPU007 does not hold for the source's namespace (not
+  enforced there, or an exception for GPU007 covers it) this falls back to an uncertain finding (a
+  warning at most). With cluster access (`Request.env_lookup`) a source that carries a guarded key
+  today (made before GPU007 was enforced) is refused, naming the keys, never their values.
+
+`env` beats `envFrom` in Kubernetes: a name the container sets in `env` is not taken from any
+`envFrom` source, so a container that sets `NVIDIA_VISIBLE_DEVICES=void` in `env` (GPU104 adds it to
+containers that request no GPU) is not judged for what its `envFrom` could compose as that name.
+GPU104's `void` covers only `NVIDIA_VISIBLE_DEVICES`, and only in containers without a GPU; the
+isolation variables have no neutral value, so prefixes that compose them are refused everywhere.
 """
 
 from __future__ import annotations
@@ -27,28 +45,155 @@ _SOURCE_FIELDS: Mapping[str, Literal["ConfigMap", "Secret"]] = {
     "configMapKeyRef": "ConfigMap",
     "secretKeyRef": "Secret",
 }
+_VALUE_FROM_FIELDS = ("configMapKeyRef", "secretKeyRef", "fieldRef", "resourceFieldRef")
+SOURCE_GUARD = "GPU007"  # the policy that keeps guarded keys out of ConfigMaps and Secrets
 
 
 class VisibleDevices(policy.ContainerValidator):
-    """Refuses NVIDIA_VISIBLE_DEVICES set to anything but void/none, however it is set."""
+    """Refuses every way a container's environment can choose cards or switch off isolation."""
 
     id = "GPU001"
-    summary = "containers must not choose GPUs through NVIDIA_VISIBLE_DEVICES"
+    summary = "containers must not set the environment that chooses GPUs or switches off their isolation"
 
     def check_container(
         self, context: policy.Context, container: podspec.ContainerRef
     ) -> Iterable[policy.Finding]:
         """Findings for the container's env and envFrom."""
-        entries = [
-            e for e in podspec.env_entries(container.container) if e.get("name") == gpu.VISIBLE_DEVICES_ENV
-        ]
-        if entries:
-            return [f for e in entries for f in _check_entry(context, container, e)]
+        found: list[policy.Finding] = []
+        in_env: set[str] = set()
+        for entry in podspec.env_entries(container.container):
+            name = entry.get("name")
+            if not isinstance(name, str):
+                continue
+            in_env.add(name)
+            if name in gpu.GUARDED_ENV:
+                found.extend(_check_entry(context, container, name, entry))
+        for source in podspec.sequence(container.container.get("envFrom")):
+            found.extend(_check_env_from(context, container, podspec.mapping(source), in_env=in_env))
+        return found
+
+
+def _source_of(reference: Mapping[str, Any], fields: Iterable[str]) -> tuple[Literal["ConfigMap", "Secret"], str] | None:
+    for field in fields:
+        ref = podspec.mapping(reference.get(field))
+        if ref:
+            return _SOURCE_FIELDS[field], str(ref.get("name", ""))
+    return None
+
+
+def _check_entry(
+    context: policy.Context, container: podspec.ContainerRef, name: str, entry: Mapping[str, Any]
+) -> list[policy.Finding]:
+    if "valueFrom" in entry and "value" not in entry:
+        reference = podspec.mapping(entry.get("valueFrom"))
+        field = next((f for f in _VALUE_FROM_FIELDS if f in reference), "")
+        if field in ("configMapKeyRef", "secretKeyRef"):
+            ref = podspec.mapping(reference.get(field))
+            where = f"{_SOURCE_FIELDS[field]} {str(ref.get('name', ''))!r} key {str(ref.get('key', ''))!r}"
+        else:
+            where = field or "valueFrom"
+        advice = (
+            f"set it by value to {context.settings.visible_devices_neutral_value or '(empty)'} or drop it"
+            if name == gpu.VISIBLE_DEVICES_ENV
+            else "drop it"
+        )
         return [
-            f
-            for source in podspec.sequence(container.container.get("envFrom"))
-            for f in _check_env_from(context, container, podspec.mapping(source))
+            policy.Finding(
+                detail=f"{container.label} sets {name} from {where}, which can change after admission; {advice}"
+            )
         ]
+    value = entry.get("value")
+    value = "" if value is None else value
+    shown = value if isinstance(value, str) else repr(value)
+    if name == gpu.VISIBLE_DEVICES_ENV:
+        if context.settings.is_neutral_visible_devices(value):
+            return []
+        return [
+            policy.Finding(
+                detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV}={shown}; "
+                f"request GPUs as resources, or use {gpu.VISIBLE_DEVICES_VOID}"
+            )
+        ]
+    return [
+        policy.Finding(
+            detail=f"{container.label} sets {name}={shown}, which the GPU-sharing device plugin sets to "
+            "what the scheduler allocated; remove it and request aliyun.com/gpu-mem instead"
+        )
+    ]
+
+
+def _check_env_from(
+    context: policy.Context, container: podspec.ContainerRef, source: Mapping[str, Any], *, in_env: set[str]
+) -> list[policy.Finding]:
+    found = _source_of(source, ("configMapRef", "secretRef"))
+    if found is None:
+        return []
+    kind, name = found
+    prefix = source.get("prefix")
+    prefix = prefix if isinstance(prefix, str) else ""
+    composed = gpu.composed_guarded_env(prefix) - in_env
+    if not composed:
+        return []
+    if prefix:
+        example = min(composed)
+        return [
+            policy.Finding(
+                detail=f"{container.label} takes envFrom {kind} {name!r} with prefix {prefix!r}, which composes "
+                f"{', '.join(sorted(composed))} from a key such as {example[len(prefix):]!r}; use a prefix that "
+                "begins no GPU variable (e.g. APP_)"
+            )
+        ]
+    data = _lookup(context, kind, name)
+    if data is not None:
+        keys = sorted(k for k in data if k in composed)  # keys only: a Secret's values are never shown
+        if keys:
+            return [
+                policy.Finding(
+                    detail=f"{container.label} takes envFrom {kind} {name!r}, whose key"
+                    f"{'s' if len(keys) > 1 else ''} {', '.join(keys)} would set the GPU environment; "
+                    f"remove {'them' if len(keys) > 1 else 'it'} from the {kind}"
+                )
+            ]
+        return []
+    if sources_guarded(context):
+        return []
+    return [
+        policy.Finding(
+            detail=f"{container.label} takes envFrom {kind} {name!r}, which may set "
+            f"{', '.join(sorted(composed))} ({SOURCE_GUARD} does not guard its keys in namespace "
+            f"{context.namespace}); set {gpu.VISIBLE_DEVICES_ENV}={gpu.VISIBLE_DEVICES_VOID} in env or enforce "
+            f"{SOURCE_GUARD}",
+            certain=False,
+        )
+    ]
+
+
+def sources_guarded(context: policy.Context) -> bool:
+    """Whether GPU007 keeps guarded keys out of every ConfigMap and Secret of the namespace.
+
+    It does where it is enforced there and no unexpired exception for it matches the namespace
+    (an exception may narrow by name or label, which a reference does not tell: any counts).
+    """
+    namespace, labels = context.namespace, context.request.namespace_labels
+    if context.settings.action(SOURCE_GUARD, namespace=namespace, namespace_labels=labels) is not model.Action.ENFORCE:
+        return False
+    now = context.request.now
+    for exception in context.settings.exceptions:
+        if SOURCE_GUARD not in exception.policies:
+            continue
+        if exception.expires is not None and (now is None or exception.expired(now)):
+            continue
+        if exception.namespaces is None or exception.namespaces.matches(
+            namespace, _namespace_labels(namespace, labels)
+        ):
+            return False
+    return True
+
+
+def _namespace_labels(namespace: str, labels: Mapping[str, str] | None) -> Mapping[str, str]:
+    known = dict(labels or {})
+    known.setdefault("kubernetes.io/metadata.name", namespace)
+    return known
 
 
 def _lookup(
@@ -60,113 +205,25 @@ def _lookup(
     return lookup(model.EnvSource(kind=kind, namespace=context.namespace, name=name))
 
 
-def _check_entry(
-    context: policy.Context, container: podspec.ContainerRef, entry: Mapping[str, Any]
-) -> list[policy.Finding]:
-    value_from = entry.get("valueFrom")
-    if value_from is None or "value" in entry:
-        value = entry.get("value")
-        value = "" if value is None else value
-        if context.settings.is_neutral_visible_devices(value):
-            return []
-        shown = value if isinstance(value, str) else repr(value)
-        return [
-            policy.Finding(
-                detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV}={shown}; "
-                f"request GPUs as resources, or use {gpu.VISIBLE_DEVICES_VOID}"
-            )
-        ]
-    reference = podspec.mapping(value_from)
-    for field in ("configMapKeyRef", "secretKeyRef"):
-        ref = podspec.mapping(reference.get(field))
-        if ref:
-            name, key = str(ref.get("name", "")), str(ref.get("key", ""))
-            kind = _SOURCE_FIELDS[field]
-            data = _lookup(context, kind, name)
-            if data is not None:
-                value = data.get(key)
-                if value is None or context.settings.is_neutral_visible_devices(value):
-                    return []
-                return [
-                    policy.Finding(
-                        detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV}={value} "
-                        f"from {kind} {name!r} key {key!r}"
-                    )
-                ]
-            return [
-                policy.Finding(
-                    detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV} from {kind} "
-                    f"{name!r} key {key!r}, whose value cannot be checked"
-                )
-            ]
-    return [
-        policy.Finding(
-            detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV} through valueFrom, "
-            "whose value cannot be checked"
-        )
-    ]
-
-
-def _check_env_from(
-    context: policy.Context, container: podspec.ContainerRef, source: Mapping[str, Any]
-) -> list[policy.Finding]:
-    prefix = source.get("prefix") or ""
-    if not isinstance(prefix, str) or not gpu.VISIBLE_DEVICES_ENV.startswith(prefix):
-        return []
-    key = gpu.VISIBLE_DEVICES_ENV[len(prefix) :]
-    for field in ("configMapRef", "secretRef"):
-        ref = podspec.mapping(source.get(field))
-        if not ref:
-            continue
-        kind = _SOURCE_FIELDS[field]
-        name = str(ref.get("name", ""))
-        data = _lookup(context, kind, name)
-        if data is None:
-            shown_prefix = f" with prefix {prefix!r}" if prefix else ""
-            return [
-                policy.Finding(
-                    detail=f"{container.label} takes envFrom {kind} {name!r}{shown_prefix}, "
-                    f"which may set {gpu.VISIBLE_DEVICES_ENV}; set "
-                    f"{gpu.VISIBLE_DEVICES_ENV}={gpu.VISIBLE_DEVICES_VOID} in env to rule it out",
-                    certain=False,
-                )
-            ]
-        value = data.get(key)
-        if value is not None and not context.settings.is_neutral_visible_devices(value):
-            return [
-                policy.Finding(
-                    detail=f"{container.label} sets {gpu.VISIBLE_DEVICES_ENV}={value} "
-                    f"through envFrom {kind} {name!r} key {key!r}"
-                )
-            ]
-    return []
-
-
 def sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:
     """The ConfigMaps and Secrets this policy would look up for `obj` (pod or workload template).
 
+    Only `envFrom` without a prefix is looked up (everything else is judged from the spec alone).
     A caller with cluster access fetches these before evaluating (the engine never waits on I/O)
-    and hands the data in as `Request.env_lookup`. A superset is harmless: what is not asked for
-    is not read.
+    and hands the data in as `Request.env_lookup`. A superset is harmless: what is not asked for is
+    not read.
     """
     found: set[model.EnvSource] = set()
     for container in podspec.containers(obj):
-        entries = [e for e in podspec.env_entries(container.container) if e.get("name") == gpu.VISIBLE_DEVICES_ENV]
-        for entry in entries:
-            reference = podspec.mapping(entry.get("valueFrom"))
-            for field in ("configMapKeyRef", "secretKeyRef"):
-                ref = podspec.mapping(reference.get(field))
-                if ref and "value" not in entry:
-                    found.add(model.EnvSource(kind=_SOURCE_FIELDS[field], namespace=namespace, name=str(ref.get("name", ""))))
-        if entries:
+        in_env = {e.get("name") for e in podspec.env_entries(container.container)}
+        if gpu.GUARDED_ENV <= in_env:
             continue  # env takes precedence over envFrom
         for source in podspec.sequence(container.container.get("envFrom")):
             source = podspec.mapping(source)
-            prefix = source.get("prefix") or ""
-            if not isinstance(prefix, str) or not gpu.VISIBLE_DEVICES_ENV.startswith(prefix):
+            prefix = source.get("prefix")
+            if isinstance(prefix, str) and prefix:
                 continue
-            for field in ("configMapRef", "secretRef"):
-                ref = podspec.mapping(source.get(field))
-                if ref:
-                    found.add(model.EnvSource(kind=_SOURCE_FIELDS[field], namespace=namespace, name=str(ref.get("name", ""))))
+            ref = _source_of(source, ("configMapRef", "secretRef"))
+            if ref is not None:
+                found.add(model.EnvSource(kind=ref[0], namespace=namespace, name=ref[1]))
     return frozenset(found)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from policies import model, settings
+from policies import gpu, model, settings
 from policies.builtin import gpu001_visible_devices
 from webhook import cli, clustercontext, errors
 from webhook.admission import app as admission_app
@@ -210,20 +210,27 @@ def test_gpu001_names_the_sources_that_can_set_visible_devices() -> None:
             {"configMapRef": {"name": "plain"}},
             {"secretRef": {"name": "creds"}},
             {"configMapRef": {"name": "prefixed"}, "prefix": "APP_"},  # cannot produce the variable
+            # A prefix that composes a guarded name is refused from the spec alone: nothing to read.
             {"configMapRef": {"name": "nvidia"}, "prefix": "NVIDIA_"},
         ]
     })
     found = gpu001_visible_devices.sources(obj, namespace="lab")
-    assert {(s.kind, s.name) for s in found} == {("ConfigMap", "plain"), ("Secret", "creds"), ("ConfigMap", "nvidia")}
+    assert {(s.kind, s.name) for s in found} == {("ConfigMap", "plain"), ("Secret", "creds")}
     assert {s.namespace for s in found} == {"lab"}
 
 
 def test_gpu001_sources_follow_env_precedence_and_value_from() -> None:
+    # valueFrom for a guarded name is refused whatever the source holds, so it is never read; an
+    # envFrom source is still read, because env sets only NVIDIA_VISIBLE_DEVICES and the source could
+    # carry an isolation variable.
     by_value_from = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}],
-                        "envFrom": [{"configMapRef": {"name": "ignored"}}]})
-    assert {s.name for s in gpu001_visible_devices.sources(by_value_from, namespace="n")} == {"cm"}
-    by_value = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], "envFrom": [{"configMapRef": {"name": "ignored"}}]})
-    assert gpu001_visible_devices.sources(by_value, namespace="n") == frozenset()
+                        "envFrom": [{"configMapRef": {"name": "read"}}]})
+    assert {s.name for s in gpu001_visible_devices.sources(by_value_from, namespace="n")} == {"read"}
+    by_value = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], "envFrom": [{"configMapRef": {"name": "read"}}]})
+    assert {s.name for s in gpu001_visible_devices.sources(by_value, namespace="n")} == {"read"}
+    every_name = [{"name": name, "value": "void"} for name in sorted(gpu.GUARDED_ENV)]
+    overridden = pod({"env": every_name, "envFrom": [{"configMapRef": {"name": "ignored"}}]})
+    assert gpu001_visible_devices.sources(overridden, namespace="n") == frozenset()
 
 
 def source(kind: str = "ConfigMap", name: str = "cm") -> model.EnvSource:
@@ -362,9 +369,18 @@ async def test_gpu001_judges_an_env_from_config_map_by_its_data(aiohttp_client: 
     assert answered["response"]["allowed"] is True and not answered["response"].get("warnings")
 
 
-async def test_without_a_cluster_context_env_from_is_an_uncertain_warning(aiohttp_client: Callable[..., Any]) -> None:
+async def test_without_a_cluster_context_env_from_is_admitted_while_gpu007_guards_the_sources(
+    aiohttp_client: Callable[..., Any],
+) -> None:
+    body = review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "devices"}}]}), namespace="lab")
     client = await aiohttp_client(app_with(settings.Settings()))
-    answered = await (await client.post("/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "devices"}}]}), namespace="lab"))).json()
+    answered = await (await client.post("/validate", json=body)).json()
+    assert answered["response"]["allowed"] is True
+    assert not any("GPU001" in w for w in answered["response"].get("warnings", []))
+    # Where GPU007 does not keep guarded keys out of the sources, it is an uncertain warning again.
+    unguarded = settings.from_mapping({"policies": {"GPU007": {"action": "warn"}}})
+    client = await aiohttp_client(app_with(unguarded))
+    answered = await (await client.post("/validate", json=body)).json()
     assert answered["response"]["allowed"] is True and any("GPU001" in w for w in answered["response"]["warnings"])
 
 
@@ -394,9 +410,9 @@ def serve_args(*extra: str) -> argparse.Namespace:
 
 def test_with_access_labels_and_config_maps_are_on_and_secrets_off() -> None:
     parts = clustercontext.wanted(serve_args("--kubeconfig", "kc"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False)
+    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False, nodes=True)
     parts = clustercontext.wanted(serve_args("--no-namespace-labels", "--lookup-secrets"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True)
+    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True, nodes=True)
 
 
 def test_without_access_everything_is_off_and_asking_for_a_part_is_an_error() -> None:

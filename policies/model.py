@@ -74,6 +74,10 @@ class Request:
     # The namespace's labels, for namespace overrides and exceptions by selector; None where the
     # caller does not know them (only kubernetes.io/metadata.name is then assumed).
     namespace_labels: Mapping[str, str] | None = None
+    # The labels of the Node the pod is bound to (`spec.nodeName`), for GPU009 on the
+    # ephemeralcontainers subresource; None where the caller does not know them (offline, lookup
+    # failed, or not looked up), and GPU009 then fails closed.
+    node_labels: Mapping[str, str] | None = None
     # The time the request is judged at, for exception expiry; the engine never reads a clock, so
     # without it an exception with an expiry date does not apply.
     now: datetime.datetime | None = None

@@ -7,7 +7,10 @@ token) the webhook, by default:
   so namespace overrides and exceptions by label selector work as they do in dry-run with
   ``--namespace-labels``; ``/readyz`` is 503 until the first list succeeded;
 - reads the ConfigMaps a pod's ``envFrom``/``valueFrom`` names, for GPU001
-  (``webhook.admission.envsources``: 10 s cache, 1 s per read, offline judgement on timeout).
+  (``webhook.admission.envsources``: 10 s cache, 1 s per read, offline judgement on timeout);
+- reads the Node a running pod is bound to when a privileged ephemeral container is being added
+  to it, for GPU009 (``webhook.admission.nodes``: 10 s cache, 1 s per read; unknown labels fail
+  closed).
 
 Secrets are read only with ``--lookup-secrets``: a webhook that can read every Secret is a prime
 target, so the default leaves Secret-fed ``envFrom`` an uncertain warning (and ``valueFrom`` a
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -33,7 +37,7 @@ from aiohttp import web
 from policies import model
 from webhook import errors, metrics
 from webhook import kube as webhook_kube
-from webhook.admission import envsources, keys, namespaces
+from webhook.admission import envsources, keys, namespaces, nodes
 from webhook.audit import kube
 from webhook.kube import client, client_exceptions
 from webhook.kube import watch as kube_watch
@@ -73,6 +77,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "default: on with cluster access)",
     )
     group.add_argument(
+        "--lookup-nodes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read the Node a pod runs on when a privileged ephemeral container is added to it, for GPU009 "
+        "(10s cache, 1s per read; without it GPU009 allows that only for pods kept off GPU nodes; "
+        "default: on with cluster access)",
+    )
+    group.add_argument(
         "--lookup-secrets",
         action="store_true",
         help="read Secrets too (needs get on secrets cluster-wide, a large privilege; default: off, and "
@@ -93,21 +105,23 @@ class Wanted:
     namespace_labels: bool
     configmaps: bool
     secrets: bool
+    nodes: bool = False
 
     @property
     def any(self) -> bool:
-        return self.namespace_labels or self.configmaps or self.secrets
+        return self.namespace_labels or self.configmaps or self.secrets or self.nodes
 
 
 def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
     """Resolve the flags: on by default with access; asked for explicitly without access is an error."""
-    asked = [flag for flag, value in (("--namespace-labels", args.namespace_labels), ("--lookup-configmaps", args.lookup_configmaps), ("--lookup-secrets", args.lookup_secrets or None)) if value]
+    asked = [flag for flag, value in (("--namespace-labels", args.namespace_labels), ("--lookup-configmaps", args.lookup_configmaps), ("--lookup-nodes", args.lookup_nodes), ("--lookup-secrets", args.lookup_secrets or None)) if value]
     if asked and not access:
         raise errors.InputError(f"{', '.join(asked)} need cluster access: give --kubeconfig, or run in a pod with a service account token")
     return Wanted(
         namespace_labels=access and args.namespace_labels is not False,
         configmaps=access and args.lookup_configmaps is not False,
         secrets=access and bool(args.lookup_secrets),
+        nodes=access and args.lookup_nodes is not False,
     )
 
 
@@ -172,6 +186,7 @@ class Context:
     api: client.ApiClient
     informer: namespaces.Informer | None
     env: envsources.Cache | None
+    node_labels: nodes.Cache | None = None
 
     def install(self, app: web.Application) -> None:
         """Put the parts where the handlers find them, and run them for the app's lifetime."""
@@ -190,6 +205,8 @@ class Context:
                 self.informer.on_error = lambda _reason: errors_total.inc()
         if self.env is not None:
             app[keys.ENV_SOURCES] = self.env
+        if self.node_labels is not None:
+            app[keys.NODES] = self.node_labels
         app.cleanup_ctx.append(self._lifetime)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
@@ -224,8 +241,23 @@ def from_args(args: argparse.Namespace) -> Context | None:
             return kube.read_env_source(api, source, timeout_s=envsources.DEFAULT_TIMEOUT_S)
 
         env = envsources.Cache(reader, kinds=kinds)
+    node_cache = nodes.Cache(functools.partial(read_node_labels, api, timeout_s=nodes.DEFAULT_TIMEOUT_S)) if parts.nodes else None
     log.info(
-        "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s",
-        *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets)),
+        "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s, Node lookups %s",
+        *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets, parts.nodes)),
     )
-    return Context(api=api, informer=informer, env=env)
+    return Context(api=api, informer=informer, env=env, node_labels=node_cache)
+
+
+def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> Mapping[str, str] | None:
+    """One Node's labels (a ``get``; the webhook's ClusterRole allows nothing more on Nodes); None
+    when it does not exist. Other errors propagate: the cache logs them and GPU009 fails closed."""
+    core: Any = client.CoreV1Api(api)
+    try:
+        response = core.read_node(name, _preload_content=False, _request_timeout=timeout_s)
+    except client_exceptions.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    labels = (json.loads(response.data).get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}

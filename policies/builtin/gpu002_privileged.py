@@ -1,13 +1,23 @@
-"""GPU002: no privileged container in a pod that uses GPUs (seed `003_c28dd89f5a652d9c.txt`).
+"""GPU002: no container privileged for GPU purposes in a pod that uses GPUs (seed `003_c28dd89f5a652d9c.txt`).
 
 A privileged container sees every device node of the host, so it can use cards the scheduler gave
-to others. The rule is kept to `securityContext.privileged: true`, as DESIGN states it: added
-capabilities such as SYS_ADMIN do not by themselves grant access to `/dev/nvidia*` (the device
-cgroup still applies), and refusing them would be a different, broader policy.
+to others. Privileged for GPU purposes (`podspec.gpu_privilege`) is `securityContext.privileged:
+true`, or `capabilities.add` holding SYS_ADMIN or ALL in any spelling the runtimes accept
+(`sys_admin`, `CAP_SYS_ADMIN`). The NVIDIA container toolkit itself treats CAP_SYS_ADMIN as
+privileged (NVIDIA/nvidia-container-toolkit, cmd/nvidia-container-runtime-hook/container_config.go
+`isPrivileged`: CAP_SYS_ADMIN in the bounding set): such a container gets the cards its
+NVIDIA_VISIBLE_DEVICES names even where the toolkit is set to ignore that variable in unprivileged
+containers, may reconfigure MIG (NVIDIA_MIG_CONFIG_DEVICES), and can mount what the device cgroup
+does not stop. Ordinary capabilities (NET_ADMIN, NET_BIND_SERVICE, SYS_PTRACE, CHOWN) pass.
+
+Every container kind counts: init containers, sidecars, regular and ephemeral ones (an ephemeral
+container added through `pods/ephemeralcontainers` to a GPU pod is judged here too), in Pods and
+workload templates.
 
 "Uses GPUs" means the pod requests a GPU resource in any container, or its nodeSelector or node
 affinity asks for GPU-labelled nodes (see nodeaffinity.targets_gpu_nodes). Privileged pods that
-use no GPU are GPU103's business: they get kept off GPU nodes instead.
+use no GPU are GPU103's business (kept off GPU nodes), and privileged ephemeral containers added
+to them later are GPU009's.
 """
 
 from __future__ import annotations
@@ -31,7 +41,13 @@ class PrivilegedOnGpu(policy.ContainerValidator):
     def check_container(
         self, context: policy.Context, container: podspec.ContainerRef
     ) -> Iterable[policy.Finding]:
-        """A finding for a privileged container."""
-        if podspec.is_privileged(container.container):
-            return [policy.Finding(detail=f"{container.label} is privileged")]
+        """A finding for a container privileged for GPU purposes."""
+        why = podspec.gpu_privilege(container.container)
+        if why:
+            return [
+                policy.Finding(
+                    detail=f"{container.label} {why}; drop privileged and SYS_ADMIN/ALL from it, or run "
+                    "the privileged part in a pod that requests no GPU"
+                )
+            ]
         return ()

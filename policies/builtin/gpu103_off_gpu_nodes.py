@@ -1,7 +1,9 @@
 """GPU103: keep privileged pods that use no GPU off GPU nodes (seeds `000_…`, `003_…`).
 
 A privileged container on a GPU node can open every card; if the pod asks for no GPU, the simplest
-safe place for it is a node without cards. It gets the required node affinity
+safe place for it is a node without cards. Privileged means privileged for GPU purposes
+(`podspec.gpu_privilege`): `privileged: true`, or SYS_ADMIN or ALL added in any container (init,
+sidecar, regular), which the NVIDIA toolkit treats as privileged too (see GPU002). It gets the required node affinity
 `aliyun.accelerator/nvidia_name DoesNotExist` from seed `000_2d8695719794de07.txt`, added to every
 required term. With `keepNonGpuPodsOffGpuNodes: true` every pod that asks for no GPU gets it (note:
 that includes DaemonSet pods outside the exempt namespaces, which then skip GPU nodes).
@@ -28,7 +30,7 @@ class OffGpuNodes(policy.PodMutator):
         if gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec):
             return policy.Mutation()
         privileged = any(
-            podspec.is_privileged(ref.container)
+            podspec.is_privileged_for_gpus(ref.container)
             for ref in podspec.iter_containers(spec, spec_path=context.template.spec_path)
         )
         if not (privileged or context.settings.keep_non_gpu_pods_off_gpu_nodes):

@@ -30,6 +30,7 @@ def decide(
     namespace_labels: Mapping[str, str] | None = None,
     env_lookup: model.EnvLookup | None = None,
     now: datetime.datetime | None = None,
+    node_labels: Mapping[str, str] | None = None,
 ) -> model.Decision:
     """Evaluate ``obj`` with the engine and return its decision.
 
@@ -39,6 +40,7 @@ def decide(
     ``namespace_labels`` feed namespace overrides and exceptions by label selector (unknown: only
     ``kubernetes.io/metadata.name`` is assumed); ``now`` (default: the clock) decides exception expiry. ``env_lookup`` gives GPU001 the
     ConfigMap/Secret data (already fetched: the engine does no I/O); without it, offline judgement.
+    ``node_labels`` are the labels of the pod's Node for GPU009 (unknown: it fails closed).
     """
     if obj is None:
         return model.Decision(allowed=True, exempt_reason=f"{operation} request carries no object to evaluate")
@@ -54,6 +56,7 @@ def decide(
             dry_run=dry_run,
             namespace_labels=namespace_labels,
             env_lookup=env_lookup,
+            node_labels=node_labels,
             now=now if now is not None else datetime.datetime.now(datetime.timezone.utc),
             clock=time.monotonic,
         ),

@@ -13,7 +13,7 @@ from typing import Literal
 from aiohttp import web
 
 from policies import model
-from policies.builtin import gpu001_visible_devices
+from policies.builtin import gpu001_visible_devices, gpu009_ephemeral_privilege
 from webhook import metrics
 from webhook.admission import decisions, keys, response, review
 
@@ -71,6 +71,7 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
 
     try:
         namespace_labels, env_lookup = await _cluster_context(request, checked)
+        node_labels = await _node_labels(request, checked)
         decision = decisions.decide(
             checked.object,
             settings=request.app[keys.LIVE_SETTINGS].current,
@@ -83,6 +84,7 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
             dry_run=checked.dry_run,
             namespace_labels=namespace_labels,
             env_lookup=env_lookup,
+            node_labels=node_labels,
         )
         if endpoint == "mutate":
             answer = response.for_mutation(request=checked, decision=decision)
@@ -126,6 +128,22 @@ async def _cluster_context(
         if wanted:
             lookup = await app[keys.ENV_SOURCES].prefetch(wanted)
     return labels, lookup
+
+
+async def _node_labels(request: web.Request, checked: review.Review) -> Mapping[str, str] | None:
+    """The labels of the Node GPU009 asks about, where the app can read Nodes; None otherwise.
+
+    Only an ephemeralcontainers update adding a privileged container to a bound pod needs them, so
+    every other review skips the lookup after one cheap check.
+    """
+    if keys.NODES not in request.app:
+        return None
+    node = gpu009_ephemeral_privilege.node_to_look_up(
+        checked.object, old_object=checked.old_object, subresource=checked.subresource
+    )
+    if not node:
+        return None
+    return await request.app[keys.NODES].labels_for(node, uid=checked.uid)
 
 
 def _record(

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from policies import settings
 from webhook import metrics
-from webhook.admission import envsources, namespaces
+from webhook.admission import envsources, namespaces, nodes
 
 
 @dataclasses.dataclass
@@ -33,4 +33,5 @@ STATE = web.AppKey("state", State)
 # Present only with cluster access (``serve`` adds them; see ``webhook.clustercontext``).
 NAMESPACES = web.AppKey("namespaces", namespaces.Informer)
 ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)
+NODES = web.AppKey("nodes", nodes.Cache)
 UID = web.RequestKey("uid", str)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policies import model
 
 PREFIX = "GPU002: privileged containers are not allowed in pods that use GPUs: "
+INSTEAD = "; drop privileged and SYS_ADMIN/ALL from it, or run the privileged part in a pod that requests no GPU"
 
 
 def test_privileged_container_requesting_a_gpu_is_denied(pod, container, evaluate):
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, privileged=True)))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'container "main" is privileged'
+    assert decision.denial_message == PREFIX + 'container "main" is privileged' + INSTEAD
 
 
 def test_privileged_init_container_in_a_pod_pinned_to_a_card_model_is_denied(
@@ -26,7 +29,7 @@ def test_privileged_init_container_in_a_pod_pinned_to_a_card_model_is_denied(
     decision = evaluate(spec_pod)
 
     assert not decision.allowed
-    assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "setup" is privileged']
+    assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "setup" is privileged' + INSTEAD]
 
 
 def test_privileged_daemonset_preferring_gpu_nodes_is_denied(pod, container, workload, evaluate):
@@ -51,7 +54,7 @@ def test_privileged_daemonset_preferring_gpu_nodes_is_denied(pod, container, wor
     decision = evaluate(workload("DaemonSet", preferring))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'container "main" is privileged'
+    assert decision.denial_message == PREFIX + 'container "main" is privileged' + INSTEAD
 
 
 def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(pod, container, evaluate):
@@ -61,7 +64,7 @@ def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(pod, container,
     decision = evaluate(new, operation="UPDATE", subresource="ephemeralcontainers", old=old)
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'ephemeral container "debug" is privileged'
+    assert decision.denial_message == PREFIX + 'ephemeral container "debug" is privileged' + INSTEAD
 
 
 def test_unprivileged_gpu_pod_is_allowed(pod, container, evaluate, result):
@@ -100,3 +103,77 @@ def test_privileged_pod_that_avoids_gpu_nodes_is_allowed(pod, container, evaluat
     decision = evaluate(avoiding)
 
     assert decision.allowed
+
+
+def caps(*added: object) -> dict[str, object]:
+    return {"securityContext": {"capabilities": {"add": list(added)}}}
+
+
+@pytest.mark.parametrize("spelled", ["SYS_ADMIN", "CAP_SYS_ADMIN", "sys_admin", "Cap_Sys_Admin", " SYS_ADMIN ", "ALL", "all"])
+def test_a_gpu_container_adding_sys_admin_or_all_in_any_spelling_is_denied(pod, container, evaluate, spelled):
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 2}, **caps("NET_ADMIN", spelled))))
+
+    assert not decision.allowed
+    assert decision.denial_message == PREFIX + f'container "main" adds capability {spelled}' + INSTEAD
+
+
+@pytest.mark.parametrize("capability", ["NET_BIND_SERVICE", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "CHOWN", "SYS_ADMINISTRATOR", "CAP_ALL_OF_THEM"])
+def test_a_gpu_container_adding_an_ordinary_capability_is_allowed(pod, container, evaluate, result, capability):
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, **caps(capability))))
+
+    assert decision.allowed
+    assert result(decision, "GPU002") is model.Result.PASS
+
+
+def test_dropping_sys_admin_is_not_adding_it(pod, container, evaluate, result):
+    dropped = {"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}}
+
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, **dropped)))
+
+    assert decision.allowed and result(decision, "GPU002") is model.Result.PASS
+
+
+@pytest.mark.parametrize(
+    "security_context",
+    [{"capabilities": {"add": "SYS_ADMIN"}}, {"capabilities": {"add": [None, 7, {"x": 1}]}}, {"capabilities": "ALL"}, "privileged"],
+)
+def test_malformed_capabilities_are_ignored_without_an_error(pod, container, evaluate, result, security_context):
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, securityContext=security_context)))
+
+    assert result(decision, "GPU002") is model.Result.PASS
+
+
+def test_a_sys_admin_sidecar_in_a_gpu_pod_is_denied(pod, container, evaluate, violation_messages):
+    sidecar = container("proxy", restartPolicy="Always", **caps("SYS_ADMIN"))
+
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), init=[sidecar]))
+
+    assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "proxy" adds capability SYS_ADMIN' + INSTEAD]
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"])
+def test_a_workload_template_with_all_capabilities_on_a_gpu_pod_is_denied(pod, container, workload, evaluate, kind):
+    decision = evaluate(workload(kind, pod(container(gpu={"aliyun.com/gpu": 2}, **caps("ALL")))))
+
+    assert not decision.allowed
+    assert decision.denial_message == PREFIX + 'container "main" adds capability ALL' + INSTEAD
+
+
+def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu002_only(pod, container, evaluate, result):
+    old = pod(container(gpu={"nvidia.com/gpu": 1}))
+    new = pod(container(gpu={"nvidia.com/gpu": 1}), ephemeral=[container("debugger", **caps("CAP_SYS_ADMIN"))])
+
+    decision = evaluate(new, operation="UPDATE", subresource="ephemeralcontainers", old=old)
+
+    assert not decision.allowed
+    assert [v.policy for v in decision.violations] == ["GPU002"]
+    assert decision.denial_message == PREFIX + 'ephemeral container "debugger" adds capability CAP_SYS_ADMIN' + INSTEAD
+
+
+def test_a_netadmin_debug_container_added_to_a_gpu_pod_is_allowed(pod, container, evaluate):
+    old = pod(container(gpu={"nvidia.com/gpu": 1}))
+    new = pod(container(gpu={"nvidia.com/gpu": 1}), ephemeral=[container("debugger", **caps("NET_ADMIN", "NET_RAW"))])
+
+    decision = evaluate(new, operation="UPDATE", subresource="ephemeralcontainers", old=old)
+
+    assert decision.allowed and decision.violations == ()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
@@ -98,4 +100,51 @@ def test_gpu_pods_are_never_kept_off_gpu_nodes(pod, container, evaluate):
         pod(container(gpu={"nvidia.com/gpu": 1})), config={"keepNonGpuPodsOffGpuNodes": True}
     )
 
+    assert decision.patch == ()
+
+
+def caps(*added: str) -> dict[str, object]:
+    return {"securityContext": {"capabilities": {"add": list(added)}}}
+
+
+AFFINITY = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}}
+
+
+@pytest.mark.parametrize("added", [("SYS_ADMIN",), ("ALL",), ("NET_ADMIN", "cap_sys_admin"), ("all",)])
+def test_a_pod_without_gpus_adding_sys_admin_or_all_is_kept_off_gpu_nodes(pod, container, evaluate, patched, added):
+    obj = pod(container(env=[VOID_ENV], **caps(*added)))
+
+    decision = evaluate(obj)
+
+    assert decision.allowed
+    assert decision.patch == ({"op": "add", "path": "/spec/affinity", "value": AFFINITY},)
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+def test_a_sys_admin_sidecar_keeps_the_pod_off_gpu_nodes(pod, container, evaluate, patched):
+    sidecar = container("mounter", restartPolicy="Always", env=[VOID_ENV], **caps("SYS_ADMIN"))
+    obj = pod(container(env=[VOID_ENV]), init=[sidecar])
+
+    decision = evaluate(obj)
+
+    assert decision.patch == ({"op": "add", "path": "/spec/affinity", "value": AFFINITY},)
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "CronJob"])
+def test_a_workload_template_with_all_capabilities_is_kept_off_gpu_nodes(pod, container, workload, evaluate, patched, kind):
+    obj = workload(kind, pod(container(env=[VOID_ENV], **caps("ALL"))))
+    spec = "/spec/template/spec" if kind == "Deployment" else "/spec/jobTemplate/spec/template/spec"
+
+    decision = evaluate(obj)
+
+    assert decision.patch == ({"op": "add", "path": f"{spec}/affinity", "value": AFFINITY},)
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+@pytest.mark.parametrize("added", [("NET_BIND_SERVICE",), ("NET_ADMIN", "NET_RAW"), ("SYS_PTRACE",), ("CHOWN",)])
+def test_a_pod_adding_ordinary_capabilities_is_left_on_any_node(pod, container, evaluate, added):
+    decision = evaluate(pod(container(env=[VOID_ENV], **caps(*added))))
+
+    assert decision.allowed
     assert decision.patch == ()

@@ -126,11 +126,12 @@ CONTEXT = "gpu-admission-webhook-context"
 
 def test_the_cluster_context_reads_namespaces_and_config_maps_but_no_secrets(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
     rules = {(r["apiGroups"][0], tuple(r["resources"])): sorted(r["verbs"]) for r in webhook[("ClusterRole", CONTEXT)]["rules"]}
-    assert rules == {("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"]}
+    assert rules == {("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"], ("", ("nodes",)): ["get"]}
     assert webhook[("ClusterRoleBinding", CONTEXT)]["roleRef"]["name"] == CONTEXT
     (container,) = pod_spec(webhook)["containers"]
     args = serve_args(container["args"])
     assert args.namespace_labels is True and args.lookup_configmaps is True and args.lookup_secrets is False
+    assert args.lookup_nodes is True
     assert "automountServiceAccountToken" not in pod_spec(webhook)
 
 

@@ -63,30 +63,76 @@ def _preferred_terms(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
             yield preference
 
 
-def is_gpu_node_label(key: object) -> bool:
-    """Whether a node label key is one only GPU nodes carry."""
-    return isinstance(key, str) and (
-        key in (gpu.SCHEDULE_LABEL, gpu.PLACEMENT_LABEL, gpu.CARD_MEMORY_MIB_LABEL)
-        or key.startswith(gpu.ACCELERATOR_LABEL_PREFIX)
-    )
+# --- which node labels mark GPU nodes (the one definition; GPU002, GPU103 and the audit use it) ---
+
+# ACK's and our own labels: any value marks a GPU node.
+GPU_NODE_LABELS: frozenset[str] = frozenset(
+    {gpu.SCHEDULE_LABEL, gpu.PLACEMENT_LABEL, gpu.CARD_MEMORY_MIB_LABEL}
+)
+GPU_NODE_LABEL_PREFIXES: tuple[str, ...] = (
+    gpu.ACCELERATOR_LABEL_PREFIX,
+    # The NVIDIA GPU Operator's per-operand switches (nvidia.com/gpu.deploy.driver, .device-plugin,
+    # .dcgm-exporter, ...): its node-labelling controller sets them on GPU nodes only and removes
+    # them when a node has no GPU left (gpu-operator controllers/state_manager.go, gpuStateLabels),
+    # and its DaemonSets select on them (assets/state-*/..._daemonset.yaml nodeSelector). GPU Feature
+    # Discovery's card labels (nvidia.com/gpu.product, .count, .memory, ...; nvidia.com/cuda.driver.*)
+    # are written by its DaemonSet, which runs on GPU nodes only.
+    "nvidia.com/gpu.",
+    "nvidia.com/cuda.",
+)
+# Labels that mark a GPU node only with the value "true": node-feature-discovery's NVIDIA PCI
+# vendor (10de) labels, and the GPU Operator's common label, which it sets to "true" from them and
+# to "false" on a node whose GPUs are gone (gpu-operator controllers/state_manager.go gpuNodeLabels,
+# controllers/nodelabeling_controller.go reconcileCommonGPULabel).
+GPU_NODE_TRUE_LABELS: frozenset[str] = frozenset(
+    {
+        "nvidia.com/gpu.present",
+        "feature.node.kubernetes.io/pci-10de.present",
+        "feature.node.kubernetes.io/pci-0302_10de.present",
+        "feature.node.kubernetes.io/pci-0300_10de.present",
+    }
+)
+_TRUE = "true"
+
+
+def is_gpu_node_label(key: object, value: object = None) -> bool:
+    """Whether a node label marks a GPU node.
+
+    `value` matters only for `GPU_NODE_TRUE_LABELS`: there `"true"` marks a GPU node and anything
+    else does not; without a value (None) such a key counts, since it may be `"true"`.
+    """
+    if not isinstance(key, str):
+        return False
+    if key in GPU_NODE_TRUE_LABELS:
+        return value is None or value == _TRUE
+    return key in GPU_NODE_LABELS or key.startswith(GPU_NODE_LABEL_PREFIXES)
+
+
+def _expression_targets_gpu_nodes(expression: Mapping[str, Any]) -> bool:
+    key, operator = expression.get("key"), expression.get("operator")
+    if not is_gpu_node_label(key) or operator not in _POSITIVE_OPERATORS:
+        return False
+    if key in GPU_NODE_TRUE_LABELS:
+        # In must allow "true"; Gt/Lt never match "true"; Exists also matches the "true" nodes.
+        return operator == "Exists" or (operator == "In" and _TRUE in _values(expression))
+    return True
 
 
 def targets_gpu_nodes(spec: Mapping[str, Any]) -> bool:
     """Whether the pod asks for GPU nodes: a nodeSelector on a GPU label, or an affinity
     expression (required or preferred) that only GPU-labelled nodes can satisfy.
 
-    `NotIn` and `DoesNotExist` do not count: nodes without the label satisfy them.
+    `NotIn` and `DoesNotExist` do not count: nodes without the label satisfy them. For the labels
+    that mark GPU nodes only as `"true"` (`GPU_NODE_TRUE_LABELS`), a nodeSelector or `In` must ask
+    for `"true"` (`nvidia.com/gpu.present: "false"` selects nodes without GPUs).
     """
-    if any(is_gpu_node_label(key) for key in node_selector(spec)):
+    if any(is_gpu_node_label(key, value) for key, value in node_selector(spec).items()):
         return True
-    for term in (*required_terms(spec), *_preferred_terms(spec)):
-        for expression in expressions(term):
-            if (
-                is_gpu_node_label(expression.get("key"))
-                and expression.get("operator") in _POSITIVE_OPERATORS
-            ):
-                return True
-    return False
+    return any(
+        _expression_targets_gpu_nodes(expression)
+        for term in (*required_terms(spec), *_preferred_terms(spec))
+        for expression in expressions(term)
+    )
 
 
 def constrains(spec: Mapping[str, Any], key: str) -> bool:

@@ -21,6 +21,7 @@ from policies import gpu
 from webhook.cluster import controlplane, nodes
 
 WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"
+NODE_GUARD = "node-guard.yaml"
 SCHEDULER_CONFIGURATION = "scheduler-config.yaml"
 _PROBE_NAMESPACE = "default"
 
@@ -154,8 +155,17 @@ def start_labelers(state: controlplane.State, fake_nodes: Sequence[nodes.FakeNod
     controlplane.wait_for(labelled_and_advertised, what=f"labels on {len(names)} GPU nodes", timeout=timeout, state=state)
 
 
+def guard_nodes(state: controlplane.State) -> None:
+    """Apply `deploy/node-guard.yaml` as it is: the ValidatingAdmissionPolicies binding what the
+    labeler's and the extender's ServiceAccounts may change on Nodes. The local labelers and the
+    extender authenticate with the cluster's admin kubeconfig, not those ServiceAccounts, so the
+    policies leave them alone; they hold for anything that uses the ServiceAccounts' tokens."""
+    controlplane.kubectl(state, "apply", "-f", str(deploy_dir() / NODE_GUARD))
+
+
 def install(state: controlplane.State, *, fake_nodes: Sequence[nodes.FakeNode] = (), config: Path | None = None) -> None:
-    """gpu-admission in the local cluster: labelers for the fake GPU nodes, then the webhook."""
+    """gpu-admission in the local cluster: the node guard, labelers for the fake GPU nodes, then the webhook."""
+    guard_nodes(state)
     start_labelers(state, fake_nodes)
     start_webhook(state, config=config)
     register(state)

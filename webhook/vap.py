@@ -9,7 +9,8 @@ would refuse:
 
 - GPU001 by value: ``NVIDIA_VISIBLE_DEVICES`` in ``env`` must be void/none (or the configured
   neutral value), and ``valueFrom`` for it is refused; ``envFrom`` is not judged (the webhook warns);
-- GPU002: no privileged container in a pod that requests a GPU resource or targets GPU nodes;
+- GPU002: no privileged container (``privileged: true``, or SYS_ADMIN/ALL added) in a pod that
+  requests a GPU resource or targets GPU nodes;
 - GPU003 on the path as written (repeated and trailing slashes allowed for; ``.``/``..`` are not
   resolved as the webhook does);
 - GPU004: positive integers (digits as the apiserver writes quantities; ``1k`` is not read),
@@ -41,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from policies import builtin, cel, gpu, model
+from policies import builtin, cel, gpu, model, podspec
 from policies import settings as settings_
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -190,11 +191,17 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             )
         ]
     elif policy_id == "GPU002":
-        privileged = "!(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged)"
+        # Privileged for GPU purposes, as podspec.gpu_privilege: privileged, or SYS_ADMIN/ALL added
+        # in any spelling (case, a CAP_ prefix, surrounding spaces).
+        spellings = sorted(f"{prefix}{name.lower()}" for name in podspec.GPU_PRIVILEGE_CAPABILITIES for prefix in ("", "cap_"))
+        privileged = (
+            "!(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged) && "
+            f"!dyn(c).?securityContext.?capabilities.?add.orValue([]).exists(x, x.trim().lowerAscii() in {_lit(spellings)})"
+        )
         validations = [
             validation(
                 f"!({_requests_gpu()} || {_targets_gpu_nodes()}) || {_every_container(privileged)}",
-                "a container is privileged",
+                "a container is privileged or adds the SYS_ADMIN or ALL capability",
             )
         ]
     elif policy_id == "GPU003":

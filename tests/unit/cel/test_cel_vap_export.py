@@ -259,3 +259,16 @@ def test_the_cli_lists_every_policy_with_action_and_source(capsys: pytest.Captur
         "USR003",
         "USR001",
     ]
+
+
+@pytest.mark.parametrize(
+    ("added", "allowed"),
+    [(["SYS_ADMIN"], False), (["cap_sys_admin"], False), ([" ALL "], False), (["NET_ADMIN", "all"], False), (["NET_BIND_SERVICE", "SYS_PTRACE"], True), ([], True)],
+)
+def test_gpu002_refuses_sys_admin_and_all_as_the_webhook_does(added: list[str], allowed: bool) -> None:
+    (gpu002,) = [m for m in exported().manifests if m["metadata"]["name"] == "gpu-admission-gpu002" and m["kind"] == "ValidatingAdmissionPolicy"]
+    container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}, "securityContext": {"capabilities": {"add": added}}}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main"}], "initContainers": [container]}}
+
+    assert admits(gpu002, pod) is allowed
+    assert admits(gpu002, {**pod, "spec": {"containers": [{"name": "main"}], "initContainers": [{**container, "resources": {}}]}})

@@ -185,7 +185,7 @@ def report(outcomes: Sequence[Outcome]) -> WireReport:
                     for v in outcome.decision.violations
                 ],
                 "patch": [dict(op) for op in outcome.decision.patch],
-                "object": outcome.patched,
+                "object": _redacted(outcome.patched),
             }
         )
     return {
@@ -246,6 +246,21 @@ def _describe_op(op: Mapping[str, Any]) -> str:
         value = json.dumps(op["value"], separators=(",", ":"))
         text += f" = {value if len(value) <= 80 else value[:77] + '...'}"
     return text
+
+
+REDACTED = "(redacted)"
+
+
+def _redacted(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj`, but a Secret's values replaced (keys kept): the report never echoes a Secret value."""
+    if obj.get("kind") != "Secret":
+        return obj
+    shown = dict(obj)
+    for field in ("data", "stringData"):
+        values = obj.get(field)
+        if isinstance(values, Mapping):
+            shown[field] = {key: REDACTED for key in values}
+    return shown
 
 
 def _name(obj: Mapping[str, Any]) -> str:

@@ -14,6 +14,8 @@ where the check does not apply. IDs are stable and continue the built-in numberi
 | GPU207 | mode-selector | Pod or workload asking for `aliyun.com/gpu-mem` | its nodeSelector/required affinity does not pin one `ack.node.gpu.schedule` (seed `004_79385826ac27146d.txt`: without one, a pod needing isolation can land in the pool without it) |
 | GPU208 | mode-resource-missing | GPU node | it advertises none of its own mode's resource (the device plugin is likely not running; seed `003_c28dd89f5a652d9c.txt`) |
 | GPU209 | expired-exception | an exception in the settings file | its `expires` has passed: the policies it named apply to its objects again, so the entry is to be removed or renewed |
+| GPU212 | stale-allocation | GPU node | cards are still held by pods that are gone: a reservation-ledger entry of a pod that no longer exists, older than the extender takes to release it (`reasons.PRUNE_DEADLINE_S`: the extender is down or cannot prune), or a pod Terminating longer than `reasons.STUCK_TERMINATING_S` past its deletion deadline (its node is likely lost; force-delete it) |
+| GPU210 | unaccounted-gpu-pod | bound Pod asking for an extender-managed resource | it holds no card allocation (placed with `spec.nodeName` or by a scheduler without the extender: nothing is accounted), or its allocation does not match its request (another size, another card count, or gpushare and our annotations naming different cards); a card index the node lacks is GPU204's |
 
 Actions are fixed (the settings file only knows admission policies): GPU201, GPU202, GPU204 and
 GPU205 are `enforce` (cards are reachable or double-booked right now), the rest `warn`. A
@@ -32,7 +34,7 @@ from typing import Any
 from policies import gpu, model, nodeaffinity, podspec, settings
 from policies.builtin import gpu003_host_path
 from webhook.audit import findings
-from webhook.extender import cards
+from webhook.extender import cards, reasons
 
 INVENTORY_ANNOTATION = cards.INVENTORY_ANNOTATION
 CARD_MODEL_LABELS: tuple[str, ...] = (gpu.CARD_NAME_LABEL, gpu.CARD_MEMORY_LABEL, gpu.CARD_COUNT_LABEL)
@@ -175,6 +177,25 @@ EXPIRED_EXCEPTION = Check(
     action=model.Action.WARN,
 )
 
+UNACCOUNTED = Check(
+    id="GPU210",
+    rule="unaccounted-gpu-pod",
+    summary="a bound pod asking for extender-managed GPU resources holds the allocation the extender made for its request",
+    severity=findings.Severity.HIGH,
+    category="GPU Allocation",
+    action=model.Action.ENFORCE,
+)
+
+# GPU212 joins CHECKS once GPU211 is registered: the registry's numbering has no gaps.
+STALE_ALLOCATION = Check(
+    id="GPU212",
+    rule="stale-allocation",
+    summary="cards are not held by pods that are gone",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Allocation",
+    action=model.Action.WARN,
+)
+
 CHECKS: tuple[Check, ...] = (
     GPU_ACCESS,
     OVERCOMMIT,
@@ -185,6 +206,7 @@ CHECKS: tuple[Check, ...] = (
     MODE_SELECTOR,
     MODE_MISSING,
     EXPIRED_EXCEPTION,
+    UNACCOUNTED,
 )
 
 
@@ -261,7 +283,7 @@ def mode(node: Mapping[str, Any]) -> gpu.Mode | None:
 
 def is_gpu_node(node: Mapping[str, Any]) -> bool:
     """Whether the node has GPUs by its labels, inventory annotation or capacity."""
-    if any(nodeaffinity.is_gpu_node_label(key) for key in labels_of(node)):
+    if any(nodeaffinity.is_gpu_node_label(key, value) for key, value in labels_of(node).items()):
         return True
     if INVENTORY_ANNOTATION in annotations_of(node):
         return True
@@ -626,3 +648,121 @@ def orphaned_ledger_entries(
 
 def _cards(allocation: cards.Allocation) -> str:
     return ",".join(str(index) for index in allocation.cards)
+
+
+# --- GPU210: a bound pod's allocation against its request ----------------------------------------
+
+
+def _mismatch(allocation: cards.Allocation, request: cards.Request) -> str:
+    """How the allocation differs from what the pod asks for ("" where it matches)."""
+    held = ",".join(str(index) for index in allocation.cards)
+    if request.cards:
+        if not allocation.whole or len(allocation.cards) != request.cards:
+            return f"it asks for {request.describe()} but its allocation holds card {held}" + (
+                "" if allocation.whole else f" with {allocation.memory_gib} GiB"
+            )
+        return ""
+    if allocation.whole or len(allocation.cards) != 1:
+        return f"it asks for {request.describe()} but its allocation holds card {held}" + (" whole" if allocation.whole else "")
+    if allocation.memory_gib != request.memory_gib:
+        return f"it asks for {request.describe()} but its allocation counts {allocation.memory_gib} GiB on card {held}"
+    if allocation.source != "gpushare" and allocation.core_percent != request.core_percent:
+        return f"it asks for {request.describe()} but its allocation counts {allocation.core_percent}% on card {held}"
+    return ""
+
+
+def _gpushare_disagrees(pod: Mapping[str, Any], allocation: cards.Allocation) -> str:
+    """Where gpushare's annotations name other cards or GiB than our allocation ("" where they agree).
+
+    The device plugin hands the container the card `ALIYUN_COM_GPU_MEM_IDX` names while the
+    accounting counts our allocation: a difference is a card used but accounted elsewhere.
+    """
+    if allocation.source != "allocation":
+        return ""
+    annotations = annotations_of(pod)
+    index = annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION)
+    held = ",".join(str(card) for card in allocation.cards)
+    if index is not None and index != held:
+        return f"{gpu.GPUSHARE_MEM_IDX_ANNOTATION}={index} names another card than its {cards.ALLOCATION_ANNOTATION} (card {held})"
+    memory = annotations.get(gpu.GPUSHARE_MEM_POD_ANNOTATION)
+    if memory is not None and not allocation.whole and memory != str(allocation.memory_gib):
+        return f"{gpu.GPUSHARE_MEM_POD_ANNOTATION}={memory} differs from its {cards.ALLOCATION_ANNOTATION} ({allocation.memory_gib} GiB)"
+    return ""
+
+
+def unaccounted_gpu_pod(pod: Mapping[str, Any], *, now: float) -> findings.Finding | None:
+    """GPU210 for a running pod bound to a node and asking for an extender-managed resource.
+
+    None for every other pod, and for one whose allocation names another node (GPU203's finding)
+    or whose request is malformed (GPU004's).
+    """
+    bound = podspec.mapping(pod.get("spec")).get("nodeName")
+    if not isinstance(bound, str) or not bound or not _active(pod):
+        return None
+    request = cards.pod_request(pod)
+    if request.problem or not request.managed:
+        return None
+    reserved = _annotated_node(pod)
+    if reserved and reserved != bound:
+        return None
+    subject = findings.ObjectRef.of(pod)
+    allocation = cards.pod_allocation(pod, now=now)
+    if allocation is None:
+        return UNACCOUNTED.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"it runs on node {bound} asking for {request.describe()} but holds no card allocation "
+            f"({cards.ALLOCATION_ANNOTATION} or {gpu.GPUSHARE_MEM_IDX_ANNOTATION} and {gpu.GPUSHARE_MEM_POD_ANNOTATION}): "
+            "the scheduler extender never placed it (spec.nodeName at create, or a scheduler without the "
+            "extender), so no card accounts for it; recreate it without nodeName",
+        )
+    problem = _mismatch(allocation, request) or _gpushare_disagrees(pod, allocation)
+    if problem:
+        return UNACCOUNTED.finding(
+            subject,
+            result=model.Result.FAIL,
+            detail=f"on node {bound}: {problem}; the allocation was not made by the extender for this pod",
+        )
+    return UNACCOUNTED.finding(
+        subject, result=model.Result.PASS, detail=f"card {','.join(str(c) for c in allocation.cards)} of node {bound}"
+    )
+
+
+def stale_allocation(
+    node: Mapping[str, Any], *, state: cards.NodeState, pods_by_uid: Mapping[str, Mapping[str, Any]], now: float
+) -> findings.Finding | None:
+    """GPU212 for a GPU node: no card is held by a pod that is gone. `pods_by_uid` must hold every pod.
+
+    The extender stops counting a ledger entry of a deleted pod a few seconds after its bind
+    decision and prunes it from the Node; one still there much later means the release did not
+    happen. A Terminating pod counts until its object is gone, as kube-scheduler counts it; one
+    far past its deletion deadline sits on a lost node and holds the cards for nothing.
+    None for a node without cards.
+    """
+    if not state.node.cards:
+        return None
+    subject = _node_ref(node)
+    problems: list[str] = []
+    involved: list[findings.ObjectRef] = []
+    for uid, entry in sorted(cards.node_reservations(node).items()):
+        if (entry.expires or 0.0) <= now or uid in pods_by_uid:
+            continue
+        if (entry.assumed_at or 0.0) + reasons.PRUNE_DEADLINE_S > now:
+            continue  # the extender releases it on its own; GPU203 names the entry meanwhile
+        problems.append(f"{entry.pod_key} (uid {uid}, gone) still holds {entry.memory_gib} GiB on card {_cards(entry)} in the reservation ledger")
+        involved.append(_allocation_ref(entry))
+    for allocation in state.allocations:
+        pod = pods_by_uid.get(allocation.uid)
+        deleted = podspec.mapping(pod.get("metadata")).get("deletionTimestamp") if pod is not None else None
+        deadline = cards._parse_time(deleted)  # noqa: SLF001 - the card model's one RFC 3339 reader
+        if deadline is None or deadline + reasons.STUCK_TERMINATING_S > now:
+            continue
+        problems.append(
+            f"{allocation.pod_key} has been Terminating {int(now - deadline)} s past its deletion deadline and still holds card "
+            f"{_cards(allocation)}: its node is likely lost; force-delete the pod to free the card"
+        )
+        involved.append(_allocation_ref(allocation))
+    if problems:
+        shown = problems[:MAX_NAMED] + ([f"and {len(problems) - MAX_NAMED} more"] if len(problems) > MAX_NAMED else [])
+        return STALE_ALLOCATION.finding(subject, result=model.Result.FAIL, detail="; ".join(shown), related=involved[:MAX_RELATED])
+    return STALE_ALLOCATION.finding(subject, result=model.Result.PASS, detail="no card is held by a pod that is gone")

@@ -7,7 +7,9 @@ What is judged:
   `engine.evaluate` as the webhook, with the configured action recorded on each result whatever it
   is (enforce, warn, audit); a policy set to `off` is a `skip` result. Objects are judged as
   stored: mutators are switched off, because an existing pod never got their additions (a pod
-  created before the webhook, say), and reporting on a mutated copy would hide exactly that;
+  created before the webhook, say), and reporting on a mutated copy would hide exactly that.
+  GPU008 is left out (`Policy.stored_objects`): it judges what a request writes, and a bound pod
+  carries nodeName and the extender's annotations by design; GPU210 judges the stored pod;
 - the consistency checks of `checks` (GPU201-GPU208): per Pod, per workload, per Node and per
   card.
 
@@ -83,7 +85,11 @@ def describe(item: policy.Policy) -> Describer:
     return Describer(rule=spec.name if spec else _kebab(type(item).__name__), severity=severity, category=category)
 
 
-VALIDATORS: tuple[policy.Policy, ...] = tuple(p for p in engine.POLICIES if p.kind is model.PolicyKind.VALIDATE)
+# The validators that can judge an object as stored; a policy on what a request writes (GPU008:
+# nodeName and allocation annotations, which a bound pod carries by design) is left out.
+VALIDATORS: tuple[policy.Policy, ...] = tuple(
+    p for p in engine.POLICIES if p.kind is model.PolicyKind.VALIDATE and p.stored_objects
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -155,9 +161,12 @@ class Audit:
 
 
 def audit_settings(configured: settings_.Settings) -> settings_.Settings:
-    """The settings with every mutator off, so objects are judged as they are stored."""
+    """The settings with every mutator off, so objects are judged as they are stored (and the
+    validators that cannot judge a stored object off too: their results would be unused)."""
     actions = dict(configured.actions)
-    mutators = {item.id for item in engine.POLICIES if item.kind is model.PolicyKind.MUTATE}
+    mutators = {
+        item.id for item in engine.POLICIES if item.kind is model.PolicyKind.MUTATE or not item.stored_objects
+    }
     for policy_id in mutators:
         actions[policy_id] = model.Action.OFF
     overrides = tuple(  # a namespace override must not switch a mutator back on
@@ -201,6 +210,8 @@ def evaluate_policies(
     by_policy = {result.policy: result for result in decision.results}
     out: list[findings.Finding] = []
     for item in (*VALIDATORS, *configured.user_policies):
+        if not policy.judges(item, obj.get("kind")):
+            continue  # a pod policy on a ConfigMap, GPU007 on a pod: not a result at all
         described = describe(item)
         action = configured.action(item.id, namespace=namespace, namespace_labels=namespace_labels)
         found = by_policy.get(item.id)
@@ -348,6 +359,7 @@ def run(
                 checks.gpu_access_without_request(pod, node=node),
                 checks.stale_pod_reservation(pod),
                 checks.missing_card(pod, nodes=nodes_by_name, now=now, models=models),
+                checks.unaccounted_gpu_pod(pod, now=now),
             ],
         )
     kept, folded = _fold(per_object, owners, uids)
@@ -379,6 +391,7 @@ def run(
                 checks.card_model_labels(node),
                 checks.overcommit(node, state=state, pods=bound.get(node_name, ())),
                 checks.orphaned_ledger_entries(node, pods_by_uid=pods_by_uid, now=now),
+                checks.stale_allocation(node, state=state, pods_by_uid=pods_by_uid, now=now),
             ):
                 if found is not None:
                     kept.append(found)

@@ -34,7 +34,7 @@ from webhook.explain import predicates
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
 
-STUCK_TERMINATING_S = 300.0
+STUCK_TERMINATING_S = reasons.STUCK_TERMINATING_S
 
 _CAPACITY = frozenset(
     {reasons.Code.FRAGMENTED, reasons.Code.INSUFFICIENT_MEMORY, reasons.Code.CORE_EXHAUSTED, reasons.Code.NO_TOPOLOGY_SET}

@@ -25,6 +25,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+# A Terminating pod still holds its cards (kube-scheduler and the extender count it until the object
+# is gone). Past its deletion deadline by this much its node is likely lost, and its allocation is
+# called stale (explain's STALE_ALLOCATION, the audit's GPU212): force-deleting the pod frees it.
+STUCK_TERMINATING_S = 300.0
+# How long after a bind decision a ledger entry of a pod that no longer exists may still be seen:
+# the extender stops counting it after cards.IN_FLIGHT_GRACE_S and prunes it on its next tidy pass
+# (every few seconds); one older than this means the release did not happen.
+PRUNE_DEADLINE_S = 60.0
+
 
 class Code(enum.StrEnum):
     MODE_MISMATCH = "MODE_MISMATCH"

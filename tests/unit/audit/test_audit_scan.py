@@ -37,7 +37,7 @@ def test_a_failure_carries_the_engine_message_and_the_configured_action(pod: Pod
     assert found.result is model.Result.FAIL
     assert found.action is model.Action.ENFORCE
     assert found.message == (
-        "GPU001: containers must not choose GPUs through NVIDIA_VISIBLE_DEVICES: "
+        "GPU001: containers must not set the environment that chooses GPUs or switches off their isolation: "
         'container "main" sets NVIDIA_VISIBLE_DEVICES=all; request GPUs as resources, or use void'
     )
     assert (found.rule, found.severity, found.category) == ("visible-devices", findings.Severity.HIGH, "GPU Security")
@@ -60,12 +60,13 @@ def test_a_policy_that_is_off_is_a_skip(pod: PodFactory) -> None:
 
 
 def test_objects_are_judged_as_stored_not_as_the_mutators_would_change_them(pod: PodFactory) -> None:
-    # GPU104 would add NVIDIA_VISIBLE_DEVICES=void to this container, after which GPU001 looks at env
-    # alone; the stored pod has no such entry, so its envFrom is what GPU001 must judge.
+    # GPU104 would add NVIDIA_VISIBLE_DEVICES=void to this container, which env-over-envFrom makes win
+    # over what the prefix composes; the stored pod has no such entry, so its envFrom is what GPU001
+    # must judge.
     from_config = pod("configured")
-    from_config["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "settings"}}]
+    from_config["spec"]["containers"][0]["envFrom"] = [{"prefix": "NVIDIA_", "configMapRef": {"name": "settings"}}]
     (found,) = of(run(from_config), "configured", "GPU001")
-    assert (found.result, found.action) == (model.Result.WARN, model.Action.WARN)
+    assert (found.result, found.action) == (model.Result.FAIL, model.Action.ENFORCE)
 
 
 def test_objects_in_exempt_namespaces_are_skipped_with_the_reason(node: NodeFactory, pod: PodFactory) -> None:
@@ -114,6 +115,7 @@ def test_node_checks_and_allocation_pictures_belong_to_an_all_namespace_audit(no
         "GPU205": model.Result.PASS,
         "GPU206": model.Result.FAIL,
         "GPU208": model.Result.PASS,
+        "GPU212": model.Result.PASS,
     }
     assert [state.name for state in everything.nodes] == ["cgpu-0"]
     assert everything.exit_status == 1

@@ -5,7 +5,7 @@ where the check does not apply. IDs are stable and continue the built-in numberi
 
 | id | rule | judges | fails when |
 |---|---|---|---|
-| GPU201 | gpu-access-without-request | Pod on a GPU node | it requests no GPU but can reach the cards: a privileged container, a hostPath on GPU devices or sockets, NVIDIA_VISIBLE_DEVICES set to something but void/none (certain); or a container without NVIDIA_VISIBLE_DEVICES=void, which an image default of `all` would expose (uncertain: warn) |
+| GPU201 | gpu-access-without-request | Pod on a GPU node | it requests no GPU but can reach the cards: a privileged container (or one adding SYS_ADMIN/ALL, ephemeral debug containers included), a hostPath on GPU devices or sockets, NVIDIA_VISIBLE_DEVICES set to something but void/none (certain); or a container without NVIDIA_VISIBLE_DEVICES=void, which an image default of `all` would expose (uncertain: warn) |
 | GPU202 | card-overcommitted | GPU node | the pods' allocation annotations give one card more memory, more core percentage or more whole-card holders than it has |
 | GPU203 | orphaned-reservation | Pod with an allocation | it holds a card reservation but is not bound to that node: no `spec.nodeName`, another node, or it has finished |
 | GPU204 | missing-card | Pod with an allocation | its card index does not exist on its node (fewer cards now, or the node is gone) |
@@ -302,8 +302,9 @@ def _access_reasons(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     certain: list[str] = []
     uncertain: list[str] = []
     for ref in podspec.iter_containers(spec, spec_path=""):
-        if podspec.is_privileged(ref.container):
-            certain.append(f"{ref.label} is privileged")
+        privilege = podspec.gpu_privilege(ref.container)  # privileged, or SYS_ADMIN/ALL added
+        if privilege:
+            certain.append(f"{ref.label} {privilege}")
         entries = [e for e in podspec.env_entries(ref.container) if e.get("name") == gpu.VISIBLE_DEVICES_ENV]
         if not entries:
             if ref.kind is not podspec.ContainerKind.EPHEMERAL:

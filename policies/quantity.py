@@ -116,6 +116,10 @@ class Quantity:
         value = self.unscaled * 10**self.exponent if self.exponent >= 0 else self.unscaled // 10 ** (-self.exponent)
         return value if -INT64_MAX - 1 <= value <= INT64_MAX else None
 
+    def same_value(self, other: Quantity) -> bool:
+        """Whether two quantities are equal in value, whatever their spelling (Go's `Cmp == 0`)."""
+        return _normal(self) == _normal(other)
+
     def fraction(self) -> fractions.Fraction:
         """The exact value. Raises OverflowError past 10^4096 (no resource is near that)."""
         if self.unscaled == 0:
@@ -123,6 +127,16 @@ class Quantity:
         if abs(self.exponent) > 4096:
             raise OverflowError(f"quantity {self.text!r} is too large to expand")
         return fractions.Fraction(self.unscaled) * fractions.Fraction(10) ** self.exponent
+
+
+def _normal(found: Quantity) -> tuple[int, int]:
+    if found.unscaled == 0:
+        return 0, 0
+    mantissa, exponent = found.unscaled, found.exponent
+    while mantissa % 10 == 0:
+        mantissa //= 10
+        exponent += 1
+    return mantissa, exponent
 
 
 ZERO = Quantity(unscaled=0, exponent=0, format=Format.DECIMAL_SI, text="0")

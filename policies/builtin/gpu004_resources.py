@@ -5,30 +5,20 @@ alone does not reserve an extended resource), a `requests` entry equals its limi
 `aliyun.com/gpu-core.percentage` is at most 100, and it and `aliyun.com/gpu-count` only come
 beside `aliyun.com/gpu-mem`. Per pod: one resource family only, because a node serves exactly one
 mode and enabling one mode zeroes the others' resources, so a mixed pod can never be scheduled.
+Every `nvidia.com/*` resource (MIG slices, shared cards) is of the `nvidia.com/gpu` family.
+
+Values are judged as the cluster stores them (`policies.quantity`): kube-apiserver decodes and
+rewrites every quantity before an admission webhook sees it, so `2000m`, `+2`, `2e0` and
+`0.002k` are 2 and allowed, `1k` is 1000, and `1500m` (1.5) is refused. The dry-run, reading the
+author's spelling, therefore judges exactly what the webhook will.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, podspec, policy
-
-_INTEGER = re.compile(r"^\+?[0-9]+$")
-
-
-def quantity(value: object) -> int | None:
-    """An integer quantity as written in a manifest (`2`, `"2"`, `2.0`); None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _INTEGER.match(value.strip()):
-        return int(value.strip())
-    return None
+from policies import gpu, podspec, policy, quantity
 
 
 def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
@@ -46,7 +36,8 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        limit = quantity(limits[name])
+        stored = quantity.stored(limits[name])
+        limit = stored.as_int64() if stored is not None else None
         if limit is None or limit <= 0:
             findings.append(
                 policy.Finding(
@@ -54,7 +45,8 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        if name in requests and quantity(requests[name]) != limit:
+        request = quantity.stored(requests[name]) if name in requests else None
+        if name in requests and (request is None or stored is None or not request.same_value(stored)):
             findings.append(
                 policy.Finding(
                     detail=f"{who} requests {name}={requests[name]!r} but limits it to {limit}; "

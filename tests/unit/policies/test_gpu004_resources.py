@@ -36,7 +36,11 @@ def test_requests_equal_to_limits_are_allowed(pod, container, evaluate):
     assert decision.allowed
 
 
-@pytest.mark.parametrize("value", [0, -1, "1.5", 1.5, "abc", True, None, "1Gi"])
+# Judged as the cluster stores them: "1500m" is 1.5, "-2000m" is -2, "0Ki" and null are 0, "1n" is a
+# nano; "1kk", "K" and "--1" are not quantities at all.
+@pytest.mark.parametrize(
+    "value", [0, -1, "1.5", 1.5, "abc", True, None, "1500m", "0.5", "-2000m", "0Ki", "1n", "1kk", "K", "--1", "", "1 000"]
+)
 def test_gpu_limit_that_is_not_a_positive_integer_is_denied(pod, container, evaluate, value):
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": value})))
 
@@ -116,4 +120,71 @@ def test_malformed_gpu_limit_in_a_job_init_container_is_denied(pod, container, w
 
     assert decision.denial_message == (
         PREFIX + 'init container "fetch" sets aliyun.com/gpu=0; it must be a positive integer'
+    )
+
+
+@pytest.mark.parametrize("value", ["2000m", "+2", "2e0", "0.002k", " 2 ", "2.", 2.0, "02"])
+def test_odd_spellings_of_a_whole_number_are_judged_by_their_value(pod, container, evaluate, result, value):
+    # kube-apiserver hands the webhook "2" (or keeps "+2", "2e0", "02"): the dry-run must agree.
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": value})))
+
+    assert decision.allowed, decision.denial_message
+    assert result(decision, "GPU004") is model.Result.PASS
+
+
+@pytest.mark.parametrize("value", ["1k", "1e3", "1000", "1Ki"])
+def test_suffixed_counts_are_whole_numbers_too(pod, container, evaluate, value):
+    # 1k is 1000 GiB: well formed (no card has it, which the extender says); never read as 0 or 1.
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": value})))
+
+    assert decision.allowed, decision.denial_message
+
+
+def test_a_suffixed_core_percentage_is_judged_as_its_value(pod, container, evaluate):
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4, "aliyun.com/gpu-core.percentage": "1k"})))
+
+    assert decision.denial_message == (
+        PREFIX + 'container "main" sets aliyun.com/gpu-core.percentage=1000; it must be at most 100'
+    )
+
+
+def test_requests_equal_in_value_but_not_in_spelling_are_allowed(pod, container, evaluate):
+    decision = evaluate(
+        pod(container(gpu={"aliyun.com/gpu-mem": "2000m"}, requests={"aliyun.com/gpu-mem": "+2"}))
+    )
+
+    assert decision.allowed, decision.denial_message
+
+
+def test_requests_differing_in_value_are_denied_whatever_the_spelling(pod, container, evaluate):
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": "2"}, requests={"aliyun.com/gpu-mem": "2001m"})))
+
+    assert decision.denial_message == (
+        PREFIX + "container \"main\" requests aliyun.com/gpu-mem='2001m' but limits it to 2; they must be equal"
+    )
+
+
+@pytest.mark.parametrize("other", ["nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared", "nvidia.com/mig-2g.10gb"])
+def test_nvidia_device_plugin_resources_are_one_family(pod, container, evaluate, other):
+    decision = evaluate(pod(container("a", gpu={"nvidia.com/gpu": 1}), container("b", gpu={other: 1})))
+
+    assert decision.allowed, decision.denial_message
+
+
+def test_a_mig_slice_beside_gpu_memory_mixes_families(pod, container, evaluate, violation_messages):
+    decision = evaluate(
+        pod(container("mig", gpu={"nvidia.com/mig-1g.5gb": 1}), container("shared", gpu={"aliyun.com/gpu-mem": 2}))
+    )
+
+    assert violation_messages(decision, "GPU004") == [
+        PREFIX + 'pod mixes resource families aliyun.com/gpu-mem (container "shared") and '
+        'nvidia.com/gpu (container "mig"); a node serves only one'
+    ]
+
+
+def test_a_mig_slice_must_be_a_positive_integer_in_limits(pod, container, evaluate):
+    decision = evaluate(pod(container(gpu={"nvidia.com/mig-1g.5gb": "500m"})))
+
+    assert decision.denial_message == (
+        PREFIX + "container \"main\" sets nvidia.com/mig-1g.5gb='500m'; it must be a positive integer"
     )

@@ -99,3 +99,33 @@ def test_statefulset_template_containers_get_void(pod, container, workload, eval
     assert decision.patch == (
         {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [VOID_ENV]},
     )
+
+
+def test_containers_asking_for_other_nvidia_device_plugin_resources_are_left_alone(
+    pod, container, evaluate, patched
+):
+    # MIG slices and shared cards come from NVIDIA's device plugin, which sets the container's
+    # NVIDIA_VISIBLE_DEVICES; a pod-level `void` would override it and leave the container blind.
+    obj = pod(
+        container("mig", gpu={"nvidia.com/mig-1g.5gb": 1}),
+        container("shared", gpu={"nvidia.com/gpu.shared": 1}, env=[]),
+        container("slice", gpu={"nvidia.com/mig-2g.10gb": 1}, requests={"nvidia.com/mig-2g.10gb": "1"}),
+        container("sidecar-log", env=[{"name": "LOG_LEVEL", "value": "info"}]),
+        init=[container("fetch")],
+    )
+
+    decision = evaluate(obj)
+
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/initContainers/0/env", "value": [VOID_ENV]},
+        {"op": "add", "path": "/spec/containers/3/env/-", "value": VOID_ENV},
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+def test_a_resource_outside_nvidias_domain_is_no_gpu_request(pod, container, evaluate):
+    decision = evaluate(pod(container(gpu={"example.com/nvidia.com-gpu": 1, "cpu": "1"})))
+
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},
+    )

@@ -68,3 +68,25 @@ def test_injected_mode_follows_the_configured_shared_default():
 
 def test_card_names_are_spelled_as_the_label_spells_them():
     assert gpu.card_name_label_value(" Tesla V100-SXM2-32GB ") == "Tesla-V100-SXM2-32GB"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/gpu.shared", "nvidia.com/GA100_A100_PCIE_40GB"],
+)
+def test_every_nvidia_device_plugin_resource_is_a_gpu_of_the_exclusive_family(name):
+    assert gpu.is_gpu_resource(name)
+    assert gpu.family_of(name) is gpu.Family.EXCLUSIVE
+
+
+@pytest.mark.parametrize("name", ["cpu", "memory", "example.com/gpu", "nvidia.com", "amd.com/gpu", None, 3])
+def test_other_resources_are_no_gpu(name):
+    assert not gpu.is_gpu_resource(name)
+    if isinstance(name, str):
+        assert gpu.family_of(name) is None
+
+
+def test_the_aliyun_resources_keep_their_families():
+    assert gpu.family_of("aliyun.com/gpu-mem") is gpu.Family.SHARED
+    assert gpu.family_of("aliyun.com/gpu-core.percentage") is gpu.Family.SHARED_CORE
+    assert gpu.family_of("aliyun.com/gpu") is gpu.Family.TOPOLOGY

@@ -335,3 +335,10 @@ def test_too_many_digits_are_refused_rather_than_crashing():
     with pytest.raises(quantity.QuantityError):
         quantity.parse("0." + "1" * 5000)
     assert quantity.count("1" * 5000) is None
+
+
+def test_same_value_compares_values_not_spellings():
+    assert quantity.parse("2000m").same_value(quantity.parse("+2"))
+    assert quantity.parse("1k").same_value(quantity.parse("1e3"))
+    assert not quantity.parse("1Ki").same_value(quantity.parse("1k"))
+    assert quantity.parse("0").same_value(quantity.parse("0Ki"))

@@ -8,7 +8,12 @@ refuse what the webhook would admit, only (where CEL cannot see as much) admit s
 would refuse:
 
 - GPU001 by value: ``NVIDIA_VISIBLE_DEVICES`` in ``env`` must be void/none (or the configured
-  neutral value), and ``valueFrom`` for it is refused; ``envFrom`` is not judged (the webhook warns);
+  neutral value), and ``valueFrom`` for it is refused; the isolation variables
+  (``gpu.ISOLATION_ENV``) are refused in ``env`` however set; an ``envFrom`` prefix that begins a
+  guarded name the container's ``env`` does not set is refused. What ``envFrom`` without a prefix
+  delivers is not judged here (GPU007 guards the sources; the webhook looks them up); neither is
+  GPU007 exported: it needs the keys of ConfigMaps and Secrets, which the webhook entry's match
+  condition already selects in the apiserver;
 - GPU002: no privileged container (``privileged: true``, or SYS_ADMIN/ALL added) in a pod that
   requests a GPU resource or targets GPU nodes;
 - GPU003 on the path as written (repeated and trailing slashes allowed for; ``.``/``..`` are not
@@ -183,12 +188,30 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             f"!has(c.env) || c.env.all(e, e.name != {_lit(env)} || "
             f"((has(e.value) || !has(e.valueFrom)) && e.?value.orValue('').trim().lowerAscii() in {_lit(safe)}))"
         )
+        isolation = f"!has(c.env) || c.env.all(e, !(e.name in {_lit(sorted(gpu.ISOLATION_ENV))}))"
+        # A prefix that begins a guarded name the container's env does not set itself (env beats
+        # envFrom); a prefix-less envFrom is GPU007's to guard, as in the webhook.
+        prefixes = (
+            "!has(c.envFrom) || c.envFrom.all(s, !has(s.prefix) || s.prefix == '' || "
+            f"!{_lit(sorted(gpu.GUARDED_ENV))}.exists(g, g.startsWith(s.prefix) && g.size() > s.prefix.size() && "
+            "!(has(c.env) && c.env.exists(e, e.name == g))))"
+        )
         validations = [
             validation(
                 _every_container(check),
                 f"a container sets {env} to a value other than {' or '.join(repr(s) for s in safe)}, or through "
                 "valueFrom; request GPUs as resources",
-            )
+            ),
+            validation(
+                _every_container(isolation),
+                "a container sets a GPU-sharing isolation variable (CGPU_DISABLE, ALIYUN_COM_GPU_MEM_*, ...); "
+                "remove it and request aliyun.com/gpu-mem instead",
+            ),
+            validation(
+                _every_container(prefixes),
+                "a container takes envFrom with a prefix that composes a GPU variable; use a prefix that begins "
+                "no GPU variable (e.g. APP_)",
+            ),
         ]
     elif policy_id == "GPU002":
         # Privileged for GPU purposes, as podspec.gpu_privilege: privileged, or SYS_ADMIN/ALL added

@@ -29,10 +29,17 @@ exceptions:                        # a policy does not apply to matching objects
 exemptNamespaces: [kube-system, kube-node-lease, gpu-admission]
 defaultSharedMode: cgpu            # cgpu | share | mps: what GPU101 pins aliyun.com/gpu-mem pods to
 gpuSchedulerName: ""               # GPU105 sets this schedulerName when non-empty
+extenderSchedulers: [default-scheduler]  # GPU008: the schedulerNames whose scheduler calls the
+                                   #   extender; gpuSchedulerName is always one of them
 visibleDevicesNeutralValue: void   # what GPU104 writes and GPU001 accepts: void | none | ""
 userPolicyBudgetSeconds: 1        # CPU time all user policies of one request may take together;
                                    #   the ones left when it is spent are errors (see policies.cel)
 keepNonGpuPodsOffGpuNodes: false   # GPU103 for every pod without GPUs, not only privileged ones
+hostPaths:                         # GPU003 beyond its built-in protected roots (absolute paths,
+  protect: [/srv/kubelet]          #   resolved like a pod's): more roots, e.g. a kubelet root or
+  allow: [/run/xtables.lock]       #   staticPodPath elsewhere; allowed paths (and what lies under
+                                   #   them) inside a protected root; never a protected root itself
+                                   #   or a parent of one: give such namespaces an exception
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
   mutate: warn                     # a crashing mutator must not block pods; it is reported
@@ -71,6 +78,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from policies import builtin, gpu, model, policy
+from policies.builtin import gpu003_host_path
+from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on every namespace
@@ -79,6 +88,8 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on 
 NEUTRAL_VISIBLE_DEVICES_CHOICES: tuple[str, ...] = ("void", "none", "")
 # Well under the webhook's timeoutSeconds (5 in deploy/), so a request still gets an answer in time.
 DEFAULT_USER_POLICY_BUDGET_S = 1.0
+# The schedulerName the apiserver gives a pod that names none; deploy/scheduler-config.yaml extends it.
+DEFAULT_SCHEDULER = gpu105_scheduler_name.DEFAULT_SCHEDULER
 MAX_USER_POLICY_BUDGET_S = 30.0
 
 
@@ -200,6 +211,8 @@ class Settings:
     exempt_namespaces: frozenset[str] = DEFAULT_EXEMPT_NAMESPACES
     default_shared_mode: gpu.Mode = gpu.Mode.CGPU
     gpu_scheduler_name: str = ""
+    # The schedulers that call the scheduler extender (GPU008); see `extender_schedulers`.
+    extender_scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
     keep_non_gpu_pods_off_gpu_nodes: bool = False
     error_actions: Mapping[model.PolicyKind, model.Action] = dataclasses.field(
         default_factory=_default_error_actions
@@ -211,6 +224,8 @@ class Settings:
     # Validators from outside the built-ins (compiled CEL policies, see policies.cel), evaluated
     # after the built-in validators by every caller of the engine.
     user_policies: tuple[policy.Policy, ...] = ()
+    # GPU003's protected roots and allowed host paths (`hostPaths`).
+    host_paths: gpu003_host_path.HostPathRules = gpu003_host_path.DEFAULT_RULES
 
     def action(
         self,
@@ -256,6 +271,16 @@ class Settings:
                 return exception
         return None
 
+    @property
+    def extender_schedulers(self) -> frozenset[str]:
+        """The schedulerNames GPU008 accepts on pods asking for extender-managed resources: the
+        configured ones (default `default-scheduler`) and always `gpuSchedulerName`, where GPU105
+        sends such pods."""
+        names = set(self.extender_scheduler_names)
+        if self.gpu_scheduler_name:
+            names.add(self.gpu_scheduler_name)
+        return frozenset(names)
+
     def error_action(self, kind: model.PolicyKind) -> model.Action:
         """The most a crashing policy of this kind may do."""
         return self.error_actions.get(kind, model.Action.ENFORCE)
@@ -300,9 +325,11 @@ _KEYS = (
     "exemptNamespaces",
     "defaultSharedMode",
     "gpuSchedulerName",
+    "extenderSchedulers",
     "visibleDevicesNeutralValue",
     "userPolicyBudgetSeconds",
     "keepNonGpuPodsOffGpuNodes",
+    "hostPaths",
     "errorActions",
 )
 _ACTION_NAMES = ", ".join(model.Action)
@@ -383,6 +410,15 @@ def _scheduler_name(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidSettings(f"gpuSchedulerName: must be a string, got {value!r}")
     return value.strip()
+
+
+def _extender_schedulers(value: object) -> tuple[str, ...]:
+    if value is None:
+        return (DEFAULT_SCHEDULER,)
+    names = _strings(value, field="extenderSchedulers", allow_empty_list=True)
+    if not all(name.strip() for name in names):
+        raise InvalidSettings(f"extenderSchedulers: must be a list of non-empty strings, got {value!r}")
+    return tuple(dict.fromkeys(name.strip() for name in names))
 
 
 def _neutral_value(value: object) -> str:
@@ -597,6 +633,22 @@ def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyExcep
     return tuple(exceptions)
 
 
+def _host_paths(value: object) -> gpu003_host_path.HostPathRules:
+    if value is None:
+        return gpu003_host_path.DEFAULT_RULES
+    if not isinstance(value, Mapping):
+        raise InvalidSettings(f"hostPaths: must be a mapping with protect and/or allow, got {value!r}")
+    _keys(value, field="hostPaths", known=("protect", "allow"))
+    lists = {
+        key: () if value.get(key) is None else _strings(value[key], field=f"hostPaths.{key}", allow_empty_list=True)
+        for key in ("protect", "allow")
+    }
+    try:
+        return gpu003_host_path.configured(protect=lists["protect"], allow=lists["allow"])
+    except ValueError as error:
+        raise InvalidSettings(f"hostPaths.{error}") from None
+
+
 def _user_policies(extra: Iterable[policy.Policy]) -> tuple[policy.Policy, ...]:
     seen = {p.id for p in builtin.POLICIES}
     out = []
@@ -630,6 +682,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         exempt_namespaces=_namespaces(data.get("exemptNamespaces")),
         default_shared_mode=_shared_mode(data.get("defaultSharedMode")),
         gpu_scheduler_name=_scheduler_name(data.get("gpuSchedulerName")),
+        extender_scheduler_names=_extender_schedulers(data.get("extenderSchedulers")),
         keep_non_gpu_pods_off_gpu_nodes=_flag(
             data.get("keepNonGpuPodsOffGpuNodes"), field="keepNonGpuPodsOffGpuNodes"
         ),
@@ -638,6 +691,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         user_policy_budget_s=_budget(data.get("userPolicyBudgetSeconds")),
         namespace_overrides=_override_list(data.get("namespaceOverrides"), known=known),
         exceptions=_exception_list(data.get("exceptions"), known=known),
+        host_paths=_host_paths(data.get("hostPaths")),
         user_policies=extra,
     )
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from policies import gpu
 from webhook import config, dryrun, errors
 from webhook.cluster import binaries, controlplane, install, nodes
 
@@ -147,9 +148,9 @@ def _placement_table(state: controlplane.State) -> str:
                 pod["metadata"]["name"],
                 pod.get("status", {}).get("phase", ""),
                 node or "-",
-                node_labels.get("ack.node.gpu.schedule", "-"),
-                node_labels.get("aliyun.accelerator/nvidia_name", "-"),
-                annotations.get("ALIYUN_COM_GPU_MEM_IDX", "-"),
+                node_labels.get(gpu.SCHEDULE_LABEL, "-"),
+                node_labels.get(gpu.CARD_NAME_LABEL, "-"),
+                annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION, "-"),
             )
         )
     return _columns(rows)

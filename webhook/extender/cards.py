@@ -33,11 +33,10 @@ import dataclasses
 import datetime
 import functools
 import json
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
-from policies import gpu, podspec
+from policies import gpu, podrequests, podspec, quantity
 from webhook.extender import topology
 
 INVENTORY_ANNOTATION = "gpu-admission.io/gpu-inventory"
@@ -214,31 +213,25 @@ class Request:
 _MANAGED = gpu.EXTENDER_MANAGED
 
 
-def pod_request(pod: Mapping[str, Any]) -> Request:
-    """The effective request of a pod: max(sum over containers, largest init container), per resource.
+def _managed(name: str) -> bool:
+    return name in gpu.EXTENDER_RESOURCES
 
-    A value comes from `limits`, else `requests` (GPU004 insists they are equal). All containers of
-    a pod share one card, as with gpushare.
+
+def pod_request(pod: Mapping[str, Any]) -> Request:
+    """The effective request of a pod, per resource, counted as kube-scheduler counts it.
+
+    `policies.podrequests` does the counting: regular containers and sidecars (init containers with
+    `restartPolicy: Always`) add up, an ordinary init container needs its own amount plus the
+    sidecars started before it, and the pod needs the largest of these; values are read as the
+    cluster stores them (`2000m` is 2, `1k` is 1000). All containers of a pod share one card, as
+    with gpushare: a 4 GiB sidecar beside a 4 GiB main container needs 8 GiB on one card.
     """
     spec = podspec.mapping(pod.get("spec"))
-    totals = {name: 0 for name in _MANAGED}
-    init_peak = {name: 0 for name in _MANAGED}
-    for ref in podspec.iter_containers(spec, spec_path="", kinds=(podspec.ContainerKind.REGULAR, podspec.ContainerKind.INIT)):
-        resources = podspec.mapping(ref.container.get("resources"))
-        limits = podspec.mapping(resources.get("limits"))
-        requests = podspec.mapping(resources.get("requests"))
-        for name in _MANAGED:
-            raw = limits.get(name, requests.get(name))
-            if raw is None:
-                continue
-            value = _quantity(raw)
-            if value is None:
-                return Request(problem=f"{ref.label} asks for {name}: {raw!r}, which is not a whole non-negative number")
-            if ref.kind is podspec.ContainerKind.INIT:
-                init_peak[name] = max(init_peak[name], value)
-            else:
-                totals[name] += value
-    memory, core, whole = (max(totals[name], init_peak[name]) for name in _MANAGED)
+    asked = podrequests.pod_requests(spec, wanted=_managed)
+    if asked.malformed:
+        bad = asked.malformed[0]
+        return Request(problem=f"{bad.container} asks for {bad.resource}: {bad.value!r}, which is not a whole non-negative number")
+    memory, core, whole = (asked.get(name) for name in _MANAGED)
     if whole and (memory or core):
         return Request(problem=f"{gpu.Resource.ALIYUN_GPU} (whole cards) cannot be combined with {gpu.Resource.GPU_MEM} or {gpu.Resource.GPU_CORE_PERCENTAGE}")
     if core and not memory:
@@ -654,21 +647,8 @@ def _resource(node: Mapping[str, Any], name: str) -> int:
     for section in ("allocatable", "capacity"):
         value = podspec.mapping(status.get(section)).get(name)
         if value is not None:
-            return _quantity(value) or 0
+            return quantity.count(value) or 0
     return 0
-
-
-def _quantity(value: object) -> int | None:
-    """An extended-resource quantity as a whole number (they are integers by API rule)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float):
-        return int(value) if value >= 0 and math.isfinite(value) and value.is_integer() else None
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
 
 
 def _int(value: object) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies import engine, model
+from policies import engine, model, policy
 from policies.builtin import gpu001_visible_devices, gpu104_void_devices
 
 ALL = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
@@ -14,10 +14,10 @@ VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default():
     ids = [p.id for p in engine.POLICIES]
 
-    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
+    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
     assert {p.id: p.kind for p in engine.POLICIES} == {
-        **{i: model.PolicyKind.VALIDATE for i in ids[:5]},
-        **{i: model.PolicyKind.MUTATE for i in ids[5:]},
+        **{i: model.PolicyKind.VALIDATE for i in ids if i.startswith("GPU0")},
+        **{i: model.PolicyKind.MUTATE for i in ids if i.startswith("GPU1")},
     }
     assert all(p.default_action is model.Action.ENFORCE for p in engine.POLICIES)
     for item in engine.POLICIES:
@@ -27,7 +27,8 @@ def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_defa
 def test_results_cover_every_policy_in_id_order(pod, container, evaluate):
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1})))
 
-    assert [r.policy for r in decision.results] == [p.id for p in engine.POLICIES]
+    # Every policy that judges Pods (GPU007 judges ConfigMaps and Secrets only).
+    assert [r.policy for r in decision.results] == [p.id for p in engine.POLICIES if policy.judges(p, "Pod")]
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "kube-node-lease", "gpu-admission"])
@@ -205,13 +206,28 @@ def test_delete_and_connect_are_not_evaluated(pod, container, evaluate, operatio
     assert decision.exempt_reason == f"operation {operation} is not evaluated"
 
 
-def test_pod_updates_other_than_ephemeral_containers_are_not_evaluated(pod, container, evaluate):
+def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_updates(pod, container, evaluate):
+    # A running pod that predates a policy (here GPU001's) keeps taking label edits: only GPU008,
+    # which judges the allocation annotations an update can change, runs; nothing is patched.
+    old = pod(container(env=[ALL]))
+    new = pod(container(env=[ALL]))
+    new["metadata"]["labels"] = {"team": "b"}
+
+    decision = evaluate(new, operation="UPDATE", old=old)
+
+    assert decision.allowed and decision.patch == () and decision.warnings == ()
+    assert [(r.policy, r.result) for r in decision.results] == [("GPU008", model.Result.PASS)]
+    assert [p.id for p in engine.POLICIES if p.pod_updates] == ["GPU008"]
+
+
+@pytest.mark.parametrize("subresource", ["status", "binding", "resize"])
+def test_pod_updates_through_other_subresources_are_not_evaluated(pod, container, evaluate, subresource):
     obj = pod(container(env=[ALL]))
 
-    decision = evaluate(obj, operation="UPDATE", old=obj)
+    decision = evaluate(obj, operation="UPDATE", old=obj, subresource=subresource)
 
     assert decision.allowed
-    assert decision.exempt_reason == "a pod update cannot change what these policies check"
+    assert decision.exempt_reason == f"subresource {subresource} is not evaluated"
 
 
 def test_workload_update_with_an_unchanged_template_is_not_evaluated(pod, container, workload, evaluate):
@@ -304,7 +320,7 @@ def test_policies_that_are_off_are_skipped_before_any_context_is_built(pod, cont
     assert built == []
     assert decision.allowed and decision.patch == () and decision.violations == ()
     assert [(r.policy, r.result, r.message) for r in decision.results] == [
-        (p.id, model.Result.SKIP, "off") for p in engine.POLICIES
+        (p.id, model.Result.SKIP, "off") for p in engine.POLICIES if policy.judges(p, "Pod")
     ]
 
 

@@ -76,7 +76,7 @@ def test_each_action_is_accepted(action):
         ),
         (
             {"policies": {"GPU999": {"action": "warn"}}},
-            "policies.GPU999: unknown policy; known: GPU001, GPU002, GPU003, GPU004, GPU005, "
+            "policies.GPU999: unknown policy; known: GPU001, GPU002, GPU003, GPU004, GPU005, GPU006, GPU008, GPU009, "
             "GPU101, GPU102, GPU103, GPU104, GPU105",
         ),
         ({"policies": {"GPU001": "warn"}}, "policies.GPU001: must be a mapping like {action: enforce}, got 'warn'"),
@@ -85,8 +85,8 @@ def test_each_action_is_accepted(action):
         (
             {"exemptNamespace": ["x"]},
             "exemptNamespace: unknown key; known: policies, namespaceOverrides, exceptions, exemptNamespaces, "
-            "defaultSharedMode, gpuSchedulerName, visibleDevicesNeutralValue, userPolicyBudgetSeconds, "
-            "keepNonGpuPodsOffGpuNodes, errorActions",
+            "defaultSharedMode, gpuSchedulerName, extenderSchedulers, visibleDevicesNeutralValue, userPolicyBudgetSeconds, "
+            "keepNonGpuPodsOffGpuNodes, hostPaths, errorActions",
         ),
         ({"exemptNamespaces": "kube-system"}, "exemptNamespaces: must be a list of namespace names, got 'kube-system'"),
         ({"exemptNamespaces": ["ok", ""]}, "exemptNamespaces: must be a list of namespace names, got ['ok', '']"),

@@ -164,12 +164,14 @@ pod_spec = st.fixed_dictionaries(
         "affinity": affinity,
         "volumes": st.one_of(st.lists(volume, max_size=2), garbage),
         "schedulerName": st.one_of(st.sampled_from(["", "default-scheduler", "volcano"]), garbage),
+        "nodeName": st.one_of(st.sampled_from(["", "gpu-0"]), garbage),
     },
 )
 annotations = st.one_of(
     st.dictionaries(
         st.sampled_from(
-            ["gpu-admission.io/gpu-model", "gpu-admission.io/exclude-gpu-model", "gpu-admission.io/min-gpu-memory", "team"]
+            ["gpu-admission.io/gpu-model", "gpu-admission.io/exclude-gpu-model", "gpu-admission.io/min-gpu-memory", "team",
+             "ALIYUN_COM_GPU_MEM_IDX", "gpu-admission.io/allocation"]
         ),
         st.one_of(st.sampled_from(["A10", "Tesla V100, T4", "", ",", "16Gi", "16384", "lots", "a/b"]), garbage),
         max_size=3,

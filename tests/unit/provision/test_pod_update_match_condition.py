@@ -1,0 +1,116 @@
+"""deploy/webhook-configurations.yaml: the validating webhook gets a pod's own UPDATE only when an
+allocation annotation differs (GPU008), evaluated with the CEL runtime the user policies use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from policies import cel, gpu
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+CONDITION = "pod-update-changes-allocation-annotations"
+
+
+def validating_hook() -> dict[str, Any]:
+    documents = [d for d in yaml.safe_load_all((DEPLOY / "webhook-configurations.yaml").read_text()) if d]
+    [configuration] = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
+    [hook] = [h for h in configuration["webhooks"] if h["name"] == "validate.gpu-admission.io"]
+    found: dict[str, Any] = hook
+    return found
+
+
+@pytest.fixture(scope="module")
+def condition() -> cel.Expression:
+    [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
+    return cel.compile_expression(cel.environment(), expression, field=CONDITION)
+
+
+def pod(annotations: dict[str, str] | None, **labels: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "p", "namespace": "team-a"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [{"name": "m"}]}}
+
+
+def request(operation: str = "UPDATE", *, resource: str = "pods", subresource: str | None = None) -> dict[str, Any]:
+    # kube-apiserver leaves subResource out of a request without one (omitempty), so both shapes occur.
+    found: dict[str, Any] = {"operation": operation, "resource": {"group": "", "version": "v1", "resource": resource}}
+    if subresource is not None:
+        found["subResource"] = subresource
+    return found
+
+
+def sent(condition: cel.Expression, *, req: dict[str, Any], new: Any, old: Any) -> bool:
+    result = cel.evaluate(condition, {"request": req, "object": new, "oldObject": old})
+    assert isinstance(result, bool)
+    return result
+
+
+BOUND = {"ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_POD": "4", "gpu-admission.io/allocation": "{}", "team": "ml"}
+
+
+@pytest.mark.parametrize("subresource", [None, ""])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (pod(None), pod(None, team="b")),  # no annotations on either side
+        (pod({}), pod(None)),
+        (pod(BOUND), pod(BOUND, team="b")),  # a label edit of a bound pod
+        (pod(BOUND), pod({**BOUND, "note": "x"})),  # another annotation
+        (pod({"note": "x"}), pod({"note": "y"})),
+        (pod({"aliyun_com_gpu_mem_idx": "0"}), pod({"aliyun_com_gpu_mem_idx": "1"})),  # a key nobody reads
+    ],
+    ids=["none", "empty-map", "label", "other-annotation", "other-value", "other-spelling"],
+)
+def test_ordinary_pod_updates_are_not_sent(condition, old, new, subresource):
+    assert sent(condition, req=request(subresource=subresource), new=new, old=old) is False
+
+
+@pytest.mark.parametrize("key", gpu.ALLOCATION_ANNOTATIONS)
+@pytest.mark.parametrize("subresource", [None, ""])
+def test_an_update_that_adds_changes_or_removes_a_key_is_sent(condition, key, subresource):
+    req = request(subresource=subresource)
+    assert sent(condition, req=req, new=pod({key: "0"}), old=pod(None))  # added, old has no map
+    assert sent(condition, req=req, new=pod({key: "0"}), old=pod({"team": "ml"}))  # added beside others
+    assert sent(condition, req=req, new=pod({key: "1"}), old=pod({key: "0"}))  # changed
+    assert sent(condition, req=req, new=pod(None), old=pod({key: "0"}))  # removed with the whole map
+    assert sent(condition, req=req, new=pod({"team": "ml"}), old=pod({key: "0", "team": "ml"}))  # removed
+    assert not sent(condition, req=req, new=pod({key: "0"}, x="y"), old=pod({key: "0"}))  # unchanged
+
+
+@pytest.mark.parametrize(
+    ("req", "old"),
+    [
+        (request("CREATE"), None),  # oldObject is null on CREATE
+        (request("UPDATE", subresource="ephemeralcontainers"), pod(None)),
+        (request("UPDATE", resource="deployments"), {"kind": "Deployment", "metadata": {"name": "d"}}),
+        (request("CREATE", resource="jobs"), None),
+    ],
+    ids=["pod-create", "ephemeral-containers", "deployment-update", "job-create"],
+)
+def test_everything_else_the_rules_match_is_still_sent(condition, req, old):
+    assert sent(condition, req=req, new=pod(None), old=old)
+
+
+def test_the_keys_in_the_expression_are_the_gpu_models():
+    [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
+    listed = expression.split("[", 1)[1].split("]", 1)[0]
+    assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.ALLOCATION_ANNOTATIONS)
+
+
+def test_pod_updates_are_validated_but_never_mutated_and_the_mirror_pod_condition_stays():
+    hook = validating_hook()
+    rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in hook["rules"]}
+    assert (("UPDATE",), ("pods",)) in rules and (("CREATE",), ("pods",)) in rules
+    assert not any("pods/binding" in r["resources"] or "pods/status" in r["resources"] for r in hook["rules"])
+    assert [c["name"] for c in hook["matchConditions"]][:2] == ["not-a-mirror-pod", CONDITION]
+    documents = [d for d in yaml.safe_load_all((DEPLOY / "webhook-configurations.yaml").read_text()) if d]
+    [mutating] = [d for d in documents if d["kind"] == "MutatingWebhookConfiguration"]
+    mutating_rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in mutating["webhooks"][0]["rules"]}
+    assert (("UPDATE",), ("pods",)) not in mutating_rules

@@ -90,7 +90,8 @@ def test_requests_read_requests_when_limits_are_absent(make_gpu_pod: Factory) ->
     ("kwargs", "problem"),
     [
         ({"mem": "1.5"}, "not a whole non-negative number"),
-        ({"mem": "4Gi"}, "not a whole non-negative number"),
+        ({"mem": "1500m"}, "not a whole non-negative number"),
+        ({"mem": "-2"}, "not a whole non-negative number"),
         ({"core": 30}, "needs aliyun.com/gpu-mem"),
         ({"mem": 4, "core": 150}, "more than one card"),
         ({"mem": 4, "whole": 1}, "cannot be combined"),

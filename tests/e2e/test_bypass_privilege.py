@@ -1,0 +1,131 @@
+"""Privilege short of `privileged: true`, through the real apiserver: SYS_ADMIN/ALL capabilities
+(GPU002, GPU103) and `kubectl debug` ephemeral containers added to running pods (GPU009).
+
+The default KWOK node set has GPU nodes (cgpu-binpack-0, ...) and one CPU-only node (cpu-0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Cluster, eventually
+
+pytestmark = pytest.mark.e2e
+
+GPU_NODE = "cgpu-binpack-0"
+CPU_NODE = "cpu-0"
+CARD_LABEL = "aliyun.accelerator/nvidia_name"
+DOES_NOT_EXIST = {"key": CARD_LABEL, "operator": "DoesNotExist"}
+
+
+def pod(name: str, *, capabilities: list[str] | None = None, limits: dict[str, Any] | None = None, node: str | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
+    if capabilities is not None:
+        container["securityContext"] = {"capabilities": {"add": capabilities}}
+    if limits:
+        container["resources"] = {"limits": limits}
+    spec: dict[str, Any] = {"containers": [container]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def required_terms(stored: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = stored["spec"].get("affinity", {}).get("nodeAffinity", {})
+    terms: list[dict[str, Any]] = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    return terms
+
+
+def running_on(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def is_running() -> bool:
+        nonlocal found
+        found = cluster.get("pod", name, namespace=namespace)
+        return found.get("status", {}).get("phase") == "Running"
+
+    eventually(is_running, what=f"pod {namespace}/{name} Running")
+    return found
+
+
+def debug(cluster: Cluster, name: str, *, namespace: str, profile: str, container: str = "debugger") -> Any:
+    """`kubectl debug POD --profile=...`: adds an ephemeral container through pods/ephemeralcontainers."""
+    return cluster.kubectl(
+        "debug", name, "-n", namespace, f"--profile={profile}", "--image=registry.example/busybox:1",
+        "-c", container, "--target=main",
+    )
+
+
+def ephemeral(cluster: Cluster, name: str, *, namespace: str) -> dict[str, dict[str, Any]]:
+    stored = cluster.get("pod", name, namespace=namespace)
+    return {c["name"]: c for c in stored["spec"].get("ephemeralContainers", [])}
+
+
+def test_a_gpu_mem_pod_adding_sys_admin_is_refused_by_gpu002(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+
+    completed = cluster.apply(pod("sysadmin-gpu", capabilities=["SYS_ADMIN"], limits={"aliyun.com/gpu-mem": 2}), namespace=ns)
+
+    assert completed.returncode != 0
+    assert "GPU002" in completed.stderr and 'container "main" adds capability SYS_ADMIN' in completed.stderr
+    assert cluster.pods(namespace=ns) == []
+
+
+def test_a_cpu_pod_adding_all_capabilities_is_kept_off_gpu_nodes_by_gpu103(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+
+    completed = cluster.apply(pod("all-caps", capabilities=["ALL"]), namespace=ns)
+
+    assert completed.returncode == 0, completed.stderr
+    stored = running_on(cluster, "all-caps", namespace=ns)
+    assert required_terms(stored) == [{"matchExpressions": [DOES_NOT_EXIST]}]
+    assert CARD_LABEL not in cluster.node_labels(stored["spec"]["nodeName"])
+
+
+def test_a_cpu_pod_adding_net_bind_service_is_admitted_unchanged(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+
+    completed = cluster.apply(pod("web", capabilities=["NET_BIND_SERVICE"]), namespace=ns)
+
+    assert completed.returncode == 0, completed.stderr
+    stored = running_on(cluster, "web", namespace=ns)
+    assert "affinity" not in stored["spec"]
+    assert stored["spec"]["containers"][0]["securityContext"] == {"capabilities": {"add": ["NET_BIND_SERVICE"]}}
+
+
+def test_kubectl_debug_sysadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    assert cluster.apply(pod("on-gpu", node=GPU_NODE), namespace=ns).returncode == 0
+    running_on(cluster, "on-gpu", namespace=ns)
+
+    completed = debug(cluster, "on-gpu", namespace=ns, profile="sysadmin")
+
+    assert completed.returncode != 0
+    assert "GPU009" in completed.stderr
+    assert f'ephemeral container "debugger" is privileged, and the pod runs on GPU node {GPU_NODE}' in completed.stderr
+    assert ephemeral(cluster, "on-gpu", namespace=ns) == {}
+
+
+def test_kubectl_debug_netadmin_is_allowed_on_a_pod_running_on_a_gpu_node(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    assert cluster.apply(pod("net-on-gpu", node=GPU_NODE), namespace=ns).returncode == 0
+    running_on(cluster, "net-on-gpu", namespace=ns)
+
+    completed = debug(cluster, "net-on-gpu", namespace=ns, profile="netadmin")
+
+    assert completed.returncode == 0, completed.stderr
+    added = ephemeral(cluster, "net-on-gpu", namespace=ns)["debugger"]
+    assert added["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
+
+
+def test_kubectl_debug_sysadmin_is_allowed_on_a_pod_running_on_the_cpu_only_node(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    assert cluster.apply(pod("on-cpu", node=CPU_NODE), namespace=ns).returncode == 0
+    running_on(cluster, "on-cpu", namespace=ns)
+
+    completed = debug(cluster, "on-cpu", namespace=ns, profile="sysadmin")
+
+    assert completed.returncode == 0, completed.stderr
+    assert ephemeral(cluster, "on-cpu", namespace=ns)["debugger"]["securityContext"] == {"privileged": True}

@@ -16,8 +16,9 @@ would refuse:
   condition already selects in the apiserver;
 - GPU002: no privileged container (``privileged: true``, or SYS_ADMIN/ALL added) in a pod that
   requests a GPU resource or targets GPU nodes;
-- GPU003 on the path as written (repeated and trailing slashes allowed for; ``.``/``..`` are not
-  resolved as the webhook does);
+- GPU003 on the path as written, with the settings' extra roots and allowed paths: the same rule
+  as the webhook's for any path the apiserver accepts (it refuses ``..``; repeated and trailing
+  slashes, ``.`` and the ``/var/run`` and ``/var/lock`` spellings are allowed for);
 - GPU004: positive integers (digits as the apiserver writes quantities; ``1k`` is not read),
   in limits, requests equal to limits, ``gpu-core.percentage`` at most 100 and beside ``gpu-mem``,
   one resource family per pod;
@@ -48,6 +49,7 @@ from typing import Any
 import yaml
 
 from policies import builtin, cel, gpu, model, podspec
+from policies.builtin import gpu003_host_path
 from policies import settings as settings_
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -228,18 +230,14 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             )
         ]
     elif policy_id == "GPU003":
-        inner = (
-            r"dev/+nvidia[^/]*|dev/+dri|run/+nvidia[^/]*|var/+run/+nvidia[^/]*|"
-            r"var/+lib/+kubelet/+(device-plugins|pod-resources)"
-        )
-        parents = r"dev|run|var|var/+run|var/+lib|var/+lib/+kubelet"
-        pattern = f"^/*(({inner})(/.*)?|(({parents})/*)?)$"
         validations = [
             validation(
                 f"!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || "
-                f"!v.hostPath.path.matches({_lit(pattern)}))",
-                "a hostPath volume exposes GPU device nodes, their runtime directories or the kubelet's "
-                "device-plugin and pod-resources sockets",
+                f"({_host_path_allowed(settings.host_paths, 'v.hostPath.path')}))",
+                "a hostPath volume lies in, or contains, a protected root (devices, /proc, /sys, /run, the "
+                "kubelet's and the container runtimes' state and configuration, the NVIDIA toolkit's and CDI's "
+                "configuration); use an emptyDir, a PersistentVolumeClaim or a ConfigMap, or ask an admin to "
+                "allow the path (hostPaths.allow)",
             )
         ]
     else:  # GPU004
@@ -336,6 +334,48 @@ def rewrite_params(expression: str, *, literal: str) -> str:
 
 
 # --- CEL generation --------------------------------------------------------------------------------
+
+
+# Paths as written: `/`, `./` and repeated slashes between components are allowed for; `..` never
+# reaches a policy (the apiserver refuses it in hostPath.path), so it needs no reading here.
+_LEAD = r"^(?:\.?/)*"
+_SEP = r"/(?:\.?/)*"
+_UNDER = r"(?:/.*)?$"
+_END = r"(?:/\.?)*"
+
+
+def _spellings(path: str) -> list[str]:
+    """Regex alternatives for a resolved path as a pod may write it, the /var/run and /var/lock links included."""
+    parts = [p for p in path.split("/") if p]
+    spelled = [parts]
+    for link, target in gpu003_host_path.HOST_LINKS.items():
+        if tuple(parts[: len(target)]) == target:  # in the link's target: /run/x is also /var/run/x
+            spelled.append([*link, *parts[len(target) :]])
+        elif tuple(target[: len(parts)]) == tuple(parts):  # above it: all of /var/lock lies in /run
+            spelled.append(list(link))
+    return [_SEP.join(re.escape(p) for p in parts) for parts in spelled]
+
+
+def _host_path_allowed(rules: gpu003_host_path.HostPathRules, path: str) -> str:
+    """CEL that holds when GPU003 admits `path` (as written): its very rule for every path without `..`."""
+    if "/" in rules.protect:
+        protected = "^.*$"
+    else:
+        protected = _LEAD + "(?:" + "|".join(a for root in rules.protect for a in _spellings(root)) + ")" + _UNDER
+    parents = sorted(
+        {
+            _SEP.join(alternative.split(_SEP)[:cut])
+            for root in rules.protect
+            for alternative in _spellings(root)
+            for cut in range(len(alternative.split(_SEP)))
+        }
+    )
+    above = _LEAD + r"(?:\.?|(?:" + "|".join(p for p in parents if p) + ")" + _END + ")$"
+    expression = f"!{path}.matches({_lit(above)}) && (!{path}.matches({_lit(protected)})"
+    if rules.allow:
+        allowed = _LEAD + "(?:" + "|".join(a for entry in rules.allow for a in _spellings(entry)) + ")" + _UNDER
+        expression += f" || {path}.matches({_lit(allowed)})"
+    return expression + ")"
 
 
 def _lit(value: Any) -> str:

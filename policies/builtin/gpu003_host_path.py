@@ -1,73 +1,228 @@
-"""GPU003: no hostPath volume exposes GPU devices or their control sockets.
+"""GPU003: no hostPath volume reaches the node's devices, container runtimes or control state.
 
-Protected: the device nodes (`/dev/nvidia*`, `/dev/dri`), the driver and toolkit runtime
-directories (`/run/nvidia*`, `/var/run/nvidia*`), and the kubelet's device-plugin and pod-resources
-sockets, through which a pod could register fake devices or read every pod's allocation.
+A list of known files is always one file short, so whole roots are protected. A pod that can read
+or write under one of them can reach a card outside the scheduler's accounting, or change what the
+next GPU container gets:
 
-A path is refused when it equals one of these, lies under one, or is a parent of one (`/`, `/dev`,
-`/run`, `/var`, `/var/run`, `/var/lib`, `/var/lib/kubelet`), after normalisation: repeated and
-trailing slashes, `.` and `..` are resolved, and a relative path is read from `/`. Other children
-of `/dev` (such as `/dev/shm`) expose no GPU and are allowed.
+- `/dev` (the cards' `/dev/nvidia*`, `/dev/dri` and every other device node), except `/dev/shm`;
+- `/proc` (`/proc/1/root` is the host's whole filesystem, every socket included) and `/sys` (the
+  cards' PCI resources and device attributes), except `/sys/fs/cgroup`, which monitoring agents
+  read: changing a device cgroup there needs CAP_SYS_ADMIN, which GPU002 refuses in GPU pods;
+- `/run`, all of it: the runtime sockets (`/run/containerd`, `/run/crio`, `/run/docker.sock`,
+  `/run/cri-dockerd.sock`), the NRI socket (`/run/nri`, a plugin may add `/dev/nvidia*` to later
+  containers), CDI's runtime specs (`/run/cdi`) and the NVIDIA driver and toolkit directories;
+- the kubelet's state `/var/lib/kubelet` (other pods' service-account tokens under `pods`, its
+  credentials in `pki`, `plugins_registry` where a fake device plugin registers, `device-plugins`,
+  `pod-resources`) and `/etc/kubernetes` (static pod manifests, which never pass admission, and
+  kubeconfigs);
+- the container runtimes' state and configuration (`/var/lib/containerd`, `/var/lib/docker`,
+  `/var/lib/containers`, `/etc/containerd`, `/etc/docker`, `/etc/containers` and CRI-O's OCI hooks
+  in `/usr/share/containers`, ...), the NVIDIA container toolkit's configuration
+  (`/etc/nvidia-container-runtime`, `/etc/nvidia-container-toolkit`: its root hook can be
+  repointed), CDI specs (`/etc/cdi`: what a GPU request injects) and CNI (`/etc/cni`, `/opt/cni`:
+  run as root for every pod);
+- the programs and libraries the runtime runs as root when it starts a GPU container (runc,
+  `nvidia-container-runtime`, its hook and `nvidia-container-cli` in `/usr/bin` or `/usr/local`,
+  the driver's `libnvidia-ml` in `/usr/lib`): `/usr/bin`, `/usr/sbin`, `/usr/lib`, `/usr/lib64`,
+  `/usr/local`, `/bin`, `/sbin`, `/lib`, `/lib64`.
+
+A path is refused when it lies in a protected root or is a parent of one (`/`, `/var`, `/var/lib`,
+`/etc`, `/usr`, `/opt`, ...), after resolving it the way the node does: repeated and trailing
+slashes and `.` go, `..` goes up (the apiserver refuses `..` in hostPath.path, but `dry-run` sees
+files that never reached it), a relative path is read from `/`, and `/var/run` and `/var/lock` are
+read as `/run` and `/run/lock`, the symbolic links every current distribution ships, so
+`/var/run/../etc` is `/etc`. The merged-/usr links (`/bin` -> `/usr/bin`, ...) are not followed:
+both sides are protected, and read literally `/bin/..` stays at `/`, the stricter reading.
+
+Everything else passes, for instance `/var/log` and `/var/log/pods` (log agents), `/etc/localtime`,
+`/etc/ssl/certs`, `/tmp`, `/data`, `/mnt/disks/ssd0`, `/dev/shm` and `/sys/fs/cgroup`.
+
+Admins extend both sides in the settings (`hostPaths`, see `configured`): `protect` adds roots, such
+as a kubelet root directory or `staticPodPath` outside the defaults; `allow` lets one path and what
+lies under it through, such as `/run/xtables.lock` for a CNI agent. An allowed path is never a
+parent of, nor equal to, a protected root, so allowing a path never uncovers another root; a
+namespace that needs a whole root (a node agent) gets an exception instead.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import posixpath
-from collections.abc import Iterable
+import dataclasses
+import types
+from collections.abc import Iterable, Mapping, Sequence
 
 from policies import podspec, policy
 
-PROTECTED_PATHS: tuple[str, ...] = (
-    "/dev/nvidia*",
-    "/dev/dri",
-    "/run/nvidia*",
-    "/var/run/nvidia*",
-    "/var/lib/kubelet/device-plugins",
-    "/var/lib/kubelet/pod-resources",
+# The protected roots, resolved as `resolve` writes them, with what each one exposes.
+PROTECTED_ROOTS: Mapping[str, str] = types.MappingProxyType({
+    "/dev": "device nodes, the GPUs' among them",
+    "/proc": "the host's processes and, through /proc/1/root, its whole filesystem",
+    "/sys": "the cards' PCI resources and device attributes",
+    "/run": "container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories",
+    "/var/lib/kubelet": "the kubelet's state: pod tokens, credentials, device-plugin and plugin registries",
+    "/var/lib/containerd": "the container runtime's state",
+    "/var/lib/docker": "the container runtime's state",
+    "/var/lib/dockershim": "the container runtime's state",
+    "/var/lib/cri-dockerd": "the container runtime's state",
+    "/var/lib/containers": "the container runtime's state",
+    "/var/lib/crio": "the container runtime's state",
+    "/etc/kubernetes": "static pod manifests and kubeconfigs",
+    "/etc/containerd": "the container runtime's configuration",
+    "/etc/crio": "the container runtime's configuration",
+    "/etc/docker": "the container runtime's configuration",
+    "/etc/containers": "the container runtime's configuration and OCI hooks",
+    "/usr/share/containers": "OCI hooks, the NVIDIA hook among them",
+    "/etc/nvidia-container-runtime": "the NVIDIA container toolkit's configuration",
+    "/etc/nvidia-container-toolkit": "the NVIDIA container toolkit's configuration",
+    "/etc/cdi": "CDI specs, which say what a GPU request injects",
+    "/etc/cni": "CNI configuration, run as root for every pod",
+    "/opt/cni": "CNI plugins, run as root for every pod",
+    "/usr/bin": "programs the runtime runs as root, the NVIDIA runtime and hook among them",
+    "/usr/sbin": "programs the runtime runs as root",
+    "/usr/local": "programs the runtime runs as root, the NVIDIA toolkit among them",
+    "/bin": "programs the runtime runs as root",
+    "/sbin": "programs the runtime runs as root",
+    "/usr/lib": "libraries the NVIDIA hook loads as root and injects, the driver's among them",
+    "/usr/lib64": "libraries the NVIDIA hook loads as root and injects",
+    "/lib": "libraries and kernel modules, the driver's among them",
+    "/lib64": "libraries the NVIDIA hook loads as root and injects",
+})
+# Children of protected roots that expose no device, runtime or control state.
+BUILT_IN_ALLOWED: tuple[str, ...] = ("/dev/shm", "/sys/fs/cgroup")
+CONFIGURED_REASON = "protected by the settings (hostPaths.protect)"
+# Symbolic links every current distribution ships; the node resolves them, so this module does too.
+HOST_LINKS: Mapping[tuple[str, ...], tuple[str, ...]] = types.MappingProxyType(
+    {("var", "run"): ("run",), ("var", "lock"): ("run", "lock")}
 )
 
 
-def normalise(path: str) -> str:
-    """An absolute path with `.`, `..`, repeated and trailing slashes resolved."""
-    normal = posixpath.normpath("/" + path)
-    return "/" + normal.lstrip("/")
+def resolve(path: str) -> str:
+    """`path` as the node resolves it: absolute, `.`, `..`, repeated slashes and the host links resolved."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+        link = HOST_LINKS.get(tuple(parts))
+        if link is not None:
+            parts = list(link)
+    return "/" + "/".join(parts)
 
 
-def _components(path: str) -> list[str]:
-    return [part for part in path.split("/") if part]
+def within(path: str, root: str) -> bool:
+    """Whether resolved `path` is `root` or lies under it."""
+    return path == root or root == "/" or path.startswith(root + "/")
 
 
-def exposes_gpu(path: str) -> str | None:
-    """The protected path that `path` equals, lies under or contains; None if it is safe."""
-    parts = _components(normalise(path))
-    for protected in PROTECTED_PATHS:
-        pattern = _components(protected)
-        if all(fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pattern, strict=False)):
-            return protected
-    return None
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """Why a host path is refused: the protected root it lies in, or contains."""
+
+    root: str
+    reason: str
+    contains: bool  # True: the path is a parent of the root; False: it lies in the root
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostPathRules:
+    """The protected roots and the allowed paths, all resolved; the default is the built-in set.
+
+    A path is refused when it is a parent of a protected root, or lies in one and not in an allowed
+    path. `configured` guarantees that no allowed path contains a protected root, so "allowed wins"
+    never uncovers one.
+    """
+
+    protect: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_ROOTS)
+    allow: tuple[str, ...] = BUILT_IN_ALLOWED
+
+    def judge(self, path: str) -> Verdict | None:
+        """Why `path` (as written in a pod) is refused; None when it may be mounted."""
+        resolved = resolve(path)
+        inside: str | None = None
+        for root in self.protect:
+            if root != resolved and within(root, resolved):
+                return Verdict(root=root, reason=self.protect[root], contains=True)
+            if inside is None and within(resolved, root):
+                inside = root
+        if inside is None or any(within(resolved, allowed) for allowed in self.allow):
+            return None
+        return Verdict(root=inside, reason=self.protect[inside], contains=False)
+
+
+DEFAULT_RULES = HostPathRules()
+
+
+def configured(*, protect: Sequence[str] = (), allow: Sequence[str] = ()) -> HostPathRules:
+    """The built-in rules with the admin's extra roots and allowed paths; ValueError names the entry.
+
+    Entries are absolute paths, resolved like a pod's. An extra root at or under a built-in allowed
+    path (`/dev/shm`, `/sys/fs/cgroup`) takes that allowance away. An allowed path may not be, or
+    contain, a protected root, and an extra root may not lie in an allowed path: either would make
+    one setting silently undo the other.
+    """
+    roots = dict(PROTECTED_ROOTS)
+    extra: list[str] = []
+    for index, entry in enumerate(protect):
+        resolved = _entry(entry, field=f"protect[{index}]")
+        roots.setdefault(resolved, CONFIGURED_REASON)
+        extra.append(resolved)
+    allowed = [a for a in BUILT_IN_ALLOWED if not any(within(root, a) for root in extra)]
+    for index, entry in enumerate(allow):
+        resolved = _entry(entry, field=f"allow[{index}]")
+        for root in roots:
+            if within(root, resolved):
+                relation = "is" if root == resolved else "contains"
+                raise ValueError(
+                    f"allow[{index}]: {entry!r} {relation} the protected root {root}; allow a path below it, "
+                    "or give the namespaces that need all of it an exception"
+                )
+        allowed.append(resolved)
+    return HostPathRules(protect=types.MappingProxyType(roots), allow=tuple(dict.fromkeys(allowed)))
+
+
+def _entry(value: object, *, field: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError(f"{field}: must be an absolute path, got {value!r}")
+    return resolve(value)
+
+
+def exposes_gpu(path: str, rules: HostPathRules = DEFAULT_RULES) -> str | None:
+    """The protected root that `path` lies in or contains; None if it is safe (used by the audit)."""
+    verdict = rules.judge(path)
+    return None if verdict is None else verdict.root
 
 
 class HostPathDevices(policy.PodValidator):
-    """Refuses hostPath volumes on GPU device nodes, runtime directories and kubelet sockets."""
+    """Refuses hostPath volumes in, or above, the node's devices, runtimes and control state."""
 
     id = "GPU003"
-    summary = "hostPath volumes must not expose GPU devices or their control sockets"
+    summary = "hostPath volumes must not reach the node's devices, container runtimes or control state"
 
     def check_pod(self, context: policy.Context) -> Iterable[policy.Finding]:
         """A finding per offending hostPath volume."""
+        rules = context.settings.host_paths
         findings: list[policy.Finding] = []
         for index, volume in podspec.volumes(context.template.spec):
             path = podspec.mapping(volume.get("hostPath")).get("path")
             if not isinstance(path, str):
                 continue
-            protected = exposes_gpu(path)
-            if protected is None:
+            verdict = rules.judge(path)
+            if verdict is None:
                 continue
             name = volume.get("name") if isinstance(volume.get("name"), str) else f"volumes[{index}]"
-            normal = normalise(path)
-            shown = normal if normal == path else f"{normal} (written {path!r})"
+            resolved = resolve(path)
+            shown = resolved if resolved == path else f"{resolved} (written {path!r})"
+            where = "contains" if verdict.contains else "lies in"
             findings.append(
-                policy.Finding(detail=f'volume "{name}" mounts hostPath {shown}, covering {protected}')
+                policy.Finding(
+                    detail=(
+                        f'volume "{name}" mounts hostPath {shown}, which {where} the protected {verdict.root} '
+                        f"({verdict.reason}); use an emptyDir, a PersistentVolumeClaim or a ConfigMap, request "
+                        "GPUs as resources, or ask an admin to allow the path (hostPaths.allow)"
+                    )
+                )
             )
         return findings

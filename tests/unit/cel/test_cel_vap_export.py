@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import itertools
 import pathlib
 from typing import Any
 
 import pytest
 import yaml
 
-from policies import cel, settings
+from policies import builtin, cel, settings
 from webhook import config, policies_cli, vap
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -134,12 +135,50 @@ def test_gpu001_by_value_follows_the_neutral_values(value: str, allowed: bool) -
 @pytest.mark.parametrize(
     ("path", "allowed"),
     [("/dev/nvidia0", False), ("//dev//nvidiactl/", False), ("/dev", False), ("/", False), ("/var/lib/kubelet/device-plugins/kubelet.sock", False),
-     ("/run/nvidia/driver", False), ("/dev/shm", True), ("/data", True), ("/var/lib/docker", True)],
+     ("/run/nvidia/driver", False), ("/dev/shm", True), ("/data", True), ("/var/lib/docker", False),
+     ("/var/run/docker.sock", False), ("//run///containerd/", False), ("/var/./run", False), ("run/containerd", False),
+     ("/var/lock", False), ("/etc/kubernetes/manifests", False), ("/etc", False), ("/var/", False), ("/proc", False),
+     ("/etc/cdi", False), ("/var/run/cdi", False), ("/usr/share", False),
+     ("/var/log", True), ("/var/log/pods", True), ("/etc/localtime", True), ("/etc/ssl/certs", True), ("/tmp", True),
+     ("/mnt/disks/ssd0", True), ("/sys/fs/cgroup", True), ("/dev/./shm", True), ("/runner", True), ("/etc/kubernetes-old", True)],
 )
 def test_gpu003_paths(path: str, allowed: bool) -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "v", "hostPath": {"path": path}}]}}
 
     assert admits(policy_named(exported(), "gpu-admission-gpu003"), pod) is allowed
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [("/run/flannel", True), ("/var/run/flannel/subnet.env", True), ("/run/./flannel/", True), ("/run", False),
+     ("/run/flannelx", False), ("/srv/kubelet/pods", False), ("/srv", False), ("/srv/www", True), ("/dev/shm", False)],
+)
+def test_gpu003_follows_the_host_path_settings(path: str, allowed: bool) -> None:
+    document = {"hostPaths": {"protect": ["/srv/kubelet", "/dev/shm"], "allow": ["/var/run/flannel"]}}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "v", "hostPath": {"path": path}}]}}
+
+    assert admits(policy_named(exported(document), "gpu-admission-gpu003"), pod) is allowed
+    assert (settings.from_mapping(document).host_paths.judge(path) is None) is allowed
+
+
+def test_gpu003_export_agrees_with_the_webhook_on_every_path_the_apiserver_accepts() -> None:
+    # Every path of up to three components (the apiserver refuses `..`, so none has one), absolute
+    # and relative, with the settings' extra root and allowed path in play.
+    document = {"hostPaths": {"protect": ["/srv/kubelet"], "allow": ["/run/flannel"]}}
+    [validation] = policy_named(exported(document), "gpu-admission-gpu003")["spec"]["validations"]
+    compiled = cel.compile_expression(cel.environment(), validation["expression"], field="validation")
+    rules = settings.from_mapping(document).host_paths
+    parts = ["", "var", "run", "lock", "kubelet", "dev", "shm", ".", "srv", "flannel"]
+    paths = {"/" + "/".join(p) for p in itertools.product(parts, repeat=3)} | {"/".join(p) for p in itertools.product(parts[1:], repeat=2)}
+
+    disagree = [
+        path
+        for path in sorted(paths)
+        if (cel.evaluate(compiled, {"object": {"spec": {"volumes": [{"name": "v", "hostPath": {"path": path}}]}}}) is True)
+        is not (rules.judge(path) is None)
+    ]
+    assert len(paths) > 1000
+    assert disagree == []
 
 
 def test_a_policy_not_enforced_anywhere_is_left_out_with_a_note() -> None:
@@ -253,8 +292,7 @@ def test_the_cli_lists_every_policy_with_action_and_source(capsys: pytest.Captur
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["ID", "KIND", "ACTION", "SOURCE"]
     assert [line.split()[0] for line in lines[1:]] == [
-        *(f"GPU00{n}" for n in range(1, 6)),
-        *(f"GPU10{n}" for n in range(1, 6)),
+        *(p.id for p in builtin.POLICIES),  # the registry, in ID order
         "USR002",
         "USR003",
         "USR001",

@@ -1,0 +1,117 @@
+"""Host paths and the toolkit's device-list volume, through the real apiserver: the runtime socket
+(GPU003) and `/var/run/nvidia-container-devices` (GPU006) are refused, an ordinary log hostPath is not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Cluster
+
+pytestmark = pytest.mark.e2e
+
+
+def pod(
+    name: str,
+    *,
+    volume: dict[str, Any],
+    mount_path: str,
+    limits: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "registry.example/app:1",
+        "volumeMounts": [{"name": volume["name"], "mountPath": mount_path}],
+    }
+    if limits:
+        container["resources"] = {"limits": limits}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container], "volumes": [volume]}}
+
+
+def test_the_container_runtime_socket_by_host_path_is_refused_with_gpu003(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    socket = {"name": "containerd", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}}
+
+    completed = cluster.apply(pod("runtime-socket", volume=socket, mount_path="/run/containerd/containerd.sock"), namespace=ns)
+
+    assert completed.returncode != 0
+    assert 'admission webhook "validate.gpu-admission.io" denied the request' in completed.stderr
+    assert (
+        'GPU003: hostPath volumes must not reach the node\'s devices, container runtimes or control state: volume "containerd" '
+        "mounts hostPath /run/containerd/containerd.sock, which lies in the protected /run"
+    ) in completed.stderr
+    assert cluster.pods(namespace=ns) == []
+
+
+def test_the_docker_socket_through_var_run_is_refused_in_a_deployment(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    template = pod("x", volume={"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}, mount_path="/var/run/docker.sock")
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "docker-in-docker"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "dind"}},
+            "template": {"metadata": {"labels": {"app": "dind"}}, "spec": template["spec"]},
+        },
+    }
+
+    completed = cluster.apply(deployment, namespace=ns)
+
+    assert completed.returncode != 0
+    assert "GPU003" in completed.stderr
+    assert "mounts hostPath /run/docker.sock (written '/var/run/docker.sock')" in completed.stderr
+    assert cluster.kubectl("get", "deployment", "docker-in-docker", "-n", ns).returncode != 0
+
+
+def test_the_device_list_volume_in_a_gpu_mem_pod_is_refused_with_gpu006(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    # An emptyDir, so that only GPU006 speaks (a /dev/null hostPath is GPU003's too).
+    devices = {"name": "devices", "emptyDir": {}}
+    attack = pod("device-list", volume=devices, mount_path="/var/run/nvidia-container-devices/all", limits={"aliyun.com/gpu-mem": 1})
+
+    completed = cluster.apply(attack, namespace=ns)
+
+    assert completed.returncode != 0
+    assert (
+        'GPU006: no container may mount anything at the NVIDIA device-list path /var/run/nvidia-container-devices: '
+        'container "main" mounts volume "devices" at /var/run/nvidia-container-devices/all, which the NVIDIA container '
+        'toolkit reads as a request for GPU "all"; request GPUs as resources'
+    ) in completed.stderr
+    assert "GPU003" not in completed.stderr
+    assert cluster.pods(namespace=ns) == []
+
+
+def test_the_dev_null_host_path_at_the_device_list_path_is_refused_by_both_policies(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    dev_null = {"name": "devices", "hostPath": {"path": "/dev/null"}}
+    attack = pod("dev-null", volume=dev_null, mount_path="/var/run/nvidia-container-devices/all", limits={"aliyun.com/gpu-mem": 1})
+
+    completed = cluster.apply(attack, namespace=ns)
+
+    assert completed.returncode != 0
+    assert "GPU006" in completed.stderr and "GPU003" in completed.stderr
+    assert cluster.pods(namespace=ns) == []
+
+
+def test_a_log_agent_with_a_var_log_host_path_is_admitted(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    logs = {"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}}
+
+    completed = cluster.apply(pod("log-agent", volume=logs, mount_path="/var/log"), namespace=ns)
+
+    assert completed.returncode == 0, completed.stderr
+    stored = cluster.get("pod", "log-agent", namespace=ns)
+    assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/var/log"
+
+
+def test_an_emptydir_at_var_run_in_a_gpu_pod_is_admitted(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    run = {"name": "run", "emptyDir": {}}
+
+    completed = cluster.apply(pod("pid-files", volume=run, mount_path="/var/run", limits={"aliyun.com/gpu-mem": 1}), namespace=ns)
+
+    assert completed.returncode == 0, completed.stderr

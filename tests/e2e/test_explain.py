@@ -1,0 +1,186 @@
+"""`explain` and `simulate` against the real apiserver, kube-scheduler (deploy/scheduler-config.yaml),
+the extender and the webhook: each reason built for real, and simulate's placements compared with
+where the scheduler and extender then put the same pods.
+
+Every test gets its own KWOK pool (a unique label and a NoSchedule taint only its pods tolerate), as
+in test_extender.py, so other nodes refuse the pods by selector and the pictures stay undisturbed.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import uuid
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.harness import Cluster, eventually
+from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, bound, create, make_pool, pools  # noqa: F401 - pools is a fixture
+from webhook import cli
+from webhook.extender import cards
+
+pytestmark = pytest.mark.e2e
+
+GIB16 = 16 * 1024
+
+
+def pod(name: str, *, pool: Pool, mem: int | None = None, whole: int | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    limits = {"aliyun.com/gpu-mem": str(mem)} if mem is not None else {"aliyun.com/gpu": str(whole)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": {
+            "nodeSelector": {POOL_LABEL: pool.name},
+            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": limits}}],
+        },
+    }
+
+
+def explain(cluster: Cluster, capsys: pytest.CaptureFixture[str], name: str, *, namespace: str, output: str = "json") -> Any:
+    capsys.readouterr()
+    status = cli.main(["explain", "pod", name, "-n", namespace, "--kubeconfig", str(cluster.state.kubeconfig), "-o", output])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    return json.loads(out) if output == "json" else out
+
+
+def codes(report: dict[str, Any], node: str) -> list[str]:
+    (entry,) = [n for n in report["nodes"] if n["node"] == node]
+    return [r["code"] for r in entry["reasons"]]
+
+
+def wait_bound(cluster: Cluster, namespace: str, count: int) -> None:
+    eventually(lambda: len(bound(cluster, namespace)) >= count, what=f"{count} pods bound in {namespace}", timeout=120)
+
+
+def wait_unschedulable(cluster: Cluster, namespace: str, name: str) -> None:
+    def judged() -> bool:
+        conditions = cluster.get("pod", name, namespace=namespace).get("status", {}).get("conditions", [])
+        return any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
+
+    eventually(judged, what=f"{name} judged unschedulable", timeout=120)
+
+
+def test_a_fragmented_node_is_named_with_its_largest_free_block(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = make_pool(cluster, pools, gpus=(GIB16,) * 3)
+    ns = cluster.namespace()
+    for index, size in enumerate((10, 12, 12)):  # binpack: one per card, leaving 6 + 4 + 4
+        create(cluster, [pod(f"busy-{index}", pool=pool, mem=size)], namespace=ns)
+        wait_bound(cluster, ns, index + 1)
+    create(cluster, [pod("want-10", pool=pool, mem=10)], namespace=ns)
+    wait_unschedulable(cluster, ns, "want-10")
+    report = explain(cluster, capsys, "want-10", namespace=ns)
+    assert set(report) == {"pod", "admission", "request", "bound", "nodes", "suggestion"}
+    assert report["admission"]["allowed"] is True and report["request"]["memoryGiB"] == 10
+    (node,) = pool.nodes
+    assert codes(report, node) == ["FRAGMENTED"]
+    message = [n for n in report["nodes"] if n["node"] == node][0]["reasons"][0]["message"]
+    assert "14 GiB free in total" in message and "largest free block is 6 GiB" in message
+    assert report["suggestion"]["node"] == node and len(report["suggestion"]["moves"]) == 1
+    table = explain(cluster, capsys, "want-10", namespace=ns, output="table")
+    assert f"  FRAGMENTED (1 node): {node}" in table.splitlines()
+    bound_report = explain(cluster, capsys, "busy-0", namespace=ns)
+    assert bound_report["bound"] == {"node": node, "cards": [0], "memoryGiB": 10, "corePercent": 0}
+
+
+def test_mode_mismatch_card_model_and_topology_are_told_apart(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    topo = make_pool(cluster, pools, mode="topology", gpus=(GIB16,) * 4)
+    t4 = make_pool(cluster, pools)
+    (t4_node,) = t4.nodes
+    (topo_node,) = topo.nodes
+    labelled = cluster.kubectl("label", "node", t4_node, "aliyun.accelerator/nvidia_name=Tesla-T4")
+    assert labelled.returncode == 0, labelled.stderr
+    ns = cluster.namespace()
+    create(
+        cluster,
+        [
+            pod("shared-on-topology", pool=topo, mem=4),
+            pod("no-t4", pool=t4, mem=4, annotations={"gpu-admission.io/exclude-gpu-model": "Tesla-T4"}),
+            pod("pair", pool=topo, whole=2),
+        ],
+        namespace=ns,
+    )
+    wait_bound(cluster, ns, 1)
+    create(cluster, [pod("three", pool=topo, whole=3)], namespace=ns)
+    for name in ("shared-on-topology", "no-t4", "three"):
+        wait_unschedulable(cluster, ns, name)
+    assert "MODE_MISMATCH" in codes(explain(cluster, capsys, "shared-on-topology", namespace=ns), topo_node)
+    no_t4 = explain(cluster, capsys, "no-t4", namespace=ns)
+    assert codes(no_t4, t4_node) == ["CARD_MODEL"]  # the webhook's GPU102 affinity, judged on the node's label
+    assert codes(explain(cluster, capsys, "three", namespace=ns), topo_node) == ["NO_TOPOLOGY_SET"]
+
+
+def test_a_cordoned_node_is_unschedulable(cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    pool = make_pool(cluster, pools)
+    (node,) = pool.nodes
+    assert cluster.kubectl("cordon", node).returncode == 0
+    ns = cluster.namespace()
+    create(cluster, [pod("waits", pool=pool, mem=4)], namespace=ns)
+    wait_unschedulable(cluster, ns, "waits")
+    report = explain(cluster, capsys, "waits", namespace=ns)
+    assert codes(report, node) == ["UNSCHEDULABLE"]
+    assert report["suggestion"]["node"] == node and "uncordon" in report["suggestion"]["change"]
+
+
+def test_a_stale_reservation_is_reported_then_released_by_the_extender(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = make_pool(cluster, pools, gpus=(GIB16,))
+    (node,) = pool.nodes
+    # A bind that committed its ledger entry and whose pod was deleted before the Binding.
+    now = time.time()
+    entry = cards.Allocation(
+        uid=str(uuid.uuid4()), namespace="gone", name="deleted-mid-bind", node=node, cards=(0,), memory_gib=16,
+        assumed_at=now + 15, expires=now + 60, source="reservation",  # in flight a while: time to explain
+    )
+    patch = {"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: cards.render_reservations({entry.uid: entry})}}}
+    patched = cluster.kubectl("patch", "node", node, "--type", "merge", "-p", json.dumps(patch))
+    assert patched.returncode == 0, patched.stderr
+    ns = cluster.namespace()
+    create(cluster, [pod("blocked", pool=pool, mem=8)], namespace=ns)
+    report = explain(cluster, capsys, "blocked", namespace=ns)
+    assert report["bound"] is None
+    assert codes(report, node) == ["STALE_ALLOCATION", "INSUFFICIENT_MEMORY"]
+    assert "gone/deleted-mid-bind" in [n for n in report["nodes"] if n["node"] == node][0]["reasons"][0]["message"]
+    # the extender stops counting it, prunes the ledger, and the pod lands
+    wait_bound(cluster, ns, 1)
+    eventually(
+        lambda: cards.RESERVATIONS_ANNOTATION not in cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
+        or entry.uid not in cluster.get("node", node, namespace="default")["metadata"]["annotations"][cards.RESERVATIONS_ANNOTATION],
+        what="the stale ledger entry pruned", timeout=90,
+    )
+
+
+def test_simulate_agrees_with_the_scheduler_and_extender(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    pool = make_pool(cluster, pools, count=2)
+    ns = cluster.namespace()
+    create(cluster, [pod("first", pool=pool, mem=3)], namespace=ns)  # whichever node: from now on binpack prefers it
+    wait_bound(cluster, ns, 1)
+    batch = [pod(f"b{i}", pool=pool, mem=size) for i, size in enumerate((8, 6, 12, 4, 10, 14, 7))]
+    for item in batch:
+        item["metadata"]["namespace"] = ns
+    manifests = tmp_path / "batch.yaml"
+    manifests.write_text(yaml.safe_dump_all(batch))
+    capsys.readouterr()
+    status = cli.main(["simulate", "-f", str(manifests), "--kubeconfig", str(cluster.state.kubeconfig), "-o", "json"])
+    simulated = json.loads(capsys.readouterr().out)
+    assert status == 0
+    planned = {p["pod"].split("/")[1]: (p["node"], p["cards"]) for p in simulated["placements"]}
+    assert all(not p["ties"] for p in simulated["placements"]), simulated["placements"]  # the picture is deterministic
+    assert len(bound(cluster, ns)) == 1  # simulate wrote nothing
+    for position, item in enumerate(batch):
+        create(cluster, [item], namespace=ns)
+        wait_bound(cluster, ns, position + 2)
+    actual = {p["metadata"]["name"]: (p["spec"]["nodeName"], allocation(p)["cards"]) for p in bound(cluster, ns)}
+    assert {name: actual[name] for name in planned} == planned

@@ -6,6 +6,7 @@ The default KWOK node set has GPU nodes (cgpu-binpack-0, ...) and one CPU-only n
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -129,3 +130,34 @@ def test_kubectl_debug_sysadmin_is_allowed_on_a_pod_running_on_the_cpu_only_node
 
     assert completed.returncode == 0, completed.stderr
     assert ephemeral(cluster, "on-cpu", namespace=ns)["debugger"]["securityContext"] == {"privileged": True}
+
+
+def test_a_sys_admin_ephemeral_container_patched_onto_a_pod_on_a_gpu_node_is_refused(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    assert cluster.apply(pod("patched", node=GPU_NODE), namespace=ns).returncode == 0
+    running_on(cluster, "patched", namespace=ns)
+    added = {
+        "name": "raw",
+        "image": "registry.example/busybox:1",
+        "targetContainerName": "main",
+        "securityContext": {"capabilities": {"add": ["CAP_SYS_ADMIN"]}},
+    }
+    patch = json.dumps({"spec": {"ephemeralContainers": [added]}})
+
+    completed = cluster.kubectl("patch", "pod", "patched", "-n", ns, "--subresource=ephemeralcontainers", "--type=strategic", "-p", patch)
+
+    assert completed.returncode != 0
+    assert 'GPU009' in completed.stderr and 'ephemeral container "raw" adds capability CAP_SYS_ADMIN' in completed.stderr
+    assert ephemeral(cluster, "patched", namespace=ns) == {}
+
+
+def test_kubectl_debug_of_a_gpu_node_itself_is_refused(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+
+    completed = cluster.kubectl(
+        "debug", f"node/{GPU_NODE}", "-n", ns, "--profile=sysadmin", "--image=registry.example/busybox:1"
+    )
+
+    assert completed.returncode != 0
+    assert "GPU003" in completed.stderr  # the host's root filesystem by hostPath
+    assert cluster.pods(namespace=ns) == []

@@ -60,11 +60,30 @@ class EnvSourceKeys(policy.Validator):
         ]
 
 
+def keys(obj: Mapping[str, Any]) -> frozenset[str]:
+    """Every key of a ConfigMap or Secret (never a value); empty for any other object."""
+    fields = _KEY_FIELDS.get(str(obj.get("kind")), ())
+    return frozenset(key for field in fields for key in podspec.mapping(obj.get(field)) if isinstance(key, str))
+
+
 def guarded_keys(obj: Mapping[str, Any]) -> tuple[str, ...]:
     """The keys of a ConfigMap or Secret that are guarded names, sorted; () for any other object."""
-    fields = _KEY_FIELDS.get(str(obj.get("kind")), ())
-    found = {key for field in fields for key in podspec.mapping(obj.get(field)) if key in gpu.GUARDED_ENV}
-    return tuple(sorted(found))
+    return tuple(sorted(keys(obj) & gpu.GUARDED_ENV))
+
+
+def keys_only(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A ConfigMap or Secret with every value dropped (each key maps to ""), for holding many of them
+    (the audit) without holding a single Secret value."""
+    shown: dict[str, Any] = {field: obj[field] for field in ("apiVersion", "kind") if field in obj}
+    # Only naming metadata: annotations can hold the whole object again (kubectl's
+    # last-applied-configuration carries a Secret's values), managedFields its field names.
+    metadata = podspec.mapping(obj.get("metadata"))
+    shown["metadata"] = {f: metadata[f] for f in ("name", "generateName", "namespace", "uid") if f in metadata}
+    for field in _KEY_FIELDS.get(str(obj.get("kind")), ()):
+        values = obj.get(field)
+        if isinstance(values, Mapping):
+            shown[field] = dict.fromkeys((k for k in values if isinstance(k, str)), "")
+    return shown
 
 
 def _name(obj: Mapping[str, Any]) -> str:

@@ -16,6 +16,7 @@ where the check does not apply. IDs are stable and continue the built-in numberi
 | GPU209 | expired-exception | an exception in the settings file | its `expires` has passed: the policies it named apply to its objects again, so the entry is to be removed or renewed |
 | GPU212 | stale-allocation | GPU node | cards are still held by pods that are gone: a reservation-ledger entry of a pod that no longer exists, older than the extender takes to release it (`reasons.PRUNE_DEADLINE_S`: the extender is down or cannot prune), or a pod Terminating longer than `reasons.STUCK_TERMINATING_S` past its deletion deadline (its node is likely lost; force-delete it) |
 | GPU210 | unaccounted-gpu-pod | bound Pod asking for an extender-managed resource | it holds no card allocation (placed with `spec.nodeName` or by a scheduler without the extender: nothing is accounted), or its allocation does not match its request (another size, another card count, or gpushare and our annotations naming different cards); a card index the node lacks is GPU204's |
+| GPU211 | guarded-env-source | ConfigMap or Secret | a key is a name of the GPU environment (`NVIDIA_VISIBLE_DEVICES`, the cGPU/gpushare isolation variables: GPU007's list), or a pod or template takes it by envFrom with a prefix that composes one; it fails (enforce) when a container's envFrom delivers such a name, and warns when none does yet. Keys and names only, never values |
 
 Actions are fixed (the settings file only knows admission policies): GPU201, GPU202, GPU204 and
 GPU205 are `enforce` (cards are reachable or double-booked right now), the rest `warn`. A
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policies import gpu, model, nodeaffinity, podspec, settings
-from policies.builtin import gpu003_host_path
+from policies.builtin import gpu003_host_path, gpu007_env_sources
 from webhook.audit import findings
 from webhook.extender import cards, reasons
 
@@ -186,7 +187,15 @@ UNACCOUNTED = Check(
     action=model.Action.ENFORCE,
 )
 
-# GPU212 joins CHECKS once GPU211 is registered: the registry's numbering has no gaps.
+ENV_SOURCE = Check(
+    id="GPU211",
+    rule="guarded-env-source",
+    summary="no ConfigMap or Secret delivers a GPU environment variable through envFrom",
+    severity=findings.Severity.HIGH,
+    category="GPU Security",
+    action=model.Action.ENFORCE,
+)
+
 STALE_ALLOCATION = Check(
     id="GPU212",
     rule="stale-allocation",
@@ -207,6 +216,8 @@ CHECKS: tuple[Check, ...] = (
     MODE_MISSING,
     EXPIRED_EXCEPTION,
     UNACCOUNTED,
+    ENV_SOURCE,
+    STALE_ALLOCATION,
 )
 
 
@@ -767,3 +778,70 @@ def stale_allocation(
         shown = problems[:MAX_NAMED] + ([f"and {len(problems) - MAX_NAMED} more"] if len(problems) > MAX_NAMED else [])
         return STALE_ALLOCATION.finding(subject, result=model.Result.FAIL, detail="; ".join(shown), related=involved[:MAX_RELATED])
     return STALE_ALLOCATION.finding(subject, result=model.Result.PASS, detail="no card is held by a pod that is gone")
+
+
+# --- GPU211: ConfigMaps and Secrets that can deliver a guarded name --------------------------------
+
+_SOURCE_REF = {"ConfigMap": "configMapRef", "Secret": "secretRef"}
+
+
+def env_source_takers(
+    source: Mapping[str, Any], *, consumers: Iterable[Mapping[str, Any]]
+) -> list[tuple[findings.ObjectRef, str, tuple[str, ...]]]:
+    """(object, container label, guarded names) for every container of `consumers` (Pods and
+    workloads of the source's namespace) whose envFrom of `source` delivers a guarded name: the
+    prefix plus a key of the source, not set by the container's own env (env beats envFrom)."""
+    kind = str(source.get("kind"))
+    field = _SOURCE_REF.get(kind)
+    source_name = name_of(source)
+    source_keys = gpu007_env_sources.keys(source)
+    if field is None or not source_keys:
+        return []
+    takers: list[tuple[findings.ObjectRef, str, tuple[str, ...]]] = []
+    for obj in consumers:
+        found = podspec.template(obj)
+        if found is None or (found.is_pod and not _active(obj)):
+            continue
+        for ref in podspec.iter_containers(found.spec, spec_path=""):
+            in_env = {e.get("name") for e in podspec.env_entries(ref.container)}
+            delivered: set[str] = set()
+            for entry in podspec.sequence(ref.container.get("envFrom")):
+                entry = podspec.mapping(entry)
+                if str(podspec.mapping(entry.get(field)).get("name", "")) != source_name:
+                    continue
+                prefix = entry.get("prefix")
+                prefix = prefix if isinstance(prefix, str) else ""
+                delivered.update(
+                    prefix + key for key in source_keys if prefix + key in gpu.GUARDED_ENV and prefix + key not in in_env
+                )
+            if delivered:
+                takers.append((findings.ObjectRef.of(obj), ref.label, tuple(sorted(delivered))))
+    return takers
+
+
+def guarded_env_source(
+    source: Mapping[str, Any], *, consumers: Iterable[Mapping[str, Any]]
+) -> findings.Finding | None:
+    """GPU211 for a ConfigMap or Secret; None where it neither has a guarded key nor delivers one.
+
+    Names keys, containers and variable names only, never a value (`source` may be keys-only,
+    `gpu007_env_sources.keys_only`).
+    """
+    keys = gpu007_env_sources.guarded_keys(source)
+    takers = env_source_takers(source, consumers=consumers)
+    if not keys and not takers:
+        return None
+    subject = findings.ObjectRef.of(source)
+    own = f"it has the key{'s' if len(keys) > 1 else ''} {', '.join(keys)}" if keys else ""
+    if not takers:
+        return ENV_SOURCE.finding(
+            subject,
+            result=model.Result.WARN,
+            detail=f"{own}; no container takes it by envFrom yet, but one could: rename or remove "
+            f"{'them' if len(keys) > 1 else 'it'} (GPU007 refuses every further write while it stays)",
+        )
+    described = [f"{ref.display} {label} gets {', '.join(names)}" for ref, label, names in takers]
+    shown = "; ".join(described[:MAX_NAMED]) + (f"; and {len(described) - MAX_NAMED} more" if len(described) > MAX_NAMED else "")
+    related = list(dict.fromkeys(ref for ref, _, _ in takers))[:MAX_RELATED]
+    detail = f"{own + '; ' if own else ''}envFrom delivers it: {shown}; rename the keys, or change the envFrom prefix"
+    return ENV_SOURCE.finding(subject, result=model.Result.FAIL, detail=detail, related=related)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from policies import model
+from policies.builtin import gpu007_env_sources
 from webhook import kube
 from webhook.audit import report, scan
 from webhook.kube import client, client_exceptions, urllib3
@@ -114,7 +115,31 @@ def inventory(api: client.ApiClient, *, namespace: str | None = None, chunk: int
     for listing in _listings(api):
         objects.extend(_pages(listing, namespace=namespace, chunk=chunk))
     objects.extend(_namespaces(api, chunk=chunk))
+    objects.extend(env_sources(client.CoreV1Api(api), namespace=namespace, chunk=chunk))
     return scan.Inventory.of(objects)
+
+
+def env_sources(core: Any, *, namespace: str | None, chunk: int = CHUNK) -> list[dict[str, Any]]:
+    """ConfigMaps and Secrets (of `namespace`, or all), keys only, for GPU211.
+
+    Each page is reduced to keys as it arrives (`gpu007_env_sources.keys_only`), so no Secret value
+    outlives its page. Whoever may not list one kind (a 403: the background audit's role lists no
+    Secrets unless an admin opts in) still gets the audit, with a warning that GPU211 leaves that
+    kind out.
+    """
+    found: list[dict[str, Any]] = []
+    for kind, everywhere, namespaced in (
+        ("ConfigMap", core.list_config_map_for_all_namespaces, core.list_namespaced_config_map),
+        ("Secret", core.list_secret_for_all_namespaces, core.list_namespaced_secret),
+    ):
+        listing = _Listing(kind=kind, api_version="v1", all_namespaces=everywhere, namespaced=namespaced)
+        try:
+            listed = [gpu007_env_sources.keys_only(item) for item in _pages(listing, namespace=namespace, chunk=chunk)]
+        except KubeError as error:
+            log.warning("%s objects not listed, GPU211 does not cover them: %s", kind, error)
+            continue
+        found.extend(listed)
+    return found
 
 
 def _namespaces(api: client.ApiClient, *, chunk: int) -> list[dict[str, Any]]:

@@ -10,8 +10,8 @@ What is judged:
   created before the webhook, say), and reporting on a mutated copy would hide exactly that.
   GPU008 is left out (`Policy.stored_objects`): it judges what a request writes, and a bound pod
   carries nodeName and the extender's annotations by design; GPU210 judges the stored pod;
-- the consistency checks of `checks` (GPU201-GPU208): per Pod, per workload, per Node and per
-  card.
+- the consistency checks of `checks` (GPU201-GPU212): per Pod, per workload, per Node and per
+  card, and per ConfigMap/Secret (GPU211, from keys-only copies: no Secret value is kept).
 
 Decisions:
 
@@ -39,6 +39,7 @@ from typing import Any
 
 from policies import cel, engine, model, podspec, policy
 from policies import settings as settings_
+from policies.builtin import gpu007_env_sources
 from webhook.audit import checks, findings
 from webhook.extender import cards
 
@@ -99,6 +100,8 @@ class Inventory:
     pods: tuple[Mapping[str, Any], ...] = ()
     workloads: tuple[Mapping[str, Any], ...] = ()
     nodes: tuple[Mapping[str, Any], ...] = ()
+    # ConfigMaps and Secrets, keys only (`gpu007_env_sources.keys_only`): GPU211 needs no value.
+    env_sources: tuple[Mapping[str, Any], ...] = ()
     # Labels by namespace name, from the Namespace objects seen: namespace overrides select on
     # them exactly as in the webhook. A namespace missing here has only its name label.
     namespace_labels: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
@@ -110,10 +113,13 @@ class Inventory:
         workloads: list[Mapping[str, Any]] = []
         nodes: list[Mapping[str, Any]] = []
         namespaces: list[Mapping[str, Any]] = []
+        env_sources: list[Mapping[str, Any]] = []
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Pod":
                 pods.append(obj)
+            elif kind in gpu007_env_sources.SOURCE_KINDS:
+                env_sources.append(gpu007_env_sources.keys_only(obj))
             elif kind in WORKLOAD_KINDS:
                 workloads.append(obj)
             elif kind == "Node":
@@ -124,6 +130,7 @@ class Inventory:
             pods=tuple(pods),
             workloads=tuple(workloads),
             nodes=tuple(nodes),
+            env_sources=tuple(env_sources),
             namespace_labels=settings_.labels_by_namespace(namespaces),
         )
 
@@ -363,6 +370,25 @@ def run(
             ],
         )
     kept, folded = _fold(per_object, owners, uids)
+
+    # GPU211: sources that deliver (or could deliver) a guarded name, with the containers taking it.
+    consumers: dict[str, list[Mapping[str, Any]]] = {}
+    for obj in (*inventory.workloads, *inventory.pods):
+        consumers.setdefault(namespace_of(obj, default=default_namespace), []).append(obj)
+    for source in inventory.env_sources:
+        namespace = namespace_of(source, default=default_namespace)
+        if not scope.covers(namespace):
+            continue
+        found = checks.guarded_env_source(
+            _with_namespace(source, namespace), consumers=consumers.get(namespace, ())
+        )
+        if found is None:
+            continue
+        if namespace in settings.exempt_namespaces:
+            found = _exempt(found, f"namespace {namespace} is exempt")
+        kept.append(found)
+        namespaces.add(namespace)
+        objects += 1
 
     states: list[cards.NodeState] = []
     if scope.cluster:

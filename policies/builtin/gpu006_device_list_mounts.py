@@ -35,6 +35,7 @@ from policies import podspec, policy
 # The toolkit's DeviceListAsVolumeMountsRoot, and the same directory through the /var/run link.
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 DEVICE_LIST_PREFIXES: tuple[str, ...] = (DEVICE_LIST_ROOT, "/run/nvidia-container-devices")
+_NAME = "nvidia-container-devices"
 
 
 def clean(path: str) -> str:
@@ -44,6 +45,8 @@ def clean(path: str) -> str:
 
 def device_request(path: str) -> str | None:
     """The device a mount at `path` requests ('' for the directory itself); None when it requests none."""
+    if _NAME not in path:  # cleaning keeps components as written, so the name must be there already
+        return None
     cleaned = clean(path)
     for prefix in DEVICE_LIST_PREFIXES:
         if cleaned.startswith(prefix):

@@ -217,14 +217,19 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
     slim_spec: Object = {}
     if isinstance(spec.get("nodeName"), str):
         slim_spec["nodeName"] = spec["nodeName"]
+    # What `policies.podrequests` reads: resources, whether an init container is a sidecar
+    # (`restartPolicy: Always`, which adds up instead of taking the maximum), and the overhead.
     for kind in ("containers", "initContainers"):
         entries = [
             {"name": c.get("name"), "resources": c.get("resources")}
+            | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
             for c in podspec.sequence(spec.get(kind))
             if isinstance(c, Mapping)
         ]
         if entries:
             slim_spec[kind] = entries
+    if "overhead" in spec:
+        slim_spec["overhead"] = spec["overhead"]
     return {
         "metadata": {
             key: metadata[key]

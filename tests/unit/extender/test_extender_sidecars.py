@@ -128,3 +128,27 @@ async def test_a_2000m_pod_is_bound_exactly_like_a_2_gib_pod(client: Client, api
     plain = apiserver.pods[("team-a", "plain")]["metadata"]["annotations"]
     assert odd[gpu.GPUSHARE_MEM_POD_ANNOTATION] == plain[gpu.GPUSHARE_MEM_POD_ANNOTATION] == "2"
     assert odd[gpu.GPUSHARE_MEM_IDX_ANNOTATION] == plain[gpu.GPUSHARE_MEM_IDX_ANNOTATION] == "0"
+
+
+def test_the_watch_cache_keeps_what_the_request_rule_reads(make_gpu_pod: Factory) -> None:
+    # bind reads the cache's slimmed copy: without restartPolicy a sidecar would count once again.
+    pod = with_sidecar(make_gpu_pod(mem=4), 4)
+    pod["spec"]["initContainers"].append({"name": "setup", "image": "s:1", "resources": {"limits": {"aliyun.com/gpu-mem": "6"}}})
+    pod["spec"]["overhead"] = {"aliyun.com/gpu-mem": "1"}
+
+    slim = store.slim_pod(pod)
+
+    assert cards.pod_request(slim) == cards.pod_request(pod) == cards.Request(memory_gib=11)
+
+
+async def test_bind_from_the_watch_cache_allocates_the_summed_amount(
+    client: Client, apiserver: Any, cache: store.Store, make_gpu_pod: Factory
+) -> None:
+    stored = apiserver.add_pod(with_sidecar(make_gpu_pod("cached", mem=4), 4))
+    cache.replace_pods([stored])
+    meta = stored["metadata"]
+
+    answer = await post(client, "/bind", {"PodName": "cached", "PodNamespace": "team-a", "PodUID": meta["uid"], "Node": "one-card"})
+
+    assert answer["Error"] == ""
+    assert apiserver.pods[("team-a", "cached")]["metadata"]["annotations"][gpu.GPUSHARE_MEM_POD_ANNOTATION] == "8"

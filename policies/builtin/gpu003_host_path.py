@@ -137,19 +137,36 @@ class HostPathRules:
 
     protect: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_ROOTS)
     allow: tuple[str, ...] = BUILT_IN_ALLOWED
+    # Every strict parent of a protected root, for one lookup per path instead of a scan of roots.
+    _parents: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parents = {ancestor for root in self.protect for ancestor in _ancestors(root)[:-1]}
+        object.__setattr__(self, "_parents", frozenset(parents))
 
     def judge(self, path: str) -> Verdict | None:
         """Why `path` (as written in a pod) is refused; None when it may be mounted."""
         resolved = resolve(path)
-        inside: str | None = None
-        for root in self.protect:
-            if root != resolved and within(root, resolved):
-                return Verdict(root=root, reason=self.protect[root], contains=True)
-            if inside is None and within(resolved, root):
-                inside = root
-        if inside is None or any(within(resolved, allowed) for allowed in self.allow):
+        if resolved in self._parents:
+            root = next(r for r in self.protect if r != resolved and within(r, resolved))
+            return Verdict(root=root, reason=self.protect[root], contains=True)
+        ancestors = _ancestors(resolved)
+        inside = next((a for a in ancestors if a in self.protect), None)
+        if inside is None or any(a in self.allow for a in ancestors):
             return None
         return Verdict(root=inside, reason=self.protect[inside], contains=False)
+
+
+def _ancestors(path: str) -> list[str]:
+    """`/`, then each longer prefix of resolved `path`, ending with `path` itself."""
+    found = ["/"]
+    end = path.find("/", 1)
+    while end != -1:
+        found.append(path[:end])
+        end = path.find("/", end + 1)
+    if path != "/":
+        found.append(path)
+    return found
 
 
 DEFAULT_RULES = HostPathRules()

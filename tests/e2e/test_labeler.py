@@ -211,8 +211,24 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
     for verb, resource in [("list", "nodes"), ("watch", "nodes"), ("delete", "nodes"), ("update", "nodes/status"), ("create", "pods"), ("get", "secrets")]:
         assert not can(verb, resource, "-A"), f"{verb} {resource} should be refused"
 
-    # The service account's own token is enough for a full pass with --advertise.
-    token = cluster.kubectl("create", "token", "gpu-admission-labeler", "-n", "gpu-admission", "--duration=10m")
+    # The service account's own token is enough for a full pass with --advertise: the token of a pod
+    # on that node, as the kubelet mounts it (deploy/node-guard.yaml refuses a token without the
+    # pod's node claim, and any node but that one).
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"labeler-{gpu_node}", "namespace": "gpu-admission"},
+        "spec": {
+            "serviceAccountName": "gpu-admission-labeler", "nodeName": gpu_node,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "labeler", "image": "gpu-admission:0.1.0",
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+        },
+    }
+    created = cluster.apply(pod, namespace="gpu-admission")
+    assert created.returncode == 0, created.stderr
+    token = cluster.kubectl(
+        "create", "token", "gpu-admission-labeler", "-n", "gpu-admission", "--duration=10m",
+        "--bound-object-kind=Pod", f"--bound-object-name=labeler-{gpu_node}",
+    )
     assert token.returncode == 0, token.stderr
     kubeconfig = tmp_path / "labeler.kubeconfig"
     kubeconfig.write_text(
@@ -234,6 +250,7 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
     assert completed.returncode == 0, completed.stderr
     assert cluster.node_labels(gpu_node)[gpu.CARD_COUNT_LABEL] == "2"
     assert capacity(cluster, gpu_node)["aliyun.com/gpu-mem"] == "30"
+    cluster.kubectl("delete", "pod", f"labeler-{gpu_node}", "-n", "gpu-admission", "--wait=false")
 
 
 def test_a_missing_node_fails_a_once_pass_with_one_line(cluster: Cluster, tmp_path: Path) -> None:

@@ -38,6 +38,10 @@ import math
 import re
 
 INT64_MAX = (1 << 63) - 1
+# The largest amount whose milli-value Kubernetes computes exactly (`MaxMilliValue`): its validation
+# of an extended resource (`MilliValue() % 1000 == 0`) overflows past it and refuses or accepts at
+# random, so a policy that wants to agree with it allows nothing larger.
+MAX_MILLI_VALUE = INT64_MAX // 1000
 # Go reads numbers of any length; past this many significant digits we refuse instead (Python's own
 # int() limit is 4300 digits, and no resource amount comes near it).
 MAX_DIGITS = 4000
@@ -360,6 +364,14 @@ def decode(value: object) -> Quantity:
     if isinstance(value, str):
         return parse(value.strip(_GO_SPACE))
     raise QuantityError(f"{value!r} is not a quantity")
+
+
+def decoded(value: object) -> Quantity | None:
+    """`decode`, with None for what is not a quantity."""
+    try:
+        return decode(value)
+    except QuantityError:
+        return None
 
 
 def stored(value: object) -> Quantity | None:

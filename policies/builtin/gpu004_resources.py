@@ -7,10 +7,13 @@ beside `aliyun.com/gpu-mem`. Per pod: one resource family only, because a node s
 mode and enabling one mode zeroes the others' resources, so a mixed pod can never be scheduled.
 Every `nvidia.com/*` resource (MIG slices, shared cards) is of the `nvidia.com/gpu` family.
 
-Values are judged as the cluster stores them (`policies.quantity`): kube-apiserver decodes and
-rewrites every quantity before an admission webhook sees it, so `2000m`, `+2`, `2e0` and
-`0.002k` are 2 and allowed, `1k` is 1000, and `1500m` (1.5) is refused. The dry-run, reading the
-author's spelling, therefore judges exactly what the webhook will.
+Values are judged as kube-apiserver reads them (`policies.quantity`): it decodes and rewrites
+every quantity before an admission webhook sees it, so `2000m`, `+2`, `2e0` and `0.002k` are 2 and
+allowed, `1k` is 1000, and `1500m` (1.5) is refused, as the apiserver's own validation refuses it.
+Amounts past `quantity.MAX_MILLI_VALUE` are refused too: there the apiserver's integer check
+overflows (`1000E` fails it, yet would be written back as `1`). Within that bound the value the
+author wrote and the value the webhook sees are the same, so the dry-run, reading the author's
+spelling, judges exactly what the webhook will.
 """
 
 from __future__ import annotations
@@ -36,8 +39,16 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        stored = quantity.stored(limits[name])
-        limit = stored.as_int64() if stored is not None else None
+        found = quantity.decoded(limits[name])
+        limit = found.as_int64() if found is not None else None
+        if found is not None and found.sign > 0 and found.is_integer() and (limit is None or limit > quantity.MAX_MILLI_VALUE):
+            findings.append(
+                policy.Finding(
+                    detail=f"{who} sets {name}={limits[name]!r}, more than Kubernetes counts exactly "
+                    f"({quantity.MAX_MILLI_VALUE}); ask for what a node has"
+                )
+            )
+            continue
         if limit is None or limit <= 0:
             findings.append(
                 policy.Finding(
@@ -45,8 +56,8 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        request = quantity.stored(requests[name]) if name in requests else None
-        if name in requests and (request is None or stored is None or not request.same_value(stored)):
+        request = quantity.decoded(requests[name]) if name in requests else None
+        if name in requests and (request is None or found is None or not request.same_value(found)):
             findings.append(
                 policy.Finding(
                     detail=f"{who} requests {name}={requests[name]!r} but limits it to {limit}; "

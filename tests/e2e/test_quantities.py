@@ -30,9 +30,9 @@ TAINT_KEY = "gpu-admission.io/e2e-quantities"
 T4_MIB = 15360
 
 # Spellings the apiserver accepts for a whole number of GiB.
-ACCEPTED = ["2", "2000m", "+2", "2e0", "0.002k", "1k", "1000", "1.500k", "02", " 2 ", "2.", "1e3", "1Ki"]
-# Spellings it refuses: not an integer, negative, not a quantity.
-REFUSED = ["1500m", "0.5", "-2", "1kk", "K", "1KB", "--1"]
+ACCEPTED = ["2", "2000m", "+2", "2e0", "0.002k", "1k", "1000", "1.500k", "02", " 2 ", "2.", "1e3", "1Ki", "9223372036854775"]
+# Spellings the cluster refuses: not an integer, negative, not a quantity, past what it counts exactly.
+REFUSED = ["1500m", "0.5", "-2", "1kk", "K", "1KB", "--1", "1000E", "1e19"]
 
 
 def gpu_pod(name: str, mem: object, *, pool: str | None = None, sidecar: object = None) -> dict[str, Any]:

@@ -188,3 +188,19 @@ def test_a_mig_slice_must_be_a_positive_integer_in_limits(pod, container, evalua
     assert decision.denial_message == (
         PREFIX + "container \"main\" sets nvidia.com/mig-1g.5gb='500m'; it must be a positive integer"
     )
+
+
+@pytest.mark.parametrize("value", ["1000E", "1e19", "9223372036854776", "16Ei", "10e2147483646"])
+def test_amounts_past_what_kubernetes_counts_exactly_are_denied(pod, container, evaluate, value):
+    # kube-apiserver's integer check overflows there (1000E fails it, though it would be written
+    # back as "1"): allowing nothing beyond keeps the dry-run and the cluster in agreement.
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": value})))
+
+    assert decision.denial_message == (
+        PREFIX + f'container "main" sets aliyun.com/gpu-mem={value!r}, more than Kubernetes counts exactly '
+        "(9223372036854775); ask for what a node has"
+    )
+
+
+def test_the_largest_amount_kubernetes_counts_exactly_is_well_formed(pod, container, evaluate):
+    assert evaluate(pod(container(gpu={"aliyun.com/gpu-mem": "9223372036854775"}))).allowed

@@ -7,9 +7,10 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from webhook.cluster import controlplane
+from webhook.cluster import controlplane, install
 
 
 class Cluster:
@@ -73,3 +74,22 @@ def eventually(predicate: Callable[[], bool], *, what: str, timeout: float = 60)
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(delay)
         delay = min(delay * 1.5, 1.0)
+
+
+def restart_webhook(cluster: Cluster, *, config: Path | None) -> None:
+    """The session cluster's webhook restarted with `config` (None: the defaults); same port, so the
+    registrations stay valid. Returns once the apiserver calls the new process (a bypass is refused)."""
+    controlplane.stop(cluster.state, ["webhook"], grace=5)
+    install.start_webhook(cluster.state, config=config)
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "restart-probe"},
+        "spec": {"containers": [{"name": "m", "image": "probe", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
+    }
+
+    def refused() -> bool:
+        completed = cluster.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-", stdin=json.dumps(probe))
+        return completed.returncode != 0 and "GPU001" in completed.stderr
+
+    eventually(refused, what="the apiserver to call the restarted webhook", timeout=60)

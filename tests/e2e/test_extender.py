@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster, eventually, restart_webhook
 from webhook.cluster import controlplane, install, nodes
 from webhook.extender import topology
 
@@ -127,10 +127,34 @@ def _http_status(url: str) -> int:
         return int(error.code)
 
 
+# GPU008 refuses a pod asking for extender-managed resources whose schedulerName is not a scheduler
+# calling the extender. This module's schedulers are such schedulers, so, as an admin would for a
+# second scheduler, the module lists them in `extenderSchedulers`: the session webhook is restarted
+# with that setting (and restored afterwards). Their names are fixed per run for that reason.
+RUN = uuid.uuid4().hex[:6]
+TAGS = ("a", "b")
+
+
+def scheduler_name(tag: str) -> str:
+    return f"gpu-admission-e2e-{tag}-{RUN}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def extender_schedulers(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    config = tmp_path_factory.mktemp("extender-settings") / "config.yaml"
+    config.write_text(json.dumps({"extenderSchedulers": ["default-scheduler", *(scheduler_name(t) for t in TAGS)]}))
+    restart_webhook(cluster, config=config)
+    try:
+        yield
+    finally:
+        restart_webhook(cluster, config=None)
+
+
 def _replica(cluster: Cluster, tag: str) -> Replica:
+    assert tag in TAGS, "a scheduler the webhook's extenderSchedulers does not list gets no GPU pods"
     suffix = uuid.uuid4().hex[:6]
     replica = Replica(
-        cluster=cluster, scheduler_name=f"gpu-admission-e2e-{tag}-{suffix}",
+        cluster=cluster, scheduler_name=scheduler_name(tag),
         extender=f"e2e-extender-{tag}-{suffix}", scheduler=f"e2e-scheduler-{tag}-{suffix}",
     )
     replica.start_extender()

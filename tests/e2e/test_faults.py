@@ -42,10 +42,18 @@ TAINT = "gpu-admission.io/e2e-faults"
 SHORT_TTL_S = 40.0  # long enough to outlast the steps below on a busy machine, short enough to wait for
 
 
+# The tests below stand in for the extender: they create pods carrying the annotations bind
+# writes, asking for a scheduler nobody runs, to leave the traces of binds that died. GPU008
+# refuses both from anyone but the extender's Binding, so this cluster runs with it off.
+SETTINGS = {"policies": {"GPU008": {"action": "off"}}}
+
+
 @pytest.fixture(scope="module")
 def throwaway(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("faults-cluster")
-    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None))
+    config = tmp_path_factory.mktemp("faults-settings") / "config.yaml"
+    config.write_text(json.dumps(SETTINGS))
+    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), config=config)
     try:
         assert "extender" in state.pids, "bring_up did not start the extender of deploy/scheduler-config.yaml"
         yield Cluster(state)

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, model, nodeaffinity, podspec, settings
+from policies import gpu, model, nodeaffinity, podspec, quantity, settings
 from policies.builtin import gpu003_host_path, gpu007_env_sources
 from webhook.audit import findings
 from webhook.extender import cards, reasons
@@ -236,23 +235,6 @@ def expired_exception(exception: settings.PolicyException) -> findings.Finding:
 
 # --- node facts ---------------------------------------------------------------------------------
 
-_QUANTITY = re.compile(r"^\s*([0-9]+)\s*(k|M|G|T|Ki|Mi|Gi|Ti)?\s*$")
-_SUFFIX = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def quantity(value: object) -> int | None:
-    """An integer resource quantity (`"4"`, `4`, `"1k"`); None for anything else (fractions included)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        match = _QUANTITY.match(value)
-        if match:
-            return int(match.group(1)) * _SUFFIX[match.group(2)]
-    return None
-
-
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """An object's labels (empty where absent or malformed)."""
     return podspec.mapping(podspec.mapping(obj.get("metadata")).get("labels"))
@@ -270,9 +252,9 @@ def name_of(obj: Mapping[str, Any]) -> str:
 
 
 def capacity(node: Mapping[str, Any]) -> dict[str, int]:
-    """The node's GPU resources from `status.capacity` (unparseable values read as 0)."""
+    """The node's GPU resources from `status.capacity` (read by `policies.quantity`; unparseable as 0)."""
     status = podspec.mapping(podspec.mapping(node.get("status")).get("capacity"))
-    return {key: quantity(value) or 0 for key, value in status.items() if key in gpu.GPU_RESOURCES}
+    return {key: quantity.count(value) or 0 for key, value in status.items() if gpu.is_gpu_resource(key)}
 
 
 def mode_label(node: Mapping[str, Any]) -> str | None:
@@ -489,23 +471,8 @@ def _active(pod: Mapping[str, Any]) -> bool:
 
 
 def _requested(pod: Mapping[str, Any]) -> dict[str, int]:
-    """The GPU resources a pod holds on its node: sum over containers, or the largest init container."""
-    spec = podspec.mapping(pod.get("spec"))
-    total: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for ref in podspec.iter_containers(
-        spec, spec_path="", kinds=(podspec.ContainerKind.INIT, podspec.ContainerKind.REGULAR)
-    ):
-        limits = podspec.mapping(podspec.mapping(ref.container.get("resources")).get("limits"))
-        for key, value in limits.items():
-            if key not in gpu.GPU_RESOURCES:
-                continue
-            amount = quantity(value) or 0
-            if ref.kind is podspec.ContainerKind.INIT:
-                init_peak[key] = max(init_peak.get(key, 0), amount)
-            else:
-                total[key] = total.get(key, 0) + amount
-    return {key: max(total.get(key, 0), init_peak.get(key, 0)) for key in {*total, *init_peak}}
+    """The GPU resources a pod holds on its node, counted as Kubernetes counts them (sidecars add up)."""
+    return dict(gpu.pod_gpu_requests(podspec.mapping(pod.get("spec"))).amounts)
 
 
 def overcommit(

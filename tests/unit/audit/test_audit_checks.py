@@ -308,8 +308,13 @@ def test_check_ids_are_unique_and_continue_the_builtin_numbering() -> None:
     assert "GPU210" in ids
 
 
-def test_quantities_parse_like_the_apiserver_writes_them() -> None:
-    assert [checks.quantity(v) for v in ("4", 4, "1k", "2Ki", " 3 ", "1.5", "x", True)] == [4, 4, 1000, 2048, 3, None, None, None]
+def test_quantities_parse_like_the_apiserver_writes_them(node: NodeFactory) -> None:
+    capacity = {"nvidia.com/gpu": "4", "aliyun.com/gpu-mem": "1k", "aliyun.com/gpu": "2Ki", "aliyun.com/gpu-count": " 3 "}
+    odd = {"nvidia.com/mig-1g.5gb": "2000m", "aliyun.com/gpu-core.percentage": "1.5", "nvidia.com/gpu.shared": "x"}
+    assert checks.capacity(node(capacity={**capacity, **odd})) == {
+        "nvidia.com/gpu": 4, "aliyun.com/gpu-mem": 1000, "aliyun.com/gpu": 2048, "aliyun.com/gpu-count": 3,
+        "nvidia.com/mig-1g.5gb": 2, "aliyun.com/gpu-core.percentage": 0, "nvidia.com/gpu.shared": 0,
+    }
 
 
 def test_gpu202_names_a_few_pods_of_a_crowded_card_and_counts_the_rest(node: NodeFactory, pod: PodFactory) -> None:

@@ -151,7 +151,7 @@ def test_existing_violators_are_reported_and_disappear_once_fixed(cluster: Clust
     by_pod = {(r["resources"][0]["name"], r["policy"]): r for r in namespaced["results"]}
     sneaky = by_pod[("sneaky", "GPU001")]
     assert sneaky["message"] == (
-        "GPU001: containers must not choose GPUs through NVIDIA_VISIBLE_DEVICES: "
+        "GPU001: containers must not set the environment that chooses GPUs or switches off their isolation: "
         'container "main" sets NVIDIA_VISIBLE_DEVICES=all; request GPUs as resources, or use void'
     )
     assert (sneaky["result"], sneaky["severity"], sneaky["source"], sneaky["properties"]) == ("fail", "high", "gpu-admission", {"action": "enforce"})

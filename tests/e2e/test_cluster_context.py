@@ -26,7 +26,10 @@ pytestmark = pytest.mark.e2e
 
 LAB_WARNS = {
     "namespaceOverrides": [
-        {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}}
+        {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}},
+        # Where GPU007 only warns, a ConfigMap can carry the key (as one made before GPU007 was
+        # enforced would): GPU001 then reads it through the cluster context.
+        {"name": "legacy", "namespaceSelector": {"matchLabels": {"sources": "legacy"}}, "policies": {"GPU007": {"action": "warn"}}},
     ]
 }
 
@@ -111,12 +114,14 @@ def test_a_label_added_later_reaches_the_webhook_through_the_watch(lab_cluster: 
 
 
 def test_env_from_a_config_map_that_sets_visible_devices_is_refused_naming_it(lab_cluster: Cluster) -> None:
-    where = namespace(lab_cluster)
+    # GPU007 refuses such a ConfigMap in an ordinary namespace; in the legacy one it only warns.
+    where = namespace(lab_cluster, sources="legacy")
     config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-env"}, "data": {"NVIDIA_VISIBLE_DEVICES": "all"}}
-    assert create(lab_cluster, config_map, namespace=where)[0]
+    created, stderr = create(lab_cluster, config_map, namespace=where)
+    assert created and "GPU007" in stderr, stderr
     admitted, stderr = create(lab_cluster, gpu_pod("sneaky", envFrom=[{"configMapRef": {"name": "gpu-env"}}]), namespace=where)
     assert not admitted, stderr
-    assert "GPU001" in stderr and "ConfigMap 'gpu-env'" in stderr, stderr
+    assert "GPU001" in stderr and "ConfigMap 'gpu-env', whose key NVIDIA_VISIBLE_DEVICES" in stderr, stderr
 
 
 def test_env_from_a_config_map_without_the_variable_is_admitted_without_a_gpu001_warning(lab_cluster: Cluster) -> None:

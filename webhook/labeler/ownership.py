@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu
+from policies import gpu, quantity
 from webhook.labeler import labels
 
 logger = logging.getLogger(__name__)
@@ -145,12 +145,11 @@ def _diff(current: Mapping[str, str], *, want: Mapping[str, str], stale: set[str
 
 
 def _same_quantity(current: str | None, want: str) -> bool:
-    if current is None:
-        return False
-    try:
-        return int(current) == int(want)
-    except ValueError:
+    """Equal in value: the apiserver writes 1000 back as `1k` (a 10-card core_mem node's percentage)."""
+    have, wanted = quantity.decoded(current), quantity.decoded(want)
+    if current is None or have is None or wanted is None:
         return current == want
+    return have.same_value(wanted)
 
 
 def _strings(value: Any) -> dict[str, str]:

@@ -174,3 +174,13 @@ def test_capacity_already_in_place_sends_nothing() -> None:
 def test_only_the_field_that_differs_is_sent() -> None:
     node = ownership.Node(name="n", capacity={"aliyun.com/gpu": "8"}, allocatable={"aliyun.com/gpu": "7"})
     assert ownership.capacity_patch(node, want={"aliyun.com/gpu": "8"}) == {"status": {"allocatable": {"aliyun.com/gpu": "8"}}}
+
+
+def test_capacity_the_apiserver_wrote_in_its_own_form_sends_nothing() -> None:
+    # 10 cards in core_mem mode: 1000 % is stored as "1k"; comparing spellings would patch forever.
+    current = {"aliyun.com/gpu-core.percentage": "1k", "aliyun.com/gpu-mem": "150", "aliyun.com/gpu": "0"}
+    node = ownership.Node(name="n", capacity=current, allocatable=current)
+    want = {"aliyun.com/gpu-core.percentage": "1000", "aliyun.com/gpu-mem": "150", "aliyun.com/gpu": "0"}
+    assert ownership.capacity_patch(node, want=want) is None
+    changed = ownership.capacity_patch(node, want={**want, "aliyun.com/gpu-core.percentage": "1100"})
+    assert changed is not None and changed["status"]["capacity"] == {"aliyun.com/gpu-core.percentage": "1100"}

@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from policies import builtin, cel, gpu, model, podspec
+from policies import builtin, cel, gpu, model, nodeaffinity, podspec
 from policies.builtin import gpu003_host_path
 from policies import settings as settings_
 
@@ -59,7 +59,6 @@ MIRROR_POD = (
     "request.resource.resource != 'pods' || !has(object.metadata.annotations) || "
     "!('kubernetes.io/config.mirror' in object.metadata.annotations)"
 )
-_GPU_NODE_LABELS = (gpu.SCHEDULE_LABEL, gpu.PLACEMENT_LABEL, gpu.CARD_MEMORY_MIB_LABEL)
 _POSITIVE_OPERATORS = ("In", "Exists", "Gt", "Lt")
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
@@ -241,25 +240,24 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             )
         ]
     else:  # GPU004
-        resources = _lit(sorted(gpu.GPU_RESOURCES))
         limits, requests = "dyn(c).?resources.?limits.orValue({})", "dyn(c).?resources.?requests.orValue({})"
         core, mem, count = _lit(gpu.Resource.GPU_CORE_PERCENTAGE), _lit(gpu.Resource.GPU_MEM), _lit(gpu.Resource.GPU_COUNT)
         families = (
-            f"[{_any_container(_names_any([gpu.Resource.NVIDIA_GPU]))}, "
+            f"[{_any_container(_names_any([gpu.Resource.NVIDIA_GPU], prefix=gpu.NVIDIA_RESOURCE_PREFIX))}, "
             f"{_any_container(_names_any([gpu.Resource.GPU_MEM, gpu.Resource.GPU_CORE_PERCENTAGE]))}, "
             f"{_any_container(_names_any([gpu.Resource.ALIYUN_GPU]))}].filter(x, x).size() <= 1"
         )
         validations = [
             validation(
                 _every_container(
-                    f"{limits}.all(k, !(k in {resources}) || "
+                    f"{limits}.all(k, !{_is_gpu_resource('k')} || "
                     f"(string({limits}[k]).matches('^[0-9]+$') && int(string({limits}[k])) > 0))"
                 ),
                 "a GPU resource limit is not a positive integer",
             ),
             validation(
                 _every_container(
-                    f"{requests}.all(k, !(k in {resources}) || "
+                    f"{requests}.all(k, !{_is_gpu_resource('k')} || "
                     f"(k in {limits} && string({requests}[k]) == string({limits}[k])))"
                 ),
                 "a GPU resource is requested without an equal limit",
@@ -413,28 +411,48 @@ def _any_container(predicate: str) -> str:
     return "(" + " || ".join(f"object.spec.?{name}.orValue([]).exists(c, {predicate})" for name in _CONTAINER_LISTS) + ")"
 
 
-def _names_any(resources: Sequence[str]) -> str:
+def _names_any(resources: Sequence[str], *, prefix: str = "") -> str:
     wanted = _lit(list(resources))
+    test = f"k in {wanted}" + (f" || k.startsWith({_lit(prefix)})" if prefix else "")
     return (
-        f"dyn(c).?resources.?limits.orValue({{}}).exists(k, k in {wanted}) || "
-        f"dyn(c).?resources.?requests.orValue({{}}).exists(k, k in {wanted})"
+        f"dyn(c).?resources.?limits.orValue({{}}).exists(k, {test}) || "
+        f"dyn(c).?resources.?requests.orValue({{}}).exists(k, {test})"
     )
 
 
+def _is_gpu_resource(key: str) -> str:
+    """CEL for `gpu.is_gpu_resource`: one of the model's resources or any `nvidia.com/*` name."""
+    return f"({key} in {_lit(sorted(gpu.GPU_RESOURCES))} || {key}.startsWith({_lit(gpu.NVIDIA_RESOURCE_PREFIX)}))"
+
+
 def _requests_gpu() -> str:
-    return _any_container(_names_any(sorted(gpu.GPU_RESOURCES)))
+    return _any_container(_names_any(sorted(gpu.GPU_RESOURCES), prefix=gpu.NVIDIA_RESOURCE_PREFIX))
 
 
 def _is_gpu_label(key: str) -> str:
-    return f"({key} in {_lit(list(_GPU_NODE_LABELS))} || {key}.startsWith({_lit(gpu.ACCELERATOR_LABEL_PREFIX)}))"
+    """Any value marks a GPU node (nodeaffinity.is_gpu_node_label, the one definition)."""
+    prefixes = " || ".join(f"{key}.startsWith({_lit(prefix)})" for prefix in nodeaffinity.GPU_NODE_LABEL_PREFIXES)
+    return (
+        f"(!({key} in {_lit(sorted(nodeaffinity.GPU_NODE_TRUE_LABELS))}) && "
+        f"({key} in {_lit(sorted(nodeaffinity.GPU_NODE_LABELS))} || {prefixes}))"
+    )
+
+
+def _is_true_label(key: str) -> str:
+    """Only the value "true" marks a GPU node (nodeaffinity.GPU_NODE_TRUE_LABELS)."""
+    return f"{key} in {_lit(sorted(nodeaffinity.GPU_NODE_TRUE_LABELS))}"
 
 
 def _targets_gpu_nodes() -> str:
     positive = _lit(list(_POSITIVE_OPERATORS))
-    expression = f"{_is_gpu_label('e.key')} && e.operator in {positive}"
+    expression = (
+        f"({_is_gpu_label('e.key')} && e.operator in {positive}) || ({_is_true_label('e.key')} && "
+        "(e.operator == 'Exists' || (e.operator == 'In' && e.?values.orValue([]).exists(v, v == 'true'))))"
+    )
     affinity = "object.spec.?affinity.?nodeAffinity"
+    selector = "object.spec.?nodeSelector.orValue({})"
     return (
-        f"(object.spec.?nodeSelector.orValue({{}}).exists(k, {_is_gpu_label('k')}) || "
+        f"({selector}.exists(k, {_is_gpu_label('k')} || ({_is_true_label('k')} && {selector}[k] == 'true')) || "
         f"{affinity}.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms.orValue([])"
         f".exists(t, t.?matchExpressions.orValue([]).exists(e, {expression})) || "
         f"{affinity}.?preferredDuringSchedulingIgnoredDuringExecution.orValue([])"

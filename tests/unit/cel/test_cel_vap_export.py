@@ -310,3 +310,17 @@ def test_gpu002_refuses_sys_admin_and_all_as_the_webhook_does(added: list[str], 
 
     assert admits(gpu002, pod) is allowed
     assert admits(gpu002, {**pod, "spec": {"containers": [{"name": "main"}], "initContainers": [{**container, "resources": {}}]}})
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared"])
+def test_mig_slices_and_shared_cards_are_gpu_requests_in_the_export_as_in_the_webhook(resource: str) -> None:
+    manifests = {m["metadata"]["name"]: m for m in exported().manifests if m["kind"] == "ValidatingAdmissionPolicy"}
+    gpu002, gpu004 = manifests["gpu-admission-gpu002"], manifests["gpu-admission-gpu004"]
+    slice_ = {"name": "app", "resources": {"limits": {resource: 1}}}
+    privileged = {"name": "tool", "securityContext": {"privileged": True}}
+
+    assert admits(gpu002, {"metadata": {"name": "p"}, "spec": {"containers": [slice_]}})
+    assert not admits(gpu002, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, privileged]}})
+    assert admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    assert not admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"aliyun.com/gpu-mem": 2}}}]}})
+    assert not admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "resources": {"limits": {resource: "0"}}}]}})

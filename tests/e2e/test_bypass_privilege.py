@@ -45,7 +45,7 @@ def running_on(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]
     def is_running() -> bool:
         nonlocal found
         found = cluster.get("pod", name, namespace=namespace)
-        return found.get("status", {}).get("phase") == "Running"
+        return bool(found.get("status", {}).get("phase") == "Running")
 
     eventually(is_running, what=f"pod {namespace}/{name} Running")
     return found

@@ -54,7 +54,7 @@ def app_with(cache: nodes.Cache | None) -> Any:
 async def attach(client: Any, make_review: ReviewFactory, node: str, added: dict[str, Any]) -> dict[str, Any]:
     old = running(node)
     body = make_review(running(node, added), operation="UPDATE", old_object=old, subresource="ephemeralcontainers")
-    answered: dict[str, Any] = await (await client.post("/validate", json=body)).json()
+    answered: dict[str, dict[str, Any]] = await (await client.post("/validate", json=body)).json()
     return answered["response"]
 
 

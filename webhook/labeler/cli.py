@@ -3,11 +3,14 @@
 ```
 gpu-admission labeler --node-name NAME [--kubeconfig K] [--once | --interval 60s] [--advertise]
                       [--inventory FILE] [--take-over] [--health-port N] [--dry-run [-o table|json|yaml]]
+                      [--usage-interval 60s] [--proc-root /proc] [--list-pods]
 ```
 
 `NODE_NAME` in the environment stands in for `--node-name` (the DaemonSet sets it from the downward
 API). `--dry-run` reads the cards, prints the labels, annotations and capacity (per mode) it would
-write and touches no cluster. Exit status: 0 done; 1 a `--once` pass failed (apiserver, node,
+write and touches no cluster (with `--list-pods` it reads the node's pods, to name the pods of the
+cards' processes and tell which pod UIDs the apiserver knows; it never writes). Its `usage` section lists, per card, each process with its
+pod (`namespace`, `name`, `uid`) or the literal `outOfBand: true`. Exit status: 0 done; 1 a `--once` pass failed (apiserver, node,
 read error); 2 bad input; 3 there is no NVML on this machine (`--once`/`--dry-run` only: the loop
 instead stays up, writes nothing and checks again every interval).
 """
@@ -30,7 +33,7 @@ import yaml
 
 from policies import gpu
 from webhook import durations, errors
-from webhook.labeler import health, inventory, labels, nvml, ownership, runner
+from webhook.labeler import attribution, cgroups, health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,18 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be written; touch no cluster")
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="--dry-run output (default: table)")
+    parser.add_argument(
+        "--usage-interval", type=parse_interval, default=DEFAULT_INTERVAL_S, metavar="DURATION",
+        help="the least time between two writes of the usage summary annotation (default: 60s)",
+    )
+    parser.add_argument(
+        "--proc-root", type=Path, default=cgroups.DEFAULT_PROC_ROOT, metavar="PATH",
+        help="where the host's /proc is (the GPU processes' cgroups are read there; default: /proc)",
+    )
+    parser.add_argument(
+        "--list-pods", action="store_true",
+        help="with --dry-run: read this node's pods from the cluster (read-only) to name the GPU processes' pods",
+    )
     parser.add_argument("--health-port", type=int, default=None, metavar="PORT", help="serve /healthz and /readyz on this port (0: any free port)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="default: info")
     parser.set_defaults(func=run)
@@ -84,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     source, source_name = _source(args.inventory)
     if args.dry_run:
-        return _dry_run(source, source_name=source_name, node_name=_node_name(args, required=False), output=args.output)
+        node_name = _node_name(args, required=False)
+        pods = _dry_run_pods(args.kubeconfig, node_name=node_name) if args.list_pods else None
+        return _dry_run(source, source_name=source_name, node_name=node_name, output=args.output, pods=pods, proc_root=args.proc_root)
     node_name = _node_name(args, required=True)
     if args.health_port is not None and not 0 <= args.health_port <= 65535:
         raise errors.InputError(f"--health-port must be 0-65535, not {args.health_port}")
@@ -99,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
     loop = runner.Runner(
         source=source,
         nodes=nodes,
-        options=runner.Options(node_name=node_name, interval_s=args.interval, advertise=args.advertise, take_over=args.take_over),
+        options=runner.Options(
+            node_name=node_name, interval_s=args.interval, advertise=args.advertise, take_over=args.take_over,
+            usage_interval_s=args.usage_interval, proc_root=args.proc_root,
+        ),
+        pods=nodes,
     )
     server = health.serve(loop, port=args.health_port) if args.health_port is not None else None
     try:
@@ -116,8 +137,16 @@ def run(args: argparse.Namespace) -> int:
             server.server_close()
 
 
-def preview(inv: inventory.Inventory, *, node_name: str, source: str) -> dict[str, Any]:
-    """What `--dry-run` prints: what a first pass would write on a node that carries nothing yet."""
+def preview(
+    inv: inventory.Inventory,
+    *,
+    node_name: str,
+    source: str,
+    pods: list[attribution.PodRef] | None = None,
+    identify: attribution.Identify | None = None,
+) -> dict[str, Any]:
+    """What `--dry-run` prints: what a first pass would write on a node that carries nothing yet,
+    and (`usage`) each card's real use with every process and its pod or `outOfBand: true`."""
     plan = ownership.plan(ownership.Node(name=node_name), desired=labels.compute(inv))
     metadata = (plan.patch or {}).get("metadata", {})
     return {
@@ -126,7 +155,34 @@ def preview(inv: inventory.Inventory, *, node_name: str, source: str) -> dict[st
         "labels": dict(sorted(metadata.get("labels", {}).items())),
         "annotations": dict(sorted(metadata.get("annotations", {}).items())),
         "capacity": {str(mode): labels.capacity(inv, mode=mode) for mode in gpu.Mode},
+        "usage": usage_preview(inv, pods=pods, identify=identify or cgroups.read),
     }
+
+
+def usage_preview(
+    inv: inventory.Inventory, *, pods: list[attribution.PodRef] | None, identify: attribution.Identify
+) -> list[dict[str, Any]]:
+    """Per card: memory used and total, and each process with its pod, `outOfBand: true`, or
+    `unknown: true` where its cgroup could not be read."""
+    views = attribution.views(inv, pods=pods, identify=identify)
+    shown: list[dict[str, Any]] = []
+    for card in inv.cards:
+        processes: list[dict[str, Any]] = []
+        for view in (v for v in views if v.card == card.index):
+            entry: dict[str, Any] = {"pid": view.pid, "usedMiB": view.used_mib}
+            if view.identity is None:
+                entry["unknown"] = True
+            elif view.pod is not None:
+                entry["pod"] = {"namespace": view.pod.namespace or None, "name": view.pod.name or None, "uid": view.pod.uid}
+            else:
+                entry["outOfBand"] = True
+            if view.identity is not None and view.identity.container_id:
+                entry["containerID"] = view.identity.container_id
+            if view.out_of_band and view.identity is not None and view.identity.pod_uid:
+                entry["podUID"] = view.identity.pod_uid
+            processes.append(entry)
+        shown.append({"index": card.index, "usedMiB": card.used_mib, "totalMiB": card.memory_mib, "processes": processes})
+    return shown
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,7 +223,25 @@ def _node_name(args: argparse.Namespace, *, required: bool) -> str:
     return socket.gethostname()
 
 
-def _dry_run(source: runner.Source, *, source_name: str, node_name: str, output: str) -> int:
+def _dry_run_pods(kubeconfig: Path, *, node_name: str) -> list[attribution.PodRef]:
+    from webhook.labeler import publisher, store  # noqa: PLC0415 - the kubernetes client only where asked for
+
+    try:
+        listed = publisher.connect(kubeconfig).pods_on(node_name)
+    except (publisher.ConnectError, store.ApiError, store.NodeNotFound, store.Conflict) as error:
+        raise errors.InputError(f"listing the pods of node {node_name}: {error}") from error
+    return [attribution.PodRef.from_object(pod) for pod in listed]
+
+
+def _dry_run(
+    source: runner.Source,
+    *,
+    source_name: str,
+    node_name: str,
+    output: str,
+    pods: list[attribution.PodRef] | None = None,
+    proc_root: Path = cgroups.DEFAULT_PROC_ROOT,
+) -> int:
     try:
         inv = source()
     except nvml.Unavailable as error:
@@ -176,7 +250,7 @@ def _dry_run(source: runner.Source, *, source_name: str, node_name: str, output:
     except (nvml.ReadError, inventory.InventoryError) as error:
         print(f"gpu-admission labeler: reading the GPUs failed: {error}", file=sys.stderr)
         return EXIT_FAILED
-    report = preview(inv, node_name=node_name, source=source_name)
+    report = preview(inv, node_name=node_name, source=source_name, pods=pods, identify=lambda pid: cgroups.read(pid, proc_root=proc_root))
     if output == "json":
         print(json.dumps(report, indent=2))
     elif output == "yaml":
@@ -197,6 +271,19 @@ def _table(report: dict[str, Any]) -> str:
     lines.append("capacity by ack.node.gpu.schedule mode:")
     for mode, resources in report["capacity"].items():
         lines.append(f"  {mode}: " + ", ".join(f"{name}={value}" for name, value in resources.items()))
+    lines.append("usage:")
+    for card in report["usage"]:
+        used = "?" if card["usedMiB"] is None else card["usedMiB"]
+        lines.append(f"  GPU{card['index']}: {used}/{card['totalMiB']} MiB used, {len(card['processes'])} process(es)")
+        for process in card["processes"]:
+            pod = process.get("pod")
+            if pod is not None:
+                owner = f"pod {pod['namespace'] or '?'}/{pod['name'] or '?'} ({pod['uid']})"
+            elif process.get("outOfBand"):
+                owner = "OUT-OF-BAND" + (f" container {process['containerID'][:12]}" if process.get("containerID") else "")
+            else:
+                owner = "unknown (cgroup not readable)"
+            lines.append(f"    pid {process['pid']}: {'?' if process['usedMiB'] is None else process['usedMiB']} MiB, {owner}")
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,9 @@ from. The file is YAML (JSON is YAML too):
 ```yaml
 gpus:
   - {index: 0, uuid: GPU-5a1b..., name: "Tesla V100-SXM2-32GB", memoryMiB: 32510}
-  - {index: 1, uuid: GPU-9c2d..., name: "Tesla V100-SXM2-32GB", memoryMiB: 32510}
+  - {index: 1, uuid: GPU-9c2d..., name: "Tesla V100-SXM2-32GB", memoryMiB: 32510,
+     usedMiB: 9300,                                   # optional: memory in use (NVML's "used")
+     processes: [{pid: 41233, usedMiB: 5200}, {pid: 41250}]}  # optional: compute processes
 driverVersion: "550.107.02"   # optional
 cudaVersion: "12.4"           # optional
 topology:                     # optional; pairwise link levels, as `nvidia-smi topo -m` names them
@@ -15,7 +17,9 @@ topology:                     # optional; pairwise link levels, as `nvidia-smi t
     - [0, 1, NV2]             # two NVLinks between card 0 and card 1
 ```
 
-`topology` may also be the bare list of links. A link level is one of `NV<n>` (n NVLinks),
+`usedMiB` and `processes` stand in for NVML's memory info and compute-process list (a process's
+`usedMiB` may be left out, as NVML leaves it out where it has no figure); PIDs are host PIDs, which
+the labeler maps to pods through `/proc/<pid>/cgroup`. `topology` may also be the bare list of links. A link level is one of `NV<n>` (n NVLinks),
 `PIX` (one PCIe switch), `PXB` (several PCIe switches), `PHB` (the same PCIe host bridge),
 `NODE` (the same NUMA node) or `SYS` (across CPU sockets), best connection first.
 """
@@ -57,6 +61,16 @@ class Card:
     uuid: str
     name: str
     memory_mib: int
+    used_mib: int | None = None  # None: not read (NVML NotSupported, or the file does not say)
+    processes: tuple[Process, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Process:
+    """A compute process on a card: its host PID and the memory it holds (None where NVML has no figure)."""
+
+    pid: int
+    used_mib: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -177,7 +191,31 @@ def _card(entry: Any, *, where: str) -> Card:
         raise InventoryError(f"{where}.uuid: expected a non-empty string")
     if not isinstance(name, str) or not name.strip():
         raise InventoryError(f"{where}.name: expected the card's NVML name, a non-empty string")
-    return Card(index=index, uuid=uuid, name=name, memory_mib=memory)
+    used = entry.get("usedMiB")
+    if used is not None and (not _is_int(used) or used < 0):
+        raise InventoryError(f"{where}.usedMiB: expected a non-negative integer (MiB), got {used!r}")
+    return Card(index=index, uuid=uuid, name=name, memory_mib=memory, used_mib=used, processes=_processes(entry.get("processes"), where=f"{where}.processes"))
+
+
+def _processes(value: Any, *, where: str) -> tuple[Process, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InventoryError(f"{where}: expected a list of {{pid, usedMiB}} mappings")
+    found: dict[int, Process] = {}
+    for position, item in enumerate(value):
+        here = f"{where}[{position}]"
+        if not isinstance(item, Mapping):
+            raise InventoryError(f"{here}: expected a mapping with pid and usedMiB")
+        pid, used = item.get("pid"), item.get("usedMiB")
+        if not _is_int(pid) or pid <= 0:
+            raise InventoryError(f"{here}.pid: expected a positive integer, got {pid!r}")
+        if used is not None and (not _is_int(used) or used < 0):
+            raise InventoryError(f"{here}.usedMiB: expected a non-negative integer (MiB), got {used!r}")
+        if pid in found:
+            raise InventoryError(f"{here}.pid: {pid} is listed twice on this card")
+        found[pid] = Process(pid=pid, used_mib=used)
+    return tuple(found.values())
 
 
 def _links(value: Any, *, where: str) -> list[Link]:

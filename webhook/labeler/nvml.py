@@ -5,6 +5,13 @@ and shuts NVML down again. Initialising on every pass (rather than once per proc
 a driver that comes up after the labeler (NVIDIA/gpu-feature-discovery #71: NVML never initialises
 until the pod restarts) is picked up at the next interval without a restart.
 
+Per-card use (`nvmlDeviceGetMemoryInfo().used` and `nvmlDeviceGetComputeRunningProcesses`) is read
+in the same pass. A card or driver that does not support either call (NVML_ERROR_NOT_SUPPORTED,
+e.g. some vGPU and MIG set-ups) reads as "not known" (`used_mib` None, no processes), never as a
+failed read; a process NVML has no memory figure for (`usedGpuMemory` None, which nvidia-ml-py
+sets for NVML_VALUE_NOT_AVAILABLE) is kept with `used_mib` None. PIDs are the host's: the labeler
+needs `hostPID` to read their cgroups.
+
 Errors come out as two types, never as `pynvml` ones:
 - `Unavailable`: there is no NVML here at all (`NVMLError_LibraryNotFound`, `NVMLError_DriverNotLoaded`);
 - `ReadError`: NVML is there but this read failed (a lost GPU, a timeout, ...), so the caller keeps
@@ -68,15 +75,19 @@ def read() -> inventory.Inventory:
 def _read_initialised() -> inventory.Inventory:
     count: int = pynvml.nvmlDeviceGetCount()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
-    cards = [
-        inventory.Card(
-            index=index,
-            uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-            name=_text(pynvml.nvmlDeviceGetName(handle)),
-            memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20,
+    cards = []
+    for index, handle in enumerate(handles):
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        cards.append(
+            inventory.Card(
+                index=index,
+                uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                name=_text(pynvml.nvmlDeviceGetName(handle)),
+                memory_mib=int(memory.total) // 2**20,
+                used_mib=_used_mib(memory),
+                processes=_processes(handle),
+            )
         )
-        for index, handle in enumerate(handles)
-    ]
     try:
         return inventory.make(
             cards,
@@ -86,6 +97,32 @@ def _read_initialised() -> inventory.Inventory:
         )
     except ValueError as error:
         raise ReadError(f"inconsistent device list: {error}") from error
+
+
+def _used_mib(memory: Any) -> int | None:
+    used = getattr(memory, "used", None)
+    return int(used) // 2**20 if isinstance(used, int) and used >= 0 else None
+
+
+def _processes(handle: Any) -> tuple[inventory.Process, ...]:
+    """The card's compute processes, one entry per PID (memory summed when NVML lists a PID twice)."""
+    try:
+        listed = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except pynvml.NVMLError_NotSupported as error:
+        logger.debug("no process list on this card: %s", error)
+        return ()
+    found: dict[int, int | None] = {}
+    for process in listed or ():
+        pid = getattr(process, "pid", None)
+        if not isinstance(pid, int) or pid <= 0:
+            continue
+        raw = getattr(process, "usedGpuMemory", None)
+        used = int(raw) // 2**20 if isinstance(raw, int) and raw >= 0 else None
+        if pid in found and found[pid] is not None and used is not None:
+            found[pid] = (found[pid] or 0) + used
+        elif pid not in found or found[pid] is None:
+            found[pid] = used
+    return tuple(inventory.Process(pid=pid, used_mib=used) for pid, used in found.items())
 
 
 def _links(handles: list[Any]) -> list[inventory.Link]:

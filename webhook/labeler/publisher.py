@@ -3,7 +3,8 @@
 The only labeler module that talks to the apiserver (it implements `store.Nodes`). Errors come out
 as the three `store` error types, each with a one-line message; nothing from `kubernetes` or
 `urllib3` leaks to the runner. The RBAC this
-needs is `get`/`patch` on `nodes` and `patch` on `nodes/status` (see `deploy/labeler.yaml`).
+needs is `get`/`patch` on `nodes`, `patch` on `nodes/status`, and `list` on `pods` (the pods of its
+own node, by `fieldSelector spec.nodeName=<node>`, to attribute GPU processes; see `deploy/labeler.yaml`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,29 @@ class Publisher:
             ),
             what=f"patch node {name} status",
         )
+
+    def pods_on(self, node_name: str) -> list[Mapping[str, Any]]:
+        """The pods bound to `node_name`, metadata only (name, namespace, uid, annotations)."""
+        found = self._call(
+            lambda: self._api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node_name}", _request_timeout=REQUEST_TIMEOUT_S
+            ),
+            what=f"list pods on node {node_name}",
+        )
+        pods: list[Mapping[str, Any]] = []
+        for item in getattr(found, "items", None) or ():
+            metadata = item.metadata
+            pods.append(
+                {
+                    "metadata": {
+                        "uid": metadata.uid,
+                        "namespace": metadata.namespace,
+                        "name": metadata.name,
+                        "annotations": dict(metadata.annotations or {}),
+                    }
+                }
+            )
+        return pods
 
     @staticmethod
     def _call(call: Any, *, what: str) -> Any:

@@ -13,6 +13,14 @@ What one pass does when things go wrong:
 | a transient read error and no good read yet | nothing | `READ_FAILED` |
 | the node does not exist | nothing | `NODE_MISSING` |
 | the apiserver fails | what got through | `API_FAILED` |
+
+Real use (`policies.usage`): when the runner is given a pod lister, each pass also maps the
+cards' processes to the pods of this node (`attribution`, through the processes' cgroups under
+`proc_root`) and writes the summary annotation `gpu-admission.io/gpu-usage`, rate-limited: only
+when `usage.significant` finds a change against the summary on the Node, and at most once per
+`usage_interval_s`. A pending change waits for the interval and is written by the first pass
+after it. Where the source knows nothing of use (an inventory file without `usedMiB` or
+`processes`) nothing is written; where listing the pods fails the last summary stays.
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
-from policies import gpu
-from webhook.labeler import inventory, labels, nvml, ownership, store
+from policies import gpu, usage
+from webhook.labeler import attribution, cgroups, inventory, labels, nvml, ownership, store
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +69,31 @@ class Options:
     interval_s: float = 60.0
     advertise: bool = False
     take_over: bool = False
+    usage_interval_s: float = 60.0  # the least time between two writes of the usage summary
+    proc_root: Path = cgroups.DEFAULT_PROC_ROOT
 
 
 class Runner:
     """One node's labeler. `step()` is one pass; `run()` repeats it until stopped."""
 
-    def __init__(self, *, source: Source, nodes: store.Nodes, options: Options, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        source: Source,
+        nodes: store.Nodes,
+        options: Options,
+        clock: Callable[[], float] = time.monotonic,
+        pods: store.Pods | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._source = source
         self._nodes = nodes
         self._options = options
         self._clock = clock
+        self._pods = pods
+        self._wall_clock = wall_clock
+        self._usage_written_at: float | None = None
+        self.usage_writes = 0
         self._last_good: inventory.Inventory | None = None
         self._problem: str | None = None
         self._notes: dict[str, str] = {}
@@ -169,7 +193,46 @@ class Runner:
             break
         if self._options.advertise:
             changed = self._advertise(node, inv) or changed
+        if self._pods is not None:
+            changed = self._publish_usage(node, inv) or changed
         return changed
+
+    def _publish_usage(self, node: ownership.Node, inv: inventory.Inventory) -> bool:
+        """Write the usage summary when it changed significantly and the interval allows."""
+        on_node = node.annotations.get(usage.USAGE_ANNOTATION)
+        if not any(card.used_mib is not None or card.processes for card in inv.cards):
+            if on_node is None:
+                return False
+            self._nodes.patch(node.name, {"metadata": {"annotations": {usage.USAGE_ANNOTATION: None}}})
+            logger.info("node %s: removed annotations %s (no usage known)", node.name, usage.USAGE_ANNOTATION)
+            return True
+        assert self._pods is not None
+        try:
+            listed = self._pods.pods_on(node.name)
+        except (store.ApiError, store.NodeNotFound, store.Conflict) as error:
+            self._note("pods", f"listing the pods of node {node.name} failed ({error}): the usage summary is not updated")
+            return False
+        self._note("pods", "")
+        proc_root = self._options.proc_root
+        summary = attribution.summarise(
+            inv,
+            pods=[attribution.PodRef.from_object(pod) for pod in listed],
+            identify=lambda pid: cgroups.read(pid, proc_root=proc_root),
+            now=self._wall_clock(),
+        )
+        reason = usage.significant(usage.parse(on_node), summary)
+        if not reason:
+            return False
+        now = self._clock()
+        if self._usage_written_at is not None and now - self._usage_written_at < self._options.usage_interval_s:
+            logger.debug("node %s: usage changed (%s); waiting for the interval", node.name, reason)
+            return False
+        self._nodes.patch(node.name, {"metadata": {"annotations": {usage.USAGE_ANNOTATION: usage.render(summary)}}})
+        self._usage_written_at = now
+        self.usage_writes += 1
+        out_of_band = sum(len(card.out_of_band) for card in summary.cards)
+        logger.info("node %s: usage summary written (%s; %d out-of-band process(es))", node.name, reason, out_of_band)
+        return True
 
     def _advertise(self, node: ownership.Node, inv: inventory.Inventory) -> bool:
         mode = labels.mode_of(node.labels)

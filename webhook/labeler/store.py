@@ -33,3 +33,9 @@ class Nodes(Protocol):
     def patch(self, name: str, body: Mapping[str, Any]) -> None: ...
 
     def patch_status(self, name: str, body: Mapping[str, Any]) -> None: ...
+
+
+class Pods(Protocol):
+    """List the pods bound to one node (for attributing GPU processes to pods)."""
+
+    def pods_on(self, node_name: str) -> list[Mapping[str, Any]]: ...

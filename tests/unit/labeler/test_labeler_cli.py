@@ -27,7 +27,7 @@ def run(*argv: str) -> int:
 def test_dry_run_json_prints_labels_annotations_and_capacity_per_mode(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("--dry-run", "-o", "json", "--inventory", str(V100), "--node-name", "topology-0") == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"node", "source", "labels", "annotations", "capacity"}
+    assert set(report) == {"node", "source", "labels", "annotations", "capacity", "usage"}
     assert report["node"] == "topology-0"
     assert report["source"] == f"inventory {V100}"
     assert report["labels"] == {

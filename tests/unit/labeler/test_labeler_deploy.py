@@ -20,9 +20,9 @@ def objects() -> dict[str, dict[str, Any]]:
     return {d["kind"]: d for d in documents}
 
 
-def test_the_role_allows_get_and_patch_on_nodes_and_patch_on_node_status_only(objects: dict[str, dict[str, Any]]) -> None:
+def test_the_role_allows_get_and_patch_on_nodes_patch_on_node_status_and_list_pods_only(objects: dict[str, dict[str, Any]]) -> None:
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in objects["ClusterRole"]["rules"]}
-    assert rules == {(("",), ("nodes",)): ["get", "patch"], (("",), ("nodes/status",)): ["patch"]}
+    assert rules == {(("",), ("nodes",)): ["get", "patch"], (("",), ("nodes/status",)): ["patch"], (("",), ("pods",)): ["list"]}
 
 
 def test_the_binding_ties_the_role_to_the_daemonsets_service_account(objects: dict[str, dict[str, Any]]) -> None:
@@ -48,7 +48,11 @@ def test_the_container_runs_without_privileges(objects: dict[str, dict[str, Any]
     pod = objects["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert "hostNetwork" not in pod and "hostPID" not in pod and "volumes" not in pod
+    assert "hostNetwork" not in pod and "hostIPC" not in pod
+    # Exactly what real-use reading needs: the host's PIDs and its /proc, read-only.
+    assert pod["hostPID"] is True
+    assert pod["volumes"] == [{"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}}]
+    assert container(objects)["volumeMounts"] == [{"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}]
     context = container(objects)["securityContext"]
     assert context["allowPrivilegeEscalation"] is False
     assert context["privileged"] is False
@@ -72,6 +76,7 @@ def test_the_args_are_accepted_by_the_labeler_cli(objects: dict[str, dict[str, A
     assert args.func is cli.run
     assert args.node_name is None  # from $NODE_NAME
     assert args.interval == 60.0 and args.advertise and args.health_port == 8089
+    assert str(args.proc_root) == "/host/proc"
 
 
 def test_it_only_runs_on_gpu_nodes(objects: dict[str, dict[str, Any]]) -> None:

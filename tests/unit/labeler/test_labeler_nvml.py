@@ -23,6 +23,8 @@ class Device:
     total: int
     bus_id: bytes
     nvlinks: dict[int, bytes] = dataclasses.field(default_factory=dict)  # link -> remote bus id
+    used: int | None = None  # bytes; None: the memory info carries no `used`
+    processes: list[tuple[int, int | None]] | int = dataclasses.field(default_factory=list)  # (pid, bytes) or an NVML error code
 
 
 class FakeNvml:
@@ -42,7 +44,8 @@ class FakeNvml:
             "nvmlDeviceGetHandleByIndex": self.handle,
             "nvmlDeviceGetName": lambda h: self._call("name", h).name,
             "nvmlDeviceGetUUID": lambda h: h.uuid,
-            "nvmlDeviceGetMemoryInfo": lambda h: types.SimpleNamespace(total=self._call("memory", h).total),
+            "nvmlDeviceGetMemoryInfo": self.memory_info,
+            "nvmlDeviceGetComputeRunningProcesses": self.processes,
             "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=h.bus_id),
             "nvmlDeviceGetNvLinkState": self.nvlink_state,
             "nvmlDeviceGetNvLinkRemotePciInfo": lambda h, link: types.SimpleNamespace(busId=h.nvlinks[link]),
@@ -60,6 +63,18 @@ class FakeNvml:
 
     def shutdown(self) -> None:
         self.shutdowns += 1
+
+    def memory_info(self, handle: Device) -> Any:
+        device = self._call("memory", handle)
+        if device.used is None:
+            return types.SimpleNamespace(total=device.total)
+        return types.SimpleNamespace(total=device.total, used=device.used, free=device.total - device.used)
+
+    def processes(self, handle: Device) -> list[Any]:
+        if isinstance(handle.processes, int):
+            raise pynvml.NVMLError(handle.processes)
+        # nvidia-ml-py turns NVML_VALUE_NOT_AVAILABLE into usedGpuMemory=None
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in handle.processes]
 
     def handle(self, index: int) -> Device:
         return self.devices[index]
@@ -182,3 +197,40 @@ def test_no_module_but_the_adapter_imports_pynvml() -> None:
         if imports.search(path.read_text(encoding="utf-8"))
     )
     assert importers == ["webhook/labeler/nvml.py"]
+
+
+# --- per-card use ---------------------------------------------------------------------------------
+
+
+def test_memory_used_and_the_compute_processes_are_read_in_mib(monkeypatch: pytest.MonkeyPatch) -> None:
+    card = t4(0)
+    card.used = 9300 * 2**20 + 7
+    card.processes = [(41233, 5200 * 2**20), (41250, None)]
+    FakeNvml(monkeypatch, [card])
+    read = nvml.read().cards[0]
+    assert read.used_mib == 9300
+    assert read.processes == (inventory.Process(pid=41233, used_mib=5200), inventory.Process(pid=41250, used_mib=None))
+
+
+def test_a_pid_listed_twice_is_one_process_with_its_memory_summed(monkeypatch: pytest.MonkeyPatch) -> None:
+    card = t4(0)
+    card.processes = [(7, 100 * 2**20), (7, 28 * 2**20), (8, None), (8, 5 * 2**20), (0, 1)]
+    FakeNvml(monkeypatch, [card])
+    assert nvml.read().cards[0].processes == (inventory.Process(pid=7, used_mib=128), inventory.Process(pid=8, used_mib=5))
+
+
+def test_a_card_without_a_process_list_reads_as_no_processes_not_as_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    card = t4(0)
+    card.used = 2**30
+    card.processes = pynvml.NVML_ERROR_NOT_SUPPORTED
+    FakeNvml(monkeypatch, [card])
+    read = nvml.read().cards[0]
+    assert (read.used_mib, read.processes) == (1024, ())
+
+
+def test_another_process_list_error_is_a_read_error_so_the_last_good_reading_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    card = t4(0)
+    card.processes = pynvml.NVML_ERROR_GPU_IS_LOST
+    FakeNvml(monkeypatch, [card])
+    with pytest.raises(nvml.ReadError):
+        nvml.read()

@@ -22,7 +22,7 @@ import yaml
 from cel_expr_python import cel  # type: ignore[import-untyped]  # stubs without py.typed
 from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import-untyped]
 
-from policies import gpu
+from policies import gpu, usage
 from webhook.extender import cards
 from webhook.labeler import inventory, labels, ownership
 
@@ -194,10 +194,11 @@ def test_the_labeler_policy_lists_exactly_the_labels_annotations_and_resources_t
     assert own_labels == {gpu.CARD_NAME_LABEL, gpu.CARD_MEMORY_LABEL, gpu.CARD_COUNT_LABEL, gpu.CARD_MEMORY_MIB_LABEL,
                           labels.DRIVER_VERSION_LABEL, labels.CUDA_VERSION_LABEL}
     assert own_annotations == {labels.INVENTORY_ANNOTATION, labels.TOPOLOGY_ANNOTATION, labels.MIXED_ANNOTATION,
-                               ownership.OWNED_ANNOTATION}
+                               ownership.OWNED_ANNOTATION, usage.USAGE_ANNOTATION}
     # And by behaviour: a node with everything (mixed cards, versions, links) gets nothing outside them.
     desired = labels.compute(INVENTORY)
-    assert set(desired.labels) == own_labels and set(desired.annotations) | {ownership.OWNED_ANNOTATION} == own_annotations
+    assert set(desired.labels) == own_labels
+    assert set(desired.annotations) | {ownership.OWNED_ANNOTATION, usage.USAGE_ANNOTATION} == own_annotations
     assert ownership.ACCELERATOR_LABELS <= own_labels, "--take-over and stale removal touch the whole group"
     assert set(literal_list(spec, "gpuResources")) == set(gpu.Resource)
     for mode in gpu.Mode:

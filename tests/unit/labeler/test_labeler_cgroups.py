@@ -1,0 +1,161 @@
+"""Process -> pod: the cgroup path shapes of the kubelet's two drivers and the runtimes, then real
+processes in real cgroups created with those shapes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webhook.labeler import cgroups
+
+UID = "6f0c2a1e-9b7d-4c3e-8a5f-1d2e3f4a5b6c"
+ESC = UID.replace("-", "_")
+CID = "3f1e" + "a" * 60
+STATIC = "d41d8cd98f00b204e9800998ecf8427e"  # a static pod's UID: the kubelet's config hash
+
+
+@pytest.mark.parametrize(
+    ("text", "pod_uid", "container_id"),
+    [
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n",
+            UID, CID, id="v2-systemd-containerd-burstable",
+        ),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{ESC}.slice/crio-{CID}.scope\n",
+            UID, CID, id="v2-systemd-crio-besteffort",
+        ),
+        pytest.param(f"0::/kubepods.slice/kubepods-pod{ESC}.slice/docker-{CID}.scope\n", UID, CID, id="v2-systemd-docker-guaranteed"),
+        pytest.param(f"0::/kubepods/burstable/pod{UID}/{CID}\n", UID, CID, id="v2-cgroupfs-burstable"),
+        pytest.param(f"0::/kubepods/pod{UID}/{CID}\n", UID, CID, id="v2-cgroupfs-guaranteed"),
+        pytest.param(
+            f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{ESC}.slice/cri-containerd-{CID}.scope\n",
+            UID, CID, id="v2-kind-nested-kubelet",
+        ),
+        pytest.param(
+            "12:pids:/kubepods/besteffort/pod{0}/{1}\n11:memory:/kubepods/besteffort/pod{0}/{1}\n1:name=systemd:/kubepods/besteffort/pod{0}/{1}\n0::/\n".format(UID, CID),
+            UID, CID, id="v1-cgroupfs-many-lines",
+        ),
+        pytest.param(
+            f"9:name=systemd:/\n8:pids:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n0::/\n",
+            UID, CID, id="hybrid-v2-root-v1-carries-path",
+        ),
+        pytest.param(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice\n", UID, "", id="pod-level-no-container"),
+        pytest.param(f"0::/kubepods/burstable/pod{STATIC}/{CID}\n", STATIC, CID, id="static-pod-hash-uid"),
+        pytest.param(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC.upper()}.slice/x.scope\n", UID, "", id="upper-case"),
+        # Outside Kubernetes: no pod, the container where the path shows one.
+        pytest.param(f"0::/system.slice/docker-{CID}.scope\n", "", CID, id="docker-run-systemd"),
+        pytest.param(f"4:memory:/docker/{CID}\n0::/\n", "", CID, id="docker-run-cgroupfs-v1"),
+        pytest.param(f"0::/default/{CID}\n", "", CID, id="ctr-run-default-namespace"),
+        pytest.param(f"0::/machine.slice/libpod-{CID}.scope\n", "", CID, id="podman"),
+        pytest.param("0::/user.slice/user-1000.slice/session-3.scope\n", "", "", id="host-login-session"),
+        pytest.param("0::/\n", "", "", id="root"),
+        # A pod-shaped name outside kubepods is no pod: only the kubelet's hierarchy counts.
+        pytest.param(f"0::/system.slice/pod{UID}/{CID}\n", "", CID, id="pod-name-outside-kubepods"),
+        pytest.param("garbage\n\n::\n", "", "", id="malformed"),
+        pytest.param("", "", "", id="empty"),
+    ],
+)
+def test_the_cgroup_names_the_pod_and_container(text: str, pod_uid: str, container_id: str) -> None:
+    found = cgroups.parse(text)
+    assert (found.pod_uid, found.container_id) == (pod_uid, container_id)
+    assert found.in_pod is bool(pod_uid)
+
+
+def test_a_missing_process_reads_as_none(tmp_path: Path) -> None:
+    assert cgroups.read(424242, proc_root=tmp_path) is None
+    assert cgroups.read(0, proc_root=tmp_path) is None
+
+
+def test_the_reader_uses_the_proc_root(tmp_path: Path) -> None:
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77" / "cgroup").write_text(f"0::/kubepods/pod{UID}/{CID}\n")
+    found = cgroups.read(77, proc_root=tmp_path)
+    assert found is not None and found.pod_uid == UID and found.container_id == CID
+
+
+# --- real processes in real cgroups -------------------------------------------------------------
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _hierarchies() -> list[tuple[str, Path]]:
+    """(kind, mount) of the writable hierarchies here: the v2 one, and one v1 controller."""
+    if os.geteuid() != 0 or not CGROUP_ROOT.is_dir():
+        return []
+    found: list[tuple[str, Path]] = []
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        found.append(("v2", CGROUP_ROOT))
+    elif (CGROUP_ROOT / "unified" / "cgroup.controllers").exists():
+        found.append(("v2", CGROUP_ROOT / "unified"))
+    for controller in ("pids", "cpu", "memory"):
+        if (CGROUP_ROOT / controller / "cgroup.procs").exists():
+            found.append(("v1", CGROUP_ROOT / controller))
+            break
+    return found
+
+
+@contextlib.contextmanager
+def process_in(mount: Path, relative: str) -> Iterator[int]:
+    """A `sleep` moved into the cgroup `mount/relative` (created here); everything undone after."""
+    created: list[Path] = []
+    here = mount
+    for part in relative.strip("/").split("/"):
+        here = here / part
+        if not here.exists():
+            here.mkdir()
+            created.append(here)
+    process = subprocess.Popen(["sleep", "120"])  # noqa: S607 - coreutils sleep from PATH
+    try:
+        (here / "cgroup.procs").write_text(str(process.pid))
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+        for path in reversed(created):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _can_create(mount: Path) -> bool:
+    probe = mount / f"gpu-admission-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    probe.rmdir()
+    return True
+
+
+HIERARCHIES = _hierarchies()
+
+
+@pytest.mark.skipif(not HIERARCHIES, reason="needs root and a cgroup filesystem at /sys/fs/cgroup to create cgroups")
+@pytest.mark.parametrize(("kind", "mount"), HIERARCHIES, ids=[kind for kind, _ in HIERARCHIES])
+@pytest.mark.parametrize("shape", ["systemd", "cgroupfs", "docker-run", "host"])
+def test_real_processes_in_kubelet_shaped_cgroups_map_to_their_pod(kind: str, mount: Path, shape: str) -> None:
+    if not _can_create(mount):
+        pytest.skip(f"cannot create cgroups under {mount} (read-only cgroup filesystem)")
+    pod_uid = str(uuid.uuid4())
+    container = uuid.uuid4().hex + uuid.uuid4().hex
+    tag = uuid.uuid4().hex[:8]  # unique top-level names: parallel runs never share a cgroup
+    paths = {
+        "systemd": f"kubepods{tag}.slice/kubepods{tag}-burstable.slice/kubepods{tag}-burstable-pod{pod_uid.replace('-', '_')}.slice/cri-containerd-{container}.scope",
+        "cgroupfs": f"kubepods{tag}/besteffort/pod{pod_uid}/{container}",
+        "docker-run": f"gpu-admission-test-{tag}.slice/docker-{container}.scope",
+        "host": f"gpu-admission-test-{tag}.slice/session-1.scope",
+    }
+    want_pod = pod_uid if shape in ("systemd", "cgroupfs") else ""
+    want_container = container if shape != "host" else ""
+    with process_in(mount, paths[shape]) as pid:
+        text = (Path("/proc") / str(pid) / "cgroup").read_text()
+        found = cgroups.read(pid)
+    assert paths[shape].split("/")[-1] in text, f"{kind}: the process did not move: {text!r}"
+    assert found is not None
+    assert (found.pod_uid, found.container_id) == (want_pod, want_container), text

@@ -4,9 +4,12 @@ and GPU103 alike, and only with the values that mark GPU nodes."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
-from policies import nodeaffinity
+from policies import cel, nodeaffinity, settings
+from webhook import vap
 from webhook.audit import checks
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -114,3 +117,23 @@ def test_the_audit_tells_gpu_nodes_by_the_same_definition() -> None:
     assert checks.is_gpu_node(node({"nvidia.com/gpu.deploy.driver": "true"}))
     assert not checks.is_gpu_node(node({"nvidia.com/gpu.present": "false"}))
     assert not checks.is_gpu_node(node({"kubernetes.io/os": "linux"}))
+
+
+def exported_gpu002_admits(spec: dict[str, object]) -> bool:
+    """The exported GPU002 ValidatingAdmissionPolicy, its CEL run here as kube-apiserver would."""
+    export = vap.export(settings.Settings(), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC))
+    [policy] = [m for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == "gpu-admission-gpu002"]
+    env = cel.environment()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+           "spec": {"containers": [{"name": "main", "image": "x", "securityContext": {"privileged": True}}], **spec}}
+    activation = {"object": pod, "oldObject": None, "request": {"namespace": "team-a", "operation": "CREATE", "resource": {"resource": "pods"}},
+                  "namespaceObject": {"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a"}}}}
+    return all(
+        cel.evaluate(cel.compile_expression(env, v["expression"], field="validation"), activation) is True
+        for v in policy["spec"]["validations"]
+    )
+
+
+@pytest.mark.parametrize("spec", GPU_TARGETING + NOT_GPU_TARGETING)
+def test_the_exported_gpu002_policy_uses_the_same_definition(spec: dict[str, object]) -> None:
+    assert exported_gpu002_admits(spec) is not nodeaffinity.targets_gpu_nodes({"containers": [], **spec})

@@ -161,3 +161,16 @@ def test_kubectl_debug_of_a_gpu_node_itself_is_refused(cluster: Cluster) -> None
     assert completed.returncode != 0
     assert "GPU003" in completed.stderr  # the host's root filesystem by hostPath
     assert cluster.pods(namespace=ns) == []
+
+
+def test_kubectl_debug_sysadmin_on_a_running_gpu_mem_pod_is_refused_by_gpu002(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    assert cluster.apply(pod("shared", limits={"aliyun.com/gpu-mem": 1}), namespace=ns).returncode == 0
+    running_on(cluster, "shared", namespace=ns)
+
+    completed = debug(cluster, "shared", namespace=ns, profile="sysadmin")
+
+    assert completed.returncode != 0
+    assert "GPU002" in completed.stderr and 'ephemeral container "debugger" is privileged' in completed.stderr
+    assert "GPU009" not in completed.stderr
+    assert ephemeral(cluster, "shared", namespace=ns) == {}

@@ -233,3 +233,12 @@ def test_the_node_is_looked_up_only_for_a_new_privileged_ephemeral_container_on_
     assert gpu009.node_to_look_up(unbound, old_object=running(node=None), subresource="ephemeralcontainers") == ""
     assert gpu009.node_to_look_up(with_debug, old_object=old, subresource="") == ""
     assert gpu009.node_to_look_up(None, old_object=None, subresource="ephemeralcontainers") == ""
+
+
+def test_a_pod_that_asked_for_gpu_nodes_is_left_to_gpu002_which_refuses() -> None:
+    targeting = running(nodeSelector={"ack.node.gpu.schedule": "cgpu"})
+
+    decision = attach(targeting, debug(), node_labels=None)
+
+    assert [v.policy for v in decision.violations] == ["GPU002"]
+    assert 'ephemeral container "debugger-abc" is privileged' in decision.denial_message

@@ -13,7 +13,8 @@ pod provably stays off GPU nodes:
 
 - bound (`spec.nodeName`) and the Node's labels are known (`model.Request.node_labels`, which the
   webhook looks up with cluster access): allowed only when the node carries no GPU node label
-  (`nodeaffinity.is_gpu_node_label`, the one shared definition);
+  (`nodeaffinity.is_gpu_node_label`, the one shared definition: our and ACK's labels, and the
+  GPU Operator's / NFD's `nvidia.com/gpu.present`, `...pci-10de.present` when "true");
 - otherwise (offline dry-run, a failed lookup, or a pod not bound yet, which may still be
   scheduled onto a GPU node): allowed only when every required node-affinity term holds
   `aliyun.accelerator/nvidia_name DoesNotExist`, the affinity GPU103 gives privileged pods.
@@ -94,7 +95,7 @@ def stays_off_gpu_nodes(spec: Mapping[str, Any]) -> bool:
 
 
 def _gpu_labels(labels: Mapping[str, str]) -> Sequence[str]:
-    return sorted(key for key in labels if nodeaffinity.is_gpu_node_label(key))
+    return sorted(key for key, value in labels.items() if nodeaffinity.is_gpu_node_label(key, value))
 
 
 def _where(spec: Mapping[str, Any], *, node_labels: Mapping[str, str] | None) -> str:

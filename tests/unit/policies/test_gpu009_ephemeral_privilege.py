@@ -242,3 +242,18 @@ def test_a_pod_that_asked_for_gpu_nodes_is_left_to_gpu002_which_refuses() -> Non
 
     assert [v.policy for v in decision.violations] == ["GPU002"]
     assert 'ephemeral container "debugger-abc" is privileged' in decision.denial_message
+
+
+@pytest.mark.parametrize(
+    ("labels", "allowed"),
+    [
+        ({"nvidia.com/gpu.present": "true"}, False),
+        ({"feature.node.kubernetes.io/pci-10de.present": "true"}, False),
+        ({"nvidia.com/gpu.present": "false"}, True),
+        ({"feature.node.kubernetes.io/pci-10de.present": "false", "kubernetes.io/os": "linux"}, True),
+    ],
+)
+def test_gpu_operator_and_nfd_labels_mark_a_gpu_node_when_true(labels: Mapping[str, str], allowed: bool) -> None:
+    decision = attach(running(node="n-0"), debug(), node_labels=labels)
+
+    assert decision.allowed is allowed

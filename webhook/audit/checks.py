@@ -17,9 +17,13 @@ where the check does not apply. IDs are stable and continue the built-in numberi
 | GPU212 | stale-allocation | GPU node | cards are still held by pods that are gone: a reservation-ledger entry of a pod that no longer exists, older than the extender takes to release it (`reasons.PRUNE_DEADLINE_S`: the extender is down or cannot prune), or a pod Terminating longer than `reasons.STUCK_TERMINATING_S` past its deletion deadline (its node is likely lost; force-delete it) |
 | GPU210 | unaccounted-gpu-pod | bound Pod asking for an extender-managed resource | it holds no card allocation (placed with `spec.nodeName` or by a scheduler without the extender: nothing is accounted), or its allocation does not match its request (another size, another card count, or gpushare and our annotations naming different cards); a card index the node lacks is GPU204's |
 | GPU211 | guarded-env-source | ConfigMap or Secret | a key is a name of the GPU environment (`NVIDIA_VISIBLE_DEVICES`, the cGPU/gpushare isolation variables: GPU007's list), or a pod or template takes it by envFrom with a prefix that composes one; it fails (enforce) when a container's envFrom delivers such a name, and warns when none does yet. Keys and names only, never values |
+| GPU213 | out-of-band-gpu-process | GPU node with the labeler's usage summary | a process holds a card but belongs to no pod the apiserver has on the node (`docker run --gpus`, `ctr run`, a host process, a static pod without a mirror pod, a leftover of a pod that is gone): the bypass admission cannot see; names the card, PID, memory and container ID where the cgroup shows one |
+| GPU214 | pod-exceeds-request | Pod with GPU processes in the usage summary | its processes hold more memory on its card than it asked for (`share`, which does not isolate: any excess; the other shared modes: beyond `USAGE_TOLERANCE_MIB` or `USAGE_TOLERANCE_FRACTION` of the request), or hold memory on a card it was not given, or it asks for no GPU memory at all |
+| GPU215 | card-use-exceeds-allocations | shared-mode card with the usage summary | the memory its processes hold (pods and out-of-band) exceeds the sum of its allocations by more than the tolerance |
 
-Actions are fixed (the settings file only knows admission policies): GPU201, GPU202, GPU204 and
-GPU205 are `enforce` (cards are reachable or double-booked right now), the rest `warn`. A
+Actions are fixed (the settings file only knows admission policies): GPU201, GPU202, GPU204,
+GPU205 and GPU213 are `enforce` (cards are reachable, double-booked or used outside the accounting
+right now), the rest `warn`. A
 "GPU node" carries a GPU label (`ack.node.gpu.*`, `aliyun.accelerator/*`,
 `gpu-admission.io/gpu-memory-mib`), the labeler's inventory annotation, or non-zero GPU capacity.
 """
@@ -27,11 +31,12 @@ GPU205 are `enforce` (cards are reachable or double-booked right now), the rest 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, model, nodeaffinity, podspec, quantity, settings
+from policies import gpu, model, nodeaffinity, podspec, quantity, settings, usage
 from policies.builtin import gpu003_host_path, gpu007_env_sources
 from webhook.audit import findings
 from webhook.extender import cards, reasons
@@ -204,6 +209,33 @@ STALE_ALLOCATION = Check(
     action=model.Action.WARN,
 )
 
+OUT_OF_BAND = Check(
+    id="GPU213",
+    rule="out-of-band-gpu-process",
+    summary="every process on a GPU belongs to a pod the scheduler accounted for",
+    severity=findings.Severity.HIGH,
+    category="GPU Usage",
+    action=model.Action.ENFORCE,
+)
+
+POD_OVER_REQUEST = Check(
+    id="GPU214",
+    rule="pod-exceeds-request",
+    summary="a pod's processes hold no more GPU memory than it asked for, and only on its own card",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Usage",
+    action=model.Action.WARN,
+)
+
+CARD_OVER_ALLOCATION = Check(
+    id="GPU215",
+    rule="card-use-exceeds-allocations",
+    summary="a card's real use stays within the sum of its allocations",
+    severity=findings.Severity.MEDIUM,
+    category="GPU Usage",
+    action=model.Action.WARN,
+)
+
 CHECKS: tuple[Check, ...] = (
     GPU_ACCESS,
     OVERCOMMIT,
@@ -217,6 +249,9 @@ CHECKS: tuple[Check, ...] = (
     UNACCOUNTED,
     ENV_SOURCE,
     STALE_ALLOCATION,
+    OUT_OF_BAND,
+    POD_OVER_REQUEST,
+    CARD_OVER_ALLOCATION,
 )
 
 
@@ -812,3 +847,150 @@ def guarded_env_source(
     related = list(dict.fromkeys(ref for ref, _, _ in takers))[:MAX_RELATED]
     detail = f"{own + '; ' if own else ''}envFrom delivers it: {shown}; rename the keys, or change the envFrom prefix"
     return ENV_SOURCE.finding(subject, result=model.Result.FAIL, detail=detail, related=related)
+
+
+# --- GPU213-GPU215: real use, from the labeler's usage summary (policies.usage) ---------------------
+
+# A CUDA context and allocator rounding put a process somewhat above what it computes with; beyond
+# this much is no rounding. `share` does not isolate, so there any excess counts.
+USAGE_TOLERANCE_MIB = 512
+USAGE_TOLERANCE_FRACTION = 0.10
+
+
+def usage_tolerance_mib(allowed_mib: int) -> int:
+    """How far above `allowed_mib` real use may go before GPU214/GPU215 report it."""
+    return max(USAGE_TOLERANCE_MIB, int(allowed_mib * USAGE_TOLERANCE_FRACTION))
+
+
+def node_usage(node: Mapping[str, Any]) -> usage.NodeUsage | None:
+    """The labeler's usage summary on a Node (None where it has none)."""
+    return _parsed_usage(annotations_of(node).get(usage.USAGE_ANNOTATION))
+
+
+@functools.lru_cache(maxsize=4096)  # one entry per node summary: every pod of a node reads it
+def _parsed_usage_text(text: str) -> usage.NodeUsage | None:
+    return usage.parse(text)
+
+
+def _parsed_usage(text: object) -> usage.NodeUsage | None:
+    return _parsed_usage_text(text) if isinstance(text, str) else None
+
+
+def _mib(value: int | None) -> str:
+    return "? MiB" if value is None else f"{value} MiB"
+
+
+def out_of_band_processes(node: Mapping[str, Any]) -> findings.Finding | None:
+    """GPU213 for a node carrying a usage summary; None for a node without one."""
+    summary = node_usage(node)
+    if summary is None:
+        return None
+    subject = _node_ref(node)
+    problems: list[str] = []
+    for card in summary.cards:
+        for entry in card.out_of_band:
+            where = f"card {card.index}: pid {entry.pid} holds {_mib(entry.used_mib)}"
+            if entry.pod_uid:
+                where += f" in the cgroup of pod UID {entry.pod_uid}, which the apiserver does not have on this node (a static pod without a mirror pod, or a pod that is gone)"
+            elif entry.container_id:
+                where += f" in container {entry.container_id[:12]}, started on the node outside Kubernetes"
+            else:
+                where += ", a process outside any container"
+            problems.append(where)
+        if card.truncated:
+            problems.append(f"card {card.index}: {card.truncated} more process(es) not listed in the summary")
+    if problems:
+        shown = problems[:MAX_NAMED] + ([f"and {len(problems) - MAX_NAMED} more"] if len(problems) > MAX_NAMED else [])
+        detail = (
+            f"on node {name_of(node)}: " + "; ".join(shown)
+            + "; the scheduler does not count this memory: stop it, or run it as a pod that asks for the GPU"
+        )
+        return OUT_OF_BAND.finding(subject, result=model.Result.FAIL, detail=detail)
+    return OUT_OF_BAND.finding(subject, result=model.Result.PASS, detail="every GPU process belongs to a pod of this node")
+
+
+def pod_exceeds_request(
+    pod: Mapping[str, Any], *, node: Mapping[str, Any] | None, now: float
+) -> findings.Finding | None:
+    """GPU214 for a running pod whose processes appear in its node's usage summary; None otherwise.
+
+    Pods given whole cards (`nvidia.com/gpu`, `aliyun.com/gpu`) may use all of them and are not
+    judged on memory, only on using a card that is not theirs where the allocation names it.
+    """
+    if node is None or not _active(pod):
+        return None
+    summary = node_usage(node)
+    uid = str(podspec.mapping(pod.get("metadata")).get("uid") or "")
+    if summary is None or not uid:
+        return None
+    held = summary.pod_mib(uid)
+    if not held:
+        return None
+    subject = findings.ObjectRef.of(pod)
+    spec = podspec.mapping(pod.get("spec"))
+    allocation = cards.pod_allocation(pod, now=now)
+    request = cards.pod_request(pod)
+    node_mode = mode(node)
+    problems: list[str] = []
+    if allocation is not None and allocation.node == name_of(node):
+        own = set(allocation.cards)
+        for index, mib in sorted(held.items()):
+            if index not in own:
+                problems.append(f"its processes hold {mib} MiB on card {index}, which it was not given (its allocation: card {_cards(allocation)})")
+        if not allocation.whole:
+            allowed = allocation.memory_gib * cards.MIB_PER_GIB
+            for index in sorted(own):
+                mib = held.get(index, 0)
+                limit = allowed if node_mode is gpu.Mode.SHARE else allowed + usage_tolerance_mib(allowed)
+                if mib > limit:
+                    how = "share does not isolate memory" if node_mode is gpu.Mode.SHARE else f"beyond the tolerance of {limit - allowed} MiB"
+                    problems.append(f"its processes hold {mib} MiB on card {index} but it asked for {allocation.memory_gib} GiB ({allowed} MiB; {how})")
+    elif not gpu.pod_requests_gpu(spec):
+        listed = ", ".join(f"{mib} MiB on card {index}" for index, mib in sorted(held.items()))
+        problems.append(f"it asks for no GPU but its processes hold {listed}")
+    elif request.managed and not request.cards and not request.problem:
+        allowed = request.memory_gib * cards.MIB_PER_GIB
+        for index, mib in sorted(held.items()):
+            if mib > allowed + (0 if node_mode is gpu.Mode.SHARE else usage_tolerance_mib(allowed)):
+                problems.append(f"its processes hold {mib} MiB on card {index} but it asked for {request.memory_gib} GiB and holds no allocation")
+    if problems:
+        return POD_OVER_REQUEST.finding(
+            subject, result=model.Result.FAIL,
+            detail=f"on node {name_of(node)}: " + "; ".join(problems) + "; ask for what the job needs, or cap its memory",
+            related=[_node_ref(node)],
+        )
+    used = ", ".join(f"{mib} MiB on card {index}" for index, mib in sorted(held.items()))
+    return POD_OVER_REQUEST.finding(subject, result=model.Result.PASS, detail=f"uses {used}")
+
+
+def card_use_exceeds_allocations(node: Mapping[str, Any], *, state: cards.NodeState) -> findings.Finding | None:
+    """GPU215 for a shared-mode node with a usage summary; None otherwise.
+
+    Real use of a card is what its processes hold (pods and out-of-band); where NVML gives no
+    per-process figure, the card's memory used. Cards held whole are not judged.
+    """
+    summary = node_usage(node)
+    if summary is None or not state.node.shared or not state.node.cards:
+        return None
+    subject = _node_ref(node)
+    problems: list[str] = []
+    for card_state in state.cards:
+        real_card = summary.card(card_state.index)
+        if real_card is None or card_state.whole_used:
+            continue
+        figures = [p.used_mib for p in real_card.pods] + [o.used_mib for o in real_card.out_of_band if o.used_mib is not None]
+        real = sum(figures) if figures else real_card.used_mib
+        if real is None:
+            continue
+        allocated = card_state.memory_used * cards.MIB_PER_GIB
+        if real > allocated + usage_tolerance_mib(allocated):
+            problems.append(
+                f"card {card_state.index}: processes hold {real} MiB but allocations sum to {card_state.memory_used} GiB ({allocated} MiB)"
+                + (f", {real_card.out_of_band_mib} MiB of it out-of-band" if real_card.out_of_band_mib else "")
+            )
+    if problems:
+        return CARD_OVER_ALLOCATION.finding(
+            subject, result=model.Result.FAIL,
+            detail=f"on node {name_of(node)}: " + "; ".join(problems) + "; pods placed on this card by its allocations may run out of memory",
+        )
+    return CARD_OVER_ALLOCATION.finding(subject, result=model.Result.PASS, detail="every card's real use is within its allocations")

@@ -10,7 +10,7 @@ What is judged:
   created before the webhook, say), and reporting on a mutated copy would hide exactly that.
   GPU008 is left out (`Policy.stored_objects`): it judges what a request writes, and a bound pod
   carries nodeName and the extender's annotations by design; GPU210 judges the stored pod;
-- the consistency checks of `checks` (GPU201-GPU212): per Pod, per workload, per Node and per
+- the consistency checks of `checks` (GPU201-GPU215): per Pod, per workload, per Node and per
   card, and per ConfigMap/Secret (GPU211, from keys-only copies: no Secret value is kept).
 
 Decisions:
@@ -367,6 +367,7 @@ def run(
                 checks.stale_pod_reservation(pod),
                 checks.missing_card(pod, nodes=nodes_by_name, now=now, models=models),
                 checks.unaccounted_gpu_pod(pod, now=now),
+                checks.pod_exceeds_request(pod, node=node, now=now),
             ],
         )
     kept, folded = _fold(per_object, owners, uids)
@@ -418,6 +419,8 @@ def run(
                 checks.overcommit(node, state=state, pods=bound.get(node_name, ())),
                 checks.orphaned_ledger_entries(node, pods_by_uid=pods_by_uid, now=now),
                 checks.stale_allocation(node, state=state, pods_by_uid=pods_by_uid, now=now),
+                checks.out_of_band_processes(node),
+                checks.card_use_exceeds_allocations(node, state=state),
             ):
                 if found is not None:
                     kept.append(found)

@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, str] = {
     "explain": "webhook.explain.cli",
     "snapshot": "webhook.explain.cli",
     "simulate": "webhook.explain.cli",
+    "defrag": "webhook.explain.cli",
     "labeler": "webhook.labeler.cli",
     "cluster": "webhook.cluster.cli",
 }

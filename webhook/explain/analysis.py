@@ -233,7 +233,7 @@ def _option(request: cards.Request, verdict: NodeVerdict) -> Suggestion | None:
             elif reason.code is reasons.Code.RESERVED_IN_FLIGHT:
                 changes.append("wait for the binds in flight to finish or expire")
     elif codes & _CAPACITY:
-        found = _moves(request, verdict.state)
+        found = moves_for(request, verdict.state)
         if found is None:
             return None
         moves, gib, where = found
@@ -248,7 +248,7 @@ def _option(request: cards.Request, verdict: NodeVerdict) -> Suggestion | None:
     return Suggestion(node=verdict.node, change="; then ".join(changes), moves=moves, cost=(tier, moved, gib))
 
 
-def _moves(request: cards.Request, state: cards.NodeState) -> tuple[tuple[str, ...], int, str] | None:
+def moves_for(request: cards.Request, state: cards.NodeState) -> tuple[tuple[str, ...], int, str] | None:
     """The fewest bound pods to move (then the fewest GiB) so that the pod fits: (pods, GiB, where)."""
     best: tuple[tuple[int, int], tuple[str, ...], int, str] | None = None
     if request.family is gpu.Family.TOPOLOGY:

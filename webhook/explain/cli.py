@@ -20,9 +20,9 @@ import yaml
 
 from webhook import config, dryrun, errors, kube
 from webhook.admission import decisions
-from webhook.extender import api, inspection
+from webhook.extender import api, cards, inspection
 from webhook.extender import kube as extender_kube
-from webhook.explain import analysis, render, simulate, snapshot
+from webhook.explain import analysis, defrag, render, simulate, snapshot
 
 EXIT_ALL_PLACED, EXIT_NOT_PLACED = 0, 1
 
@@ -65,6 +65,25 @@ def add_parser(subparsers: Any) -> None:
     )
     _common(sim)
     sim.set_defaults(func=run_simulate)
+
+    defrag_parser = subparsers.add_parser(
+        "defrag",
+        help="plan (and carry out) moves of controller-owned GPU pods that free whole cards or make room for a pod",
+        description="`defrag plan` finds the moves that free the most whole cards, or room for the pod in --for; "
+        "`defrag apply` carries the plan out through the Eviction API (PodDisruptionBudgets apply), one pod at a "
+        "time, waiting for each replacement to be scheduled, and stops on the first surprise. Only pods a "
+        "controller recreates are moved.",
+    )
+    steps = defrag_parser.add_subparsers(dest="step", required=True, metavar="STEP")
+    for step, text in (("plan", "print the plan"), ("apply", "carry the plan out (only prints it without --yes)")):
+        sub = steps.add_parser(step, help=text, description=text)
+        sub.add_argument("--for", dest="for_file", metavar="FILE", help="make room for the (first GPU) pod in this manifest")
+        sub.add_argument("--max-moves", type=int, default=defrag.DEFAULT_MAX_MOVES, metavar="N", help="at most N moves (default: %(default)s)")
+        if step == "apply":
+            sub.add_argument("--yes", action="store_true", help="evict for real")
+            sub.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="wait per replacement (default: 300)")
+        _common(sub)
+        sub.set_defaults(func=run_defrag_plan if step == "plan" else run_defrag_apply)
 
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
@@ -144,9 +163,20 @@ def explain_pod(
 # --- snapshot -------------------------------------------------------------------------------------
 
 
+def read_pdbs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The PodDisruptionBudgets: the snapshot's, or the live cluster's."""
+    if getattr(args, "snapshot", None):
+        return snapshot.load(args.snapshot).pdbs
+    try:
+        items, _ = _client(args).list("/apis/policy/v1/poddisruptionbudgets")
+    except api.ApiError as error:
+        raise errors.InputError(f"cannot read PodDisruptionBudgets: {error}") from error
+    return items
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     nodes, pods, now = read_cluster(args)
-    taken = snapshot.take(nodes, pods, now=now)
+    taken = snapshot.take(nodes, pods, now=now, pdbs=read_pdbs(args))
     text = snapshot.dumps(taken, as_json=args.output.endswith(".json"))
     if args.output == "-":
         sys.stdout.write(text)
@@ -253,3 +283,142 @@ def render_simulation(result: simulate.Result | None, *, output: str, asked_for_
         lines += ["", f"Nodes to add: {result.added}"]
     lines += ["", inspection.summary(result.states.values()).rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+# --- defrag ---------------------------------------------------------------------------------------
+
+
+def make_plan(args: argparse.Namespace) -> defrag.Plan:
+    target = None
+    if args.for_file:
+        settings = config.load(args.config, policies_dir=args.policies_dir)
+        expanded = simulate.expand([d.object for d in dryrun.read([args.for_file], stdin=sys.stdin)])
+        outcomes = dryrun.evaluate([dryrun.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)], settings=settings)
+        wanted = [o for o in outcomes if snapshot.is_gpu_pod(o.patched)]
+        if not wanted:
+            raise errors.InputError(f"{args.for_file}: no pod asking for a GPU the extender places")
+        target = wanted[0].patched
+        target.setdefault("metadata", {})["namespace"] = wanted[0].namespace
+    nodes, pods, now = read_cluster(args)
+    return defrag.plan(analysis.Cluster(nodes, pods, now=now), pdbs=read_pdbs(args), target=target, max_moves=args.max_moves)
+
+
+def plan_json(plan: defrag.Plan) -> dict[str, Any]:
+    return {
+        "goal": plan.goal,
+        "moves": [
+            {
+                "pod": m.pod, "owner": m.owner, "memoryGiB": m.memory_gib,
+                "from": {"node": m.node, "cards": list(m.cards)}, "to": {"node": m.to_node, "cards": list(m.to_cards)},
+            }
+            for m in plan.moves
+        ],
+        "freed": [{"node": node, "cards": list(indices)} for node, indices in plan.freed],
+        "targetNode": plan.target_node or None,
+        "skipped": list(plan.skipped),
+    }
+
+
+def render_plan(plan: defrag.Plan, *, output: str) -> str:
+    if output == "json":
+        return json.dumps(plan_json(plan), indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(plan_json(plan), sort_keys=False)
+    lines = [f"Goal: {plan.goal}"]
+    if plan.moves:
+        rows = [["#", "POD", "OWNER", "GiB", "FROM", "TO"]]
+        for number, m in enumerate(plan.moves, 1):
+            rows.append([
+                str(number), m.pod, m.owner, str(m.memory_gib),
+                f"{m.node} {','.join(f'GPU{i}' for i in m.cards)}", f"{m.to_node} {','.join(f'GPU{i}' for i in m.to_cards)}",
+            ])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    else:
+        lines.append("No moves.")
+    if plan.freed:
+        lines.append("Cards freed: " + "; ".join(f"{node} {','.join(f'GPU{i}' for i in indices)}" for node, indices in plan.freed))
+    if plan.target_node:
+        lines.append(f"Then the pod fits on: {plan.target_node}")
+    lines += [f"Skipped: {reason}" for reason in plan.skipped]
+    return "\n".join(lines) + "\n"
+
+
+def run_defrag_plan(args: argparse.Namespace) -> int:
+    sys.stdout.write(render_plan(make_plan(args), output=args.output))
+    return 0
+
+
+def run_defrag_apply(args: argparse.Namespace) -> int:
+    if args.snapshot:
+        raise errors.InputError("defrag apply acts on the live cluster; --snapshot is for plans")
+    plan = make_plan(args)
+    sys.stdout.write(render_plan(plan, output=args.output))
+    if not args.yes:
+        print("(not applied: add --yes to evict)", file=sys.stderr)
+        return 0
+    client = _client(args)
+    for number, move in enumerate(plan.moves, 1):
+        problem = apply_move(client, move, freed=plan.freed, timeout=args.timeout)
+        if problem:
+            print(f"gpu-admission defrag: stopped at move {number} ({move.pod}): {problem}", file=sys.stderr)
+            return 1
+        print(f"moved {move.pod}: its replacement is scheduled", file=sys.stderr)
+    return 0
+
+
+def apply_move(
+    client: extender_kube.KubeApi, move: defrag.Move, *, freed: Sequence[tuple[str, tuple[int, ...]]], timeout: float,
+    clock: Any = time.monotonic, sleep: Any = time.sleep,
+) -> str:
+    """Evict one pod and wait for its replacement to be scheduled; "" when done, else the surprise."""
+    base = f"/api/v1/namespaces/{move.namespace}/pods"
+    try:
+        current = client.request("GET", f"{base}/{move.name}")
+    except api.NotFound:
+        return "the pod is gone already"
+    except api.ApiError as error:
+        return f"cannot read the pod: {error}"
+    if (current.get("metadata") or {}).get("uid") != move.uid or (current.get("spec") or {}).get("nodeName") != move.node:
+        return "the pod changed since the plan was made"
+    try:
+        before = {(p.get("metadata") or {}).get("uid") for p in _owned(client, move)}
+    except api.ApiError as error:
+        return f"cannot list the controller's pods: {error}"
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": move.name, "namespace": move.namespace}}
+    try:
+        client.request("POST", f"{base}/{move.name}/eviction", body=body)
+    except api.ApiError as error:
+        return f"the eviction was refused (a PodDisruptionBudget?): {error}"
+    deadline = clock() + timeout
+    delay = 0.2
+    while clock() < deadline:
+        try:
+            owned = _owned(client, move)
+        except api.ApiError as error:
+            return f"cannot list the replacement pods: {error}"
+        for pod in owned:
+            metadata = pod.get("metadata") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            if metadata.get("uid") in before or not node or metadata.get("deletionTimestamp"):
+                continue
+            allocation = cards.pod_allocation(pod, now=time.time())
+            held = set(allocation.cards) if allocation is not None else set()
+            for freed_node, indices in freed:
+                if node == freed_node and held & set(indices):
+                    return f"the replacement {metadata.get('name')} landed on the card being freed ({node} {sorted(held)})"
+            return ""
+        sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+    return f"no replacement was scheduled within {timeout:g} s"
+
+
+def _owned(client: extender_kube.KubeApi, move: defrag.Move) -> list[dict[str, Any]]:
+    pods, _ = client.list(f"/api/v1/namespaces/{move.namespace}/pods")
+    return [
+        p for p in pods
+        if any(
+            isinstance(r, dict) and r.get("uid") == move.owner_uid and r.get("controller") is True
+            for r in (p.get("metadata") or {}).get("ownerReferences") or []
+        )
+    ]

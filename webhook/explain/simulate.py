@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -110,6 +111,11 @@ def run(
         nodes[name] = extra
         states[name] = cards.node_state(extra, (), now=cluster.now, ttl=cluster.ttl, reservations={})
         stale[name] = frozenset()
+    # Caches: kube-scheduler's checks depend only on the pod's scheduling fields and the node; a
+    # verdict only on those, the request and the node's state (versioned: bumped when a pod lands).
+    checked: dict[tuple[str, str], bool] = {}
+    judged: dict[tuple[str, cards.Request, str, int], analysis.NodeVerdict] = {}
+    versions = dict.fromkeys(nodes, 0)
     landings: list[Landing] = []
     for position, pod in enumerate(pods):
         metadata = podspec.mapping(pod.get("metadata"))
@@ -121,17 +127,27 @@ def run(
         if not request.managed:
             landings.append(Landing(pod=key, managed=False))
             continue
-        candidates = [
-            name
-            for name, node in nodes.items()
-            if name in states and placement.evaluate(request, states[name], decide=False).fits and not predicates.check(pod, node)
-        ]
+        signature = _scheduling_signature(pod)
+        candidates = []
+        for name, node in nodes.items():
+            if name not in states or not placement.evaluate(request, states[name], decide=False).fits:
+                continue
+            passes = checked.get((signature, name))
+            if passes is None:
+                passes = checked[(signature, name)] = not predicates.check(pod, node)
+            if passes:
+                candidates.append(name)
         if not candidates:
-            verdicts = tuple(
-                analysis.verdict(pod, request, node=node, name=name, state=states.get(name), stale=stale[name])
-                for name, node in nodes.items()
-            )
-            landings.append(Landing(pod=key, verdicts=verdicts))
+            verdicts = []
+            for name, node in nodes.items():
+                cache_key = (signature, request, name, versions[name])
+                found = judged.get(cache_key)
+                if found is None:
+                    found = judged[cache_key] = analysis.verdict(
+                        pod, request, node=node, name=name, state=states.get(name), stale=stale[name]
+                    )
+                verdicts.append(found)
+            landings.append(Landing(pod=key, verdicts=tuple(verdicts)))
             continue
         scores = placement.scores(request, states=states, names=candidates)
         top = max(scores.values())
@@ -145,6 +161,7 @@ def run(
             whole=bool(request.cards), assumed_at=cluster.now, bound=True,
         )
         states[chosen] = cards.occupy(state.node, [*state.allocations, *state.orphans, allocation])
+        versions[chosen] += 1
         landings.append(Landing(pod=key, node=chosen, cards=fit.cards, ties=tuple(best[1:])))
     return Result(landings=tuple(landings), states=states, added=len(extra_nodes))
 
@@ -196,3 +213,9 @@ def with_added_nodes(
         else:
             high, found = middle, attempt
     return found
+
+
+def _scheduling_signature(pod: Mapping[str, Any]) -> str:
+    """The fields kube-scheduler's node checks read, as one string (a cache key)."""
+    spec = podspec.mapping(pod.get("spec"))
+    return json.dumps([spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")], sort_keys=True, default=str)

@@ -10,6 +10,7 @@ so a support case can be replayed without the cluster. The shape (YAML or JSON):
                                               # the reservation ledger), unschedulable, taints, capacity
     pods: [Pod, ...]                          # pods asking for a GPU the extender places or holding an
                                               # allocation: metadata, the scheduling part of spec, phase
+    podDisruptionBudgets: [PDB, ...]          # selector and disruptionsAllowed, for defrag plans
     reservations: {node: {uid: {...}}}        # the ledgers, decoded (for people; nodes carry them)
 
 Objects are cut to what the card model, kube-scheduler's node checks and the admission policies
@@ -40,13 +41,24 @@ class Snapshot:
     nodes: list[Object]
     pods: list[Object]
     taken_at: float
+    pdbs: list[Object] = dataclasses.field(default_factory=list)
 
 
-def take(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float) -> Snapshot:
-    """The snapshot of listed objects: every node, the pods that matter to GPU placement."""
+def take(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float, pdbs: Iterable[Mapping[str, Any]] = ()
+) -> Snapshot:
+    """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs."""
     kept_nodes = [slim_node(n) for n in nodes]
     kept_pods = [slim_pod(p) for p in pods if is_gpu_pod(p)]
-    return Snapshot(nodes=kept_nodes, pods=kept_pods, taken_at=now)
+    kept_pdbs = [
+        {
+            "metadata": {k: v for k, v in podspec.mapping(b.get("metadata")).items() if k in ("name", "namespace", "uid")},
+            "spec": dict(podspec.mapping(b.get("spec"))),
+            "status": {k: v for k, v in podspec.mapping(b.get("status")).items() if k == "disruptionsAllowed"},
+        }
+        for b in pdbs
+    ]
+    return Snapshot(nodes=kept_nodes, pods=kept_pods, taken_at=now, pdbs=kept_pdbs)
 
 
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
@@ -68,6 +80,7 @@ def document(snapshot: Snapshot) -> Object:
         "takenAt": cards.timestamp(snapshot.taken_at),
         "nodes": snapshot.nodes,
         "pods": snapshot.pods,
+        "podDisruptionBudgets": snapshot.pdbs,
         "reservations": reservations,
     }
 
@@ -86,7 +99,11 @@ def load(path: str) -> Snapshot:
     except OSError as error:
         raise errors.InputError(f"cannot read snapshot {path}: {error.strerror or error}") from error
     try:
-        data = yaml.safe_load(text)
+        data = json.loads(text)  # JSON first: PyYAML reads a big snapshot a hundred times slower
+    except ValueError:
+        data = None
+    try:
+        data = data if data is not None else yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise errors.InputError(f"{path}: not YAML or JSON: {str(error).splitlines()[0]}") from error
     if not isinstance(data, Mapping) or data.get("kind") != KIND:
@@ -98,8 +115,10 @@ def load(path: str) -> Snapshot:
     moment = cards._parse_time(taken) if isinstance(taken, str) else None  # noqa: SLF001 - the one RFC 3339 reader of the card model
     if moment is None:
         raise errors.InputError(f"{path}: takenAt must be an RFC 3339 time")
+    pdbs = data.get("podDisruptionBudgets") or []
     return Snapshot(
-        nodes=[dict(n) for n in nodes if isinstance(n, Mapping)], pods=[dict(p) for p in pods if isinstance(p, Mapping)], taken_at=moment
+        nodes=[dict(n) for n in nodes if isinstance(n, Mapping)], pods=[dict(p) for p in pods if isinstance(p, Mapping)], taken_at=moment,
+        pdbs=[dict(b) for b in pdbs if isinstance(b, Mapping)] if isinstance(pdbs, list) else [],
     )
 
 

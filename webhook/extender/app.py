@@ -23,7 +23,7 @@ from aiohttp import web
 
 from policies import podspec
 from webhook import metrics
-from webhook.extender import binder, cards, inspection, placement, wire
+from webhook.extender import binder, cards, inspection, placement, reality, wire
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,9 @@ class Settings:
     # Refuse the verbs and /inspect to callers without a verified client certificate. The TLS
     # context asks for one but does not insist (CERT_OPTIONAL), so kubelet probes of /healthz work.
     require_client_certificate: bool = False
+    # --honour-out-of-band-usage: Nodes sent by kube-scheduler are read less out-of-band use too
+    # (the cache and bind apply it themselves; see `reality`).
+    honour_out_of_band: bool = False
 
 
 class Quantiles:
@@ -287,7 +290,7 @@ async def bind_pod(request: web.Request) -> web.Response:
 async def inspect_all(request: web.Request) -> web.Response:
     cache, settings = request.app[STORE], request.app[SETTINGS]
     states = cache.all_states(now=settings.clock(), ttl=settings.ttl)
-    return web.json_response(inspection.as_json(states.values()))
+    return web.json_response(inspection.as_json(states.values(), usage=inspection.node_usages(cache.nodes())))
 
 
 async def inspect_node(request: web.Request) -> web.Response:
@@ -296,7 +299,7 @@ async def inspect_node(request: web.Request) -> web.Response:
     state = cache.state(name, now=settings.clock(), ttl=settings.ttl)
     if state is None:
         return web.json_response({"error": f"node {name} is not known to the extender"}, status=404)
-    return web.json_response(inspection.as_json([state]))
+    return web.json_response(inspection.as_json([state], usage=inspection.node_usages([cache.node(name) or {}])))
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -323,7 +326,10 @@ def _states(
         return cache.states(args.node_names, now=now, ttl=settings.ttl, exclude_uid=uid)
     # Without nodeCacheCapable the scheduler sends the Node objects: fresher than ours.
     return {
-        name: cards.node_state(obj, cache.pods_on(name), now=now, ttl=settings.ttl, exclude_uid=uid)
+        name: cards.node_state(
+            reality.honour_out_of_band(obj) if settings.honour_out_of_band else obj,
+            cache.pods_on(name), now=now, ttl=settings.ttl, exclude_uid=uid,
+        )
         for name, obj in args.nodes.items()
     }
 

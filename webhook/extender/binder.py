@@ -54,7 +54,7 @@ from collections.abc import Callable
 from typing import Any
 
 from policies import podspec
-from webhook.extender import api, cards, placement, wire
+from webhook.extender import api, cards, placement, reality, wire
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)
@@ -108,8 +108,10 @@ class Binder:
         clock: Callable[[], float] = time.time,
         cache: store_module.Store | None = None,
         max_attempts: int = MAX_ATTEMPTS,
+        honour_out_of_band: bool = False,
     ) -> None:
         self._api = client
+        self._honour_out_of_band = honour_out_of_band  # decide on cards less out-of-band use (`reality`)
         self._ttl = ttl
         self._clock = clock
         self._cache = cache
@@ -225,7 +227,8 @@ class Binder:
                 request = waiting.request
                 others = {uid: entry for uid, entry in ledger.items() if uid not in batch_uids}
                 state = cards.node_state(
-                    node, pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid
+                    reality.honour_out_of_band(node) if self._honour_out_of_band else node,
+                    pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid,
                 )
                 fit = placement.evaluate(waiting.wanted, state)
                 if not fit.fits:

@@ -53,6 +53,11 @@ def add_parser(subparsers: Any) -> None:
         help="how long a card stays held for a pod whose bind did not complete "
         f"(default: {cards.DEFAULT_RESERVATION_TTL_S:g})",
     )
+    serve.add_argument(
+        "--honour-out-of-band-usage", action="store_true",
+        help="treat GPU memory held by out-of-band processes (no pod; from the labeler's gpu-admission.io/gpu-usage "
+        "summary) as taken when picking a card; off by default: the summary can be up to one labeler interval old",
+    )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="default: info")
     serve.set_defaults(func=run_extender)
 
@@ -89,12 +94,13 @@ def run_inspect(args: argparse.Namespace) -> int:
         if missing:
             raise errors.InputError(f"no such node: {', '.join(missing)}")
         states = {name: state for name, state in states.items() if name in args.node}
+    real = inspection.node_usages(nodes)  # the labeler's usage summaries, where nodes carry one
     if args.output == "json":
-        print(json.dumps(inspection.as_json(states.values()), indent=2))
+        print(json.dumps(inspection.as_json(states.values(), usage=real), indent=2))
     elif args.details:
         sys.stdout.write(inspection.details(states.values()))
     else:
-        sys.stdout.write(inspection.summary(states.values()))
+        sys.stdout.write(inspection.summary(states.values(), usage=real))
     return 0
 
 
@@ -138,22 +144,26 @@ def run_extender(args: argparse.Namespace) -> int:
         _serve(
             client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl,
             require_client_certificate=bool(args.tls_client_ca_file),
+            honour_out_of_band=args.honour_out_of_band_usage,
         )
     )
     return 0
 
 
 async def _serve(
-    client: Any, *, host: str, port: int, context: ssl.SSLContext | None, ttl: float, require_client_certificate: bool
+    client: Any, *, host: str, port: int, context: ssl.SSLContext | None, ttl: float, require_client_certificate: bool,
+    honour_out_of_band: bool = False,
 ) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
     kube_api = kube.KubeApi(client)
-    cache = store_module.Store()
+    cache = store_module.Store(honour_out_of_band=honour_out_of_band)
+    if honour_out_of_band:
+        log.info("honouring out-of-band GPU usage: cards offer their memory less what processes outside any pod hold")
     application = app.make_app(
         cache=cache,
-        bind=binder.Binder(kube_api, ttl=ttl, cache=cache),
-        settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate),
+        bind=binder.Binder(kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band),
+        settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band),
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running),
         tidy_every=TIDY_EVERY_S,
     )

@@ -4,13 +4,21 @@ The table is the one in the seed `002_e2b829a309310c51.txt` (and gpushare's `kub
 gpushare`): one row per shared-mode node, one `GPUi(Allocated/Total)` column per card in GiB, the
 node's `GPU Memory(GiB)`, a dashed line, and the cluster's allocated/total with the percentage
 (rounded down). Columns are aligned with two spaces, as Go's tabwriter prints them.
+
+Real use beside allocation: given the labeler's usage summaries (`policies.usage`, one per node
+name), the table adds a `GPUi(Used)` column per card after the allocation columns: the memory
+the card's processes hold in GiB with one decimal (NVML's memory used where it gives no
+per-process figure), followed by `(<GiB> oob)` where out-of-band processes hold part of it; `-`
+for a node without a summary. The columns appear only when some shown node has a summary, so the
+seed's table is unchanged without the labeler. JSON gains `usedMiB` and `outOfBandMiB` per card.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NotRequired, TypedDict
 
+from policies import usage as usage_
 from webhook.extender import cards
 
 RULE = "-" * 86  # the seed's dashed line
@@ -32,6 +40,8 @@ class DeviceJson(TypedDict):
     usedCore: int
     whole: bool
     pods: list[PodJson]
+    usedMiB: NotRequired[int | None]
+    outOfBandMiB: NotRequired[int]
 
 
 class NodeJson(TypedDict):
@@ -56,17 +66,23 @@ def table_nodes(states: Iterable[cards.NodeState]) -> list[cards.NodeState]:
     return sorted((s for s in states if s.node.shared and s.node.cards), key=lambda s: s.name)
 
 
-def summary(states: Iterable[cards.NodeState]) -> str:
-    """The seed's table."""
+def summary(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUsage] | None = None) -> str:
+    """The seed's table (with `GPUi(Used)` columns where `usage` has a summary for a shown node)."""
     shown = table_nodes(states)
     width = max((len(s.cards) for s in shown), default=0)
     pending = any(s.orphans for s in shown)
+    real = {s.name: usage[s.name] for s in shown if usage is not None and s.name in usage}
     header = ["NAME", "IPADDRESS", *(f"GPU{i}(Allocated/Total)" for i in range(width))]
+    header += [f"GPU{i}(Used)" for i in range(width)] if real else []
     header += [PENDING_HEADER] if pending else []
     rows = [[*header, "GPU Memory(GiB)"]]
     for state in shown:
         by_index = sorted(state.cards, key=lambda c: c.index)
         cells = [f"{_used(c)}/{c.card.memory_gib}" for c in by_index] + ["-"] * (width - len(by_index))
+        if real:
+            node_usage = real.get(state.name)
+            cells += [_real(node_usage.card(c.index) if node_usage is not None else None) for c in by_index]
+            cells += ["-"] * (width - len(by_index))
         if pending:
             cells.append(str(sum(a.memory_gib for a in state.orphans)))
         rows.append([state.name, state.node.address or "-", *cells, f"{state.memory_used}/{state.memory_total}"])
@@ -100,11 +116,13 @@ def details(states: Iterable[cards.NodeState]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def as_json(states: Iterable[cards.NodeState]) -> ClusterJson:
-    """Every managed node (shared and topology), gpushare's inspect keys plus cores and placement."""
+def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUsage] | None = None) -> ClusterJson:
+    """Every managed node (shared and topology), gpushare's inspect keys plus cores and placement
+    (and `usedMiB`/`outOfBandMiB` per card where `usage` has the node's summary)."""
     managed = sorted((s for s in states if s.node.cards), key=lambda s: s.name)
     nodes: list[NodeJson] = []
     for state in managed:
+        node_usage = usage.get(state.name) if usage is not None else None
         devices: list[DeviceJson] = [
             {
                 "id": c.index,
@@ -116,6 +134,11 @@ def as_json(states: Iterable[cards.NodeState]) -> ClusterJson:
             }
             for c in sorted(state.cards, key=lambda c: c.index)
         ]
+        if node_usage is not None:
+            for device in devices:
+                real_card = node_usage.card(device["id"])
+                device["usedMiB"] = _real_mib(real_card)
+                device["outOfBandMiB"] = real_card.out_of_band_mib if real_card is not None else 0
         nodes.append(
             {
                 "name": state.name,
@@ -140,6 +163,34 @@ def _pod_json(allocation: cards.Allocation) -> PodJson:
         "usedCore": allocation.core_percent,
         "bound": allocation.bound,
     }
+
+
+def _real_mib(card: usage_.CardUse | None) -> int | None:
+    """What a card's processes hold (MiB); NVML's memory used where no process has a figure."""
+    if card is None:
+        return None
+    figures = [p.used_mib for p in card.pods] + [o.used_mib for o in card.out_of_band if o.used_mib is not None]
+    return sum(figures) if figures else card.used_mib
+
+
+def _real(card: usage_.CardUse | None) -> str:
+    mib = _real_mib(card)
+    if card is None or mib is None:
+        return "-"
+    text = f"{mib / 1024:.1f}"
+    return f"{text}({card.out_of_band_mib / 1024:.1f} oob)" if card.out_of_band_mib else text
+
+
+def node_usages(nodes: Iterable[Mapping[str, object]]) -> dict[str, usage_.NodeUsage]:
+    """The usage summaries of the Node objects that carry one, by node name."""
+    found: dict[str, usage_.NodeUsage] = {}
+    for node in nodes:
+        metadata = node.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        summary = usage_.of_node(node)
+        if isinstance(name, str) and summary is not None:
+            found[name] = summary
+    return found
 
 
 def _used(card: cards.CardState) -> int:

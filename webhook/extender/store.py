@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policies import podspec
-from webhook.extender import cards
+from webhook.extender import cards, reality
 
 Object = dict[str, Any]
 
@@ -24,7 +24,8 @@ Object = dict[str, Any]
 class Store:
     """Nodes by name, pods by UID, and the pods each node carries or has reserved."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, honour_out_of_band: bool = False) -> None:
+        self._honour_out_of_band = honour_out_of_band  # see `reality`: cards shrink by out-of-band use
         self._nodes: dict[str, Object] = {}
         self._pods: dict[str, Object] = {}
         self._pod_node: dict[str, str] = {}
@@ -148,7 +149,8 @@ class Store:
     def put_node(self, obj: Mapping[str, Any]) -> None:
         name = _name(obj)
         if name and not _older(obj, self._nodes.get(name)):
-            self._nodes[name] = slim_node(obj)
+            slim = slim_node(obj)
+            self._nodes[name] = dict(reality.honour_out_of_band(slim)) if self._honour_out_of_band else slim
             self._touch(name)
 
     def put_pod(self, obj: Mapping[str, Any]) -> None:

@@ -3,15 +3,12 @@ processes in real cgroups created with those shapes."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import cgroup_processes
 from webhook.labeler import cgroups
 
 UID = "6f0c2a1e-9b7d-4c3e-8a5f-1d2e3f4a5b6c"
@@ -82,78 +79,25 @@ def test_the_reader_uses_the_proc_root(tmp_path: Path) -> None:
 
 # --- real processes in real cgroups -------------------------------------------------------------
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+HIERARCHIES = cgroup_processes.hierarchies()
 
 
-def _hierarchies() -> list[tuple[str, Path]]:
-    """(kind, mount) of the writable hierarchies here: the v2 one, and one v1 controller."""
-    if os.geteuid() != 0 or not CGROUP_ROOT.is_dir():
-        return []
-    found: list[tuple[str, Path]] = []
-    if (CGROUP_ROOT / "cgroup.controllers").exists():
-        found.append(("v2", CGROUP_ROOT))
-    elif (CGROUP_ROOT / "unified" / "cgroup.controllers").exists():
-        found.append(("v2", CGROUP_ROOT / "unified"))
-    for controller in ("pids", "cpu", "memory"):
-        if (CGROUP_ROOT / controller / "cgroup.procs").exists():
-            found.append(("v1", CGROUP_ROOT / controller))
-            break
-    return found
-
-
-@contextlib.contextmanager
-def process_in(mount: Path, relative: str) -> Iterator[int]:
-    """A `sleep` moved into the cgroup `mount/relative` (created here); everything undone after."""
-    created: list[Path] = []
-    here = mount
-    for part in relative.strip("/").split("/"):
-        here = here / part
-        if not here.exists():
-            here.mkdir()
-            created.append(here)
-    process = subprocess.Popen(["sleep", "120"])  # noqa: S607 - coreutils sleep from PATH
-    try:
-        (here / "cgroup.procs").write_text(str(process.pid))
-        yield process.pid
-    finally:
-        process.kill()
-        process.wait()
-        for path in reversed(created):
-            with contextlib.suppress(OSError):
-                path.rmdir()
-
-
-def _can_create(mount: Path) -> bool:
-    probe = mount / f"gpu-admission-probe-{uuid.uuid4().hex[:8]}"
-    try:
-        probe.mkdir()
-    except OSError:
-        return False
-    probe.rmdir()
-    return True
-
-
-HIERARCHIES = _hierarchies()
-
-
-@pytest.mark.skipif(not HIERARCHIES, reason="needs root and a cgroup filesystem at /sys/fs/cgroup to create cgroups")
+@pytest.mark.skipif(not HIERARCHIES, reason="needs root and a writable cgroup filesystem at /sys/fs/cgroup to create cgroups")
 @pytest.mark.parametrize(("kind", "mount"), HIERARCHIES, ids=[kind for kind, _ in HIERARCHIES])
 @pytest.mark.parametrize("shape", ["systemd", "cgroupfs", "docker-run", "host"])
 def test_real_processes_in_kubelet_shaped_cgroups_map_to_their_pod(kind: str, mount: Path, shape: str) -> None:
-    if not _can_create(mount):
-        pytest.skip(f"cannot create cgroups under {mount} (read-only cgroup filesystem)")
     pod_uid = str(uuid.uuid4())
     container = uuid.uuid4().hex + uuid.uuid4().hex
     tag = uuid.uuid4().hex[:8]  # unique top-level names: parallel runs never share a cgroup
     paths = {
-        "systemd": f"kubepods{tag}.slice/kubepods{tag}-burstable.slice/kubepods{tag}-burstable-pod{pod_uid.replace('-', '_')}.slice/cri-containerd-{container}.scope",
+        "systemd": cgroup_processes.systemd_pod_path(pod_uid, container, tag=tag),
         "cgroupfs": f"kubepods{tag}/besteffort/pod{pod_uid}/{container}",
-        "docker-run": f"gpu-admission-test-{tag}.slice/docker-{container}.scope",
+        "docker-run": cgroup_processes.docker_run_path(container, tag=tag),
         "host": f"gpu-admission-test-{tag}.slice/session-1.scope",
     }
     want_pod = pod_uid if shape in ("systemd", "cgroupfs") else ""
     want_container = container if shape != "host" else ""
-    with process_in(mount, paths[shape]) as pid:
+    with cgroup_processes.process_in(mount, paths[shape]) as pid:
         text = (Path("/proc") / str(pid) / "cgroup").read_text()
         found = cgroups.read(pid)
     assert paths[shape].split("/")[-1] in text, f"{kind}: the process did not move: {text!r}"

@@ -25,6 +25,7 @@ from webhook.extender import cards
 pytestmark = pytest.mark.e2e
 
 GIB16 = 16 * 1024
+DEFRAG_LABEL = "gpu-admission.io/e2e-defrag"
 
 
 def pod(name: str, *, pool: Pool, mem: int | None = None, whole: int | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -184,3 +185,65 @@ def test_simulate_agrees_with_the_scheduler_and_extender(
         wait_bound(cluster, ns, position + 2)
     actual = {p["metadata"]["name"]: (p["spec"]["nodeName"], allocation(p)["cards"]) for p in bound(cluster, ns)}
     assert {name: actual[name] for name in planned} == planned
+
+
+def test_defrag_apply_frees_the_planned_card_within_the_budget_and_the_pending_pod_schedules(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    group = f"d{uuid.uuid4().hex[:6]}"
+    ns = cluster.namespace()
+    first = make_pool(cluster, pools, gpus=(GIB16,) * 2)
+    (node_a,) = first.nodes
+    assert cluster.kubectl("label", "node", node_a, f"{DEFRAG_LABEL}={group}").returncode == 0
+    create(cluster, [pod("fixed-a", pool=first, mem=14)], namespace=ns)
+    wait_bound(cluster, ns, 1)
+    mover = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mover"},
+        "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": "mover"}},
+            "template": {
+                "metadata": {"labels": {"app": "mover"}},
+                "spec": {
+                    "nodeSelector": {DEFRAG_LABEL: group},
+                    "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [{"name": "main", "image": "registry.example/app:1", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}],
+                },
+            },
+        },
+    }
+    assert cluster.apply(mover, namespace=ns).returncode == 0
+    wait_bound(cluster, ns, 2)  # on A GPU1: GPU0 has 2 GiB left
+    second = make_pool(cluster, pools, gpus=(GIB16,))
+    (node_b,) = second.nodes
+    assert cluster.kubectl("label", "node", node_b, f"{DEFRAG_LABEL}={group}").returncode == 0
+    create(cluster, [pod("fixed-b", pool=second, mem=12)], namespace=ns)
+    wait_bound(cluster, ns, 3)
+    budget = {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "mover"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "mover"}}},
+    }
+    assert cluster.apply(budget, namespace=ns).returncode == 0
+    eventually(
+        lambda: cluster.get("pdb", "mover", namespace=ns).get("status", {}).get("disruptionsAllowed") == 1,
+        what="the budget allows one disruption", timeout=90,
+    )
+    target = pod("want-14", pool=first, mem=14)
+    create(cluster, [target], namespace=ns)
+    wait_unschedulable(cluster, ns, "want-14")
+    (moving,) = [p for p in bound(cluster, ns) if p["metadata"]["name"].startswith("mover-")]
+    assert moving["spec"]["nodeName"] == node_a and allocation(moving)["cards"] == [1]
+    manifest = tmp_path / "want.yaml"
+    manifest.write_text(yaml.safe_dump({**target, "metadata": {**target["metadata"], "namespace": ns}}))
+    kubeconfig = str(cluster.state.kubeconfig)
+    capsys.readouterr()
+    assert cli.main(["defrag", "plan", "--for", str(manifest), "--kubeconfig", kubeconfig, "-o", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert [(m["pod"], m["from"], m["to"]) for m in planned["moves"]] == [
+        (f"{ns}/{moving['metadata']['name']}", {"node": node_a, "cards": [1]}, {"node": node_b, "cards": [0]})
+    ]
+    assert planned["freed"] == [{"node": node_a, "cards": [1]}] and planned["targetNode"] == node_a
+    assert cli.main(["defrag", "apply", "--for", str(manifest), "--kubeconfig", kubeconfig, "--yes", "--timeout", "120"]) == 0
+    eventually(lambda: cluster.get("pod", "want-14", namespace=ns)["spec"].get("nodeName") == node_a, what="want-14 bound", timeout=120)
+    assert allocation(cluster.get("pod", "want-14", namespace=ns))["cards"] == [1]
+    movers = [p for p in bound(cluster, ns) if p["metadata"]["name"].startswith("mover-") and not p["metadata"].get("deletionTimestamp")]
+    assert [(p["spec"]["nodeName"], allocation(p)["cards"]) for p in movers] == [(node_b, [0])]

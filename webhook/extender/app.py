@@ -87,6 +87,7 @@ class Meters:
     duration: metrics.Histogram
     nodes: metrics.Counter
     conflicts: metrics.Counter
+    reasons: metrics.Counter
     recent: Quantiles
 
 
@@ -118,6 +119,13 @@ def make_meters() -> Meters:
                 "gpu_admission_extender_bind_conflicts_total",
                 "Compare-and-swap conflicts on a node's reservation ledger (retried).",
                 (),
+            )
+        ),
+        reasons=registry.register(
+            metrics.Counter(
+                "gpu_admission_extender_filter_reasons_total",
+                "Why filter turned nodes away, by stable reason code (as `gpu-admission explain` shows them).",
+                ("code",),
             )
         ),
         recent=Quantiles("gpu_admission_extender_latency_seconds", "Latency quantiles over recent calls per verb."),
@@ -241,6 +249,9 @@ async def filter_nodes(request: web.Request) -> web.Response:
         return web.json_response(wire.filter_error(f"internal error in the GPU extender: {error}"))
     for name, count in (("passed", len(outcome.passed)), ("failed", len(outcome.failed)), ("unresolvable", len(outcome.unresolvable))):
         meters.nodes.inc(count, outcome=name)
+    for found in outcome.reasons.values():
+        for reason in found:
+            meters.reasons.inc(code=str(reason.code))
     meters.requests.inc(verb="filter", result="ok")
     log.debug("filter %s: %d of %d nodes fit", args.pod_key, len(outcome.passed), len(args.node_names))
     return web.json_response(

@@ -175,7 +175,7 @@ def main() -> int:
 
 
 def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
-    controlplane.kubectl(state, "apply", "-f", str(REPO / "deploy" / "crds"))
+    controlplane.kubectl(state, "apply", "-k", str(REPO / "deploy" / "crds"))
     namespaces = [f"bench-{i:02d}" for i in range(args.namespaces)]
     controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in namespaces]}

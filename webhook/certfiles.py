@@ -33,7 +33,7 @@ from typing import Any
 from cryptography import x509
 
 from certs import authority, rotation
-from webhook import errors, kube, provision
+from webhook import errors, extendercerts, kube, provision
 
 CA_CERT = rotation.CA_CERT
 CA_KEY = rotation.CA_KEY
@@ -99,6 +99,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _location(show, files_help="show the files in DIR instead of the Secret")
     show.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
     show.set_defaults(func=run_show)
+
+    extendercerts.add_action(actions)
 
 
 def _location(parser: argparse.ArgumentParser, *, files_help: str) -> None:

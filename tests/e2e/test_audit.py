@@ -77,7 +77,7 @@ def violators() -> list[Mapping[str, Any]]:
 
 @pytest.fixture(scope="module")
 def crds(cluster: Cluster) -> None:
-    applied = cluster.kubectl("apply", "-f", str(CRDS))
+    applied = cluster.kubectl("apply", "-k", str(CRDS))  # their own kustomization, as users apply them
     assert applied.returncode == 0, applied.stderr
     for name in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
         waited = cluster.kubectl("wait", "--for", "condition=established", f"crd/{name}", "--timeout=60s")

@@ -129,6 +129,13 @@ def test_an_upgrade_changes_the_image_and_the_setting_in_place(cluster: controlp
 
 def test_delete_leaves_nothing_labelled_part_of_gpu_admission(cluster: controlplane.State, tmp_path: Path) -> None:
     assert part_of(cluster), "the base is installed"
+    # The PolicyReport CRDs are applied on their own, and another engine (Kyverno) keeps a report in
+    # them: deleting our install must leave both.
+    kubectl(cluster, "apply", "-k", str(DEPLOY / "crds"))
+    kubectl(cluster, "wait", "--for", "condition=established", "crd/policyreports.wgpolicyk8s.io", "--timeout=60s")
+    theirs = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+              "metadata": {"name": "kyverno-polr", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "kyverno"}}}
+    kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(theirs))
     deleted = controlplane.kubectl(cluster, "delete", "-k", str(DEPLOY), "--wait=true", "--timeout=120s", check=False)
     assert deleted.returncode == 0, deleted.stderr
     eventually(lambda: controlplane.kubectl(cluster, "get", "namespace", "gpu-admission", check=False).returncode != 0,
@@ -136,6 +143,9 @@ def test_delete_leaves_nothing_labelled_part_of_gpu_admission(cluster: controlpl
     eventually(lambda: part_of(cluster) == [], what="no object labelled part-of gpu-admission", timeout=60)
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         assert controlplane.kubectl(cluster, "get", kind, "gpu-admission", check=False).returncode != 0
+    for crd in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
+        assert controlplane.kubectl(cluster, "get", "crd", crd, check=False).returncode == 0, f"{crd} deleted with our install"
+    assert kubectl(cluster, "get", "policyreport", "kyverno-polr", "-n", "default", "-o", "name").strip() == "policyreport.wgpolicyk8s.io/kyverno-polr"
 
 
 def test_the_cert_manager_component_builds_on_the_base(cluster: controlplane.State, tmp_path: Path) -> None:

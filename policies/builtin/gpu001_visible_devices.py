@@ -60,15 +60,17 @@ class VisibleDevices(policy.ContainerValidator):
     ) -> Iterable[policy.Finding]:
         """Findings for the container's env and envFrom."""
         found: list[policy.Finding] = []
-        in_env: set[str] = set()
+        env_from = podspec.sequence(container.container.get("envFrom"))
+        in_env: set[str] = set()  # only needed (and only filled) where envFrom is there to override
         for entry in podspec.env_entries(container.container):
             name = entry.get("name")
             if not isinstance(name, str):
                 continue
-            in_env.add(name)
+            if env_from:
+                in_env.add(name)
             if name in gpu.GUARDED_ENV:
                 found.extend(_check_entry(context, container, name, entry))
-        for source in podspec.sequence(container.container.get("envFrom")):
+        for source in env_from:
             found.extend(_check_env_from(context, container, podspec.mapping(source), in_env=in_env))
         return found
 
@@ -131,7 +133,7 @@ def _check_env_from(
     kind, name = found
     prefix = source.get("prefix")
     prefix = prefix if isinstance(prefix, str) else ""
-    composed = gpu.composed_guarded_env(prefix) - in_env
+    composed = (gpu.GUARDED_ENV if not prefix else gpu.composed_guarded_env(prefix)) - in_env
     if not composed:
         return []
     if prefix:
@@ -215,9 +217,8 @@ def sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSou
     """
     found: set[model.EnvSource] = set()
     for container in podspec.containers(obj):
-        in_env = {e.get("name") for e in podspec.env_entries(container.container)}
-        if gpu.GUARDED_ENV <= in_env:
-            continue  # env takes precedence over envFrom
+        # A container whose env sets every guarded name needs no read either, but none does: the
+        # superset saves walking env on the hot path.
         for source in podspec.sequence(container.container.get("envFrom")):
             source = podspec.mapping(source)
             prefix = source.get("prefix")

@@ -130,12 +130,10 @@ def run(
         signature = _scheduling_signature(pod)
         candidates = []
         for name, node in nodes.items():
-            if name not in states or not placement.evaluate(request, states[name], decide=False).fits:
-                continue
             passes = checked.get((signature, name))
             if passes is None:
                 passes = checked[(signature, name)] = not predicates.check(pod, node)
-            if passes:
+            if passes and name in states and placement.evaluate(request, states[name], decide=False).fits:
                 candidates.append(name)
         if not candidates:
             verdicts = []

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 
@@ -82,19 +83,24 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
     family = request.family
     if family is None:
         return Fit(verdict=Verdict.FITS, score=0)  # nothing for us to place; not our business
-    serving = gpu.modes_for(family)
-    if node.mode not in serving:
-        shown = node.mode_label or f"{gpu.Mode.DEFAULT} (no label)"
-        return _refuse(
-            Verdict.NEVER,
-            reasons.Code.MODE_MISMATCH,
-            f'node is in GPU mode "{shown}" ({gpu.SCHEDULE_LABEL}); {_family_text(family)} is served by {", ".join(serving)}',
-        )
+    if node.mode not in gpu.modes_for(family):
+        return _mode_mismatch(node.mode_label, family)
     if not node.cards:
         return _refuse(Verdict.NEVER, reasons.Code.NO_GPU, f"node has no GPU cards: {node.problem}")
     if family is gpu.Family.TOPOLOGY:
         return _evaluate_whole(request, state, decide=decide)
     return _evaluate_shared(request, state, decide=decide)
+
+
+@functools.lru_cache(maxsize=256)  # few (label, family) pairs; filter meets them on most nodes
+def _mode_mismatch(mode_label: str, family: gpu.Family) -> Fit:
+    shown = mode_label or f"{gpu.Mode.DEFAULT} (no label)"
+    serving = gpu.modes_for(family)
+    return _refuse(
+        Verdict.NEVER,
+        reasons.Code.MODE_MISMATCH,
+        f'node is in GPU mode "{shown}" ({gpu.SCHEDULE_LABEL}); {_family_text(family)} is served by {", ".join(serving)}',
+    )
 
 
 def choose(request: cards.Request, state: cards.NodeState) -> tuple[int, ...] | None:
@@ -185,38 +191,47 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: 
         )
     if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in state.free):
         return _FITS  # the common filter case, kept cheap: hundreds of nodes per pod
-    fitting = [c for c in state.cards if c.memory_free >= memory and c.core_free >= core]  # whole-used cards have 0 free
+    free = state.free  # (GiB, core %) per card, computed once per state
+    fitting = [c for c, (m, k) in zip(state.cards, free) if m >= memory and k >= core]  # whole-used cards have 0 free
     if not fitting:
-        best = max(state.cards, key=lambda c: (c.memory_free, c.core_free, -c.index))
-        usable = [c for c in state.cards if c.core_free >= core]
-        total_free = sum(c.memory_free for c in usable)
-        if any(c.memory_free >= memory for c in state.cards):
-            code = reasons.Code.CORE_EXHAUSTED  # the memory is there; the cores are not
-        elif total_free >= memory:
-            largest_free = max(usable, key=lambda c: (c.memory_free, -c.index))
-            return _refuse(
-                Verdict.FULL,
-                reasons.Code.FRAGMENTED,
-                f"insufficient GPU memory on any single card (fragmented): the pod needs {request.describe()}; the node has {total_free} GiB free in "
-                f"total, but the largest free block is {largest_free.memory_free} GiB (GPU{largest_free.index}; free per card: "
-                + ", ".join(f"GPU{c.index} {c.memory_free}" for c in state.cards)
-                + ")",
-            )
-        else:
-            code = reasons.Code.INSUFFICIENT_MEMORY
-        cores = f" and {best.core_free}% cores" if core else ""
-        return _refuse(
-            Verdict.FULL,
-            code,
-            f"insufficient GPU {'memory or cores' if core else 'memory'} on any single card: the pod needs "
-            f"{request.describe()}; the card with the most free memory is GPU{best.index} with "
-            f"{best.memory_free} GiB{cores} free of {best.card.memory_gib} GiB",
-        )
+        return _short(request, state)
     if state.node.placement is gpu.Placement.SPREAD:
         chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
     else:
         chosen = min(fitting, key=lambda c: (c.memory_free - memory, c.core_free - core, c.index))
     return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=_shared_score(request, state))
+
+
+def _short(request: cards.Request, state: cards.NodeState) -> Fit:
+    """Why no card holds the pod now: cores, fragmentation or memory (from the cached free tuples)."""
+    memory, core = request.memory_gib, request.core_percent
+    free = state.free
+    best = max(range(len(free)), key=lambda i: (free[i][0], free[i][1], -state.cards[i].index))
+    total_free = sum(m for m, k in free if k >= core)
+    if any(m >= memory for m, _ in free):
+        code = reasons.Code.CORE_EXHAUSTED  # the memory is there; the cores are not
+    elif total_free >= memory:
+        largest = max((i for i in range(len(free)) if free[i][1] >= core), key=lambda i: (free[i][0], -state.cards[i].index))
+        return _refuse(
+            Verdict.FULL,
+            reasons.Code.FRAGMENTED,
+            f"insufficient GPU memory on any single card (fragmented): the pod needs {request.describe()}; the node has "
+            f"{total_free} GiB free in total, but the largest free block is {free[largest][0]} GiB "
+            f"(GPU{state.cards[largest].index}; free per card: "
+            + ", ".join(f"GPU{c.index} {m}" for c, (m, _) in zip(state.cards, free))
+            + ")",
+        )
+    else:
+        code = reasons.Code.INSUFFICIENT_MEMORY
+    card = state.cards[best]
+    cores = f" and {free[best][1]}% cores" if core else ""
+    return _refuse(
+        Verdict.FULL,
+        code,
+        f"insufficient GPU {'memory or cores' if core else 'memory'} on any single card: the pod needs "
+        f"{request.describe()}; the card with the most free memory is GPU{card.index} with "
+        f"{free[best][0]} GiB{cores} free of {card.card.memory_gib} GiB",
+    )
 
 
 def _shared_score(request: cards.Request, state: cards.NodeState) -> int:

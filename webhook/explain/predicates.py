@@ -10,7 +10,9 @@ calls the extender), so `explain` has to name them itself. The semantics are kub
 - a taint with effect `NoSchedule` or `NoExecute` refuses a pod without a matching toleration
   (`PreferNoSchedule` only scores). A toleration matches when its effect is empty or equal, and its
   key is empty with `Exists` (everything) or equal, with `Exists` or an equal value (`Equal`, the
-  default operator);
+  default operator), as the Toleration type's field documentation states it (e.g. kubernetes-client/java
+  `kubernetes/docs/V1Toleration.md`: an empty key with `Exists` matches every taint; an empty effect
+  matches every effect);
 - every `nodeSelector` entry must equal the node's label; of the required affinity's
   `nodeSelectorTerms` one must match, and inside a term every expression (`In`, `NotIn`, `Exists`,
   `DoesNotExist`, `Gt`, `Lt` on labels; `matchFields` on `metadata.name`). A term without

@@ -94,6 +94,7 @@ class Quantity:
     format: Format
     text: str
     wide: bool = False  # held in Go's arbitrary-precision form (inf.Dec), which canonicalises slightly differently
+    capped: bool = False  # a binary-SI value Go cut to 2^63-1
 
     def __str__(self) -> str:
         return self.text
@@ -198,12 +199,14 @@ def _parse_big(value: str, *, base: int, exponent: int, format_: Format, text: s
             whole, rest = divmod(magnitude, 10**drop)
             magnitude = whole + (1 if rest else 0)
         inf_scale = -_NANO
-    if format_ is Format.BINARY_SI and _exceeds(magnitude, inf_scale, INT64_MAX):
+    capped = format_ is Format.BINARY_SI and _exceeds(magnitude, inf_scale, INT64_MAX)
+    if capped:
         magnitude, inf_scale = INT64_MAX, 0
     if format_ is Format.BINARY_SI and magnitude and _below_one(magnitude, inf_scale):
         format_ = Format.DECIMAL_SI
     # No wrap here: Go keeps the scale as it is (and spends its time on such a number).
-    return _quantity(-magnitude if negative else magnitude, -inf_scale, format_, None, wide=True)
+    found = _quantity(-magnitude if negative else magnitude, -inf_scale, format_, None, wide=True)
+    return dataclasses.replace(found, capped=True) if capped else found
 
 
 def _exceeds(magnitude: int, inf_scale: int, bound: int) -> bool:
@@ -364,6 +367,59 @@ def decode(value: object) -> Quantity:
     if isinstance(value, str):
         return parse(value.strip(_GO_SPACE))
     raise QuantityError(f"{value!r} is not a quantity")
+
+
+def _wrap64(value: int) -> int:
+    """`value` as a Go int64 holds it after overflow (two's complement)."""
+    return (value + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+def milli_value(found: Quantity) -> int:
+    """Go's `Quantity.MilliValue()`, overflow included (it wraps or reads 0; Go calls it undefined).
+
+    kube-apiserver validates an extended resource with `MilliValue() % 1000 == 0`, so past
+    `MAX_MILLI_VALUE` its verdict depends on these overflows; `passes_integer_validation` replays it.
+    """
+    if found.unscaled == 0:
+        return 0
+    if not found.wide:  # Go's int64Amount{value, scale}.AsScaledInt64(-3)
+        value, scale = found.unscaled, found.exponent
+        if scale < -3:
+            divisor = _ten(-3 - scale)
+            whole = abs(value) // divisor
+            if abs(value) % divisor:
+                whole += 1
+            return whole if value > 0 else -whole
+        steps = scale + 3
+        if steps in (0, 1, 2, 3, 6, 9):
+            return _wrap64(value * _ten(steps))
+        for _ in range(steps):
+            if abs(value * 10) > INT64_MAX:
+                return 0
+            value *= 10
+        return value
+    if found.capped:  # inf.Dec set to 2^63-1 at scale 0: Int64() * 1000, wrapped
+        return _wrap64(found.unscaled * 1000)
+    # inf.Dec rounded to scale 9: ceil(value * 1000) in big integers, then its low 64 bits.
+    magnitude = abs(found.unscaled)
+    shift = found.exponent + 3
+    if shift >= 0:
+        low = (magnitude % (1 << 64)) * pow(10, shift, 1 << 64)
+        result = _wrap64(low)
+    else:
+        whole, rest = divmod(magnitude, _ten(-shift))
+        result = _wrap64(_wrap64(whole) + (1 if rest else 0))
+    return result if found.unscaled > 0 else -result
+
+
+def passes_integer_validation(found: Quantity) -> bool:
+    """Whether kube-apiserver accepts `found` for an extended resource (`ValidateResourceQuantityValue`).
+
+    Non-negative, and `MilliValue() % 1000 == 0` with Go's overflow: `1000E` passes (its milli-value
+    reads 0), 22-digit numbers mostly fail. Pod validation runs on the decoded value, before the
+    value is written back (and `1000E` is then written as `1`).
+    """
+    return found.sign >= 0 and _go_remainder(milli_value(found), 1000) == 0
 
 
 def decoded(value: object) -> Quantity | None:

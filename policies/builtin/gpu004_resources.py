@@ -7,13 +7,13 @@ beside `aliyun.com/gpu-mem`. Per pod: one resource family only, because a node s
 mode and enabling one mode zeroes the others' resources, so a mixed pod can never be scheduled.
 Every `nvidia.com/*` resource (MIG slices, shared cards) is of the `nvidia.com/gpu` family.
 
-Values are judged as kube-apiserver reads them (`policies.quantity`): it decodes and rewrites
-every quantity before an admission webhook sees it, so `2000m`, `+2`, `2e0` and `0.002k` are 2 and
-allowed, `1k` is 1000, and `1500m` (1.5) is refused, as the apiserver's own validation refuses it.
-Amounts past `quantity.MAX_MILLI_VALUE` are refused too: there the apiserver's integer check
-overflows (`1000E` fails it, yet would be written back as `1`). Within that bound the value the
-author wrote and the value the webhook sees are the same, so the dry-run, reading the author's
-spelling, judges exactly what the webhook will.
+Values are judged as the cluster judges them (`policies.quantity`): kube-apiserver validates the
+value it decoded (`quantity.passes_integer_validation`: `1500m` fails), then writes it back in its
+own form, which is all an admission webhook sees. So `2000m`, `+2`, `2e0` and `0.002k` are 2 and
+allowed, `1k` is 1000, and Kubernetes 1.34's `1000E` passes validation and is written as `1`, so it
+is 1 here too. Amounts past `quantity.MAX_MILLI_VALUE`, where Kubernetes' own integer arithmetic
+overflows, are refused (`1e19`, written as `10e18`). The dry-run, reading the author's spelling,
+therefore judges exactly what the webhook and the apiserver will.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        found = quantity.decoded(limits[name])
+        written = quantity.decoded(limits[name])
+        # The apiserver validates what it decoded, then writes it back; the webhook sees the latter.
+        found = quantity.stored(limits[name]) if written is not None and quantity.passes_integer_validation(written) else None
         limit = found.as_int64() if found is not None else None
         if found is not None and found.sign > 0 and found.is_integer() and (limit is None or limit > quantity.MAX_MILLI_VALUE):
             findings.append(
@@ -56,7 +58,7 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        request = quantity.decoded(requests[name]) if name in requests else None
+        request = quantity.stored(requests[name]) if name in requests else None
         if name in requests and (request is None or found is None or not request.same_value(found)):
             findings.append(
                 policy.Finding(

@@ -190,10 +190,10 @@ def test_a_mig_slice_must_be_a_positive_integer_in_limits(pod, container, evalua
     )
 
 
-@pytest.mark.parametrize("value", ["1000E", "1e19", "9223372036854776", "16Ei", "10e2147483646"])
+@pytest.mark.parametrize("value", ["1e19", "10e18", "16Ei", "10e2147483646"])
 def test_amounts_past_what_kubernetes_counts_exactly_are_denied(pod, container, evaluate, value):
-    # kube-apiserver's integer check overflows there (1000E fails it, though it would be written
-    # back as "1"): allowing nothing beyond keeps the dry-run and the cluster in agreement.
+    # kube-apiserver's integer arithmetic overflows there (it accepts these, reading a milli-value
+    # of 0 or a multiple of 1000 by chance); the webhook, seeing the written form, refuses them.
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": value})))
 
     assert decision.denial_message == (
@@ -204,3 +204,19 @@ def test_amounts_past_what_kubernetes_counts_exactly_are_denied(pod, container, 
 
 def test_the_largest_amount_kubernetes_counts_exactly_is_well_formed(pod, container, evaluate):
     assert evaluate(pod(container(gpu={"aliyun.com/gpu-mem": "9223372036854775"}))).allowed
+
+
+@pytest.mark.parametrize("value", ["1000000000000000000000", "999999999999999999", "9223372036854776"])
+def test_amounts_the_apiservers_own_validation_refuses_are_denied(pod, container, evaluate, value):
+    # Their milli-value overflows to something not a multiple of 1000: "must be an integer".
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": value})))
+
+    assert decision.denial_message == (
+        PREFIX + f'container "main" sets aliyun.com/gpu-mem={value!r}; it must be a positive integer'
+    )
+
+
+def test_1000E_is_judged_as_the_1_kubernetes_1_34_writes_back(pod, container, evaluate):
+    # It passes validation (its milli-value overflows to 0) and is stored as "1": the webhook
+    # sees 1 and allows it, so the dry-run must too.
+    assert evaluate(pod(container(gpu={"aliyun.com/gpu-mem": "1000E"}))).allowed

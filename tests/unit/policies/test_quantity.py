@@ -342,3 +342,26 @@ def test_same_value_compares_values_not_spellings():
     assert quantity.parse("1k").same_value(quantity.parse("1e3"))
     assert not quantity.parse("1Ki").same_value(quantity.parse("1k"))
     assert quantity.parse("0").same_value(quantity.parse("0Ki"))
+
+
+@pytest.mark.parametrize(
+    ("text", "milli", "valid"),
+    [
+        ("2", 2000, True),
+        ("1500m", 1500, False),
+        ("1n", 1, False),  # rounded up to a whole milli
+        ("9223372036854775", 9223372036854775000, True),  # the largest exact one
+        ("9223372036854776", -9223372036854775616, False),  # int64 wrap: not a multiple of 1000
+        ("999999999999999999", 3875820019684211736, False),
+        ("1000E", 0, True),  # Go's overflow loop reads 0: accepted (and written back as "1")
+        ("1e19", 0, True),
+        ("1000000000000000000000", 2003764205206896640, False),  # arbitrary precision, low 64 bits
+        ("16Ei", -1000, True),  # capped at 2^63-1, times 1000, wrapped
+        ("-2", -2000, False),
+    ],
+)
+def test_milli_value_and_the_apiservers_integer_check_replay_go(text, milli, valid):
+    found = quantity.parse(text)
+
+    assert quantity.milli_value(found) == milli
+    assert quantity.passes_integer_validation(found) is valid

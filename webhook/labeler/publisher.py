@@ -63,8 +63,10 @@ class Publisher:
     def pods_on(self, node_name: str) -> list[Mapping[str, Any]]:
         """The pods bound to `node_name`, metadata only (name, namespace, uid, annotations)."""
         found = self._call(
+            # resourceVersion "0": served from the apiserver's watch cache (indexed by
+            # spec.nodeName), not a quorum read of etcd, for every GPU node every interval.
             lambda: self._api.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node_name}", _request_timeout=REQUEST_TIMEOUT_S
+                field_selector=f"spec.nodeName={node_name}", resource_version="0", _request_timeout=REQUEST_TIMEOUT_S
             ),
             what=f"list pods on node {node_name}",
         )

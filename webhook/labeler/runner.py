@@ -207,12 +207,14 @@ class Runner:
             logger.info("node %s: removed annotations %s (no usage known)", node.name, usage.USAGE_ANNOTATION)
             return True
         assert self._pods is not None
-        try:
-            listed = self._pods.pods_on(node.name)
-        except (store.ApiError, store.NodeNotFound, store.Conflict) as error:
-            self._note("pods", f"listing the pods of node {node.name} failed ({error}): the usage summary is not updated")
-            return False
-        self._note("pods", "")
+        listed: list[Mapping[str, Any]] = []
+        if any(card.processes for card in inv.cards):  # no process, nothing to attribute: no list
+            try:
+                listed = self._pods.pods_on(node.name)
+            except (store.ApiError, store.NodeNotFound, store.Conflict) as error:
+                self._note("pods", f"listing the pods of node {node.name} failed ({error}): the usage summary is not updated")
+                return False
+            self._note("pods", "")
         proc_root = self._options.proc_root
         summary = attribution.summarise(
             inv,

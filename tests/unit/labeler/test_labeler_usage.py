@@ -252,6 +252,15 @@ def test_a_source_that_knows_no_use_writes_no_summary_and_removes_ours(setup: An
     assert usage_patches(nodes).count(None) == 1
 
 
+def test_cards_without_processes_need_no_pod_list(setup: Any) -> None:
+    nodes, pods, _, state, make = setup
+    state["inv"] = inventory.make([card(0, used=300), card(1, used=0)])
+    make().step()
+    assert pods.calls == []
+    written = usage.parse(nodes.annotations(NODE)[usage.USAGE_ANNOTATION])
+    assert written is not None and [c.used_mib for c in written.cards] == [300, 0]
+
+
 def test_without_a_pod_lister_the_runner_writes_no_summary(fake_nodes: Any, node: Any) -> None:
     nodes = fake_nodes(node(NODE))
     loop = runner.Runner(source=lambda: inventory.make([card(0, processes=((1, 1),))]), nodes=nodes, options=runner.Options(node_name=NODE))
@@ -311,3 +320,36 @@ def test_dry_run_table_marks_out_of_band_processes(tmp_path: Path, capsys: pytes
     ]}))
     assert cli.main(["labeler", "--dry-run", "--inventory", str(inventory_file), "--node-name", NODE, "--proc-root", str(root)]) == 0
     assert f"pid 200: 3000 MiB, OUT-OF-BAND container {CID[:12]}" in capsys.readouterr().out
+
+
+# --- the pod list against the kubernetes client ------------------------------------------------------
+
+
+def test_the_publisher_lists_only_its_nodes_pods_from_the_watch_cache() -> None:
+    import types
+
+    from webhook.labeler import publisher
+
+    calls: list[dict[str, Any]] = []
+
+    class Api:
+        def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+            calls.append(kwargs)
+            metadata = types.SimpleNamespace(uid=UID_A, namespace="ml", name="train-0", annotations=None)
+            return types.SimpleNamespace(items=[types.SimpleNamespace(metadata=metadata)])
+
+    listed = publisher.Publisher(Api()).pods_on(NODE)
+    assert listed == [{"metadata": {"uid": UID_A, "namespace": "ml", "name": "train-0", "annotations": {}}}]
+    assert calls[0]["field_selector"] == f"spec.nodeName={NODE}" and calls[0]["resource_version"] == "0"
+
+
+def test_a_forbidden_pod_list_is_an_api_error() -> None:
+    from webhook.kube import client
+    from webhook.labeler import publisher
+
+    class Api:
+        def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+            raise client.ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(store.ApiError, match="list pods on node gpu-0: 403 Forbidden"):
+        publisher.Publisher(Api()).pods_on(NODE)

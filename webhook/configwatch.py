@@ -63,6 +63,7 @@ def register(registry: metrics.Registry) -> ReloadMetrics:
         "gpu_admission_config_last_reload_success_timestamp_seconds",
         "Unix time the configuration in force was loaded (at start or by a reload).",
         (),
+        multiprocess_mode="livemin",  # under --workers: the worker that reloaded longest ago
     )
     registry.register(last_success)
     refused = registry.register(

@@ -35,16 +35,19 @@ import dataclasses
 import datetime
 import gc
 import logging
+import os
+import pathlib
 import signal
 import ssl
-from collections.abc import AsyncIterator, Callable
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import clustercontext, config, configwatch, errors, kube, leader, metrics, provision, tls, workers
+from webhook import clustercontext, config, configwatch, errors, kube, leader, metrics, metricsserver, provision, tls, workers
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background
@@ -93,6 +96,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="serve from N processes on the port (SO_REUSEPORT; one review uses one core, so N is the number "
         "of cores to use; each prints its own 'listening on' line; default: 1)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="also serve /metrics over plain HTTP on PORT, for scrapers without the webhook's CA "
+        "(printed as 'metrics on http://HOST:PORT/metrics'; default: /metrics on the HTTPS port only)",
     )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     audit_background.add_serve_arguments(parser)
@@ -184,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InputError("--cert-check-interval must be positive")
     if args.workers < 1:
         raise errors.InputError(f"--workers must be at least 1, not {args.workers}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise errors.InputError(f"--metrics-port must be 0-65535, not {args.metrics_port}")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -196,12 +208,27 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1:
         if files:
             tls.read_pair(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)  # one error line, not one per worker
-        return workers.supervise(args, serve_one=run)
+        with _metrics_directory() as directory:
+            metrics.use_multiprocess(directory)
+            return workers.supervise(args, serve_one=run, on_exit=metrics.worker_exited)
     tls.limit_read_buffers()
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     context = clustercontext.from_args(args)  # before the loop: loading a kubeconfig reads files
     asyncio.run(_serve(loaded, args=args, certificates=certificates, context=context))
     return 0
+
+
+@contextlib.contextmanager
+def _metrics_directory() -> Iterator[pathlib.Path]:
+    """This run's directory for the workers' metric files: ``$PROMETHEUS_MULTIPROC_DIR`` where the
+    pod sets one (an emptyDir), else a fresh temporary one removed at exit. ``use_multiprocess``
+    empties it first either way: an earlier run's counts must not add to this run's."""
+    given = os.environ.get(metrics.MULTIPROC_ENV)
+    if given:
+        yield pathlib.Path(given)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpu-admission-metrics-") as scratch:
+        yield pathlib.Path(scratch)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -241,6 +268,11 @@ async def _serve(
         await runner.setup()
         try:
             site = await _listen(runner, host=args.host, port=args.port, context=live.context, reuse_port=args.reuse_port)
+            plain = contextlib.AsyncExitStack()
+            if args.metrics_port is not None:
+                await plain.enter_async_context(
+                    metricsserver.listening(app[keys.METRICS].registry, host=args.host, port=args.metrics_port, reuse_port=args.reuse_port)
+                )
             stop, hurry = asyncio.Event(), asyncio.Event()
             loop = asyncio.get_running_loop()
             for number in (signal.SIGTERM, signal.SIGINT):
@@ -248,6 +280,7 @@ async def _serve(
             loop.add_signal_handler(signal.SIGHUP, live.reload)
             await stop.wait()
             await _drain(app, runner=runner, site=site, seconds=args.drain_seconds, idle_seconds=args.drain_idle_seconds, hurry=hurry)
+            await plain.aclose()
         finally:
             await runner.cleanup()
 

@@ -116,6 +116,7 @@ def expiry_gauge(registry: metrics.Registry) -> metrics.Gauge:
         EXPIRY_METRIC,
         "Unix time the certificate expires: the serving certificate this replica serves now, and the CA that signs it.",
         ("certificate",),
+        multiprocess_mode="livemin",  # under --workers: the earliest expiry any worker serves
     )
     registry.register(gauge)
     return gauge

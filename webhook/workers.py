@@ -58,16 +58,26 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def supervise(args: argparse.Namespace, *, serve_one: Callable[[argparse.Namespace], int]) -> int:
-    """Run ``args.workers`` copies of ``serve_one`` on one port until they stop; the exit status."""
-    try:
-        reserved = reserve_port(args.host, args.port)
-    except OSError as error:
-        from webhook import errors  # noqa: PLC0415 - only needed on this failure path
+def supervise(
+    args: argparse.Namespace,
+    *,
+    serve_one: Callable[[argparse.Namespace], int],
+    on_exit: Callable[[int], None] = lambda _pid: None,
+) -> int:
+    """Run ``args.workers`` copies of ``serve_one`` on one port until they stop; the exit status.
 
-        raise errors.InputError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from error
+    ``args.metrics_port``, where set, is reserved the same way (every worker serves the merged
+    metrics there); ``on_exit`` hears each worker's pid once it is reaped.
+    """
+    reserved = _reserve(args.host, args.port)
     port = reserved.getsockname()[1]
-    child_args = argparse.Namespace(**{**vars(args), "workers": 1, "reuse_port": True, "port": port})
+    metrics_port = getattr(args, "metrics_port", None)
+    reserved_metrics = _reserve(args.host, metrics_port) if metrics_port is not None else None
+    if reserved_metrics is not None:
+        metrics_port = reserved_metrics.getsockname()[1]
+    child_args = argparse.Namespace(
+        **{**vars(args), "workers": 1, "reuse_port": True, "port": port, "metrics_port": metrics_port}
+    )
     stopping: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -88,6 +98,8 @@ def supervise(args: argparse.Namespace, *, serve_one: Callable[[argparse.Namespa
                     signal.signal(signum, signal.SIG_DFL)
                 _stop_with(parent=supervisor)
                 reserved.close()
+                if reserved_metrics is not None:
+                    reserved_metrics.close()
                 status = _run_worker(serve_one, child_args)
             finally:
                 sys.stdout.flush()
@@ -112,6 +124,7 @@ def supervise(args: argparse.Namespace, *, serve_one: Callable[[argparse.Namespa
             if pid not in workers:
                 continue
             worker = workers.pop(pid)
+            on_exit(pid)
             code = os.waitstatus_to_exitcode(raw)
             if stopping:
                 status = status or (code if code > 0 else 0)
@@ -130,7 +143,18 @@ def supervise(args: argparse.Namespace, *, serve_one: Callable[[argparse.Namespa
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         reserved.close()
+        if reserved_metrics is not None:
+            reserved_metrics.close()
     return status
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    try:
+        return reserve_port(host, port)
+    except OSError as error:
+        from webhook import errors  # noqa: PLC0415 - only needed on this failure path
+
+        raise errors.InputError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
 
 
 def _run_worker(serve_one: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

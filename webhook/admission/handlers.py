@@ -7,12 +7,13 @@ always gets HTTP 200 with the verdict in ``response`` (denials carry ``status.co
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Literal
 
 from aiohttp import web
 
-from policies import model
+from policies import model, podspec
 from policies.builtin import gpu001_visible_devices, gpu009_ephemeral_privilege
 from webhook import metrics
 from webhook.admission import decisions, keys, response, review
@@ -53,6 +54,15 @@ async def metrics_text(request: web.Request) -> web.Response:
 
 async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
     meters = request.app[keys.METRICS]
+    started = time.perf_counter()
+    meters.in_flight.inc(endpoint=endpoint)
+    try:
+        return await _answer(request, meters=meters, endpoint=endpoint, started=started)
+    finally:
+        meters.in_flight.dec(endpoint=endpoint)
+
+
+async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpoint: Endpoint, started: float) -> web.Response:
     try:
         body = await request.read()  # enforces the app's client_max_size
     except web.HTTPRequestEntityTooLarge:
@@ -95,7 +105,7 @@ async def _admit(request: web.Request, *, endpoint: Endpoint) -> web.Response:
         meters.admission_reviews.inc(endpoint=endpoint, result="error")
         return web.json_response(response.for_internal_error(request=checked, endpoint=endpoint))
 
-    _record(meters, endpoint=endpoint, decision=decision, answer=answer)
+    _record(meters, endpoint=endpoint, decision=decision, answer=answer, operation=checked.operation, kind=checked.object_kind, started=started)
     log.info(
         "uid=%s endpoint=%s %s %s/%s ns=%s dryRun=%s allowed=%s violations=%s patch_ops=%d%s",
         checked.uid,
@@ -152,11 +162,22 @@ def _record(
     endpoint: Endpoint,
     decision: model.Decision,
     answer: review.AdmissionReviewResponse,
+    operation: str,
+    kind: str,
+    started: float,
 ) -> None:
+    allowed = answer["response"]["allowed"]
     if decision.exempt_reason:
         result = "exempt"
     else:
-        result = "allowed" if answer["response"]["allowed"] else "denied"
+        result = "allowed" if allowed else "denied"
     meters.admission_reviews.inc(endpoint=endpoint, result=result)
     for outcome in decision.results:
         meters.policy_results.inc(endpoint=endpoint, policy=outcome.policy, result=str(outcome.result))
+    for violation in decision.violations:
+        meters.decisions.inc(endpoint=endpoint, policy=violation.policy, action=str(violation.action))
+    # A client other than kube-apiserver could send any kind: only the kinds we judge get a series.
+    kind_label = kind if kind in podspec.SUPPORTED_KINDS else "other"
+    meters.review_duration.observe(
+        time.perf_counter() - started, endpoint=endpoint, operation=operation, kind=kind_label, allowed="true" if allowed else "false"
+    )

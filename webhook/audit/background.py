@@ -90,12 +90,17 @@ def audit_metrics(registry: metrics.Registry) -> AuditMetrics:
             metrics.Histogram("gpu_admission_audit_duration_seconds", "Time one background audit run took.", (), buckets=DURATION_BUCKETS)
         ),
         last_run=registry.register(
-            metrics.Gauge("gpu_admission_audit_last_run_timestamp_seconds", "Unix time the last successful audit run ended.", ())
+            metrics.Gauge(
+                "gpu_admission_audit_last_run_timestamp_seconds", "Unix time the last successful audit run ended.", (), multiprocess_mode="livemax"
+            )
         ),
-        leader=registry.register(metrics.Gauge("gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", ())),
+        leader=registry.register(metrics.Gauge("gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", (), multiprocess_mode="livesum")),
         results=registry.register(
             metrics.Gauge(
-                "gpu_admission_audit_results", "Results of the last audit run, by result (pass, fail, warn, error, skip).", ("result",)
+                "gpu_admission_audit_results",
+                "Results of the last audit run, by result (pass, fail, warn, error, skip).",
+                ("result",),
+                multiprocess_mode="livemostrecent",
             ),
         ),
     )

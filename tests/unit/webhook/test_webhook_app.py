@@ -294,10 +294,10 @@ async def test_metrics_count_reviews_policy_results_and_latency(
         'gpu_admission_reviews_total{endpoint="mutate",result="bad_request"} 1.0',
         'gpu_admission_policy_results_total{endpoint="validate",policy="GPU001",result="fail"} 1.0',
         'gpu_admission_policy_results_total{endpoint="validate",policy="GPU001",result="pass"} 1.0',
-        'gpu_admission_http_requests_total{route="/validate",code="200"} 2.0',
-        'gpu_admission_http_requests_total{route="/mutate",code="400"} 1.0',
-        'gpu_admission_http_request_duration_seconds_count{route="/validate"} 2',
-        'gpu_admission_http_request_duration_seconds_bucket{route="/mutate",le="+Inf"} 2',
+        'gpu_admission_http_requests_total{code="200",route="/validate"} 2.0',
+        'gpu_admission_http_requests_total{code="400",route="/mutate"} 1.0',
+        'gpu_admission_http_request_duration_seconds_count{route="/validate"} 2.0',
+        'gpu_admission_http_request_duration_seconds_bucket{le="+Inf",route="/mutate"} 2.0',
     ):
         assert expected in lines
 

@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -86,3 +87,47 @@ def test_the_dry_run_cli_prints_the_real_labels(real: inventory.Inventory, capsy
     assert report["source"] == "nvml"
     assert report["labels"]["aliyun.accelerator/nvidia_count"] == str(len(real.cards))
     assert len(json.loads(report["annotations"][labels.INVENTORY_ANNOTATION])) == len(real.cards)
+
+
+# --- real use -------------------------------------------------------------------------------------
+
+# A process that holds GPU memory with nothing but the driver's libcuda (no CUDA toolkit, no torch):
+# cuInit, a context on device 0, 256 MiB allocated, then it waits to be killed.
+_HOLDER = r"""
+import ctypes, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0
+device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cuda.cuDeviceGet(ctypes.byref(device), 0) == 0
+assert cuda.cuCtxCreate_v2(ctypes.byref(context), 0, device) == 0
+assert cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(256 * 2**20)) == 0
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_memory_used_is_known_and_within_the_card(real: inventory.Inventory) -> None:
+    for card in real.cards:
+        assert card.used_mib is not None and 0 <= card.used_mib <= card.memory_mib
+        assert all(process.pid > 0 for process in card.processes)
+
+
+def test_a_process_holding_gpu_memory_is_listed_with_its_memory_and_a_readable_cgroup(real: inventory.Inventory) -> None:
+    from webhook.labeler import cgroups
+
+    try:
+        holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True)
+    except OSError as error:
+        pytest.skip(f"cannot start a GPU process: {error}")
+    try:
+        line = holder.stdout.readline() if holder.stdout is not None else ""
+        if line.strip() != "ready":
+            pytest.skip("no libcuda here to hold GPU memory with (the driver's CUDA library is missing)")
+        seen = {p.pid: p for card in nvml.read().cards for p in card.processes}
+        assert holder.pid in seen, f"NVML lists {sorted(seen)}, not {holder.pid}"
+        used = seen[holder.pid].used_mib
+        assert used is None or used >= 256
+        assert cgroups.read(holder.pid) is not None
+    finally:
+        holder.kill()
+        holder.wait()

@@ -152,13 +152,34 @@ def start_extender(state: controlplane.State, *, log_level: str) -> int:
 
 
 def quantiles(port: int) -> dict[str, float]:
+    """p50/p90/p99 per verb in ms, estimated from the latency histogram as PromQL's
+    histogram_quantile does (linear within the bucket), and the bind conflicts."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for match in re.finditer(r'gpu_admission_extender_request_duration_seconds_bucket\{le="(?P<le>[^"]+)",verb="(?P<verb>\w+)"\} (?P<n>\S+)', text):
+        buckets.setdefault(match["verb"], []).append((float(match["le"]), float(match["n"])))
     found = {}
-    for verb, q, value in re.findall(r'gpu_admission_extender_latency_seconds\{verb="(\w+)",quantile="([\d.]+)"\} (\S+)', text):
-        found[f"{verb} p{round(float(q) * 100)}"] = float(value) * 1000
+    for verb, series in buckets.items():
+        series.sort()
+        total = series[-1][1]
+        for q in (0.5, 0.9, 0.99):
+            found[f"{verb} p{round(q * 100)}"] = _bucket_quantile(q, series, total) * 1000
     conflicts = re.search(r"^gpu_admission_extender_bind_conflicts_total (\S+)$", text, re.MULTILINE)
     found["conflicts"] = float(conflicts.group(1)) if conflicts else 0.0
     return found
+
+
+def _bucket_quantile(q: float, series: list[tuple[float, float]], total: float) -> float:
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, cumulative in series:
+        if cumulative >= rank:
+            if bound == float("inf"):
+                return lower  # as histogram_quantile: the highest finite bound
+            return lower + (bound - lower) * (rank - below) / max(cumulative - below, 1e-12)
+        lower, below = bound, cumulative
+    return lower
 
 
 def cpu_seconds(pid: int) -> float:

@@ -187,6 +187,15 @@ class Registry:
         self._names.add(metric.name)
         return metric
 
+    def register_collector(self, collector: Any, *, names: Iterable[str]) -> None:
+        """A prometheus_client collector computed at scrape time (``names``: the families it yields).
+
+        In multi-process mode only the merged files are exported: a collector is for single-process
+        servers (the extender, the labeler).
+        """
+        self._registry.register(collector)
+        self._names.update(names)
+
     @property
     def names(self) -> frozenset[str]:
         """The metric names registered here, as declared (a counter's with its ``_total``)."""

@@ -9,12 +9,10 @@ kube-scheduler only reads the message of a 200, and nothing here answers 500.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
@@ -23,7 +21,7 @@ from aiohttp import web
 
 from policies import podspec
 from webhook import metrics
-from webhook.extender import binder, cards, inspection, placement, reality, wire
+from webhook.extender import binder, cards, inspection, occupancy, placement, reality, wire
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)
@@ -31,7 +29,6 @@ log = logging.getLogger(__name__)
 # A filter body carries one Pod and the node names (or, without nodeCacheCapable, every Node).
 MAX_BODY_BYTES = 16 * 1024 * 1024
 FINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-RESERVOIR = 4096  # latencies kept per verb for the p50/p99 on /metrics
 
 
 class Watch(Protocol):
@@ -54,32 +51,6 @@ class Settings:
     honour_out_of_band: bool = False
 
 
-class Quantiles:
-    """Exact quantiles over the last RESERVOIR observations of each verb (a Prometheus summary)."""
-
-    def __init__(self, name: str, help_text: str) -> None:
-        self.name = name
-        self.help_text = help_text
-        self._recent: dict[str, collections.deque[float]] = {}
-
-    def observe(self, value: float, *, verb: str) -> None:
-        self._recent.setdefault(verb, collections.deque(maxlen=RESERVOIR)).append(value)
-
-    def quantile(self, q: float, *, verb: str) -> float:
-        ordered = sorted(self._recent.get(verb, ()))
-        if not ordered:
-            return float("nan")
-        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]  # nearest rank
-
-    def render(self) -> str:
-        lines = [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} summary"]
-        for verb in sorted(self._recent):
-            for q in (0.5, 0.9, 0.99):
-                lines.append(f'{self.name}{{verb="{verb}",quantile="{q}"}} {self.quantile(q, verb=verb):.6f}')
-            lines.append(f'{self.name}_count{{verb="{verb}"}} {len(self._recent[verb])}')
-        return "\n".join(lines) + "\n"
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Meters:
     registry: metrics.Registry
@@ -88,11 +59,11 @@ class Meters:
     nodes: metrics.Counter
     conflicts: metrics.Counter
     reasons: metrics.Counter
-    recent: Quantiles
 
 
 def make_meters() -> Meters:
-    registry = metrics.Registry()
+    """The extender's meters; latency per verb is the histogram (quantiles: histogram_quantile)."""
+    registry = metrics.Registry(runtime=True)
     return Meters(
         registry=registry,
         requests=registry.register(
@@ -128,7 +99,6 @@ def make_meters() -> Meters:
                 ("code",),
             )
         ),
-        recent=Quantiles("gpu_admission_extender_latency_seconds", "Latency quantiles over recent calls per verb."),
     )
 
 
@@ -156,6 +126,10 @@ def make_app(
     app[BINDER] = bind
     app[SETTINGS] = settings or Settings()
     app[METERS] = make_meters()
+    live = app[SETTINGS]
+    app[METERS].registry.register_collector(
+        occupancy.Collector(lambda: cache.all_states(now=live.clock(), ttl=live.ttl).values()), names=occupancy.NAMES
+    )
     if watch is not None:
         app[WATCH] = watch
         app.cleanup_ctx.append(_watching)
@@ -324,7 +298,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def metrics_text(request: web.Request) -> web.Response:
     meters = request.app[METERS]
-    body = meters.registry.render() + meters.recent.render()
+    body = meters.registry.render()
     return web.Response(body=body.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 
@@ -369,5 +343,4 @@ async def _observe(request: web.Request, handler: Callable[[web.Request], Any]) 
         elapsed = time.perf_counter() - started
         meters = request.app[METERS]
         meters.duration.observe(elapsed, verb=verb)
-        meters.recent.observe(elapsed, verb=verb)
     return answer

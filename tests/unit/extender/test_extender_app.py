@@ -14,6 +14,7 @@ import pytest
 from aiohttp import test_utils, web
 
 from certs import authority
+from webhook import metrics
 from webhook.extender import app, binder, cards, store, wire
 
 NOW = 1_800_000_000.0
@@ -157,23 +158,37 @@ async def test_inspect_serves_the_per_card_state_as_json(client: Client) -> None
     assert status == 404
 
 
-async def test_metrics_count_verbs_and_give_latency_quantiles(client: Client, make_gpu_pod: Factory) -> None:
+async def test_metrics_count_verbs_and_give_latency_histograms(client: Client, make_gpu_pod: Factory) -> None:
     await _post(client, "/filter", _args(make_gpu_pod(mem=4), ["gpu-0", "small"]))
     await _post(client, "/filter", b"nope")
     async with client.get("/metrics") as answer:
         text = await answer.text()
-    assert 'gpu_admission_extender_requests_total{verb="filter",result="ok"} 1.0' in text
-    assert 'gpu_admission_extender_requests_total{verb="filter",result="bad_request"} 1.0' in text
-    assert 'gpu_admission_extender_filtered_nodes_total{outcome="unresolvable"} 1.0' in text
-    assert 'gpu_admission_extender_latency_seconds{verb="filter",quantile="0.99"}' in text
-    assert 'gpu_admission_extender_request_duration_seconds_count{verb="filter"} 2' in text
+    assert metrics.sample(text, "gpu_admission_extender_requests_total", verb="filter", result="ok") == 1
+    assert metrics.sample(text, "gpu_admission_extender_requests_total", verb="filter", result="bad_request") == 1
+    assert metrics.sample(text, "gpu_admission_extender_filtered_nodes_total", outcome="unresolvable") == 1
+    assert metrics.sample(text, "gpu_admission_extender_request_duration_seconds_count", verb="filter") == 2
+    assert (metrics.sample(text, "gpu_admission_extender_request_duration_seconds_sum", verb="filter") or 0) > 0
+    assert "gpu_admission_extender_latency_seconds" not in text  # the capped summary is gone
+    assert any(name == metrics.BUILD_INFO for name, _ in metrics.samples(text))
 
 
-def test_quantiles_use_the_nearest_rank() -> None:
-    meter = app.Quantiles("x", "y")
-    for value in range(1, 101):
-        meter.observe(value / 1000, verb="bind")
-    assert meter.quantile(0.5, verb="bind") == 0.05 and meter.quantile(0.99, verb="bind") == 0.099
+async def test_metrics_carry_the_inspect_table_per_node_and_card(client: Client, make_gpu_pod: Factory, apiserver: Any) -> None:
+    pod = apiserver.add_pod(make_gpu_pod("trainer", mem=4))
+    body = {"PodName": "trainer", "PodNamespace": "team-a", "PodUID": pod["metadata"]["uid"], "Node": "gpu-0"}
+    assert (await _post(client, "/bind", body))[1]["Error"] == ""
+    status, table = await _get_json(client, "/inspect")
+    assert status == 200 and table["usedGPU"] == 4
+    async with client.get("/metrics") as answer:
+        found = metrics.samples(await answer.text())
+    gib = 1 << 30
+    for node in table["nodes"]:
+        assert found[("gpu_admission_extender_node_gpu_memory_total_bytes", frozenset({("node", node["name"]), ("mode", node["mode"])}))] == node["totalGPU"] * gib
+        assert found[("gpu_admission_extender_node_gpu_memory_allocated_bytes", frozenset({("node", node["name"]), ("mode", node["mode"])}))] == node["usedGPU"] * gib
+        for device in node["devs"]:
+            labels = frozenset({("node", node["name"]), ("card", str(device["id"]))})
+            assert found[("gpu_admission_extender_card_gpu_memory_total_bytes", labels)] == device["totalGPU"] * gib
+            assert found[("gpu_admission_extender_card_gpu_memory_allocated_bytes", labels)] == device["usedGPU"] * gib
+    assert sum(1 for name, _ in found if name == "gpu_admission_extender_card_gpu_memory_total_bytes") == sum(len(n["devs"]) for n in table["nodes"]) > 0
 
 
 def test_the_store_indexes_bound_and_reserved_pods_by_node(make_node: Factory, make_gpu_pod: Factory) -> None:

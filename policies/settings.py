@@ -72,6 +72,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import fnmatch
+import functools
 import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -271,7 +272,7 @@ class Settings:
                 return exception
         return None
 
-    @property
+    @functools.cached_property  # read on every GPU008 review; a frozen instance never changes
     def extender_schedulers(self) -> frozenset[str]:
         """The schedulerNames GPU008 accepts on pods asking for extender-managed resources: the
         configured ones (default `default-scheduler`) and always `gpuSchedulerName`, where GPU105

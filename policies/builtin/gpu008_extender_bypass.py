@@ -86,11 +86,18 @@ def _create_findings(context: policy.Context) -> list[policy.Finding]:
                 f"{'it' if len(present) == 1 else 'them'}"
             )
         )
+    node = template.spec.get("nodeName")
+    scheduler = template.spec.get("schedulerName")
+    name = gpu105_scheduler_name.DEFAULT_SCHEDULER if scheduler in (None, "") else scheduler
+    allowed = context.settings.extender_schedulers
+    wrong_node = node not in (None, "")
+    wrong_scheduler = not isinstance(name, str) or name not in allowed
+    if not (wrong_node or wrong_scheduler):
+        return findings  # the common pod: no container needs a look
     asked = _askers(template)
     if not asked:
         return findings
-    node = template.spec.get("nodeName")
-    if node not in (None, ""):
+    if wrong_node:
         findings.append(
             policy.Finding(
                 detail=f"{where}spec.nodeName is {node!r} while {asked}: the pod would skip "
@@ -98,16 +105,13 @@ def _create_findings(context: policy.Context) -> list[policy.Finding]:
                 "nodeName and pick the node with a nodeSelector (kubernetes.io/hostname) instead"
             )
         )
-    scheduler = template.spec.get("schedulerName")
-    name = gpu105_scheduler_name.DEFAULT_SCHEDULER if scheduler in (None, "") else scheduler
-    allowed = context.settings.extender_schedulers
-    if not isinstance(name, str) or name not in allowed:
+    if wrong_scheduler:
         known = ", ".join(sorted(allowed)) or "none configured"
         findings.append(
             policy.Finding(
                 detail=f"{where}spec.schedulerName is {name!r} while {asked}, and that is not a scheduler "
-                f"that calls the extender ({known}); leave schedulerName out or name one of "
-                "those, or have an admin add the scheduler to extenderSchedulers once it calls the extender"
+                f"that calls the extender ({known}); leave schedulerName out or name one of those, or "
+                "have an admin add the scheduler to extenderSchedulers once it calls the extender"
             )
         )
     return findings

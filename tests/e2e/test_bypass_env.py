@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Cluster
+from tests.e2e.test_audit import audit, webhook_unregistered
 
 pytestmark = pytest.mark.e2e
 
@@ -140,3 +141,42 @@ def test_ordinary_sources_and_their_gpu_consumers_pass_and_never_reach_the_webho
     log = webhook_log(cluster)
     assert f"ConfigMap/{marker}" not in log and f"Secret/{marker}" not in log
     assert f"Pod/app ns={ns}" in log
+
+
+def test_a_source_that_predates_the_webhook_is_reported_by_the_audit_and_cannot_be_edited(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    value = "legacy-secret-value-91c2"
+    with webhook_unregistered(cluster):  # as if made before gpu-admission was installed
+        made = cluster.apply(
+            [
+                config_map("legacy", {"NVIDIA_VISIBLE_DEVICES": "void"}),
+                secret("legacy-creds", {"CGPU_DISABLE": "true", "TOKEN": value}),
+                gpu_pod("taker", env_from=[{"secretRef": {"name": "legacy-creds"}}]),
+            ],
+            namespace=ns,
+        )
+        assert made.returncode == 0, made.stderr
+    try:
+        completed = audit(cluster, "-n", ns, "-o", "json")
+        assert completed.returncode == 1, completed.stderr  # an enforce-level failure exists
+        results = json.loads(completed.stdout)
+        found = {
+            (r["resources"][0]["kind"], r["resources"][0]["name"]): r
+            for report in results["items"]  # a v1 List of PolicyReports
+            for r in report.get("results", [])
+            if r["policy"] == "GPU211"
+        }
+        assert found[("Secret", "legacy-creds")]["result"] == "fail"
+        assert 'Pod/taker container "main" gets CGPU_DISABLE' in found[("Secret", "legacy-creds")]["message"]
+        assert found[("ConfigMap", "legacy")]["result"] == "warn"
+        encoded = base64.b64encode(value.encode()).decode()
+        assert value not in completed.stdout + completed.stderr and encoded not in completed.stdout + completed.stderr
+
+        # Back under the webhook: the void ConfigMap cannot be edited while it keeps the key, not even
+        # to another harmless value; removing the key is the way out.
+        edited = cluster.kubectl("patch", "configmap", "legacy", "-n", ns, "--type", "merge", "-p", json.dumps({"data": {"NVIDIA_VISIBLE_DEVICES": "none"}}))
+        assert edited.returncode != 0 and SOURCES_WEBHOOK in edited.stderr
+        removed = cluster.kubectl("patch", "configmap", "legacy", "-n", ns, "--type", "json", "-p", json.dumps([{"op": "remove", "path": "/data/NVIDIA_VISIBLE_DEVICES"}]))
+        assert removed.returncode == 0, removed.stderr
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false")

@@ -233,7 +233,7 @@ def _place(
     """Where the scheduler and extender would put `pod` now (as `simulate` decides)."""
     candidates = [
         name for name, state in states.items()
-        if placement.evaluate(request, state, decide=False).fits and not predicates.check(pod, cluster.nodes.get(name, {}))
+        if placement.evaluate(request, state, decide=False, explain=False).fits and not predicates.check(pod, cluster.nodes.get(name, {}))
     ]
     if not candidates:
         return None

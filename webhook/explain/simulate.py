@@ -133,7 +133,7 @@ def run(
             passes = checked.get((signature, name))
             if passes is None:
                 passes = checked[(signature, name)] = not predicates.check(pod, node)
-            if passes and name in states and placement.evaluate(request, states[name], decide=False).fits:
+            if passes and name in states and placement.evaluate(request, states[name], decide=False, explain=False).fits:
                 candidates.append(name)
         if not candidates:
             verdicts = []

@@ -74,9 +74,10 @@ class Outcome:
     reasons: dict[str, tuple[reasons.Reason, ...]] = dataclasses.field(default_factory=dict)  # failed and unresolvable
 
 
-def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = True) -> Fit:
+def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = True, explain: bool = True) -> Fit:
     """Whether and where `request` fits on the node, with the node's score. With `decide` off only
-    the verdict is computed (filter needs no card and no score; it judges hundreds of nodes)."""
+    the verdict is computed (filter needs no card and no score; it judges hundreds of nodes); with
+    `explain` off a refusal comes without its reasons (prioritize and simulate need the verdict only)."""
     node = state.node
     if request.problem:
         return _refuse(Verdict.NEVER, reasons.Code.BAD_REQUEST, request.problem)
@@ -88,8 +89,8 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
     if not node.cards:
         return _refuse(Verdict.NEVER, reasons.Code.NO_GPU, f"node has no GPU cards: {node.problem}")
     if family is gpu.Family.TOPOLOGY:
-        return _evaluate_whole(request, state, decide=decide)
-    return _evaluate_shared(request, state, decide=decide)
+        return _evaluate_whole(request, state, decide=decide, explain=explain)
+    return _evaluate_shared(request, state, decide=decide, explain=explain)
 
 
 @functools.lru_cache(maxsize=256)  # few (label, family) pairs; filter meets them on most nodes
@@ -166,7 +167,7 @@ def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | Non
     result: dict[str, int] = {}
     for name in names:
         state = states.get(name)
-        if state is None or not evaluate(request, state, decide=False).fits:
+        if state is None or not evaluate(request, state, decide=False, explain=False).fits:
             result[name] = 0
         elif request.family is gpu.Family.TOPOLOGY:
             result[name] = evaluate(request, state).score  # the score depends on the set chosen
@@ -176,12 +177,16 @@ def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | Non
 
 
 _FITS = Fit(verdict=Verdict.FITS)
+_FULL = Fit(verdict=Verdict.FULL)  # refusals without reasons, for callers that asked for none
+_NEVER = Fit(verdict=Verdict.NEVER)
 _NOT_CACHED = _refuse(Verdict.FULL, reasons.Code.NOT_CACHED, "node is not in the GPU extender's cache yet")
 
 
-def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:
+def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool) -> Fit:
     memory, core = request.memory_gib, request.core_percent
     if state.largest_card_gib < memory:
+        if not explain:
+            return _NEVER
         largest = max(state.cards, key=lambda c: (c.card.memory_gib, -c.index))
         return _refuse(
             Verdict.NEVER,
@@ -194,7 +199,7 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: 
     free = state.free  # (GiB, core %) per card, computed once per state
     fitting = [c for c, (m, k) in zip(state.cards, free) if m >= memory and k >= core]  # whole-used cards have 0 free
     if not fitting:
-        return _short(request, state)
+        return _short(request, state) if explain else _FULL
     if state.node.placement is gpu.Placement.SPREAD:
         chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
     else:
@@ -241,10 +246,12 @@ def _shared_score(request: cards.Request, state: cards.NodeState) -> int:
     return round(wire.MAX_PRIORITY * fraction)
 
 
-def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: bool) -> Fit:
+def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool) -> Fit:
     wanted = request.cards
     total = len(state.cards)
     if wanted > total:
+        if not explain:
+            return _NEVER
         return _refuse(
             Verdict.NEVER, reasons.Code.NO_TOPOLOGY_SET, f"the pod needs {request.describe()}; the node has {total} cards"
         )
@@ -252,6 +259,8 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: b
         return _FITS
     free = [c.index for c in state.cards if c.idle]
     if len(free) < wanted:
+        if not explain:
+            return _FULL
         shown = ", ".join(f"GPU{i}" for i in free) or "none"
         return _refuse(
             Verdict.FULL,

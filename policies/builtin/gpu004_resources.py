@@ -7,13 +7,16 @@ beside `aliyun.com/gpu-mem`. Per pod: one resource family only, because a node s
 mode and enabling one mode zeroes the others' resources, so a mixed pod can never be scheduled.
 Every `nvidia.com/*` resource (MIG slices, shared cards) is of the `nvidia.com/gpu` family.
 
-Values are judged as the cluster judges them (`policies.quantity`): kube-apiserver validates the
-value it decoded (`quantity.passes_integer_validation`: `1500m` fails), then writes it back in its
-own form, which is all an admission webhook sees. So `2000m`, `+2`, `2e0` and `0.002k` are 2 and
-allowed, `1k` is 1000, and Kubernetes 1.34's `1000E` passes validation and is written as `1`, so it
-is 1 here too. Amounts past `quantity.MAX_MILLI_VALUE`, where Kubernetes' own integer arithmetic
-overflows, are refused (`1e19`, written as `10e18`). The dry-run, reading the author's spelling,
-therefore judges exactly what the webhook and the apiserver will.
+Values are judged as the cluster judges them (`policies.quantity`): kube-apiserver decodes every
+quantity and writes it back in its own form, which is all an admission webhook sees, and after a
+mutating webhook's patch (GPU101 pins every gpu-mem pod) it decodes that form again and validates
+it (`quantity.passes_integer_validation`: `1500m` fails). So `2000m`, `+2`, `2e0` and `0.002k` are
+2 and allowed, `1k` is 1000, and Kubernetes 1.34's `1000E`, written back as `1`, is 1. Amounts
+past `quantity.MAX_MILLI_VALUE`, where Kubernetes' own integer arithmetic overflows, are refused
+(`1e19`, written as `10e18`). The dry-run, reading the author's spelling, therefore judges what the
+webhook and the apiserver will. One corner remains: a pod no mutation touches, asking for a
+decimal amount of 10^21 or more, is validated by the apiserver as the author wrote it (and
+refused), while its written-back value (`1` for `1000000000000000000000`) is what this policy sees.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
                 )
             )
             continue
-        written = quantity.decoded(limits[name])
-        # The apiserver validates what it decoded, then writes it back; the webhook sees the latter.
-        found = quantity.stored(limits[name]) if written is not None and quantity.passes_integer_validation(written) else None
+        # What the webhook sees, and what the apiserver validates once a mutation re-decodes the pod.
+        found = quantity.stored(limits[name])
+        if found is not None and not quantity.passes_integer_validation(found):
+            found = None
         limit = found.as_int64() if found is not None else None
         if found is not None and found.sign > 0 and found.is_integer() and (limit is None or limit > quantity.MAX_MILLI_VALUE):
             findings.append(

@@ -29,10 +29,11 @@ POOL_LABEL = "gpu-admission.io/e2e-pool"
 TAINT_KEY = "gpu-admission.io/e2e-quantities"
 T4_MIB = 15360
 
-# Spellings the apiserver accepts for a whole number of GiB (Kubernetes 1.34 writes 1000E back as 1).
-ACCEPTED = ["2", "2000m", "+2", "2e0", "0.002k", "1k", "1000", "1.500k", "02", " 2 ", "2.", "1e3", "1Ki", "9223372036854775", "1000E"]
+# Spellings the cluster admits as a whole number of GiB (Kubernetes 1.34 writes 1000E and 10^21 back
+# as 1, and validates that after the webhook's patch re-decodes the pod).
+ACCEPTED = ["2", "2000m", "+2", "2e0", "0.002k", "1k", "1000", "1.500k", "02", " 2 ", "2.", "1e3", "1Ki", "9223372036854775", "1000E", "1000000000000000000000"]
 # Spellings the cluster refuses: not an integer, negative, not a quantity, past what it counts exactly.
-REFUSED = ["1500m", "0.5", "-2", "1kk", "K", "1KB", "--1", "1e19", "1000000000000000000000", "999999999999999999"]
+REFUSED = ["1500m", "0.5", "-2", "1kk", "K", "1KB", "--1", "1e19", "999999999999999999", "9223372036854776", "99999999999999999999999"]
 
 
 def gpu_pod(name: str, mem: object, *, pool: str | None = None, sidecar: object = None) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""The labeler's optional health endpoint (`--health-port`): `/healthz` and `/readyz` over plain HTTP.
+"""The labeler's optional health endpoint (`--health-port`): `/healthz`, `/readyz` and `/metrics` over plain HTTP.
 
 - `/healthz` is 200 while the loop keeps passing (the last pass is younger than three intervals plus
   a minute), else 503: a hung loop gets the pod restarted, while a missing NVML or an unreachable
   apiserver does not (the loop still passes; restarting would not help, see the runner).
 - `/readyz` is 200 once the first pass has finished.
+- `/metrics`: passes by outcome, the Unix time of the last pass that wrote the node (or found
+  it right), process metrics and build info.
 
 The server is the standard library's, in a daemon thread beside the (synchronous) loop: two
 fixed-text endpoints do not justify an event loop.
@@ -15,8 +17,11 @@ import http.server
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from webhook import metrics
 from webhook.labeler import runner
 
 logger = logging.getLogger(__name__)
@@ -31,8 +36,40 @@ def is_live(loop: runner.Runner, *, now: float) -> bool:
     return now - loop.last_pass_at <= 3 * loop.options.interval_s + GRACE_S
 
 
+LAST_SUCCESS_METRIC = "gpu_admission_labeler_last_success_timestamp_seconds"
+PASSES_METRIC = "gpu_admission_labeler_passes_total"
+
+
+class _Collector:
+    """The runner's figures, read at scrape time (the loop runs in another thread; ints and floats
+    are replaced whole, never half-written)."""
+
+    def __init__(self, loop: runner.Runner) -> None:
+        self._loop = loop
+
+    def collect(self) -> Iterable[Metric]:
+        passes = CounterMetricFamily(PASSES_METRIC.removesuffix("_total"), "Labeling passes by outcome.", labels=("outcome",))
+        for outcome in runner.Outcome:
+            passes.add_metric([str(outcome)], float(self._loop.outcomes.get(outcome, 0)))
+        yield passes
+        if self._loop.last_success_wall is not None:
+            last = GaugeMetricFamily(
+                LAST_SUCCESS_METRIC, "Unix time of the last pass that wrote the node's GPU labels or found them right."
+            )
+            last.add_metric([], self._loop.last_success_wall)
+            yield last
+
+
+def registry(loop: runner.Runner) -> metrics.Registry:
+    """The labeler's metrics over ``loop``."""
+    found = metrics.Registry(runtime=True)
+    found.register_collector(_Collector(loop), names=(PASSES_METRIC, LAST_SUCCESS_METRIC))
+    return found
+
+
 def serve(loop: runner.Runner, *, port: int, host: str = "0.0.0.0", clock: Callable[[], float] = time.monotonic) -> http.server.ThreadingHTTPServer:
     """Start serving in a daemon thread; the caller shuts the returned server down."""
+    meters = registry(loop)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
@@ -42,13 +79,15 @@ def serve(loop: runner.Runner, *, port: int, host: str = "0.0.0.0", clock: Calla
             elif self.path == "/readyz":
                 ready = loop.passes > 0
                 self._answer(200 if ready else 503, "ready\n" if ready else "no pass yet\n")
+            elif self.path == "/metrics":
+                self._answer(200, meters.render(), content_type=metrics.CONTENT_TYPE)
             else:
                 self._answer(404, "not found\n")
 
-        def _answer(self, status: int, text: str) -> None:
+        def _answer(self, status: int, text: str, *, content_type: str = "text/plain; charset=utf-8") -> None:
             body = text.encode()
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -60,5 +99,5 @@ def serve(loop: runner.Runner, *, port: int, host: str = "0.0.0.0", clock: Calla
     server.daemon_threads = True
     # A short poll keeps shutdown() quick; the cost is a wake-up every 0.1 s in an idle thread.
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="labeler-health", daemon=True).start()
-    logger.info("health endpoint on %s:%d (/healthz, /readyz)", host, server.server_address[1])
+    logger.info("health endpoint on %s:%d (/healthz, /readyz, /metrics)", host, server.server_address[1])
     return server

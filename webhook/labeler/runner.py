@@ -100,6 +100,10 @@ class Runner:
         self.passes = 0
         self.last_pass_at: float | None = None
         self.last_outcome: Outcome | None = None
+        # For /metrics: passes by outcome, and the wall time of the last pass that wrote the node
+        # or found it already right (an alert on its age catches a labeler that stopped writing).
+        self.outcomes: dict[Outcome, int] = {}
+        self.last_success_wall: float | None = None
 
     @property
     def options(self) -> Options:
@@ -111,6 +115,9 @@ class Runner:
         self.passes += 1
         self.last_pass_at = self._clock()
         self.last_outcome = outcome
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if outcome in (Outcome.CHANGED, Outcome.UNCHANGED):
+            self.last_success_wall = self._wall_clock()
         return outcome
 
     def run(self, *, stop: threading.Event) -> None:

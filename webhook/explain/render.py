@@ -168,17 +168,17 @@ def table(report: analysis.Report) -> str:
 
 def grouped(verdicts: Sequence[analysis.NodeVerdict]) -> list[str]:
     """Nodes grouped by reason code (a node under each of its codes), fitting nodes last."""
-    groups: dict[str, list[tuple[str, str]]] = {}
+    groups: dict[str, dict[str, list[str]]] = {}  # code -> node -> sentences (a node once per code)
     for verdict in verdicts:
         if verdict.fits:
-            groups.setdefault("FITS", []).append((verdict.node, "fits" + (f" on GPU{','.join(map(str, verdict.cards))}" if verdict.cards else "")))
+            groups.setdefault("FITS", {})[verdict.node] = ["fits" + (f" on GPU{','.join(map(str, verdict.cards))}" if verdict.cards else "")]
         for reason in verdict.reasons:
-            groups.setdefault(str(reason.code), []).append((verdict.node, reason.message))
+            groups.setdefault(str(reason.code), {}).setdefault(verdict.node, []).append(reason.message)
     lines: list[str] = []
     if not groups:
         return ["  no GPU node in the cluster"]
     for code in sorted(groups, key=lambda c: (c == "FITS", c)):
-        members = groups[code]
+        members = [(name, "; ".join(messages)) for name, messages in groups[code].items()]
         names = [n for n, _ in members]
         shown = ", ".join(names[:MAX_NODES_SHOWN]) + (f" and {len(names) - MAX_NODES_SHOWN} more" if len(names) > MAX_NODES_SHOWN else "")
         lines.append(f"  {code} ({len(names)} node{'s' if len(names) != 1 else ''}): {shown}")

@@ -130,3 +130,12 @@ def test_a_bad_snapshot_is_one_line(tmp_path: pathlib.Path, capsys: pytest.Captu
     path.write_text("kind: Something\n")
     status, out, err = _run(capsys, "explain", "pod", "x", "--snapshot", str(path))
     assert status == 2 and out == "" and err.count("\n") == 1 and "not a GPUSnapshot" in err
+
+
+def test_a_node_is_named_once_per_code_with_all_its_sentences(make_node: Factory, make_pod: Factory) -> None:
+    pinned = make_pod("pinned", mem=4, node_selector={"ack.node.gpu.schedule": "cgpu"})
+    nodes = [make_node("topo", mode="topology", placement=None, count=4)]
+    lines = render.table(analysis.explain(pinned, cluster=analysis.Cluster(nodes, [pinned], now=NOW))).splitlines()
+    assert "  MODE_MISMATCH (1 node): topo" in lines
+    (detail,) = [line for line in lines if line.startswith("    topo: ")]
+    assert 'nodeSelector ack.node.gpu.schedule="cgpu"' in detail and 'node is in GPU mode "topology"' in detail

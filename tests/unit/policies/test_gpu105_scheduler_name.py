@@ -45,9 +45,11 @@ def test_extender_resources_get_the_gpu_scheduler(
 def test_a_custom_scheduler_the_user_chose_is_kept(pod, container, evaluate):
     obj = pod(container(gpu={"aliyun.com/gpu": 1}), nodeSelector={"ack.node.gpu.schedule": "topology"}, schedulerName="volcano")
 
-    decision = evaluate(obj, config=CONFIG)
+    # An admin lists the scheduler as one calling the extender, or GPU008 refuses the pod.
+    decision = evaluate(obj, config={**CONFIG, "extenderSchedulers": ["default-scheduler", "volcano"]})
 
-    assert decision.patch == ()
+    assert decision.allowed and decision.patch == ()
+    assert not evaluate(obj, config=CONFIG).allowed
 
 
 def test_whole_card_pods_keep_the_default_scheduler(pod, container, evaluate):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import fractions
 
+import hypothesis
+
 import pytest
 
 from policies import quantity
@@ -365,3 +367,17 @@ def test_milli_value_and_the_apiservers_integer_check_replay_go(text, milli, val
 
     assert quantity.milli_value(found) == milli
     assert quantity.passes_integer_validation(found) is valid
+
+
+@hypothesis.settings(max_examples=400, deadline=None)
+@hypothesis.given(hypothesis.strategies.text(alphabet="0123456789.+-eEinumkKMGTP \t", max_size=14))
+def test_any_text_parses_or_is_refused_and_the_written_form_is_a_fixed_point(text):
+    try:
+        found = quantity.parse(text)
+    except quantity.QuantityError:
+        if text == text.strip(" \t"):  # nothing for decode to trim: the manifest field is refused too
+            assert quantity.count(text) is None
+        return
+    written = quantity.parse(found.text)
+    assert quantity.parse(written.text).text == written.text
+    quantity.milli_value(found)  # never raises

@@ -193,6 +193,14 @@ def with_added_nodes(
         return first
     if not templates:
         return None
+    kinds = copies(templates, len(templates))
+    empty = [(node, cards.node_state(node, (), now=cluster.now, ttl=cluster.ttl, reservations={})) for node in kinds]
+    for position, landing in enumerate(first.landings):
+        if not landing.managed or landing.placed or landing.denied:
+            continue
+        request = cards.pod_request(pods[position])
+        if not any(placement.evaluate(request, state).fits and not predicates.check(pods[position], node) for node, state in empty):
+            return None  # not even an empty node of the kind takes this pod
     low, high = 0, 1
     found: Result | None = None
     while high <= MAX_ADDED_NODES:

@@ -232,6 +232,40 @@ ALLOCATION_ANNOTATIONS: tuple[str, ...] = (
     ALLOCATION_ANNOTATION,
 )
 
+# Pod annotation domains whose keys ask the node for devices (GPU010). A key is one of them when it
+# is the domain itself or starts with the domain and `/` (`is_device_annotation`): keys are
+# case-sensitive and every reader compares them exactly. The readers:
+# - `cdi.k8s.io/`: CDI's annotation prefix (container-device-interface, pkg/cdi/annotations.go),
+#   and the NVIDIA container runtime's default `annotation-prefixes`: it injects the CDI devices
+#   such keys in the container's OCI spec name (`auto` mode switches to `cdi` for them). CRI-O
+#   copies every pod annotation into each container's OCI spec; containerd does for the pod
+#   annotations a runtime's `pod_annotations` patterns match.
+# - `nvidia.cdi.k8s.io`: the NVIDIA container toolkit's NRI plugin injects the CDI devices named in
+#   the pod's `nvidia.cdi.k8s.io/container.<name>`, `nvidia.cdi.k8s.io/pod` or
+#   `nvidia.cdi.k8s.io` (containerd/nri GetEffectiveAnnotation); the toolkit's earlier NRI
+#   plugin, like NRI's device-injector sample, read `cdi-devices.noderesource.dev` and
+#   `cdi-devices.nri.io`.
+# - `devices.noderesource.dev`, `devices.nri.io`, `mounts.noderesource.dev`, `mounts.nri.io`: NRI's
+#   device-injector plugin adds any host device node or mount such a key names.
+DEVICE_ANNOTATION_DOMAINS: tuple[str, ...] = (
+    "cdi.k8s.io",
+    "nvidia.cdi.k8s.io",
+    "cdi-devices.noderesource.dev",
+    "cdi-devices.nri.io",
+    "devices.noderesource.dev",
+    "devices.nri.io",
+    "mounts.noderesource.dev",
+    "mounts.nri.io",
+)
+
+
+def is_device_annotation(key: object) -> bool:
+    """Whether a pod annotation key asks the node for devices: a `DEVICE_ANNOTATION_DOMAINS` key."""
+    if not isinstance(key, str):
+        return False
+    domain, _, _ = key.partition("/")
+    return domain in DEVICE_ANNOTATION_DOMAINS
+
 
 def pod_extender_resources(spec: Mapping[str, Any]) -> frozenset[str]:
     """The extender-managed resources any container of the pod spec names (any value)."""

@@ -373,7 +373,17 @@ def _host_path_allowed(rules: gpu003_host_path.HostPathRules, path: str) -> str:
     if rules.allow:
         allowed = _LEAD + "(?:" + "|".join(a for entry in rules.allow for a in _spellings(entry)) + ")" + _UNDER
         expression += f" || {path}.matches({_lit(allowed)})"
-    return expression + ")"
+    expression += ")"
+    if rules.leaves:
+        # A leaf's parents pass; only an allowed path at or below the leaf lets it through.
+        leaves = _LEAD + "(?:" + "|".join(a for leaf in rules.leaves for a in _spellings(leaf)) + ")" + _UNDER
+        expression += f" && (!{path}.matches({_lit(leaves)})"
+        inside = [entry for entry in rules.allow if any(gpu003_host_path.within(entry, leaf) for leaf in rules.leaves)]
+        if inside:
+            allowed = _LEAD + "(?:" + "|".join(a for entry in inside for a in _spellings(entry)) + ")" + _UNDER
+            expression += f" || {path}.matches({_lit(allowed)})"
+        expression += ")"
+    return expression
 
 
 def _lit(value: Any) -> str:

@@ -34,6 +34,24 @@ read as `/run` and `/run/lock`, the symbolic links every current distribution sh
 `/var/run/../etc` is `/etc`. The merged-/usr links (`/bin` -> `/usr/bin`, ...) are not followed:
 both sides are protected, and read literally `/bin/..` stays at `/`, the stricter reading.
 
+Protected leaves are refused like roots, but their parents are not: the CUDA MPS control daemon's
+pipe directory `/tmp/nvidia-mps` (its default `CUDA_MPS_PIPE_DIRECTORY`) and its log directories
+(`/var/log/nvidia-mps`, the default `CUDA_MPS_LOG_DIRECTORY`, and `/tmp/nvidia-log`, the one
+NVIDIA's MPS guide starts the daemon with). Through the pipes a pod runs work in another tenant's
+MPS server or sends the control daemon commands (`quit`, `set_default_device_pinned_mem_limit`,
+`set_default_active_thread_percentage`, `start_server`) that change every tenant's share of the
+card. Refusing their parents would refuse `/tmp` and `/var/log` (log agents) everywhere, so a
+hostPath of `/tmp` itself is admitted and reaches the pipes: on nodes that run MPS with its
+default pipe directory, admins add `/tmp` to `hostPaths.protect`. A pod without the card's device
+nodes gets no card from the pipes: since Volta, MPS clients submit work to the GPU themselves and
+need the device nodes the device plugin gives them (NVIDIA's MPS guide; NVIDIA/nvidia-docker#1120:
+a client seeing another card than the server does not work). The NVIDIA device plugin's own MPS
+directory `/run/nvidia/mps` lies in `/run`. The `CUDA_MPS_*` variables are not guarded: the pipe
+and log directory variables reach only directories the container can see, the thread and
+pinned-memory limits can only narrow what the control daemon set (NVIDIA's MPS guide). An MPS
+setup whose pods mount the default pipe directory by hostPath (instead of through the device
+plugin) allows it with `hostPaths.allow: [/tmp/nvidia-mps]`.
+
 Everything else passes, for instance `/var/log` and `/var/log/pods` (log agents), `/etc/localtime`,
 `/etc/ssl/certs`, `/tmp`, `/data`, `/mnt/disks/ssd0`, `/dev/shm` and `/sys/fs/cgroup`.
 
@@ -86,6 +104,12 @@ PROTECTED_ROOTS: Mapping[str, str] = types.MappingProxyType({
     "/lib": "libraries and kernel modules, the driver's among them",
     "/lib64": "libraries the NVIDIA hook loads as root and injects",
 })
+# Protected like roots, but their parents (`/tmp`, `/var/log`) are not refused: see the docstring.
+PROTECTED_LEAVES: Mapping[str, str] = types.MappingProxyType({
+    "/tmp/nvidia-mps": "the CUDA MPS control daemon's pipes, which run work in and reconfigure every tenant's MPS server",
+    "/tmp/nvidia-log": "the CUDA MPS control daemon's logs",
+    "/var/log/nvidia-mps": "the CUDA MPS control daemon's logs",
+})
 # Children of protected roots that expose no device, runtime or control state.
 BUILT_IN_ALLOWED: tuple[str, ...] = ("/dev/shm", "/sys/fs/cgroup")
 CONFIGURED_REASON = "protected by the settings (hostPaths.protect)"
@@ -137,6 +161,8 @@ class HostPathRules:
 
     protect: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_ROOTS)
     allow: tuple[str, ...] = BUILT_IN_ALLOWED
+    # Refused like roots, but a parent of a leaf is not refused for it (PROTECTED_LEAVES).
+    leaves: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_LEAVES)
     # Every strict parent of a protected root, for one lookup per path instead of a scan of roots.
     _parents: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -151,10 +177,15 @@ class HostPathRules:
             root = next(r for r in self.protect if r != resolved and within(r, resolved))
             return Verdict(root=root, reason=self.protect[root], contains=True)
         ancestors = _ancestors(resolved)
-        inside = next((a for a in ancestors if a in self.protect), None)
-        if inside is None or any(a in self.allow for a in ancestors):
+        protected = [i for i, a in enumerate(ancestors) if a in self.protect or a in self.leaves]
+        # Only an allowed path at or below the innermost protected one lets it through: `configured`
+        # keeps allowed paths out of roots' parents, and an allowed `/var/log` must not uncover the
+        # leaf `/var/log/nvidia-mps` in it.
+        if not protected or any(a in self.allow for a in ancestors[protected[-1] :]):
             return None
-        return Verdict(root=inside, reason=self.protect[inside], contains=False)
+        inside = ancestors[protected[0]] if ancestors[protected[-1]] in self.protect else ancestors[protected[-1]]
+        reason = self.protect[inside] if inside in self.protect else self.leaves[inside]
+        return Verdict(root=inside, reason=reason, contains=False)
 
 
 def _ancestors(path: str) -> list[str]:

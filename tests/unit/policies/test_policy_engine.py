@@ -14,7 +14,7 @@ VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default():
     ids = [p.id for p in engine.POLICIES]
 
-    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
+    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU010", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
     assert {p.id: p.kind for p in engine.POLICIES} == {
         **{i: model.PolicyKind.VALIDATE for i in ids if i.startswith("GPU0")},
         **{i: model.PolicyKind.MUTATE for i in ids if i.startswith("GPU1")},
@@ -207,8 +207,9 @@ def test_delete_and_connect_are_not_evaluated(pod, container, evaluate, operatio
 
 
 def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_updates(pod, container, evaluate):
-    # A running pod that predates a policy (here GPU001's) keeps taking label edits: only GPU008,
-    # which judges the allocation annotations an update can change, runs; nothing is patched.
+    # A running pod that predates a policy (here GPU001's) keeps taking label edits: only GPU008
+    # and GPU010, which judge the allocation and device annotations an update can change, run;
+    # nothing is patched.
     old = pod(container(env=[ALL]))
     new = pod(container(env=[ALL]))
     new["metadata"]["labels"] = {"team": "b"}
@@ -216,8 +217,8 @@ def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_upda
     decision = evaluate(new, operation="UPDATE", old=old)
 
     assert decision.allowed and decision.patch == () and decision.warnings == ()
-    assert [(r.policy, r.result) for r in decision.results] == [("GPU008", model.Result.PASS)]
-    assert [p.id for p in engine.POLICIES if p.pod_updates] == ["GPU008"]
+    assert [(r.policy, r.result) for r in decision.results] == [("GPU008", model.Result.PASS), ("GPU010", model.Result.PASS)]
+    assert [p.id for p in engine.POLICIES if p.pod_updates] == ["GPU008", "GPU010"]
 
 
 @pytest.mark.parametrize("subresource", ["status", "binding", "resize"])

@@ -1,5 +1,6 @@
 """deploy/webhook-configurations.yaml: the validating webhook gets a pod's own UPDATE only when an
-allocation annotation differs (GPU008), evaluated with the CEL runtime the user policies use."""
+allocation annotation differs (GPU008) or a device annotation is added or changed (GPU010),
+evaluated with the CEL runtime the user policies use."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import yaml
 from policies import cel, gpu
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-CONDITION = "pod-update-changes-allocation-annotations"
+CONDITION = "pod-update-changes-guarded-annotations"
 
 
 def validating_hook() -> dict[str, Any]:
@@ -114,3 +115,41 @@ def test_pod_updates_are_validated_but_never_mutated_and_the_mirror_pod_conditio
     [mutating] = [d for d in documents if d["kind"] == "MutatingWebhookConfiguration"]
     mutating_rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in mutating["webhooks"][0]["rules"]}
     assert (("UPDATE",), ("pods",)) not in mutating_rules
+
+
+# --- GPU010: device-injection annotations -----------------------------------------------------------
+
+DEVICE_KEYS = ["cdi.k8s.io/gpu", "nvidia.cdi.k8s.io/container.main", "nvidia.cdi.k8s.io/pod", "nvidia.cdi.k8s.io",
+               "cdi-devices.noderesource.dev/container.main", "cdi-devices.nri.io", "devices.noderesource.dev/pod",
+               "devices.nri.io/container.c", "mounts.noderesource.dev/pod", "mounts.nri.io"]
+
+
+@pytest.mark.parametrize("key", DEVICE_KEYS)
+@pytest.mark.parametrize("subresource", [None, ""])
+def test_an_update_that_adds_or_changes_a_device_annotation_is_sent(condition, key, subresource):
+    req = request(subresource=subresource)
+    assert gpu.is_device_annotation(key)
+    assert sent(condition, req=req, new=pod({key: "nvidia.com/gpu=all"}), old=pod(None))  # added, old has no map
+    assert sent(condition, req=req, new=pod({key: "nvidia.com/gpu=all", "team": "ml"}), old=pod({"team": "ml"}))
+    assert sent(condition, req=req, new=pod({key: "nvidia.com/gpu=all"}), old=pod({key: "nvidia.com/gpu=0"}))  # changed
+
+
+@pytest.mark.parametrize("key", DEVICE_KEYS)
+def test_a_device_annotation_kept_or_removed_is_not_sent(condition, key):
+    # GPU010 lets a pod that already carries one (admitted before it) take other edits and drop it.
+    req = request()
+    assert not sent(condition, req=req, new=pod({key: "nvidia.com/gpu=0"}, x="y"), old=pod({key: "nvidia.com/gpu=0"}))
+    assert not sent(condition, req=req, new=pod({"team": "ml"}), old=pod({key: "nvidia.com/gpu=0", "team": "ml"}))
+    assert not sent(condition, req=req, new=pod(None), old=pod({key: "nvidia.com/gpu=0"}))
+
+
+@pytest.mark.parametrize("key", ["CDI.K8S.IO/gpu", "cdi.k8s.io.gpu", "xcdi.k8s.io/gpu", "example.com/cdi.k8s.io", "nvidia.com/gpu"])
+def test_keys_no_reader_acts_on_are_not_sent(condition, key):
+    assert not gpu.is_device_annotation(key)
+    assert not sent(condition, req=request(), new=pod({key: "nvidia.com/gpu=all"}), old=pod(None))
+
+
+def test_the_device_domains_in_the_expression_are_the_gpu_models():
+    [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
+    listed = expression.split("object.metadata.annotations.exists(k,", 1)[1].split("[", 1)[1].split("]", 1)[0]
+    assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.DEVICE_ANNOTATION_DOMAINS)

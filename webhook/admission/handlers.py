@@ -133,7 +133,9 @@ async def _cluster_context(
     namespace = checked.namespace or decisions.object_namespace(checked.object) or decisions.DEFAULT_NAMESPACE
     labels = await app[keys.NAMESPACES].labels_for(namespace) if keys.NAMESPACES in app else None
     lookup = None
-    if keys.ENV_SOURCES in app:
+    # A pod's own UPDATE is judged only for its annotations (GPU008, GPU010): no env source to read.
+    plain_pod_update = checked.operation == "UPDATE" and checked.object_kind == "Pod" and not checked.subresource
+    if keys.ENV_SOURCES in app and not plain_pod_update:
         wanted = gpu001_visible_devices.sources(checked.object, namespace=namespace)
         if wanted:
             lookup = await app[keys.ENV_SOURCES].prefetch(wanted)

@@ -57,3 +57,32 @@ async def test_an_ordinary_update_is_admitted_and_never_patched(
         response = (await _post(client, path, review))["response"]
         assert response["allowed"] is True, response
         assert "patch" not in response and "warnings" not in response
+
+
+async def test_a_pod_update_reads_no_config_map_but_a_create_does(
+    aiohttp_client: Factory, make_review: Factory, make_pod: Factory
+) -> None:
+    from policies import settings
+    from webhook.admission import app as admission_app
+    from webhook.admission import envsources, keys
+
+    reads: list[str] = []
+
+    def reader(source: Any) -> dict[str, str]:
+        reads.append(source.name)
+        return {"LOG_LEVEL": "debug"}
+
+    app = admission_app.make_app(settings.Settings())
+    app[keys.ENV_SOURCES] = envsources.Cache(reader)
+    client = await aiohttp_client(app)
+    old = _bound(make_pod)
+    old["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "app-env"}}]
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] = "0"
+
+    answered = await (await client.post("/validate", json=make_review(new, operation="UPDATE", old_object=old))).json()
+    assert answered["response"]["allowed"] is False and reads == []
+    created = copy.deepcopy(old)  # the same pod as a tenant creates it: no node, no allocation yet
+    del created["metadata"]["annotations"], created["spec"]["nodeName"]
+    answered = await (await client.post("/validate", json=make_review(created))).json()
+    assert answered["response"]["allowed"] is True and reads == ["app-env"]

@@ -9,7 +9,9 @@ What it refuses, on Pods and on workload templates (Deployment, Job, CronJob, ..
   25 GiB pod ran on a node of 2 x 15 GiB cards that way). A pod asking for none of them may set
   nodeName; so may one asking for `nvidia.com/gpu`: whole cards are handed out by the kubelet's
   device manager when the pod is admitted on the node, which refuses the pod when the node has no
-  free device (kubernetes, pkg/kubelet/cm/devicemanager), so nodeName cannot take a card twice.
+  free device (kubernetes, pkg/kubelet/cm/devicemanager: UnexpectedAdmissionError "requested number
+  of devices unavailable for nvidia.com/gpu", as in kubernetes/kubernetes issues 96519 and 130145),
+  so nodeName cannot take a card twice.
 - any allocation annotation at create (`policies.gpu.ALLOCATION_ANNOTATIONS`: gpushare's
   `ALIYUN_COM_GPU_MEM_IDX`, `_POD`, `_DEV`, `_ASSIGNED`, `_ASSUME_TIME` and our
   `gpu-admission.io/allocation`), on every pod, GPU or not. The extender's accounting

@@ -1,0 +1,125 @@
+"""Device injection by pod annotation (GPU010) and the CUDA MPS pipes by hostPath (GPU003's
+protected leaves), through the real apiserver with the deployed webhook configuration: refused on
+create, in a workload template and on a later annotate of a running pod; ordinary annotations and
+an ordinary `/tmp` hostPath pass, and ordinary annotation edits never reach the webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Cluster, eventually
+
+pytestmark = pytest.mark.e2e
+
+DENIED = 'admission webhook "validate.gpu-admission.io" denied the request'
+
+
+def pod(name: str, *, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
+    if "volumes" in spec:
+        container["volumeMounts"] = [{"name": v["name"], "mountPath": f"/mnt/{v['name']}"} for v in spec["volumes"]]
+    metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container], **spec}}
+
+
+def create(cluster: Cluster, obj: dict[str, Any], *, namespace: str) -> subprocess.CompletedProcess[str]:
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(obj))
+
+
+def refused_by(completed: subprocess.CompletedProcess[str], policy_id: str) -> bool:
+    return completed.returncode != 0 and DENIED in completed.stderr and f"{policy_id}: " in completed.stderr
+
+
+def reviews_of(cluster: Cluster, namespace: str, name: str) -> int:
+    """How many pod UPDATE reviews of the pod the webhook has logged (one INFO line per review)."""
+    log = (cluster.state.directory / "logs" / "webhook.log").read_text(errors="replace")
+    return log.count(f" UPDATE Pod/{name} ns={namespace} ")
+
+
+# --- CDI / NRI device annotations (GPU010) ----------------------------------------------------------
+
+
+def test_a_cdi_annotation_on_create_is_refused_and_an_ordinary_one_is_admitted(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+
+    refused = create(cluster, pod("all-cards", annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}), namespace=ns)
+    admitted = create(cluster, pod("plain", annotations={"team": "ml", "CDI.K8S.IO/gpu": "nvidia.com/gpu=all"}), namespace=ns)
+
+    assert refused_by(refused, "GPU010"), refused.stderr
+    assert "annotation cdi.k8s.io/gpu asks the node's container runtime for devices (CDI or NRI device injection)" in refused.stderr
+    assert "ask for GPUs as resources (nvidia.com/gpu, aliyun.com/gpu-mem)" in refused.stderr
+    assert cluster.kubectl("get", "pod", "all-cards", "-n", ns).returncode != 0
+    assert admitted.returncode == 0, admitted.stderr
+
+
+def test_the_toolkits_nri_annotation_in_a_deployment_template_is_refused(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "nri-cards"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "n"}},
+            "template": {
+                "metadata": {"labels": {"app": "n"}, "annotations": {"nvidia.cdi.k8s.io/container.main": "runtime.nvidia.com/gpu=all"}},
+                "spec": pod("x")["spec"],
+            },
+        },
+    }
+
+    completed = create(cluster, deployment, namespace=ns)
+
+    assert refused_by(completed, "GPU010"), completed.stderr
+    assert "the pod template: annotation nvidia.cdi.k8s.io/container.main asks" in completed.stderr
+
+
+def test_a_device_annotation_added_later_is_refused_and_ordinary_edits_are_never_sent(cluster: Cluster) -> None:
+    ns, name = cluster.namespace(), "later"
+    assert create(cluster, pod(name), namespace=ns).returncode == 0
+
+    added = cluster.kubectl("annotate", "pod", name, "-n", ns, "nvidia.cdi.k8s.io/pod=nvidia.com/gpu=all")
+    patched = cluster.kubectl(
+        "patch", "pod", name, "-n", ns, "--type=merge", "-p", json.dumps({"metadata": {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}})
+    )
+
+    assert refused_by(added, "GPU010"), added.stderr
+    assert "the update adds nvidia.cdi.k8s.io/pod, which asks the node's container runtime for devices" in added.stderr
+    assert refused_by(patched, "GPU010"), patched.stderr
+    assert "the update adds cdi.k8s.io/x" in patched.stderr
+    stored = cluster.get("pod", name, namespace=ns)["metadata"].get("annotations", {})
+    assert not any(key.startswith(("cdi.k8s.io", "nvidia.cdi.k8s.io")) for key in stored)
+
+    eventually(lambda: reviews_of(cluster, ns, name) >= 2, what="the refused updates in the webhook's log", timeout=10)
+    sent_before = reviews_of(cluster, ns, name)
+    annotated = cluster.kubectl("annotate", "pod", name, "-n", ns, "note=checkpoint-9000", "example.com/cdi.k8s.io=x")
+    labelled = cluster.kubectl("label", "pod", name, "-n", ns, "team=ml")
+    assert annotated.returncode == 0, annotated.stderr
+    assert labelled.returncode == 0, labelled.stderr
+    assert cluster.get("pod", name, namespace=ns)["metadata"]["annotations"]["note"] == "checkpoint-9000"
+    # The match condition kept both from the webhook: the apiserver never called it for them.
+    assert reviews_of(cluster, ns, name) == sent_before
+
+
+# --- the CUDA MPS pipes (GPU003) --------------------------------------------------------------------
+
+
+def test_the_mps_pipe_directory_by_host_path_is_refused_and_tmp_is_admitted(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    pipes = {"name": "mps", "hostPath": {"path": "/tmp/nvidia-mps", "type": "Directory"}}
+    tmp = {"name": "scratch", "hostPath": {"path": "/tmp", "type": "Directory"}}
+
+    refused = create(cluster, pod("mps-client", volumes=[pipes]), namespace=ns)
+    admitted = create(cluster, pod("scratch", volumes=[tmp]), namespace=ns)
+
+    assert refused_by(refused, "GPU003"), refused.stderr
+    assert (
+        'volume "mps" mounts hostPath /tmp/nvidia-mps, which lies in the protected /tmp/nvidia-mps '
+        "(the CUDA MPS control daemon's pipes"
+    ) in refused.stderr
+    assert "ask an admin to allow the path (hostPaths.allow)" in refused.stderr
+    assert admitted.returncode == 0, admitted.stderr

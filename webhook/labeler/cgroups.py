@@ -23,6 +23,11 @@ Outside Kubernetes: `docker run` gives `/system.slice/docker-<id>.scope` (system
 `libpod-<id>.scope`; none of those has a pod segment, so such a process is out-of-band, with its
 container ID where the path shows one.
 
+Read from inside a container with a private cgroup namespace (the default with cgroup v2), the
+kernel shows another process's path relative to the reader's own cgroup, climbing out with `..`
+(`0::/../../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`); `..` segments are
+skipped, so this reads the same.
+
 cgroup v1 lists one line per hierarchy (`4:memory:/kubepods/...`); cgroup v2 one line (`0::/...`);
 a hybrid host has both, and the v2 line may be `/` while the v1 lines carry the path. The first
 line that names a pod wins; failing that, the first that names a container. A pod UID is a UUID

@@ -3,6 +3,8 @@ processes in real cgroups created with those shapes."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -30,6 +32,12 @@ STATIC = "d41d8cd98f00b204e9800998ecf8427e"  # a static pod's UID: the kubelet's
         ),
         pytest.param(f"0::/kubepods.slice/kubepods-pod{ESC}.slice/docker-{CID}.scope\n", UID, CID, id="v2-systemd-docker-guaranteed"),
         pytest.param(f"0::/kubepods/burstable/pod{UID}/{CID}\n", UID, CID, id="v2-cgroupfs-burstable"),
+        # Read from inside a container with its own cgroup namespace: the kernel shows other
+        # processes' paths relative to the reader's root, climbing out with "..".
+        pytest.param(
+            f"0::/../../kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n", UID, CID, id="v2-seen-from-a-cgroup-namespace",
+        ),
+        pytest.param(f"0::/../../../system.slice/docker-{CID}.scope\n", "", CID, id="docker-run-seen-from-a-cgroup-namespace"),
         pytest.param(f"0::/kubepods/pod{UID}/{CID}\n", UID, CID, id="v2-cgroupfs-guaranteed"),
         pytest.param(
             f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{ESC}.slice/cri-containerd-{CID}.scope\n",
@@ -103,3 +111,27 @@ def test_real_processes_in_kubelet_shaped_cgroups_map_to_their_pod(kind: str, mo
     assert paths[shape].split("/")[-1] in text, f"{kind}: the process did not move: {text!r}"
     assert found is not None
     assert (found.pod_uid, found.container_id) == (want_pod, want_container), text
+
+
+V2 = [mount for kind, mount in HIERARCHIES if kind == "v2"]
+
+
+@pytest.mark.skipif(not V2 or shutil.which("unshare") is None, reason="needs root, a writable cgroup v2 hierarchy and unshare(1)")
+def test_a_reader_in_its_own_cgroup_namespace_still_finds_the_pod() -> None:
+    # The labeler runs in a container with a private cgroup namespace: the kernel then shows a pod's
+    # path relative to the labeler's own cgroup ("/../../kubepods-...").
+    (mount,) = V2[:1]
+    tag = uuid.uuid4().hex[:8]
+    pod_uid = str(uuid.uuid4())
+    container = uuid.uuid4().hex + uuid.uuid4().hex
+    with (
+        cgroup_processes.process_in(mount, cgroup_processes.systemd_pod_path(pod_uid, container, tag=tag)) as pid,
+        cgroup_processes.process_in(mount, f"gpu-admission-test-{tag}-reader.slice/labeler.scope") as parked,
+    ):
+        reader_cgroup = mount / f"gpu-admission-test-{tag}-reader.slice" / "labeler.scope"
+        script = f'echo $$ > "{reader_cgroup}/cgroup.procs" && exec unshare --cgroup cat /proc/{pid}/cgroup'
+        text = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, check=True).stdout  # noqa: S603, S607
+        assert parked > 0
+    assert "/../" in text, text
+    found = cgroups.parse(text)
+    assert (found.pod_uid, found.container_id) == (pod_uid, container)

@@ -5,7 +5,9 @@
   apiserver does not (the loop still passes; restarting would not help, see the runner).
 - `/readyz` is 200 once the first pass has finished.
 - `/metrics`: passes by outcome, the Unix time of the last pass that wrote the node (or found
-  it right), process metrics and build info.
+  it right), process metrics and build info; with real use read (`policies.usage`), per card the
+  memory its processes hold, the memory and number of out-of-band processes, and the usage
+  annotation writes.
 
 The server is the standard library's, in a daemon thread beside the (synchronous) loop: two
 fixed-text endpoints do not justify an event loop.
@@ -37,6 +39,10 @@ def is_live(loop: runner.Runner, *, now: float) -> bool:
 
 
 LAST_SUCCESS_METRIC = "gpu_admission_labeler_last_success_timestamp_seconds"
+CARD_USED_METRIC = "gpu_admission_labeler_card_memory_used_mib"
+OUT_OF_BAND_MIB_METRIC = "gpu_admission_labeler_card_out_of_band_memory_mib"
+OUT_OF_BAND_PROCESSES_METRIC = "gpu_admission_labeler_card_out_of_band_processes"
+USAGE_WRITES_METRIC = "gpu_admission_labeler_usage_writes_total"
 PASSES_METRIC = "gpu_admission_labeler_passes_total"
 
 
@@ -58,12 +64,29 @@ class _Collector:
             )
             last.add_metric([], self._loop.last_success_wall)
             yield last
+        writes = CounterMetricFamily(USAGE_WRITES_METRIC.removesuffix("_total"), "Writes of the usage summary annotation.")
+        writes.add_metric([], float(self._loop.usage_writes))
+        yield writes
+        summary = self._loop.last_usage
+        if summary is not None:
+            used = GaugeMetricFamily(CARD_USED_METRIC, "GPU memory in use per card (MiB, NVML's figure).", labels=("card",))
+            oob_mib = GaugeMetricFamily(OUT_OF_BAND_MIB_METRIC, "GPU memory held by processes of no pod, per card (MiB).", labels=("card",))
+            oob_count = GaugeMetricFamily(OUT_OF_BAND_PROCESSES_METRIC, "Processes of no pod on each card.", labels=("card",))
+            for card in summary.cards:
+                if card.used_mib is not None:
+                    used.add_metric([str(card.index)], float(card.used_mib))
+                oob_mib.add_metric([str(card.index)], float(card.out_of_band_mib))
+                oob_count.add_metric([str(card.index)], float(len(card.out_of_band)))
+            yield from (used, oob_mib, oob_count)
 
 
 def registry(loop: runner.Runner) -> metrics.Registry:
     """The labeler's metrics over ``loop``."""
     found = metrics.Registry(runtime=True)
-    found.register_collector(_Collector(loop), names=(PASSES_METRIC, LAST_SUCCESS_METRIC))
+    found.register_collector(
+        _Collector(loop),
+        names=(PASSES_METRIC, LAST_SUCCESS_METRIC, USAGE_WRITES_METRIC, CARD_USED_METRIC, OUT_OF_BAND_MIB_METRIC, OUT_OF_BAND_PROCESSES_METRIC),
+    )
     return found
 
 

@@ -94,6 +94,7 @@ class Runner:
         self._wall_clock = wall_clock
         self._usage_written_at: float | None = None
         self.usage_writes = 0
+        self.last_usage: usage.NodeUsage | None = None  # the last summary computed (written or not)
         self._last_good: inventory.Inventory | None = None
         self._problem: str | None = None
         self._notes: dict[str, str] = {}
@@ -229,6 +230,7 @@ class Runner:
             identify=lambda pid: cgroups.read(pid, proc_root=proc_root),
             now=self._wall_clock(),
         )
+        self.last_usage = summary
         reason = usage.significant(usage.parse(on_node), summary)
         if not reason:
             return False

@@ -353,3 +353,22 @@ def test_a_forbidden_pod_list_is_an_api_error() -> None:
 
     with pytest.raises(store.ApiError, match="list pods on node gpu-0: 403 Forbidden"):
         publisher.Publisher(Api()).pods_on(NODE)
+
+
+# --- metrics -----------------------------------------------------------------------------------------
+
+
+def test_metrics_expose_real_use_and_out_of_band_processes_per_card(setup: Any) -> None:
+    from webhook import metrics
+    from webhook.labeler import health
+
+    _, _, _, state, make = setup
+    state["inv"] = inventory.make([card(0, used=7000, processes=((100, 1000), (200, 6000))), card(1, used=0)])
+    loop = make()
+    loop.step()
+    text = health.registry(loop).render()
+    assert metrics.sample(text, health.CARD_USED_METRIC, card="0") == 7000
+    assert metrics.sample(text, health.OUT_OF_BAND_MIB_METRIC, card="0") == 6000
+    assert metrics.sample(text, health.OUT_OF_BAND_PROCESSES_METRIC, card="0") == 1
+    assert metrics.sample(text, health.OUT_OF_BAND_PROCESSES_METRIC, card="1") == 0
+    assert metrics.sample(text, health.USAGE_WRITES_METRIC) == 1

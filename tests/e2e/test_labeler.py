@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import gpu
+from policies import gpu, usage
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
 from webhook.labeler import labels, ownership
@@ -208,6 +208,7 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
 
     eventually(lambda: can("patch", "nodes/status"), what="the RBAC binding to take effect")
     assert can("get", "nodes") and can("patch", "nodes")
+    assert can("list", "pods", "-A")  # the pods of its node, to attribute GPU processes (fieldSelector)
     for verb, resource in [("list", "nodes"), ("watch", "nodes"), ("delete", "nodes"), ("update", "nodes/status"), ("create", "pods"), ("get", "secrets")]:
         assert not can(verb, resource, "-A"), f"{verb} {resource} should be refused"
 
@@ -250,6 +251,16 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
     assert completed.returncode == 0, completed.stderr
     assert cluster.node_labels(gpu_node)[gpu.CARD_COUNT_LABEL] == "2"
     assert capacity(cluster, gpu_node)["aliyun.com/gpu-mem"] == "30"
+    # Real use with the same token: the pod list and the usage annotation pass RBAC and the node guard.
+    document = yaml.safe_load(inventory.read_text())
+    document["gpus"][0].update({"usedMiB": 700, "processes": [{"pid": os.getpid(), "usedMiB": 700}]})
+    inventory.write_text(yaml.safe_dump(document))
+    completed = run_once(
+        [sys.executable, "-m", "webhook.labeler.cli", "labeler", "--node-name", gpu_node, "--kubeconfig", str(kubeconfig), "--inventory", str(inventory), "--advertise"]
+    )
+    assert completed.returncode == 0, completed.stderr
+    written = usage.of_node(node_object(cluster, gpu_node))
+    assert written is not None and [o.pid for o in written.cards[0].out_of_band] == [os.getpid()]  # the test runner: no pod
     cluster.kubectl("delete", "pod", f"labeler-{gpu_node}", "-n", "gpu-admission", "--wait=false")
 
 

@@ -267,6 +267,32 @@ def is_device_annotation(key: object) -> bool:
     return domain in DEVICE_ANNOTATION_DOMAINS
 
 
+# CRI-O's devices annotation (cri-o/cri-o, pkg/annotations/v2 `Devices` and its v1 spelling), read
+# from the pod's annotations as `host[:container[:permissions]]` entries separated by commas
+# (internal/config/device `DevicesFromAnnotation`) where the runtime handler allows the annotation;
+# each host path must be in `allowed_devices`, by default only these two (pkg/config
+# `DefaultRuntimeConfig`). GPU010 refuses any other device in it: an admin who adds a card's device
+# node there would hand it to every pod that names it.
+CRIO_DEVICES_ANNOTATIONS: tuple[str, ...] = ("devices.crio.io", "io.kubernetes.cri-o.Devices")
+CRIO_DEFAULT_ALLOWED_DEVICES: frozenset[str] = frozenset({"/dev/fuse", "/dev/net/tun"})
+
+
+def crio_extra_devices(value: object) -> list[str]:
+    """The host devices a CRI-O devices annotation names beyond CRI-O's default allowed devices.
+
+    CRI-O compares the host path exactly with `allowed_devices` and skips empty entries; a value
+    that is not a string is returned as written, so it is refused rather than guessed at.
+    """
+    if not isinstance(value, str):
+        return [repr(value)]
+    found: list[str] = []
+    for entry in value.split(","):
+        source = entry.split(":", 1)[0]
+        if entry and source not in CRIO_DEFAULT_ALLOWED_DEVICES:
+            found.append(source)
+    return found
+
+
 def pod_extender_resources(spec: Mapping[str, Any]) -> frozenset[str]:
     """The extender-managed resources any container of the pod spec names (any value)."""
     found: set[str] = set()

@@ -27,6 +27,12 @@ source):
   `GetEffectiveAnnotation`), holding back only the management devices; its first version, and
   NRI's device-injector sample, read `cdi-devices.noderesource.dev` and `cdi-devices.nri.io`.
   The device-injector also adds any host device or mount named under `devices.*` and `mounts.*`.
+- CRI-O's devices annotation (`devices.crio.io`, formerly `io.kubernetes.cri-o.Devices`), read from
+  the pod where the runtime handler's `allowed_annotations` lists it, adds the host devices it
+  names that `allowed_devices` holds (default `/dev/fuse` and `/dev/net/tun`: cri-o/cri-o,
+  server/container_create_linux.go `specSetDevices`). The two default devices stay usable (rootless
+  builds need `/dev/fuse`); any other device named there is refused, so a node whose admin widened
+  `allowed_devices` to a card's device node hands it to no pod.
 
 Those domains are `policies.gpu.DEVICE_ANNOTATION_DOMAINS`; a key is one of them when it is the
 domain or starts with the domain and `/`. Keys are case-sensitive in Kubernetes and every reader
@@ -69,15 +75,18 @@ class DeviceAnnotations(policy.Validator):
         if not context.whole_pod:
             return ()  # the ephemeralcontainers subresource cannot change annotations
         template = context.template
-        found = _device_keys(template.annotations)
-        if not found:
+        annotations = template.annotations
+        found = _device_keys(annotations)
+        crio = {key: gpu.crio_extra_devices(annotations[key]) for key in gpu.CRIO_DEVICES_ANNOTATIONS if key in annotations}
+        crio = {key: devices for key, devices in crio.items() if devices}
+        if not found and not crio:
             return ()
         if request.operation == "UPDATE" and template.is_pod and not request.subresource:
             old = _annotations(request.old_object)
-            found = [key for key in found if key not in old or old.get(key) != template.annotations.get(key)]
-            if not found:
+            fresh = [key for key in (*found, *crio) if key not in old or old.get(key) != annotations.get(key)]
+            if not fresh:
                 return ()
-            described = ", ".join(f"{'changes' if key in old else 'adds'} {key}" for key in found)
+            described = ", ".join(f"{'changes' if key in old else 'adds'} {key}" for key in fresh)
             return [
                 policy.Finding(
                     detail=f"the update {described}, which asks the node's container runtime for devices "
@@ -85,14 +94,24 @@ class DeviceAnnotations(policy.Validator):
                 )
             ]
         where = "" if template.is_pod else "the pod template: "
-        keys = ", ".join(found)
-        return [
-            policy.Finding(
-                detail=f"{where}annotation {keys} asks the node's container runtime for devices (CDI or NRI "
-                f"device injection) outside the scheduler's accounting; remove "
-                f"{'it' if len(found) == 1 else 'them'} and {_INSTEAD}"
+        findings: list[policy.Finding] = []
+        if found:
+            findings.append(
+                policy.Finding(
+                    detail=f"{where}annotation {', '.join(found)} asks the node's container runtime for devices "
+                    f"(CDI or NRI device injection) outside the scheduler's accounting; remove "
+                    f"{'it' if len(found) == 1 else 'them'} and {_INSTEAD}"
+                )
             )
-        ]
+        for key, devices in crio.items():
+            allowed = ", ".join(sorted(gpu.CRIO_DEFAULT_ALLOWED_DEVICES))
+            findings.append(
+                policy.Finding(
+                    detail=f"{where}annotation {key} asks CRI-O for the host device {', '.join(devices)}, beyond "
+                    f"its default allowed devices ({allowed}); name only those, or {_INSTEAD}"
+                )
+            )
+        return findings
 
 
 def _device_keys(annotations: Mapping[str, Any]) -> list[str]:

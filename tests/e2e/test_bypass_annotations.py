@@ -105,6 +105,17 @@ def test_a_device_annotation_added_later_is_refused_and_ordinary_edits_are_never
     assert reviews_of(cluster, ns, name) == sent_before
 
 
+def test_crios_devices_annotation_with_a_card_is_refused_and_with_fuse_admitted(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+
+    refused = create(cluster, pod("crio-card", annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse,/dev/nvidia0"}), namespace=ns)
+    admitted = create(cluster, pod("buildah", annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse"}), namespace=ns)
+
+    assert refused_by(refused, "GPU010"), refused.stderr
+    assert "annotation io.kubernetes.cri-o.Devices asks CRI-O for the host device /dev/nvidia0" in refused.stderr
+    assert admitted.returncode == 0, admitted.stderr
+
+
 # --- the CUDA MPS pipes (GPU003) --------------------------------------------------------------------
 
 

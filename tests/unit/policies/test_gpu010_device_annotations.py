@@ -4,11 +4,12 @@ annotations, removals and kubelet-delivered devices pass."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 
-from policies import engine, gpu, model
+from policies import engine, gpu, model, settings
 from webhook.audit import scan
 
 SUMMARY = "GPU010: pod annotations must not ask the container runtime for devices (CDI or NRI device injection): "
@@ -172,3 +173,64 @@ def test_the_vocabulary_names_every_key_a_reader_acts_on(key):
 @pytest.mark.parametrize("key", [None, 3, "", "/", "cdi.k8s.io.", "Cdi.k8s.io/x", "nvidia.cdi.k8s.io.pod"])
 def test_the_vocabulary_refuses_nothing_else(key):
     assert not gpu.is_device_annotation(key)
+
+
+# --- CRI-O's devices annotation ---------------------------------------------------------------------
+
+CRIO_ALLOWED = "/dev/fuse, /dev/net/tun"
+
+
+@pytest.mark.parametrize("key", gpu.CRIO_DEVICES_ANNOTATIONS)
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("/dev/nvidia0", "/dev/nvidia0"),
+        ("/dev/fuse,/dev/nvidiactl:/dev/nvidiactl:rw", "/dev/nvidiactl"),
+        ("/dev/nvidia0,/dev/nvidia-uvm", "/dev/nvidia0, /dev/nvidia-uvm"),
+        ("/dev/../dev/fuse", "/dev/../dev/fuse"),  # CRI-O compares the path exactly: not its default
+    ],
+)
+def test_crios_devices_annotation_naming_another_device_is_refused(pod, container, evaluate, key, value, named):
+    decision = evaluate(pod(container(), annotations={key: value}))
+
+    assert gpu010(decision) == [
+        f"{SUMMARY}annotation {key} asks CRI-O for the host device {named}, beyond its default allowed devices "
+        f"({CRIO_ALLOWED}); name only those, or {INSTEAD}"
+    ]
+
+
+@pytest.mark.parametrize("value", ["/dev/fuse", "/dev/fuse:/dev/fuse:rwm", "/dev/net/tun,/dev/fuse", "", ","])
+@pytest.mark.parametrize("key", gpu.CRIO_DEVICES_ANNOTATIONS)
+def test_crios_default_devices_pass(pod, container, evaluate, key, value):
+    # Rootless image builds in pods (buildah, podman) ask CRI-O for /dev/fuse this way.
+    assert gpu010(evaluate(pod(container(), annotations={key: value}))) == []
+
+
+def test_crios_devices_annotation_in_a_template_and_added_later_is_refused(pod, container, evaluate, workload):
+    template = evaluate(workload("Job", pod(container(), annotations={"devices.crio.io": "/dev/nvidia0"})))
+    old = pod(container(), annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse"})
+    widened = pod(container(), annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse,/dev/nvidia0"})
+    narrowed = pod(container(), annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse", "note": "x"})
+
+    [message] = gpu010(template)
+    assert message.startswith(f"{SUMMARY}the pod template: annotation devices.crio.io asks CRI-O for the host device /dev/nvidia0")
+    [changed] = gpu010(update(evaluate, old, widened))
+    assert "the update changes io.kubernetes.cri-o.Devices, which asks" in changed
+    assert gpu010(update(evaluate, widened, narrowed)) == []
+
+
+def test_a_malformed_crio_value_is_refused_not_guessed(pod, container, evaluate):
+    obj = pod(container())
+    obj["metadata"]["annotations"] = {"devices.crio.io": ["/dev/nvidia0"]}
+
+    [message] = gpu010(evaluate(obj))
+    assert "asks CRI-O for the host device ['/dev/nvidia0']" in message
+
+
+def test_the_audit_reports_a_stored_pod_that_carries_one(pod, container):
+    stored = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}, nodeName="gpu-0")
+
+    audit = scan.run(scan.Inventory.of([stored]), settings=settings.Settings(), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC).timestamp())
+
+    [finding] = [f for f in audit.findings if f.policy == "GPU010"]
+    assert finding.result is model.Result.FAIL and "annotation cdi.k8s.io/gpu asks" in finding.message

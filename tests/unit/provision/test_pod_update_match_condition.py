@@ -153,3 +153,19 @@ def test_the_device_domains_in_the_expression_are_the_gpu_models():
     [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
     listed = expression.split("object.metadata.annotations.exists(k,", 1)[1].split("[", 1)[1].split("]", 1)[0]
     assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.DEVICE_ANNOTATION_DOMAINS)
+
+
+@pytest.mark.parametrize("key", gpu.CRIO_DEVICES_ANNOTATIONS)
+def test_an_update_that_adds_or_changes_crios_devices_annotation_is_sent(condition, key):
+    req = request()
+    assert sent(condition, req=req, new=pod({key: "/dev/nvidia0"}), old=pod(None))
+    assert sent(condition, req=req, new=pod({key: "/dev/fuse,/dev/nvidia0"}), old=pod({key: "/dev/fuse"}))
+    assert not sent(condition, req=req, new=pod({key: "/dev/fuse"}, x="y"), old=pod({key: "/dev/fuse"}))
+    assert not sent(condition, req=req, new=pod(None), old=pod({key: "/dev/fuse"}))
+
+
+def test_crios_devices_keys_in_the_expression_are_the_gpu_models():
+    [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
+    tail = expression.split("oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) ||", 1)[1]
+    listed = tail.split("[", 1)[1].split("]", 1)[0]
+    assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.CRIO_DEVICES_ANNOTATIONS)

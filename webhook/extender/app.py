@@ -130,6 +130,9 @@ def make_app(
     app[METERS].registry.register_collector(
         occupancy.Collector(lambda: cache.all_states(now=live.clock(), ttl=live.ttl).values()), names=occupancy.NAMES
     )
+    app[METERS].registry.register_collector(
+        occupancy.UsageCollector(lambda: inspection.node_usages(cache.nodes())), names=occupancy.USAGE_NAMES
+    )
     if watch is not None:
         app[WATCH] = watch
         app.cleanup_ctx.append(_watching)

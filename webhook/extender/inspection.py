@@ -137,7 +137,7 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
         if node_usage is not None:
             for device in devices:
                 real_card = node_usage.card(device["id"])
-                device["usedMiB"] = _real_mib(real_card)
+                device["usedMiB"] = real_mib(real_card)
                 device["outOfBandMiB"] = real_card.out_of_band_mib if real_card is not None else 0
         nodes.append(
             {
@@ -165,7 +165,7 @@ def _pod_json(allocation: cards.Allocation) -> PodJson:
     }
 
 
-def _real_mib(card: usage_.CardUse | None) -> int | None:
+def real_mib(card: usage_.CardUse | None) -> int | None:
     """What a card's processes hold (MiB); NVML's memory used where no process has a figure."""
     if card is None:
         return None
@@ -174,7 +174,7 @@ def _real_mib(card: usage_.CardUse | None) -> int | None:
 
 
 def _real(card: usage_.CardUse | None) -> str:
-    mib = _real_mib(card)
+    mib = real_mib(card)
     if card is None or mib is None:
         return "-"
     text = f"{mib / 1024:.1f}"

@@ -5,14 +5,19 @@ Computed at scrape time from the extender's store (the same ``inspection.as_json
 nothing is kept up to date between scrapes. Bytes, as Prometheus names units; the table's GiB
 times 2^30. HAMi's scheduler exports the same kind of per-card allocation
 (``GPUDeviceMemoryAllocated`` in Project-HAMi/HAMi, pkg/scheduler/metrics.go).
+
+Real use beside it (``UsageCollector``, ``USAGE_NAMES``): per card, the memory its processes hold
+and the part out-of-band processes hold, from the labeler's usage summaries on the Nodes (the
+figures ``inspect`` shows in its ``GPUi(Used)`` columns); only cards of nodes that carry one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from policies import usage
 from webhook.extender import cards, inspection
 
 GIB = 1 << 30
@@ -52,3 +57,29 @@ class Collector:
                 card_core.add_metric(labels, float(device["usedCore"]))
                 card_pods.add_metric(labels, float(len(device["pods"])))
         yield from (node_used, node_total, card_used, card_total, card_core, card_pods)
+
+
+USAGE_NAMES = (
+    PREFIX + "card_gpu_memory_used_bytes",
+    PREFIX + "card_gpu_memory_out_of_band_bytes",
+)
+MIB = 1 << 20
+
+
+class UsageCollector:
+    """Real use per card from ``usages()`` (node name -> the labeler's usage summary)."""
+
+    def __init__(self, usages: Callable[[], Mapping[str, usage.NodeUsage]]) -> None:
+        self._usages = usages
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ("node", "card")
+        used = GaugeMetricFamily(USAGE_NAMES[0], "GPU memory the processes on a card hold (the labeler's NVML reading).", labels=labels)
+        oob = GaugeMetricFamily(USAGE_NAMES[1], "GPU memory held on a card by processes of no pod.", labels=labels)
+        for name, summary in sorted(self._usages().items()):
+            for card in summary.cards:
+                real = inspection.real_mib(card)
+                if real is not None:
+                    used.add_metric([name, str(card.index)], float(real * MIB))
+                oob.add_metric([name, str(card.index)], float(card.out_of_band_mib * MIB))
+        yield from (used, oob)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from policies import usage
 from webhook import metrics
 from webhook.labeler import runner
 
@@ -67,17 +68,17 @@ class _Collector:
         writes = CounterMetricFamily(USAGE_WRITES_METRIC.removesuffix("_total"), "Writes of the usage summary annotation.")
         writes.add_metric([], float(self._loop.usage_writes))
         yield writes
+        # The families are always there (without samples until real use has been read once).
+        used = GaugeMetricFamily(CARD_USED_METRIC, "GPU memory in use per card (MiB, NVML's figure).", labels=("card",))
+        oob_mib = GaugeMetricFamily(OUT_OF_BAND_MIB_METRIC, "GPU memory held by processes of no pod, per card (MiB).", labels=("card",))
+        oob_count = GaugeMetricFamily(OUT_OF_BAND_PROCESSES_METRIC, "Processes of no pod on each card.", labels=("card",))
         summary = self._loop.last_usage
-        if summary is not None:
-            used = GaugeMetricFamily(CARD_USED_METRIC, "GPU memory in use per card (MiB, NVML's figure).", labels=("card",))
-            oob_mib = GaugeMetricFamily(OUT_OF_BAND_MIB_METRIC, "GPU memory held by processes of no pod, per card (MiB).", labels=("card",))
-            oob_count = GaugeMetricFamily(OUT_OF_BAND_PROCESSES_METRIC, "Processes of no pod on each card.", labels=("card",))
-            for card in summary.cards:
-                if card.used_mib is not None:
-                    used.add_metric([str(card.index)], float(card.used_mib))
-                oob_mib.add_metric([str(card.index)], float(card.out_of_band_mib))
-                oob_count.add_metric([str(card.index)], float(len(card.out_of_band)))
-            yield from (used, oob_mib, oob_count)
+        for card in summary.cards if isinstance(summary, usage.NodeUsage) else ():
+            if card.used_mib is not None:
+                used.add_metric([str(card.index)], float(card.used_mib))
+            oob_mib.add_metric([str(card.index)], float(card.out_of_band_mib))
+            oob_count.add_metric([str(card.index)], float(len(card.out_of_band)))
+        yield from (used, oob_mib, oob_count)
 
 
 def registry(loop: runner.Runner) -> metrics.Registry:

@@ -143,3 +143,16 @@ def test_inspect_json_carries_used_and_out_of_band_mib(make_node: Factory) -> No
     node = make_node("share-a", mode="share", count=2, inventory=[15360, 15360], annotations=OOB_ON_0)
     devices = inspection.as_json(cards.cluster_state([node], [], now=NOW).values(), usage=inspection.node_usages([node]))["nodes"][0]["devs"]
     assert [(d.get("usedMiB"), d.get("outOfBandMiB")) for d in devices] == [(6000, 6000), (0, 0)]
+
+
+def test_the_extender_metrics_expose_real_and_out_of_band_memory_per_card(make_node: Factory) -> None:
+    from webhook import metrics
+    from webhook.extender import occupancy
+
+    node = make_node("share-a", mode="share", count=2, inventory=[15360, 15360], annotations=OOB_ON_0)
+    registry = metrics.Registry()
+    registry.register_collector(occupancy.UsageCollector(lambda: inspection.node_usages([node])), names=occupancy.USAGE_NAMES)
+    text = registry.render()
+    assert metrics.sample(text, occupancy.USAGE_NAMES[0], node="share-a", card="0") == 6000 * 2**20
+    assert metrics.sample(text, occupancy.USAGE_NAMES[1], node="share-a", card="0") == 6000 * 2**20
+    assert metrics.sample(text, occupancy.USAGE_NAMES[1], node="share-a", card="1") == 0

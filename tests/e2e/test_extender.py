@@ -109,11 +109,13 @@ class Replica:
         controlplane.stop(self.state, [self.scheduler, self.extender])
 
     def metric(self, name: str, **labels: str) -> float:
+        """The sample of `name` with exactly these labels, in whatever order the exposition writes them."""
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
-        wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if wanted else "") + r" (\S+)"
-        found = re.search(pattern, text)
-        return float(found.group(1)) if found else 0.0
+        for line in text.splitlines():
+            found = re.fullmatch(re.escape(name) + r"(?:\{(.*)\})? (\S+)", line)
+            if found and dict(re.findall(r'(\w+)="([^"]*)"', found.group(1) or "")) == labels:
+                return float(found.group(2))
+        return 0.0
 
 
 def _http_status(url: str) -> int:

@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import yaml
 from cryptography import x509
 
 from certs import authority, rotation
-from webhook import errors, extendercerts, kube, provision
+from webhook import errors, extendercerts, flags, kube, provision
 
 CA_CERT = rotation.CA_CERT
 CA_KEY = rotation.CA_KEY
@@ -97,7 +98,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     show = actions.add_parser("show", help="expiry and renewal dates of the CAs and the serving certificate")
     _location(show, files_help="show the files in DIR instead of the Secret")
-    show.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
+    flags.add_output(show, ("table", "json", "yaml"))
     show.set_defaults(func=run_show)
 
     extendercerts.add_action(actions)
@@ -105,8 +106,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _location(parser: argparse.ArgumentParser, *, files_help: str) -> None:
     parser.add_argument("--out-dir", metavar="DIR", help=files_help)
-    parser.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster config, else ~/.kube/config")
-    parser.add_argument("--namespace", "-n", default=provision.DEFAULT_NAMESPACE, metavar="NS", help=f"default: {provision.DEFAULT_NAMESPACE}")
+    flags.add_cluster(parser)
+    flags.add_namespaces(
+        parser, namespace_help=f"namespace of the Secret (default: {provision.DEFAULT_NAMESPACE})",
+        all_help=None, default=provision.DEFAULT_NAMESPACE,
+    )
     parser.add_argument("--certs-secret", default=provision.SECRET, metavar="NAME", help=f"default: {provision.SECRET}")
     parser.add_argument("--service", default=provision.SERVICE, metavar="NAME", help=f"Service the certificate is for (default: {provision.SERVICE})")
     parser.add_argument(
@@ -219,10 +223,10 @@ def _store_and_clients(args: argparse.Namespace) -> tuple[provision.Store, provi
     """The store (files or Secret), the clients (None: not reachable) and the API client to close."""
     configuration = args.webhook_configuration
     if args.out_dir:
-        api = kube.api_client(args.kubeconfig) if configuration else None
+        api = flags.api_client(args) if configuration else None
         clients = provision.WebhookClients(api, name=configuration) if api is not None and configuration else None
         return FileStore(pathlib.Path(args.out_dir)), clients, api
-    api = kube.api_client(args.kubeconfig)
+    api = flags.api_client(args)
     configuration = provision.WEBHOOK_CONFIGURATION if configuration is None else configuration
     store = provision.SecretStore(api, namespace=args.namespace, name=args.certs_secret)
     return store, (provision.WebhookClients(api, name=configuration) if configuration else provision.NoClients()), api
@@ -254,7 +258,7 @@ def _cluster_errors(function: Callable[[argparse.Namespace], int]) -> Callable[[
 
 @_cluster_errors
 def run_install(args: argparse.Namespace) -> int:
-    api = kube.api_client(args.kubeconfig)
+    api = flags.api_client(args)
     try:
         secret = provision.SecretStore(api, namespace=args.namespace, name=args.certs_secret)
         configuration = provision.WEBHOOK_CONFIGURATION if args.webhook_configuration is None else args.webhook_configuration
@@ -321,9 +325,12 @@ def run_show(args: argparse.Namespace) -> int:
         if api is not None:
             kube.close(api)
     rows = describe(material, now=_now(), bundles=bundles)
+    shown = {"source": store.describe(), "certificates": rows, "problems": list(material.problems)}
     if args.output == "json":
-        json.dump({"source": store.describe(), "certificates": rows, "problems": list(material.problems)}, sys.stdout, indent=2)
+        json.dump(shown, sys.stdout, indent=2)
         print()
+    elif args.output == "yaml":
+        sys.stdout.write(yaml.safe_dump(shown, sort_keys=False))
     else:
         print(f"{store.describe()}:")
         if not rows:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from webhook import errors
+from webhook import errors, flags
 
 PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
@@ -39,6 +39,7 @@ SUBCOMMANDS: dict[str, str] = {
     "defrag": "webhook.explain.cli",
     "labeler": "webhook.labeler.cli",
     "cluster": "webhook.cluster.cli",
+    "completion": "webhook.completion",
 }
 # Every command module, once each.
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))
@@ -50,9 +51,10 @@ def commands(names: Sequence[str] = MODULES) -> tuple[ModuleType, ...]:
 
 
 def make_parser(modules: Sequence[str] = MODULES) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = flags.Parser(
         prog=PROG, description="Safe GPU scheduling for Kubernetes: admission webhook, dry-run and tools."
     )
+    flags.add_version(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands(modules):
         command.add_parser(subparsers)

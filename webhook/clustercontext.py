@@ -35,7 +35,7 @@ from typing import Any
 from aiohttp import web
 
 from policies import model
-from webhook import errors, metrics
+from webhook import errors, flags, metrics
 from webhook import kube as webhook_kube
 from webhook.admission import envsources, keys, namespaces, nodes
 from webhook.audit import kube
@@ -56,10 +56,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "cluster context (with --kubeconfig, --self-managed-certs, or in a pod with a service account token)"
     )
-    group.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig for the cluster context and self-managed certificates (default: in-cluster config, "
+    flags.add_cluster(
+        group,
+        kubeconfig_help="kubeconfig for the cluster context and self-managed certificates (default: in-cluster config, "
         "else ~/.kube/config where --self-managed-certs needs one)",
     )
     group.add_argument(
@@ -95,7 +94,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def has_access(args: argparse.Namespace) -> bool:
     """Whether the flags or the environment give this process a way to the apiserver."""
     in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and TOKEN.exists()
-    return bool(args.kubeconfig) or bool(args.self_managed_certs) or in_pod
+    return bool(args.kubeconfig) or bool(getattr(args, "context", None)) or bool(args.self_managed_certs) or in_pod
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -228,7 +227,7 @@ def from_args(args: argparse.Namespace) -> Context | None:
         log.info("uid=- no cluster context: namespace labels unknown, GPU001 judges envFrom offline")
         return None
     try:
-        api = kube.api_client(args.kubeconfig)
+        api = kube.api_client(args.kubeconfig, context=getattr(args, "context", None))
     except kube.KubeError as error:
         raise errors.InputError(f"cluster context: {error}") from error
     informer = namespaces.Informer(KubeNamespaces(api)) if parts.namespace_labels else None

@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Mapping
 
 from certs import authority, rotation
-from webhook import errors, kube, provision
+from webhook import errors, flags, kube, provision
 
 SERVICE = "gpu-admission-extender"
 SERVING_SECRET = "gpu-admission-extender-tls"
@@ -154,15 +154,18 @@ def add_action(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "for the extender into --out-dir. Run by the extender Pod's init container.",
     )
     parser.add_argument("--out-dir", metavar="DIR", help="write the extender's tls.crt, tls.key and ca.crt here")
-    parser.add_argument("--kubeconfig", metavar="FILE", help="default: in-cluster config, else ~/.kube/config")
-    parser.add_argument("--namespace", "-n", default=provision.DEFAULT_NAMESPACE, metavar="NS", help=f"default: {provision.DEFAULT_NAMESPACE}")
+    flags.add_cluster(parser)
+    flags.add_namespaces(
+        parser, namespace_help=f"namespace of the Secrets (default: {provision.DEFAULT_NAMESPACE})",
+        all_help=None, default=provision.DEFAULT_NAMESPACE,
+    )
     parser.add_argument("--service", default=SERVICE, metavar="NAME", help=f"the extender's Service (default: {SERVICE})")
     parser.add_argument("--host", action="append", default=[], metavar="NAME", help="one more SAN (DNS name or IP), repeatable")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    api = kube.api_client(args.kubeconfig)
+    api = flags.api_client(args)
     try:
         serving_store = provision.SecretStore(api, namespace=args.namespace, name=SERVING_SECRET)
         client_store = provision.SecretStore(api, namespace=args.namespace, name=CLIENT_SECRET)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 from policies import cel, engine
-from webhook import config, errors, vap
+from webhook import config, errors, flags, vap
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,7 +36,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     for sub in (export, listing):
         sub.add_argument("--policies-dir", metavar="DIR", help="directory of GpuAdmissionPolicy YAML files")
         sub.add_argument("--config", metavar="FILE", help="settings YAML (actions, overrides, exceptions, exempt namespaces)")
-    export.add_argument("-o", "--output-file", metavar="FILE", help="write the manifests to FILE (default: stdout)")
+    export.add_argument(
+        "-o", "--output", default="yaml", metavar="FORMAT",
+        help="yaml (a multi-document stream, the default) or json (a v1 List); '-o FILE', the old spelling of "
+        "--output-file, still works with a deprecation warning",
+    )
+    flags.add_output_file(export)
     export.set_defaults(func=run_export)
     listing.set_defaults(func=run_list)
 
@@ -45,13 +51,32 @@ def run_export(args: argparse.Namespace) -> int:
     exported = vap.export(loaded, now=datetime.datetime.now(datetime.timezone.utc))
     for note in exported.notes:
         print(f"note: {note}", file=sys.stderr)
-    text = vap.render(exported.manifests)
-    if args.output_file is None:
+    output, output_file = _export_output(args.output, args.output_file)
+    if output == "json":
+        document = {"apiVersion": "v1", "kind": "List", "items": list(exported.manifests)}
+        text = json.dumps(document, indent=2) + "\n"
+    else:
+        text = vap.render(exported.manifests)
+    if output_file is None:
         sys.stdout.write(text)
     else:
-        _write(Path(args.output_file), text)
-        print(f"wrote {len(exported.manifests)} manifests to {args.output_file}", file=sys.stderr)
+        _write(Path(output_file), text)
+        print(f"wrote {len(exported.manifests)} manifests to {output_file}", file=sys.stderr)
     return 0
+
+
+EXPORT_OUTPUTS = ("yaml", "json")
+
+
+def _export_output(output: str, output_file: str | None) -> tuple[str, str | None]:
+    """The format and file: ``-o`` names a format; any other ``-o`` value is the file of the old
+    ``-o FILE`` spelling (YAML), accepted with a warning unless ``--output-file`` is given too."""
+    if output in EXPORT_OUTPUTS:
+        return output, output_file
+    if output_file is not None:
+        raise errors.InputError(f"-o takes {'|'.join(EXPORT_OUTPUTS)}, not {output!r}")
+    print(f"warning: '-o {output}' as a file name is deprecated: use --output-file {output}", file=sys.stderr)
+    return "yaml", output
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -274,3 +274,26 @@ def test_serve_answers_over_tls_reloads_on_sighup_and_stops_on_sigterm(tmp_path:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_export_vap_output_is_a_format_and_the_file_is_output_file(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    status, out, err = _run(capsys, "policies", "export-vap", "-o", "json")
+    listed = json.loads(out)
+    assert status == 0 and listed["kind"] == "List" and listed["apiVersion"] == "v1"
+    assert {item["kind"] for item in listed["items"]} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    status, yaml_out, _ = _run(capsys, "policies", "export-vap")
+    assert [d for d in yaml.safe_load_all(yaml_out) if d] == listed["items"]
+    target = tmp_path / "vap.yaml"
+    status, out, err = _run(capsys, "policies", "export-vap", "--output-file", str(target))
+    assert status == 0 and out == "" and "deprecated" not in err
+    assert target.read_text(encoding="utf-8") == yaml_out
+
+
+def test_export_vap_keeps_the_old_o_file_spelling_with_a_warning(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "old.yaml"
+    status, out, err = _run(capsys, "policies", "export-vap", "-o", str(target))
+    assert status == 0 and out == ""
+    assert f"'-o {target}' as a file name is deprecated: use --output-file {target}" in err
+    assert yaml.safe_load_all(target.read_text(encoding="utf-8"))
+    status, out, err = _run(capsys, "policies", "export-vap", "-o", "csv", "--output-file", str(target))
+    _assert_one_line_error(status, out, err, "-o takes yaml|json, not 'csv'")

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from webhook import config, dryrun, errors
+from webhook import config, dryrun, errors, flags
 from webhook import kube as webhook_kube
 from webhook.audit import kube, render, report, scan, sweep
 
@@ -34,14 +34,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "existing Pods, workload templates and Nodes. Exit 0: nothing fails at enforce level; 1: something "
         "does; 2: an error.",
     )
-    parser.add_argument("--kubeconfig", metavar="K", help="kubeconfig file (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", metavar="NS", help="audit only this namespace (node-level checks are left out)")
-    where.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="audit every namespace and the nodes (the default)"
+    flags.add_cluster(parser)
+    flags.add_namespaces(
+        parser,
+        namespace_help="audit only this namespace (node-level checks are left out)",
+        all_help="audit every namespace and the nodes (the default)",
     )
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="default: table")
-    parser.add_argument("--output-file", metavar="F", help="write the output to F instead of stdout")
+    flags.add_output(parser, OUTPUTS)
+    flags.add_output_file(parser)
     parser.add_argument(
         "--write-reports",
         action="store_true",
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     """The command; kube failures become one-line ``errors.InputError`` for the top-level CLI."""
     if args.filename and args.write_reports:
         raise errors.InputError("--write-reports needs a cluster; it cannot be combined with -f")
-    if args.filename and args.kubeconfig:
-        raise errors.InputError("--kubeconfig and -f exclude each other: -f audits files, not a cluster")
+    if args.filename and (args.kubeconfig or args.context):
+        raise errors.InputError("--kubeconfig/--context and -f exclude each other: -f audits files, not a cluster")
     settings = config.load(args.config, policies_dir=args.policies_dir)
     now = time.time()
     try:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             reports = sweep.reports(audit, all_results=args.all_results, now=now)
             written = None
         else:
-            api = kube.api_client(args.kubeconfig)
+            api = kube.api_client(args.kubeconfig, context=args.context)
             try:
                 audit = sweep.audit_cluster(api, settings=settings, namespace=args.namespace, now=now)
                 if args.write_reports:

@@ -35,10 +35,10 @@ class KubeError(Exception):
     """A cluster call failed; the message is one line saying what and why."""
 
 
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
     """`webhook.kube.api_client`, failing as this adapter's `KubeError`."""
     try:
-        return kube.api_client(kubeconfig)
+        return kube.api_client(kubeconfig, context=context)
     except kube.ConfigError as error:
         raise KubeError(str(error)) from error
 

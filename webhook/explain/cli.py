@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from webhook import config, dryrun, errors, kube
+from webhook import config, dryrun, errors, flags, kube
 from webhook.admission import decisions
 from webhook.extender import api, cards, inspection
 from webhook.extender import kube as extender_kube
@@ -37,7 +37,7 @@ def add_parser(subparsers: Any) -> None:
     )
     explain.add_argument("kind", choices=("pod",), help="what to explain (pod)")
     explain.add_argument("name", help="the pod's name")
-    explain.add_argument("-n", "--namespace", default=decisions.DEFAULT_NAMESPACE, help="default: default")
+    flags.add_namespaces(explain, namespace_help="the pod's namespace (default: default)", all_help=None, default=decisions.DEFAULT_NAMESPACE)
     _common(explain)
     explain.set_defaults(func=run_explain)
 
@@ -87,12 +87,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    flags.add_cluster(parser)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table")
+    flags.add_output(parser, ("table", "json", "yaml"))
     parser.add_argument("--snapshot", metavar="FILE", help="read a snapshot file instead of the cluster")
     parser.add_argument("--config", metavar="FILE", help="settings YAML for the admission step (as dry-run)")
     parser.add_argument("--policies-dir", metavar="DIR", help="user (CEL) policies for the admission step")

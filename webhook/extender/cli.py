@@ -15,9 +15,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
 from aiohttp import web
 
-from webhook import errors, tls
+from webhook import errors, flags, tls
 from webhook.extender import api, app, binder, cards, inspection, kube
 from webhook.extender import store as store_module
 
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 12345
 SHUTDOWN_TIMEOUT_S = 5.0
 KUBE_THREADS = 32  # blocking apiserver calls in flight at once (binds are I/O-bound)
+INSPECT_OUTPUTS = ("table", "wide", "json", "yaml", "name")
 TIDY_EVERY_S = 5.0  # how often stale reservation ledgers are looked for
 
 
@@ -47,7 +49,7 @@ def add_parser(subparsers: Any) -> None:
         help="require client certificates issued by this CA (kube-scheduler's tlsConfig certFile/keyFile) for "
         "the verbs and /inspect (not for /healthz and /metrics): without it anyone who reaches the port can ask for binds",
     )
-    serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, then ~/.kube/config)")
+    flags.add_cluster(serve)
     serve.add_argument(
         "--reservation-ttl", type=float, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="SECONDS",
         help="how long a card stays held for a pod whose bind did not complete "
@@ -58,7 +60,7 @@ def add_parser(subparsers: Any) -> None:
         help="treat GPU memory held by out-of-band processes (no pod; from the labeler's gpu-admission.io/gpu-usage "
         "summary) as taken when picking a card; off by default: the summary can be up to one labeler interval old",
     )
-    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="default: info")
+    flags.add_logging(serve)
     serve.set_defaults(func=run_extender)
 
     show = subparsers.add_parser(
@@ -72,8 +74,8 @@ def add_parser(subparsers: Any) -> None:
 
 def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-d", "--details", action="store_true", help="one row per pod")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="default: table")
-    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
+    flags.add_output(parser, INSPECT_OUTPUTS)
+    flags.add_cluster(parser)
     parser.add_argument("node", nargs="*", help="only these nodes")
 
 
@@ -81,7 +83,7 @@ def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    client = kube.KubeApi(kube.load_client(args.kubeconfig))
+    client = kube.KubeApi(kube.load_client(args.kubeconfig, context=args.context))
     try:
         nodes, _ = client.list("/api/v1/nodes")
         pods, _ = client.list("/api/v1/pods")
@@ -97,6 +99,13 @@ def run_inspect(args: argparse.Namespace) -> int:
     real = inspection.node_usages(nodes)  # the labeler's usage summaries, where nodes carry one
     if args.output == "json":
         print(json.dumps(inspection.as_json(states.values(), usage=real), indent=2))
+    elif args.output == "yaml":
+        document: Any = inspection.as_json(states.values(), usage=real)
+        sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
+    elif args.output == "name":
+        sys.stdout.write(inspection.names(states.values()))
+    elif args.output == "wide":
+        sys.stdout.write(inspection.wide(states.values(), usage=real))
     elif args.details:
         sys.stdout.write(inspection.details(states.values()))
     else:
@@ -126,7 +135,7 @@ def run_extender(args: argparse.Namespace) -> int:
         raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
     if args.reservation_ttl <= 0:
         raise errors.InputError("--reservation-ttl must be positive")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    flags.configure_logging(args)
     if args.tls_client_ca_file and not args.tls_cert_file:
         raise errors.InputError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
     context = (
@@ -138,7 +147,7 @@ def run_extender(args: argparse.Namespace) -> int:
         except (OSError, ssl.SSLError) as error:
             raise errors.InputError(f"--tls-client-ca-file {args.tls_client_ca_file}: {error}") from error
         context.verify_mode = ssl.CERT_OPTIONAL  # probes come without one; the app refuses the verbs
-    client = kube.load_client(args.kubeconfig)
+    client = kube.load_client(args.kubeconfig, context=args.context)
     tls.limit_read_buffers()
     asyncio.run(
         _serve(

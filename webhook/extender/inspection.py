@@ -208,3 +208,34 @@ def _percent(used: int, total: int) -> int:
 def _align(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(len(r) for r in rows))]
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+
+
+def names(states: Iterable[cards.NodeState]) -> str:
+    """``-o name``: the table's nodes as ``node/NAME`` lines, as ``kubectl get -o name`` prints them."""
+    return "".join(f"node/{state.name}\n" for state in table_nodes(states))
+
+
+def wide(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUsage] | None = None) -> str:
+    """``-o wide``: the table's nodes one row per card, with the card's model and UUID (from the
+    labeler's inventory; ``-`` where the node advertises capacity only), its cores and pods, and
+    the GiB its processes use where the labeler's usage summary has the card."""
+    header = ["NAME", "IPADDRESS", "MODE", "GPU", "MODEL", "UUID", "ALLOCATED/TOTAL(GiB)", "CORE(%)", "USED(GiB)", "PODS"]
+    rows = [header]
+    shown = table_nodes(states)
+    for state in shown:
+        node_usage = usage.get(state.name) if usage is not None else None
+        for card in sorted(state.cards, key=lambda c: c.index):
+            rows.append([
+                state.name,
+                state.node.address or "-",
+                state.node.mode_label or "-",
+                str(card.index),
+                card.card.model or "-",
+                card.card.uuid or "-",
+                f"{_used(card)}/{card.card.memory_gib}",
+                str(cards.CORE_PER_CARD if card.whole_used else min(card.core_used, cards.CORE_PER_CARD)),
+                _real(node_usage.card(card.index)) if node_usage is not None else "-",
+                str(len(card.allocations)),
+            ])
+    used, total = _totals(shown)
+    return "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"]) + "\n"

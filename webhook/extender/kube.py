@@ -34,9 +34,9 @@ FIELD_MANAGER = "gpu-admission-extender"
 _MERGE_PATCH = "application/merge-patch+json"
 
 
-def load_client(kubeconfig: str | None) -> kube_client.ApiClient:
-    """An ApiClient for `kubeconfig`; without one, in-cluster config, else the default kubeconfig."""
-    return kube.api_client(kubeconfig, pool_size=POOL_SIZE)
+def load_client(kubeconfig: str | None, *, context: str | None = None) -> kube_client.ApiClient:
+    """An ApiClient for `kubeconfig` (and its `context`); without one, in-cluster config, else the default kubeconfig."""
+    return kube.api_client(kubeconfig, pool_size=POOL_SIZE, context=context)
 
 
 class KubeApi:

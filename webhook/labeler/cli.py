@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from policies import gpu
-from webhook import durations, errors
+from webhook import durations, errors, flags
 from webhook.labeler import attribution, cgroups, health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def add_parser(subparsers: Any) -> None:
         description="Write the aliyun.accelerator/* and gpu-admission.io/* GPU labels and annotations on a node.",
     )
     parser.add_argument("--node-name", default=None, help=f"the node to label (default: ${NODE_NAME_ENV})")
-    parser.add_argument("--kubeconfig", type=Path, default=None, help="default: in-cluster, else $KUBECONFIG / ~/.kube/config")
+    flags.add_cluster(parser)
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one pass, then exit")
     when.add_argument(
@@ -77,7 +77,7 @@ def add_parser(subparsers: Any) -> None:
         "--take-over", action="store_true", help="replace aliyun.accelerator/* labels that another component wrote"
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be written; touch no cluster")
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="--dry-run output (default: table)")
+    flags.add_output(parser, ("table", "json", "yaml"))  # the --dry-run output
     parser.add_argument(
         "--usage-interval", type=parse_interval, default=DEFAULT_INTERVAL_S, metavar="DURATION",
         help="the least time between two writes of the usage summary annotation (default: 60s)",
@@ -91,16 +91,16 @@ def add_parser(subparsers: Any) -> None:
         help="with --dry-run: read this node's pods from the cluster (read-only) to name the GPU processes' pods",
     )
     parser.add_argument("--health-port", type=int, default=None, metavar="PORT", help="serve /healthz and /readyz on this port (0: any free port)")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="default: info")
+    flags.add_logging(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    flags.configure_logging(args)
     source, source_name = _source(args.inventory)
     if args.dry_run:
         node_name = _node_name(args, required=False)
-        pods = _dry_run_pods(args.kubeconfig, node_name=node_name) if args.list_pods else None
+        pods = _dry_run_pods(args.kubeconfig, node_name=node_name, context=args.context) if args.list_pods else None
         return _dry_run(source, source_name=source_name, node_name=node_name, output=args.output, pods=pods, proc_root=args.proc_root)
     node_name = _node_name(args, required=True)
     if args.health_port is not None and not 0 <= args.health_port <= 65535:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     from webhook.labeler import publisher  # noqa: PLC0415
 
     try:
-        nodes = publisher.connect(args.kubeconfig)
+        nodes = publisher.connect(args.kubeconfig, context=args.context)
     except publisher.ConnectError as error:
         raise errors.InputError(str(error)) from error
     loop = runner.Runner(
@@ -223,11 +223,11 @@ def _node_name(args: argparse.Namespace, *, required: bool) -> str:
     return socket.gethostname()
 
 
-def _dry_run_pods(kubeconfig: Path, *, node_name: str) -> list[attribution.PodRef]:
+def _dry_run_pods(kubeconfig: str | None, *, node_name: str, context: str | None = None) -> list[attribution.PodRef]:
     from webhook.labeler import publisher, store  # noqa: PLC0415 - the kubernetes client only where asked for
 
     try:
-        listed = publisher.connect(kubeconfig).pods_on(node_name)
+        listed = publisher.connect(kubeconfig, context=context).pods_on(node_name)
     except (publisher.ConnectError, store.ApiError, store.NodeNotFound, store.Conflict) as error:
         raise errors.InputError(f"listing the pods of node {node_name}: {error}") from error
     return [attribution.PodRef.from_object(pod) for pod in listed]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from webhook import kube
@@ -99,11 +99,11 @@ class Publisher:
             raise store.ApiError(f"{what}: {type(error).__name__}: {error}") from error
 
 
-def connect(kubeconfig: Path | None) -> Publisher:
-    """A Publisher for the cluster of `kubeconfig`, else the pod's own service account, else the
-    default kubeconfig (`$KUBECONFIG`, `~/.kube/config`)."""
+def connect(kubeconfig: str | os.PathLike[str] | None, *, context: str | None = None) -> Publisher:
+    """A Publisher for the cluster of `kubeconfig` (its `context`), else the pod's own service
+    account, else the default kubeconfig (`$KUBECONFIG`, `~/.kube/config`)."""
     try:
-        return Publisher(client.CoreV1Api(kube.api_client(kubeconfig)))
+        return Publisher(client.CoreV1Api(kube.api_client(kubeconfig, context=context)))
     except kube.ConfigError as error:
         raise ConnectError(str(error)) from error
 

@@ -85,3 +85,26 @@ def test_json_carries_cards_pods_and_cores(make_node: Factory, make_gpu_pod: Fac
     assert [d["usedGPU"] for d in node["devs"]] == [15, 9, 0, 0]
     assert [p["name"] for p in node["devs"][1]["pods"]] == ["binpack-3", "binpack-4"]
     assert (document["usedGPU"], document["totalGPU"]) == (24, 60)
+
+
+def test_name_output_is_a_node_line_per_tabled_node(make_node: Factory) -> None:
+    states = [
+        cards.node_state(make_node("b-shared"), [], now=NOW),
+        cards.node_state(make_node("a-shared", mode="core_mem"), [], now=NOW),
+        cards.node_state(make_node("c-topo", mode="topology"), [], now=NOW),
+    ]
+    assert inspection.names(states) == "node/a-shared\nnode/b-shared\n"
+    assert inspection.names([]) == ""
+
+
+def test_wide_output_is_a_row_per_card_with_model_and_uuid(make_node: Factory, make_gpu_pod: Factory) -> None:
+    inventoried = cards.node_state(make_node("a-inv", count=2, inventory=[15360, 15360]), [], now=NOW)
+    [placed] = _states(make_node, make_gpu_pod, BINPACK)
+    lines = inspection.wide([placed, inventoried]).splitlines()
+    assert lines[0].split() == ["NAME", "IPADDRESS", "MODE", "GPU", "MODEL", "UUID", "ALLOCATED/TOTAL(GiB)", "CORE(%)", "USED(GiB)", "PODS"]
+    assert lines[1].split() == ["a-inv", "192.0.2.109", "cgpu", "0", "Tesla-T4", "GPU-0000", "0/15", "0", "-", "0"]
+    assert lines[2].split() == ["a-inv", "192.0.2.109", "cgpu", "1", "Tesla-T4", "GPU-0001", "0/15", "0", "-", "0"]
+    # a node advertising capacity only has no model or UUID to show
+    assert lines[3].split() == [NODE, "192.0.2.109", "cgpu", "0", "-", "-", "15/15", "0", "-", "3"]
+    assert lines[4].split()[6:] == ["9/15", "0", "-", "2"]
+    assert lines[-1] == "24/90 (26%)"

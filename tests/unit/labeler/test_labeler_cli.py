@@ -47,7 +47,7 @@ def test_dry_run_json_prints_labels_annotations_and_capacity_per_mode(capsys: py
 
 
 def test_dry_run_touches_no_cluster(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    def refuse(_: Any) -> Any:
+    def refuse(_: Any, **__: Any) -> Any:
         raise AssertionError("dry-run connected to a cluster")
 
     monkeypatch.setattr(publisher, "connect", refuse)
@@ -87,7 +87,7 @@ def test_dry_run_on_a_read_error_exits_1(monkeypatch: pytest.MonkeyPatch, capsys
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch, fake_nodes: Any, node: Callable[..., Any]) -> Any:
     nodes = fake_nodes(node("gpu-0", labels={gpu.SCHEDULE_LABEL: "topology"}))
-    monkeypatch.setattr(publisher, "connect", lambda kubeconfig: nodes)
+    monkeypatch.setattr(publisher, "connect", lambda kubeconfig, **_: nodes)
     return nodes
 
 

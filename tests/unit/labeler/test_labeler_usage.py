@@ -299,7 +299,7 @@ def test_dry_run_with_list_pods_names_the_pods(tmp_path: Path, monkeypatch: pyte
             assert node_name == NODE
             return POD_OBJECTS
 
-    monkeypatch.setattr(publisher, "connect", lambda _: Connected())
+    monkeypatch.setattr(publisher, "connect", lambda _, **__: Connected())
     root = proc_root(tmp_path, PROCS)
     inventory_file = tmp_path / "inventory.yaml"
     inventory_file.write_text(json.dumps({"gpus": [

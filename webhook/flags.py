@@ -1,0 +1,180 @@
+"""The flags every command shares, declared once: cluster access, namespaces, output, logging, version.
+
+A command that reads the cluster calls ``add_cluster`` (``--kubeconfig``, ``--context``) and makes
+its client with ``api_client(args)``, so ``--context`` really picks the kubeconfig context, as
+kubectl's does. ``add_namespaces`` gives kubectl's ``-n/--namespace`` and ``-A/--all-namespaces``,
+``add_output`` ``-o/--output`` with the formats a command can print (``table`` first, the default),
+``add_logging`` ``--log-level`` and ``--log-format text|json`` for the long-running commands, and
+``configure_logging`` applies them.
+
+JSON logs are one object per line with ``time``, ``level``, ``logger`` and ``message``, plus every
+``key=value`` token the text line carries (``uid=...``, ``endpoint=...``), so a log pipeline can
+filter on the review uid without parsing the message.
+
+``Parser`` is the ``argparse.ArgumentParser`` of the top-level CLI: an unknown flag after a
+subcommand is reported by that subcommand's own parser, with its usage, rather than by the
+top-level parser with the list of commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import re
+from collections.abc import Sequence
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from webhook.kube import client
+
+DISTRIBUTION: Final = "gpu-admission"
+KUBECONFIG_HELP: Final = "kubeconfig file (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)"
+CONTEXT_HELP: Final = "the kubeconfig context to use (default: the kubeconfig's current-context)"
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+LOG_FORMATS: Final = ("text", "json")
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# Every output format a command may offer, in the order help lists them.
+OUTPUT_FORMATS: Final = ("table", "wide", "json", "yaml", "name", "markdown", "html")
+
+_Container = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def version() -> str:
+    """This installation's version, else ``unknown`` (a source tree run without installing)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+
+
+def add_cluster(parser: _Container, *, kubeconfig_help: str = KUBECONFIG_HELP) -> None:
+    """``--kubeconfig`` and ``--context``: how a command reaches the cluster."""
+    parser.add_argument("--kubeconfig", metavar="FILE", help=kubeconfig_help)
+    parser.add_argument("--context", metavar="NAME", help=CONTEXT_HELP)
+
+
+def api_client(args: argparse.Namespace, *, pool_size: int | None = None) -> client.ApiClient:
+    """The client for ``--kubeconfig`` and ``--context`` (``webhook.kube.api_client``)."""
+    from webhook import kube  # noqa: PLC0415 - flags are parsed before any command needs the kubernetes client
+
+    return kube.api_client(args.kubeconfig, context=getattr(args, "context", None), pool_size=pool_size)
+
+
+def add_namespaces(
+    parser: argparse.ArgumentParser,
+    *,
+    namespace_help: str,
+    all_help: str | None = "every namespace (the default)",
+    default: str | None = None,
+) -> None:
+    """``-n/--namespace`` and, unless ``all_help`` is None, ``-A/--all-namespaces`` excluding it."""
+    where: _Container = parser.add_mutually_exclusive_group() if all_help is not None else parser
+    where.add_argument("-n", "--namespace", metavar="NS", default=default, help=namespace_help)
+    if all_help is not None:
+        where.add_argument("-A", "--all-namespaces", action="store_true", help=all_help)
+
+
+def add_output(parser: _Container, formats: Sequence[str], *, default: str = "table") -> None:
+    """``-o/--output`` with the formats this command prints (each one of ``OUTPUT_FORMATS``)."""
+    unknown = [name for name in formats if name not in OUTPUT_FORMATS]
+    if unknown or default not in formats:
+        raise ValueError(f"output formats {unknown} unknown, or default {default!r} not offered")
+    parser.add_argument(
+        "-o", "--output", choices=tuple(formats), default=default, metavar="FORMAT",
+        help=f"output format: {'|'.join(formats)} (default: {default})",
+    )
+
+
+def add_output_file(parser: _Container) -> None:
+    parser.add_argument("--output-file", metavar="FILE", help="write the output to FILE instead of stdout")
+
+
+def add_logging(parser: _Container) -> None:
+    """``--log-level`` and ``--log-format`` of a long-running command."""
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
+    parser.add_argument(
+        "--log-format", default="text", choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line with time, level, logger, message and the "
+        "line's key=value fields (default: text)",
+    )
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """The root logger as ``--log-level`` and ``--log-format`` ask (``logging.basicConfig`` semantics:
+    a process that already configured logging keeps its handlers)."""
+    handler = logging.StreamHandler()
+    if getattr(args, "log_format", "text") == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=str(getattr(args, "log_level", "info")).upper(), handlers=[handler])
+
+
+# A `key=value` token of a text log line: the key an identifier, the value up to the next space
+# (a quoted value, as `%r` writes it, up to its closing quote).
+_FIELD = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_.]*)=('[^']*'|\"[^\"]*\"|\S+)")
+_RESERVED = frozenset({"time", "level", "logger", "message", "exception"})
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (RFC 3339, UTC), level, logger, message, the message's
+    ``key=value`` fields, and ``exception`` with the traceback where there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        line: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": message,
+        }
+        for key, value in fields(message).items():
+            if key not in _RESERVED:
+                line.setdefault(key, value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def fields(message: str) -> dict[str, str]:
+    """The ``key=value`` tokens of a text log message, quotes around a value removed."""
+    found: dict[str, str] = {}
+    for key, value in _FIELD.findall(message):
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        found.setdefault(key, value)
+    return found
+
+
+# --- the parser -----------------------------------------------------------------------------------
+
+
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg] # argparse's own generic, private
+    """Subcommands whose parser reports arguments it does not know, with its own usage."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None
+    ) -> None:
+        name = values[0]
+        chosen = self._name_parser_map.get(name)
+        super().__call__(parser, namespace, values, option_string)
+        extra = getattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR, None)
+        if chosen is not None and extra:
+            chosen.error(f"unrecognized arguments: {' '.join(extra)}")
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose subcommands (at every depth) judge their own arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)

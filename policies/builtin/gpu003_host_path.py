@@ -55,6 +55,23 @@ plugin) allows it with `hostPaths.allow: [/tmp/nvidia-mps]`.
 Everything else passes, for instance `/var/log` and `/var/log/pods` (log agents), `/etc/localtime`,
 `/etc/ssl/certs`, `/tmp`, `/data`, `/mnt/disks/ssd0`, `/dev/shm` and `/sys/fs/cgroup`.
 
+`/sys/fs/cgroup` (and what lies under it) passes only read-only, recursively: every container that
+mounts the volume (init, sidecar, regular, and an ephemeral container added later, which may mount
+a volume the pod already has) must say `readOnly: true` and `recursiveReadOnly: Enabled`. On a
+cgroup v1 node a writable cgroupfs is a way out of the container's device cgroup without any
+capability: the kernel lets a root-uid writer move any task into any cgroup of the hierarchy
+(linux kernel/cgroup/cgroup-v1.c `__cgroup1_procs_write` checks only the uid), so the container
+moves itself into the devices hierarchy's root (`a *:* rwm`), creates `/dev/nvidia*` with mknod
+(containerd's default capabilities include CAP_MKNOD) and opens every card of the node. A plain
+`readOnly: true` is not enough there: it makes only the top bind mount read-only, and cgroup v1
+mounts each controller below `/sys/fs/cgroup` as a submount that stays writable (Kubernetes
+KEP-3857, recursive read-only mounts, GA in 1.33). `IfPossible` is not enough either: it falls back
+to the plain read-only mount on kernels before 5.12 and on runtimes without support, which is
+where cgroup v1 nodes are. On cgroup v2 nodes the runtime gives containers a private cgroup
+namespace, which keeps migrations inside the container's own cgroup, but a pod cannot tell which
+kind of node it lands on. An admin who allows `/sys/fs/cgroup` (or `/sys/fs`) explicitly in
+`hostPaths.allow` lifts the read-only condition.
+
 Admins extend both sides in the settings (`hostPaths`, see `configured`): `protect` adds roots, such
 as a kubelet root directory or `staticPodPath` outside the defaults; `allow` lets one path and what
 lies under it through, such as `/run/xtables.lock` for a CNI agent. An allowed path is never a
@@ -112,6 +129,8 @@ PROTECTED_LEAVES: Mapping[str, str] = types.MappingProxyType({
 })
 # Children of protected roots that expose no device, runtime or control state.
 BUILT_IN_ALLOWED: tuple[str, ...] = ("/dev/shm", "/sys/fs/cgroup")
+# Built-in allowed paths that pass only when every mount of the volume is recursively read-only.
+READ_ONLY_ALLOWED: tuple[str, ...] = ("/sys/fs/cgroup",)
 CONFIGURED_REASON = "protected by the settings (hostPaths.protect)"
 # Symbolic links every current distribution ships; the node resolves them, so this module does too.
 HOST_LINKS: Mapping[tuple[str, ...], tuple[str, ...]] = types.MappingProxyType(
@@ -161,6 +180,8 @@ class HostPathRules:
 
     protect: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_ROOTS)
     allow: tuple[str, ...] = BUILT_IN_ALLOWED
+    # Allowed only for mounts that are read-only recursively (see the docstring: cgroup v1).
+    read_only: tuple[str, ...] = READ_ONLY_ALLOWED
     # Refused like roots, but a parent of a leaf is not refused for it (PROTECTED_LEAVES).
     leaves: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_LEAVES)
     # Every strict parent of a protected root, for one lookup per path instead of a scan of roots.
@@ -188,6 +209,12 @@ class HostPathRules:
         return Verdict(root=inside, reason=reason, contains=False)
 
 
+    def read_only_root(self, path: str) -> str | None:
+        """The read-only allowance `path` (as written) lies in, where it passes only read-only; else None."""
+        resolved = resolve(path)
+        return next((root for root in self.read_only if within(resolved, root)), None)
+
+
 def _ancestors(path: str) -> list[str]:
     """`/`, then each longer prefix of resolved `path`, ending with `path` itself."""
     found = ["/"]
@@ -207,7 +234,8 @@ def configured(*, protect: Sequence[str] = (), allow: Sequence[str] = ()) -> Hos
     """The built-in rules with the admin's extra roots and allowed paths; ValueError names the entry.
 
     Entries are absolute paths, resolved like a pod's. An extra root at or under a built-in allowed
-    path (`/dev/shm`, `/sys/fs/cgroup`) takes that allowance away. An allowed path may not be, or
+    path (`/dev/shm`, `/sys/fs/cgroup`) takes that allowance away; allowing `/sys/fs/cgroup` (or a
+    parent of it) explicitly lifts its read-only condition. An allowed path may not be, or
     contain, a protected root, and an extra root may not lie in an allowed path: either would make
     one setting silently undo the other.
     """
@@ -217,7 +245,8 @@ def configured(*, protect: Sequence[str] = (), allow: Sequence[str] = ()) -> Hos
         resolved = _entry(entry, field=f"protect[{index}]")
         roots.setdefault(resolved, CONFIGURED_REASON)
         extra.append(resolved)
-    allowed = [a for a in BUILT_IN_ALLOWED if not any(within(root, a) for root in extra)]
+    built_in = [a for a in BUILT_IN_ALLOWED if not any(within(root, a) for root in extra)]
+    allowed = list(built_in)
     for index, entry in enumerate(allow):
         resolved = _entry(entry, field=f"allow[{index}]")
         for root in roots:
@@ -228,7 +257,13 @@ def configured(*, protect: Sequence[str] = (), allow: Sequence[str] = ()) -> Hos
                     "or give the namespaces that need all of it an exception"
                 )
         allowed.append(resolved)
-    return HostPathRules(protect=types.MappingProxyType(roots), allow=tuple(dict.fromkeys(allowed)))
+    explicit = allowed[len(built_in) :]
+    read_only = tuple(
+        r for r in READ_ONLY_ALLOWED if r in allowed and not any(within(r, a) for a in explicit)
+    )
+    return HostPathRules(
+        protect=types.MappingProxyType(roots), allow=tuple(dict.fromkeys(allowed)), read_only=read_only
+    )
 
 
 def _entry(value: object, *, field: str) -> str:
@@ -248,6 +283,16 @@ class HostPathDevices(policy.PodValidator):
 
     id = "GPU003"
     summary = "hostPath volumes must not reach the node's devices, container runtimes or control state"
+
+    def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
+        """The volumes' findings (whole pods only), then writable mounts of read-only-only host paths.
+
+        The second part also runs on the `ephemeralcontainers` subresource: an ephemeral container
+        cannot add a volume, but it can mount one the pod already has.
+        """
+        findings = list(self.check_pod(context)) if context.whole_pod else []
+        findings.extend(_writable_mounts(context))
+        return findings
 
     def check_pod(self, context: policy.Context) -> Iterable[policy.Finding]:
         """A finding per offending hostPath volume."""
@@ -274,3 +319,43 @@ class HostPathDevices(policy.PodValidator):
                 )
             )
         return findings
+
+
+def _writable_mounts(context: policy.Context) -> list[policy.Finding]:
+    """A finding per mount, by a container in scope, of a read-only-only hostPath that is not recursively read-only."""
+    rules = context.settings.host_paths
+    if not rules.read_only:
+        return []
+    guarded: dict[str, tuple[str, str]] = {}  # volume name -> (path as written, read-only root)
+    for _, volume in podspec.volumes(context.template.spec):
+        path = podspec.mapping(volume.get("hostPath")).get("path")
+        name = volume.get("name")
+        if not isinstance(path, str) or not isinstance(name, str) or rules.judge(path) is not None:
+            continue  # a refused path already has its finding; a malformed one mounts nothing
+        root = rules.read_only_root(path)
+        if root is not None:
+            guarded[name] = (path, root)
+    if not guarded:
+        return []
+    findings: list[policy.Finding] = []
+    for container in context.containers:
+        for entry in podspec.sequence(container.container.get("volumeMounts")):
+            mount = podspec.mapping(entry)
+            name = mount.get("name")
+            if not isinstance(name, str) or name not in guarded:
+                continue
+            if mount.get("readOnly") is True and mount.get("recursiveReadOnly") == "Enabled":
+                continue
+            path, root = guarded[name]
+            findings.append(
+                policy.Finding(
+                    detail=(
+                        f'{container.label} mounts volume "{name}" (hostPath {resolve(path)}) at '
+                        f"{mount.get('mountPath')!s} without readOnly: true and recursiveReadOnly: Enabled; "
+                        f"{root} may only be mounted read-only, recursively (a writable cgroup v1 hierarchy "
+                        "lets a container leave its device cgroup and open every GPU); add both fields to "
+                        "the volumeMount"
+                    )
+                )
+            )
+    return findings

@@ -1,0 +1,206 @@
+"""GPU003: the built-in `/sys/fs/cgroup` allowance holds only for recursively read-only mounts.
+
+A writable cgroup v1 hierarchy lets a root container move itself into the devices controller's
+root cgroup and open every card (see the policy's docstring); a plain `readOnly: true` leaves the
+v1 controllers, which are submounts, writable.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from policies import model
+
+RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
+
+
+def cgroup_pod(pod, container, *, mount=None, path="/sys/fs/cgroup", **extra):
+    mount = {} if mount is None else mount
+    return pod(
+        container(volumeMounts=[{"name": "cgroup", "mountPath": "/host/cgroup", **mount}]),
+        volumes=[{"name": "cgroup", "hostPath": {"path": path}}],
+        **extra,
+    )
+
+
+def add_ephemeral(pod_object, container):
+    updated = copy.deepcopy(pod_object)
+    updated["spec"].setdefault("ephemeralContainers", []).append(container)
+    return updated
+
+
+# --- the attack side ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mount",
+    [
+        {},
+        {"readOnly": False},
+        {"readOnly": True},
+        {"readOnly": True, "recursiveReadOnly": "IfPossible"},
+        {"readOnly": True, "recursiveReadOnly": "Disabled"},
+        {"readOnly": "true", "recursiveReadOnly": "Enabled"},
+        {"readOnly": True, "recursiveReadOnly": "enabled"},
+    ],
+)
+def test_a_cgroup_host_path_mounted_writable_or_only_top_level_read_only_is_denied(
+    pod, container, evaluate, violation_messages, mount
+):
+    decision = evaluate(cgroup_pod(pod, container, mount=mount))
+
+    assert not decision.allowed
+    (message,) = violation_messages(decision, "GPU003")
+    assert 'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup) at /host/cgroup' in message
+    assert "readOnly: true and recursiveReadOnly: Enabled" in message
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/", "//sys/./fs/cgroup", "/sys/fs/cgroup/kubepods.slice", "sys/fs/cgroup"],
+)
+def test_every_spelling_and_every_path_under_sys_fs_cgroup_needs_the_read_only_mount(
+    pod, container, evaluate, violation_messages, path
+):
+    decision = evaluate(cgroup_pod(pod, container, path=path))
+
+    assert not decision.allowed
+    assert violation_messages(decision, "GPU003")
+
+
+def test_a_writable_mount_by_an_init_container_or_sidecar_is_denied_beside_a_read_only_main(
+    pod, container, evaluate, violation_messages
+):
+    mount = {"name": "cgroup", "mountPath": "/cg"}
+    manifest = pod(
+        container(volumeMounts=[{**mount, **RECURSIVE_RO}]),
+        init=[container("setup", volumeMounts=[mount]), container("agent", restartPolicy="Always", volumeMounts=[mount])],
+        volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}],
+    )
+    decision = evaluate(manifest)
+
+    assert not decision.allowed
+    found = violation_messages(decision, "GPU003")
+    assert len(found) == 2
+    assert any('init container "setup"' in m for m in found)
+    assert any('"agent"' in m for m in found)
+    assert not any('container "main"' in m and "init" not in m for m in found)
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob", "ReplicationController"])
+def test_a_writable_cgroup_mount_in_a_workload_template_is_denied(pod, container, workload, evaluate, violation_messages, kind):
+    decision = evaluate(workload(kind, cgroup_pod(pod, container)))
+
+    assert not decision.allowed
+    assert violation_messages(decision, "GPU003")
+
+
+def test_an_ephemeral_container_mounting_the_pods_cgroup_volume_writable_is_denied(pod, container, evaluate, violation_messages):
+    running = cgroup_pod(pod, container, mount=RECURSIVE_RO, nodeName="gpu-node-1")
+    debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/cg"}])
+
+    decision = evaluate(
+        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running
+    )
+
+    assert not decision.allowed
+    (message,) = violation_messages(decision, "GPU003")
+    assert 'ephemeral container "debugger" mounts volume "cgroup"' in message
+
+
+# --- the ordinary side -------------------------------------------------------------------------
+
+
+def test_a_recursively_read_only_cgroup_mount_is_allowed(pod, container, evaluate, result):
+    decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO))
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+def test_a_monitoring_daemonset_mounting_cgroup_read_only_recursively_is_allowed(
+    pod, container, workload, evaluate, result
+):
+    template = pod(
+        container(
+            "node-metrics",
+            volumeMounts=[
+                {"name": "cgroup", "mountPath": "/host/sys/fs/cgroup", **RECURSIVE_RO},
+                {"name": "varlog", "mountPath": "/var/log"},
+                {"name": "shm", "mountPath": "/dev/shm"},
+            ],
+        ),
+        volumes=[
+            {"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}},
+            {"name": "varlog", "hostPath": {"path": "/var/log"}},
+            {"name": "shm", "hostPath": {"path": "/dev/shm"}},
+        ],
+    )
+    decision = evaluate(workload("DaemonSet", template))
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+def test_a_cgroup_volume_no_container_mounts_is_allowed(pod, container, evaluate, result):
+    decision = evaluate(pod(container(), volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]))
+
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+def test_an_ephemeral_container_mounting_cgroup_read_only_recursively_or_an_empty_dir_is_allowed(
+    pod, container, evaluate, result
+):
+    running = pod(
+        container(volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}]),
+        volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": "scratch", "emptyDir": {}}],
+    )
+    debug = container(
+        "debugger",
+        volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}],
+    )
+
+    decision = evaluate(
+        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running
+    )
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+@pytest.mark.parametrize("allowed", ["/sys/fs/cgroup", "/sys/fs"])
+def test_an_admin_allowing_cgroup_explicitly_lifts_the_read_only_condition(pod, container, evaluate, result, allowed):
+    decision = evaluate(cgroup_pod(pod, container), config={"hostPaths": {"allow": [allowed]}})
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+def test_an_admin_allowing_another_path_keeps_the_read_only_condition(pod, container, evaluate, violation_messages):
+    decision = evaluate(cgroup_pod(pod, container), config={"hostPaths": {"allow": ["/run/xtables.lock"]}})
+
+    assert not decision.allowed
+    assert violation_messages(decision, "GPU003")
+
+
+def test_an_admin_protecting_cgroup_refuses_it_even_read_only(pod, container, evaluate, violation_messages):
+    decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO), config={"hostPaths": {"protect": ["/sys/fs/cgroup"]}})
+
+    assert not decision.allowed
+    (message,) = violation_messages(decision, "GPU003")
+    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which lies in the protected' in message
+
+
+@pytest.mark.parametrize(
+    "mounts",
+    [None, "x", [3], [{"name": 5}], [{"mountPath": "/cg"}], [{"name": "other", "mountPath": "/cg"}]],
+)
+def test_malformed_or_unrelated_mounts_are_ignored(pod, container, evaluate, result, mounts):
+    manifest = pod(
+        container(volumeMounts=mounts),
+        volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": 7, "hostPath": {"path": "/sys/fs/cgroup"}}],
+    )
+
+    assert result(evaluate(manifest), "GPU003") is model.Result.PASS

@@ -20,6 +20,7 @@ import yaml
 from tests.e2e.harness import Cluster, eventually
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, bound, create, make_pool, pools  # noqa: F401 - pools is a fixture
 from webhook import cli
+from webhook.cluster import controlplane, install
 from webhook.extender import cards
 
 pytestmark = pytest.mark.e2e
@@ -247,3 +248,28 @@ def test_defrag_apply_frees_the_planned_card_within_the_budget_and_the_pending_p
     assert allocation(cluster.get("pod", "want-14", namespace=ns))["cards"] == [1]
     movers = [p for p in bound(cluster, ns) if p["metadata"]["name"].startswith("mover-") and not p["metadata"].get("deletionTimestamp")]
     assert [(p["spec"]["nodeName"], allocation(p)["cards"]) for p in movers] == [(node_b, [0])]
+
+
+def test_a_stale_reservation_does_not_survive_an_extender_restart(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = make_pool(cluster, pools, gpus=(GIB16,))
+    (node,) = pool.nodes
+    controlplane.stop(cluster.state, ["extender"])  # the extender dies with a bind committed and its pod then deleted
+    try:
+        now = time.time()
+        entry = cards.Allocation(
+            uid=str(uuid.uuid4()), namespace="gone", name="deleted-while-down", node=node, cards=(0,), memory_gib=16,
+            assumed_at=now + 10, expires=now + 90, source="reservation",
+        )
+        patch = {"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: cards.render_reservations({entry.uid: entry})}}}
+        assert cluster.kubectl("patch", "node", node, "--type", "merge", "-p", json.dumps(patch)).returncode == 0
+        ns = cluster.namespace()
+        create(cluster, [pod("after-restart", pool=pool, mem=8)], namespace=ns)
+        report = explain(cluster, capsys, "after-restart", namespace=ns)
+        assert codes(report, node) == ["STALE_ALLOCATION", "INSUFFICIENT_MEMORY"]
+    finally:
+        install.start_extender(cluster.state)  # same port: the scheduler configuration still points at it
+    wait_bound(cluster, ns, 1)  # the restarted extender counts the entry only for the in-flight grace, then prunes it
+    annotations = cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
+    assert entry.uid not in annotations.get(cards.RESERVATIONS_ANNOTATION, "")

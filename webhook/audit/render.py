@@ -65,7 +65,7 @@ def table(audit: scan.Audit, *, all_results: bool = False) -> str:
                     namespace or "-",
                     _objects(item),
                     item.policy,
-                    item.result.value,
+                    report.result_of(item),  # as the PolicyReport writes it: a warn-level failure is warn
                     item.action.value,
                     item.severity.value,
                     item.message,
@@ -121,7 +121,7 @@ def markdown(audit: scan.Audit, *, all_results: bool = False) -> str:
         out.append("|---|---|---|---|---|---|")
         for item in items:
             out.append(
-                f"| `{_md(_objects(item))}` | {item.policy} | {_ICON[item.result]} | {item.action.value} "
+                f"| `{_md(_objects(item))}` | {item.policy} | {_ICON[model.Result(report.result_of(item))]} | {item.action.value} "
                 f"| {item.severity.value} | {_md(item.message)} |"
             )
         out.append("")
@@ -223,7 +223,7 @@ def html_page(audit: scan.Audit, *, all_results: bool = False, title: str = "gpu
                 f'<tr><td class="obj"><code>{_e(_objects(item))}</code></td>'
                 f"<td>{_e(item.policy)}<br>"
                 f'<span class="num">{_e(item.rule)}</span></td>'
-                f'<td><span class="badge {item.result.value}">{item.result.value}</span></td>'
+                f'<td><span class="badge {report.result_of(item)}">{report.result_of(item)}</span></td>'
                 f"<td>{_e(item.action.value)}</td><td>{_e(item.severity.value)}</td>"
                 f'<td class="msg">{_e(item.message)}</td></tr>'
             )

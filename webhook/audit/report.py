@@ -15,6 +15,11 @@ Lifecycle (the decisions, in one place):
   thousands of clean namespaces cost no etcd objects.
 - Idempotent: a result that was already in the report keeps its timestamp (the time it was first
   seen), so an unchanged cluster yields byte-for-byte the same report and no write at all.
+- Results as Kyverno reports them: a failure of a policy whose action is `warn` is `result: warn`
+  (Kyverno turns `fail` into `warn` for policies annotated `policies.kyverno.io/scored: "false"`),
+  and every `warn` result is `scored: false`; `fail`, `error`, `pass` and `skip` are scored. The
+  summary counts results as written. policy-reporter (kyverno/policy-reporter,
+  pkg/openreports/common.go) reads `warn` as "requirements not met, the policy is not scored".
 - Size: etcd refuses objects past ~1.5 MiB, so a report keeps at most `MAX_RESULTS` results, the
   most serious first; the annotation `gpu-admission.io/omitted-results` says how many were left
   out (summary still counts them).
@@ -88,9 +93,17 @@ def timestamp(now: float) -> Timestamp:
     return {"seconds": seconds, "nanos": nanos}
 
 
+def result_of(finding: findings.Finding) -> ResultName:
+    """The result a report writes: a failure of a warn-level policy is `warn`, as Kyverno's unscored policies."""
+    if finding.result is model.Result.FAIL and finding.action is model.Action.WARN:
+        return "warn"
+    result: ResultName = finding.result.value
+    return result
+
+
 def wire_result(finding: findings.Finding, *, at: Timestamp) -> WireResult:
     """The PolicyReportResult of a finding; `properties.action` is the action it acts with."""
-    result: ResultName = finding.result.value
+    result = result_of(finding)
     return {
         "source": findings.SOURCE,
         "policy": finding.policy,
@@ -99,7 +112,7 @@ def wire_result(finding: findings.Finding, *, at: Timestamp) -> WireResult:
         "severity": finding.severity.value,
         "timestamp": {"seconds": at["seconds"], "nanos": at["nanos"]},  # a copy: reports never share one
         "result": result,
-        "scored": True,
+        "scored": result != "warn",
         "resources": [ref.wire() for ref in finding.resources],
         "message": finding.message,
         "properties": {"action": finding.action.value},
@@ -115,7 +128,7 @@ def counts(results: Iterable[findings.Finding]) -> Counts:
     """How many results of each kind."""
     tally: Counts = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
     for finding in results:
-        tally[finding.result.value] += 1
+        tally[result_of(finding)] += 1
     return tally
 
 

@@ -210,3 +210,34 @@ def test_the_list_output_holds_the_reports_that_exist() -> None:
 def test_timestamps_are_whole_seconds_and_nanos() -> None:
     assert report.timestamp(12.5) == {"seconds": 12, "nanos": 500_000_000}
     assert report.timestamp(12.9999999999) == {"seconds": 12, "nanos": 999_999_999}
+
+
+def _acting(item: findings.Finding, action: model.Action) -> findings.Finding:
+    return dataclasses.replace(item, action=action)
+
+
+def test_a_failure_of_a_warn_level_policy_is_an_unscored_warn_as_kyverno_reports_it() -> None:
+    failed_warn = _acting(finding("w", model.Result.FAIL), model.Action.WARN)
+    built = report.build([failed_warn], namespace="team-a", now=NOW)
+    (result,) = built["results"]
+    assert (result["result"], result["scored"], result["properties"]) == ("warn", False, {"action": "warn"})
+    assert built["summary"] == {"pass": 0, "fail": 0, "warn": 1, "error": 0, "skip": 0}
+
+
+@pytest.mark.parametrize("action", [model.Action.ENFORCE, model.Action.AUDIT])
+def test_failures_of_enforce_and_audit_policies_stay_scored_failures(action: model.Action) -> None:
+    (result,) = report.build([_acting(finding("x", model.Result.FAIL), action)], namespace="team-a", now=NOW)["results"]
+    assert (result["result"], result["scored"]) == ("fail", True)
+
+
+def test_every_warn_is_unscored_and_every_other_result_scored() -> None:
+    built = report.desired(MIXED, namespaces={"team-a"}, all_results=True, now=NOW)["team-a"]
+    assert built is not None
+    assert {r["result"]: r["scored"] for r in built["results"]} == {
+        "fail": True, "warn": False, "skip": True, "error": True, "pass": True,
+    }
+
+
+def test_an_error_of_a_warn_level_policy_stays_an_error() -> None:
+    (result,) = report.build([_acting(finding("e", model.Result.ERROR), model.Action.WARN)], namespace="team-a", now=NOW)["results"]
+    assert (result["result"], result["scored"]) == ("error", True)

@@ -3,6 +3,12 @@
 Inputs: files, directories (recursively, ``.yaml``/``.yml``/``.json``), ``-`` for stdin; multi-document
 YAML and ``kind: List`` are expanded. Exit status: 0 all allowed, 1 any denied, 2 unreadable or
 invalid input (one line naming the file and document).
+
+The printed ``object`` is the input with the patch applied. For a Pod that is what gets stored.
+For a workload (Deployment, Job, CronJob, ...) it is not: the mutating webhook sees only Pods, so
+the workload is stored unpatched and the patch lands on each pod created from its template. Each
+result says which in ``patchAppliesTo`` (``PATCH_APPLIES_TO``), and the table adds a NOTE line
+under a mutated workload.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any, Literal, TextIO, TypedDict
 import jsonpatch
 import yaml
 
-from policies import model, settings
+from policies import model, podspec, settings
 from webhook import config, errors
 from webhook.admission import decisions
 
@@ -43,6 +49,7 @@ class WireResult(TypedDict):
     allowed: bool
     violations: list[WireViolation]
     patch: list[dict[str, Any]]
+    patchAppliesTo: str
     object: dict[str, Any]
 
 
@@ -185,6 +192,7 @@ def report(outcomes: Sequence[Outcome]) -> WireReport:
                     for v in outcome.decision.violations
                 ],
                 "patch": [dict(op) for op in outcome.decision.patch],
+                "patchAppliesTo": patch_applies_to(obj),
                 "object": _redacted(outcome.patched),
             }
         )
@@ -216,6 +224,8 @@ def render_table(outcomes: Sequence[Outcome]) -> str:
         rows.append((outcome.document.source, f"{obj.get('kind')}/{_name(obj) or '-'}", outcome.namespace, _verdict(decision)))
         lines = [f"{v.action.upper():<7} {v.message}" for v in decision.violations]
         lines += [f"PATCH   {_describe_op(op)}" for op in decision.patch]
+        if decision.patch and patch_applies_to(obj) == PATCH_APPLIES_TO_TEMPLATE_PODS:
+            lines.append(f"NOTE    {obj.get('kind')} is stored unpatched; the patch applies to the pods created from its template")
         if decision.exempt_reason:
             lines.append(f"EXEMPT  {decision.exempt_reason}")
         details.append(lines)
@@ -228,6 +238,21 @@ def render_table(outcomes: Sequence[Outcome]) -> str:
     out.append("")
     out.append(f"{summary['objects']} object(s): {summary['denied']} denied, {summary['mutated']} mutated")
     return "\n".join(out) + "\n"
+
+
+PATCH_APPLIES_TO_POD = "this pod, as stored"
+PATCH_APPLIES_TO_TEMPLATE_PODS = "pods created from this template"
+PATCH_APPLIES_TO_NOTHING = "nothing: this kind is not mutated"
+
+
+def patch_applies_to(obj: Mapping[str, Any]) -> str:
+    """What the mutating webhook's patch lands on in a cluster (the ``patchAppliesTo`` field)."""
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return PATCH_APPLIES_TO_POD
+    if kind in podspec.WORKLOAD_KINDS:
+        return PATCH_APPLIES_TO_TEMPLATE_PODS
+    return PATCH_APPLIES_TO_NOTHING
 
 
 def _verdict(decision: model.Decision) -> str:

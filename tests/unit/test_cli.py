@@ -117,7 +117,7 @@ def test_json_report_shape_sources_and_patched_objects(capsys: pytest.CaptureFix
         f"{tree}/nested/service.json#0",
     ]
     for result in report["results"]:
-        assert set(result) == {"source", "apiVersion", "kind", "namespace", "name", "allowed", "violations", "patch", "object"}
+        assert set(result) == {"source", "apiVersion", "kind", "namespace", "name", "allowed", "violations", "patch", "patchAppliesTo", "object"}
     plain, shared, whole, sneaky, service = report["results"]
     assert (plain["namespace"], shared["namespace"], whole["namespace"]) == ("team-a", "default", "team-b")
     assert shared["patch"] == [{"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}}]
@@ -297,3 +297,48 @@ def test_export_vap_keeps_the_old_o_file_spelling_with_a_warning(capsys: pytest.
     assert yaml.safe_load_all(target.read_text(encoding="utf-8"))
     status, out, err = _run(capsys, "policies", "export-vap", "-o", "csv", "--output-file", str(target))
     _assert_one_line_error(status, out, err, "-o takes yaml|json, not 'csv'")
+
+
+DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "shared", "namespace": "team-a"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "shared"}},
+        "template": {
+            "metadata": {"labels": {"app": "shared"}},
+            "spec": {"containers": [{"name": "m", "image": "i", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]},
+        },
+    },
+}
+SHARED_POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "shared", "namespace": "team-a"},
+    "spec": DEPLOYMENT["spec"]["template"]["spec"],  # type: ignore[index]
+}
+
+
+def test_dry_run_says_a_workloads_patch_lands_on_its_pods_not_on_the_stored_workload(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    manifest = tmp_path / "shared.yaml"
+    manifest.write_text(yaml.safe_dump_all([DEPLOYMENT, SHARED_POD]))
+    status, report = _json(capsys, "dry-run", "-f", str(manifest))
+    deployment, pod = report["results"]
+    assert status == 0 and deployment["patch"] and pod["patch"]
+    assert deployment["patchAppliesTo"] == "pods created from this template"
+    assert pod["patchAppliesTo"] == "this pod, as stored"
+    status, out, _ = _run(capsys, "dry-run", "-f", str(manifest))
+    notes = [line.strip() for line in out.splitlines() if line.strip().startswith("NOTE")]
+    assert notes == ["NOTE    Deployment is stored unpatched; the patch applies to the pods created from its template"]
+    status, out, _ = _run(capsys, "dry-run", "-f", str(manifest), "-o", "yaml")
+    assert yaml.safe_load(out)["results"][0]["patchAppliesTo"] == "pods created from this template"
+
+
+def test_dry_run_of_an_unmutated_kind_says_nothing_is_patched(capsys: pytest.CaptureFixture[str]) -> None:
+    status, report = _json(capsys, "dry-run", "-f", str(MANIFESTS / "tree" / "nested" / "service.json"))
+    (service,) = report["results"]
+    assert service["patch"] == [] and service["patchAppliesTo"] == "nothing: this kind is not mutated"
+    status, out, _ = _run(capsys, "dry-run", "-f", str(MANIFESTS / "tree"))
+    assert not any(line.strip().startswith("NOTE") for line in out.splitlines())  # the mutated object there is a Pod

@@ -3,8 +3,9 @@
 # module proxy into the same per-user cache as the control plane, keyed by version. A second run
 # with the same versions builds nothing. Usage: build.sh [--force] [helm|promtool ...]
 # (no name: both). Prints the cache directory on its last line.
-# Each is installed on its own (`go install module/cmd@version`), as kwok is: neither belongs in
-# the control-plane tools module, whose k8s.io pins they do not share.
+# Each is built on its own, as kwok is (helm: `go install module/cmd@version`; promtool: inside its
+# downloaded module): neither belongs in the control-plane tools module, whose k8s.io pins they do
+# not share.
 set -euo pipefail
 HELM_VERSION=v3.19.0
 PROMETHEUS_VERSION=v0.313.5  # the Go module version of Prometheus 3.13.5's promtool
@@ -34,7 +35,18 @@ install() {  # name package@version
 for name in "${names[@]}"; do
   case $name in
     helm) install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
-    promtool) install promtool "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" ;;
+    promtool)
+      # Prometheus' go.mod has replace directives, which `go install pkg@version` refuses: build
+      # inside the downloaded module, with its own go.mod and go.sum.
+      if [[ ! -x "$bin/promtool" || "$force" == --force ]]; then
+        echo "building promtool (github.com/prometheus/prometheus@$PROMETHEUS_VERSION)" >&2
+        start=$SECONDS
+        moddir=$(cd "$(mktemp -d)" && GOFLAGS= go mod download -json "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+        (cd "$moddir" && GOWORK=off CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false" go build -ldflags "-s -w" -o "$bin/promtool.tmp" ./cmd/promtool)
+        mv "$bin/promtool.tmp" "$bin/promtool"
+        echo "built promtool in $((SECONDS - start))s" >&2
+      fi
+      ;;
   esac
 done
 echo "$bin"

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from webhook import errors
-from webhook.cluster import binaries, controlplane, install, nodes
+from webhook.cluster import binaries, controlplane, install, nodes, realnode
 
 ERRORS = (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError)
 
@@ -37,6 +38,15 @@ def add_parser(subparsers: Any) -> None:
     up.add_argument("--nodes", default=None, help="YAML file of fake nodes (default: the built-in set)")
     up.add_argument("--no-install", action="store_true", help="do not start and register the webhook")
     up.add_argument("--config", type=Path, default=None, help="policy settings file for the webhook")
+    up.add_argument(
+        "--real-node", action="store_true",
+        help="also join a real kubelet on this machine (containerd, CNI, kube-proxy; needs root and docker.io)",
+    )
+    up.add_argument(
+        "--in-cluster", action="store_true",
+        help="with --real-node: build the image and install gpu-admission from deploy/ as containers on the real node",
+    )
+    up.add_argument("--image", default=None, help="with --in-cluster: a local image built from the Dockerfile, instead of building one")
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", help="stop every process of the cluster and remove its state")
@@ -49,15 +59,20 @@ def add_parser(subparsers: Any) -> None:
 
     build = verbs.add_parser("build", help="build (or, with --force, rebuild) the cached control-plane binaries")
     build.add_argument("--force", action="store_true")
+    build.add_argument("--real-node", action="store_true", help="also kubelet, kube-proxy and the pause binary")
     build.set_defaults(func=_build)
 
 
 @_one_line_errors
 def _up(args: argparse.Namespace) -> int:
     fake_nodes = nodes.load(args.nodes)
-    bin_dir = binaries.ensure()
-    state = install.bring_up(args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config)
-    print(f"cluster up: {len(fake_nodes)} fake nodes Ready{'' if args.no_install else ', gpu-admission installed'}")
+    bin_dir = binaries.ensure(real_node=args.real_node)
+    state = install.bring_up(
+        args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config, real_node=args.real_node,
+        in_cluster=args.in_cluster, image=args.image,
+    )
+    real = f", real node {realnode.NODE_NAME} Ready at {state.node_ip}" if args.real_node else ""
+    print(f"cluster up: {len(fake_nodes)} fake nodes Ready{real}{'' if args.no_install else ', gpu-admission installed'}")
     print(f"kubeconfig: {state.kubeconfig}")
     print(f"  {bin_dir / 'kubectl'} --kubeconfig {state.kubeconfig} get nodes")
     print(f"tear down:  gpu-admission cluster down --dir {args.dir}")
@@ -66,7 +81,7 @@ def _up(args: argparse.Namespace) -> int:
 
 @_one_line_errors
 def _down(args: argparse.Namespace) -> int:
-    stopped = controlplane.down(args.dir)
+    stopped = install.tear_down(args.dir)
     print(f"stopped: {', '.join(stopped)}" if stopped else f"nothing runs in {args.dir}")
     return 0
 
@@ -82,13 +97,20 @@ def _status(args: argparse.Namespace) -> int:
         port = state.ports.get(name)
         where = f" port {port}" if port else ""
         print(f"{name:<24} pid {state.pids[name]:<8} {'running' if alive else 'EXITED'}{where}")
+    listed = controlplane.kubectl(state, "get", "nodes", "-o", "json", check=False)
+    if listed.returncode == 0:
+        items = json.loads(listed.stdout)["items"]
+        described = [(i["metadata"]["name"], i["metadata"].get("annotations") or {}) for i in items]
+        real = set(realnode.real_nodes(described))
+        for name, _ in described:
+            print(f"node {name:<19} {'real (kubelet)' if name in real else 'fake (kwok)'}")
     print(f"kubeconfig: {state.kubeconfig}")
     return 0 if running and all(running.values()) else 1
 
 
 @_one_line_errors
 def _build(args: argparse.Namespace) -> int:
-    print(binaries.ensure(force=args.force))
+    print(binaries.ensure(force=args.force, real_node=args.real_node))
     return 0
 
 

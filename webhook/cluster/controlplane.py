@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-_CREATED = ("etcd", "pki", "kubeconfig", "scheduler.yaml", STATE_FILE, "webhook", "inventory")
+_CREATED = ("etcd", "pki", "kubeconfig", "scheduler.yaml", STATE_FILE, "webhook", "inventory", "node")
 
 
 class ClusterError(RuntimeError):
@@ -42,6 +42,9 @@ class State:
     bin_dir: Path
     ports: dict[str, int] = dataclasses.field(default_factory=dict)
     pids: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Flags appended to a component's command (a later flag wins), e.g. for a real node.
+    extra_args: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    node_ip: str = ""  # a real node's address, when the cluster has one
 
     @property
     def kubeconfig(self) -> Path:
@@ -52,7 +55,7 @@ class State:
         return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
 
     def save(self) -> None:
-        data = {"bin_dir": str(self.bin_dir), "ports": self.ports, "pids": self.pids}
+        data = {"bin_dir": str(self.bin_dir), "ports": self.ports, "pids": self.pids, "extra_args": self.extra_args, "node_ip": self.node_ip}
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
         tmp.replace(self.directory / STATE_FILE)
@@ -65,7 +68,10 @@ class State:
             return None
         except (OSError, ValueError) as error:
             raise ClusterError(f"{directory / STATE_FILE}: unreadable state: {error}") from error
-        return cls(directory=directory, bin_dir=Path(data["bin_dir"]), ports=data["ports"], pids=data["pids"])
+        return cls(
+            directory=directory, bin_dir=Path(data["bin_dir"]), ports=data["ports"], pids=data["pids"],
+            extra_args=data.get("extra_args", {}), node_ip=data.get("node_ip", ""),
+        )
 
     def running(self) -> dict[str, bool]:
         return {name: _alive(pid) for name, pid in self.pids.items()}
@@ -120,12 +126,15 @@ def up(
     bin_dir: Path,
     fake_nodes: Sequence[nodes.FakeNode],
     before_scheduler: Callable[[State], Mapping[str, Any] | None] | None = None,
+    prepare: Callable[[State], Mapping[str, Sequence[str]]] | None = None,
     timeout: float = 120.0,
 ) -> State:
     """Start every component, create the fake nodes and wait until all of them are Ready.
 
     `before_scheduler` runs once the apiserver is ready and before kube-scheduler starts; it may
     start processes the scheduler calls (the extender) and return the scheduler configuration.
+    `prepare` runs once the key material is written and before anything starts; it returns flags
+    to append per component (the real node's, `realnode.prepare`).
     """
     directory = directory.resolve()
     existing = State.load(directory)
@@ -141,6 +150,8 @@ def up(
         for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
     }
     pki.write_all(directory / "pki")
+    if prepare is not None:
+        state.extra_args = {name: list(flags) for name, flags in prepare(state).items()}
     _write_kubeconfig(state)
     write_scheduler_config(state)
     deadline = time.monotonic() + timeout
@@ -169,7 +180,7 @@ def up(
 
 def start(state: State, name: str, *, command: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """Start one component (or any extra process under the cluster, given its command) and record it."""
-    argv = list(command) if command is not None else _command(state, name)
+    argv = list(command) if command is not None else [*_command(state, name), *state.extra_args.get(name, [])]
     log = open(state.directory / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         process = subprocess.Popen(

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from policies import gpu
-from webhook.cluster import controlplane, nodes
+from webhook.cluster import controlplane, incluster, nodes, realnode
 
 WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"
 NODE_GUARD = "node-guard.yaml"
@@ -172,20 +172,49 @@ def install(state: controlplane.State, *, fake_nodes: Sequence[nodes.FakeNode] =
 
 
 def bring_up(
-    directory: Path, *, bin_dir: Path, fake_nodes: Sequence[nodes.FakeNode], with_install: bool = True, config: Path | None = None
+    directory: Path,
+    *,
+    bin_dir: Path,
+    fake_nodes: Sequence[nodes.FakeNode],
+    with_install: bool = True,
+    config: Path | None = None,
+    real_node: bool = False,
+    in_cluster: bool = False,
+    image: str | None = None,
 ) -> controlplane.State:
     """The whole local cluster: the control plane and, unless told not to, gpu-admission in it
-    (the extender before kube-scheduler starts, then the webhook)."""
+    (the extender before kube-scheduler starts, then the webhook); with `real_node`, a real
+    kubelet on this machine beside the KWOK nodes (`realnode`); with `in_cluster` as well, the
+    webhook, extender and labeler run as containers there, installed from deploy/ (`incluster`)."""
+    if in_cluster and not real_node:
+        raise controlplane.ClusterError("--in-cluster needs --real-node: KWOK nodes run no containers")
+    if real_node:
+        realnode.check_host(bin_dir)
+    local = with_install and not in_cluster
     state = controlplane.up(
-        directory, bin_dir=bin_dir, fake_nodes=fake_nodes, before_scheduler=start_extender if with_install else None
+        directory, bin_dir=bin_dir, fake_nodes=fake_nodes, before_scheduler=start_extender if local else None,
+        prepare=realnode.prepare if real_node else None,
     )
-    if with_install:
-        try:
+    try:
+        if real_node:
+            realnode.start(state, address=state.node_ip)
+        if local:
             install(state, fake_nodes=fake_nodes, config=config)
-        except BaseException:
-            controlplane.down(directory)
-            raise
+        elif with_install:
+            start_labelers(state, fake_nodes)  # the KWOK GPU nodes' NVML stand-ins
+            incluster.install(state, image=image)
+            controlplane.wait_for(lambda: _webhook_effective(state), what="the apiserver to call the in-cluster webhook", timeout=120, state=state)
+    except BaseException:
+        tear_down(directory)
+        raise
     return state
+
+
+def tear_down(directory: Path) -> list[str]:
+    """Stop everything of the cluster under `directory`: the real node first (its containers,
+    mounts and rules), then every process; what was stopped."""
+    stopped = realnode.teardown_directory(directory)
+    return [*stopped, *controlplane.down(directory)]
 
 
 def _http_ok(url: str) -> bool:

@@ -1,0 +1,119 @@
+"""The real node's configuration: the kubelet is not left open, containerd runs on its own socket
+with what this machine needs, the apiserver is reachable from pods, and teardown finds every mount."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from webhook.cluster import controlplane, pki, realnode
+
+ADDRESS = "192.0.2.10"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> controlplane.State:
+    pki.write_all(tmp_path / "pki")
+    made = controlplane.State(directory=tmp_path, bin_dir=tmp_path / "bin", ports={"kube-apiserver": 16443})
+    for name in ("kubelet", "kubelet-healthz", "kube-proxy-healthz", "kube-proxy-metrics"):
+        made.ports[name] = 20000 + len(made.ports)
+    return made
+
+
+def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_authorize_every_one(state: controlplane.State) -> None:
+    realnode.write_pki(state, address=ADDRESS)
+    realnode.write_configs(state, address=ADDRESS)
+    config = json.loads((realnode.node_dir(state) / "kubelet.yaml").read_text())
+    assert config["authentication"]["anonymous"] == {"enabled": False}
+    assert config["authentication"]["webhook"] == {"enabled": True}
+    assert config["authentication"]["x509"]["clientCAFile"] == str(state.directory / "pki" / "ca.crt")
+    assert config["authorization"] == {"mode": "Webhook"}
+    assert config["readOnlyPort"] == 0
+    assert config["address"] == ADDRESS and config["healthzBindAddress"] == "127.0.0.1"
+    assert config["cgroupDriver"] == "cgroupfs" and config["failCgroupV1"] is False
+    serving = x509.load_pem_x509_certificate(Path(config["tlsCertFile"]).read_bytes())
+    ips = [str(ip) for ip in serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)]
+    assert ips == [ADDRESS], "kubectl logs/exec dial the node IP, which the serving certificate must name"
+
+
+def test_the_kubelet_is_a_node_identity_and_kube_proxy_the_proxier(state: controlplane.State) -> None:
+    realnode.write_pki(state, address=ADDRESS)
+    for name, common_name, groups in (
+        ("kubelet-client", f"system:node:{realnode.NODE_NAME}", ["system:nodes"]),
+        ("kube-proxy", "system:kube-proxy", []),
+        ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []),
+    ):
+        certificate = x509.load_pem_x509_certificate((state.directory / "pki" / f"{name}.crt").read_bytes())
+        assert certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == common_name
+        assert [a.value for a in certificate.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == groups
+
+
+def test_the_apiserver_is_reachable_from_pods_and_authorizes_nodes_and_verifies_kubelets(state: controlplane.State) -> None:
+    realnode.write_pki(state, address=ADDRESS)
+    flags = realnode.apiserver_flags(state, address=ADDRESS)
+    assert f"--advertise-address={ADDRESS}" in flags and "--bind-address=0.0.0.0" in flags
+    assert "--endpoint-reconciler-type=lease" in flags, "the kubernetes Service needs an endpoint for in-cluster clients"
+    assert "--authorization-mode=Node" in flags, "appended to the base --authorization-mode=RBAC"
+    assert f"--kubelet-certificate-authority={state.directory / 'pki' / 'ca.crt'}" in flags
+    serving = x509.load_pem_x509_certificate((state.directory / "pki" / "apiserver.crt").read_bytes())
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ADDRESS in [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
+    assert "10.0.0.1" in [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
+
+
+def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_restricted_oom_adjustments(state: controlplane.State) -> None:
+    realnode.write_configs(state, address=ADDRESS)
+    config = tomllib.loads((realnode.node_dir(state) / "containerd.toml").read_text())
+    assert config["grpc"]["address"] == str(realnode.socket_path(state))
+    assert config["root"].startswith(str(state.directory)) and config["state"].startswith(str(state.directory))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == realnode.PAUSE_IMAGE and cri["restrict_oom_score_adj"] is True
+    assert cri["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    conflist = json.loads(Path(cri["cni"]["conf_dir"], "10-gpu-admission.conflist").read_text())
+    [bridge] = [p for p in conflist["plugins"] if p["type"] == "bridge"]
+    assert bridge["bridge"] == realnode.BRIDGE and bridge["ipam"]["dataDir"].startswith(str(state.directory))
+    assert len(str(realnode.socket_path(state))) < 108, "a unix socket path must fit sun_path"
+
+
+def test_kube_proxy_listens_on_loopback_ports_of_its_own(state: controlplane.State) -> None:
+    realnode.write_configs(state, address=ADDRESS)
+    config = json.loads((realnode.node_dir(state) / "kube-proxy.yaml").read_text())
+    assert config["mode"] == "iptables" and config["hostnameOverride"] == realnode.NODE_NAME
+    assert config["healthzBindAddress"].startswith("127.0.0.1:") and config["metricsBindAddress"].startswith("127.0.0.1:")
+    kubeconfig = yaml.safe_load(Path(config["clientConnection"]["kubeconfig"]).read_text())
+    assert kubeconfig["users"][0]["user"]["client-certificate"].endswith("kube-proxy.crt")
+
+
+def test_teardown_finds_every_mount_below_the_node_directory_deepest_first(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    mountinfo = "\n".join([
+        f"36 35 0:30 / {root}/kubelet/pods/a/volumes/kubernetes.io~projected/token rw - tmpfs tmpfs rw",
+        f"37 35 0:31 / {root}/containerd-state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw",
+        f"38 35 0:32 / {root}-other/x rw - tmpfs tmpfs rw",
+        "39 35 0:33 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw",
+        f"40 35 0:34 / {root}/kubelet rw - tmpfs tmpfs rw",
+        f"41 35 0:35 / {str(root).replace('/', '/', 1)}/with\\040space rw - tmpfs tmpfs rw",
+    ])
+    found = realnode.mounts_under(root, mountinfo)
+    assert f"{root}-other/x" not in found and "/var/lib/docker/overlay2/x/merged" not in found
+    assert found[-1] == f"{root}/kubelet" and f"{root}/with space" in found
+    assert len(found) == 4
+
+
+def test_cluster_status_tells_real_nodes_from_kwok_ones() -> None:
+    listed = [("gpu-a", {"kwok.x-k8s.io/node": "fake"}), (realnode.NODE_NAME, {"node.alpha.kubernetes.io/ttl": "0"}), ("other", {})]
+    assert realnode.real_nodes(listed) == [realnode.NODE_NAME, "other"]
+
+
+def test_extra_flags_reach_the_component_and_survive_a_reload(state: controlplane.State) -> None:
+    state.extra_args = {"kube-apiserver": ["--bind-address=0.0.0.0"]}
+    state.node_ip = ADDRESS
+    state.save()
+    loaded = controlplane.State.load(state.directory)
+    assert loaded is not None and loaded.extra_args == state.extra_args and loaded.node_ip == ADDRESS

@@ -10,7 +10,10 @@ token) the webhook, by default:
   (``webhook.admission.envsources``: 10 s cache, 1 s per read, offline judgement on timeout);
 - reads the Node a running pod is bound to when a privileged ephemeral container is being added
   to it, for GPU009 (``webhook.admission.nodes``: 10 s cache, 1 s per read; unknown labels fail
-  closed).
+  closed);
+- records a ``PolicyViolation`` Event in the namespace of each denied object, naming the policies
+  (``webhook.admission.events``: one per object and policies a minute, a bounded queue, sent in
+  the background with a 2 s timeout; never on a dry-run review; ``--no-events`` turns it off).
 
 Secrets are read only with ``--lookup-secrets``: a webhook that can read every Secret is a prime
 target, so the default leaves Secret-fed ``envFrom`` an uncertain warning (and ``valueFrom`` a
@@ -37,7 +40,7 @@ from aiohttp import web
 from policies import model
 from webhook import errors, flags, metrics
 from webhook import kube as webhook_kube
-from webhook.admission import envsources, keys, namespaces, nodes
+from webhook.admission import envsources, events, keys, namespaces, nodes
 from webhook.audit import kube
 from webhook.kube import client, client_exceptions
 from webhook.kube import watch as kube_watch
@@ -48,6 +51,7 @@ WATCH_ERRORS_METRIC = "gpu_admission_namespace_watch_errors_total"
 
 TOKEN = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 LIST_CHUNK = 500
+EVENT_TIMEOUT_S = 2.0
 _watch_module: Any = kube_watch  # untyped; Any stops at the adapter (STYLE habit 3)
 
 
@@ -84,6 +88,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "default: on with cluster access)",
     )
     group.add_argument(
+        "--events",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="record a PolicyViolation Event on each denied object, in its namespace (rate-limited, never delays "
+        "the answer; needs create on events; default: on with cluster access)",
+    )
+    group.add_argument(
         "--lookup-secrets",
         action="store_true",
         help="read Secrets too (needs get on secrets cluster-wide, a large privilege; default: off, and "
@@ -105,15 +116,16 @@ class Wanted:
     configmaps: bool
     secrets: bool
     nodes: bool = False
+    events: bool = False
 
     @property
     def any(self) -> bool:
-        return self.namespace_labels or self.configmaps or self.secrets or self.nodes
+        return self.namespace_labels or self.configmaps or self.secrets or self.nodes or self.events
 
 
 def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
     """Resolve the flags: on by default with access; asked for explicitly without access is an error."""
-    asked = [flag for flag, value in (("--namespace-labels", args.namespace_labels), ("--lookup-configmaps", args.lookup_configmaps), ("--lookup-nodes", args.lookup_nodes), ("--lookup-secrets", args.lookup_secrets or None)) if value]
+    asked = [flag for flag, value in (("--namespace-labels", args.namespace_labels), ("--lookup-configmaps", args.lookup_configmaps), ("--lookup-nodes", args.lookup_nodes), ("--lookup-secrets", args.lookup_secrets or None), ("--events", getattr(args, "events", None))) if value]
     if asked and not access:
         raise errors.InputError(f"{', '.join(asked)} need cluster access: give --kubeconfig, or run in a pod with a service account token")
     return Wanted(
@@ -121,6 +133,7 @@ def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
         configmaps=access and args.lookup_configmaps is not False,
         secrets=access and bool(args.lookup_secrets),
         nodes=access and args.lookup_nodes is not False,
+        events=access and getattr(args, "events", None) is not False,
     )
 
 
@@ -186,6 +199,7 @@ class Context:
     informer: namespaces.Informer | None
     env: envsources.Cache | None
     node_labels: nodes.Cache | None = None
+    recorder: events.Recorder | None = None
 
     def install(self, app: web.Application) -> None:
         """Put the parts where the handlers find them, and run them for the app's lifetime."""
@@ -206,6 +220,9 @@ class Context:
             app[keys.ENV_SOURCES] = self.env
         if self.node_labels is not None:
             app[keys.NODES] = self.node_labels
+        if self.recorder is not None:
+            app[keys.EVENTS] = self.recorder
+            app.cleanup_ctx.append(self.recorder.lifetime)
         app.cleanup_ctx.append(self._lifetime)
 
     async def _lifetime(self, app: web.Application) -> AsyncIterator[None]:
@@ -241,11 +258,18 @@ def from_args(args: argparse.Namespace) -> Context | None:
 
         env = envsources.Cache(reader, kinds=kinds)
     node_cache = nodes.Cache(functools.partial(read_node_labels, api, timeout_s=nodes.DEFAULT_TIMEOUT_S)) if parts.nodes else None
+    recorder = events.Recorder(functools.partial(create_event, api, timeout_s=EVENT_TIMEOUT_S)) if parts.events else None
     log.info(
-        "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s, Node lookups %s",
-        *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets, parts.nodes)),
+        "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s, Node lookups %s, events %s",
+        *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets, parts.nodes, parts.events)),
     )
-    return Context(api=api, informer=informer, env=env, node_labels=node_cache)
+    return Context(api=api, informer=informer, env=env, node_labels=node_cache, recorder=recorder)
+
+
+def create_event(api: client.ApiClient, body: Mapping[str, Any], *, timeout_s: float) -> None:
+    """Write one core/v1 Event (the webhook's ClusterRole allows create on events, nothing more)."""
+    core: Any = client.CoreV1Api(api)
+    core.create_namespaced_event(body["metadata"]["namespace"], dict(body), _preload_content=False, _request_timeout=timeout_s)
 
 
 def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> Mapping[str, str] | None:

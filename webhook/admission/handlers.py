@@ -16,7 +16,7 @@ from aiohttp import web
 from policies import model, podspec
 from policies.builtin import gpu001_visible_devices, gpu009_ephemeral_privilege
 from webhook import metrics
-from webhook.admission import decisions, keys, response, review
+from webhook.admission import decisions, events, keys, response, review
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,26 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
         len(decision.patch) if endpoint == "mutate" else 0,
         f" exempt={decision.exempt_reason!r}" if decision.exempt_reason else "",
     )
+    if not answer["response"]["allowed"] and not checked.dry_run and keys.EVENTS in request.app:
+        _record_denial(request.app[keys.EVENTS], checked, decision, answer)
     return web.json_response(answer)
+
+
+def _record_denial(
+    recorder: events.Recorder, checked: review.Review, decision: model.Decision, answer: review.AdmissionReviewResponse
+) -> None:
+    """Queue the denied object's Event (rate-limited, never waited for: ``webhook.admission.events``)."""
+    status = answer["response"].get("status") or {}
+    recorder.record(
+        events.Denial.of(
+            checked.object if checked.operation != "DELETE" else checked.old_object,
+            namespace=checked.namespace,
+            kind=checked.object_kind,
+            operation=checked.operation,
+            policies=[v.policy for v in decision.violations if v.action is model.Action.ENFORCE],
+            message=str(status.get("message", "")),
+        )
+    )
 
 
 async def _cluster_context(

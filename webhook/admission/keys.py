@@ -8,7 +8,7 @@ from aiohttp import web
 
 from policies import settings
 from webhook import metrics
-from webhook.admission import envsources, namespaces, nodes
+from webhook.admission import envsources, events, namespaces, nodes
 
 
 @dataclasses.dataclass
@@ -34,4 +34,5 @@ STATE = web.AppKey("state", State)
 NAMESPACES = web.AppKey("namespaces", namespaces.Informer)
 ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)
 NODES = web.AppKey("nodes", nodes.Cache)
+EVENTS = web.AppKey("events", events.Recorder)
 UID = web.RequestKey("uid", str)

@@ -126,7 +126,10 @@ CONTEXT = "gpu-admission-webhook-context"
 
 def test_the_cluster_context_reads_namespaces_and_config_maps_but_no_secrets(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
     rules = {(r["apiGroups"][0], tuple(r["resources"])): sorted(r["verbs"]) for r in webhook[("ClusterRole", CONTEXT)]["rules"]}
-    assert rules == {("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"], ("", ("nodes",)): ["get"]}
+    assert rules == {
+        ("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"], ("", ("nodes",)): ["get"],
+        ("", ("events",)): ["create"],  # the PolicyViolation Event on a denied object, create only
+    }
     assert webhook[("ClusterRoleBinding", CONTEXT)]["roleRef"]["name"] == CONTEXT
     (container,) = pod_spec(webhook)["containers"]
     args = serve_args(container["args"])

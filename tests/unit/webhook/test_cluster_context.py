@@ -409,15 +409,17 @@ def serve_args(*extra: str) -> argparse.Namespace:
 
 def test_with_access_labels_and_config_maps_are_on_and_secrets_off() -> None:
     parts = clustercontext.wanted(serve_args("--kubeconfig", "kc"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False, nodes=True)
-    parts = clustercontext.wanted(serve_args("--no-namespace-labels", "--lookup-secrets"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True, nodes=True)
+    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False, nodes=True, events=True)
+    parts = clustercontext.wanted(serve_args("--no-namespace-labels", "--lookup-secrets", "--no-events"), access=True)
+    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True, nodes=True, events=False)
 
 
 def test_without_access_everything_is_off_and_asking_for_a_part_is_an_error() -> None:
     assert not clustercontext.wanted(serve_args(), access=False).any
     with pytest.raises(errors.InputError, match="--lookup-secrets need cluster access"):
         clustercontext.wanted(serve_args("--lookup-secrets"), access=False)
+    with pytest.raises(errors.InputError, match="--events need cluster access"):
+        clustercontext.wanted(serve_args("--events"), access=False)
 
 
 def test_access_comes_from_a_kubeconfig_self_managed_certificates_or_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:

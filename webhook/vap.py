@@ -34,7 +34,8 @@ become a match condition on the namespace; exceptions that have not expired at e
 match conditions that leave their objects out (CEL has no clock, so an exception with an expiry
 keeps applying in the apiserver until the manifests are exported again; the webhook stops
 applying it on time). Bindings leave out the exempt namespaces by ``kubernetes.io/metadata.name``,
-as ``deploy/webhook-configurations.yaml`` does, and mirror pods, as its match condition does.
+as ``deploy/webhook-configurations.yaml`` does, and a kubelet's mirror pods, as its match condition does
+(a mirror annotation written by anyone else is judged).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ PREFIX = "gpu-admission-"
 EXPORTED_BUILTINS = ("GPU001", "GPU002", "GPU003", "GPU004")
 MIRROR_POD = (
     "request.resource.resource != 'pods' || !has(object.metadata.annotations) || "
-    "!('kubernetes.io/config.mirror' in object.metadata.annotations)"
+    "!('kubernetes.io/config.mirror' in object.metadata.annotations) || "
+    "!request.userInfo.username.startsWith('system:node:')"
 )
 _POSITIVE_OPERATORS = ("In", "Exists", "Gt", "Lt")
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")

@@ -123,3 +123,98 @@ def test_an_ephemeral_containers_env_from_prefix_is_neutralised_by_the_injected_
     env = ephemeral(cluster, "target", namespace=ns)["debugger"].get("env", [])
     # env is applied after envFrom by the kubelet: the prefix can no longer deliver the variable.
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in env
+
+
+TENANT = "tenant-alice"
+
+
+def as_tenant(cluster: Cluster, namespace: str) -> None:
+    """Bind the built-in `edit` role to TENANT in `namespace` (what a namespace's owner gets)."""
+    completed = cluster.kubectl(
+        "create", "rolebinding", "tenant-edit", "-n", namespace, "--clusterrole=edit", f"--user={TENANT}"
+    )
+    assert completed.returncode == 0, completed.stderr
+
+
+def create_as_tenant(cluster: Cluster, manifest: dict[str, Any], *, namespace: str) -> Any:
+    return cluster.kubectl("create", "-n", namespace, f"--as={TENANT}", "-f", "-", stdin=json.dumps(manifest))
+
+
+def forged_mirror_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "kubernetes.io/config.mirror": "forged",
+                "ALIYUN_COM_GPU_MEM_IDX": "0",
+                "ALIYUN_COM_GPU_MEM_POD": "1",
+            },
+        },
+        "spec": {
+            "nodeName": "cgpu-binpack-0",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/app:1",
+                    "resources": {"limits": {"aliyun.com/gpu-mem": 15}},
+                    "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                }
+            ],
+        },
+    }
+
+
+def test_a_tenants_pod_claiming_to_be_a_mirror_pod_is_still_judged(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    as_tenant(cluster, ns)
+
+    completed = create_as_tenant(cluster, forged_mirror_pod("not-static"), namespace=ns)
+
+    assert completed.returncode != 0, "the apiserver stored a tenant's mirror-annotated pod unjudged"
+    assert "GPU008" in completed.stderr and "GPU001" in completed.stderr
+    assert cluster.pods(namespace=ns) == []
+
+
+def test_a_kubelets_own_mirror_pod_is_still_skipped(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    got = cluster.kubectl("get", "node", "cpu-0", "-o", "json")
+    assert got.returncode == 0, got.stderr
+    node = json.loads(got.stdout)
+    # The local apiserver authorizes by RBAC alone; this stands in for the Node authorizer's grant.
+    bound = cluster.kubectl("create", "rolebinding", "kubelet", "-n", ns, "--clusterrole=edit", "--user=system:node:cpu-0")
+    assert bound.returncode == 0, bound.stderr
+    mirror = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "node-agent-cpu-0",
+            "annotations": {"kubernetes.io/config.mirror": "0123abcd", "kubernetes.io/config.source": "file"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "cpu-0", "uid": node["metadata"]["uid"], "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeName": "cpu-0",
+            "containers": [
+                {
+                    "name": "agent",
+                    "image": "registry.example/agent:1",
+                    "securityContext": {"privileged": True},
+                    "volumeMounts": [{"name": "dev", "mountPath": "/dev"}],
+                }
+            ],
+            "volumes": [{"name": "dev", "hostPath": {"path": "/dev"}}],
+        },
+    }
+
+    completed = cluster.kubectl(
+        "create", "-n", ns, "--as=system:node:cpu-0", "--as-group=system:nodes", "--as-group=system:authenticated",
+        "-f", "-", stdin=json.dumps(mirror),
+    )
+
+    # GPU003 would refuse the /dev hostPath: admitted means the webhooks skipped the kubelet's mirror pod.
+    assert completed.returncode == 0, completed.stderr
+    stored = cluster.get("pod", "node-agent-cpu-0", namespace=ns)
+    assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/dev"

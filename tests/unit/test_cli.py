@@ -342,3 +342,40 @@ def test_dry_run_of_an_unmutated_kind_says_nothing_is_patched(capsys: pytest.Cap
     assert service["patch"] == [] and service["patchAppliesTo"] == "nothing: this kind is not mutated"
     status, out, _ = _run(capsys, "dry-run", "-f", str(MANIFESTS / "tree"))
     assert not any(line.strip().startswith("NOTE") for line in out.splitlines())  # the mutated object there is a Pod
+
+
+def test_serve_with_log_format_json_writes_one_json_object_per_line_with_the_review_uid(tmp_path: pathlib.Path) -> None:
+    assert cli.main(["certs", "generate", "--out-dir", str(tmp_path), "--host", "127.0.0.1"]) == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--log-format", "json",
+         "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        port = int(_wait_for_line(process.stdout, process, "listening on https://").rstrip().rsplit(":", 1)[1])
+        review = {
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "json-log-uid-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "team-a", "operation": "CREATE",
+                "userInfo": {"username": "alice"},
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "m", "image": "i"}]}},
+            },
+        }
+        connection = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=str(tmp_path / "ca.crt")), timeout=10)
+        connection.request("POST", "/validate", body=json.dumps(review), headers={"Content-Type": "application/json"})
+        assert json.loads(connection.getresponse().read())["response"]["uid"] == "json-log-uid-1"
+        connection.close()
+        line = _wait_for_line(process.stderr, process, "json-log-uid-1")
+        logged = json.loads(line)
+        assert logged["uid"] == "json-log-uid-1" and logged["endpoint"] == "validate" and logged["allowed"] == "True"
+        assert logged["level"] == "info" and logged["logger"] == "webhook.admission.handlers" and "time" in logged
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        rest = process.stderr.read() if process.stderr is not None else ""
+        for other in rest.splitlines():
+            assert isinstance(json.loads(other), dict), other  # every line a JSON object, none plain text
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -205,3 +205,29 @@ def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.Monke
     assert json.loads(stream.getvalue()) | {"time": ""} == {
         "time": "", "level": "info", "logger": "webhook.serve", "message": "uid=- shutting down", "uid": "-",
     }
+
+
+class _Configured(Exception):
+    """Raised by the stand-in for configure_logging: the command got that far, with these flags."""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["labeler", "--dry-run", "--log-format", "json", "--log-level", "debug"],
+        ["extender", "--port", "0", "--log-format", "json", "--log-level", "debug"],
+        ["serve", "--self-managed-certs", "--log-format", "json", "--log-level", "debug"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_every_long_running_command_configures_logging_from_its_flags(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def configure(args: argparse.Namespace) -> None:
+        seen.append((args.log_format, args.log_level))
+        raise _Configured
+
+    monkeypatch.setattr(flags, "configure_logging", configure)
+    with pytest.raises(_Configured):
+        cli.main(argv)
+    assert seen == [("json", "debug")]

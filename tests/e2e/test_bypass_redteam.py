@@ -5,6 +5,9 @@
   `readOnly: true` and `recursiveReadOnly: Enabled` passes, in the pod and in an ephemeral
   container added later through `pods/ephemeralcontainers` (it cannot add volumes, but it can
   mount the pod's).
+- A pod that claims to be a mirror pod (`kubernetes.io/config.mirror`) without being a kubelet's is
+  judged like any other; a kubelet's own mirror pod is still skipped.
+- `pods/resize` (not sent to the webhook) cannot add a GPU resource: kube-apiserver refuses it.
 - An ephemeral container whose `envFrom` prefix composes `NVIDIA_VISIBLE_DEVICES`: the mutating
   webhook also runs on the subresource and gives it `NVIDIA_VISIBLE_DEVICES=void` in `env`, which
   the kubelet applies after `envFrom`, so the prefix composes nothing.
@@ -218,3 +221,18 @@ def test_a_kubelets_own_mirror_pod_is_still_skipped(cluster: Cluster) -> None:
     assert completed.returncode == 0, completed.stderr
     stored = cluster.get("pod", "node-agent-cpu-0", namespace=ns)
     assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/dev"
+
+
+def test_the_resize_subresource_cannot_add_a_gpu_to_a_running_pod(cluster: Cluster) -> None:
+    # pods/resize is not sent to the webhook; kube-apiserver itself lets it change only cpu and memory.
+    ns = cluster.namespace()
+    assert cluster.apply(plain_pod("grower"), namespace=ns).returncode == 0
+    running(cluster, "grower", namespace=ns)
+    amount = {"aliyun.com/gpu-mem": "15"}
+    patch = json.dumps({"spec": {"containers": [{"name": "main", "resources": {"limits": amount, "requests": amount}}]}})
+
+    completed = cluster.kubectl("patch", "pod", "grower", "-n", ns, "--subresource=resize", "--type=strategic", "-p", patch)
+
+    assert completed.returncode != 0
+    assert "GPU0" not in completed.stderr  # refused by kube-apiserver's own validation, not by us
+    assert "aliyun.com/gpu-mem" not in json.dumps(cluster.get("pod", "grower", namespace=ns)["spec"])

@@ -8,6 +8,8 @@
 - A pod that claims to be a mirror pod (`kubernetes.io/config.mirror`) without being a kubelet's is
   judged like any other; a kubelet's own mirror pod is still skipped.
 - `pods/resize` (not sent to the webhook) cannot add a GPU resource: kube-apiserver refuses it.
+- A gated pod's affinity UPDATE (not sent) cannot drop GPU103's DoesNotExist: kube-apiserver only
+  lets it narrow.
 - An ephemeral container whose `envFrom` prefix composes `NVIDIA_VISIBLE_DEVICES`: the mutating
   webhook also runs on the subresource and gives it `NVIDIA_VISIBLE_DEVICES=void` in `env`, which
   the kubelet applies after `envFrom`, so the prefix composes nothing.
@@ -236,3 +238,35 @@ def test_the_resize_subresource_cannot_add_a_gpu_to_a_running_pod(cluster: Clust
     assert completed.returncode != 0
     assert "GPU0" not in completed.stderr  # refused by kube-apiserver's own validation, not by us
     assert "aliyun.com/gpu-mem" not in json.dumps(cluster.get("pod", "grower", namespace=ns)["spec"])
+
+
+def test_a_gated_pod_cannot_drop_the_affinity_that_keeps_it_off_gpu_nodes(cluster: Cluster) -> None:
+    # A pod with schedulingGates may change its node affinity before it is scheduled, and such an
+    # UPDATE is not sent to the webhook; kube-apiserver allows only narrowing it, so GPU103's
+    # DoesNotExist stays.
+    ns = cluster.namespace()
+    gated = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated"},
+        "spec": {
+            "schedulingGates": [{"name": "example.com/wait"}],
+            "containers": [{"name": "main", "image": "registry.example/app:1", "securityContext": {"privileged": True}}],
+        },
+    }
+    assert cluster.apply(gated, namespace=ns).returncode == 0
+    stored = cluster.get("pod", "gated", namespace=ns)
+    terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"} in terms[0]["matchExpressions"]
+    attempts = [
+        [{"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions", "value": []}],
+        [{"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/-", "value": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "Exists"}]}}],
+        [{"op": "remove", "path": "/spec/affinity"}],
+    ]
+
+    for patch in attempts:
+        completed = cluster.kubectl("patch", "pod", "gated", "-n", ns, "--type=json", "-p", json.dumps(patch))
+        assert completed.returncode != 0, patch
+
+    after = cluster.get("pod", "gated", namespace=ns)["spec"]["affinity"]
+    assert after == stored["spec"]["affinity"]

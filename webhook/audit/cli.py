@@ -48,6 +48,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="replace the wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace) and the ClusterPolicyReport",
     )
     parser.add_argument(
+        "--report-scope", choices=report.REPORT_SCOPES, default="namespace",
+        help="namespace: one PolicyReport per namespace (the default); resource: one per object, named by its uid, "
+        "with scope set and owned by the object, as Kyverno writes them",
+    )
+    parser.add_argument(
         "--all-results", action="store_true", help="store and show pass results too (default: everything but pass)"
     )
     parser.add_argument(
@@ -75,16 +80,16 @@ def run(args: argparse.Namespace) -> int:
             documents = dryrun.read(args.filename, stdin=sys.stdin)
             scope = sweep.scope_of(args.namespace)
             audit = scan.run(scan.Inventory.of(d.object for d in documents), settings=settings, scope=scope, now=now)
-            reports = sweep.reports(audit, all_results=args.all_results, now=now)
+            reports = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope)
             written = None
         else:
             api = kube.api_client(args.kubeconfig, context=args.context)
             try:
                 audit = sweep.audit_cluster(api, settings=settings, namespace=args.namespace, now=now)
                 if args.write_reports:
-                    reports, written = sweep.write_reports(api, audit, all_results=args.all_results, now=now)
+                    reports, written = sweep.write_reports(api, audit, all_results=args.all_results, now=now, scope=args.report_scope)
                 else:
-                    reports, written = sweep.reports(audit, all_results=args.all_results, now=now), None
+                    reports, written = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope), None
             finally:
                 webhook_kube.close(api)
     except kube.KubeError as error:
@@ -99,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_ENFORCED if audit.exit_status else EXIT_CLEAN
 
 
-def _text(audit: scan.Audit, reports: dict[str, report.WireReport | None], *, output: str, all_results: bool) -> str:
+def _text(audit: scan.Audit, reports: dict[report.Key, report.WireReport | None], *, output: str, all_results: bool) -> str:
     if output == "json":
         return json.dumps(report.as_list(reports), indent=2) + "\n"
     if output == "yaml":

@@ -193,14 +193,21 @@ def env_lookup(api: client.ApiClient) -> model.EnvLookup:
 _PLURAL = {"PolicyReport": "policyreports", "ClusterPolicyReport": "clusterpolicyreports"}
 
 
-def existing_reports(api: client.ApiClient, *, namespace: str | None, cluster: bool) -> dict[str, Mapping[str, Any]]:
-    """Our reports as they are now, by namespace (report.CLUSTER for the cluster report).
+def existing_reports(
+    api: client.ApiClient, *, namespace: str | None, cluster: bool, scope: str = "namespace"
+) -> dict[report.Key, Mapping[str, Any]]:
+    """Our reports as they are now, by namespace (report.CLUSTER for the cluster report); with
+    ``scope="resource"`` the per-resource reports, by (namespace, name).
 
-    Only objects named `report.NAME` are ours; another engine's reports are never touched.
+    Only objects named `report.NAME` (or, per resource, labelled with that scope) are ours;
+    another engine's reports are never touched.
     """
     custom: Any = client.CustomObjectsApi(api)
-    found: dict[str, Mapping[str, Any]] = {}
+    found: dict[report.Key, Mapping[str, Any]] = {}
+    per_resource = scope == report.RESOURCE_SCOPE
     selector = f"{report.MANAGED_BY_LABEL}={report.MANAGED_BY}"
+    if per_resource:
+        selector += f",{report.SCOPE_LABEL}={report.RESOURCE_SCOPE}"
     what = "cannot list PolicyReports (are the CRDs of deploy/crds/ applied?)"
     if namespace is None:
         listed = _call(what, lambda: custom.list_cluster_custom_object(report.GROUP, report.VERSION, "policyreports", label_selector=selector))
@@ -211,7 +218,9 @@ def existing_reports(api: client.ApiClient, *, namespace: str | None, cluster: b
         )
     for item in listed.get("items") or ():
         metadata = item.get("metadata") or {}
-        if metadata.get("name") == report.NAME:
+        if per_resource:
+            found[(str(metadata.get("namespace", "")), str(metadata.get("name", "")))] = item
+        elif metadata.get("name") == report.NAME:
             found[str(metadata.get("namespace", ""))] = item
     if cluster:
         listed = _call(
@@ -219,20 +228,24 @@ def existing_reports(api: client.ApiClient, *, namespace: str | None, cluster: b
             lambda: custom.list_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", label_selector=selector),
         )
         for item in listed.get("items") or ():
-            if (item.get("metadata") or {}).get("name") == report.NAME:
+            name = (item.get("metadata") or {}).get("name")
+            if per_resource:
+                found[(report.CLUSTER, str(name))] = item
+            elif name == report.NAME:
                 found[report.CLUSTER] = item
     return found
 
 
 def _write(custom: Any, step: report.Step) -> None:
     plural = "policyreports" if step.namespace else "clusterpolicyreports"
-    where = f"{plural}/{report.NAME}" + (f" in {step.namespace}" if step.namespace else "")
+    name = step.name
+    where = f"{plural}/{name}" + (f" in {step.namespace}" if step.namespace else "")
     if step.verb is report.Verb.DELETE:
         try:
             if step.namespace:
-                custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, report.NAME)
+                custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name)
             else:
-                custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, report.NAME)
+                custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, name)
         except client_exceptions.ApiException as error:
             if error.status != 404:  # already gone is what we wanted
                 raise KubeError(f"cannot delete {where}: {kube.reason(error)}") from error
@@ -248,10 +261,10 @@ def _write(custom: Any, step: report.Step) -> None:
     if step.namespace:
         _call(
             f"cannot replace {where}",
-            lambda: custom.replace_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, report.NAME, body),
+            lambda: custom.replace_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name, body),
         )
     else:
-        _call(f"cannot replace {where}", lambda: custom.replace_cluster_custom_object(report.GROUP, report.VERSION, plural, report.NAME, body))
+        _call(f"cannot replace {where}", lambda: custom.replace_cluster_custom_object(report.GROUP, report.VERSION, plural, name, body))
 
 
 def apply(api: client.ApiClient, steps: list[report.Step]) -> int:
@@ -265,23 +278,24 @@ def apply(api: client.ApiClient, steps: list[report.Step]) -> int:
             cause = error.__cause__
             if not (isinstance(cause, client_exceptions.ApiException) and cause.status == 409 and step.body is not None):
                 raise
-            current = _read(custom, step.namespace)
-            retry = report.plan({step.namespace: step.body}, {step.namespace: current} if current else {})
+            current = _read(custom, step.namespace, step.name)
+            key = (step.namespace, step.name)
+            retry = report.plan({key: step.body}, {key: current} if current else {})
             for again in retry:
                 _write(custom, again)
     return len(steps)
 
 
-def _read(custom: Any, namespace: str) -> Mapping[str, Any] | None:
+def _read(custom: Any, namespace: str, name: str = report.NAME) -> Mapping[str, Any] | None:
     try:
         if namespace:
-            found = custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", report.NAME)
+            found = custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", name)
         else:
-            found = custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", report.NAME)
+            found = custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", name)
     except client_exceptions.ApiException as error:
         if error.status == 404:
             return None
-        raise KubeError(f"cannot read {report.NAME}: {kube.reason(error)}") from error
+        raise KubeError(f"cannot read {name}: {kube.reason(error)}") from error
     return found if isinstance(found, Mapping) else None
 
 

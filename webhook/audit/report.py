@@ -20,6 +20,12 @@ Lifecycle (the decisions, in one place):
   and every `warn` result is `scored: false`; `fail`, `error`, `pass` and `skip` are scored. The
   summary counts results as written. policy-reporter (kyverno/policy-reporter,
   pkg/openreports/common.go) reads `warn` as "requirements not met, the policy is not scored".
+- Per-resource mode (``audit --report-scope resource``), Kyverno's layout since 1.10: one report
+  per object with results, named by the object's uid, with `scope` (the object's
+  ObjectReference) and an ownerReference to it, so the garbage collector removes the report with
+  its object; labelled `gpu-admission.io/report-scope: resource` so the two modes never touch
+  each other's reports. Cluster-scoped objects (nodes) get a ClusterPolicyReport each. Keys are
+  `(namespace, name)` there, the namespace alone in the default mode.
 - Size: etcd refuses objects past ~1.5 MiB, so a report keeps at most `MAX_RESULTS` results, the
   most serious first; the annotation `gpu-admission.io/omitted-results` says how many were left
   out (summary still counts them).
@@ -31,7 +37,7 @@ import dataclasses
 import enum
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from policies import model
 from webhook.audit import findings
@@ -45,6 +51,10 @@ MANAGED_BY = "gpu-admission"
 OMITTED_ANNOTATION = "gpu-admission.io/omitted-results"
 MAX_RESULTS = 2000
 CLUSTER = ""  # the key of the ClusterPolicyReport among per-namespace reports
+SCOPE_LABEL = "gpu-admission.io/report-scope"
+RESOURCE_SCOPE = "resource"
+REPORT_SCOPES = ("namespace", RESOURCE_SCOPE)
+Key = str | tuple[str, str]  # a namespace (default mode) or (namespace, report name) (per-resource mode)
 
 ResultName = Literal["pass", "fail", "warn", "error", "skip"]
 
@@ -82,6 +92,7 @@ class WireReport(TypedDict):
     apiVersion: str
     kind: Literal["PolicyReport", "ClusterPolicyReport"]
     metadata: dict[str, Any]
+    scope: NotRequired[dict[str, str]]
     summary: Counts
     results: list[WireResult]
 
@@ -161,6 +172,7 @@ def build(
     now: Timestamp,
     previous: Mapping[str, Any] | None = None,
     max_results: int = MAX_RESULTS,
+    subject: findings.ObjectRef | None = None,
 ) -> WireReport:
     """The report of one namespace ("" for the ClusterPolicyReport) holding `selected` findings.
 
@@ -176,17 +188,64 @@ def build(
         result["timestamp"] = stamps.get(_key(result), result["timestamp"])
         results.append(result)
     metadata: dict[str, Any] = {"name": NAME, "labels": {MANAGED_BY_LABEL: MANAGED_BY}}
+    if subject is not None:
+        metadata["name"] = resource_report_name(subject)
+        metadata["labels"][SCOPE_LABEL] = RESOURCE_SCOPE
+        if subject.uid and subject.api_version and subject.kind and subject.name:
+            metadata["ownerReferences"] = [
+                {"apiVersion": subject.api_version, "kind": subject.kind, "name": subject.name, "uid": subject.uid}
+            ]
     if namespace:
         metadata["namespace"] = namespace
     if omitted:
         metadata["annotations"] = {OMITTED_ANNOTATION: str(omitted)}
-    return {
+    built: WireReport = {
         "apiVersion": API_VERSION,
         "kind": "PolicyReport" if namespace else "ClusterPolicyReport",
         "metadata": metadata,
         "summary": counts(selected),
         "results": results,
     }
+    if subject is not None:
+        built["scope"] = subject.wire()
+    return built
+
+
+def resource_report_name(subject: findings.ObjectRef) -> str:
+    """The per-resource report's name: the object's uid (Kyverno's choice), else kind-name for objects
+    from files, which have none."""
+    if subject.uid:
+        return subject.uid
+    text = f"{subject.kind}-{subject.name}".lower()
+    return "".join(c if c.isalnum() or c in "-." else "-" for c in text).strip("-.")[:253] or "unnamed"
+
+
+def desired_by_resource(
+    audited: Sequence[findings.Finding],
+    *,
+    namespaces: Iterable[str],
+    all_results: bool,
+    now: Timestamp,
+    previous: Mapping[Key, Mapping[str, Any]] | None = None,
+) -> dict[Key, WireReport | None]:
+    """Per-resource mode: one report per subject with stored results, keyed (namespace, name).
+
+    A report of an owned namespace that `previous` holds and no finding calls for is None (deleted),
+    so a fixed object's report goes on the next run, as in the per-namespace mode.
+    """
+    previous = previous or {}
+    owned = set(namespaces)
+    by_subject: dict[findings.ObjectRef, list[findings.Finding]] = {}
+    for finding in audited:
+        if finding.namespace in owned and stored(finding, all_results=all_results):
+            by_subject.setdefault(finding.subject, []).append(finding)
+    wanted: dict[Key, WireReport | None] = {
+        key: None for key in previous if isinstance(key, tuple) and key[0] in owned
+    }
+    for subject, selected in sorted(by_subject.items(), key=lambda item: (item[0].namespace, item[0].kind, item[0].name)):
+        key = (subject.namespace, resource_report_name(subject))
+        wanted[key] = build(selected, namespace=subject.namespace, now=now, previous=previous.get(key), subject=subject)
+    return wanted
 
 
 def desired(
@@ -230,6 +289,12 @@ class Step:
     namespace: str  # CLUSTER for the ClusterPolicyReport
     body: WireReport | None = None
     resource_version: str = ""
+    name: str = NAME
+
+
+def locate(key: Key) -> tuple[str, str]:
+    """The namespace and name of the report a key stands for."""
+    return key if isinstance(key, tuple) else (key, NAME)
 
 
 def same(existing: Mapping[str, Any], wanted: WireReport) -> bool:
@@ -245,7 +310,7 @@ def same(existing: Mapping[str, Any], wanted: WireReport) -> bool:
 
 
 def plan(
-    wanted: Mapping[str, WireReport | None], existing: Mapping[str, Mapping[str, Any]]
+    wanted: Mapping[Any, WireReport | None], existing: Mapping[Any, Mapping[str, Any]]
 ) -> list[Step]:
     """The writes that make `existing` (our reports now, by namespace) match `wanted`.
 
@@ -256,18 +321,19 @@ def plan(
     for key in sorted(set(wanted) | set(existing)):
         body = wanted.get(key)
         current = existing.get(key)
+        namespace, name = locate(key)
         if body is None:
             if current is not None:
-                steps.append(Step(verb=Verb.DELETE, namespace=key))
+                steps.append(Step(verb=Verb.DELETE, namespace=namespace, name=name))
         elif current is None:
-            steps.append(Step(verb=Verb.CREATE, namespace=key, body=body))
+            steps.append(Step(verb=Verb.CREATE, namespace=namespace, body=body, name=name))
         elif not same(current, body):
             version = str((current.get("metadata") or {}).get("resourceVersion") or "")
-            steps.append(Step(verb=Verb.REPLACE, namespace=key, body=body, resource_version=version))
+            steps.append(Step(verb=Verb.REPLACE, namespace=namespace, body=body, resource_version=version, name=name))
     return steps
 
 
-def as_list(reports: Mapping[str, WireReport | None]) -> dict[str, Any]:
+def as_list(reports: Mapping[Any, WireReport | None]) -> dict[str, Any]:
     """The reports that exist as a `v1 List` (what `-o json|yaml` prints; `kubectl apply -f` takes it)."""
     items = [reports[key] for key in sorted(reports) if reports[key] is not None]
     return {"apiVersion": "v1", "kind": "List", "items": items}

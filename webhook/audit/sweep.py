@@ -55,29 +55,36 @@ def reports(
     *,
     all_results: bool,
     now: float,
-    previous: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, report.WireReport | None]:
-    """The reports the audit calls for (None where a report must not exist)."""
-    return report.desired(
-        audit.findings,
-        namespaces=owned(audit),
-        all_results=all_results,
-        now=report.timestamp(now),
-        previous=previous,
+    previous: Mapping[report.Key, Mapping[str, Any]] | None = None,
+    scope: str = "namespace",
+) -> dict[report.Key, report.WireReport | None]:
+    """The reports the audit calls for (None where a report must not exist); `scope` "resource":
+    one per object (``report.desired_by_resource``)."""
+    if scope == report.RESOURCE_SCOPE:
+        return report.desired_by_resource(
+            audit.findings, namespaces=owned(audit), all_results=all_results, now=report.timestamp(now), previous=previous
+        )
+    by_namespace = {key: value for key, value in (previous or {}).items() if isinstance(key, str)}
+    wanted: dict[report.Key, report.WireReport | None] = {}
+    wanted.update(
+        report.desired(
+            audit.findings, namespaces=owned(audit), all_results=all_results, now=report.timestamp(now), previous=by_namespace
+        )
     )
+    return wanted
 
 
 def write_reports(
-    api: client.ApiClient, audit: scan.Audit, *, all_results: bool, now: float
-) -> tuple[dict[str, report.WireReport | None], Written]:
+    api: client.ApiClient, audit: scan.Audit, *, all_results: bool, now: float, scope: str = "namespace"
+) -> tuple[dict[report.Key, report.WireReport | None], Written]:
     """Replace our reports with what `audit` found; unchanged reports are not written.
 
     With every namespace in scope, our reports in namespaces that no longer hold findings (or no
     longer hold anything) are deleted; with one namespace, only that namespace's report is touched.
     """
     namespace = None if audit.scope.namespaces is None else next(iter(sorted(audit.scope.namespaces)), None)
-    existing = kube.existing_reports(api, namespace=namespace, cluster=audit.scope.cluster)
-    wanted = reports(audit, all_results=all_results, now=now, previous=existing)
+    existing = kube.existing_reports(api, namespace=namespace, cluster=audit.scope.cluster, scope=scope)
+    wanted = reports(audit, all_results=all_results, now=now, previous=existing, scope=scope)
     steps = report.plan(wanted, existing)
     kube.apply(api, steps)
     counted = {verb: sum(1 for step in steps if step.verb is verb) for verb in report.Verb}

@@ -121,3 +121,22 @@ def test_namespace_and_all_namespaces_exclude_each_other(capsys: pytest.CaptureF
     with pytest.raises(SystemExit) as exited:
         cli.main(["-n", "a", "-A"])
     assert exited.value.code == 2
+
+
+def test_report_scope_resource_prints_one_scoped_report_per_object(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["-f", str(SNAPSHOT), "-o", "json"]) == 1
+    by_namespace = json.loads(capsys.readouterr().out)["items"]
+    assert cli.main(["-f", str(SNAPSHOT), "-o", "json", "--report-scope", "resource"]) == 1
+    by_resource = json.loads(capsys.readouterr().out)["items"]
+    assert all("scope" not in item and item["metadata"]["name"] == "gpu-admission" for item in by_namespace)
+    assert len(by_resource) > len(by_namespace)
+    for item in by_resource:
+        scope = item["scope"]
+        assert item["metadata"]["labels"]["gpu-admission.io/report-scope"] == "resource"
+        assert all(r["resources"][0]["name"] == scope["name"] for r in item["results"])
+        assert item["kind"] == ("PolicyReport" if scope.get("namespace") else "ClusterPolicyReport")
+    # the same results, regrouped (the two runs' timestamps differ)
+    def bare(items: list[dict[str, object]]) -> list[str]:
+        return sorted(json.dumps({k: v for k, v in r.items() if k != "timestamp"}, sort_keys=True) for item in items for r in item["results"])  # type: ignore[attr-defined]
+
+    assert bare(by_resource) == bare(by_namespace)

@@ -241,3 +241,65 @@ def test_every_warn_is_unscored_and_every_other_result_scored() -> None:
 def test_an_error_of_a_warn_level_policy_stays_an_error() -> None:
     (result,) = report.build([_acting(finding("e", model.Result.ERROR), model.Action.WARN)], namespace="team-a", now=NOW)["results"]
     assert (result["result"], result["scored"]) == ("error", True)
+
+
+# --- per-resource reports (--report-scope resource) -----------------------------------------------
+
+
+def test_a_per_resource_report_is_named_by_uid_scoped_and_owned_by_its_object() -> None:
+    a = finding("a", model.Result.FAIL)
+    built = report.build([a], namespace="team-a", now=NOW, subject=a.subject)
+    assert built["metadata"] == {
+        "name": "uid-a",
+        "namespace": "team-a",
+        "labels": {"app.kubernetes.io/managed-by": "gpu-admission", "gpu-admission.io/report-scope": "resource"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "a", "uid": "uid-a"}],
+    }
+    assert built["scope"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "team-a", "name": "a", "uid": "uid-a"}
+    assert violations(built, crd_schema("wgpolicyk8s.io_policyreports.yaml")) == []
+
+
+def test_an_object_from_a_file_has_no_uid_so_its_report_is_named_by_kind_and_name_and_owned_by_nothing() -> None:
+    subject = findings.ObjectRef(namespace="team-a", kind="Deployment", name="Trainer_1", api_version="apps/v1")
+    item = dataclasses.replace(finding("x", model.Result.FAIL), subject=subject)
+    built = report.build([item], namespace="team-a", now=NOW, subject=subject)
+    assert built["metadata"]["name"] == "deployment-trainer-1" and "ownerReferences" not in built["metadata"]
+
+
+def test_per_resource_mode_writes_one_report_per_object_and_deletes_the_stale_ones() -> None:
+    node = finding("gpu-0", model.Result.FAIL, namespace="", kind="Node")
+    stale_key = ("team-a", "uid-gone")
+    elsewhere = ("team-b", "uid-other")
+    wanted = report.desired_by_resource(
+        [*MIXED, node, finding("z", model.Result.FAIL, namespace="team-c")],
+        namespaces={"team-a", report.CLUSTER},
+        all_results=False,
+        now=NOW,
+        previous={stale_key: {"results": []}, elsewhere: {"results": []}},
+    )
+    assert set(wanted) == {("team-a", "uid-a"), ("team-a", "uid-c"), ("team-a", "uid-d"), ("team-a", "uid-e"), ("", "uid-gpu-0"), stale_key}
+    assert wanted[stale_key] is None  # its object is fixed or gone; team-b is not this run's
+    cluster_report = wanted[("", "uid-gpu-0")]
+    assert cluster_report is not None and cluster_report["kind"] == "ClusterPolicyReport"
+    assert violations(cluster_report, crd_schema("wgpolicyk8s.io_clusterpolicyreports.yaml")) == []
+    for key, built in wanted.items():
+        if built is not None:
+            assert len(built["results"]) == 1 and built["scope"]["name"] == built["results"][0]["resources"][0]["name"]
+            assert sum(built["summary"].values()) == 1
+    steps = report.plan(wanted, {stale_key: {"metadata": {}, "results": []}})
+    assert [(s.verb, s.namespace, s.name) for s in steps if s.verb is report.Verb.DELETE] == [(report.Verb.DELETE, "team-a", "uid-gone")]
+    assert sorted(s.name for s in steps if s.verb is report.Verb.CREATE) == ["uid-a", "uid-c", "uid-d", "uid-e", "uid-gpu-0"]
+
+
+def test_a_second_per_resource_run_over_the_same_findings_writes_nothing() -> None:
+    first = report.desired_by_resource(MIXED, namespaces={"team-a"}, all_results=False, now=NOW)
+    stored = {key: body for key, body in first.items() if body is not None}
+    later = report.timestamp(1_760_000_000.0)
+    again = report.desired_by_resource(MIXED, namespaces={"team-a"}, all_results=False, now=later, previous=stored)
+    assert again == first  # timestamps kept
+    assert report.plan(again, stored) == []
+
+
+def test_the_default_mode_keeps_one_report_per_namespace_named_gpu_admission() -> None:
+    steps = report.plan(report.desired(MIXED, namespaces={"team-a"}, all_results=False, now=NOW), {})
+    assert [(s.verb, s.namespace, s.name) for s in steps] == [(report.Verb.CREATE, "team-a", "gpu-admission")]

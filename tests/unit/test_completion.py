@@ -77,3 +77,25 @@ def test_the_zsh_script_declares_itself_and_shares_the_tables(capsys: pytest.Cap
     # bash reads the shared tables and the zsh walk alike (zsh -n is run where zsh is installed)
     done = subprocess.run(["bash", "-n"], input=script.split("_gpu_admission() {")[0], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_offers_subcommands_choices_and_files(capsys: pytest.CaptureFixture[str]) -> None:
+    # compadd and _files stand in for zsh's completion system: they print what they are given
+    # (the real compadd then keeps those matching the word typed so far).
+    program = _script("zsh", capsys) + """
+compadd() { shift $(( ${@[(i)--]} )); print -l -- "$@"; }
+_files() { print "<files>"; }
+words=(gpu-admission ''); CURRENT=2; _gpu_admission; print =
+words=(gpu-admission inspect -o ''); CURRENT=4; _gpu_admission; print =
+words=(gpu-admission audit --kubeconfig ''); CURRENT=4; _gpu_admission; print =
+words=(gpu-admission certs rotate --kubeconfig show -); CURRENT=6; _gpu_admission
+"""
+    program = program.replace('if [[ "${funcstack[1]}" == "_gpu_admission" ]]; then', "if true; then :; elif false; then")
+    done = subprocess.run(["zsh", "-f"], input=program, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    commands, outputs, kubeconfig, rotate = done.stdout.split("=\n")
+    assert commands.split() == list(cli.SUBCOMMANDS)
+    assert outputs.split() == ["table", "wide", "json", "yaml", "name"]
+    assert kubeconfig.split() == ["<files>"]
+    assert "--ca" in rotate.split() and "--propagation-delay" in rotate.split()

@@ -55,6 +55,14 @@ plugin) allows it with `hostPaths.allow: [/tmp/nvidia-mps]`.
 Everything else passes, for instance `/var/log` and `/var/log/pods` (log agents), `/etc/localtime`,
 `/etc/ssl/certs`, `/tmp`, `/data`, `/mnt/disks/ssd0`, `/dev/shm` and `/sys/fs/cgroup`.
 
+`/var/log/pods` and its parent `/var/log` (log agents) pass only read-only: every container that
+mounts the volume must say `readOnly: true`. The kubelet serves `kubectl logs` from the container's
+log file under `/var/log/pods` and resolves symbolic links first (kubernetes pkg/kubelet/kuberuntime/
+logs/logs.go `ReadLogs`: `filepath.EvalSymlinks`, "the container log path is owned by kubelet and
+the container runtime"), so a pod that can write there replaces its own `0.log` with a link to any
+host file, `/var/lib/kubelet/pods/<uid>/volumes/.../token` of the labeler included, and reads it as
+root with `kubectl logs`.
+
 `/sys/fs/cgroup` (and what lies under it) passes only read-only, recursively: every container that
 mounts the volume (init, sidecar, regular, and an ephemeral container added later, which may mount
 a volume the pod already has) must say `readOnly: true` and `recursiveReadOnly: Enabled`. On a
@@ -69,8 +77,8 @@ KEP-3857, recursive read-only mounts, GA in 1.33). `IfPossible` is not enough ei
 to the plain read-only mount on kernels before 5.12 and on runtimes without support, which is
 where cgroup v1 nodes are. On cgroup v2 nodes the runtime gives containers a private cgroup
 namespace, which keeps migrations inside the container's own cgroup, but a pod cannot tell which
-kind of node it lands on. An admin who allows `/sys/fs/cgroup` (or `/sys/fs`) explicitly in
-`hostPaths.allow` lifts the read-only condition.
+kind of node it lands on. An admin who allows `/sys/fs/cgroup` (or `/sys/fs`), or `/var/log/pods`
+(or `/var/log`), explicitly in `hostPaths.allow` lifts its read-only condition.
 
 Admins extend both sides in the settings (`hostPaths`, see `configured`): `protect` adds roots, such
 as a kubelet root directory or `staticPodPath` outside the defaults; `allow` lets one path and what
@@ -129,8 +137,9 @@ PROTECTED_LEAVES: Mapping[str, str] = types.MappingProxyType({
 })
 # Children of protected roots that expose no device, runtime or control state.
 BUILT_IN_ALLOWED: tuple[str, ...] = ("/dev/shm", "/sys/fs/cgroup")
-# Built-in allowed paths that pass only when every mount of the volume is recursively read-only.
-READ_ONLY_ALLOWED: tuple[str, ...] = ("/sys/fs/cgroup",)
+# Paths that pass (with what lies under them, and their parents that pass at all) only when every
+# mount of the volume is read-only; True: recursively (`recursiveReadOnly: Enabled`). See the docstring.
+READ_ONLY_PATHS: Mapping[str, bool] = types.MappingProxyType({"/sys/fs/cgroup": True, "/var/log/pods": False})
 CONFIGURED_REASON = "protected by the settings (hostPaths.protect)"
 # Symbolic links every current distribution ships; the node resolves them, so this module does too.
 HOST_LINKS: Mapping[tuple[str, ...], tuple[str, ...]] = types.MappingProxyType(
@@ -180,8 +189,8 @@ class HostPathRules:
 
     protect: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_ROOTS)
     allow: tuple[str, ...] = BUILT_IN_ALLOWED
-    # Allowed only for mounts that are read-only recursively (see the docstring: cgroup v1).
-    read_only: tuple[str, ...] = READ_ONLY_ALLOWED
+    # Passed only for read-only mounts (READ_ONLY_PATHS: path -> whether recursively).
+    read_only: Mapping[str, bool] = dataclasses.field(default_factory=lambda: READ_ONLY_PATHS)
     # Refused like roots, but a parent of a leaf is not refused for it (PROTECTED_LEAVES).
     leaves: Mapping[str, str] = dataclasses.field(default_factory=lambda: PROTECTED_LEAVES)
     # Every strict parent of a protected root, for one lookup per path instead of a scan of roots.
@@ -210,9 +219,9 @@ class HostPathRules:
 
 
     def read_only_root(self, path: str) -> str | None:
-        """The read-only allowance `path` (as written) lies in, where it passes only read-only; else None."""
+        """The read-only path that `path` (as written) lies in or contains; None when it has none."""
         resolved = resolve(path)
-        return next((root for root in self.read_only if within(resolved, root)), None)
+        return next((r for r in self.read_only if within(resolved, r) or within(r, resolved)), None)
 
 
 def _ancestors(path: str) -> list[str]:
@@ -234,8 +243,8 @@ def configured(*, protect: Sequence[str] = (), allow: Sequence[str] = ()) -> Hos
     """The built-in rules with the admin's extra roots and allowed paths; ValueError names the entry.
 
     Entries are absolute paths, resolved like a pod's. An extra root at or under a built-in allowed
-    path (`/dev/shm`, `/sys/fs/cgroup`) takes that allowance away; allowing `/sys/fs/cgroup` (or a
-    parent of it) explicitly lifts its read-only condition. An allowed path may not be, or
+    path (`/dev/shm`, `/sys/fs/cgroup`) takes that allowance away; allowing a READ_ONLY_PATHS entry
+    (or a parent of it) explicitly lifts its read-only condition. An allowed path may not be, or
     contain, a protected root, and an extra root may not lie in an allowed path: either would make
     one setting silently undo the other.
     """
@@ -258,11 +267,11 @@ def configured(*, protect: Sequence[str] = (), allow: Sequence[str] = ()) -> Hos
                 )
         allowed.append(resolved)
     explicit = allowed[len(built_in) :]
-    read_only = tuple(
-        r for r in READ_ONLY_ALLOWED if r in allowed and not any(within(r, a) for a in explicit)
-    )
+    read_only = {r: rec for r, rec in READ_ONLY_PATHS.items() if not any(within(r, a) for a in explicit)}
     return HostPathRules(
-        protect=types.MappingProxyType(roots), allow=tuple(dict.fromkeys(allowed)), read_only=read_only
+        protect=types.MappingProxyType(roots),
+        allow=tuple(dict.fromkeys(allowed)),
+        read_only=types.MappingProxyType(read_only),
     )
 
 
@@ -321,6 +330,14 @@ class HostPathDevices(policy.PodValidator):
         return findings
 
 
+_READ_ONLY_REASONS: Mapping[str, str] = types.MappingProxyType({
+    "/sys/fs/cgroup": "recursively: a writable cgroup v1 hierarchy lets a container leave its device cgroup "
+    "and open every GPU",
+    "/var/log/pods": "the kubelet follows a symbolic link planted there when it serves kubectl logs, and reads "
+    "any host file as root, other pods' service-account tokens among them",
+})
+
+
 def _writable_mounts(context: policy.Context) -> list[policy.Finding]:
     """A finding per mount, by a container in scope, of a read-only-only hostPath that is not recursively read-only."""
     rules = context.settings.host_paths
@@ -344,17 +361,18 @@ def _writable_mounts(context: policy.Context) -> list[policy.Finding]:
             name = mount.get("name")
             if not isinstance(name, str) or name not in guarded:
                 continue
-            if mount.get("readOnly") is True and mount.get("recursiveReadOnly") == "Enabled":
-                continue
             path, root = guarded[name]
+            recursive = rules.read_only[root]
+            if mount.get("readOnly") is True and (not recursive or mount.get("recursiveReadOnly") == "Enabled"):
+                continue
+            needs = "readOnly: true and recursiveReadOnly: Enabled" if recursive else "readOnly: true"
             findings.append(
                 policy.Finding(
                     detail=(
                         f'{container.label} mounts volume "{name}" (hostPath {resolve(path)}) at '
-                        f"{mount.get('mountPath')!s} without readOnly: true and recursiveReadOnly: Enabled; "
-                        f"{root} may only be mounted read-only, recursively (a writable cgroup v1 hierarchy "
-                        "lets a container leave its device cgroup and open every GPU); add both fields to "
-                        "the volumeMount"
+                        f"{mount.get('mountPath')!s} without {needs}; {root} may only be mounted read-only "
+                        f"({_READ_ONLY_REASONS.get(root, 'protected by the settings')}); add "
+                        f"{'both fields' if recursive else 'it'} to the volumeMount"
                     )
                 )
             )

@@ -101,7 +101,10 @@ def test_a_log_agent_with_a_var_log_host_path_is_admitted(cluster: Cluster) -> N
     ns = cluster.namespace()
     logs = {"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}}
 
-    completed = cluster.apply(pod("log-agent", volume=logs, mount_path="/var/log"), namespace=ns)
+    agent = pod("log-agent", volume=logs, mount_path="/var/log")
+    agent["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = True  # writable /var/log/pods is refused
+
+    completed = cluster.apply(agent, namespace=ns)
 
     assert completed.returncode == 0, completed.stderr
     stored = cluster.get("pod", "log-agent", namespace=ns)

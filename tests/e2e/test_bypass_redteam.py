@@ -5,6 +5,8 @@
   `readOnly: true` and `recursiveReadOnly: Enabled` passes, in the pod and in an ephemeral
   container added later through `pods/ephemeralcontainers` (it cannot add volumes, but it can
   mount the pod's).
+- A hostPath of `/var/log` (or `/var/log/pods`) mounted writable (GPU003): the kubelet follows a
+  symbolic link planted in `/var/log/pods` when it serves `kubectl logs`; read-only passes.
 - A pod that claims to be a mirror pod (`kubernetes.io/config.mirror`) without being a kubelet's is
   judged like any other; a kubelet's own mirror pod is still skipped.
 - `pods/resize` (not sent to the webhook) cannot add a GPU resource: kube-apiserver refuses it.
@@ -270,3 +272,19 @@ def test_a_gated_pod_cannot_drop_the_affinity_that_keeps_it_off_gpu_nodes(cluste
 
     after = cluster.get("pod", "gated", namespace=ns)["spec"]["affinity"]
     assert after == stored["spec"]["affinity"]
+
+
+def test_a_writable_var_log_host_path_is_refused_and_a_read_only_one_admitted(cluster: Cluster) -> None:
+    # The kubelet follows a symbolic link planted in /var/log/pods when it serves kubectl logs.
+    ns = cluster.namespace()
+    writable = cgroup_pod("log-link", mount={})
+    writable["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
+
+    refused = cluster.apply(writable, namespace=ns)
+
+    assert refused.returncode != 0
+    assert "GPU003" in refused.stderr and "/var/log/pods may only be mounted read-only" in refused.stderr
+    reader = cgroup_pod("log-reader", mount={"readOnly": True})
+    reader["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
+    admitted = cluster.apply(reader, namespace=ns)
+    assert admitted.returncode == 0, admitted.stderr

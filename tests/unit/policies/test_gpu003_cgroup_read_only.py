@@ -1,8 +1,9 @@
-"""GPU003: the built-in `/sys/fs/cgroup` allowance holds only for recursively read-only mounts.
+"""GPU003: `/sys/fs/cgroup` passes only recursively read-only, `/var/log/pods` (and `/var/log`) only read-only.
 
 A writable cgroup v1 hierarchy lets a root container move itself into the devices controller's
 root cgroup and open every card (see the policy's docstring); a plain `readOnly: true` leaves the
-v1 controllers, which are submounts, writable.
+v1 controllers, which are submounts, writable. A writable `/var/log/pods` lets a pod plant a
+symbolic link that the kubelet follows as root when it serves `kubectl logs`.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def test_a_monitoring_daemonset_mounting_cgroup_read_only_recursively_is_allowed
             "node-metrics",
             volumeMounts=[
                 {"name": "cgroup", "mountPath": "/host/sys/fs/cgroup", **RECURSIVE_RO},
-                {"name": "varlog", "mountPath": "/var/log"},
+                {"name": "varlog", "mountPath": "/var/log", "readOnly": True},
                 {"name": "shm", "mountPath": "/dev/shm"},
             ],
         ),
@@ -204,3 +205,60 @@ def test_malformed_or_unrelated_mounts_are_ignored(pod, container, evaluate, res
     )
 
     assert result(evaluate(manifest), "GPU003") is model.Result.PASS
+
+
+# --- /var/log/pods and its parent /var/log: read-only (the kubelet's log symlink) ---------------
+
+
+@pytest.mark.parametrize("path", ["/var/log", "/var/log/", "/var/log/pods", "/var/log/pods/team-a_app_0123/main", "/var//log/./pods"])
+@pytest.mark.parametrize("mount", [{}, {"readOnly": False}, {"recursiveReadOnly": "Disabled"}])
+def test_a_writable_mount_of_the_pod_log_directory_or_its_parent_is_denied(
+    pod, container, evaluate, violation_messages, path, mount
+):
+    decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount))
+
+    assert not decision.allowed
+    (message,) = violation_messages(decision, "GPU003")
+    assert "without readOnly: true; /var/log/pods may only be mounted read-only" in message
+    assert "kubectl logs" in message
+
+
+def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(pod, container, evaluate, violation_messages):
+    running = cgroup_pod(pod, container, path="/var/log", mount={"readOnly": True})
+    debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/logs"}])
+
+    decision = evaluate(add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running)
+
+    assert not decision.allowed
+    (message,) = violation_messages(decision, "GPU003")
+    assert 'ephemeral container "debugger"' in message
+
+
+@pytest.mark.parametrize(
+    ("path", "mount"),
+    [
+        ("/var/log", {"readOnly": True}),
+        ("/var/log/pods", {"readOnly": True, "recursiveReadOnly": "IfPossible"}),
+        ("/var/log/containers", {}),  # the kubelet reads /var/log/pods; containers holds only its links
+        ("/var/log/app", {}),
+        ("/var/log/nginx", {"readOnly": False}),
+        ("/var/lib/mysql", {}),
+    ],
+)
+def test_read_only_log_agents_and_writable_application_log_directories_are_allowed(
+    pod, container, evaluate, result, path, mount
+):
+    decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount))
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+@pytest.mark.parametrize("allowed", ["/var/log", "/var/log/pods"])
+def test_an_admin_allowing_the_log_directory_explicitly_lifts_its_read_only_condition(
+    pod, container, evaluate, result, allowed
+):
+    decision = evaluate(cgroup_pod(pod, container, path="/var/log/pods"), config={"hostPaths": {"allow": [allowed]}})
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS

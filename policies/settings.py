@@ -252,6 +252,22 @@ class Settings:
                 return item.default_action
         return model.Action.OFF
 
+    def switched_off(self, policy_ids: Iterable[str]) -> Settings:
+        """These settings with the named policies off everywhere: no namespace override turns them back on."""
+        off = frozenset(policy_ids)
+        actions = {**self.actions, **{policy_id: model.Action.OFF for policy_id in off}}
+        overrides = tuple(
+            dataclasses.replace(o, actions={k: v for k, v in o.actions.items() if k not in off})
+            for o in self.namespace_overrides
+        )
+        return dataclasses.replace(self, actions=actions, namespace_overrides=overrides)
+
+    def for_stored_objects(self) -> Settings:
+        """Settings to judge an object as stored (audit, explain): the validators that judge what a
+        request writes rather than the object (GPU008: a bound pod carries nodeName and the
+        extender's allocation by design) are off."""
+        return self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
+
     def exception(
         self,
         policy_id: str,

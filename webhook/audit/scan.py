@@ -170,17 +170,8 @@ class Audit:
 def audit_settings(configured: settings_.Settings) -> settings_.Settings:
     """The settings with every mutator off, so objects are judged as they are stored (and the
     validators that cannot judge a stored object off too: their results would be unused)."""
-    actions = dict(configured.actions)
-    mutators = {
-        item.id for item in engine.POLICIES if item.kind is model.PolicyKind.MUTATE or not item.stored_objects
-    }
-    for policy_id in mutators:
-        actions[policy_id] = model.Action.OFF
-    overrides = tuple(  # a namespace override must not switch a mutator back on
-        dataclasses.replace(o, actions={k: v for k, v in o.actions.items() if k not in mutators})
-        for o in configured.namespace_overrides
-    )
-    return dataclasses.replace(configured, actions=actions, namespace_overrides=overrides)
+    mutators = (item.id for item in engine.POLICIES if item.kind is model.PolicyKind.MUTATE)
+    return configured.for_stored_objects().switched_off(mutators)
 
 
 def namespace_of(obj: Mapping[str, Any], *, default: str = DEFAULT_NAMESPACE) -> str:

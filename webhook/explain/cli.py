@@ -153,9 +153,13 @@ def explain_pod(
     pod: Mapping[str, Any], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], now: float,
     settings: Any | None = None,
 ) -> analysis.Report:
-    """The report for one pod (admission with `settings`, default settings when None)."""
+    """The report for one pod (admission with `settings`, default settings when None).
+
+    The pod is a stored one, so it is judged as the audit judges stored objects: a bound pod's
+    nodeName and the extender's allocation annotations are there by design, not a request to refuse.
+    """
     loaded = settings if settings is not None else config.load(None)
-    decision = decisions.decide(pod, settings=loaded)
+    decision = decisions.decide(pod, settings=loaded.for_stored_objects())
     return analysis.explain(pod, cluster=analysis.Cluster(nodes, pods, now=now), admission=decision)
 
 

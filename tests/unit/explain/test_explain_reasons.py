@@ -184,3 +184,16 @@ def test_a_bound_pod_says_where_it_sits(make_node: Factory, make_placed: Factory
 def test_a_pod_without_gpu_has_nothing_to_explain(make_node: Factory, make_pod: Factory) -> None:
     report = _explain(make_pod("cpu"), [make_node("n")], [])
     assert not report.managed and report.nodes == () and report.suggestion is None
+
+
+def test_a_bound_pod_is_admitted_as_stored_not_refused_for_what_the_extender_wrote(make_node: Factory, make_placed: Factory) -> None:
+    # A bound pod carries nodeName and the extender's allocation annotations by design; GPU008
+    # refuses them in a request, so explain judges the stored pod as the audit does.
+    from webhook.explain import cli as explain_cli
+
+    sitting = make_placed("sits", node_name="n", card=2, mem=6)
+    report = explain_cli.explain_pod(sitting, nodes=[make_node("n")], pods=[sitting], now=NOW)
+    assert report.admission is not None and report.admission.allowed, report.admission
+    assert "GPU008" not in {v.policy for v in report.admission.violations}
+    # The same pod as a create request is refused: the stored-object settings are what let it pass.
+    assert not decisions.decide(sitting, settings=config.load(None)).allowed

@@ -15,14 +15,21 @@ container added through `pods/ephemeralcontainers` to a GPU pod is judged here t
 workload templates.
 
 "Uses GPUs" means the pod requests a GPU resource in any container, or its nodeSelector or node
-affinity asks for GPU-labelled nodes (see nodeaffinity.targets_gpu_nodes). Privileged pods that
+affinity asks for GPU-labelled nodes (see nodeaffinity.targets_gpu_nodes), or it claims devices
+through Dynamic Resource Allocation (`spec.resourceClaims`, GA and on by default in Kubernetes
+1.34; ResourceClaims and ResourceClaimTemplates are namespaced, so a tenant writes them). A claim
+names a DeviceClass inside the ResourceClaim or its template, which the pod does not show, and
+NVIDIA's DRA driver (`gpu.nvidia.com`) hands out whole cards and MIG devices that way: a
+privileged container beside such a claim sees every card of the node, exactly as beside
+`nvidia.com/gpu`. Any claim counts, the stricter reading. Privileged pods that
 use no GPU are GPU103's business (kept off GPU nodes), and privileged ephemeral containers added
 to them later are GPU009's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from policies import gpu, nodeaffinity, podspec, policy
 
@@ -36,7 +43,7 @@ class PrivilegedOnGpu(policy.ContainerValidator):
     def applies(self, context: policy.Context) -> bool:
         """Only pods that request a GPU or target GPU nodes."""
         spec = context.template.spec
-        return gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec)
+        return gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec) or _claims_devices(spec)
 
     def check_container(
         self, context: policy.Context, container: podspec.ContainerRef
@@ -44,10 +51,21 @@ class PrivilegedOnGpu(policy.ContainerValidator):
         """A finding for a container privileged for GPU purposes."""
         why = podspec.gpu_privilege(container.container)
         if why:
+            spec = context.template.spec
+            claims = (
+                " (the pod claims devices through resourceClaims, which may be GPUs)"
+                if not (gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec))
+                else ""
+            )
             return [
                 policy.Finding(
-                    detail=f"{container.label} {why}; drop privileged and SYS_ADMIN/ALL from it, or run "
+                    detail=f"{container.label} {why}{claims}; drop privileged and SYS_ADMIN/ALL from it, or run "
                     "the privileged part in a pod that requests no GPU"
                 )
             ]
         return ()
+
+
+def _claims_devices(spec: Mapping[str, Any]) -> bool:
+    """Whether the pod claims devices through Dynamic Resource Allocation (`spec.resourceClaims`)."""
+    return any(isinstance(claim, Mapping) for claim in podspec.sequence(spec.get("resourceClaims")))

@@ -7,6 +7,8 @@
   mount the pod's).
 - A hostPath of `/var/log` (or `/var/log/pods`) mounted writable (GPU003): the kubelet follows a
   symbolic link planted in `/var/log/pods` when it serves `kubectl logs`; read-only passes.
+- A privileged container beside a Dynamic Resource Allocation claim (`spec.resourceClaims`), which
+  may hand it a card: GPU002 counts the pod as a GPU pod.
 - A pod that claims to be a mirror pod (`kubernetes.io/config.mirror`) without being a kubelet's is
   judged like any other; a kubelet's own mirror pod is still skipped.
 - `pods/resize` (not sent to the webhook) cannot add a GPU resource: kube-apiserver refuses it.
@@ -288,3 +290,33 @@ def test_a_writable_var_log_host_path_is_refused_and_a_read_only_one_admitted(cl
     reader["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
     admitted = cluster.apply(reader, namespace=ns)
     assert admitted.returncode == 0, admitted.stderr
+
+
+def test_a_privileged_container_beside_a_dra_claim_is_refused(cluster: Cluster) -> None:
+    # Kubernetes 1.34 serves DRA by default: a tenant's ResourceClaimTemplate can hand it a card.
+    ns = cluster.namespace()
+    claiming = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dra-privileged"},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/app:1",
+                    "securityContext": {"privileged": True},
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+
+    refused = cluster.apply(claiming, namespace=ns)
+
+    assert refused.returncode != 0
+    assert "GPU002" in refused.stderr and "resourceClaims" in refused.stderr
+    del claiming["spec"]["containers"][0]["securityContext"]
+    admitted = cluster.apply(claiming, namespace=ns)
+    assert admitted.returncode == 0, admitted.stderr
+    assert cluster.get("pod", "dra-privileged", namespace=ns)["spec"]["resourceClaims"][0]["name"] == "gpu"

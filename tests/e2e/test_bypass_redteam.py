@@ -295,7 +295,7 @@ def test_a_writable_var_log_host_path_is_refused_and_a_read_only_one_admitted(cl
 def test_a_privileged_container_beside_a_dra_claim_is_refused(cluster: Cluster) -> None:
     # Kubernetes 1.34 serves DRA by default: a tenant's ResourceClaimTemplate can hand it a card.
     ns = cluster.namespace()
-    claiming = {
+    claiming: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "dra-privileged"},

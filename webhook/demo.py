@@ -37,6 +37,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default: {DEFAULT_DIR})")
     parser.add_argument("--offline", action="store_true", help="skip the cluster: dry-run the examples only")
+    parser.add_argument(
+        "--real-node", action="store_true",
+        help="the same story with gpu-admission installed from deploy/ as containers on a real kubelet "
+        "(needs root, docker.io, containerd; see `cluster up --real-node --in-cluster`)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         reason = "--offline" if args.offline else "no Go toolchain to build the local control plane"
         return _offline(reason)
     try:
-        return _on_cluster(args.dir)
+        return _on_cluster(args.dir, real_node=args.real_node)
     except (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError) as error:
         raise errors.InputError(str(error)) from error
 
@@ -59,15 +64,18 @@ def _offline(reason: str) -> int:
     return 0 if expected else 1
 
 
-def _on_cluster(directory: Path) -> int:
+def _on_cluster(directory: Path, *, real_node: bool = False) -> int:
     print("== building the control plane (first run only: a few minutes; later runs start in seconds)")
-    bin_dir = binaries.ensure()
+    bin_dir = binaries.ensure(real_node=real_node)
     if controlplane.State.load(directory.resolve()) is not None:
-        controlplane.down(directory)
+        install.tear_down(directory)
     print(f"== starting the local cluster in {directory}")
     fake_nodes = nodes.load(None)
-    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=fake_nodes)
-    print(f"   {len(fake_nodes)} fake nodes Ready; webhook, extender and {sum(n.inventory is not None for n in fake_nodes)} labelers running")
+    if real_node:
+        print("   with a real node: the image is built and gpu-admission installed from deploy/ as containers")
+    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=fake_nodes, real_node=real_node, in_cluster=real_node)
+    where = "as containers on the real node" if real_node else "as local processes"
+    print(f"   {len(fake_nodes)} fake nodes Ready; webhook, extender {where}; {sum(n.inventory is not None for n in fake_nodes)} labelers running")
     controlplane.kubectl(state, "create", "namespace", NAMESPACE)
     controlplane.wait_for(
         lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", NAMESPACE, check=False).returncode == 0,

@@ -190,6 +190,11 @@ def install(state: controlplane.State, *, image: str | None = None) -> None:
     point_scheduler_at_the_extender(state)
 
 
-def uninstall(state: controlplane.State, *, timeout_s: int = 180) -> None:
-    """`kubectl delete -k` of the overlay, waiting until the objects are gone."""
-    controlplane.kubectl(state, "delete", "-k", str(overlay_dir(state)), "--wait=true", f"--timeout={timeout_s}s", "--ignore-not-found")
+def uninstall(state: controlplane.State, *, timeout_s: float = 300.0) -> None:
+    """`kubectl delete -k` of the overlay, then wait until the namespace is gone (the webhook pods
+    drain for up to their grace period, longer than one kubectl call may wait)."""
+    controlplane.kubectl(state, "delete", "-k", str(overlay_dir(state)), "--wait=false", "--ignore-not-found")
+    controlplane.wait_for(
+        lambda: controlplane.kubectl(state, "get", "namespace", NAMESPACE, check=False).returncode != 0,
+        what=f"the namespace {NAMESPACE} deleted", timeout=timeout_s,
+    )

@@ -102,7 +102,9 @@ def test_teardown_finds_every_mount_below_the_node_directory_deepest_first(tmp_p
     ])
     found = realnode.mounts_under(root, mountinfo)
     assert f"{root}-other/x" not in found and "/var/lib/docker/overlay2/x/merged" not in found
-    assert found[-1] == f"{root}/kubelet" and f"{root}/with space" in found
+    child = f"{root}/kubelet/pods/a/volumes/kubernetes.io~projected/token"
+    assert found.index(child) < found.index(f"{root}/kubelet"), "a mount below another is unmounted first"
+    assert f"{root}/with space" in found
     assert len(found) == 4
 
 
@@ -117,3 +119,35 @@ def test_extra_flags_reach_the_component_and_survive_a_reload(state: controlplan
     state.save()
     loaded = controlplane.State.load(state.directory)
     assert loaded is not None and loaded.extra_args == state.extra_args and loaded.node_ip == ADDRESS
+
+
+def test_the_test_overlay_changes_only_image_replicas_and_placement() -> None:
+    from webhook.cluster import incluster
+
+    built = incluster.overlay(base="../deploy")
+    assert built["resources"] == ["../deploy"]
+    assert built["images"] == [{"name": "gpu-admission", "newName": incluster.IMAGE_NAME, "newTag": incluster.IMAGE_TAG}]
+    patched = [yaml.safe_load(p["patch"]) for p in built["patches"]]
+    strategic = [p for p in patched if isinstance(p, dict)]
+    assert {(p["kind"], p["metadata"]["name"]) for p in strategic} == set(incluster.WORKLOADS)
+    for patch in strategic:
+        assert set(patch["spec"]) <= {"replicas", "template"}
+        assert patch["spec"]["template"] == {"spec": {"nodeSelector": {realnode.REAL_LABEL: "true"}}}
+    replicas = {p["metadata"]["name"]: p["spec"].get("replicas") for p in strategic}
+    assert replicas == {"gpu-admission-webhook": 2, "gpu-admission-extender": 1, "gpu-admission-labeler": None}
+    appended = [p for p in patched if isinstance(p, list)]
+    assert all(op[-1] == {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": incluster.TOLERATION} for op in appended)
+
+
+def test_kube_scheduler_calls_the_extender_service_ip_with_the_install_made_pair(tmp_path: Path) -> None:
+    from webhook.cluster import incluster
+
+    document = yaml.safe_load((incluster.deploy_dir() / "scheduler-config.yaml").read_text())
+    changed = incluster.scheduler_configuration(document, cluster_ip="10.0.0.77", files=tmp_path)
+    [extender] = changed["extenders"]
+    assert extender["urlPrefix"] == "https://10.0.0.77:443" and extender["enableHTTPS"] is True
+    assert extender["tlsConfig"]["serverName"] == document["extenders"][0]["tlsConfig"]["serverName"]
+    assert extender["tlsConfig"]["certFile"] == str(tmp_path / "tls.crt") and extender["tlsConfig"]["caFile"] == str(tmp_path / "ca.crt")
+    assert {k: v for k, v in extender.items() if k not in {"urlPrefix", "tlsConfig"}} == {
+        k: v for k, v in document["extenders"][0].items() if k not in {"urlPrefix", "tlsConfig"}
+    }

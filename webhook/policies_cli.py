@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from policies import cel, engine
 from webhook import config, errors, flags, vap
 
@@ -42,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--output-file, still works with a deprecation warning",
     )
     flags.add_output_file(export)
+    flags.add_output(listing, ("table", "json", "yaml"))
     export.set_defaults(func=run_export)
     listing.set_defaults(func=run_list)
 
@@ -85,6 +88,10 @@ def run_list(args: argparse.Namespace) -> int:
     for item in (*engine.POLICIES, *loaded.user_policies):
         spec = cel.spec_of(item)
         rows.append((item.id, str(item.kind), str(loaded.action(item.id)), spec.source if spec else "built-in", item.summary))
+    if args.output != "table":
+        listed = [dict(zip(("id", "kind", "action", "source", "summary"), row, strict=True)) for row in rows[1:]]
+        sys.stdout.write(json.dumps(listed, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(listed, sort_keys=False))
+        return 0
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         sys.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] + "\n")

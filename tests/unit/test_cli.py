@@ -379,3 +379,14 @@ def test_serve_with_log_format_json_writes_one_json_object_per_line_with_the_rev
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_policies_list_prints_the_same_rows_as_table_json_and_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    status, table, _ = _run(capsys, "policies", "list")
+    assert status == 0
+    status, out, _ = _run(capsys, "policies", "list", "-o", "json")
+    listed = json.loads(out)
+    assert status == 0 and listed[0]["id"] == "GPU001" and set(listed[0]) == {"id", "kind", "action", "source", "summary"}
+    assert [row.split()[0] for row in table.splitlines()[1:]] == [item["id"] for item in listed]
+    status, out, _ = _run(capsys, "policies", "list", "-o", "yaml")
+    assert yaml.safe_load(out) == listed

@@ -16,8 +16,8 @@ token) the webhook, by default:
   the background with a 2 s timeout; never on a dry-run review; ``--no-events`` turns it off).
 
 Secrets are read only with ``--lookup-secrets``: a webhook that can read every Secret is a prime
-target, so the default leaves Secret-fed ``envFrom`` an uncertain warning (and ``valueFrom`` a
-finding), as offline. Without cluster access nothing here runs and the webhook judges offline.
+target, so by default Secret-fed ``envFrom`` is judged as offline (admitted where GPU007 is
+enforced, since no Secret can then carry a guarded key; a warning where it is not). Without cluster access nothing here runs and the webhook judges offline.
 
 This module is the shell: the kubernetes client (through ``webhook.audit.kube``) and the flags.
 """
@@ -98,7 +98,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--lookup-secrets",
         action="store_true",
         help="read Secrets too (needs get on secrets cluster-wide, a large privilege; default: off, and "
-        "Secret-fed envFrom stays an uncertain warning)",
+        "Secret-fed envFrom is judged as offline: admitted where GPU007 is enforced)",
     )
 
 

@@ -5,7 +5,7 @@ reach the apiserver: the handler first asks ``Cache.prefetch`` for the sources t
 (``gpu001_visible_devices.sources``); misses are read in worker threads (the kubernetes client
 blocks), all at once, each bounded by ``timeout_s``; the engine then gets a lookup over what was
 found. A source that could not be read in time (or at all) is None, and GPU001 judges it as it does
-offline (an uncertain warning for ``envFrom``). Results, found or not, are kept ``ttl_s`` seconds,
+offline (``envFrom``: admitted where GPU007 is enforced, a warning where it is not). Results, found or not, are kept ``ttl_s`` seconds,
 so a burst of pods from one Deployment costs one read.
 
 Secrets are read only when ``kinds`` has them (``serve --lookup-secrets``): reading every Secret in

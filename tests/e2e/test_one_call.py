@@ -1,0 +1,70 @@
+"""An ordinary pod costs kube-apiserver one webhook call: the validating webhook's match condition
+`pod-create-not-ordinary` (policies/ordinary.py) skips /validate for it, evaluated inside the real
+apiserver on the pod after /mutate. Calls are counted in the webhook's own log (one line per review,
+`endpoint=<mutate|validate> CREATE Pod/<name> ns=<namespace>`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Cluster, eventually
+
+pytestmark = pytest.mark.e2e
+
+
+def pod(name: str, **container: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.example/app:1", **container}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def calls(cluster: Cluster, *, name: str, namespace: str) -> dict[str, int]:
+    log = (cluster.state.directory / "logs" / "webhook.log").read_text(errors="replace")
+    return {
+        endpoint: len(re.findall(rf"endpoint={endpoint} CREATE Pod/{re.escape(name)} ns={re.escape(namespace)} ", log))
+        for endpoint in ("mutate", "validate")
+    }
+
+
+def settled(cluster: Cluster, *, name: str, namespace: str, mutate: int, validate: int) -> None:
+    # Log lines may land a moment after the answer; wait for the expected counts, then hold them.
+    eventually(lambda: calls(cluster, name=name, namespace=namespace) == {"mutate": mutate, "validate": validate},
+               what=f"{name}: {mutate} mutate and {validate} validate calls, got {calls(cluster, name=name, namespace=namespace)}",
+               timeout=20)
+
+
+def test_an_ordinary_pod_reaches_the_webhook_once_and_is_mutated(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    completed = cluster.apply(pod("plain"), namespace=ns)
+    assert completed.returncode == 0, completed.stderr
+    stored = cluster.get("pod", "plain", namespace=ns)
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in stored["spec"]["containers"][0]["env"]
+    settled(cluster, name="plain", namespace=ns, mutate=1, validate=0)
+
+
+def test_a_gpu_pod_reaches_it_twice(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    completed = cluster.apply(pod("gpu", resources={"limits": {"nvidia.com/gpu": 1}}), namespace=ns)
+    assert completed.returncode == 0, completed.stderr
+    settled(cluster, name="gpu", namespace=ns, mutate=1, validate=1)
+
+
+def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_refused(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    manifest = pod("runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}])
+    manifest["spec"]["volumes"] = [{"name": "run", "hostPath": {"path": "/run"}}]
+    completed = cluster.apply(manifest, namespace=ns)
+    assert completed.returncode != 0
+    assert 'admission webhook "validate.gpu-admission.io" denied the request' in completed.stderr
+    assert "GPU003" in completed.stderr
+    settled(cluster, name="runner", namespace=ns, mutate=1, validate=1)
+
+
+def test_a_pod_made_non_ordinary_by_its_environment_alone_is_still_refused(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    completed = cluster.apply(pod("isolation", env=[{"name": "CGPU_DISABLE", "value": "true"}]), namespace=ns)
+    assert completed.returncode != 0
+    assert "GPU001" in completed.stderr
+    assert cluster.pods(namespace=ns) == []

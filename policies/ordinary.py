@@ -35,7 +35,9 @@ The skip is sound only for the built-in policies under settings that cannot make
 such a pod: `unsound_reasons(settings)` names what breaks it. User CEL policies can refuse anything,
 and a mutator acting `warn` or `audit` (GPU104, or GPU103 with keepNonGpuPodsOffGpuNodes) reports
 "would have ..." on every pod at validation only. With either configured the condition must be
-removed from the validating webhook (`without_ordinary_condition`).
+sent again: /mutate, which reads the live settings, then marks every pod it creates with
+`REVIEW_ANNOTATION` (`review_mark`), a key the condition never skips, so the skip switches itself off
+with no change to the registration. `without_ordinary_condition` removes the condition outright.
 """
 
 from __future__ import annotations
@@ -169,6 +171,40 @@ def unsound_reasons(settings: settings_.Settings) -> tuple[str, ...]:
         if found:
             reasons.append(f"mutator {mutator.id} acts {'/'.join(found)}: it reports at validation only")
     return tuple(reasons)
+
+
+# The mark /mutate adds to every pod CREATE while `unsound_reasons` is not empty: a key under
+# `gpu-admission.io/`, which the condition treats as not ordinary, so kube-apiserver sends the review
+# again. The webhook follows its live settings, so the skip switches itself off the moment user
+# policies or a quiet mutator are configured, with no change to the registration. No policy reads it.
+REVIEW_ANNOTATION = gpu.OWN_PREFIX + "validate"
+REVIEW_VALUE = "required"
+
+_cached: tuple[settings_.Settings | None, tuple[str, ...]] = (None, ())
+
+
+def cached_unsound_reasons(settings: settings_.Settings) -> tuple[str, ...]:
+    """`unsound_reasons`, computed once per settings object (the live settings change rarely)."""
+    global _cached  # noqa: PLW0603 - a one-entry cache keyed by identity
+    known, reasons = _cached
+    if known is not settings:
+        reasons = unsound_reasons(settings)
+        _cached = (settings, reasons)
+    return reasons
+
+
+def review_mark(obj: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
+    """The JSON patch that adds `REVIEW_ANNOTATION` to a pod; () when it is there already."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return ()
+    if isinstance(annotations, Mapping):
+        if annotations.get(REVIEW_ANNOTATION) == REVIEW_VALUE:
+            return ()
+        key = REVIEW_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        return ({"op": "add", "path": f"/metadata/annotations/{key}", "value": REVIEW_VALUE},)
+    return ({"op": "add", "path": "/metadata/annotations", "value": {REVIEW_ANNOTATION: REVIEW_VALUE}},)
 
 
 def without_ordinary_condition(document: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,11 +6,14 @@ apiserver on the pod after /mutate. Calls are counted in the webhook's own log (
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.e2e.harness import Cluster, eventually
+from policies import ordinary
+from tests.e2e.harness import Cluster, eventually, restart_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -68,3 +71,20 @@ def test_a_pod_made_non_ordinary_by_its_environment_alone_is_still_refused(clust
     assert completed.returncode != 0
     assert "GPU001" in completed.stderr
     assert cluster.pods(namespace=ns) == []
+
+
+def test_settings_that_make_the_skip_unsound_switch_it_off_through_the_mutation(cluster: Cluster, tmp_path: Path) -> None:
+    # GPU104 acting warn reports at validation only; /mutate then marks every pod so it is sent.
+    config = tmp_path / "settings.yaml"
+    config.write_text(yaml.safe_dump({"policies": {"GPU104": {"action": "warn"}}}))
+    restart_webhook(cluster, config=config)
+    try:
+        ns = cluster.namespace()
+        completed = cluster.apply(pod("quiet"), namespace=ns)
+        assert completed.returncode == 0, completed.stderr
+        assert "GPU104" in completed.stderr  # the warning the skip would have lost
+        stored = cluster.get("pod", "quiet", namespace=ns)
+        assert stored["metadata"]["annotations"][ordinary.REVIEW_ANNOTATION] == ordinary.REVIEW_VALUE
+        settled(cluster, name="quiet", namespace=ns, mutate=1, validate=1)
+    finally:
+        restart_webhook(cluster, config=None)

@@ -6,6 +6,7 @@ always gets HTTP 200 with the verdict in ``response`` (denials carry ``status.co
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from policies import model, podspec
+from policies import model, ordinary, podspec
 from policies.builtin import gpu001_visible_devices, gpu009_ephemeral_privilege
 from webhook import metrics
 from webhook.admission import decisions, events, keys, response, review
@@ -97,6 +98,7 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
             node_labels=node_labels,
         )
         if endpoint == "mutate":
+            decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)
         else:
             answer = response.for_validation(request=checked, decision=decision)
@@ -123,6 +125,17 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     if not answer["response"]["allowed"] and not checked.dry_run and keys.EVENTS in request.app:
         _record_denial(request.app[keys.EVENTS], checked, decision, answer)
     return web.json_response(answer)
+
+
+def _marked_for_review(request: web.Request, checked: review.Review, decision: model.Decision) -> model.Decision:
+    """The decision with the review mark added to a pod CREATE's patch while settings make the
+    validating webhook's ordinary-pod skip unsound (policies.ordinary: user policies, quiet mutators)."""
+    if checked.operation != "CREATE" or checked.object_kind != "Pod" or checked.subresource or decision.exempt_reason:
+        return decision
+    if not ordinary.cached_unsound_reasons(request.app[keys.LIVE_SETTINGS].current):
+        return decision
+    mark = ordinary.review_mark(checked.object)
+    return dataclasses.replace(decision, patch=(*decision.patch, *mark)) if mark else decision
 
 
 def _record_denial(

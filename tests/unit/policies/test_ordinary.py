@@ -440,3 +440,31 @@ def test_no_skipped_pod_would_be_refused_or_warned_on():
     # The generator must exercise both sides: ordinary pods and pods a policy speaks about.
     assert counts["skipped"] >= total // 10, counts
     assert counts["sent_and_refused_or_warned"] >= total // 10, counts
+
+
+# --- the review mark: /mutate switches the skip off while the settings make it unsound ---------------
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {"team": "ml"}])
+def test_the_review_mark_makes_any_ordinary_pod_sent(condition, annotations):
+    obj = pod(annotations=annotations)
+    assert not sent(condition, obj)
+    mark = list(ordinary.review_mark(obj))
+    marked = jsonpatch.apply_patch(copy.deepcopy(obj), mark)
+    assert marked["metadata"]["annotations"] == {**(annotations or {}), ordinary.REVIEW_ANNOTATION: ordinary.REVIEW_VALUE}
+    assert sent(condition, marked)
+    assert ordinary.review_mark(marked) == ()  # a second pass adds nothing
+    decision = engine.evaluate(model.Request(operation="CREATE", object=marked, namespace="team-a"), settings=settings.from_mapping({}))
+    assert decision.allowed and not decision.violations and not decision.warnings  # no policy reads the mark
+
+
+def test_the_review_mark_ignores_objects_without_metadata():
+    assert ordinary.review_mark(None) == ()
+    assert ordinary.review_mark({"kind": "Pod", "metadata": "x"}) == ()
+
+
+def test_the_cached_reasons_follow_a_settings_change():
+    quiet = settings.from_mapping({"policies": {"GPU104": {"action": "warn"}}})
+    default = settings.from_mapping({})
+    assert ordinary.cached_unsound_reasons(quiet) and not ordinary.cached_unsound_reasons(default)
+    assert ordinary.cached_unsound_reasons(quiet)

@@ -178,5 +178,12 @@ def test_second_scheduler_mode_runs_kube_scheduler_with_the_shipped_configuratio
     assert {item["path"] for item in secret["items"]} == {os.path.basename(shipped["extenders"][0]["tlsConfig"][k]) for k in ("caFile", "certFile", "keyFile")}
     bindings = {doc["roleRef"]["name"] for (kind, _, _), doc in chart.items() if kind == "ClusterRoleBinding" and "scheduler" in doc["metadata"]["name"]}
     assert bindings == {"system:kube-scheduler", "system:volume-scheduler"}
-    with pytest.raises(AssertionError, match="extender.mode must be"):
+    with pytest.raises(AssertionError, match="extender.mode"):
         render(helm, "extender.mode=elsewhere")
+
+
+def test_values_outside_the_schema_are_refused_with_their_name(helm: Path) -> None:
+    for wrong, named in (("certificates.mode=vault", "certificates.mode"), ("webhook.replicas=0", "webhook.replicas"),
+                         ("webhook.replica=3", "replica"), ("crds.install=maybe", "crds.install")):
+        with pytest.raises(AssertionError, match=named):
+            render(helm, wrong)

@@ -76,6 +76,14 @@ def main() -> int:
             url = f"{state.server}/api/v1/namespaces/default/pods?dryRun=All"
             results["in_containers"] = e2e_pod_creates.phase(state, body, url=url, args=args, label="in containers")
             controlplane.kubectl(state, "scale", "deployment/gpu-admission-webhook", "-n", incluster.NAMESPACE, "--replicas=0")
+            # Until the last pod has drained, its certificate loop would inject the in-cluster CA
+            # into the registrations again and the local webhook's calls would fail TLS.
+            controlplane.wait_for(
+                lambda: not json.loads(controlplane.kubectl(
+                    state, "get", "pods", "-n", incluster.NAMESPACE, "-l", "app.kubernetes.io/component=webhook", "-o", "json"
+                ).stdout)["items"],
+                what="the in-cluster webhook pods gone", timeout=240,
+            )
             install.start_webhook(state)
             install.register(state)
             results["local_process"] = e2e_pod_creates.phase(state, body, url=url, args=args, label="local process")

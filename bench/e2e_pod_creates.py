@@ -3,7 +3,9 @@
 Brings up its own local control plane (``webhook.cluster``: etcd, kube-apiserver, controller
 manager, scheduler, KWOK nodes; no gpu-admission), then drives ``POST /api/v1/namespaces/default/pods``
 with the Go load generator (admin client certificate, kept-alive HTTP/1.1 connections) for a GPU pod
-asking for ``aliyun.com/gpu-mem: 3`` with ``generateName`` (every request a new pod):
+asking for ``aliyun.com/gpu-mem: 3`` with ``generateName`` (every request a new pod; ``--pods cpu,gpu``
+adds an ordinary CPU pod, measured in the same phases, whose validating call the match condition
+``pod-create-not-ordinary`` skips; the run ends with one JSON line of the with/without ratios):
 
 1. without the webhook: saturation (closed loop, ``--connections``), then open-loop arrivals at
    each ``--rates`` (p50/p99, achieved rate, errors);
@@ -52,14 +54,20 @@ NAMESPACE = "default"
 BENCH_SCHEDULER = "gpu-admission-bench-nobody"
 
 
-def pod(*, real: bool) -> dict[str, Any]:
+POD_KINDS = ("gpu", "cpu")
+
+
+def pod(*, real: bool, kind: str = "gpu") -> dict[str, Any]:
+    """The bench's pod: `gpu` asks for aliyun.com/gpu-mem (both webhook calls); `cpu` asks for CPU
+    and memory only, an ordinary pod whose validating call the match condition skips."""
+    limits: dict[str, Any] = {"aliyun.com/gpu-mem": 3} if kind == "gpu" else {"cpu": "1", "memory": "1Gi"}
     spec: dict[str, Any] = {
         "containers": [
             {
                 "name": "train",
                 "image": "registry.example/ml/train:1.0",
                 "env": [{"name": "EPOCHS", "value": "10"}],
-                "resources": {"limits": {"aliyun.com/gpu-mem": 3}},
+                "resources": {"limits": limits},
             }
         ]
     }
@@ -165,7 +173,7 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
         f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}; {mode}; webhook workers {args.webhook_workers}.",
         f"Command: `.venv/bin/python bench/e2e_pod_creates.py --duration {args.duration:g} --connections {args.connections}"
-        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers}`",
+        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers} --pods {','.join(args.pods)}`",
         "",
         "| | creates/s at saturation (p99 ms) | " + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in args.rates)
         + " | apiserver CPU s / 1k | webhook CPU s / 1k | webhook call, mean ms (apiserver's view) |",
@@ -197,6 +205,15 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
     return "\n".join(lines)
 
 
+def _ratio(results: dict[str, dict[str, Any]]) -> float:
+    """Creates/s at saturation with the webhook ÷ without, means over the rounds."""
+    def mean(kind: str) -> float:
+        values = [float(r["saturation"]["achieved_rate"]) for name, r in results.items() if name.startswith(kind + " ")]
+        return sum(values) / len(values)
+
+    return mean("with") / mean("without")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
@@ -207,19 +224,27 @@ def main() -> int:
     parser.add_argument("--real", action="store_true", help="store the pods instead of server-side dry runs")
     parser.add_argument("--webhook-workers", type=int, default=1, help="gpu-admission serve --workers (default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
+    parser.add_argument(
+        "--pods", type=lambda s: [k for k in s.split(",") if k], default=["gpu"],
+        help="pod kinds, comma list of gpu (aliyun.com/gpu-mem) and cpu (an ordinary pod); each is measured "
+        "in every phase of the same run (default gpu)",
+    )
     args = parser.parse_args()
+    if not args.pods or any(k not in POD_KINDS for k in args.pods):
+        parser.error(f"--pods: a comma list of {', '.join(POD_KINDS)}")
     loadgen.binary()
     bin_dir = binaries.ensure()
     machine = loadgen.machine()
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in args.pods}
     with tempfile.TemporaryDirectory(prefix="gpu-admission-e2e-bench-") as tmp:
         directory = pathlib.Path(tmp) / "cluster"
         started = time.monotonic()
         state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), with_install=False)
         print(f"control plane up in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         try:
-            body = pathlib.Path(tmp) / "pod.json"
-            body.write_text(json.dumps(pod(real=args.real)))
+            bodies = {kind: pathlib.Path(tmp) / f"pod-{kind}.json" for kind in args.pods}
+            for kind, body in bodies.items():
+                body.write_text(json.dumps(pod(real=args.real, kind=kind)))
             namespace = "bench" if args.real else NAMESPACE
             suffix = "" if args.real else "?dryRun=All"
             url = f"{state.server}/api/v1/namespaces/{namespace}/pods{suffix}"
@@ -242,14 +267,19 @@ def main() -> int:
                             lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
                             what="the bench namespace's ServiceAccount", timeout=60,
                         )
-                    label = f"{'with' if with_webhook else 'without'} webhook #{round_}"
-                    results[label] = phase(state, body, url=url, args=args, label=label)
+                    for kind, body in bodies.items():
+                        label = f"{'with' if with_webhook else 'without'} webhook #{round_}"
+                        results[kind][label] = phase(state, body, url=url, args=args, label=f"{label} ({kind} pod)")
         finally:
             controlplane.down(directory)
-    text = render(results, args=args, machine=machine)
-    print(text)
+    headline: dict[str, float] = {}
+    for kind, figures in results.items():
+        print(f"\n{kind.upper()} pod\n")
+        print(render(figures, args=args, machine=machine))
+        headline[f"ratio_{kind}"] = round(_ratio(figures), 3)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2, default=str))
+    print(json.dumps(headline))
     return 0
 
 

@@ -5,6 +5,7 @@ apiserver on the pod after /mutate. Calls are counted in the webhook's own log (
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,13 @@ def test_settings_that_make_the_skip_unsound_switch_it_off_through_the_mutation(
         settled(cluster, name="quiet", namespace=ns, mutate=1, validate=1)
     finally:
         restart_webhook(cluster, config=None)
+
+
+def test_a_large_ordinary_pod_is_still_admitted_within_the_conditions_cost_budget(cluster: Cluster) -> None:
+    # The condition walks every env entry; a CEL cost overrun would refuse the pod (failurePolicy Fail).
+    ns = cluster.namespace()
+    env = [{"name": f"SETTING_{i}", "value": "x"} for i in range(8000)]
+    manifest = pod("large", env=env)
+    manifest["spec"]["initContainers"] = [{"name": f"init{i}", "image": "registry.example/app:1", "env": env[:2000]} for i in range(4)]
+    completed = cluster.kubectl("create", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
+    assert completed.returncode == 0, completed.stderr[-2000:]

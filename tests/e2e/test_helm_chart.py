@@ -4,7 +4,8 @@ The chart renders the base's own files (deploy/helm/gpu-admission/files/ links t
 can only come from the chart's templates; these tests hold every rendered object equal to what
 `kubectl kustomize` builds (whole objects, only Helm's own labels set aside): with the defaults
 against deploy/, with certificates.mode=certManager against deploy/ plus the cert-manager
-component, with the monitoring values against deploy/ plus the monitoring component, and with
+component, with the monitoring values against deploy/ plus the monitoring component, with
+labeler.processAttribution against deploy/ plus the process-attribution component, and with
 crds.install against deploy/crds/ (plus the keep annotation). Marked e2e: helm and kubectl are
 built with Go (kubectl from the control-plane cache).
 """
@@ -95,7 +96,8 @@ def assert_same(chart: dict[Key, dict[str, Any]], base: dict[Key, dict[str, Any]
 
 def test_helm_lint_passes_with_the_defaults_and_every_mode(helm: Path) -> None:
     for values in ([], ["certificates.mode=certManager", "extender.mode=secondScheduler", "crds.install=true",
-                        "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "labeler.enabled=false"]):
+                        "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "labeler.enabled=false"],
+                   ["labeler.processAttribution=true"]):
         command = [str(helm), "lint", "--strict", str(CHART)] + [arg for v in values for arg in ("--set", v)]
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
         assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -122,6 +124,16 @@ def test_monitoring_values_render_the_base_with_the_monitoring_component(helm: P
     assert_same(chart, kustomize(kubectl, tmp_path, "components/monitoring"))
     labelled = render(helm, "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack")
     assert labelled[("PrometheusRule", "gpu-admission", "gpu-admission")]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_process_attribution_renders_the_base_with_the_process_attribution_component(helm: Path, kubectl: Path, tmp_path: Path) -> None:
+    chart = render(helm, "labeler.processAttribution=true")
+    assert_same(chart, kustomize(kubectl, tmp_path, "components/process-attribution"))
+    labeler = chart[("DaemonSet", "gpu-admission", "gpu-admission-labeler")]["spec"]["template"]["spec"]
+    assert labeler["volumes"][0]["hostPath"]["path"] == "/proc" and "hostPID" not in labeler
+    # Off by default: the base's pods pass the namespace's "restricted".
+    namespace = render(helm)[("Namespace", "", "gpu-admission")]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_crds_are_opt_in_and_kept_on_uninstall(helm: Path, kubectl: Path) -> None:

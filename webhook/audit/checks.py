@@ -897,7 +897,10 @@ def out_of_band_processes(node: Mapping[str, Any]) -> findings.Finding | None:
             else:
                 where += ", a process outside any container"
             problems.append(where)
-        if card.truncated:
+        # `truncated` counts what every list left out, pods' and unattributable ("unknown", e.g. a
+        # labeler without the host's /proc) processes' too: only a full out-of-band list says
+        # that some of them are out-of-band.
+        if card.truncated and len(card.out_of_band) >= usage.MAX_ENTRIES:
             problems.append(f"card {card.index}: {card.truncated} more process(es) not listed in the summary")
     if problems:
         shown = problems[:MAX_NAMED] + ([f"and {len(problems) - MAX_NAMED} more"] if len(problems) > MAX_NAMED else [])

@@ -224,6 +224,13 @@ class Runner:
                 return False
             self._note("pods", "")
         proc_root = self._options.proc_root
+        if any(card.processes for card in inv.cards):
+            self._note(
+                "proc",
+                "" if proc_root.is_dir() else
+                f"process attribution is off: {proc_root} (--proc-root, the host's /proc) is not there; GPU processes are "
+                "published as unknown (deploy/components/process-attribution mounts the host's /proc)",
+            )
         summary = attribution.summarise(
             inv,
             pods=[attribution.PodRef.from_object(pod) for pod in listed],

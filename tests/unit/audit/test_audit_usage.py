@@ -60,6 +60,25 @@ def test_gpu213_passes_when_every_process_is_a_pods(node: NodeFactory) -> None:
     assert found is not None and found.result is PASS
 
 
+def test_gpu213_passes_when_processes_are_unknown_even_past_the_list_limit(node: NodeFactory) -> None:
+    # A labeler without the host's /proc (the base's, without deploy/components/process-attribution)
+    # reads every process as unknown: not a bypass, however many (the list is cut, `truncated` counts
+    # the rest, and that count alone must not read as out-of-band processes).
+    unknown = tuple(range(1000, 1000 + usage.MAX_ENTRIES + 8))
+    annotations = summary(card(0, used_mib=9000, pods=tuple(pod_use(f"u{i}", 10) for i in range(usage.MAX_ENTRIES + 3)), unknown=unknown))
+    assert usage.parse(annotations[usage.USAGE_ANNOTATION]).cards[0].truncated == 11  # type: ignore[union-attr]
+    found = checks.out_of_band_processes(node(annotations=annotations))
+    assert found is not None and found.result is PASS
+
+
+def test_gpu213_counts_what_a_full_out_of_band_list_left_out(node: NodeFactory) -> None:
+    entries = tuple(usage.OutOfBand(pid=pid, used_mib=10) for pid in range(1, usage.MAX_ENTRIES + 5))
+    found = checks.out_of_band_processes(node(annotations=summary(card(0, out_of_band=entries))))
+    assert found is not None and found.result is FAIL
+    # The summary lists MAX_ENTRIES of them; the 4 it left out are one more problem named.
+    assert f"and {usage.MAX_ENTRIES + 1 - checks.MAX_NAMED} more;" in found.message
+
+
 @pytest.mark.parametrize("annotation", [None, "", "{not json", '{"cards": "x"}'])
 def test_gpu213_does_not_judge_a_node_without_a_readable_summary(node: NodeFactory, annotation: str | None) -> None:
     annotations = {} if annotation is None else {usage.USAGE_ANNOTATION: annotation}

@@ -114,6 +114,33 @@ def test_processes_are_attributed_to_pods_and_the_rest_is_out_of_band(tmp_path: 
     assert summary.at == "1970-01-01T00:00:00Z"
 
 
+def test_without_the_hosts_proc_every_process_is_unknown_never_out_of_band(tmp_path: Path) -> None:
+    # The base DaemonSet (restricted Pod Security) mounts nothing at its --proc-root.
+    missing = tmp_path / "host" / "proc"
+    inv = inventory.make([card(0, processes=ALL)])
+    summary = attribution.summarise(inv, pods=PODS, identify=lambda pid: cgroups.read(pid, proc_root=missing), now=0.0)
+    (only,) = summary.cards
+    assert only.unknown == tuple(pid for pid, _ in ALL)
+    assert only.out_of_band == () and only.pods == ()
+    assert only.used_mib == 12000  # the card's memory in use is still published
+
+
+def test_a_runner_without_the_hosts_proc_says_so_once_and_still_writes_the_summary(
+    setup: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    nodes, pods, clock, state, make = setup
+    loop = make(proc_root=tmp_path / "host" / "proc")
+    caplog.set_level("INFO")
+    assert loop.step() is runner.Outcome.CHANGED
+    state["inv"] = inventory.make([card(0, used=14000, processes=((100, 1000), (200, 3000)))])
+    clock.now += 3600
+    loop.step()
+    said = [r.getMessage() for r in caplog.records if "process attribution is off" in r.getMessage()]
+    assert len(said) == 1 and "host" in said[0]
+    written = usage.parse(nodes.annotations(NODE)[usage.USAGE_ANNOTATION])
+    assert written is not None and written.cards[0].unknown == (100, 200) and written.cards[0].out_of_band == ()
+
+
 def test_without_a_pod_list_a_pod_cgroup_is_its_pod_by_uid_alone(tmp_path: Path) -> None:
     root = proc_root(tmp_path, PROCS)
     inv = inventory.make([card(0, processes=((100, 1), (300, 2), (200, 3)))])
@@ -169,7 +196,7 @@ def setup(tmp_path: Path, fake_nodes: Any, node: Any) -> Any:
     def make(**options: Any) -> runner.Runner:
         return runner.Runner(
             source=lambda: state["inv"], nodes=nodes, pods=pods, clock=clock, wall_clock=lambda: 0.0,
-            options=runner.Options(node_name=NODE, proc_root=root, usage_interval_s=60.0, **options),
+            options=runner.Options(node_name=NODE, usage_interval_s=60.0, **{"proc_root": root, **options}),
         )
 
     return nodes, pods, clock, state, make

@@ -171,6 +171,71 @@ def test_the_namespace_enforces_restricted_pod_security() -> None:
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
+# The volume types Pod Security "restricted" (and "baseline") admits (kubernetes pod-security-admission
+# policy/check_restrictedVolumes.go); hostPath is not among them.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+BASE_FILES = ("webhook.yaml", "extender.yaml", "labeler.yaml")
+
+
+def _restricted_violations(spec: dict[str, Any]) -> list[str]:
+    found = [f"{key}: true" for key in ("hostPID", "hostNetwork", "hostIPC") if spec.get(key)]
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        found += [f"volume {volume['name']}: {kind}" for kind in sorted(kinds - RESTRICTED_VOLUMES)]
+    pod_context = spec.get("securityContext", {})
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        context = container.get("securityContext", {})
+        name = container["name"]
+        if not (context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is True):
+            found.append(f"{name}: runAsNonRoot")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation")
+        if context.get("capabilities", {}).get("drop") != ["ALL"] or context.get("capabilities", {}).get("add"):
+            found.append(f"{name}: capabilities")
+        if context.get("privileged"):
+            found.append(f"{name}: privileged")
+        if container.get("ports") and any("hostPort" in port for port in container["ports"]):
+            found.append(f"{name}: hostPort")
+        seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{name}: seccompProfile")
+    return found
+
+
+@pytest.mark.parametrize("file", BASE_FILES)
+def test_every_pod_of_the_base_passes_restricted_pod_security(file: str) -> None:
+    # The namespace enforces restricted: a pod template that breaks it is refused when its
+    # controller creates the pods (a DaemonSet's refusals show only as events), not on apply.
+    templates = [d["spec"]["template"]["spec"] for d in documents(DEPLOY / file) if d["kind"] in ("Deployment", "DaemonSet")]
+    assert templates
+    for spec in templates:
+        assert _restricted_violations(spec) == []
+
+
+def test_the_restricted_check_catches_host_access() -> None:
+    [labeler] = [d for d in documents(DEPLOY / "labeler.yaml") if d["kind"] == "DaemonSet"]
+    spec = labeler["spec"]["template"]["spec"]
+    spec = {**spec, "hostPID": True, "volumes": [{"name": "host-proc", "hostPath": {"path": "/proc"}}]}
+    assert _restricted_violations(spec) == ["hostPID: true", "volume host-proc: hostPath"]
+
+
+def test_the_process_attribution_component_mounts_proc_read_only_without_host_pid() -> None:
+    component = yaml.safe_load((DEPLOY / "components" / "process-attribution" / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component"
+    patches = {p["target"]["kind"]: yaml.safe_load(p["patch"]) for p in component["patches"]}
+    daemonset = {op["path"]: op["value"] for op in patches["DaemonSet"]}
+    assert daemonset["/spec/template/spec/containers/0/volumeMounts"] == [{"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}]
+    assert daemonset["/spec/template/spec/volumes"] == [{"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}}]
+    assert not any("hostPID" in path for path in daemonset)
+    # The mount is where the base's labeler already reads (--proc-root).
+    [labeler] = [d for d in documents(DEPLOY / "labeler.yaml") if d["kind"] == "DaemonSet"]
+    assert "--proc-root=/host/proc" in labeler["spec"]["template"]["spec"]["containers"][0]["args"]
+    # hostPath is admitted only by "privileged"; warn and audit stay "restricted".
+    assert patches["Namespace"] == [
+        {"op": "replace", "path": "/metadata/labels/pod-security.kubernetes.io~1enforce", "value": "privileged"}
+    ]
+
+
 # --- the kustomize base -----------------------------------------------------------------------------
 
 

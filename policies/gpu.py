@@ -162,10 +162,20 @@ def injected_mode(family: Family, *, shared_default: Mode) -> Mode | None:
 def container_gpu_resources(container: Mapping[str, Any]) -> frozenset[str]:
     """The GPU resource names a container mentions in its limits or requests."""
     resources = podspec.mapping(container.get("resources"))
-    names: set[str] = set()
-    for section in ("limits", "requests"):
-        names.update(k for k in podspec.mapping(resources.get(section)) if is_gpu_resource(k))
-    return frozenset(names)
+    if not resources:
+        return _NO_RESOURCES
+    # Called by several policies per container on every review: one comprehension, no generators.
+    return frozenset(
+        [
+            name
+            for section in (resources.get("limits"), resources.get("requests"))
+            for name in podspec.mapping(section)
+            if is_gpu_resource(name)
+        ]
+    )
+
+
+_NO_RESOURCES: frozenset[str] = frozenset()
 
 
 def requests_gpu(container: Mapping[str, Any]) -> bool:

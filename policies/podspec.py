@@ -95,7 +95,8 @@ class Template:
 
 def mapping(value: object) -> Mapping[str, Any]:
     """`value` if it is a mapping, else an empty one."""
-    return value if isinstance(value, Mapping) else {}
+    # A decoded review holds plain dicts: the exact-type test spares the hot path the ABC check.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def sequence(value: object) -> Sequence[Any]:
@@ -147,7 +148,7 @@ def iter_containers(
     """
     for kind in kinds:
         for index, container in enumerate(sequence(spec.get(kind))):
-            if isinstance(container, Mapping):
+            if type(container) is dict or isinstance(container, Mapping):
                 yield ContainerRef(
                     kind=kind,
                     index=index,

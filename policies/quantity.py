@@ -34,6 +34,7 @@ import dataclasses
 import decimal
 import enum
 import fractions
+import functools
 import math
 import re
 
@@ -436,6 +437,20 @@ def stored(value: object) -> Quantity | None:
     This is the value an admission webhook, the scheduler and the extender see, so the dry-run
     judges it too (it differs from `decode` only where Go 1.34 writes a value it cannot spell).
     """
+    if type(value) is str:
+        return _stored_text(value)
+    return _stored(value)
+
+
+# Admission reviews carry quantities as the apiserver wrote them back, a handful of short strings
+# repeated across reviews: parsing each again cost more than a whole policy (bench/webhook_load.py).
+# Quantity is frozen, so one parsed value can be shared; the cache is bounded.
+@functools.lru_cache(maxsize=1024)
+def _stored_text(value: str) -> Quantity | None:
+    return _stored(value)
+
+
+def _stored(value: object) -> Quantity | None:
     try:
         return parse(decode(value).text)
     except QuantityError:

@@ -381,3 +381,12 @@ def test_any_text_parses_or_is_refused_and_the_written_form_is_a_fixed_point(tex
     written = quantity.parse(found.text)
     assert quantity.parse(written.text).text == written.text
     quantity.milli_value(found)  # never raises
+
+
+@pytest.mark.parametrize("value", ["3", "2000m", " 2 ", "1500m", "-0", "1e19", "1000E", "x", "", 2, 2.0, -0.0, True, None, {}, []])
+def test_stored_answers_the_same_from_its_cache(value):
+    # Text values are cached (frozen results shared between reviews); the answer stays the uncached one.
+    first, again = quantity.stored(value), quantity.stored(value)
+    assert first == again == quantity._stored(value)
+    if isinstance(first, quantity.Quantity):
+        assert (first.unscaled, first.exponent, first.format, first.text) == (again.unscaled, again.exponent, again.format, again.text)

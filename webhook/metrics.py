@@ -101,6 +101,14 @@ class Counter(_Metric):
         # child is labelled, which doubles the cost of the reviews' hot path (bench/webhook_load.py).
         self._child(labels)._value.inc(amount)
 
+    def inc_one(self, *values: str) -> None:
+        """``inc()`` with the label values in declared order: a review counts one outcome per
+        policy, and building the keyword dict and its tuple each time cost more than the count."""
+        child = self._children.get(values)
+        if child is None:
+            child = self._child(dict(zip(self.labelnames, values, strict=True)))
+        child._value.inc(1.0)
+
     def value(self, **labels: str) -> float:
         """This process's value (tests); reading creates no series."""
         child = self._children.get(_label_values(self.labelnames, labels))

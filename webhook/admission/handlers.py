@@ -206,10 +206,11 @@ def _record(
     else:
         result = "allowed" if allowed else "denied"
     meters.admission_reviews.inc(endpoint=endpoint, result=result)
+    count_result, count_decision = meters.policy_results.inc_one, meters.decisions.inc_one
     for outcome in decision.results:
-        meters.policy_results.inc(endpoint=endpoint, policy=outcome.policy, result=str(outcome.result))
+        count_result(endpoint, outcome.policy, str(outcome.result))
     for violation in decision.violations:
-        meters.decisions.inc(endpoint=endpoint, policy=violation.policy, action=str(violation.action))
+        count_decision(endpoint, violation.policy, str(violation.action))
     # A client other than kube-apiserver could send any kind: only the kinds we judge get a series.
     kind_label = kind if kind in podspec.SUPPORTED_KINDS else "other"
     meters.review_duration.observe(

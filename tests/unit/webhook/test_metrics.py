@@ -95,3 +95,23 @@ def test_gauge_labels_are_checked_like_a_counters() -> None:
     unlabelled = metrics.Gauge("u", "U.", ())
     unlabelled.set(0)
     assert unlabelled.render() == ["# HELP u U.", "# TYPE u gauge", "u 0.0"]
+
+
+def test_inc_one_counts_the_same_series_as_keyword_inc() -> None:
+    registry = metrics.Registry()
+    counter = registry.register(metrics.Counter("pos_total", "Positional.", ("endpoint", "result")))
+    counter.inc_one("validate", "pass")  # a new series through the positional path
+    counter.inc(endpoint="validate", result="pass")
+    counter.inc_one("validate", "pass")
+    counter.inc_one("mutate", "fail")
+    assert counter.value(endpoint="validate", result="pass") == 3.0
+    assert counter.value(endpoint="mutate", result="fail") == 1.0
+    assert counter.value(endpoint="mutate", result="pass") == 0.0
+    assert registry.render().splitlines()[2:] == [
+        'pos_total{endpoint="validate",result="pass"} 3.0',
+        'pos_total{endpoint="mutate",result="fail"} 1.0',
+    ]
+    with pytest.raises(ValueError):
+        counter.inc_one("validate")  # one value short of the declared labels
+    with pytest.raises(ValueError):
+        counter.inc_one("validate", "pass", "extra")

@@ -11,6 +11,7 @@ names an image already built from the Dockerfile (CI builds it once in its realn
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -200,6 +201,28 @@ def test_a_rollout_restart_of_the_webhook_fails_no_pod_create(state: controlplan
         worker.join(timeout=60)
     assert creates["count"] >= 10, creates
     assert failures == [], failures[:3]
+
+
+def test_the_labeler_runs_on_the_gpu_less_node_says_no_nvml_once_labels_nothing_and_never_restarts(state: controlplane.State) -> None:
+    # Late in the module on purpose: by now the pod has run for minutes, several 60 s passes.
+    [pod] = pods(state, incluster.NAMESPACE, "app.kubernetes.io/component=labeler")
+    name = pod["metadata"]["name"]
+    assert pod["spec"]["nodeName"] == realnode.NODE_NAME
+    assert "hostPID" not in pod["spec"] and not any("hostPath" in v for v in pod["spec"].get("volumes", []))
+    age = time.time() - datetime.datetime.fromisoformat(pod["status"]["startTime"].replace("Z", "+00:00")).timestamp()
+    if age < 70:  # at least one more pass than the first
+        time.sleep(70 - age)
+    for _ in range(2):  # restartCount 0 now and ~20 s later: no crash loop, no failed liveness probe
+        [status] = json.loads(kubectl(state, "get", "pod", name, "-n", incluster.NAMESPACE, "-o", "json").stdout)["status"]["containerStatuses"]
+        assert status["ready"] and status["restartCount"] == 0, status
+        time.sleep(20)
+    log = kubectl(state, "logs", name, "-n", incluster.NAMESPACE).stdout
+    assert len([line for line in log.splitlines() if "NVML is not available on this node" in line]) == 1, log
+    node = json.loads(kubectl(state, "get", "node", realnode.NODE_NAME, "-o", "json").stdout)
+    ours = [k for k in node["metadata"].get("labels", {}) if k.startswith(gpu.ACCELERATOR_LABEL_PREFIX) or k == gpu.CARD_MEMORY_MIB_LABEL]
+    ours += [k for k in node["metadata"].get("annotations", {}) if k.startswith(gpu.OWN_PREFIX)]
+    ours += [k for k in node["status"].get("capacity", {}) if k.startswith("aliyun.com/")]
+    assert ours == [], ours
 
 
 def test_uninstall_leaves_nothing_of_ours(state: controlplane.State) -> None:

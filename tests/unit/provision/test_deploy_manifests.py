@@ -230,6 +230,17 @@ def test_the_process_attribution_component_mounts_proc_read_only_without_host_pi
     # The mount is where the base's labeler already reads (--proc-root).
     [labeler] = [d for d in documents(DEPLOY / "labeler.yaml") if d["kind"] == "DaemonSet"]
     assert "--proc-root=/host/proc" in labeler["spec"]["template"]["spec"]["containers"][0]["args"]
+    # With the host's /proc, a shared UID would let the labeler read the webhook's and the
+    # extender's /proc/<pid>/environ and root: the component gives it a UID of its own.
+    assert daemonset["/spec/template/spec/securityContext/runAsUser"] == 65533
+    assert daemonset["/spec/template/spec/securityContext/runAsGroup"] == 65533
+    others = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+        for name in ("webhook.yaml", "extender.yaml")
+        for d in documents(DEPLOY / name)
+        if d["kind"] == "Deployment"
+    }
+    assert others and 65533 not in others.values(), others
     # hostPath is admitted only by "privileged"; warn and audit stay "restricted".
     assert patches["Namespace"] == [
         {"op": "replace", "path": "/metadata/labels/pod-security.kubernetes.io~1enforce", "value": "privileged"}

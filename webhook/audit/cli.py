@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser(
         "audit",
         help="audit what runs in the cluster (or manifest files): policies, GPU consistency, PolicyReports",
-        description="Evaluate every validate policy and the GPU consistency checks (GPU201-GPU208) over "
+        description="Evaluate every validate policy and the GPU consistency checks (GPU201-GPU215) over "
         "existing Pods, workload templates and Nodes. Exit 0: nothing fails at enforce level; 1: something "
         "does; 2: an error.",
     )

@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,77 @@ def test_the_labeler_runs_on_the_gpu_less_node_says_no_nvml_once_labels_nothing_
     ours += [k for k in node["metadata"].get("annotations", {}) if k.startswith(gpu.OWN_PREFIX)]
     ours += [k for k in node["status"].get("capacity", {}) if k.startswith("aliyun.com/")]
     assert ours == [], ours
+
+
+def _ctr(state: controlplane.State, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    completed = subprocess.run(
+        ["ctr", "--address", str(realnode.socket_path(state)), "-n", realnode.NAMESPACE, *args],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert not check or completed.returncode == 0, f"ctr {' '.join(args)}: {completed.stderr}"
+    return completed
+
+
+def _task_pid(state: controlplane.State, container_id: str) -> int:
+    for line in _ctr(state, "tasks", "ls").stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] == container_id and fields[2] == "RUNNING":
+            return int(fields[1])
+    raise AssertionError(f"no running task {container_id}")
+
+
+def test_the_labeler_attributes_a_real_pod_and_flags_a_ctr_container_which_the_audit_reports(state: controlplane.State, tmp_path: Path) -> None:
+    # Real processes in the cgroups the kubelet and containerd made: the extender's container (a pod
+    # of the cluster) and a container started with `ctr run` beside the kubelet (no pod at all).
+    [pod, *_] = pods(state, incluster.NAMESPACE, "app.kubernetes.io/component=extender")
+    [status] = pod["status"]["containerStatuses"]
+    pod_pid = _task_pid(state, status["containerID"].removeprefix("containerd://"))
+    assert f"pod{pod['metadata']['uid']}" in Path(f"/proc/{pod_pid}/cgroup").read_text()
+    rogue_id = uuid.uuid4().hex + uuid.uuid4().hex  # 64 hex digits, as containerd names its containers
+    before = json.loads(kubectl(state, "get", "node", realnode.NODE_NAME, "-o", "json").stdout)["metadata"]
+    _ctr(state, "run", "-d", "--null-io", realnode.PAUSE_IMAGE, rogue_id)
+    try:
+        rogue_pid = _task_pid(state, rogue_id)
+        assert f"/{realnode.NAMESPACE}/{rogue_id}" in Path(f"/proc/{rogue_pid}/cgroup").read_text()
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(yaml.safe_dump({"gpus": [{
+            "index": 0, "uuid": "GPU-real-node-0", "name": "Tesla T4", "memoryMiB": 15360, "usedMiB": 7000,
+            "processes": [{"pid": pod_pid, "usedMiB": 1000}, {"pid": rogue_pid, "usedMiB": 6000}],
+        }]}))
+        labeler = [install.executable(), "labeler", "--node-name", realnode.NODE_NAME, "--kubeconfig", str(state.kubeconfig),
+                   "--inventory", str(inventory), "--proc-root", "/proc", "--once"]
+        preview = subprocess.run([*labeler, "--dry-run", "--list-pods", "-o", "json"], capture_output=True, text=True, check=False, timeout=120)
+        assert preview.returncode == 0, preview.stderr
+        [card] = json.loads(preview.stdout)["usage"]
+        assert card["processes"] == [
+            {"pid": pod_pid, "usedMiB": 1000, "containerID": status["containerID"].removeprefix("containerd://"),
+             "pod": {"namespace": incluster.NAMESPACE, "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}},
+            {"pid": rogue_pid, "usedMiB": 6000, "outOfBand": True, "containerID": rogue_id},
+        ], card
+        written = subprocess.run(labeler, capture_output=True, text=True, check=False, timeout=120)
+        assert written.returncode == 0, written.stderr
+        audited = subprocess.run([install.executable(), "audit", "--kubeconfig", str(state.kubeconfig), "-o", "json"],
+                                 capture_output=True, text=True, check=False, timeout=300)
+        results = [r for item in json.loads(audited.stdout)["items"] for r in item.get("results", [])]
+        gpu213 = [r for r in results if r["policy"] == "GPU213" and realnode.NODE_NAME in r["message"]]
+        assert len(gpu213) == 1 and gpu213[0]["result"] == "fail", gpu213
+        message = gpu213[0]["message"]
+        assert f"card 0: pid {rogue_pid} holds 6000 MiB in container {rogue_id[:12]}, started on the node outside Kubernetes" in message
+        assert f"pid {pod_pid}" not in message, "the pod's process is accounted for"
+    finally:
+        _ctr(state, "tasks", "kill", "-s", "SIGKILL", rogue_id, check=False)
+        eventually(lambda: _ctr(state, "tasks", "delete", rogue_id, check=False).returncode == 0 or rogue_id not in _ctr(state, "tasks", "ls").stdout,
+                   what="the ctr task gone", timeout=30)
+        _ctr(state, "containers", "delete", rogue_id, check=False)
+        # Take off what the labeler wrote on the node, so the uninstall finds it as the install left it.
+        after = json.loads(kubectl(state, "get", "node", realnode.NODE_NAME, "-o", "json").stdout)["metadata"]
+        for verb, field in (("label", "labels"), ("annotate", "annotations")):
+            added = [key for key in after.get(field, {}) if key not in before.get(field, {})]
+            if added:
+                kubectl(state, verb, "node", realnode.NODE_NAME, *(f"{key}-" for key in added))
+    assert rogue_id not in _ctr(state, "containers", "ls", "-q").stdout
+    node = json.loads(kubectl(state, "get", "node", realnode.NODE_NAME, "-o", "json").stdout)["metadata"]
+    assert [k for k in node.get("annotations", {}) if k.startswith(gpu.OWN_PREFIX)] == []
 
 
 def test_uninstall_leaves_nothing_of_ours(state: controlplane.State) -> None:

@@ -68,7 +68,7 @@ _TEMPLATELESS_KINDS: frozenset[str] = frozenset(
     kind for item in POLICIES for kind in getattr(item, "kinds", ()) if kind not in podspec.SUPPORTED_KINDS
 )
 
-EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
+EPHEMERAL_SUBRESOURCE = podspec.EPHEMERAL_SUBRESOURCE
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -162,24 +162,10 @@ def _context(
         return policy.Context(
             request=request, settings=settings, template=empty, containers=(), whole_pod=True, object=working
         )
-    containers = tuple(podspec.iter_containers(found.spec, spec_path=found.spec_path))
     if ephemeral_only:
-        old = podspec.template(request.old_object)
-        existing = (
-            set()
-            if old is None
-            else {
-                ref.name
-                for ref in podspec.iter_containers(
-                    old.spec, spec_path=old.spec_path, kinds=(podspec.ContainerKind.EPHEMERAL,)
-                )
-            }
-        )
-        containers = tuple(
-            ref
-            for ref in containers
-            if ref.kind is podspec.ContainerKind.EPHEMERAL and ref.name not in existing
-        )
+        containers = tuple(podspec.new_ephemeral_containers(working, old_object=request.old_object))
+    else:
+        containers = tuple(podspec.iter_containers(found.spec, spec_path=found.spec_path))
     return policy.Context(
         request=request,
         settings=settings,

@@ -237,3 +237,25 @@ def volumes(spec: Mapping[str, Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:
     for index, volume in enumerate(sequence(spec.get("volumes"))):
         if isinstance(volume, Mapping):
             yield index, volume
+
+
+# The Pod subresource through which ephemeral containers are added to a running pod.
+EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
+
+
+def new_ephemeral_containers(obj: object, *, old_object: object) -> list[ContainerRef]:
+    """The ephemeral containers of a Pod that its previous version did not have (by name)."""
+    found = template(obj)
+    if found is None:
+        return []
+    old = template(old_object)
+    existing = (
+        set()
+        if old is None
+        else {ref.name for ref in iter_containers(old.spec, spec_path=old.spec_path, kinds=(ContainerKind.EPHEMERAL,))}
+    )
+    return [
+        ref
+        for ref in iter_containers(found.spec, spec_path=found.spec_path, kinds=(ContainerKind.EPHEMERAL,))
+        if ref.name not in existing
+    ]

@@ -32,34 +32,14 @@ from typing import Any
 
 from policies import gpu, nodeaffinity, podspec, policy
 
-EPHEMERAL_SUBRESOURCE = "ephemeralcontainers"
+EPHEMERAL_SUBRESOURCE = podspec.EPHEMERAL_SUBRESOURCE
 _INSTEAD = (
     "use a debug profile without privilege (kubectl debug --profile=general, baseline or netadmin), "
     "or debug a copy of the pod on a node without GPUs"
 )
 
 
-def new_ephemeral_containers(
-    obj: Mapping[str, Any], *, old_object: Mapping[str, Any] | None
-) -> list[podspec.ContainerRef]:
-    """The ephemeral containers of a Pod that its previous version did not have (by name)."""
-    found = podspec.template(obj)
-    if found is None:
-        return []
-    old = podspec.template(old_object)
-    existing = (
-        set()
-        if old is None
-        else {
-            ref.name
-            for ref in podspec.iter_containers(old.spec, spec_path=old.spec_path, kinds=(podspec.ContainerKind.EPHEMERAL,))
-        }
-    )
-    return [
-        ref
-        for ref in podspec.iter_containers(found.spec, spec_path=found.spec_path, kinds=(podspec.ContainerKind.EPHEMERAL,))
-        if ref.name not in existing
-    ]
+new_ephemeral_containers = podspec.new_ephemeral_containers
 
 
 def node_to_look_up(

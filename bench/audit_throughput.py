@@ -40,7 +40,7 @@ from typing import Any
 from kubernetes import client
 
 from policies import settings as settings_
-from webhook import dryrun
+from webhook.commands import dryrun
 from webhook.audit import kube, scan, sweep
 from webhook.cluster import binaries, controlplane, install, nodes
 

@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
 
-from webhook import certfiles  # noqa: E402 - after the path set-up above
+from webhook.certificates import certfiles  # noqa: E402 - after the path set-up above
 from webhook.cluster import controlplane  # noqa: E402 - same
 
 OPA_VERSION = "v1.22.3"

@@ -37,7 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
 
 from policies import settings  # noqa: E402
-from webhook import dryrun  # noqa: E402
+from webhook.commands import dryrun  # noqa: E402
 
 SOURCES = ("examples/workloads", "examples/bypasses")
 

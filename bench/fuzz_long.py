@@ -39,14 +39,15 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from tests.unit.fuzz import hostile  # noqa: E402
 from tests.unit.fuzz import servers as fuzz  # noqa: E402
-from webhook import certfiles, tls  # noqa: E402
+from webhook.certificates import certfiles  # noqa: E402
+from webhook.serving import tls
 
 EXTENDER_SERVER = """
 import asyncio, ssl, sys
 sys.path.insert(0, {repo!r})
 from aiohttp import web
 from tests.unit.fuzz import servers as fuzz
-from webhook import tls
+from webhook.serving import tls
 from webhook.extender import app, binder, store
 
 async def main() -> None:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compare_opa  # noqa: E402 - bench/ is not a package; the review bodies live there
 import loadgen  # noqa: E402
 
-from webhook import certfiles  # noqa: E402
+from webhook.certificates import certfiles  # noqa: E402
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")

@@ -32,7 +32,8 @@ from typing import Any
 
 import aiohttp
 
-from webhook import certfiles, tls
+from webhook.certificates import certfiles
+from webhook.serving import tls
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 REVIEW = REPO / "tests" / "data" / "reviews" / "pod-create-gpu-mem.json"

@@ -16,7 +16,8 @@ import pytest_asyncio
 from aiohttp import test_utils
 
 from policies import settings as engine_settings
-from webhook import certfiles, tls
+from webhook.certificates import certfiles
+from webhook.serving import tls
 from webhook.admission import app as admission_app
 
 DATA = pathlib.Path(__file__).parent / "data"

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from webhook import errors, flags
+from webhook.cmdline import errors, flags
 
 PROG = "gpu-admission"
 EXIT_INPUT_ERROR = 2
@@ -25,12 +25,12 @@ EXIT_INPUT_ERROR = 2
 # Each subcommand and the module that registers it, in the order `--help` lists them
 # (tests/unit/test_cli.py checks this against the parser).
 SUBCOMMANDS: dict[str, str] = {
-    "demo": "webhook.demo",
-    "serve": "webhook.serve",
-    "dry-run": "webhook.dryrun",
+    "demo": "webhook.commands.demo",
+    "serve": "webhook.admission.serve",
+    "dry-run": "webhook.commands.dryrun",
     "audit": "webhook.audit.cli",
-    "policies": "webhook.policies_cli",
-    "certs": "webhook.certfiles",
+    "policies": "webhook.commands.policies_cli",
+    "certs": "webhook.certificates.certfiles",
     "extender": "webhook.extender.cli",
     "inspect": "webhook.extender.cli",
     "explain": "webhook.explain.cli",
@@ -39,7 +39,7 @@ SUBCOMMANDS: dict[str, str] = {
     "defrag": "webhook.explain.cli",
     "labeler": "webhook.labeler.cli",
     "cluster": "webhook.cluster.cli",
-    "completion": "webhook.completion",
+    "completion": "webhook.cmdline.completion",
 }
 # Every command module, once each.
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))

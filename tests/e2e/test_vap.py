@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from tests.e2e.harness import Cluster, eventually
-from webhook import config, vap
+from webhook import config
+from webhook.commands import vap
 
 pytestmark = pytest.mark.e2e
 

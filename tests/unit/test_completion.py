@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from webhook import cli, completion
+from webhook import cli
+from webhook.cmdline import completion
 
 
 def _script(shell: str, capsys: pytest.CaptureFixture[str]) -> str:

@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from policies import model, settings
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.admission import decisions, handlers, keys
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ _PROBE_POD = {
 
 
 def make_app(config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
-    """Build the webhook app for ``config``; serve it over TLS (see ``webhook.serve``)."""
+    """Build the webhook app for ``config``; serve it over TLS (see ``webhook.admission.serve``)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[keys.SETTINGS] = config
     app[keys.LIVE_SETTINGS] = keys.LiveSettings(current=config)

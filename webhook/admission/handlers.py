@@ -16,7 +16,7 @@ from aiohttp import web
 
 from policies import model, ordinary, podspec
 from policies.builtin import gpu001_visible_devices, gpu009_ephemeral_privilege
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.admission import decisions, events, keys, response, review
 
 log = logging.getLogger(__name__)

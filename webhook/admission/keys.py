@@ -7,7 +7,7 @@ import dataclasses
 from aiohttp import web
 
 from policies import settings
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.admission import envsources, events, namespaces, nodes
 
 
@@ -21,7 +21,7 @@ class State:
 
 @dataclasses.dataclass
 class LiveSettings:
-    """The settings in force; the configuration reload (``webhook.configwatch``) replaces them whole."""
+    """The settings in force; the configuration reload (``webhook.admission.configwatch``) replaces them whole."""
 
     current: settings.Settings
 
@@ -30,7 +30,7 @@ SETTINGS = web.AppKey("settings", settings.Settings)  # as the app was built; re
 LIVE_SETTINGS = web.AppKey("live_settings", LiveSettings)
 METRICS = web.AppKey("metrics", metrics.WebhookMetrics)
 STATE = web.AppKey("state", State)
-# Present only with cluster access (``serve`` adds them; see ``webhook.clustercontext``).
+# Present only with cluster access (``serve`` adds them; see ``webhook.admission.clustercontext``).
 NAMESPACES = web.AppKey("namespaces", namespaces.Informer)
 ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)
 NODES = web.AppKey("nodes", nodes.Cache)

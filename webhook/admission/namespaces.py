@@ -7,7 +7,7 @@ namespaces by label. With cluster access, ``serve`` keeps ``{name: labels}`` her
   bookkeeping (no I/O), shared by the watching thread and tests. Reads come from the event loop,
   writes from the thread, so a lock guards the dict.
 - ``Informer`` runs the list/watch loop in a thread over a ``Source`` (the apiserver in
-  ``webhook.clustercontext``; a fake in tests): list, then watch from the list's resourceVersion;
+  ``webhook.admission.clustercontext``; a fake in tests): list, then watch from the list's resourceVersion;
   a watch that ends normally is resumed from the last resourceVersion seen (bookmarks included);
   ``Expired`` (HTTP 410) re-lists at once; any other error re-lists after a backoff (0.5 s,
   doubling, at most 30 s; reset by a successful list).

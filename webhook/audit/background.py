@@ -34,10 +34,12 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from policies import settings as settings_
-from webhook import durations, errors, metrics
+from webhook.cmdline import durations, errors
+from webhook.serving import metrics
 from webhook.admission import keys
 from webhook import kube as webhook_kube
-from webhook.audit import kube, lease, report, sweep
+from webhook.audit import kube, report, sweep
+from webhook.kube import lease
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from webhook import config, dryrun, errors, flags
+from webhook import config
+from webhook.commands import dryrun
+from webhook.cmdline import errors, flags
 from webhook import kube as webhook_kube
 from webhook.audit import kube, render, report, scan, sweep
 

@@ -160,7 +160,7 @@ def _namespaces(api: client.ApiClient, *, chunk: int) -> list[dict[str, Any]]:
 def read_env_source(api: client.ApiClient, source: model.EnvSource, *, timeout_s: float | None = None) -> Mapping[str, str] | None:
     """A ConfigMap's data or a Secret's decoded data, for GPU001; None when it is missing,
     forbidden or odd (the engine then treats the value as unknown). Shared by the audit and the
-    webhook (``webhook.clustercontext``), which bounds each read with `timeout_s`."""
+    webhook (``webhook.admission.clustercontext``), which bounds each read with `timeout_s`."""
     core: Any = client.CoreV1Api(api)
     extra: dict[str, Any] = {"_preload_content": False}
     if timeout_s is not None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from webhook import errors
+from webhook.cmdline import errors
 from webhook.cluster import binaries, controlplane, install, nodes, realnode
 
 ERRORS = (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError)

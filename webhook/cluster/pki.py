@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from certs import authority
-from webhook import certfiles
+from webhook.certificates import certfiles
 
 APISERVER_HOSTS = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc", "10.0.0.1")
 

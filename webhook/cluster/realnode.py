@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from certs import authority
-from webhook import certfiles
+from webhook.certificates import certfiles
 from webhook.cluster import controlplane, nodes, pki
 
 NODE_NAME = "real-node-1"

@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
-from webhook import config, dryrun, errors, flags, kube
+from webhook import config, kube
+from webhook.commands import dryrun
+from webhook.cmdline import errors, flags
 from webhook.admission import decisions
 from webhook.extender import api, cards, inspection
 from webhook.extender import kube as extender_kube

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from policies import podspec
-from webhook import errors
+from webhook.cmdline import errors
 from webhook.extender import cards
 
 API_VERSION = "gpu-admission.io/v1"

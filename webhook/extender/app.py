@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from policies import podspec
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.extender import binder, cards, inspection, occupancy, placement, reality, wire
 from webhook.extender import store as store_module
 

@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from webhook import errors, flags, tls
+from webhook.cmdline import errors, flags
+from webhook.serving import tls
 from webhook.extender import api, app, binder, cards, inspection, kube
 from webhook.extender import store as store_module
 

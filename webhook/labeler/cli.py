@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from policies import gpu
-from webhook import durations, errors, flags
+from webhook.cmdline import durations, errors, flags
 from webhook.labeler import attribution, cgroups, health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)

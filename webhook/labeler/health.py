@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from policies import usage
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.labeler import runner
 
 logger = logging.getLogger(__name__)

@@ -14,9 +14,11 @@ import pytest
 from aiohttp import web
 
 from policies import settings as settings_
-from webhook import errors, metrics
+from webhook.cmdline import errors
+from webhook.serving import metrics
 from webhook.admission import keys
-from webhook.audit import background, kube, lease
+from webhook.audit import background, kube
+from webhook.kube import lease
 
 
 class MemoryLeaseStore:

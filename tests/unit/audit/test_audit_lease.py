@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.audit import lease
+from webhook.kube import lease
 
 ME = lease.Election(namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15)
 OTHER = lease.Election(namespace="gpu-admission", name="gpu-admission-audit", identity="other", duration_s=15)

@@ -15,7 +15,7 @@ import pytest
 
 from policies import settings as settings_
 from tests.unit.audit.conftest import NOW, PodFactory
-from webhook import dryrun
+from webhook.commands import dryrun
 from webhook.audit import render, scan
 
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "cluster.yaml"

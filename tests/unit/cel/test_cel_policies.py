@@ -12,7 +12,10 @@ import yaml
 
 from policies import cel, engine, model, policy, settings
 from tests.conftest import PodFactory
-from webhook import config, dryrun, errors, userpolicies
+from webhook import config
+from webhook.commands import dryrun
+from webhook.cmdline import errors
+from webhook.config import userpolicies
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "policies"

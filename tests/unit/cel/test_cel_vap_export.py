@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from policies import builtin, cel, settings
-from webhook import config, policies_cli, vap
+from webhook import config
+from webhook.commands import policies_cli, vap
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"

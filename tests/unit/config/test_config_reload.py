@@ -14,7 +14,9 @@ import yaml
 
 from policies import model
 from tests.conftest import PodFactory, ReviewFactory
-from webhook import cli, configwatch, metrics
+from webhook import cli
+from webhook.admission import configwatch
+from webhook.serving import metrics
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 
@@ -84,7 +86,7 @@ async def test_an_invalid_configuration_is_refused_and_the_last_good_one_stays(
     before = watch.live.current
 
     volume.publish({"config.yaml": "policies: {GPU002: {action: deny}}\n"})
-    with caplog.at_level(logging.ERROR, logger="webhook.configwatch"):
+    with caplog.at_level(logging.ERROR, logger="webhook.admission.configwatch"):
         assert await watch.check() is False
         assert await watch.check() is False  # the same broken content is reported once
 

@@ -15,7 +15,9 @@ import yaml
 
 from policies import engine, model, settings
 from tests.conftest import PodFactory
-from webhook import cli, configwatch, metrics
+from webhook import cli
+from webhook.admission import configwatch
+from webhook.serving import metrics
 from webhook.admission import keys
 
 UNANCHORED = [

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import test_utils, web
 
 from certs import authority
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.extender import app, binder, cards, store, wire
 
 NOW = 1_800_000_000.0

@@ -146,7 +146,7 @@ def test_inspect_json_carries_used_and_out_of_band_mib(make_node: Factory) -> No
 
 
 def test_the_extender_metrics_expose_real_and_out_of_band_memory_per_card(make_node: Factory) -> None:
-    from webhook import metrics
+    from webhook.serving import metrics
     from webhook.extender import occupancy
 
     node = make_node("share-a", mode="share", count=2, inventory=[15360, 15360], annotations=OOB_ON_0)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook import metrics
+from webhook.serving import metrics
 from webhook.labeler import health, inventory, runner
 
 

@@ -386,7 +386,7 @@ def test_a_forbidden_pod_list_is_an_api_error() -> None:
 
 
 def test_metrics_expose_real_use_and_out_of_band_processes_per_card(setup: Any) -> None:
-    from webhook import metrics
+    from webhook.serving import metrics
     from webhook.labeler import health
 
     _, _, _, state, make = setup

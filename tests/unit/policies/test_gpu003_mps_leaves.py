@@ -11,7 +11,7 @@ import pytest
 
 from policies import cel, model, settings
 from policies.builtin import gpu003_host_path
-from webhook import vap
+from webhook.commands import vap
 
 PREFIX = "GPU003: hostPath volumes must not reach the node's devices, container runtimes or control state: "
 INSTEAD = (

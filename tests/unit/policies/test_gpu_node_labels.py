@@ -9,7 +9,7 @@ import datetime
 import pytest
 
 from policies import cel, nodeaffinity, settings
-from webhook import vap
+from webhook.commands import vap
 from webhook.audit import checks
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from webhook import leader, provision
+from webhook.kube import leader
+from webhook.certificates import provision
 
 
 class MemoryStore:

@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from webhook import cli, extendercerts
+from webhook import cli
+from webhook.certificates import extendercerts
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 

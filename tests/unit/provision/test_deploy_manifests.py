@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook import cli, config, provision
+from webhook import cli, config
+from webhook.certificates import provision
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 COMPONENT = DEPLOY / "overlays" / "cert-manager"

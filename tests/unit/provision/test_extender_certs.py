@@ -14,7 +14,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from certs import authority, rotation
 from tests.unit.provision.conftest import MemoryStore
-from webhook import cli, extendercerts, provision
+from webhook import cli
+from webhook.certificates import extendercerts, provision
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HOSTS = provision.service_hosts(extendercerts.SERVICE, provision.DEFAULT_NAMESPACE)

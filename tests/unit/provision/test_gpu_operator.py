@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from policies import nodeaffinity
-from webhook import config, dryrun
+from webhook import config
+from webhook.commands import dryrun
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "gpu-operator"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.provision.conftest import MemoryLeases
-from webhook import leader
+from webhook.kube import leader
 
 
 class Clock:

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from prometheus_client import parser as text_parser
 
-from webhook import clustercontext, configwatch, metrics, tls
+from webhook.admission import clustercontext, configwatch
+from webhook.serving import metrics, tls
 from webhook.audit import background
 from webhook.extender import app as extender_app
 from webhook.extender import occupancy

@@ -16,7 +16,9 @@ from kubernetes.client import exceptions as client_exceptions
 
 from certs import authority, rotation
 from tests.unit.provision.conftest import MemoryClients, MemoryLeases, MemoryStore
-from webhook import leader, metrics, provision, tls
+from webhook.kube import leader
+from webhook.serving import metrics, tls
+from webhook.certificates import provision
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HOSTS = provision.Target().hosts

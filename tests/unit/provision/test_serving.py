@@ -21,7 +21,11 @@ from cryptography import x509
 
 from certs import rotation
 from policies import settings
-from webhook import certfiles, cli, errors, metrics, serve, tls
+from webhook import cli
+from webhook.certificates import certfiles
+from webhook.cmdline import errors
+from webhook.serving import metrics, tls
+from webhook.admission import serve
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 

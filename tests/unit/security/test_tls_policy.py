@@ -23,7 +23,8 @@ import warnings
 
 import pytest
 
-from webhook import certfiles, tls
+from webhook.certificates import certfiles
+from webhook.serving import tls
 
 # What the server may accept in TLS 1.2: ephemeral ECDH key exchange and an AEAD cipher.
 ACCEPTABLE_TLS12 = re.compile(r"^ECDHE-(ECDSA|RSA)-(AES(128|256)-GCM-SHA(256|384)|CHACHA20-POLY1305)$")

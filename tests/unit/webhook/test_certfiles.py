@@ -9,7 +9,8 @@ import stat
 import pytest
 from cryptography import x509
 
-from webhook import certfiles, errors
+from webhook.certificates import certfiles
+from webhook.cmdline import errors
 
 NOW = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
 

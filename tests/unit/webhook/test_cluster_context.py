@@ -15,7 +15,9 @@ import pytest
 
 from policies import model, settings
 from policies.builtin import gpu001_visible_devices
-from webhook import cli, clustercontext, errors
+from webhook import cli
+from webhook.admission import clustercontext
+from webhook.cmdline import errors
 from webhook.admission import app as admission_app
 from webhook.admission import envsources, keys, namespaces
 

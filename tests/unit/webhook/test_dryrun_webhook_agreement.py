@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from policies import settings as engine_settings
-from webhook import dryrun
+from webhook.commands import dryrun
 from webhook.admission import response
 
 GPU_RESOURCES = ("nvidia.com/gpu", "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu", "cpu")

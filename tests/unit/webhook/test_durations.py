@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook import durations
+from webhook.cmdline import durations
 
 
 @pytest.mark.parametrize(

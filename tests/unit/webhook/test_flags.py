@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook import cli, flags, kube
+from webhook import cli, kube
+from webhook.cmdline import flags
 
 # Every command (path of subcommand names) that reads the cluster.
 CLUSTER_COMMANDS = (
@@ -201,9 +202,9 @@ def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.Monke
     assert isinstance(handler.formatter, flags.JsonFormatter) and root.level == logging.DEBUG
     stream = io.StringIO()
     handler.setStream(stream)  # type: ignore[attr-defined] # a StreamHandler, as configure_logging made it
-    logging.getLogger("webhook.serve").info("uid=- shutting down")
+    logging.getLogger("webhook.admission.serve").info("uid=- shutting down")
     assert json.loads(stream.getvalue()) | {"time": ""} == {
-        "time": "", "level": "info", "logger": "webhook.serve", "message": "uid=- shutting down", "uid": "-",
+        "time": "", "level": "info", "logger": "webhook.admission.serve", "message": "uid=- shutting down", "uid": "-",
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook import metrics
+from webhook.serving import metrics
 
 
 def test_counters_render_help_type_and_escaped_series() -> None:

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook import certfiles, metrics
+from webhook.certificates import certfiles
+from webhook.serving import metrics
 
 REVIEW = pathlib.Path(__file__).resolve().parents[2] / "data" / "reviews" / "pod-create-gpu-mem.json"
 REVIEWS = 24

@@ -10,7 +10,8 @@ import pytest
 
 from policies import settings
 from tests.conftest import ReviewFactory
-from webhook import cli, clustercontext
+from webhook import cli
+from webhook.admission import clustercontext
 from webhook.admission import app as admission_app
 from webhook.admission import keys, nodes
 

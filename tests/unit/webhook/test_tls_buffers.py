@@ -10,7 +10,7 @@ import ssl
 
 import pytest
 
-from webhook import tls
+from webhook.serving import tls
 
 DEFAULT = 256 * 1024
 

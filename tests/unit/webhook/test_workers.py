@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from webhook import certfiles
+from webhook.certificates import certfiles
 
 
 @pytest.fixture(scope="module")

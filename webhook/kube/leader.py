@@ -10,7 +10,7 @@ audit)::
         if elector.leader:                       # re-check right before every write
             ...
 
-The rules are client-go's, as implemented by the pure step function in `webhook.audit.lease`
+The rules are client-go's, as implemented by the pure step function in `webhook.kube.lease`
 (create, renew, take over after ``duration_s`` of *local* time without a change, HTTP 409 = lost
 the race). `Elector.leader` turns false by itself when renewals have failed for ``renew_deadline_s``
 (two thirds of the lease), before any other replica may take over, so two replicas never both
@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from webhook.audit import lease
+from webhook.kube import lease
 from webhook.kube import client, client_exceptions, urllib3
 
 log = logging.getLogger(__name__)

@@ -7,13 +7,14 @@ import pathlib
 import yaml
 
 from policies import settings
-from webhook import errors, userpolicies
+from webhook.cmdline import errors
+from webhook.config import userpolicies
 
 
 def load(path: str | None, *, policies_dir: str | None = None) -> settings.Settings:
     """Read ``path`` as a settings document; no path means the built-in defaults.
 
-    ``policies_dir`` holds user (CEL) policies (``webhook.userpolicies``); they join the built-ins,
+    ``policies_dir`` holds user (CEL) policies (``webhook.config.userpolicies``); they join the built-ins,
     and the document may name their IDs. Every problem (missing file, bad YAML, a field the engine
     rejects, a policy that does not compile) becomes one ``errors.InputError`` line that names the file.
     """

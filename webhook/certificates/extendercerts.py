@@ -8,7 +8,7 @@ files the extender serves from into a volume of the Pod (an ``emptyDir``):
 - ``gpu-admission-extender-tls`` (``kubernetes.io/tls``): ``ca.crt`` (the trusted CAs, signing one
   first), ``ca.key``, and the serving pair ``tls.crt``/``tls.key`` for the extender Service's names.
   Issued and renewed by the same rules and code as the webhook's self-managed Secret
-  (`certs.rotation` through `webhook.provision`), with no webhook configuration to inject into.
+  (`certs.rotation` through `webhook.certificates.provision`), with no webhook configuration to inject into.
 - ``gpu-admission-extender-client`` (``kubernetes.io/tls``): kube-scheduler's client pair
   (``tls.crt``/``tls.key``, CN ``gpu-admission-scheduler``) issued by that CA, and ``ca.crt``, the
   bundle kube-scheduler trusts the extender with. A scheduler in the cluster (the second-scheduler
@@ -34,7 +34,9 @@ import tempfile
 from collections.abc import Mapping
 
 from certs import authority, rotation
-from webhook import errors, flags, kube, provision
+from webhook import kube
+from webhook.cmdline import errors, flags
+from webhook.certificates import provision
 
 SERVICE = "gpu-admission-extender"
 SERVING_SECRET = "gpu-admission-extender-tls"

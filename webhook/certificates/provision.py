@@ -9,7 +9,7 @@ The decisions (renew now? which CAs to trust?) are `certs.rotation`'s; this modu
 
 `reconcile` does one pass (read, decide, write the store, inject). `Manager` runs it in ``serve
 --self-managed-certs``: every replica reads the Secret every interval and swaps a changed serving
-pair into its live TLS context; only the replica holding the Lease writes (see `webhook.leader`).
+pair into its live TLS context; only the replica holding the Lease writes (see `webhook.kube.leader`).
 The kubernetes client is synchronous: everything here that calls it runs in a worker thread.
 """
 
@@ -26,7 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from certs import rotation
-from webhook import durations, errors, kube, leader, tls
+from webhook import kube
+from webhook.cmdline import durations, errors
+from webhook.kube import leader
+from webhook.serving import tls
 from webhook.kube import client, client_exceptions, urllib3
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import yaml
 
 from policies import builtin, cel, policy
-from webhook import errors
+from webhook.cmdline import errors
 
 SUFFIXES = (".yaml", ".yml")
 

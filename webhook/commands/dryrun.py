@@ -26,7 +26,8 @@ import jsonpatch
 import yaml
 
 from policies import model, podspec, settings
-from webhook import config, errors
+from webhook import config
+from webhook.cmdline import errors
 from webhook.admission import decisions
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

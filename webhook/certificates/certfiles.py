@@ -13,7 +13,7 @@
 Files or cluster: ``--out-dir`` selects the files; without it the Secret (``--namespace``,
 ``--certs-secret``, ``--kubeconfig``) is used. The same renewal rules as ``serve
 --self-managed-certs`` apply (`certs.rotation`), through the same store/clients code
-(`webhook.provision`).
+(`webhook.certificates.provision`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ import yaml
 from cryptography import x509
 
 from certs import authority, rotation
-from webhook import errors, extendercerts, flags, kube, provision
+from webhook import kube
+from webhook.cmdline import errors, flags
+from webhook.certificates import extendercerts, provision
 
 CA_CERT = rotation.CA_CERT
 CA_KEY = rotation.CA_KEY

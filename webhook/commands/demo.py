@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from policies import gpu
-from webhook import config, dryrun, errors
+from webhook import config
+from webhook.commands import dryrun
+from webhook.cmdline import errors
 from webhook.cluster import binaries, controlplane, install, nodes
 
 NAMESPACE = "demo"
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEFAULT_DIR = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "gpu-admission" / "demo"
 
 

@@ -2,7 +2,7 @@
 and the client's errors into one-line reasons. Every command that talks to a cluster uses it.
 
 It also holds the `kubernetes` modules for the rest of the package, imported on first use
-(``webhook.lazy``): ``from webhook.kube import client, client_exceptions, urllib3, watch``.
+(``webhook.kube.lazy``): ``from webhook.kube import client, client_exceptions, urllib3, watch``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook import errors, lazy
+from webhook.cmdline import errors
+from webhook.kube import lazy
 
 if TYPE_CHECKING:
     import urllib3

@@ -22,7 +22,8 @@ import tempfile
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
-from webhook import errors, metrics
+from webhook.cmdline import errors
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,8 @@ from typing import Any
 from aiohttp import web
 
 from policies import model
-from webhook import errors, flags, metrics
+from webhook.cmdline import errors, flags
+from webhook.serving import metrics
 from webhook import kube as webhook_kube
 from webhook.admission import envsources, events, keys, namespaces, nodes
 from webhook.audit import kube

@@ -1,7 +1,7 @@
 """``gpu-admission policies``: user-policy tools; ``export-vap`` writes ValidatingAdmissionPolicies.
 
 ``export-vap`` turns the built-in rules CEL can express and the user policies into
-ValidatingAdmissionPolicy + binding manifests (see ``webhook.vap``) for ``kubectl apply -f``.
+ValidatingAdmissionPolicy + binding manifests (see ``webhook.commands.vap``) for ``kubectl apply -f``.
 ``list`` shows every policy the engine would run with the given settings and policies directory.
 """
 
@@ -18,7 +18,9 @@ from pathlib import Path
 import yaml
 
 from policies import cel, engine
-from webhook import config, errors, flags, vap
+from webhook import config
+from webhook.cmdline import errors, flags
+from webhook.commands import vap
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

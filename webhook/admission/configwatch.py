@@ -28,7 +28,10 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from policies import settings
-from webhook import config, errors, metrics, userpolicies
+from webhook import config
+from webhook.cmdline import errors
+from webhook.serving import metrics
+from webhook.config import userpolicies
 from webhook.admission import keys
 
 log = logging.getLogger(__name__)

@@ -152,13 +152,13 @@ def _reserve(host: str, port: int) -> socket.socket:
     try:
         return reserve_port(host, port)
     except OSError as error:
-        from webhook import errors  # noqa: PLC0415 - only needed on this failure path
+        from webhook.cmdline import errors  # noqa: PLC0415 - only needed on this failure path
 
         raise errors.InputError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
 
 
 def _run_worker(serve_one: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    from webhook import errors  # noqa: PLC0415 - the worker reports like the CLI does
+    from webhook.cmdline import errors  # noqa: PLC0415 - the worker reports like the CLI does
 
     try:
         return serve_one(args)

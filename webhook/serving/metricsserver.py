@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from webhook import errors, metrics
+from webhook.cmdline import errors
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 

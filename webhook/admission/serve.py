@@ -7,7 +7,7 @@ Certificates, one of two ways:
   cert-manager or ``gpu-admission certs rotate`` needs no restart.
 - self-managed (``--self-managed-certs``): the CA and serving pair live in a Secret that this
   webhook creates, renews ahead of expiry and whose CA it injects into its own webhook
-  configurations; one replica (the Lease holder) writes, every replica reloads (`webhook.provision`).
+  configurations; one replica (the Lease holder) writes, every replica reloads (`webhook.certificates.provision`).
 
 Either way a new pair goes into the live TLS context: new handshakes use it, nothing restarts.
 
@@ -47,7 +47,12 @@ from aiohttp.typedefs import Handler
 
 from certs import rotation
 from policies import settings
-from webhook import clustercontext, config, configwatch, errors, flags, kube, leader, metrics, metricsserver, provision, tls, workers
+from webhook import config, kube
+from webhook.admission import clustercontext, configwatch
+from webhook.cmdline import errors, flags
+from webhook.kube import leader
+from webhook.serving import metrics, metricsserver, tls, workers
+from webhook.certificates import provision
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 from webhook.audit import background as audit_background

@@ -1,0 +1,1 @@
+"""What every command shares: flags, durations, the one input error, shell completion."""

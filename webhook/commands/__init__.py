@@ -1,0 +1,1 @@
+"""Commands that belong to no single room: dry-run, demo, policy export."""

@@ -78,8 +78,7 @@ import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, gpu, model, policy
-from policies.builtin import gpu003_host_path
+from policies import builtin, gpu, hostpaths, model, policy
 from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
@@ -226,7 +225,7 @@ class Settings:
     # after the built-in validators by every caller of the engine.
     user_policies: tuple[policy.Policy, ...] = ()
     # GPU003's protected roots and allowed host paths (`hostPaths`).
-    host_paths: gpu003_host_path.HostPathRules = gpu003_host_path.DEFAULT_RULES
+    host_paths: hostpaths.HostPathRules = hostpaths.DEFAULT_RULES
 
     def action(
         self,
@@ -650,9 +649,9 @@ def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyExcep
     return tuple(exceptions)
 
 
-def _host_paths(value: object) -> gpu003_host_path.HostPathRules:
+def _host_paths(value: object) -> hostpaths.HostPathRules:
     if value is None:
-        return gpu003_host_path.DEFAULT_RULES
+        return hostpaths.DEFAULT_RULES
     if not isinstance(value, Mapping):
         raise InvalidSettings(f"hostPaths: must be a mapping with protect and/or allow, got {value!r}")
     _keys(value, field="hostPaths", known=("protect", "allow"))
@@ -661,7 +660,7 @@ def _host_paths(value: object) -> gpu003_host_path.HostPathRules:
         for key in ("protect", "allow")
     }
     try:
-        return gpu003_host_path.configured(protect=lists["protect"], allow=lists["allow"])
+        return hostpaths.configured(protect=lists["protect"], allow=lists["allow"])
     except ValueError as error:
         raise InvalidSettings(f"hostPaths.{error}") from None
 

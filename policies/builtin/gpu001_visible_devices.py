@@ -35,16 +35,10 @@ isolation variables have no neutral value, so prefixes that compose them are ref
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
-from policies import gpu, model, podspec, policy
+from policies import envsources, gpu, model, podspec, policy
 
-_SOURCE_FIELDS: Mapping[str, Literal["ConfigMap", "Secret"]] = {
-    "configMapRef": "ConfigMap",
-    "secretRef": "Secret",
-    "configMapKeyRef": "ConfigMap",
-    "secretKeyRef": "Secret",
-}
 _VALUE_FROM_FIELDS = ("configMapKeyRef", "secretKeyRef", "fieldRef", "resourceFieldRef")
 SOURCE_GUARD = "GPU007"  # the policy that keeps guarded keys out of ConfigMaps and Secrets
 
@@ -75,14 +69,6 @@ class VisibleDevices(policy.ContainerValidator):
         return found
 
 
-def _source_of(reference: Mapping[str, Any], fields: Iterable[str]) -> tuple[Literal["ConfigMap", "Secret"], str] | None:
-    for field in fields:
-        ref = podspec.mapping(reference.get(field))
-        if ref:
-            return _SOURCE_FIELDS[field], str(ref.get("name", ""))
-    return None
-
-
 def _check_entry(
     context: policy.Context, container: podspec.ContainerRef, name: str, entry: Mapping[str, Any]
 ) -> list[policy.Finding]:
@@ -91,7 +77,7 @@ def _check_entry(
         field = next((f for f in _VALUE_FROM_FIELDS if f in reference), "")
         if field in ("configMapKeyRef", "secretKeyRef"):
             ref = podspec.mapping(reference.get(field))
-            where = f"{_SOURCE_FIELDS[field]} {str(ref.get('name', ''))!r} key {str(ref.get('key', ''))!r}"
+            where = f"{envsources.REFERENCE_FIELDS[field]} {str(ref.get('name', ''))!r} key {str(ref.get('key', ''))!r}"
         else:
             where = field or "valueFrom"
         advice = (
@@ -127,7 +113,7 @@ def _check_entry(
 def _check_env_from(
     context: policy.Context, container: podspec.ContainerRef, source: Mapping[str, Any], *, in_env: set[str]
 ) -> list[policy.Finding]:
-    found = _source_of(source, ("configMapRef", "secretRef"))
+    found = envsources.referenced(source)
     if found is None:
         return []
     kind, name = found
@@ -199,32 +185,10 @@ def _namespace_labels(namespace: str, labels: Mapping[str, str] | None) -> Mappi
 
 
 def _lookup(
-    context: policy.Context, kind: Literal["ConfigMap", "Secret"], name: str
+    context: policy.Context, kind: envsources.SourceKind, name: str
 ) -> Mapping[str, str] | None:
     lookup = context.request.env_lookup
     if lookup is None:
         return None
     return lookup(model.EnvSource(kind=kind, namespace=context.namespace, name=name))
 
-
-def sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:
-    """The ConfigMaps and Secrets this policy would look up for `obj` (pod or workload template).
-
-    Only `envFrom` without a prefix is looked up (everything else is judged from the spec alone).
-    A caller with cluster access fetches these before evaluating (the engine never waits on I/O)
-    and hands the data in as `Request.env_lookup`. A superset is harmless: what is not asked for is
-    not read.
-    """
-    found: set[model.EnvSource] = set()
-    for container in podspec.containers(obj):
-        # A container whose env sets every guarded name needs no read either, but none does: the
-        # superset saves walking env on the hot path.
-        for source in podspec.sequence(container.container.get("envFrom")):
-            source = podspec.mapping(source)
-            prefix = source.get("prefix")
-            if isinstance(prefix, str) and prefix:
-                continue
-            ref = _source_of(source, ("configMapRef", "secretRef"))
-            if ref is not None:
-                found.add(model.EnvSource(kind=ref[0], namespace=namespace, name=ref[1]))
-    return frozenset(found)

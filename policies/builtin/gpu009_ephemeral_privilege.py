@@ -39,29 +39,6 @@ _INSTEAD = (
 )
 
 
-new_ephemeral_containers = podspec.new_ephemeral_containers
-
-
-def node_to_look_up(
-    obj: Mapping[str, Any] | None, *, old_object: Mapping[str, Any] | None, subresource: str
-) -> str:
-    """The Node whose labels GPU009 needs for this request, or "" when it needs none.
-
-    Only an ephemeralcontainers update that adds a container privileged for GPU purposes to a
-    bound pod needs it, so ordinary reviews cost nothing more than this check.
-    """
-    if subresource != EPHEMERAL_SUBRESOURCE or obj is None:
-        return ""
-    found = podspec.template(obj)
-    if found is None or not found.is_pod:
-        return ""
-    node = found.spec.get("nodeName")
-    if not isinstance(node, str) or not node:
-        return ""
-    added = new_ephemeral_containers(obj, old_object=old_object)
-    return node if any(podspec.is_privileged_for_gpus(ref.container) for ref in added) else ""
-
-
 def stays_off_gpu_nodes(spec: Mapping[str, Any]) -> bool:
     """Whether every required node-affinity term holds `nvidia_name DoesNotExist` (GPU103's affinity)."""
     terms = list(nodeaffinity.required_terms(spec))

@@ -2,7 +2,7 @@
 
 The engine is pure and calls ``Request.env_lookup`` synchronously, so the webhook never lets it
 reach the apiserver: the handler first asks ``Cache.prefetch`` for the sources the object references
-(``gpu001_visible_devices.sources``); misses are read in worker threads (the kubernetes client
+(``policies.lookups.env_sources``); misses are read in worker threads (the kubernetes client
 blocks), all at once, each bounded by ``timeout_s``; the engine then gets a lookup over what was
 found. A source that could not be read in time (or at all) is None, and GPU001 judges it as it does
 offline (``envFrom``: admitted where GPU007 is enforced, a warning where it is not). Results, found or not, are kept ``ttl_s`` seconds,

@@ -14,8 +14,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from policies import model, ordinary, podspec
-from policies.builtin import gpu001_visible_devices, gpu009_ephemeral_privilege
+from policies import lookups, model, ordinary, podspec
 from webhook.serving import metrics
 from webhook.admission import decisions, events, keys, response, review
 
@@ -168,7 +167,7 @@ async def _cluster_context(
     # A pod's own UPDATE is judged only for its annotations (GPU008, GPU010): no env source to read.
     plain_pod_update = checked.operation == "UPDATE" and checked.object_kind == "Pod" and not checked.subresource
     if keys.ENV_SOURCES in app and not plain_pod_update:
-        wanted = gpu001_visible_devices.sources(checked.object, namespace=namespace)
+        wanted = lookups.env_sources(checked.object, namespace=namespace)
         if wanted:
             lookup = await app[keys.ENV_SOURCES].prefetch(wanted)
     return labels, lookup
@@ -182,7 +181,7 @@ async def _node_labels(request: web.Request, checked: review.Review) -> Mapping[
     """
     if keys.NODES not in request.app:
         return None
-    node = gpu009_ephemeral_privilege.node_to_look_up(
+    node = lookups.node_to_look_up(
         checked.object, old_object=checked.old_object, subresource=checked.subresource
     )
     if not node:

@@ -2,7 +2,7 @@
 
 GPU009 decides whether a privileged ephemeral container may join a running pod by the labels of
 the Node in the pod's ``spec.nodeName``. Reviews never carry them, so the handler asks this cache
-first, and only for the rare request that needs them (``gpu009_ephemeral_privilege.node_to_look_up``:
+first, and only for the rare request that needs them (``policies.lookups.node_to_look_up``:
 an ephemeralcontainers update adding a privileged or SYS_ADMIN container to a bound pod); every
 other review costs nothing here.
 

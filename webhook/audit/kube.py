@@ -18,8 +18,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from policies import model
-from policies.builtin import gpu007_env_sources
+from policies import envsources, model
 from webhook import kube
 from webhook.audit import report, scan
 from webhook.kube import client, client_exceptions, urllib3
@@ -122,7 +121,7 @@ def inventory(api: client.ApiClient, *, namespace: str | None = None, chunk: int
 def env_sources(core: Any, *, namespace: str | None, chunk: int = CHUNK) -> list[dict[str, Any]]:
     """ConfigMaps and Secrets (of `namespace`, or all), keys only, for GPU211.
 
-    Each page is reduced to keys as it arrives (`gpu007_env_sources.keys_only`), so no Secret value
+    Each page is reduced to keys as it arrives (`envsources.keys_only`), so no Secret value
     outlives its page. Whoever may not list one kind (a 403: the background audit's role lists no
     Secrets unless an admin opts in) still gets the audit, with a warning that GPU211 leaves that
     kind out.
@@ -134,7 +133,7 @@ def env_sources(core: Any, *, namespace: str | None, chunk: int = CHUNK) -> list
     ):
         listing = _Listing(kind=kind, api_version="v1", all_namespaces=everywhere, namespaced=namespaced)
         try:
-            listed = [gpu007_env_sources.keys_only(item) for item in _pages(listing, namespace=namespace, chunk=chunk)]
+            listed = [envsources.keys_only(item) for item in _pages(listing, namespace=namespace, chunk=chunk)]
         except KubeError as error:
             log.warning("%s objects not listed, GPU211 does not cover them: %s", kind, error)
             continue

@@ -37,9 +37,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import cel, engine, model, podspec, policy
+from policies import cel, engine, envsources, model, podspec, policy
 from policies import settings as settings_
-from policies.builtin import gpu007_env_sources
 from webhook.audit import checks, findings
 from webhook.extender import cards
 
@@ -100,7 +99,7 @@ class Inventory:
     pods: tuple[Mapping[str, Any], ...] = ()
     workloads: tuple[Mapping[str, Any], ...] = ()
     nodes: tuple[Mapping[str, Any], ...] = ()
-    # ConfigMaps and Secrets, keys only (`gpu007_env_sources.keys_only`): GPU211 needs no value.
+    # ConfigMaps and Secrets, keys only (`envsources.keys_only`): GPU211 needs no value.
     env_sources: tuple[Mapping[str, Any], ...] = ()
     # Labels by namespace name, from the Namespace objects seen: namespace overrides select on
     # them exactly as in the webhook. A namespace missing here has only its name label.
@@ -118,8 +117,8 @@ class Inventory:
             kind = obj.get("kind")
             if kind == "Pod":
                 pods.append(obj)
-            elif kind in gpu007_env_sources.SOURCE_KINDS:
-                env_sources.append(gpu007_env_sources.keys_only(obj))
+            elif kind in envsources.SOURCE_KINDS:
+                env_sources.append(envsources.keys_only(obj))
             elif kind in WORKLOAD_KINDS:
                 workloads.append(obj)
             elif kind == "Node":

@@ -49,8 +49,7 @@ from typing import Any
 
 import yaml
 
-from policies import builtin, cel, gpu, model, nodeaffinity, podspec
-from policies.builtin import gpu003_host_path
+from policies import builtin, cel, gpu, hostpaths, model, nodeaffinity, podspec
 from policies import settings as settings_
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -348,7 +347,7 @@ def _spellings(path: str) -> list[str]:
     """Regex alternatives for a resolved path as a pod may write it, the /var/run and /var/lock links included."""
     parts = [p for p in path.split("/") if p]
     spelled = [parts]
-    for link, target in gpu003_host_path.HOST_LINKS.items():
+    for link, target in hostpaths.HOST_LINKS.items():
         if tuple(parts[: len(target)]) == target:  # in the link's target: /run/x is also /var/run/x
             spelled.append([*link, *parts[len(target) :]])
         elif tuple(target[: len(parts)]) == tuple(parts):  # above it: all of /var/lock lies in /run
@@ -356,7 +355,7 @@ def _spellings(path: str) -> list[str]:
     return [_SEP.join(re.escape(p) for p in parts) for parts in spelled]
 
 
-def _host_path_allowed(rules: gpu003_host_path.HostPathRules, path: str) -> str:
+def _host_path_allowed(rules: hostpaths.HostPathRules, path: str) -> str:
     """CEL that holds when GPU003 admits `path` (as written): its very rule for every path without `..`."""
     if "/" in rules.protect:
         protected = "^.*$"
@@ -380,7 +379,7 @@ def _host_path_allowed(rules: gpu003_host_path.HostPathRules, path: str) -> str:
         # A leaf's parents pass; only an allowed path at or below the leaf lets it through.
         leaves = _LEAD + "(?:" + "|".join(a for leaf in rules.leaves for a in _spellings(leaf)) + ")" + _UNDER
         expression += f" && (!{path}.matches({_lit(leaves)})"
-        inside = [entry for entry in rules.allow if any(gpu003_host_path.within(entry, leaf) for leaf in rules.leaves)]
+        inside = [entry for entry in rules.allow if any(hostpaths.within(entry, leaf) for leaf in rules.leaves)]
         if inside:
             allowed = _LEAD + "(?:" + "|".join(a for entry in inside for a in _spellings(entry)) + ")" + _UNDER
             expression += f" || {path}.matches({_lit(allowed)})"

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from policies import gpu, model
-from policies.builtin import gpu001_visible_devices
+from policies import gpu, lookups, model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 PREFIX = "GPU001: containers must not set the environment that chooses GPUs or switches off their isolation: "
 ALL = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
 
 
-def test_visible_devices_set_to_all_is_denied(pod, container, evaluate):
+def test_visible_devices_set_to_all_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(env=[ALL])))
 
     assert not decision.allowed
@@ -22,7 +24,7 @@ def test_visible_devices_set_to_all_is_denied(pod, container, evaluate):
 
 
 @pytest.mark.parametrize("value", ["void", "none", "VOID", " None "])
-def test_visible_devices_void_or_none_is_allowed(pod, container, evaluate, result, value):
+def test_visible_devices_void_or_none_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, value: str) -> None:
     decision = evaluate(pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}])))
 
     assert decision.allowed
@@ -30,8 +32,8 @@ def test_visible_devices_void_or_none_is_allowed(pod, container, evaluate, resul
 
 
 def test_visible_devices_listing_card_ids_in_an_init_container_is_denied(
-    pod, container, evaluate, violation_messages
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     setup = container("setup", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1"}])
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), init=[setup]))
 
@@ -43,22 +45,22 @@ def test_visible_devices_listing_card_ids_in_an_init_container_is_denied(
 
 
 def test_visible_devices_set_empty_is_denied_because_only_void_and_none_are_safe(
-    pod, container, evaluate
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES"}])))
 
     assert not decision.allowed
     assert "sets NVIDIA_VISIBLE_DEVICES=;" in decision.denial_message
 
 
-def test_visible_devices_in_a_deployment_template_is_denied(pod, container, workload, evaluate):
+def test_visible_devices_in_a_deployment_template_is_denied(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate) -> None:
     decision = evaluate(workload("Deployment", pod(container(env=[ALL]))))
 
     assert not decision.allowed
     assert decision.denial_message.startswith(PREFIX + 'container "main"')
 
 
-def test_visible_devices_in_a_new_ephemeral_container_is_denied(pod, container, evaluate):
+def test_visible_devices_in_a_new_ephemeral_container_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     old = pod(container())
     new = pod(container(), ephemeral=[container("debug", env=[ALL])])
 
@@ -68,7 +70,7 @@ def test_visible_devices_in_a_new_ephemeral_container_is_denied(pod, container, 
     assert 'ephemeral container "debug" sets NVIDIA_VISIBLE_DEVICES=all' in decision.denial_message
 
 
-def test_existing_ephemeral_containers_are_not_judged_again(pod, container, evaluate):
+def test_existing_ephemeral_containers_are_not_judged_again(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     # An ephemeral container already in the pod cannot change; only the added one is in scope.
     earlier = container("earlier", env=[ALL])
     old = pod(container(), ephemeral=[earlier])
@@ -82,7 +84,7 @@ def test_existing_ephemeral_containers_are_not_judged_again(pod, container, eval
 # --- valueFrom: refused for every guarded name, whatever the source holds today -------------------
 
 
-def test_visible_devices_from_a_config_map_key_is_denied_without_reading_it(pod, container, evaluate):
+def test_visible_devices_from_a_config_map_key_is_denied_without_reading_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     entry = {
         "name": "NVIDIA_VISIBLE_DEVICES",
         "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "devices"}},
@@ -104,7 +106,7 @@ def test_visible_devices_from_a_config_map_key_is_denied_without_reading_it(pod,
     )
 
 
-def test_visible_devices_from_a_secret_key_is_denied_and_the_value_never_shown(pod, container, evaluate):
+def test_visible_devices_from_a_secret_key_is_denied_and_the_value_never_shown(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     entry = {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"secretKeyRef": {"name": "gpus", "key": "devices"}}}
 
     decision = evaluate(pod(container(env=[entry])), lookup=lambda source: {"devices": "hunter2-secret"})
@@ -122,7 +124,7 @@ def test_visible_devices_from_a_secret_key_is_denied_and_the_value_never_shown(p
         ({}, "valueFrom"),
     ],
 )
-def test_visible_devices_from_any_other_reference_is_denied(pod, container, evaluate, reference, shown):
+def test_visible_devices_from_any_other_reference_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, reference: dict[str, Any], shown: str) -> None:
     entry = {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": reference}
 
     decision = evaluate(pod(container(env=[entry])))
@@ -131,7 +133,7 @@ def test_visible_devices_from_any_other_reference_is_denied(pod, container, eval
     assert f'container "main" sets NVIDIA_VISIBLE_DEVICES from {shown}, which can change' in decision.denial_message
 
 
-def test_an_isolation_variable_from_a_config_map_key_is_denied(pod, container, evaluate):
+def test_an_isolation_variable_from_a_config_map_key_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     entry = {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "valueFrom": {"configMapKeyRef": {"name": "sizes", "key": "mem"}}}
 
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 1}, env=[entry])))
@@ -146,7 +148,7 @@ def test_an_isolation_variable_from_a_config_map_key_is_denied(pod, container, e
 # --- the isolation variables: the pod may not set them at all ---------------------------------------
 
 
-def test_cgpu_disable_in_a_gpu_mem_container_is_denied(pod, container, evaluate):
+def test_cgpu_disable_in_a_gpu_mem_container_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env=[{"name": "CGPU_DISABLE", "value": "true"}])
 
     decision = evaluate(pod(main))
@@ -160,7 +162,7 @@ def test_cgpu_disable_in_a_gpu_mem_container_is_denied(pod, container, evaluate)
 
 @pytest.mark.parametrize("name", sorted(gpu.ISOLATION_ENV))
 @pytest.mark.parametrize("value", ["15", "", "0"])
-def test_every_isolation_variable_is_denied_whatever_its_value(pod, container, evaluate, name, value):
+def test_every_isolation_variable_is_denied_whatever_its_value(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, name: str, value: str) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env=[{"name": name, "value": value}])
 
     decision = evaluate(pod(main))
@@ -173,7 +175,7 @@ def test_every_isolation_variable_is_denied_whatever_its_value(pod, container, e
     "where",
     ["sidecar", "init", "ephemeral", "CronJob", "Deployment", "no-gpu"],
 )
-def test_an_isolation_variable_is_denied_in_every_container_kind_and_template(pod, container, workload, evaluate, where):
+def test_an_isolation_variable_is_denied_in_every_container_kind_and_template(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, where: str) -> None:
     bad = [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "15"}]
     gpu_main = container(gpu={"aliyun.com/gpu-mem": 1})
     if where == "sidecar":
@@ -210,7 +212,7 @@ def test_an_isolation_variable_is_denied_in_every_container_kind_and_template(po
         "ALIYUN_COM_GPU_MEM",
     ],
 )
-def test_look_alike_and_ordinary_gpu_variables_are_allowed(pod, container, evaluate, result, name):
+def test_look_alike_and_ordinary_gpu_variables_are_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, name: str) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env=[{"name": name, "value": "all"}])
 
     decision = evaluate(pod(main))
@@ -222,7 +224,7 @@ def test_look_alike_and_ordinary_gpu_variables_are_allowed(pod, container, evalu
 # --- envFrom with a prefix that composes a guarded name -------------------------------------------
 
 
-def test_env_from_with_prefix_nvidia_is_denied_offline(pod, container, evaluate):
+def test_env_from_with_prefix_nvidia_is_denied_offline(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     main = container(gpu={"nvidia.com/gpu": 1}, env_from=[{"prefix": "NVIDIA_", "configMapRef": {"name": "app"}}])
 
     decision = evaluate(pod(main))
@@ -247,7 +249,7 @@ def test_env_from_with_prefix_nvidia_is_denied_offline(pod, container, evaluate)
         ("CGPU_DISABL", "CGPU_DISABLE"),
     ],
 )
-def test_env_from_prefixes_that_begin_a_guarded_name_are_denied(pod, container, evaluate, prefix, composed):
+def test_env_from_prefixes_that_begin_a_guarded_name_are_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, prefix: str, composed: str) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env_from=[{"prefix": prefix, "secretRef": {"name": "app"}}])
 
     decision = evaluate(pod(main))
@@ -258,7 +260,7 @@ def test_env_from_prefixes_that_begin_a_guarded_name_are_denied(pod, container, 
 
 
 @pytest.mark.parametrize("where", ["init", "ephemeral", "Job", "StatefulSet"])
-def test_env_from_prefix_is_denied_in_every_container_kind_and_template(pod, container, workload, evaluate, where):
+def test_env_from_prefix_is_denied_in_every_container_kind_and_template(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, where: str) -> None:
     source = [{"prefix": "CGPU_", "configMapRef": {"name": "app"}}]
     gpu_main = container(gpu={"aliyun.com/gpu-mem": 1})
     if where == "init":
@@ -281,7 +283,7 @@ def test_env_from_prefix_is_denied_in_every_container_kind_and_template(pod, con
     "prefix",
     ["APP_", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE", "nvidia_", "X_NVIDIA_", "", None],
 )
-def test_env_from_prefixes_that_begin_no_guarded_name_are_allowed(pod, container, evaluate, result, prefix):
+def test_env_from_prefixes_that_begin_no_guarded_name_are_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, prefix: str | None) -> None:
     source: dict[str, object] = {"configMapRef": {"name": "app"}}
     if prefix is not None:
         source["prefix"] = prefix
@@ -294,7 +296,7 @@ def test_env_from_prefixes_that_begin_no_guarded_name_are_allowed(pod, container
     assert result(decision, "GPU001") is model.Result.PASS
 
 
-def test_env_from_prefix_nvidia_is_allowed_where_env_sets_the_variable_to_void(pod, container, evaluate):
+def test_env_from_prefix_nvidia_is_allowed_where_env_sets_the_variable_to_void(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     # env beats envFrom: the composed NVIDIA_VISIBLE_DEVICES is never the one the container gets.
     main = container(
         gpu={"nvidia.com/gpu": 1},
@@ -306,14 +308,14 @@ def test_env_from_prefix_nvidia_is_allowed_where_env_sets_the_variable_to_void(p
 
 
 def test_env_from_prefix_nvidia_in_a_container_without_gpus_is_neutralised_by_the_added_void(
-    pod, container, evaluate
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(env_from=[{"prefix": "NVIDIA_", "configMapRef": {"name": "app"}}])))
 
     assert decision.allowed
 
 
-def test_env_from_prefix_that_composes_an_isolation_variable_is_denied_even_without_gpus(pod, container, evaluate):
+def test_env_from_prefix_that_composes_an_isolation_variable_is_denied_even_without_gpus(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     # GPU104's void covers NVIDIA_VISIBLE_DEVICES only; the isolation variables have no neutral value.
     decision = evaluate(pod(container(env_from=[{"prefix": "C", "configMapRef": {"name": "app"}}])))
 
@@ -324,7 +326,7 @@ def test_env_from_prefix_that_composes_an_isolation_variable_is_denied_even_with
 # --- envFrom without a prefix: admitted, because GPU007 guards the sources' keys ------------------
 
 
-def test_env_from_without_prefix_on_a_gpu_container_is_allowed_offline(pod, container, evaluate, result):
+def test_env_from_without_prefix_on_a_gpu_container_is_allowed_offline(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf) -> None:
     main = container(
         gpu={"aliyun.com/gpu-mem": 1},
         env_from=[{"configMapRef": {"name": "not-created-yet"}}, {"secretRef": {"name": "creds"}}],
@@ -337,7 +339,7 @@ def test_env_from_without_prefix_on_a_gpu_container_is_allowed_offline(pod, cont
     assert result(decision, "GPU001") is model.Result.PASS
 
 
-def test_env_from_without_prefix_warns_where_gpu007_is_not_enforced(pod, container, evaluate, result):
+def test_env_from_without_prefix_warns_where_gpu007_is_not_enforced(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf) -> None:
     main = container(gpu={"nvidia.com/gpu": 1}, env_from=[{"configMapRef": {"name": "app"}}])
 
     decision = evaluate(pod(main), config={"policies": {"GPU007": {"action": "warn"}}})
@@ -353,8 +355,8 @@ def test_env_from_without_prefix_warns_where_gpu007_is_not_enforced(pod, contain
 
 
 def test_env_from_without_prefix_warns_where_an_exception_lifts_gpu007_in_the_namespace(
-    pod, container, evaluate, result
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     main = container(gpu={"nvidia.com/gpu": 1}, env_from=[{"configMapRef": {"name": "app"}}])
     config = {"exceptions": [{"name": "legacy", "policies": ["GPU007"], "match": {"namespaces": ["team-a"]}}]}
 
@@ -362,7 +364,7 @@ def test_env_from_without_prefix_warns_where_an_exception_lifts_gpu007_in_the_na
     assert result(evaluate(pod(main), config=config, namespace="team-b"), "GPU001") is model.Result.PASS
 
 
-def test_env_from_a_source_holding_a_guarded_key_is_denied_naming_keys_not_values(pod, container, evaluate):
+def test_env_from_a_source_holding_a_guarded_key_is_denied_naming_keys_not_values(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env_from=[{"secretRef": {"name": "creds"}}])
     held = {"CGPU_DISABLE": "s3cr3t-value", "NVIDIA_VISIBLE_DEVICES": "void", "TOKEN": "abc"}
 
@@ -376,7 +378,7 @@ def test_env_from_a_source_holding_a_guarded_key_is_denied_naming_keys_not_value
     assert "s3cr3t" not in repr(decision)
 
 
-def test_env_from_a_source_whose_guarded_key_env_overrides_with_void_is_allowed(pod, container, evaluate):
+def test_env_from_a_source_whose_guarded_key_env_overrides_with_void_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     main = container(
         gpu={"nvidia.com/gpu": 1},
         env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -386,7 +388,7 @@ def test_env_from_a_source_whose_guarded_key_env_overrides_with_void_is_allowed(
     assert evaluate(pod(main), lookup=lambda source: {"NVIDIA_VISIBLE_DEVICES": "all"}).allowed
 
 
-def test_env_from_whose_looked_up_data_lacks_guarded_keys_is_allowed(pod, container, evaluate):
+def test_env_from_whose_looked_up_data_lacks_guarded_keys_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     main = container(gpu={"nvidia.com/gpu": 1}, env_from=[{"configMapRef": {"name": "app"}}])
 
     decision = evaluate(pod(main), lookup=lambda source: {"LOG_LEVEL": "debug"})
@@ -395,7 +397,7 @@ def test_env_from_whose_looked_up_data_lacks_guarded_keys_is_allowed(pod, contai
     assert decision.warnings == ()
 
 
-def test_sources_lists_only_prefixless_env_from_references(pod, container):
+def test_sources_lists_only_prefixless_env_from_references(pod: PodFactory, container: ContainerFactory) -> None:
     main = container(
         env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "keyed", "key": "k"}}}],
         env_from=[
@@ -405,7 +407,7 @@ def test_sources_lists_only_prefixless_env_from_references(pod, container):
         ],
     )
 
-    found = gpu001_visible_devices.sources(pod(main), namespace="team-a")
+    found = lookups.env_sources(pod(main), namespace="team-a")
 
     assert found == {
         model.EnvSource(kind="ConfigMap", namespace="team-a", name="plain"),
@@ -421,8 +423,8 @@ def test_sources_lists_only_prefixless_env_from_references(pod, container):
         {"name": "main", "env": [{"name": "CGPU_DISABLE", "valueFrom": "junk"}]},
     ],
 )
-def test_malformed_env_never_crashes(pod, evaluate, result, main):
+def test_malformed_env_never_crashes(pod: PodFactory, evaluate: Evaluate, result: ResultOf, main: dict[str, Any]) -> None:
     decision = evaluate(pod(main))
 
     assert result(decision, "GPU001") in (model.Result.PASS, model.Result.FAIL)
-    assert isinstance(gpu001_visible_devices.sources(pod(main), namespace="team-a"), frozenset)
+    assert isinstance(lookups.env_sources(pod(main), namespace="team-a"), frozenset)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from policies import model, settings
-from policies.builtin import gpu003_host_path
+from policies import hostpaths, model, settings
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 PREFIX = "GPU003: hostPath volumes must not reach the node's devices, container runtimes or control state: "
 INSTEAD = (
@@ -14,7 +16,7 @@ INSTEAD = (
 )
 
 
-def with_host_path(pod, container, path: str, **extra):
+def with_host_path(pod: PodFactory, container: ContainerFactory, path: str, **extra: Any) -> dict[str, Any]:
     return pod(container(), volumes=[{"name": "host", "hostPath": {"path": path, **extra}}])
 
 
@@ -62,7 +64,7 @@ WHOLE_HOST = ["/proc", "/proc/1/root", "/sys", "/sys/bus/pci/devices", "/run/nvi
 
 
 @pytest.mark.parametrize("path", RUNTIME_SOCKETS + CONTROL_STATE + DEVICES + WHOLE_HOST)
-def test_host_path_in_a_protected_root_is_denied(pod, container, evaluate, path):
+def test_host_path_in_a_protected_root_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
     decision = evaluate(with_host_path(pod, container, path))
 
     assert not decision.allowed
@@ -70,7 +72,7 @@ def test_host_path_in_a_protected_root_is_denied(pod, container, evaluate, path)
     assert decision.denial_message.endswith(INSTEAD)
 
 
-def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(pod, container, evaluate):
+def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(with_host_path(pod, container, "/run/containerd/containerd.sock"))
 
     assert decision.denial_message == (
@@ -91,7 +93,7 @@ def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(pod, cont
         ("/opt", "/opt/cni"),
     ],
 )
-def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod, container, evaluate, path, root):
+def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str, root: str) -> None:
     decision = evaluate(with_host_path(pod, container, path))
 
     assert not decision.allowed
@@ -116,7 +118,7 @@ def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod, container, eva
         ("dev", "/dev"),
     ],
 )
-def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod, container, evaluate, written, resolved):
+def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, written: str, resolved: str) -> None:
     decision = evaluate(with_host_path(pod, container, written))
 
     assert not decision.allowed
@@ -124,7 +126,7 @@ def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod, 
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob", "StatefulSet"])
-def test_a_runtime_socket_in_a_workload_template_is_denied(pod, container, workload, evaluate, kind):
+def test_a_runtime_socket_in_a_workload_template_is_denied(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, kind: str) -> None:
     template = pod(
         container(volumeMounts=[{"name": "sock", "mountPath": "/run/containerd/containerd.sock"}]),
         init=[container("setup")],
@@ -138,7 +140,7 @@ def test_a_runtime_socket_in_a_workload_template_is_denied(pod, container, workl
     )
 
 
-def test_a_host_path_used_only_by_an_init_container_is_denied(pod, container, evaluate):
+def test_a_host_path_used_only_by_an_init_container_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     spec_pod = pod(
         container(),
         init=[container("copy", volumeMounts=[{"name": "pki", "mountPath": "/pki"}])],
@@ -151,7 +153,7 @@ def test_a_host_path_used_only_by_an_init_container_is_denied(pod, container, ev
     assert 'volume "pki" mounts hostPath /var/lib/kubelet/pki' in decision.denial_message
 
 
-def test_every_offending_volume_is_named(pod, container, evaluate, violation_messages):
+def test_every_offending_volume_is_named(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages) -> None:
     volumes = [
         {"name": "logs", "hostPath": {"path": "/var/log"}},
         {"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}},
@@ -194,14 +196,14 @@ ORDINARY = [
 
 
 @pytest.mark.parametrize("path", ORDINARY)
-def test_host_path_outside_every_protected_root_is_allowed(pod, container, evaluate, result, path):
+def test_host_path_outside_every_protected_root_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str) -> None:
     decision = evaluate(with_host_path(pod, container, path, type="DirectoryOrCreate"))
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-def test_a_log_agent_daemonset_is_allowed(pod, container, workload, evaluate, result):
+def test_a_log_agent_daemonset_is_allowed(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf) -> None:
     template = pod(
         container("fluent-bit", volumeMounts=[{"name": "varlog", "mountPath": "/var/log", "readOnly": True}]),
         volumes=[
@@ -226,7 +228,7 @@ def test_a_log_agent_daemonset_is_allowed(pod, container, workload, evaluate, re
         3,
     ],
 )
-def test_malformed_or_other_volumes_are_ignored(pod, container, evaluate, result, volume):
+def test_malformed_or_other_volumes_are_ignored(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, volume: object) -> None:
     decision = evaluate(pod(container(), volumes=[volume]))
 
     assert result(decision, "GPU003") is model.Result.PASS
@@ -235,7 +237,7 @@ def test_malformed_or_other_volumes_are_ignored(pod, container, evaluate, result
 # --- settings: hostPaths.protect and hostPaths.allow --------------------------------------------
 
 
-def test_an_extra_protected_root_refuses_the_path_and_its_parents(pod, container, evaluate):
+def test_an_extra_protected_root_refuses_the_path_and_its_parents(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/srv/kubelet"]}}
 
     inside = evaluate(with_host_path(pod, container, "/srv/kubelet/pods"), config=config)
@@ -250,7 +252,7 @@ def test_an_extra_protected_root_refuses_the_path_and_its_parents(pod, container
 
 
 @pytest.mark.parametrize("written", ["/run/xtables.lock", "/var/run/xtables.lock", "//run/./xtables.lock/"])
-def test_an_allowed_path_passes_in_any_spelling(pod, container, evaluate, result, written):
+def test_an_allowed_path_passes_in_any_spelling(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, written: str) -> None:
     config = {"hostPaths": {"allow": ["/var/run/xtables.lock"]}}
 
     decision = evaluate(with_host_path(pod, container, written), config=config)
@@ -261,7 +263,7 @@ def test_an_allowed_path_passes_in_any_spelling(pod, container, evaluate, result
 @pytest.mark.parametrize(
     "path", ["/run", "/run/flannel/../containerd", "/run/flannel/../../etc/kubernetes", "/run/flannelx", "/run/cni"]
 )
-def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod, container, evaluate, path):
+def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
     config = {"hostPaths": {"allow": ["/run/flannel"]}}
 
     decision = evaluate(with_host_path(pod, container, path), config=config)
@@ -270,7 +272,7 @@ def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod, container, eva
     assert evaluate(with_host_path(pod, container, "/run/flannel/subnet.env"), config=config).allowed
 
 
-def test_protecting_dev_shm_takes_its_built_in_allowance_away(pod, container, evaluate):
+def test_protecting_dev_shm_takes_its_built_in_allowance_away(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/dev/shm"]}}
 
     assert not evaluate(with_host_path(pod, container, "/dev/shm"), config=config).allowed
@@ -304,20 +306,20 @@ def test_protecting_dev_shm_takes_its_built_in_allowance_away(pod, container, ev
         ),
     ],
 )
-def test_invalid_host_path_settings_are_a_clear_error(document, message):
+def test_invalid_host_path_settings_are_a_clear_error(document: object, message: str) -> None:
     with pytest.raises(settings.InvalidSettings) as raised:
         settings.from_mapping({"hostPaths": document})
 
     assert str(raised.value) == message
 
 
-def test_empty_host_path_settings_are_the_built_in_rules():
-    assert settings.from_mapping({"hostPaths": {}}).host_paths == gpu003_host_path.DEFAULT_RULES
-    assert settings.from_mapping({"hostPaths": {"protect": [], "allow": None}}).host_paths == gpu003_host_path.DEFAULT_RULES
-    assert settings.Settings().host_paths is gpu003_host_path.DEFAULT_RULES
+def test_empty_host_path_settings_are_the_built_in_rules() -> None:
+    assert settings.from_mapping({"hostPaths": {}}).host_paths == hostpaths.DEFAULT_RULES
+    assert settings.from_mapping({"hostPaths": {"protect": [], "allow": None}}).host_paths == hostpaths.DEFAULT_RULES
+    assert settings.Settings().host_paths is hostpaths.DEFAULT_RULES
 
 
-def test_protecting_everything_makes_allow_an_allow_list(pod, container, evaluate):
+def test_protecting_everything_makes_allow_an_allow_list(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/"], "allow": ["/var/log"]}}
 
     assert evaluate(with_host_path(pod, container, "/var/log/pods"), config=config).allowed
@@ -327,8 +329,8 @@ def test_protecting_everything_makes_allow_an_allow_list(pod, container, evaluat
 # --- the helpers other modules use --------------------------------------------------------------
 
 
-def test_exposes_gpu_names_the_protected_root_for_the_audit():
-    assert gpu003_host_path.exposes_gpu("/dev") == "/dev"
-    assert gpu003_host_path.exposes_gpu("/var/run/docker.sock") == "/run"
-    assert gpu003_host_path.exposes_gpu("/") == "/dev"
-    assert gpu003_host_path.exposes_gpu("/var/log") is None
+def test_exposes_gpu_names_the_protected_root_for_the_audit() -> None:
+    assert hostpaths.exposes_gpu("/dev") == "/dev"
+    assert hostpaths.exposes_gpu("/var/run/docker.sock") == "/run"
+    assert hostpaths.exposes_gpu("/") == "/dev"
+    assert hostpaths.exposes_gpu("/var/log") is None

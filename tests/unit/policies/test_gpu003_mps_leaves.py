@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import datetime
 import itertools
+from typing import Any
 
 import pytest
 
-from policies import cel, model, settings
-from policies.builtin import gpu003_host_path
+from policies import cel, hostpaths, model, settings
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, WorkloadFactory
 from webhook.commands import vap
 
 PREFIX = "GPU003: hostPath volumes must not reach the node's devices, container runtimes or control state: "
@@ -21,7 +22,7 @@ INSTEAD = (
 PIPES = "the CUDA MPS control daemon's pipes, which run work in and reconfigure every tenant's MPS server"
 
 
-def with_host_path(pod, container, path: str):
+def with_host_path(pod: PodFactory, container: ContainerFactory, path: str) -> dict[str, Any]:
     return pod(container(), volumes=[{"name": "mps", "hostPath": {"path": path}}])
 
 
@@ -39,7 +40,7 @@ def with_host_path(pod, container, path: str):
         ("/var/log/nvidia-mps/control.log", "/var/log/nvidia-mps"),
     ],
 )
-def test_an_mps_directory_is_refused_in_any_spelling(pod, container, evaluate, written, leaf):
+def test_an_mps_directory_is_refused_in_any_spelling(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, written: str, leaf: str) -> None:
     decision = evaluate(with_host_path(pod, container, written))
 
     assert not decision.allowed
@@ -47,7 +48,7 @@ def test_an_mps_directory_is_refused_in_any_spelling(pod, container, evaluate, w
     assert f"which lies in the protected {leaf} (the CUDA MPS control daemon's" in violation.message
 
 
-def test_the_message_names_the_volume_the_leaf_and_what_to_do(pod, container, evaluate):
+def test_the_message_names_the_volume_the_leaf_and_what_to_do(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"))
 
     assert decision.denial_message == (
@@ -56,7 +57,7 @@ def test_the_message_names_the_volume_the_leaf_and_what_to_do(pod, container, ev
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob"])
-def test_a_workload_template_or_an_init_container_reaching_the_pipes_is_refused(pod, container, evaluate, workload, kind):
+def test_a_workload_template_or_an_init_container_reaching_the_pipes_is_refused(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, workload: WorkloadFactory, kind: str) -> None:
     template = pod(container(gpu={"aliyun.com/gpu-mem": 2}), init=[container("setup", volumeMounts=[{"name": "mps", "mountPath": "/tmp/nvidia-mps"}])],
                    volumes=[{"name": "mps", "hostPath": {"path": "/tmp/nvidia-mps", "type": "Directory"}}])
 
@@ -69,13 +70,13 @@ def test_a_workload_template_or_an_init_container_reaching_the_pipes_is_refused(
     "path",
     ["/tmp", "/tmp/", "/tmp/.X11-unix", "/tmp/nvidia-mps-build", "/tmp/nvidia", "/var/log", "/var/log/pods", "/var/log/nvidia", "/data/nvidia-mps"],
 )
-def test_the_parents_and_neighbours_of_the_leaves_pass(pod, container, evaluate, result, path):
+def test_the_parents_and_neighbours_of_the_leaves_pass(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str) -> None:
     decision = evaluate(with_host_path(pod, container, path))
 
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-def test_an_admin_may_allow_the_pipe_directory_itself(pod, container, evaluate):
+def test_an_admin_may_allow_the_pipe_directory_itself(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"allow": ["/tmp/nvidia-mps"]}}
 
     assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config).allowed
@@ -92,21 +93,21 @@ def test_an_admin_may_allow_the_pipe_directory_itself(pod, container, evaluate):
     ],
     ids=["tmp", "var-log", "allow-list"],
 )
-def test_allowing_a_parent_uncovers_no_leaf(pod, container, evaluate, config, path):
+def test_allowing_a_parent_uncovers_no_leaf(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, config: dict[str, Any], path: str) -> None:
     assert not evaluate(with_host_path(pod, container, path), config=config).allowed
 
 
-def test_an_admin_may_protect_tmp_itself_where_mps_runs(pod, container, evaluate):
+def test_an_admin_may_protect_tmp_itself_where_mps_runs(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/tmp"]}}
 
     assert not evaluate(with_host_path(pod, container, "/tmp"), config=config).allowed
     assert evaluate(with_host_path(pod, container, "/tmp"), config=None).allowed
 
 
-def test_the_device_plugins_mps_directory_lies_in_run():
-    assert gpu003_host_path.exposes_gpu("/run/nvidia/mps") == "/run"
-    assert gpu003_host_path.exposes_gpu("/var/run/nvidia/mps/nvidia.com/gpu/pipe") == "/run"
-    assert gpu003_host_path.exposes_gpu("/tmp/nvidia-mps") == "/tmp/nvidia-mps"  # the audit sees leaves too
+def test_the_device_plugins_mps_directory_lies_in_run() -> None:
+    assert hostpaths.exposes_gpu("/run/nvidia/mps") == "/run"
+    assert hostpaths.exposes_gpu("/var/run/nvidia/mps/nvidia.com/gpu/pipe") == "/run"
+    assert hostpaths.exposes_gpu("/tmp/nvidia-mps") == "/tmp/nvidia-mps"  # the audit sees leaves too
 
 
 @pytest.mark.parametrize(
@@ -114,7 +115,7 @@ def test_the_device_plugins_mps_directory_lies_in_run():
     [{}, {"hostPaths": {"allow": ["/tmp/nvidia-mps/control"]}}, {"hostPaths": {"protect": ["/"], "allow": ["/var/log", "/tmp"]}}],
     ids=["defaults", "allowed-inside-a-leaf", "allow-list"],
 )
-def test_the_exported_policy_agrees_with_the_webhook_around_the_leaves(document):
+def test_the_exported_policy_agrees_with_the_webhook_around_the_leaves(document: dict[str, Any]) -> None:
     export = vap.export(settings.from_mapping(document), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC))
     [manifest] = [m for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == "gpu-admission-gpu003"]
     [validation] = manifest["spec"]["validations"]

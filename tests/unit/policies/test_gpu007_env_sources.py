@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from policies import gpu, model
-from policies.builtin import gpu007_env_sources
+from policies import envsources, gpu, model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf
 
 PREFIX = "GPU007: ConfigMaps and Secrets must not carry a key named like a GPU environment variable: "
 
@@ -34,7 +34,7 @@ def secret(data: dict[str, str] | None = None, *, name: str = "creds", **fields:
     return obj
 
 
-def test_a_config_map_with_the_visible_devices_key_is_denied(evaluate):
+def test_a_config_map_with_the_visible_devices_key_is_denied(evaluate: Evaluate) -> None:
     decision = evaluate(config_map({"NVIDIA_VISIBLE_DEVICES": "all"}, name="gpus"))
 
     assert not decision.allowed
@@ -45,20 +45,20 @@ def test_a_config_map_with_the_visible_devices_key_is_denied(evaluate):
 
 
 @pytest.mark.parametrize("value", ["void", "none", "", "all"])
-def test_the_key_is_denied_whatever_its_value(evaluate, value):
+def test_the_key_is_denied_whatever_its_value(evaluate: Evaluate, value: str) -> None:
     # A value that is harmless today can be edited later; a refused key cannot appear.
     assert not evaluate(config_map({"NVIDIA_VISIBLE_DEVICES": value})).allowed
 
 
 @pytest.mark.parametrize("name", sorted(gpu.GUARDED_ENV))
-def test_every_guarded_name_is_denied_as_a_key(evaluate, name):
+def test_every_guarded_name_is_denied_as_a_key(evaluate: Evaluate, name: str) -> None:
     decision = evaluate(config_map({name: "1", "LOG_LEVEL": "debug"}))
 
     assert not decision.allowed
     assert f"has the key {name};" in decision.denial_message
 
 
-def test_a_secret_with_guarded_keys_is_denied_naming_keys_never_values(evaluate):
+def test_a_secret_with_guarded_keys_is_denied_naming_keys_never_values(evaluate: Evaluate) -> None:
     decision = evaluate(secret({"CGPU_DISABLE": "t0p-s3cret", "ALIYUN_COM_GPU_MEM_CONTAINER": "15", "TOKEN": "x"}))
 
     assert not decision.allowed
@@ -70,15 +70,15 @@ def test_a_secret_with_guarded_keys_is_denied_naming_keys_never_values(evaluate)
     assert "t0p-s3cret" not in repr(decision) and encoded not in repr(decision)
 
 
-def test_a_secret_with_the_key_in_string_data_is_denied(evaluate):
+def test_a_secret_with_the_key_in_string_data_is_denied(evaluate: Evaluate) -> None:
     assert not evaluate(secret(stringData={"NVIDIA_VISIBLE_DEVICES": "all"})).allowed
 
 
-def test_a_config_map_with_the_key_in_binary_data_is_denied(evaluate):
+def test_a_config_map_with_the_key_in_binary_data_is_denied(evaluate: Evaluate) -> None:
     assert not evaluate(config_map(binaryData={"CGPU_DISABLE": base64.b64encode(b"1").decode()})).allowed
 
 
-def test_an_update_that_keeps_the_key_is_denied_and_one_that_removes_it_is_allowed(evaluate):
+def test_an_update_that_keeps_the_key_is_denied_and_one_that_removes_it_is_allowed(evaluate: Evaluate) -> None:
     old = config_map({"NVIDIA_VISIBLE_DEVICES": "void"})
 
     edited = evaluate(config_map({"NVIDIA_VISIBLE_DEVICES": "all"}), operation="UPDATE", old=old)
@@ -99,34 +99,34 @@ def test_an_update_that_keeps_the_key_is_denied_and_one_that_removes_it_is_allow
         secret(type="kubernetes.io/service-account-token"),
     ],
 )
-def test_ordinary_config_maps_and_secrets_are_allowed(evaluate, result, obj):
+def test_ordinary_config_maps_and_secrets_are_allowed(evaluate: Evaluate, result: ResultOf, obj: dict[str, Any]) -> None:
     decision = evaluate(obj)
 
     assert decision.allowed
     assert result(decision, "GPU007") is model.Result.PASS
 
 
-def test_only_gpu007_judges_a_config_map(evaluate):
+def test_only_gpu007_judges_a_config_map(evaluate: Evaluate) -> None:
     decision = evaluate(config_map({"LOG_LEVEL": "debug"}))
 
     assert [r.policy for r in decision.results] == ["GPU007"]
     assert decision.patch == ()
 
 
-def test_gpu007_never_judges_a_pod(pod, container, evaluate):
+def test_gpu007_never_judges_a_pod(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(env=[{"name": "LOG_LEVEL", "value": "x"}])))
 
     assert "GPU007" not in {r.policy for r in decision.results}
 
 
-def test_a_config_map_in_an_exempt_namespace_is_not_judged(evaluate):
+def test_a_config_map_in_an_exempt_namespace_is_not_judged(evaluate: Evaluate) -> None:
     decision = evaluate(config_map({"NVIDIA_VISIBLE_DEVICES": "all"}), namespace="kube-system")
 
     assert decision.allowed
     assert decision.exempt_reason == "namespace kube-system is exempt"
 
 
-def test_delete_is_not_judged(evaluate):
+def test_delete_is_not_judged(evaluate: Evaluate) -> None:
     decision = evaluate(config_map({"NVIDIA_VISIBLE_DEVICES": "all"}), operation="DELETE")
 
     assert decision.allowed
@@ -134,7 +134,7 @@ def test_delete_is_not_judged(evaluate):
 
 
 @pytest.mark.parametrize("action", ["warn", "audit"])
-def test_a_milder_action_admits_and_records(evaluate, result, action):
+def test_a_milder_action_admits_and_records(evaluate: Evaluate, result: ResultOf, action: str) -> None:
     decision = evaluate(config_map({"CGPU_DISABLE": "1"}), config={"policies": {"GPU007": {"action": action}}})
 
     assert decision.allowed
@@ -142,7 +142,7 @@ def test_a_milder_action_admits_and_records(evaluate, result, action):
     assert (len(decision.warnings) == 1) is (action == "warn")
 
 
-def test_an_exception_anchored_to_the_namespace_lifts_it(evaluate, result):
+def test_an_exception_anchored_to_the_namespace_lifts_it(evaluate: Evaluate, result: ResultOf) -> None:
     config = {"exceptions": [{"name": "drivers", "policies": ["GPU007"], "match": {"namespaces": ["team-a"]}}]}
 
     decision = evaluate(config_map({"NVIDIA_VISIBLE_DEVICES": "all"}), config=config)
@@ -151,7 +151,7 @@ def test_an_exception_anchored_to_the_namespace_lifts_it(evaluate, result):
     assert result(decision, "GPU007") is model.Result.SKIP
 
 
-def test_other_kinds_without_a_pod_template_are_still_not_evaluated(evaluate):
+def test_other_kinds_without_a_pod_template_are_still_not_evaluated(evaluate: Evaluate) -> None:
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "data": {"NVIDIA_VISIBLE_DEVICES": "all"}}
 
     decision = evaluate(service)
@@ -169,8 +169,8 @@ def test_other_kinds_without_a_pod_template_are_still_not_evaluated(evaluate):
         {"kind": "ConfigMap", "metadata": {"name": 5}, "binaryData": {"CGPU_DISABLE": 3}},
     ],
 )
-def test_malformed_sources_never_crash(evaluate, result, obj):
+def test_malformed_sources_never_crash(evaluate: Evaluate, result: ResultOf, obj: dict[str, Any]) -> None:
     decision = evaluate(obj)
 
     assert result(decision, "GPU007") in (model.Result.PASS, model.Result.FAIL)
-    assert decision.allowed is (not gpu007_env_sources.guarded_keys(obj))
+    assert decision.allowed is (not envsources.guarded_keys(obj))

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from policies import engine, model, settings
-from policies.builtin import gpu009_ephemeral_privilege as gpu009
+from policies import engine, lookups, model, settings
 
 PREFIX = "GPU009: privileged ephemeral containers cannot be added to pods on GPU nodes: "
 INSTEAD = (
@@ -218,7 +217,7 @@ def test_malformed_pods_are_judged_without_an_error(spec: dict[str, Any]) -> Non
     decision = engine.evaluate(request, settings=settings.Settings())
 
     assert outcome(decision) in (model.Result.PASS, model.Result.FAIL)
-    assert gpu009.node_to_look_up(new, old_object=old, subresource="ephemeralcontainers") in ("", "gpu-0")
+    assert lookups.node_to_look_up(new, old_object=old, subresource="ephemeralcontainers") in ("", "gpu-0")
 
 
 def test_the_node_is_looked_up_only_for_a_new_privileged_ephemeral_container_on_a_bound_pod() -> None:
@@ -227,12 +226,12 @@ def test_the_node_is_looked_up_only_for_a_new_privileged_ephemeral_container_on_
     with_netadmin = {**old, "spec": {**old["spec"], "ephemeralContainers": [debug(security=NETADMIN)]}}
     unbound = running(node=None, ephemeral=[debug()])
 
-    assert gpu009.node_to_look_up(with_debug, old_object=old, subresource="ephemeralcontainers") == "gpu-0"
-    assert gpu009.node_to_look_up(with_debug, old_object=with_debug, subresource="ephemeralcontainers") == ""
-    assert gpu009.node_to_look_up(with_netadmin, old_object=old, subresource="ephemeralcontainers") == ""
-    assert gpu009.node_to_look_up(unbound, old_object=running(node=None), subresource="ephemeralcontainers") == ""
-    assert gpu009.node_to_look_up(with_debug, old_object=old, subresource="") == ""
-    assert gpu009.node_to_look_up(None, old_object=None, subresource="ephemeralcontainers") == ""
+    assert lookups.node_to_look_up(with_debug, old_object=old, subresource="ephemeralcontainers") == "gpu-0"
+    assert lookups.node_to_look_up(with_debug, old_object=with_debug, subresource="ephemeralcontainers") == ""
+    assert lookups.node_to_look_up(with_netadmin, old_object=old, subresource="ephemeralcontainers") == ""
+    assert lookups.node_to_look_up(unbound, old_object=running(node=None), subresource="ephemeralcontainers") == ""
+    assert lookups.node_to_look_up(with_debug, old_object=old, subresource="") == ""
+    assert lookups.node_to_look_up(None, old_object=None, subresource="ephemeralcontainers") == ""
 
 
 def test_a_pod_that_asked_for_gpu_nodes_is_left_to_gpu002_which_refuses() -> None:

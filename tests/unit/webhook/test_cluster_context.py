@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from policies import model, settings
-from policies.builtin import gpu001_visible_devices
+from policies import lookups, model, settings
 from webhook import cli
 from webhook.admission import clustercontext
 from webhook.cmdline import errors
@@ -216,7 +215,7 @@ def test_gpu001_names_the_sources_that_can_set_visible_devices() -> None:
             {"configMapRef": {"name": "nvidia"}, "prefix": "NVIDIA_"},
         ]
     })
-    found = gpu001_visible_devices.sources(obj, namespace="lab")
+    found = lookups.env_sources(obj, namespace="lab")
     assert {(s.kind, s.name) for s in found} == {("ConfigMap", "plain"), ("Secret", "creds")}
     assert {s.namespace for s in found} == {"lab"}
 
@@ -227,11 +226,11 @@ def test_gpu001_sources_follow_env_precedence_and_value_from() -> None:
     # carry an isolation variable.
     by_value_from = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}],
                         "envFrom": [{"configMapRef": {"name": "read"}}]})
-    assert {s.name for s in gpu001_visible_devices.sources(by_value_from, namespace="n")} == {"read"}
+    assert {s.name for s in lookups.env_sources(by_value_from, namespace="n")} == {"read"}
     by_value = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], "envFrom": [{"configMapRef": {"name": "read"}}]})
-    assert {s.name for s in gpu001_visible_devices.sources(by_value, namespace="n")} == {"read"}
+    assert {s.name for s in lookups.env_sources(by_value, namespace="n")} == {"read"}
     prefixed = pod({"envFrom": [{"prefix": "CGPU_", "configMapRef": {"name": "prefixed"}}]})
-    assert gpu001_visible_devices.sources(prefixed, namespace="n") == frozenset()  # refused from the spec
+    assert lookups.env_sources(prefixed, namespace="n") == frozenset()  # refused from the spec
 
 
 def source(kind: str = "ConfigMap", name: str = "cm") -> model.EnvSource:

@@ -1,0 +1,54 @@
+"""What cluster data a request needs fetched before the engine judges it (the engine never waits on I/O).
+
+A caller with cluster access (the webhook) asks these pure functions what to read, reads it, and
+hands it in on `model.Request` (`env_lookup`, `node_labels`); offline callers skip them and the
+policies fall back to what the object alone shows. A superset is harmless: what is not asked for
+is not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from policies import envsources, model, podspec
+
+
+def env_sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:
+    """The ConfigMaps and Secrets GPU001 reads for `obj` (pod or workload template).
+
+    Only `envFrom` without a prefix is looked up: GPU001 judges everything else from the spec alone.
+    """
+    found: set[model.EnvSource] = set()
+    for container in podspec.containers(obj):
+        # A container whose env sets every guarded name needs no read either, but none does: the
+        # superset saves walking env on the hot path.
+        for source in podspec.sequence(container.container.get("envFrom")):
+            source = podspec.mapping(source)
+            prefix = source.get("prefix")
+            if isinstance(prefix, str) and prefix:
+                continue
+            ref = envsources.referenced(source)
+            if ref is not None:
+                found.add(model.EnvSource(kind=ref[0], namespace=namespace, name=ref[1]))
+    return frozenset(found)
+
+
+def node_to_look_up(
+    obj: Mapping[str, Any] | None, *, old_object: Mapping[str, Any] | None, subresource: str
+) -> str:
+    """The Node whose labels GPU009 needs for this request (`Request.node_labels`), or "" when it needs none.
+
+    Only an ephemeralcontainers update that adds a container privileged for GPU purposes to a
+    bound pod needs it, so ordinary reviews cost nothing more than this check.
+    """
+    if subresource != podspec.EPHEMERAL_SUBRESOURCE or obj is None:
+        return ""
+    found = podspec.template(obj)
+    if found is None or not found.is_pod:
+        return ""
+    node = found.spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        return ""
+    added = podspec.new_ephemeral_containers(obj, old_object=old_object)
+    return node if any(podspec.is_privileged_for_gpus(ref.container) for ref in added) else ""

@@ -285,18 +285,68 @@ def test_export_vap_output_is_a_format_and_the_file_is_output_file(capsys: pytes
     assert [d for d in yaml.safe_load_all(yaml_out) if d] == listed["items"]
     target = tmp_path / "vap.yaml"
     status, out, err = _run(capsys, "policies", "export-vap", "--output-file", str(target))
-    assert status == 0 and out == "" and "deprecated" not in err
+    assert status == 0 and out == "" and err == f"wrote {len(listed['items'])} manifests to {target}\n"
     assert target.read_text(encoding="utf-8") == yaml_out
+    status, out, _ = _run(capsys, "policies", "export-vap", "-o", "json", "--output-file", str(target))
+    assert status == 0 and out == "" and json.loads(target.read_text(encoding="utf-8")) == listed
+    assert [p.name for p in tmp_path.iterdir()] == ["vap.yaml"]  # no temporary file left beside it
 
 
-def test_export_vap_keeps_the_old_o_file_spelling_with_a_warning(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
-    target = tmp_path / "old.yaml"
-    status, out, err = _run(capsys, "policies", "export-vap", "-o", str(target))
-    assert status == 0 and out == ""
-    assert f"'-o {target}' as a file name is deprecated: use --output-file {target}" in err
-    assert yaml.safe_load_all(target.read_text(encoding="utf-8"))
-    status, out, err = _run(capsys, "policies", "export-vap", "-o", "csv", "--output-file", str(target))
-    _assert_one_line_error(status, out, err, "-o takes yaml|json, not 'csv'")
+@pytest.mark.parametrize("old", ["vap.yaml", "out/vap.json", "-"])
+def test_export_vap_refuses_the_old_o_file_spelling_naming_output_file(capsys: pytest.CaptureFixture[str], old: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["policies", "export-vap", "-o", old])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == ""
+    assert err.startswith("usage: gpu-admission policies export-vap ")
+    assert err.splitlines()[-1] == (
+        f"gpu-admission policies export-vap: error: argument -o/--output: {old!r} is not an output format (yaml|json): "
+        f"-o names the format; to write to a file use --output-file {old}"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing written under the old meaning
+
+
+def test_export_vap_refuses_an_unknown_format(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["policies", "export-vap", "-o", "csv"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument -o/--output: invalid choice: 'csv' (choose from yaml, json)")
+
+
+def test_an_output_file_that_cannot_be_written_is_one_line_and_leaves_nothing(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "missing" / "vap.yaml"
+    _assert_one_line_error(*_run(capsys, "policies", "export-vap", "--output-file", str(target)), f"{target}: cannot write")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_file_is_replaced_whole(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "report.json"
+    target.write_text("x" * 1_000_000)  # longer than the report: a write in place would leave a tail
+    inode = target.stat().st_ino
+    status, out, _ = _run(capsys, "dry-run", "-f", str(MANIFESTS / "tree"), "-o", "json", "--output-file", str(target))
+    assert status == 1 and out == ""
+    assert json.loads(target.read_text(encoding="utf-8"))["summary"] == {"objects": 5, "denied": 1, "mutated": 1}
+    assert target.stat().st_ino != inode  # a new file renamed over the old one, not the old one rewritten
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dry-run", "-f", str(MANIFESTS / "tree")],
+        ["policies", "list"],
+        ["policies", "export-vap"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_output_file_holds_exactly_what_stdout_would(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, argv: list[str]) -> None:
+    status, printed, _ = _run(capsys, *argv, "-o", "yaml")
+    target = tmp_path / "out.yaml"
+    assert _run(capsys, *argv, "-o", "yaml", "--output-file", str(target))[:2] == (status, "")
+    assert target.read_text(encoding="utf-8") == printed
+    assert _run(capsys, *argv, "-o", "yaml", "--output-file", "-")[:2] == (status, printed)  # - is stdout
 
 
 DEPLOYMENT = {

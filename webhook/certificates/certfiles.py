@@ -91,7 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     rotate.add_argument("--ca", action="store_true", help="rotate the CA (two steps, zero downtime)")
     rotate.add_argument(
         "--propagation-delay",
-        type=_duration,
+        type=flags.duration_delta,
         default=rotation.CA_PROPAGATION,
         metavar="DURATION",
         help="with --ca: wait this long after injecting the new CA before serving from it (default: 60s)",
@@ -252,7 +252,7 @@ def _cluster_errors(function: Callable[[argparse.Namespace], int]) -> Callable[[
     def wrapper(args: argparse.Namespace) -> int:
         try:
             return function(args)
-        except provision.KubeError as error:
+        except kube.errors.KubeError as error:
             raise errors.InputError(str(error)) from error
 
     return wrapper
@@ -392,10 +392,3 @@ def _print_outcome(store: provision.Store, outcome: provision.Outcome) -> None:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def _duration(text: str) -> datetime.timedelta:
-    try:
-        return provision.duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error

@@ -13,6 +13,10 @@ from webhook.cmdline import errors
 from webhook.cluster import binaries, controlplane, install, nodes, realnode
 
 ERRORS = (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError)
+# No --kubeconfig or --context here: the local cluster is named by its directory, which holds its own
+# kubeconfig (DIR/kubeconfig, printed by `up` and `status`), the one to pass as --kubeconfig to the
+# commands that read a cluster.
+DIR_HELP = "the cluster's directory: its state, logs and kubeconfig"
 
 
 def _one_line_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -34,10 +38,10 @@ def add_parser(subparsers: Any) -> None:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{up,down,status,build}")
 
     up = verbs.add_parser("up", help="start the control plane and fake GPU nodes, then install gpu-admission")
-    up.add_argument("--dir", required=True, type=Path, help="directory for state, kubeconfig and logs")
-    up.add_argument("--nodes", default=None, help="YAML file of fake nodes (default: the built-in set)")
+    up.add_argument("--dir", required=True, type=Path, metavar="DIR", help=DIR_HELP)
+    up.add_argument("--nodes", default=None, metavar="FILE", help="YAML file of fake nodes (default: the built-in set)")
     up.add_argument("--no-install", action="store_true", help="do not start and register the webhook")
-    up.add_argument("--config", type=Path, default=None, help="policy settings file for the webhook")
+    up.add_argument("--config", type=Path, default=None, metavar="FILE", help="policy settings file for the webhook")
     up.add_argument(
         "--real-node", action="store_true",
         help="also join a real kubelet on this machine (containerd, CNI, kube-proxy; needs root and docker.io)",
@@ -46,19 +50,19 @@ def add_parser(subparsers: Any) -> None:
         "--in-cluster", action="store_true",
         help="with --real-node: build the image and install gpu-admission from deploy/ as containers on the real node",
     )
-    up.add_argument("--image", default=None, help="with --in-cluster: a local image built from the Dockerfile, instead of building one")
+    up.add_argument("--image", default=None, metavar="IMAGE", help="with --in-cluster: a local image built from the Dockerfile, instead of building one")
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", help="stop every process of the cluster and remove its state")
-    down.add_argument("--dir", required=True, type=Path)
+    down.add_argument("--dir", required=True, type=Path, metavar="DIR", help=DIR_HELP)
     down.set_defaults(func=_down)
 
     status = verbs.add_parser("status", help="say what runs")
-    status.add_argument("--dir", required=True, type=Path)
+    status.add_argument("--dir", required=True, type=Path, metavar="DIR", help=DIR_HELP)
     status.set_defaults(func=_status)
 
     build = verbs.add_parser("build", help="build (or, with --force, rebuild) the cached control-plane binaries")
-    build.add_argument("--force", action="store_true")
+    build.add_argument("--force", action="store_true", help="rebuild even what is cached")
     build.add_argument("--real-node", action="store_true", help="also kubelet, kube-proxy and the pause binary")
     build.set_defaults(func=_build)
 

@@ -4,8 +4,15 @@ A command that reads the cluster calls ``add_cluster`` (``--kubeconfig``, ``--co
 its client with ``api_client(args)``, so ``--context`` really picks the kubeconfig context, as
 kubectl's does. ``add_namespaces`` gives kubectl's ``-n/--namespace`` and ``-A/--all-namespaces``,
 ``add_output`` ``-o/--output`` with the formats a command can print (``table`` first, the default),
-``add_logging`` ``--log-level`` and ``--log-format text|json`` for the long-running commands, and
+``add_output_file`` ``--output-file`` (written whole by ``webhook.cmdline.output``), ``add_logging``
+``--log-level`` and ``--log-format text|json`` for the long-running commands, and
 ``configure_logging`` applies them.
+
+``-o`` is always a format, never a file: a value that looks like a file name is refused with a line
+that names ``--output-file``. Durations are one syntax everywhere (``webhook.cmdline.durations``):
+``duration``, ``positive_duration`` and ``duration_delta`` are their argparse types. ``add_renamed``
+keeps an old flag spelling as a one-line error naming the new one (exit status 2), so a renamed flag
+never silently changes meaning.
 
 JSON logs are one object per line with ``time``, ``level``, ``logger`` and ``message``, plus every
 ``key=value`` token the text line carries (``uid=...``, ``endpoint=...``), so a log pipeline can
@@ -25,7 +32,9 @@ import logging
 import re
 from collections.abc import Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+from webhook.cmdline import durations
 
 if TYPE_CHECKING:
     from webhook.kube import client
@@ -81,19 +90,110 @@ def add_namespaces(
         where.add_argument("-A", "--all-namespaces", action="store_true", help=all_help)
 
 
-def add_output(parser: _Container, formats: Sequence[str], *, default: str = "table") -> None:
-    """``-o/--output`` with the formats this command prints (each one of ``OUTPUT_FORMATS``)."""
+def add_output(parser: _Container, formats: Sequence[str], *, default: str | None = "table", default_help: str | None = None) -> None:
+    """``-o/--output`` with the formats this command prints (each one of ``OUTPUT_FORMATS``); a
+    ``default`` of None leaves the choice to the command, which ``default_help`` then describes."""
     unknown = [name for name in formats if name not in OUTPUT_FORMATS]
-    if unknown or default not in formats:
+    if unknown or (default not in formats if default is not None else default_help is None):
         raise ValueError(f"output formats {unknown} unknown, or default {default!r} not offered")
     parser.add_argument(
-        "-o", "--output", choices=tuple(formats), default=default, metavar="FORMAT",
-        help=f"output format: {'|'.join(formats)} (default: {default})",
+        "-o", "--output", type=_output_format(tuple(formats)), choices=tuple(formats), default=default, metavar="FORMAT",
+        help=f"output format: {'|'.join(formats)} (default: {default_help or default})",
     )
 
 
+def _output_format(formats: tuple[str, ...]) -> Any:
+    """The argparse type of ``-o``: a format, or one line naming ``--output-file`` for a file name."""
+
+    def output_format(text: str) -> str:
+        if text in formats:
+            return text
+        if text == "-" or any(mark in text for mark in "./\\"):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not an output format ({'|'.join(formats)}): -o names the format; "
+                f"to write to a file use --output-file {text}"
+            )
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(formats)})")
+
+    return output_format
+
+
 def add_output_file(parser: _Container) -> None:
-    parser.add_argument("--output-file", metavar="FILE", help="write the output to FILE instead of stdout")
+    parser.add_argument(
+        "--output-file", metavar="FILE",
+        help="write the output to FILE (whole, or not at all: a temporary file renamed over it) instead of stdout",
+    )
+
+
+def add_renamed(parser: _Container, old: str, *, new: str, takes_value: bool = True) -> None:
+    """Keep ``old``, a flag's former spelling, as a one-line error naming ``new`` (exit status 2);
+    hidden from help and completion."""
+    parser.add_argument(old, action=_Renamed, nargs="?" if takes_value else 0, new=new, help=argparse.SUPPRESS)
+
+
+class _Renamed(argparse.Action):
+    """A removed flag: using it is a usage error that says what to write instead."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None
+    ) -> NoReturn:
+        parser.error(f"{option_string} is no longer a flag of {parser.prog}: use {self.new}")
+
+
+# --- durations ------------------------------------------------------------------------------------
+
+
+def duration(text: str) -> float:
+    """The argparse type of a duration flag: seconds (``500ms``, ``30s``, ``10m``, ``1h30m``, ``365d``
+    or bare seconds), not negative."""
+    try:
+        return durations.seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def positive_duration(text: str) -> float:
+    """A ``duration`` that is more than zero (an interval, a timeout)."""
+    seconds = duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a duration above zero")
+    return seconds
+
+
+def duration_delta(text: str) -> datetime.timedelta:
+    """A ``duration`` as a ``timedelta`` (certificate lifetimes and the like)."""
+    return datetime.timedelta(seconds=duration(text))
+
+
+# --- serving (``serve`` and ``extender``: ``webhook.serving.shell``) --------------------------------
+
+CERT_CHECK_INTERVAL: Final = datetime.timedelta(seconds=10)
+
+
+def add_cert_check_interval(parser: _Container, *, what: str) -> None:
+    """``--cert-check-interval``: how often a server looks at ``what`` for new certificates."""
+    parser.add_argument(
+        "--cert-check-interval", type=duration_delta, default=CERT_CHECK_INTERVAL, metavar="DURATION",
+        help=f"how often {what} are checked for a new pair (default: 10s)",
+    )
+
+
+def add_drain(parser: _Container) -> None:
+    """``--drain-seconds`` and ``--drain-idle-seconds``: how a server drains on SIGTERM/SIGINT."""
+    parser.add_argument(
+        "--drain-seconds", type=duration, default=0.0, metavar="S",
+        help="on SIGTERM, keep accepting for S seconds, with readyz 503 and 'Connection: close' on every "
+        "response (default: 0; in a Deployment: longer than endpoints take to drop the pod, e.g. 10)",
+    )
+    parser.add_argument(
+        "--drain-idle-seconds", type=duration, default=0.0, metavar="S",
+        help="then, with the listener closed, wait up to S seconds for clients to close their kept-alive "
+        "connections (default: 0; Go clients such as kube-apiserver close idle ones after 90 s, so e.g. 95)",
+    )
 
 
 def add_logging(parser: _Container) -> None:

@@ -27,7 +27,7 @@ import yaml
 
 from policies import model, podspec, settings
 from webhook import config
-from webhook.cmdline import errors
+from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -98,14 +98,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="PATH",
         help="file, directory (recursive .yaml/.yml/.json) or - for stdin; repeatable",
     )
-    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="default: table")
+    flags.add_output(parser, ("table", "json", "yaml"))
+    flags.add_output_file(parser)
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        default=decisions.DEFAULT_NAMESPACE,
-        help="namespace for objects that name none (default: default)",
+    flags.add_namespaces(
+        parser, namespace_help="namespace for objects that name none (default: default)", all_help=None, default=decisions.DEFAULT_NAMESPACE
     )
     parser.set_defaults(func=run)
 
@@ -114,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = config.load(args.config, policies_dir=args.policies_dir)
     documents = read(args.filename, stdin=sys.stdin)
     outcomes = evaluate(documents, settings=loaded, default_namespace=args.namespace)
-    sys.stdout.write(render(outcomes, output=args.output))
+    output.emit(render(outcomes, output=args.output), path=args.output_file)
     return EXIT_DENIED if any(not outcome.decision.allowed for outcome in outcomes) else EXIT_ALLOWED
 
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 import yaml
 
 from policies import cel, engine
 from webhook import config
-from webhook.cmdline import errors, flags
+from webhook.cmdline import flags, output
 from webhook.commands import vap
+
+
+EXPORT_OUTPUTS = ("yaml", "json")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,13 +40,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     for sub in (export, listing):
         sub.add_argument("--policies-dir", metavar="DIR", help="directory of GpuAdmissionPolicy YAML files")
         sub.add_argument("--config", metavar="FILE", help="settings YAML (actions, overrides, exceptions, exempt namespaces)")
-    export.add_argument(
-        "-o", "--output", default="yaml", metavar="FORMAT",
-        help="yaml (a multi-document stream, the default) or json (a v1 List); '-o FILE', the old spelling of "
-        "--output-file, still works with a deprecation warning",
-    )
-    flags.add_output_file(export)
+    flags.add_output(export, EXPORT_OUTPUTS, default="yaml")  # yaml: a multi-document stream; json: a v1 List
     flags.add_output(listing, ("table", "json", "yaml"))
+    for sub in (export, listing):
+        flags.add_output_file(sub)
     export.set_defaults(func=run_export)
     listing.set_defaults(func=run_list)
 
@@ -56,32 +53,15 @@ def run_export(args: argparse.Namespace) -> int:
     exported = vap.export(loaded, now=datetime.datetime.now(datetime.timezone.utc))
     for note in exported.notes:
         print(f"note: {note}", file=sys.stderr)
-    output, output_file = _export_output(args.output, args.output_file)
-    if output == "json":
+    if args.output == "json":
         document = {"apiVersion": "v1", "kind": "List", "items": list(exported.manifests)}
         text = json.dumps(document, indent=2) + "\n"
     else:
         text = vap.render(exported.manifests)
-    if output_file is None:
-        sys.stdout.write(text)
-    else:
-        _write(Path(output_file), text)
-        print(f"wrote {len(exported.manifests)} manifests to {output_file}", file=sys.stderr)
+    output.emit(text, path=args.output_file)
+    if output.to_file(args.output_file):
+        print(f"wrote {len(exported.manifests)} manifests to {args.output_file}", file=sys.stderr)
     return 0
-
-
-EXPORT_OUTPUTS = ("yaml", "json")
-
-
-def _export_output(output: str, output_file: str | None) -> tuple[str, str | None]:
-    """The format and file: ``-o`` names a format; any other ``-o`` value is the file of the old
-    ``-o FILE`` spelling (YAML), accepted with a warning unless ``--output-file`` is given too."""
-    if output in EXPORT_OUTPUTS:
-        return output, output_file
-    if output_file is not None:
-        raise errors.InputError(f"-o takes {'|'.join(EXPORT_OUTPUTS)}, not {output!r}")
-    print(f"warning: '-o {output}' as a file name is deprecated: use --output-file {output}", file=sys.stderr)
-    return "yaml", output
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -92,25 +72,9 @@ def run_list(args: argparse.Namespace) -> int:
         rows.append((item.id, str(item.kind), str(loaded.action(item.id)), spec.source if spec else "built-in", item.summary))
     if args.output != "table":
         listed = [dict(zip(("id", "kind", "action", "source", "summary"), row, strict=True)) for row in rows[1:]]
-        sys.stdout.write(json.dumps(listed, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(listed, sort_keys=False))
+        output.emit(json.dumps(listed, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(listed, sort_keys=False), path=args.output_file)
         return 0
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        sys.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] + "\n")
+    lines = ("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] + "\n" for row in rows)
+    output.emit("".join(lines), path=args.output_file)
     return 0
-
-
-def _write(target: Path, text: str) -> None:
-    """Write `target` whole: a temporary file beside it, renamed over it."""
-    try:
-        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    except OSError as error:
-        raise errors.InputError(f"{target}: cannot write: {error.strerror or error}") from error
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise errors.InputError(f"{target}: cannot write: {error.strerror or error}") from error

@@ -20,13 +20,14 @@ import yaml
 
 from webhook import config, kube
 from webhook.commands import dryrun
-from webhook.cmdline import errors, flags
+from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
 from webhook.extender import api, cards, inspection
 from webhook.extender import kube as extender_kube
 from webhook.explain import analysis, defrag, render, simulate, snapshot
 
 EXIT_ALL_PLACED, EXIT_NOT_PLACED = 0, 1
+SNAPSHOT_OUTPUTS = ("yaml", "json")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,10 +47,11 @@ def add_parser(subparsers: Any) -> None:
     save = subparsers.add_parser(
         "snapshot",
         help="save nodes, GPU pods and reservations to a file, for explain/simulate --snapshot",
-        description="Write the cluster's GPU allocation (nodes, GPU pods, reservation ledgers) to a file, so that "
-        "`explain` and `simulate` can replay it offline.",
+        description="Write the cluster's GPU allocation (nodes, GPU pods, reservation ledgers) to stdout or "
+        "--output-file, so that `explain` and `simulate` can replay it offline.",
     )
-    save.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write (.json for JSON, else YAML; - for stdout)")
+    flags.add_output(save, SNAPSHOT_OUTPUTS, default=None, default_help="json for an --output-file ending in .json, else yaml")
+    flags.add_output_file(save)
     _cluster_flags(save)
     save.set_defaults(func=run_snapshot)
 
@@ -83,7 +85,9 @@ def add_parser(subparsers: Any) -> None:
         sub.add_argument("--max-moves", type=int, default=defrag.DEFAULT_MAX_MOVES, metavar="N", help="at most N moves (default: %(default)s)")
         if step == "apply":
             sub.add_argument("--yes", action="store_true", help="evict for real")
-            sub.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="wait per replacement (default: 300)")
+            sub.add_argument(
+                "--timeout", type=flags.positive_duration, default=300.0, metavar="DURATION", help="wait per replacement, e.g. 90s, 10m (default: 5m)"
+            )
         _common(sub)
         sub.set_defaults(func=run_defrag_plan if step == "plan" else run_defrag_apply)
 
@@ -94,6 +98,7 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     flags.add_output(parser, ("table", "json", "yaml"))
+    flags.add_output_file(parser)
     parser.add_argument("--snapshot", metavar="FILE", help="read a snapshot file instead of the cluster")
     parser.add_argument("--config", metavar="FILE", help="settings YAML for the admission step (as dry-run)")
     parser.add_argument("--policies-dir", metavar="DIR", help="user (CEL) policies for the admission step")
@@ -147,7 +152,7 @@ def run_explain(args: argparse.Namespace) -> int:
             raise errors.InputError(f"cannot read pod {args.namespace}/{args.name}: {error}") from error
         nodes, pods, now = read_cluster(args)
     report = explain_pod(pod, nodes=nodes, pods=pods, now=now, settings=settings)
-    sys.stdout.write(render.render(report, output=args.output))
+    output.emit(render.render(report, output=args.output), path=args.output_file)
     return 0
 
 
@@ -182,16 +187,10 @@ def read_pdbs(args: argparse.Namespace) -> list[dict[str, Any]]:
 def run_snapshot(args: argparse.Namespace) -> int:
     nodes, pods, now = read_cluster(args)
     taken = snapshot.take(nodes, pods, now=now, pdbs=read_pdbs(args))
-    text = snapshot.dumps(taken, as_json=args.output.endswith(".json"))
-    if args.output == "-":
-        sys.stdout.write(text)
-        return 0
-    try:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError as error:
-        raise errors.InputError(f"cannot write {args.output}: {error.strerror or error}") from error
-    print(f"saved {len(taken.nodes)} nodes and {len(taken.pods)} GPU pods to {args.output}", file=sys.stderr)
+    as_json = args.output == "json" or (args.output is None and str(args.output_file or "").endswith(".json"))
+    output.emit(snapshot.dumps(taken, as_json=as_json), path=args.output_file)
+    if output.to_file(args.output_file):
+        print(f"saved {len(taken.nodes)} nodes and {len(taken.pods)} GPU pods to {args.output_file}", file=sys.stderr)
     return 0
 
 
@@ -204,7 +203,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     templates = _nodes_file(args.add_nodes) if args.add_nodes else []
     nodes, pods, now = read_cluster(args)
     result = simulate_batch([d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates)
-    sys.stdout.write(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes)))
+    output.emit(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes)), path=args.output_file)
     return EXIT_ALL_PLACED if result is not None and not result.unplaced and not _denied(result) else EXIT_NOT_PLACED
 
 
@@ -350,7 +349,7 @@ def render_plan(plan: defrag.Plan, *, output: str) -> str:
 
 
 def run_defrag_plan(args: argparse.Namespace) -> int:
-    sys.stdout.write(render_plan(make_plan(args), output=args.output))
+    output.emit(render_plan(make_plan(args), output=args.output), path=args.output_file)
     return 0
 
 
@@ -358,7 +357,7 @@ def run_defrag_apply(args: argparse.Namespace) -> int:
     if args.snapshot:
         raise errors.InputError("defrag apply acts on the live cluster; --snapshot is for plans")
     plan = make_plan(args)
-    sys.stdout.write(render_plan(plan, output=args.output))
+    output.emit(render_plan(plan, output=args.output), path=args.output_file)
     if not args.yes:
         print("(not applied: add --yes to evict)", file=sys.stderr)
         return 0

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from policies import gpu
-from webhook.cmdline import durations, errors, flags
+from webhook.cmdline import errors, flags
 from webhook.labeler import attribution, cgroups, health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
@@ -44,17 +44,6 @@ DEFAULT_INTERVAL_S = 60.0
 NODE_NAME_ENV = "NODE_NAME"
 
 
-def parse_interval(text: str) -> float:
-    """A Go-style duration (`2s`, `60s`, `1m`, `1m30s`, `500ms`) or bare seconds, as seconds > 0."""
-    try:
-        seconds = durations.seconds(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"invalid duration: {error}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"the interval must be positive, not {text!r}")
-    return seconds
-
-
 def add_parser(subparsers: Any) -> None:
     """Register `labeler` on the top-level CLI."""
     parser = subparsers.add_parser(
@@ -62,12 +51,12 @@ def add_parser(subparsers: Any) -> None:
         help="label this node's GPUs from NVML (or an inventory file) and optionally advertise capacity",
         description="Write the aliyun.accelerator/* and gpu-admission.io/* GPU labels and annotations on a node.",
     )
-    parser.add_argument("--node-name", default=None, help=f"the node to label (default: ${NODE_NAME_ENV})")
+    parser.add_argument("--node-name", default=None, metavar="NAME", help=f"the node to label (default: ${NODE_NAME_ENV})")
     flags.add_cluster(parser)
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one pass, then exit")
     when.add_argument(
-        "--interval", type=parse_interval, default=DEFAULT_INTERVAL_S, metavar="DURATION", help="time between passes, e.g. 2s, 60s, 1m (default: 60s)"
+        "--interval", type=flags.positive_duration, default=DEFAULT_INTERVAL_S, metavar="DURATION", help="time between passes, e.g. 2s, 60s, 1m (default: 60s)"
     )
     parser.add_argument(
         "--advertise", action="store_true", help="also set the node's extended-resource capacity for its ack.node.gpu.schedule mode"
@@ -79,7 +68,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print what would be written; touch no cluster")
     flags.add_output(parser, ("table", "json", "yaml"))  # the --dry-run output
     parser.add_argument(
-        "--usage-interval", type=parse_interval, default=DEFAULT_INTERVAL_S, metavar="DURATION",
+        "--usage-interval", type=flags.positive_duration, default=DEFAULT_INTERVAL_S, metavar="DURATION",
         help="the least time between two writes of the usage summary annotation (default: 60s)",
     )
     parser.add_argument(

@@ -279,7 +279,7 @@ def run_cli(*argv: str) -> int:
 def test_the_cli_writes_the_manifests_to_a_file_or_stdout(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "vap.yaml"
 
-    assert run_cli("export-vap", "--policies-dir", str(EXAMPLES / "policies"), "-o", str(target)) == 0
+    assert run_cli("export-vap", "--policies-dir", str(EXAMPLES / "policies"), "--output-file", str(target)) == 0
     written = [d for d in yaml.safe_load_all(target.read_text()) if d]
     assert len(written) == 14
     assert "wrote 14 manifests" in capsys.readouterr().err

@@ -140,18 +140,28 @@ def test_once_and_interval_cannot_be_combined(capsys: pytest.CaptureFixture[str]
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    return parser.parse_args(["labeler", *argv])
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("2s", 2.0), ("60s", 60.0), ("1m", 60.0), ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0), ("45", 45.0), ("0.5", 0.5), (" 2s ", 2.0)],
 )
 def test_intervals_read_like_go_durations(text: str, seconds: float) -> None:
-    assert cli.parse_interval(text) == seconds
+    args = _parse("--interval", text, "--usage-interval", text)
+    assert (args.interval, args.usage_interval) == (seconds, seconds)
 
 
 @pytest.mark.parametrize("text", ["", "0s", "0", "-1s", "2x", "s", "1m-1s", "2 s", "nan", "inf", "1y"])
-def test_bad_intervals_are_refused(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError):
-        cli.parse_interval(text)
+def test_bad_intervals_are_refused(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--interval", "--usage-interval"):
+        with pytest.raises(SystemExit) as exited:
+            _parse(flag, text)
+        assert exited.value.code == 2
+        assert f"argument {flag}: " in capsys.readouterr().err
 
 
 def test_the_interval_flag_accepts_the_local_cluster_spelling() -> None:

@@ -111,6 +111,16 @@ def wrap_in_workload(kind: str, pod: Mapping[str, Any]) -> dict[str, Any]:
     return root
 
 
+# What the fixtures below hand a test, for its parameters' annotations.
+ContainerFactory = Callable[..., dict[str, Any]]
+PodFactory = Callable[..., dict[str, Any]]
+WorkloadFactory = Callable[[str, Mapping[str, Any]], dict[str, Any]]
+Patched = Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], dict[str, Any]]
+ManifestLoader = Callable[[str], dict[str, Any]]
+ViolationMessages = Callable[[model.Decision, str], list[str]]
+ResultOf = Callable[[model.Decision, str], model.Result]
+
+
 class Evaluate(Protocol):
     def __call__(
         self,
@@ -171,17 +181,17 @@ def load_manifest(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def container() -> Callable[..., dict[str, Any]]:
+def container() -> ContainerFactory:
     return build_container
 
 
 @pytest.fixture
-def pod() -> Callable[..., dict[str, Any]]:
+def pod() -> PodFactory:
     return build_pod
 
 
 @pytest.fixture
-def workload() -> Callable[[str, Mapping[str, Any]], dict[str, Any]]:
+def workload() -> WorkloadFactory:
     return wrap_in_workload
 
 
@@ -191,20 +201,20 @@ def evaluate() -> Evaluate:
 
 
 @pytest.fixture
-def patched() -> Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], dict[str, Any]]:
+def patched() -> Patched:
     return apply_patch
 
 
 @pytest.fixture
-def manifest() -> Callable[[str], dict[str, Any]]:
+def manifest() -> ManifestLoader:
     return load_manifest
 
 
 @pytest.fixture
-def violation_messages() -> Callable[[model.Decision, str], list[str]]:
+def violation_messages() -> ViolationMessages:
     return messages
 
 
 @pytest.fixture
-def result() -> Callable[[model.Decision, str], model.Result]:
+def result() -> ResultOf:
     return result_of

@@ -4,9 +4,12 @@ would read it, and the ordinary neighbours still pass."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages
 
 GPU_MEM = {"aliyun.com/gpu-mem": 2}
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
@@ -29,7 +32,13 @@ VISIBLE = "NVIDIA_VISIBLE_DEVICES"
     ],
     ids=["void-then-all", "all-then-void", "expansion", "void-with-expansion", "file-key-ref", "file-key-ref-isolation", "isolation"],
 )
-def test_spellings_that_could_deliver_a_card_are_denied(pod, container, evaluate, violation_messages, env):
+def test_spellings_that_could_deliver_a_card_are_denied(
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
+    env: list[dict[str, Any]],
+) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM, env=env)))
 
     assert not decision.allowed
@@ -47,7 +56,9 @@ def test_spellings_that_could_deliver_a_card_are_denied(pod, container, evaluate
     ],
     ids=["void-then-none", "lower-case", "leading-space", "longer-name", "reads-it"],
 )
-def test_names_the_toolkit_does_not_read_and_neutral_duplicates_pass(pod, container, evaluate, result, env):
+def test_names_the_toolkit_does_not_read_and_neutral_duplicates_pass(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, env: list[dict[str, Any]]
+) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM, env=env)))
 
     assert decision.allowed

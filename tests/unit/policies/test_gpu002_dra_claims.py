@@ -6,16 +6,20 @@ is refused."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 CLAIMS = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
 USES_CLAIM = {"claims": [{"name": "gpu"}]}
 
 
-def dra_pod(pod, container, *, main_security=None, **extra):
+def dra_pod(
+    pod: PodFactory, container: ContainerFactory, *, main_security: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     main = container(resources=USES_CLAIM)
     if main_security is not None:
         main["securityContext"] = main_security
@@ -26,7 +30,13 @@ def dra_pod(pod, container, *, main_security=None, **extra):
     "security",
     [{"privileged": True}, {"capabilities": {"add": ["SYS_ADMIN"]}}, {"capabilities": {"add": ["all"]}}],
 )
-def test_a_privileged_container_claiming_a_device_is_denied(pod, container, evaluate, violation_messages, security):
+def test_a_privileged_container_claiming_a_device_is_denied(
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
+    security: dict[str, Any],
+) -> None:
     decision = evaluate(dra_pod(pod, container, main_security=security))
 
     assert not decision.allowed
@@ -35,7 +45,9 @@ def test_a_privileged_container_claiming_a_device_is_denied(pod, container, eval
     assert "the pod claims devices through resourceClaims, which may be GPUs" in message
 
 
-def test_a_privileged_sidecar_beside_a_claiming_container_is_denied(pod, container, evaluate, violation_messages):
+def test_a_privileged_sidecar_beside_a_claiming_container_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     manifest = dra_pod(pod, container, init=[container("helper", restartPolicy="Always", privileged=True)])
 
     decision = evaluate(manifest)
@@ -46,14 +58,23 @@ def test_a_privileged_sidecar_beside_a_claiming_container_is_denied(pod, contain
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "Job", "CronJob", "StatefulSet"])
-def test_a_privileged_claiming_template_is_denied(pod, container, workload, evaluate, violation_messages, kind):
+def test_a_privileged_claiming_template_is_denied(
+    pod: PodFactory,
+    container: ContainerFactory,
+    workload: WorkloadFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
+    kind: str,
+) -> None:
     decision = evaluate(workload(kind, dra_pod(pod, container, main_security={"privileged": True})))
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU002")
 
 
-def test_a_privileged_debug_container_added_to_a_claiming_pod_is_denied(pod, container, evaluate, violation_messages):
+def test_a_privileged_debug_container_added_to_a_claiming_pod_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     running = dra_pod(pod, container, nodeName="gpu-node-1")
     updated = copy.deepcopy(running)
     updated["spec"]["ephemeralContainers"] = [container("debugger", privileged=True)]
@@ -71,7 +92,9 @@ def test_a_privileged_debug_container_added_to_a_claiming_pod_is_denied(pod, con
     "security",
     [None, {"capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}}, {"capabilities": {"drop": ["ALL"]}}, {"privileged": False}],
 )
-def test_an_unprivileged_claiming_pod_is_allowed(pod, container, evaluate, result, security):
+def test_an_unprivileged_claiming_pod_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, security: dict[str, Any] | None
+) -> None:
     decision = evaluate(dra_pod(pod, container, main_security=security))
 
     assert decision.allowed
@@ -79,7 +102,9 @@ def test_an_unprivileged_claiming_pod_is_allowed(pod, container, evaluate, resul
 
 
 @pytest.mark.parametrize("claims", [None, [], "x", [3], [None]])
-def test_a_privileged_pod_without_a_well_formed_claim_is_left_to_gpu103(pod, container, evaluate, result, claims):
+def test_a_privileged_pod_without_a_well_formed_claim_is_left_to_gpu103(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, claims: object
+) -> None:
     manifest = pod(container(privileged=True), resourceClaims=claims)
 
     decision = evaluate(manifest)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 PREFIX = "GPU002: privileged containers are not allowed in pods that use GPUs: "
 INSTEAD = "; drop privileged and SYS_ADMIN/ALL from it, or run the privileged part in a pod that requests no GPU"
 
 
-def test_privileged_container_requesting_a_gpu_is_denied(pod, container, evaluate):
+def test_privileged_container_requesting_a_gpu_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, privileged=True)))
 
     assert not decision.allowed
@@ -18,8 +21,8 @@ def test_privileged_container_requesting_a_gpu_is_denied(pod, container, evaluat
 
 
 def test_privileged_init_container_in_a_pod_pinned_to_a_card_model_is_denied(
-    pod, container, evaluate, violation_messages
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     spec_pod = pod(
         container(),
         init=[container("setup", privileged=True)],
@@ -32,7 +35,9 @@ def test_privileged_init_container_in_a_pod_pinned_to_a_card_model_is_denied(
     assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "setup" is privileged' + INSTEAD]
 
 
-def test_privileged_daemonset_preferring_gpu_nodes_is_denied(pod, container, workload, evaluate):
+def test_privileged_daemonset_preferring_gpu_nodes_is_denied(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     preferring = pod(
         container(privileged=True),
         affinity={
@@ -57,7 +62,9 @@ def test_privileged_daemonset_preferring_gpu_nodes_is_denied(pod, container, wor
     assert decision.denial_message == PREFIX + 'container "main" is privileged' + INSTEAD
 
 
-def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(pod, container, evaluate):
+def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     old = pod(container(gpu={"aliyun.com/gpu-mem": 2}))
     new = pod(container(gpu={"aliyun.com/gpu-mem": 2}), ephemeral=[container("debug", privileged=True)])
 
@@ -67,21 +74,27 @@ def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(pod, container,
     assert decision.denial_message == PREFIX + 'ephemeral container "debug" is privileged' + INSTEAD
 
 
-def test_unprivileged_gpu_pod_is_allowed(pod, container, evaluate, result):
+def test_unprivileged_gpu_pod_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, privileged=False)))
 
     assert decision.allowed
     assert result(decision, "GPU002") is model.Result.PASS
 
 
-def test_privileged_pod_without_gpus_is_allowed_and_kept_off_gpu_nodes(pod, container, evaluate):
+def test_privileged_pod_without_gpus_is_allowed_and_kept_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(privileged=True)))
 
     assert decision.allowed
     assert any(op["path"] == "/spec/affinity" for op in decision.patch)
 
 
-def test_privileged_pod_that_avoids_gpu_nodes_is_allowed(pod, container, evaluate):
+def test_privileged_pod_that_avoids_gpu_nodes_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     avoiding = pod(
         container(privileged=True),
         nodeSelector={"kubernetes.io/os": "linux"},
@@ -110,7 +123,9 @@ def caps(*added: object) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("spelled", ["SYS_ADMIN", "CAP_SYS_ADMIN", "sys_admin", "Cap_Sys_Admin", " SYS_ADMIN ", "ALL", "all"])
-def test_a_gpu_container_adding_sys_admin_or_all_in_any_spelling_is_denied(pod, container, evaluate, spelled):
+def test_a_gpu_container_adding_sys_admin_or_all_in_any_spelling_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, spelled: str
+) -> None:
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 2}, **caps("NET_ADMIN", spelled))))
 
     assert not decision.allowed
@@ -118,14 +133,18 @@ def test_a_gpu_container_adding_sys_admin_or_all_in_any_spelling_is_denied(pod, 
 
 
 @pytest.mark.parametrize("capability", ["NET_BIND_SERVICE", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "CHOWN", "SYS_ADMINISTRATOR", "CAP_ALL_OF_THEM"])
-def test_a_gpu_container_adding_an_ordinary_capability_is_allowed(pod, container, evaluate, result, capability):
+def test_a_gpu_container_adding_an_ordinary_capability_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, capability: str
+) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, **caps(capability))))
 
     assert decision.allowed
     assert result(decision, "GPU002") is model.Result.PASS
 
 
-def test_dropping_sys_admin_is_not_adding_it(pod, container, evaluate, result):
+def test_dropping_sys_admin_is_not_adding_it(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     dropped = {"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}}
 
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, **dropped)))
@@ -137,13 +156,17 @@ def test_dropping_sys_admin_is_not_adding_it(pod, container, evaluate, result):
     "security_context",
     [{"capabilities": {"add": "SYS_ADMIN"}}, {"capabilities": {"add": [None, 7, {"x": 1}]}}, {"capabilities": "ALL"}, "privileged"],
 )
-def test_malformed_capabilities_are_ignored_without_an_error(pod, container, evaluate, result, security_context):
+def test_malformed_capabilities_are_ignored_without_an_error(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, security_context: object
+) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, securityContext=security_context)))
 
     assert result(decision, "GPU002") is model.Result.PASS
 
 
-def test_a_sys_admin_sidecar_in_a_gpu_pod_is_denied(pod, container, evaluate, violation_messages):
+def test_a_sys_admin_sidecar_in_a_gpu_pod_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     sidecar = container("proxy", restartPolicy="Always", **caps("SYS_ADMIN"))
 
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), init=[sidecar]))
@@ -152,14 +175,18 @@ def test_a_sys_admin_sidecar_in_a_gpu_pod_is_denied(pod, container, evaluate, vi
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"])
-def test_a_workload_template_with_all_capabilities_on_a_gpu_pod_is_denied(pod, container, workload, evaluate, kind):
+def test_a_workload_template_with_all_capabilities_on_a_gpu_pod_is_denied(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, kind: str
+) -> None:
     decision = evaluate(workload(kind, pod(container(gpu={"aliyun.com/gpu": 2}, **caps("ALL")))))
 
     assert not decision.allowed
     assert decision.denial_message == PREFIX + 'container "main" adds capability ALL' + INSTEAD
 
 
-def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu002_only(pod, container, evaluate, result):
+def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu002_only(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     old = pod(container(gpu={"nvidia.com/gpu": 1}))
     new = pod(container(gpu={"nvidia.com/gpu": 1}), ephemeral=[container("debugger", **caps("CAP_SYS_ADMIN"))])
 
@@ -170,7 +197,9 @@ def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu002_only
     assert decision.denial_message == PREFIX + 'ephemeral container "debugger" adds capability CAP_SYS_ADMIN' + INSTEAD
 
 
-def test_a_netadmin_debug_container_added_to_a_gpu_pod_is_allowed(pod, container, evaluate):
+def test_a_netadmin_debug_container_added_to_a_gpu_pod_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     old = pod(container(gpu={"nvidia.com/gpu": 1}))
     new = pod(container(gpu={"nvidia.com/gpu": 1}), ephemeral=[container("debugger", **caps("NET_ADMIN", "NET_RAW"))])
 

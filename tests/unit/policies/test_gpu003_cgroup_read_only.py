@@ -9,15 +9,24 @@ symbolic link that the kubelet follows as root when it serves `kubectl logs`.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
 
 
-def cgroup_pod(pod, container, *, mount=None, path="/sys/fs/cgroup", **extra):
+def cgroup_pod(
+    pod: PodFactory,
+    container: ContainerFactory,
+    *,
+    mount: dict[str, Any] | None = None,
+    path: str = "/sys/fs/cgroup",
+    **extra: Any,
+) -> dict[str, Any]:
     mount = {} if mount is None else mount
     return pod(
         container(volumeMounts=[{"name": "cgroup", "mountPath": "/host/cgroup", **mount}]),
@@ -26,7 +35,7 @@ def cgroup_pod(pod, container, *, mount=None, path="/sys/fs/cgroup", **extra):
     )
 
 
-def add_ephemeral(pod_object, container):
+def add_ephemeral(pod_object: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
     updated = copy.deepcopy(pod_object)
     updated["spec"].setdefault("ephemeralContainers", []).append(container)
     return updated
@@ -48,8 +57,8 @@ def add_ephemeral(pod_object, container):
     ],
 )
 def test_a_cgroup_host_path_mounted_writable_or_only_top_level_read_only_is_denied(
-    pod, container, evaluate, violation_messages, mount
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages, mount: dict[str, Any]
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, mount=mount))
 
     assert not decision.allowed
@@ -63,8 +72,8 @@ def test_a_cgroup_host_path_mounted_writable_or_only_top_level_read_only_is_deni
     ["/sys/fs/cgroup/devices", "/sys/fs/cgroup/", "//sys/./fs/cgroup", "/sys/fs/cgroup/kubepods.slice", "sys/fs/cgroup"],
 )
 def test_every_spelling_and_every_path_under_sys_fs_cgroup_needs_the_read_only_mount(
-    pod, container, evaluate, violation_messages, path
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages, path: str
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, path=path))
 
     assert not decision.allowed
@@ -72,8 +81,8 @@ def test_every_spelling_and_every_path_under_sys_fs_cgroup_needs_the_read_only_m
 
 
 def test_a_writable_mount_by_an_init_container_or_sidecar_is_denied_beside_a_read_only_main(
-    pod, container, evaluate, violation_messages
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     mount = {"name": "cgroup", "mountPath": "/cg"}
     manifest = pod(
         container(volumeMounts=[{**mount, **RECURSIVE_RO}]),
@@ -91,14 +100,23 @@ def test_a_writable_mount_by_an_init_container_or_sidecar_is_denied_beside_a_rea
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob", "ReplicationController"])
-def test_a_writable_cgroup_mount_in_a_workload_template_is_denied(pod, container, workload, evaluate, violation_messages, kind):
+def test_a_writable_cgroup_mount_in_a_workload_template_is_denied(
+    pod: PodFactory,
+    container: ContainerFactory,
+    workload: WorkloadFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
+    kind: str,
+) -> None:
     decision = evaluate(workload(kind, cgroup_pod(pod, container)))
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU003")
 
 
-def test_an_ephemeral_container_mounting_the_pods_cgroup_volume_writable_is_denied(pod, container, evaluate, violation_messages):
+def test_an_ephemeral_container_mounting_the_pods_cgroup_volume_writable_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     running = cgroup_pod(pod, container, mount=RECURSIVE_RO, nodeName="gpu-node-1")
     debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/cg"}])
 
@@ -114,7 +132,9 @@ def test_an_ephemeral_container_mounting_the_pods_cgroup_volume_writable_is_deni
 # --- the ordinary side -------------------------------------------------------------------------
 
 
-def test_a_recursively_read_only_cgroup_mount_is_allowed(pod, container, evaluate, result):
+def test_a_recursively_read_only_cgroup_mount_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO))
 
     assert decision.allowed
@@ -122,8 +142,8 @@ def test_a_recursively_read_only_cgroup_mount_is_allowed(pod, container, evaluat
 
 
 def test_a_monitoring_daemonset_mounting_cgroup_read_only_recursively_is_allowed(
-    pod, container, workload, evaluate, result
-):
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     template = pod(
         container(
             "node-metrics",
@@ -145,15 +165,17 @@ def test_a_monitoring_daemonset_mounting_cgroup_read_only_recursively_is_allowed
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-def test_a_cgroup_volume_no_container_mounts_is_allowed(pod, container, evaluate, result):
+def test_a_cgroup_volume_no_container_mounts_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(pod(container(), volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]))
 
     assert result(decision, "GPU003") is model.Result.PASS
 
 
 def test_an_ephemeral_container_mounting_cgroup_read_only_recursively_or_an_empty_dir_is_allowed(
-    pod, container, evaluate, result
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     running = pod(
         container(volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}]),
         volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": "scratch", "emptyDir": {}}],
@@ -172,21 +194,27 @@ def test_an_ephemeral_container_mounting_cgroup_read_only_recursively_or_an_empt
 
 
 @pytest.mark.parametrize("allowed", ["/sys/fs/cgroup", "/sys/fs"])
-def test_an_admin_allowing_cgroup_explicitly_lifts_the_read_only_condition(pod, container, evaluate, result, allowed):
+def test_an_admin_allowing_cgroup_explicitly_lifts_the_read_only_condition(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, allowed: str
+) -> None:
     decision = evaluate(cgroup_pod(pod, container), config={"hostPaths": {"allow": [allowed]}})
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-def test_an_admin_allowing_another_path_keeps_the_read_only_condition(pod, container, evaluate, violation_messages):
+def test_an_admin_allowing_another_path_keeps_the_read_only_condition(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     decision = evaluate(cgroup_pod(pod, container), config={"hostPaths": {"allow": ["/run/xtables.lock"]}})
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU003")
 
 
-def test_an_admin_protecting_cgroup_refuses_it_even_read_only(pod, container, evaluate, violation_messages):
+def test_an_admin_protecting_cgroup_refuses_it_even_read_only(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO), config={"hostPaths": {"protect": ["/sys/fs/cgroup"]}})
 
     assert not decision.allowed
@@ -198,7 +226,9 @@ def test_an_admin_protecting_cgroup_refuses_it_even_read_only(pod, container, ev
     "mounts",
     [None, "x", [3], [{"name": 5}], [{"mountPath": "/cg"}], [{"name": "other", "mountPath": "/cg"}]],
 )
-def test_malformed_or_unrelated_mounts_are_ignored(pod, container, evaluate, result, mounts):
+def test_malformed_or_unrelated_mounts_are_ignored(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, mounts: object
+) -> None:
     manifest = pod(
         container(volumeMounts=mounts),
         volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": 7, "hostPath": {"path": "/sys/fs/cgroup"}}],
@@ -213,8 +243,13 @@ def test_malformed_or_unrelated_mounts_are_ignored(pod, container, evaluate, res
 @pytest.mark.parametrize("path", ["/var/log", "/var/log/", "/var/log/pods", "/var/log/pods/team-a_app_0123/main", "/var//log/./pods"])
 @pytest.mark.parametrize("mount", [{}, {"readOnly": False}, {"recursiveReadOnly": "Disabled"}])
 def test_a_writable_mount_of_the_pod_log_directory_or_its_parent_is_denied(
-    pod, container, evaluate, violation_messages, path, mount
-):
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
+    path: str,
+    mount: dict[str, Any],
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount))
 
     assert not decision.allowed
@@ -223,7 +258,9 @@ def test_a_writable_mount_of_the_pod_log_directory_or_its_parent_is_denied(
     assert "kubectl logs" in message
 
 
-def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(pod, container, evaluate, violation_messages):
+def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     running = cgroup_pod(pod, container, path="/var/log", mount={"readOnly": True})
     debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/logs"}])
 
@@ -246,8 +283,8 @@ def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(pod
     ],
 )
 def test_read_only_log_agents_and_writable_application_log_directories_are_allowed(
-    pod, container, evaluate, result, path, mount
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str, mount: dict[str, Any]
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount))
 
     assert decision.allowed
@@ -256,8 +293,8 @@ def test_read_only_log_agents_and_writable_application_log_directories_are_allow
 
 @pytest.mark.parametrize("allowed", ["/var/log", "/var/log/pods"])
 def test_an_admin_allowing_the_log_directory_explicitly_lifts_its_read_only_condition(
-    pod, container, evaluate, result, allowed
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, allowed: str
+) -> None:
     decision = evaluate(cgroup_pod(pod, container, path="/var/log/pods"), config={"hostPaths": {"allow": [allowed]}})
 
     assert decision.allowed

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, WorkloadFactory
 
 PREFIX = "GPU005: the GPU scheduling mode a pod selects must serve the GPU resource it requests: "
 
 
-def required_affinity(*terms):
+def required_affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -19,14 +22,16 @@ def required_affinity(*terms):
     }
 
 
-def on_schedule(operator, *values):
-    expression = {"key": "ack.node.gpu.schedule", "operator": operator}
+def on_schedule(operator: str, *values: str) -> dict[str, Any]:
+    expression: dict[str, Any] = {"key": "ack.node.gpu.schedule", "operator": operator}
     if values:
         expression["values"] = list(values)
     return expression
 
 
-def test_gpu_memory_pod_selecting_topology_nodes_is_denied(pod, container, evaluate):
+def test_gpu_memory_pod_selecting_topology_nodes_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(
         pod(
             container(gpu={"aliyun.com/gpu-mem": 3}),
@@ -42,7 +47,9 @@ def test_gpu_memory_pod_selecting_topology_nodes_is_denied(pod, container, evalu
     )
 
 
-def test_whole_card_pod_selecting_a_shared_mode_is_denied_naming_default(pod, container, evaluate):
+def test_whole_card_pod_selecting_a_shared_mode_is_denied_naming_default(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(
         pod(container(gpu={"nvidia.com/gpu": 1}), nodeSelector={"ack.node.gpu.schedule": "cgpu"})
     )
@@ -51,8 +58,8 @@ def test_whole_card_pod_selecting_a_shared_mode_is_denied_naming_default(pod, co
 
 
 def test_core_percentage_pod_selecting_cgpu_is_denied_naming_core_mem(
-    pod, container, workload, evaluate
-):
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     statefulset = workload(
         "StatefulSet",
         pod(
@@ -71,8 +78,8 @@ def test_core_percentage_pod_selecting_cgpu_is_denied_naming_core_mem(
 
 
 def test_topology_pod_whose_required_affinity_excludes_topology_is_denied(
-    pod, container, evaluate
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(
         pod(
             container(gpu={"aliyun.com/gpu": 2}),
@@ -87,7 +94,7 @@ def test_topology_pod_whose_required_affinity_excludes_topology_is_denied(
     )
 
 
-def test_every_ored_term_on_a_wrong_mode_is_denied(pod, container, evaluate):
+def test_every_ored_term_on_a_wrong_mode_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(
         pod(
             container(gpu={"aliyun.com/gpu-mem": 2}),
@@ -113,15 +120,20 @@ def test_every_ored_term_on_a_wrong_mode_is_denied(pod, container, evaluate):
     ],
 )
 def test_required_affinity_allowing_a_serving_mode_is_allowed(
-    pod, container, evaluate, result, limits, affinity
-):
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    result: ResultOf,
+    limits: dict[str, int],
+    affinity: dict[str, Any],
+) -> None:
     decision = evaluate(pod(container(gpu=limits), affinity=affinity))
 
     assert decision.allowed, decision.denial_message
     assert result(decision, "GPU005") is model.Result.PASS
 
 
-def test_gpu_memory_pod_selecting_share_is_allowed(pod, container, evaluate):
+def test_gpu_memory_pod_selecting_share_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(
         pod(container(gpu={"aliyun.com/gpu-mem": 2}), nodeSelector={"ack.node.gpu.schedule": "share"})
     )
@@ -129,7 +141,7 @@ def test_gpu_memory_pod_selecting_share_is_allowed(pod, container, evaluate):
     assert decision.allowed
 
 
-def test_pod_without_gpus_may_select_any_mode(pod, container, evaluate):
+def test_pod_without_gpus_may_select_any_mode(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(), nodeSelector={"ack.node.gpu.schedule": "topology"}))
 
     assert decision.allowed

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies import model
 from policies.builtin import gpu006_device_list_mounts
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 PREFIX = "GPU006: no container may mount anything at the NVIDIA device-list path /var/run/nvidia-container-devices: "
 INSTEAD = "; request GPUs as resources (nvidia.com/gpu, aliyun.com/gpu-mem) instead"
 DEV_NULL = {"name": "devs", "hostPath": {"path": "/dev/null"}}
 
 
-def mounting(container, at: str, *, name: str = "main", volume: str = "devs", **limits):
+def mounting(container: ContainerFactory, at: str, *, name: str = "main", volume: str = "devs", **limits: Any) -> dict[str, Any]:
     return container(name, volumeMounts=[{"name": volume, "mountPath": at}], **limits)
 
 
-def test_the_device_list_volume_in_a_gpu_mem_pod_is_denied(pod, container, evaluate, violation_messages):
+def test_the_device_list_volume_in_a_gpu_mem_pod_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     attack = pod(
         mounting(container, "/var/run/nvidia-container-devices/all", gpu={"aliyun.com/gpu-mem": 1}),
         volumes=[DEV_NULL],
@@ -49,7 +54,14 @@ def test_the_device_list_volume_in_a_gpu_mem_pod_is_denied(pod, container, evalu
         ("/var/run/nvidia-container-devices/", ""),
     ],
 )
-def test_every_spelling_of_the_device_list_path_is_denied(pod, container, evaluate, violation_messages, written, device):
+def test_every_spelling_of_the_device_list_path_is_denied(
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
+    written: str,
+    device: str,
+) -> None:
     decision = evaluate(pod(mounting(container, written), volumes=[DEV_NULL]))
 
     [message] = violation_messages(decision, "GPU006")
@@ -68,13 +80,17 @@ def test_every_spelling_of_the_device_list_path_is_denied(pod, container, evalua
         {"name": "devs", "hostPath": {"path": "/dev//null"}},
     ],
 )
-def test_any_volume_type_at_the_device_list_path_is_denied(pod, container, evaluate, result, volume):
+def test_any_volume_type_at_the_device_list_path_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, volume: dict[str, Any]
+) -> None:
     decision = evaluate(pod(mounting(container, "/var/run/nvidia-container-devices/all"), volumes=[volume]))
 
     assert result(decision, "GPU006") is model.Result.FAIL
 
 
-def test_an_init_container_a_sidecar_and_a_later_container_are_each_named(pod, container, evaluate, violation_messages):
+def test_an_init_container_a_sidecar_and_a_later_container_are_each_named(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     spec_pod = pod(
         container("app"),
         mounting(container, "/var/run/nvidia-container-devices/1", name="second"),
@@ -94,7 +110,9 @@ def test_an_init_container_a_sidecar_and_a_later_container_are_each_named(pod, c
     ]
 
 
-def test_a_debug_container_with_the_device_list_mount_is_denied(pod, container, evaluate, violation_messages):
+def test_a_debug_container_with_the_device_list_mount_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     old = pod(container(), volumes=[DEV_NULL])
     new = pod(
         container(),
@@ -112,7 +130,9 @@ def test_a_debug_container_with_the_device_list_mount_is_denied(pod, container, 
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet"])
-def test_the_device_list_mount_in_a_workload_template_is_denied(pod, container, workload, evaluate, result, kind):
+def test_the_device_list_mount_in_a_workload_template_is_denied(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf, kind: str
+) -> None:
     template = pod(mounting(container, "/var/run/nvidia-container-devices/all"), volumes=[DEV_NULL])
 
     decision = evaluate(workload(kind, template))
@@ -121,7 +141,9 @@ def test_the_device_list_mount_in_a_workload_template_is_denied(pod, container, 
     assert result(decision, "GPU006") is model.Result.FAIL
 
 
-def test_a_block_device_at_the_device_list_path_is_denied(pod, container, evaluate, violation_messages):
+def test_a_block_device_at_the_device_list_path_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     spec_pod = pod(
         container(volumeDevices=[{"name": "raw", "devicePath": "/var/run/nvidia-container-devices/all"}]),
         volumes=[{"name": "raw", "persistentVolumeClaim": {"claimName": "block"}}],
@@ -150,7 +172,9 @@ def test_a_block_device_at_the_device_list_path_is_denied(pod, container, evalua
         "/data",
     ],
 )
-def test_mounts_elsewhere_are_allowed(pod, container, evaluate, result, mount_path):
+def test_mounts_elsewhere_are_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, mount_path: str
+) -> None:
     spec_pod = pod(
         mounting(container, mount_path, volume="scratch", gpu={"aliyun.com/gpu-mem": 2}),
         volumes=[{"name": "scratch", "emptyDir": {}}],
@@ -162,7 +186,9 @@ def test_mounts_elsewhere_are_allowed(pod, container, evaluate, result, mount_pa
     assert result(decision, "GPU006") is model.Result.PASS
 
 
-def test_a_gpu_pod_with_ordinary_volumes_is_allowed(pod, container, evaluate, result):
+def test_a_gpu_pod_with_ordinary_volumes_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     spec_pod = pod(
         container(
             gpu={"nvidia.com/gpu": 1},
@@ -197,13 +223,17 @@ def test_a_gpu_pod_with_ordinary_volumes_is_allowed(pod, container, evaluate, re
         [{"mountPath": ["/var/run/nvidia-container-devices/all"]}],
     ],
 )
-def test_malformed_mounts_are_ignored_without_an_error(pod, container, evaluate, result, mounts):
+def test_malformed_mounts_are_ignored_without_an_error(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, mounts: object
+) -> None:
     decision = evaluate(pod(container(volumeMounts=mounts, volumeDevices=mounts)))
 
     assert result(decision, "GPU006") is model.Result.PASS
 
 
-def test_an_unnamed_mount_is_named_by_its_position(pod, container, evaluate, violation_messages):
+def test_an_unnamed_mount_is_named_by_its_position(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     spec_pod = pod(container(volumeMounts=[{"mountPath": "/data"}, {"mountPath": "/var/run/nvidia-container-devices/0"}]))
 
     [message] = violation_messages(evaluate(spec_pod), "GPU006")
@@ -211,7 +241,7 @@ def test_an_unnamed_mount_is_named_by_its_position(pod, container, evaluate, vio
     assert 'container "main" mounts volumeMounts[1] at /var/run/nvidia-container-devices/0' in message
 
 
-def test_gpu006_is_registered_in_id_order_and_enforced_by_default():
+def test_gpu006_is_registered_in_id_order_and_enforced_by_default() -> None:
     from policies import builtin
 
     ids = [p.id for p in builtin.POLICIES]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from policies import engine, gpu, model, settings
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, WorkloadFactory
 from webhook.audit import scan
 from webhook.extender import cards
 
@@ -48,7 +50,9 @@ def bound_pod(pod: Any, container: Any, **annotations: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("limits", EXTENDER_LIMITS)
-def test_a_pod_asking_for_an_extender_resource_may_not_name_its_node(pod, container, evaluate, limits):
+def test_a_pod_asking_for_an_extender_resource_may_not_name_its_node(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, limits: dict[str, int]
+) -> None:
     decision = evaluate(pod(container("trainer", gpu=limits), nodeName="gpu-0"))
 
     assert not decision.allowed
@@ -62,7 +66,9 @@ def test_a_pod_asking_for_an_extender_resource_may_not_name_its_node(pod, contai
     "where",
     ["requests-only", "init", "sidecar"],
 )
-def test_node_name_is_refused_whichever_container_or_section_asks(pod, container, evaluate, where):
+def test_node_name_is_refused_whichever_container_or_section_asks(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, where: str
+) -> None:
     if where == "requests-only":
         obj = pod(container(requests=GPU_MEM), nodeName="gpu-0")
         label = 'container "main"'
@@ -86,21 +92,27 @@ def test_node_name_is_refused_whichever_container_or_section_asks(pod, container
         pytest.param({"nvidia.com/gpu": 1}, id="nvidia-gpu"),
     ],
 )
-def test_node_name_is_fine_for_pods_asking_for_no_extender_resource(pod, container, evaluate, result, limits):
+def test_node_name_is_fine_for_pods_asking_for_no_extender_resource(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, limits: dict[str, Any] | None
+) -> None:
     decision = evaluate(pod(container(gpu=limits), nodeName="gpu-0"))
 
     assert decision.allowed, decision.denial_message
     assert result(decision, "GPU008") is model.Result.PASS
 
 
-def test_an_empty_node_name_is_no_node_name(pod, container, evaluate, result):
+def test_an_empty_node_name_is_no_node_name(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM), nodeName=""))
 
     assert result(decision, "GPU008") is model.Result.PASS
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "Job", "CronJob", "ReplicaSet"])
-def test_a_workload_template_with_node_name_is_refused_when_applied(pod, container, workload, evaluate, kind):
+def test_a_workload_template_with_node_name_is_refused_when_applied(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, kind: str
+) -> None:
     decision = evaluate(workload(kind, pod(container(gpu=GPU_MEM), nodeName="gpu-0", **CGPU)))
 
     assert not decision.allowed
@@ -108,7 +120,9 @@ def test_a_workload_template_with_node_name_is_refused_when_applied(pod, contain
     assert ": the pod template: spec.nodeName is 'gpu-0' while container \"main\" asks for aliyun.com/gpu-mem" in message
 
 
-def test_a_workload_template_with_node_name_but_no_gpu_passes(pod, container, workload, evaluate, result):
+def test_a_workload_template_with_node_name_but_no_gpu_passes(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(workload("Deployment", pod(container(), nodeName="edge-3")))
 
     assert decision.allowed and result(decision, "GPU008") is model.Result.PASS
@@ -119,7 +133,9 @@ def test_a_workload_template_with_node_name_but_no_gpu_passes(pod, container, wo
 
 @pytest.mark.parametrize("key", gpu.ALLOCATION_ANNOTATIONS)
 @pytest.mark.parametrize("limits", [None, GPU_MEM], ids=["cpu-pod", "gpu-mem-pod"])
-def test_an_allocation_annotation_on_create_is_refused_on_any_pod(pod, container, evaluate, key, limits):
+def test_an_allocation_annotation_on_create_is_refused_on_any_pod(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, key: str, limits: dict[str, int] | None
+) -> None:
     # The extender's accounting reads them from every pod without looking at its request, so a
     # CPU pod with a forged allocation would hold a card away from everyone else.
     decision = evaluate(pod(container(gpu=limits), annotations={key: "0"}, **CGPU))
@@ -130,7 +146,7 @@ def test_an_allocation_annotation_on_create_is_refused_on_any_pod(pod, container
     assert message.endswith("remove it")
 
 
-def test_every_forged_key_is_named_once(pod, container, evaluate):
+def test_every_forged_key_is_named_once(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM), annotations=dict(BOUND), **CGPU))
 
     [message] = gpu008(decision)
@@ -138,7 +154,9 @@ def test_every_forged_key_is_named_once(pod, container, evaluate):
     assert message.endswith("remove them")
 
 
-def test_a_forged_annotation_in_a_cronjob_template_is_refused(pod, container, workload, evaluate):
+def test_a_forged_annotation_in_a_cronjob_template_is_refused(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(workload("CronJob", pod(container(gpu=GPU_MEM), annotations={"ALIYUN_COM_GPU_MEM_IDX": "3"}, **CGPU)))
 
     assert not decision.allowed
@@ -156,22 +174,24 @@ def test_a_forged_annotation_in_a_cronjob_template_is_refused(pod, container, wo
         {"aliyun_com_gpu_mem_idx": "0", "ALIYUN_COM_GPU_MEM_ASSIGN_TIME": "1"},
     ],
 )
-def test_other_annotations_pass(pod, container, evaluate, result, annotations):
+def test_other_annotations_pass(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, annotations: dict[str, str]
+) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM), annotations=annotations, **CGPU))
 
     assert result(decision, "GPU008") is model.Result.PASS
 
 
-def test_a_differently_spelled_key_holds_no_card_in_the_accounting():
-    forged = {"metadata": {"name": "p", "annotations": {"aliyun_com_gpu_mem_idx": "0", "aliyun_com_gpu_mem_pod": "9"}},
-              "spec": {"nodeName": "gpu-0"}}
+def test_a_differently_spelled_key_holds_no_card_in_the_accounting() -> None:
+    forged: dict[str, Any] = {"metadata": {"name": "p", "annotations": {"aliyun_com_gpu_mem_idx": "0", "aliyun_com_gpu_mem_pod": "9"}},
+                              "spec": {"nodeName": "gpu-0"}}
     assert cards.pod_allocation(forged, now=0.0) is None
     real = copy.deepcopy(forged)
     real["metadata"]["annotations"] = {"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "9"}
     assert cards.pod_allocation(real, now=0.0) is not None
 
 
-def test_the_policy_guards_every_annotation_the_extender_writes():
+def test_the_policy_guards_every_annotation_the_extender_writes() -> None:
     allocation = cards.Allocation(uid="u", namespace="n", name="p", node="gpu-0", cards=(1,), memory_gib=4, assumed_at=1.0)
     written = cards.bind_annotations(allocation, card_memory_gib=15)
     assert set(written) == set(gpu.ALLOCATION_ANNOTATIONS)
@@ -201,7 +221,9 @@ def update(evaluate: Any, old: dict[str, Any], new: dict[str, Any], **kwargs: An
     ],
     ids=["move-allocation", "move-card", "shrink", "drop-allocation", "drop-dev", "assign-and-move"],
 )
-def test_changing_a_bound_pods_allocation_annotations_is_refused(pod, container, evaluate, change, said):
+def test_changing_a_bound_pods_allocation_annotations_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, change: Callable[[dict[str, Any]], object], said: str
+) -> None:
     old = bound_pod(pod, container)
     new = copy.deepcopy(old)
     change(new["metadata"]["annotations"])
@@ -215,7 +237,9 @@ def test_changing_a_bound_pods_allocation_annotations_is_refused(pod, container,
 
 
 @pytest.mark.parametrize("key", gpu.ALLOCATION_ANNOTATIONS)
-def test_adding_an_allocation_annotation_to_a_running_pod_is_refused(pod, container, evaluate, key):
+def test_adding_an_allocation_annotation_to_a_running_pod_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, key: str
+) -> None:
     old = pod(container(gpu=GPU_MEM), nodeName="gpu-0", **CGPU)  # placed without the extender, say
     new = copy.deepcopy(old)
     new["metadata"]["annotations"] = {key: "0"}
@@ -226,7 +250,9 @@ def test_adding_an_allocation_annotation_to_a_running_pod_is_refused(pod, contai
     assert f"the update adds {key};" in gpu008(decision)[0]
 
 
-def test_a_forged_annotation_added_to_a_cpu_pod_is_refused_too(pod, container, evaluate):
+def test_a_forged_annotation_added_to_a_cpu_pod_is_refused_too(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     old = pod(container(), nodeName="cpu-0")
     new = copy.deepcopy(old)
     new["metadata"]["annotations"] = {"gpu-admission.io/allocation": ALLOCATION}
@@ -234,7 +260,9 @@ def test_a_forged_annotation_added_to_a_cpu_pod_is_refused_too(pod, container, e
     assert not update(evaluate, old, new).allowed
 
 
-def test_the_device_plugins_assignment_passes(pod, container, evaluate, result):
+def test_the_device_plugins_assignment_passes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     # gpushare-device-plugin's patchPodAnnotationSpecAssigned: ASSIGNED=true and ASSUME_TIME=now.
     old = bound_pod(pod, container)
     new = bound_pod(pod, container, ALIYUN_COM_GPU_MEM_ASSIGNED="true", ALIYUN_COM_GPU_MEM_ASSUME_TIME="1767225601234567890")
@@ -257,7 +285,9 @@ def test_the_device_plugins_assignment_passes(pod, container, evaluate, result):
     ],
     ids=["unassign", "capital-true", "time-only", "time-not-a-number", "time-negative"],
 )
-def test_anything_but_that_transition_is_refused(pod, container, evaluate, annotations):
+def test_anything_but_that_transition_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, annotations: dict[str, str]
+) -> None:
     before = {"ALIYUN_COM_GPU_MEM_ASSIGNED": "true"} if annotations.get("ALIYUN_COM_GPU_MEM_ASSIGNED") == "false" else {}
     old = bound_pod(pod, container, **before)
     new = bound_pod(pod, container, **{**before, **annotations})
@@ -265,7 +295,9 @@ def test_anything_but_that_transition_is_refused(pod, container, evaluate, annot
     assert not update(evaluate, old, new).allowed
 
 
-def test_a_removed_assigned_flag_cannot_be_turned_into_the_transition(pod, container, evaluate):
+def test_a_removed_assigned_flag_cannot_be_turned_into_the_transition(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     old = bound_pod(pod, container)
     del old["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_ASSIGNED"]
     new = bound_pod(pod, container, ALIYUN_COM_GPU_MEM_ASSIGNED="true")
@@ -283,7 +315,9 @@ def test_a_removed_assigned_flag_cannot_be_turned_into_the_transition(pod, conta
     ],
     ids=["label", "other-annotation", "finalizer", "image"],
 )
-def test_ordinary_updates_of_a_bound_gpu_pod_pass_and_nothing_else_judges_them(pod, container, evaluate, edit):
+def test_ordinary_updates_of_a_bound_gpu_pod_pass_and_nothing_else_judges_them(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, edit: Callable[[dict[str, Any]], object]
+) -> None:
     old = bound_pod(pod, container)
     new = copy.deepcopy(old)
     edit(new)
@@ -294,7 +328,9 @@ def test_ordinary_updates_of_a_bound_gpu_pod_pass_and_nothing_else_judges_them(p
     assert [(r.policy, r.result) for r in decision.results] == [("GPU008", model.Result.PASS), ("GPU010", model.Result.PASS)]
 
 
-def test_an_update_of_a_pod_that_breaks_a_create_rule_is_not_refused_for_it(pod, container, evaluate):
+def test_an_update_of_a_pod_that_breaks_a_create_rule_is_not_refused_for_it(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # Stored before the rule (nodeName on a gpu-mem pod, a custom scheduler): a relabel must pass.
     old = pod(container(gpu=GPU_MEM), nodeName="gpu-0", schedulerName="tenant-scheduler", **CGPU)
     new = copy.deepcopy(old)
@@ -303,7 +339,9 @@ def test_an_update_of_a_pod_that_breaks_a_create_rule_is_not_refused_for_it(pod,
     assert update(evaluate, old, new).allowed
 
 
-def test_the_ephemeral_containers_subresource_is_not_judged_for_annotations(pod, container, evaluate, result):
+def test_the_ephemeral_containers_subresource_is_not_judged_for_annotations(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     old = bound_pod(pod, container)
     new = copy.deepcopy(old)
     new["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox"}]
@@ -314,7 +352,9 @@ def test_the_ephemeral_containers_subresource_is_not_judged_for_annotations(pod,
     assert result(decision, "GPU008") is model.Result.PASS
 
 
-def test_a_workload_update_that_adds_a_forged_template_annotation_is_refused(pod, container, workload, evaluate):
+def test_a_workload_update_that_adds_a_forged_template_annotation_is_refused(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     old = workload("Deployment", pod(container(gpu=GPU_MEM), **CGPU))
     new = workload("Deployment", pod(container(gpu=GPU_MEM), annotations={"gpu-admission.io/allocation": ALLOCATION}, **CGPU))
 
@@ -322,7 +362,9 @@ def test_a_workload_update_that_adds_a_forged_template_annotation_is_refused(pod
 
 
 @pytest.mark.parametrize("old", [None, {"kind": "Pod"}, {"kind": "Pod", "metadata": {"annotations": "x"}}, "junk"])
-def test_a_missing_or_malformed_old_object_reads_as_no_annotations(pod, container, evaluate, old):
+def test_a_missing_or_malformed_old_object_reads_as_no_annotations(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, old: Any
+) -> None:
     new = bound_pod(pod, container)
 
     decision = update(evaluate, old, new)
@@ -336,7 +378,9 @@ def test_a_missing_or_malformed_old_object_reads_as_no_annotations(pod, containe
 
 
 @pytest.mark.parametrize("scheduler", ["tenant-scheduler", "volcano", "Default-Scheduler", 7, ["default-scheduler"]])
-def test_a_scheduler_that_does_not_call_the_extender_is_refused(pod, container, evaluate, scheduler):
+def test_a_scheduler_that_does_not_call_the_extender_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, scheduler: object
+) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM), schedulerName=scheduler, **CGPU))
 
     assert not decision.allowed
@@ -347,20 +391,26 @@ def test_a_scheduler_that_does_not_call_the_extender_is_refused(pod, container, 
 
 
 @pytest.mark.parametrize("spec", [{}, {"schedulerName": ""}, {"schedulerName": "default-scheduler"}])
-def test_the_default_scheduler_calls_the_extender(pod, container, evaluate, result, spec):
+def test_the_default_scheduler_calls_the_extender(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, spec: dict[str, str]
+) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM), **spec, **CGPU))
 
     assert decision.allowed and result(decision, "GPU008") is model.Result.PASS
 
 
 @pytest.mark.parametrize("limits", [None, {"nvidia.com/gpu": 1}], ids=["cpu", "nvidia-gpu"])
-def test_other_pods_may_use_any_scheduler(pod, container, evaluate, result, limits):
+def test_other_pods_may_use_any_scheduler(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, limits: dict[str, int] | None
+) -> None:
     decision = evaluate(pod(container(gpu=limits), schedulerName="volcano"))
 
     assert result(decision, "GPU008") is model.Result.PASS
 
 
-def test_configured_extender_schedulers_are_accepted_and_replace_the_default(pod, container, evaluate):
+def test_configured_extender_schedulers_are_accepted_and_replace_the_default(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     config = {"extenderSchedulers": ["gpu-b"]}
 
     assert evaluate(pod(container(gpu=GPU_MEM), schedulerName="gpu-b", **CGPU), config=config).allowed
@@ -368,7 +418,9 @@ def test_configured_extender_schedulers_are_accepted_and_replace_the_default(pod
     assert "not a scheduler that calls the extender (gpu-b)" in gpu008(refused)[0]
 
 
-def test_the_gpu105_scheduler_always_counts_and_its_patch_is_judged(pod, container, evaluate, patched):
+def test_the_gpu105_scheduler_always_counts_and_its_patch_is_judged(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     config = {"gpuSchedulerName": "gpu-admission-scheduler", "extenderSchedulers": []}
     obj = pod(container(gpu=GPU_MEM), schedulerName="default-scheduler", **CGPU)
 
@@ -381,7 +433,9 @@ def test_the_gpu105_scheduler_always_counts_and_its_patch_is_judged(pod, contain
     assert "(gpu-admission-scheduler)" in gpu008(kept)[0]
 
 
-def test_a_workload_template_with_another_scheduler_is_refused(pod, container, workload, evaluate):
+def test_a_workload_template_with_another_scheduler_is_refused(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(workload("Job", pod(container(gpu={"aliyun.com/gpu": 1}), schedulerName="batch", nodeSelector={"ack.node.gpu.schedule": "topology"})))
 
     assert "the pod template: spec.schedulerName is 'batch'" in gpu008(decision)[0]
@@ -395,12 +449,12 @@ def test_a_workload_template_with_another_scheduler_is_refused(pod, container, w
         ([3], "extenderSchedulers: must be a list of non-empty strings"),
     ],
 )
-def test_a_bad_extender_schedulers_setting_is_refused_naming_the_field(value, error):
+def test_a_bad_extender_schedulers_setting_is_refused_naming_the_field(value: object, error: str) -> None:
     with pytest.raises(settings.InvalidSettings, match=error):
         settings.from_mapping({"extenderSchedulers": value})
 
 
-def test_extender_schedulers_default_and_parse():
+def test_extender_schedulers_default_and_parse() -> None:
     assert settings.Settings().extender_schedulers == {"default-scheduler"}
     parsed = settings.from_mapping({"extenderSchedulers": [" gpu-a ", "gpu-a", "gpu-b"], "gpuSchedulerName": "gpu-c"})
     assert parsed.extender_scheduler_names == ("gpu-a", "gpu-b")
@@ -410,7 +464,9 @@ def test_extender_schedulers_default_and_parse():
 # --- actions, namespaces, audit ----------------------------------------------------------------------
 
 
-def test_a_namespace_override_can_switch_it_off_where_an_admin_places_pods_by_hand(pod, container, evaluate, result):
+def test_a_namespace_override_can_switch_it_off_where_an_admin_places_pods_by_hand(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     config = {"namespaceOverrides": [{"name": "ops", "namespaces": ["ops"], "policies": {"GPU008": {"action": "off"}}}]}
     obj = pod(container(gpu=GPU_MEM), nodeName="gpu-0", **CGPU)
 
@@ -418,14 +474,14 @@ def test_a_namespace_override_can_switch_it_off_where_an_admin_places_pods_by_ha
     assert not evaluate(obj, config=config, namespace="team-a").allowed
 
 
-def test_warn_mode_admits_with_the_message_as_a_warning(pod, container, evaluate):
+def test_warn_mode_admits_with_the_message_as_a_warning(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu=GPU_MEM), nodeName="gpu-0", **CGPU), config={"policies": {"GPU008": {"action": "warn"}}})
 
     assert decision.allowed
     assert any(w.startswith("GPU008: ") and "spec.nodeName" in w for w in decision.warnings)
 
 
-def test_the_audit_leaves_it_out_because_a_bound_pod_carries_node_name_and_annotations():
+def test_the_audit_leaves_it_out_because_a_bound_pod_carries_node_name_and_annotations() -> None:
     ids = [p.id for p in scan.VALIDATORS]
     assert "GPU008" not in ids and "GPU001" in ids
     [policy] = [p for p in engine.POLICIES if p.id == "GPU008"]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from policies import engine, gpu, model, settings
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, WorkloadFactory
 from webhook.audit import scan
 
 SUMMARY = "GPU010: pod annotations must not ask the container runtime for devices (CDI or NRI device injection): "
@@ -39,7 +40,9 @@ def gpu010(decision: model.Decision) -> list[str]:
 
 
 @pytest.mark.parametrize("key", DEVICE_KEYS)
-def test_a_device_annotation_on_a_pod_is_refused_with_the_key_and_what_to_do(pod, container, evaluate, key):
+def test_a_device_annotation_on_a_pod_is_refused_with_the_key_and_what_to_do(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, key: str
+) -> None:
     decision = evaluate(pod(container(), annotations={key: "nvidia.com/gpu=all", "team": "ml"}))
 
     assert not decision.allowed
@@ -49,7 +52,7 @@ def test_a_device_annotation_on_a_pod_is_refused_with_the_key_and_what_to_do(pod
     ]
 
 
-def test_several_keys_are_named_together(pod, container, evaluate):
+def test_several_keys_are_named_together(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), annotations={
         "nvidia.cdi.k8s.io/pod": "runtime.nvidia.com/gpu=all", "cdi.k8s.io/x": "nvidia.com/gpu=all"}))
 
@@ -58,7 +61,9 @@ def test_several_keys_are_named_together(pod, container, evaluate):
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "Job", "CronJob"])
-def test_a_workload_template_carrying_one_is_refused(pod, container, evaluate, workload, kind):
+def test_a_workload_template_carrying_one_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, workload: WorkloadFactory, kind: str
+) -> None:
     decision = evaluate(workload(kind, pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})))
 
     [message] = gpu010(decision)
@@ -79,14 +84,16 @@ def test_a_workload_template_carrying_one_is_refused(pod, container, evaluate, w
         "prometheus.io/scrape",
     ],
 )
-def test_other_annotations_pass(pod, container, evaluate, key):
+def test_other_annotations_pass(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, key: str) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), annotations={key: "nvidia.com/gpu=all"}))
 
     assert gpu010(decision) == []
     assert next(r.result for r in decision.results if r.policy == "GPU010") is model.Result.PASS
 
 
-def test_a_pod_without_annotations_or_with_malformed_ones_passes(pod, container, evaluate):
+def test_a_pod_without_annotations_or_with_malformed_ones_passes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     plain = evaluate(pod(container()))
     malformed = pod(container())
     malformed["metadata"]["annotations"] = ["cdi.k8s.io/gpu"]
@@ -95,7 +102,9 @@ def test_a_pod_without_annotations_or_with_malformed_ones_passes(pod, container,
     assert gpu010(evaluate(malformed)) == []
 
 
-def test_kubelet_delivered_cdi_devices_are_not_pod_annotations(pod, container, evaluate):
+def test_kubelet_delivered_cdi_devices_are_not_pod_annotations(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # A device plugin or DRA driver answers the kubelet with CDI devices (or annotations) for the CRI
     # container config; the pod asks only for the resource or claim, which passes.
     claims = pod(container(gpu={"nvidia.com/gpu": 2}, resources={"limits": {"nvidia.com/gpu": 2}, "claims": [{"name": "gpu"}]}),
@@ -112,7 +121,7 @@ def update(evaluate: Any, old: dict[str, Any], new: dict[str, Any]) -> model.Dec
     return decision
 
 
-def test_an_update_that_adds_one_is_refused(pod, container, evaluate):
+def test_an_update_that_adds_one_is_refused(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     old = pod(container(), annotations={"team": "ml"})
     new = pod(container(), annotations={"team": "ml", "nvidia.cdi.k8s.io/container.main": "nvidia.com/gpu=all"})
 
@@ -122,7 +131,9 @@ def test_an_update_that_adds_one_is_refused(pod, container, evaluate):
     ]
 
 
-def test_an_update_that_changes_one_is_refused_and_one_that_keeps_or_removes_it_passes(pod, container, evaluate):
+def test_an_update_that_changes_one_is_refused_and_one_that_keeps_or_removes_it_passes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # A pod admitted before GPU010 (or in an exempt namespace, then moved on) keeps taking edits.
     old = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})
     changed = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})
@@ -135,14 +146,14 @@ def test_an_update_that_changes_one_is_refused_and_one_that_keeps_or_removes_it_
     assert gpu010(update(evaluate, old, removed)) == []
 
 
-def test_an_update_with_no_old_object_reads_as_adding(pod, container, evaluate):
+def test_an_update_with_no_old_object_reads_as_adding(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     new = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})
 
     [message] = gpu010(evaluate(new, operation="UPDATE", old=None))
     assert "the update adds cdi.k8s.io/gpu" in message
 
 
-def test_ordinary_updates_of_a_running_gpu_pod_pass(pod, container, evaluate):
+def test_ordinary_updates_of_a_running_gpu_pod_pass(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     old = pod(container(gpu={"nvidia.com/gpu": 1}), annotations={"team": "ml"})
     new = pod(container(gpu={"nvidia.com/gpu": 1}), annotations={"team": "ml", "note": "relabelled"})
 
@@ -150,7 +161,9 @@ def test_ordinary_updates_of_a_running_gpu_pod_pass(pod, container, evaluate):
     assert decision.allowed and gpu010(decision) == []
 
 
-def test_the_ephemeral_containers_subresource_is_not_judged(pod, container, evaluate):
+def test_the_ephemeral_containers_subresource_is_not_judged(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     old = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})
     new = pod(container(), ephemeral=[{"name": "debug", "image": "busybox"}], annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})
 
@@ -158,7 +171,7 @@ def test_the_ephemeral_containers_subresource_is_not_judged(pod, container, eval
     assert gpu010(decision) == []
 
 
-def test_the_policy_judges_pod_updates_and_stored_pods():
+def test_the_policy_judges_pod_updates_and_stored_pods() -> None:
     [policy] = [p for p in engine.POLICIES if p.id == "GPU010"]
 
     assert policy.pod_updates and policy.stored_objects
@@ -166,12 +179,12 @@ def test_the_policy_judges_pod_updates_and_stored_pods():
 
 
 @pytest.mark.parametrize("key", DEVICE_KEYS)
-def test_the_vocabulary_names_every_key_a_reader_acts_on(key):
+def test_the_vocabulary_names_every_key_a_reader_acts_on(key: str) -> None:
     assert gpu.is_device_annotation(key)
 
 
 @pytest.mark.parametrize("key", [None, 3, "", "/", "cdi.k8s.io.", "Cdi.k8s.io/x", "nvidia.cdi.k8s.io.pod"])
-def test_the_vocabulary_refuses_nothing_else(key):
+def test_the_vocabulary_refuses_nothing_else(key: object) -> None:
     assert not gpu.is_device_annotation(key)
 
 
@@ -190,7 +203,9 @@ CRIO_ALLOWED = "/dev/fuse, /dev/net/tun"
         ("/dev/../dev/fuse", "/dev/../dev/fuse"),  # CRI-O compares the path exactly: not its default
     ],
 )
-def test_crios_devices_annotation_naming_another_device_is_refused(pod, container, evaluate, key, value, named):
+def test_crios_devices_annotation_naming_another_device_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, key: str, value: str, named: str
+) -> None:
     decision = evaluate(pod(container(), annotations={key: value}))
 
     assert gpu010(decision) == [
@@ -201,12 +216,16 @@ def test_crios_devices_annotation_naming_another_device_is_refused(pod, containe
 
 @pytest.mark.parametrize("value", ["/dev/fuse", "/dev/fuse:/dev/fuse:rwm", "/dev/net/tun,/dev/fuse", "", ","])
 @pytest.mark.parametrize("key", gpu.CRIO_DEVICES_ANNOTATIONS)
-def test_crios_default_devices_pass(pod, container, evaluate, key, value):
+def test_crios_default_devices_pass(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, key: str, value: str
+) -> None:
     # Rootless image builds in pods (buildah, podman) ask CRI-O for /dev/fuse this way.
     assert gpu010(evaluate(pod(container(), annotations={key: value}))) == []
 
 
-def test_crios_devices_annotation_in_a_template_and_added_later_is_refused(pod, container, evaluate, workload):
+def test_crios_devices_annotation_in_a_template_and_added_later_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, workload: WorkloadFactory
+) -> None:
     template = evaluate(workload("Job", pod(container(), annotations={"devices.crio.io": "/dev/nvidia0"})))
     old = pod(container(), annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse"})
     widened = pod(container(), annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse,/dev/nvidia0"})
@@ -219,7 +238,7 @@ def test_crios_devices_annotation_in_a_template_and_added_later_is_refused(pod, 
     assert gpu010(update(evaluate, widened, narrowed)) == []
 
 
-def test_a_malformed_crio_value_is_refused_not_guessed(pod, container, evaluate):
+def test_a_malformed_crio_value_is_refused_not_guessed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     obj = pod(container())
     obj["metadata"]["annotations"] = {"devices.crio.io": ["/dev/nvidia0"]}
 
@@ -227,7 +246,7 @@ def test_a_malformed_crio_value_is_refused_not_guessed(pod, container, evaluate)
     assert "asks CRI-O for the host device ['/dev/nvidia0']" in message
 
 
-def test_the_audit_reports_a_stored_pod_that_carries_one(pod, container):
+def test_the_audit_reports_a_stored_pod_that_carries_one(pod: PodFactory, container: ContainerFactory) -> None:
     stored = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}, nodeName="gpu-0")
 
     audit = scan.run(scan.Inventory.of([stored]), settings=settings.Settings(), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC).timestamp())

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 
-def assert_second_pass_is_empty(evaluate, patched, obj, decision):
+
+def assert_second_pass_is_empty(evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision) -> None:
     again = evaluate(patched(obj, decision.patch))
     assert again.allowed
     assert again.patch == ()
@@ -20,8 +25,8 @@ def assert_second_pass_is_empty(evaluate, patched, obj, decision):
     ],
 )
 def test_pod_without_a_mode_selector_is_pinned_to_the_mode_serving_its_resource(
-    pod, container, evaluate, patched, limits, mode
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched, limits: dict[str, int], mode: str
+) -> None:
     obj = pod(container(gpu=limits))
 
     decision = evaluate(obj)
@@ -33,7 +38,9 @@ def test_pod_without_a_mode_selector_is_pinned_to_the_mode_serving_its_resource(
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_mode_is_added_beside_an_existing_node_selector(pod, container, evaluate, patched):
+def test_mode_is_added_beside_an_existing_node_selector(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(container(gpu={"aliyun.com/gpu-mem": 3}), nodeSelector={"disktype": "ssd"})
 
     decision = evaluate(obj)
@@ -48,7 +55,7 @@ def test_mode_is_added_beside_an_existing_node_selector(pod, container, evaluate
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_configured_shared_mode_is_used_for_gpu_memory(pod, container, evaluate):
+def test_configured_shared_mode_is_used_for_gpu_memory(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(
         pod(container(gpu={"aliyun.com/gpu-mem": 3})), config={"defaultSharedMode": "share"}
     )
@@ -58,7 +65,9 @@ def test_configured_shared_mode_is_used_for_gpu_memory(pod, container, evaluate)
     )
 
 
-def test_null_node_selector_is_replaced(pod, container, evaluate, patched):
+def test_null_node_selector_is_replaced(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(container(gpu={"aliyun.com/gpu": 1}), nodeSelector=None)
 
     decision = evaluate(obj)
@@ -69,14 +78,14 @@ def test_null_node_selector_is_replaced(pod, container, evaluate, patched):
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_whole_card_pods_get_no_mode_selector(pod, container, evaluate):
+def test_whole_card_pods_get_no_mode_selector(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1})))
 
     assert decision.allowed
     assert decision.patch == ()
 
 
-def test_a_compatible_mode_the_user_chose_is_kept(pod, container, evaluate):
+def test_a_compatible_mode_the_user_chose_is_kept(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(
         pod(container(gpu={"aliyun.com/gpu-mem": 3}), nodeSelector={"ack.node.gpu.schedule": "mps"})
     )
@@ -85,7 +94,7 @@ def test_a_compatible_mode_the_user_chose_is_kept(pod, container, evaluate):
     assert decision.patch == ()
 
 
-def test_a_mode_chosen_by_required_affinity_is_kept(pod, container, evaluate):
+def test_a_mode_chosen_by_required_affinity_is_kept(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -102,7 +111,9 @@ def test_a_mode_chosen_by_required_affinity_is_kept(pod, container, evaluate):
     assert decision.patch == ()
 
 
-def test_deployment_template_patch_points_into_the_workload(pod, container, workload, evaluate, patched):
+def test_deployment_template_patch_points_into_the_workload(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = workload("Deployment", pod(container(gpu={"aliyun.com/gpu-mem": 3})))
 
     decision = evaluate(obj)
@@ -117,7 +128,9 @@ def test_deployment_template_patch_points_into_the_workload(pod, container, work
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_cronjob_template_patch_points_into_the_job_template(pod, container, workload, evaluate):
+def test_cronjob_template_patch_points_into_the_job_template(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(workload("CronJob", pod(container(gpu={"aliyun.com/gpu": 4}))))
 
     assert decision.patch == (

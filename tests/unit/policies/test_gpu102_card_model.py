@@ -1,24 +1,31 @@
-"""GPU102: card-model annotations become required node affinity."""
+"""GPU102: card-model annotations constrain the card a pod gets (node affinity where the extender does not pick it)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+
+from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
 
 
-def gpu_pod(pod, container, annotations, **spec):
+def gpu_pod(pod: PodFactory, container: ContainerFactory, annotations: dict[str, str] | None, **spec: Any) -> dict[str, Any]:
     return pod(container(gpu={"nvidia.com/gpu": 1}), annotations=annotations, **spec)
 
 
-def assert_second_pass_is_empty(evaluate, patched, obj, decision):
+def assert_second_pass_is_empty(evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision) -> None:
     again = evaluate(patched(obj, decision.patch))
     assert again.allowed
     assert again.patch == ()
 
 
-def test_gpu_model_annotation_becomes_required_in_affinity(pod, container, evaluate, patched):
+def test_gpu_model_annotation_becomes_required_in_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = gpu_pod(pod, container, {"gpu-admission.io/gpu-model": "Tesla-V100-SXM2-32GB, Tesla T4"})
 
     decision = evaluate(obj)
@@ -50,7 +57,9 @@ def test_gpu_model_annotation_becomes_required_in_affinity(pod, container, evalu
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_all_three_annotations_become_one_term_in_order(pod, container, evaluate, patched):
+def test_all_three_annotations_become_one_term_in_order(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = gpu_pod(
         pod,
         container,
@@ -75,7 +84,9 @@ def test_all_three_annotations_become_one_term_in_order(pod, container, evaluate
 
 
 @pytest.mark.parametrize(("written", "gt"), [("16384", "16383"), ("1", "0"), ("2GiB", "2047"), ("512Mi", "511")])
-def test_min_gpu_memory_means_at_least(pod, container, evaluate, written, gt):
+def test_min_gpu_memory_means_at_least(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, written: str, gt: str
+) -> None:
     decision = evaluate(gpu_pod(pod, container, {"gpu-admission.io/min-gpu-memory": written}))
 
     expression = decision.patch[0]["value"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0][
@@ -84,7 +95,9 @@ def test_min_gpu_memory_means_at_least(pod, container, evaluate, written, gt):
     assert expression == {"key": "gpu-admission.io/gpu-memory-mib", "operator": "Gt", "values": [gt]}
 
 
-def test_expressions_are_added_to_every_existing_term(pod, container, evaluate, patched):
+def test_expressions_are_added_to_every_existing_term(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     affinity = {
         "nodeAffinity": {
             REQUIRED: {
@@ -107,8 +120,10 @@ def test_expressions_are_added_to_every_existing_term(pod, container, evaluate, 
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_node_affinity_is_added_beside_other_affinity(pod, container, evaluate, patched):
-    anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+def test_node_affinity_is_added_beside_other_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
+    anti: dict[str, Any] = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
     obj = gpu_pod(pod, container, {"gpu-admission.io/gpu-model": "A10"}, affinity=anti)
 
     decision = evaluate(obj)
@@ -134,8 +149,8 @@ def test_node_affinity_is_added_beside_other_affinity(pod, container, evaluate, 
 
 
 def test_replicaset_template_annotations_drive_the_template_affinity(
-    pod, container, workload, evaluate
-):
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     obj = workload("ReplicaSet", gpu_pod(pod, container, {"gpu-admission.io/gpu-model": "A10"}))
 
     decision = evaluate(obj)
@@ -160,17 +175,21 @@ def test_replicaset_template_annotations_drive_the_template_affinity(
         ({"gpu-admission.io/exclude-gpu-model": "(/)"}, "annotation gpu-admission.io/exclude-gpu-model names no card model"),
     ],
 )
-def test_annotation_that_cannot_be_honoured_is_denied(pod, container, evaluate, annotations, detail):
+def test_annotation_that_cannot_be_honoured_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, annotations: dict[str, str], detail: str
+) -> None:
     decision = evaluate(gpu_pod(pod, container, annotations))
 
     assert not decision.allowed
     assert decision.patch == ()
     assert decision.denial_message == (
-        "GPU102: card-model annotations become required node affinity: " + detail
+        "GPU102: card-model annotations constrain the card a pod gets: " + detail
     )
 
 
-def test_annotation_that_cannot_be_honoured_only_warns_under_warn(pod, container, evaluate):
+def test_annotation_that_cannot_be_honoured_only_warns_under_warn(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(
         gpu_pod(pod, container, {"gpu-admission.io/min-gpu-memory": "lots"}),
         config={"policies": {"GPU102": {"action": "warn"}}},
@@ -181,13 +200,15 @@ def test_annotation_that_cannot_be_honoured_only_warns_under_warn(pod, container
     assert decision.warnings[0].startswith("GPU102: ")
 
 
-def test_pod_without_card_annotations_gets_no_affinity(pod, container, evaluate):
+def test_pod_without_card_annotations_gets_no_affinity(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(gpu_pod(pod, container, {"team": "vision"}))
 
     assert decision.patch == ()
 
 
-def test_card_models_are_spelled_as_the_labeler_writes_them(pod, container, evaluate):
+def test_card_models_are_spelled_as_the_labeler_writes_them(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     obj = gpu_pod(pod, container, {"gpu-admission.io/gpu-model": "NVIDIA TITAN X (Pascal)"})
 
     decision = evaluate(obj)

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+
+from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
 
-def assert_second_pass_is_empty(evaluate, patched, obj, decision, **kwargs):
+def assert_second_pass_is_empty(
+    evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision, **kwargs: Any
+) -> None:
     again = evaluate(patched(obj, decision.patch), **kwargs)
     assert again.allowed
     assert again.patch == ()
 
 
-def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(pod, container, evaluate, patched):
+def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(container(privileged=True))
 
     decision = evaluate(obj)
@@ -32,13 +41,15 @@ def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(pod, container
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_privileged_init_container_counts(pod, container, evaluate):
+def test_privileged_init_container_counts(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(), init=[container("sysctl", privileged=True)]))
 
     assert decision.patch[0]["path"] == "/spec/affinity"
 
 
-def test_requirement_goes_into_every_existing_term(pod, container, evaluate, patched):
+def test_requirement_goes_into_every_existing_term(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     affinity = {
         "nodeAffinity": {
             REQUIRED: {
@@ -61,15 +72,17 @@ def test_requirement_goes_into_every_existing_term(pod, container, evaluate, pat
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_unprivileged_pod_without_gpus_is_left_on_any_node_by_default(pod, container, evaluate):
+def test_unprivileged_pod_without_gpus_is_left_on_any_node_by_default(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(env=[VOID_ENV])))
 
     assert decision.patch == ()
 
 
 def test_every_pod_without_gpus_is_kept_off_gpu_nodes_when_configured(
-    pod, container, workload, evaluate, patched
-):
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     config = {"keepNonGpuPodsOffGpuNodes": True}
     obj = workload("Deployment", pod(container(env=[VOID_ENV])))
 
@@ -85,7 +98,9 @@ def test_every_pod_without_gpus_is_kept_off_gpu_nodes_when_configured(
     assert_second_pass_is_empty(evaluate, patched, obj, decision, config=config)
 
 
-def test_pod_that_asks_for_gpu_nodes_is_not_given_a_contradicting_affinity(pod, container, evaluate):
+def test_pod_that_asks_for_gpu_nodes_is_not_given_a_contradicting_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(
         pod(container(env=[VOID_ENV]), nodeSelector={"aliyun.accelerator/nvidia_name": "A10"}),
         config={"keepNonGpuPodsOffGpuNodes": True},
@@ -95,7 +110,7 @@ def test_pod_that_asks_for_gpu_nodes_is_not_given_a_contradicting_affinity(pod, 
     assert decision.patch == ()
 
 
-def test_gpu_pods_are_never_kept_off_gpu_nodes(pod, container, evaluate):
+def test_gpu_pods_are_never_kept_off_gpu_nodes(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(
         pod(container(gpu={"nvidia.com/gpu": 1})), config={"keepNonGpuPodsOffGpuNodes": True}
     )
@@ -111,7 +126,9 @@ AFFINITY = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions
 
 
 @pytest.mark.parametrize("added", [("SYS_ADMIN",), ("ALL",), ("NET_ADMIN", "cap_sys_admin"), ("all",)])
-def test_a_pod_without_gpus_adding_sys_admin_or_all_is_kept_off_gpu_nodes(pod, container, evaluate, patched, added):
+def test_a_pod_without_gpus_adding_sys_admin_or_all_is_kept_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched, added: tuple[str, ...]
+) -> None:
     obj = pod(container(env=[VOID_ENV], **caps(*added)))
 
     decision = evaluate(obj)
@@ -121,7 +138,9 @@ def test_a_pod_without_gpus_adding_sys_admin_or_all_is_kept_off_gpu_nodes(pod, c
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_a_sys_admin_sidecar_keeps_the_pod_off_gpu_nodes(pod, container, evaluate, patched):
+def test_a_sys_admin_sidecar_keeps_the_pod_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     sidecar = container("mounter", restartPolicy="Always", env=[VOID_ENV], **caps("SYS_ADMIN"))
     obj = pod(container(env=[VOID_ENV]), init=[sidecar])
 
@@ -132,7 +151,9 @@ def test_a_sys_admin_sidecar_keeps_the_pod_off_gpu_nodes(pod, container, evaluat
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "CronJob"])
-def test_a_workload_template_with_all_capabilities_is_kept_off_gpu_nodes(pod, container, workload, evaluate, patched, kind):
+def test_a_workload_template_with_all_capabilities_is_kept_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, patched: Patched, kind: str
+) -> None:
     obj = workload(kind, pod(container(env=[VOID_ENV], **caps("ALL"))))
     spec = "/spec/template/spec" if kind == "Deployment" else "/spec/jobTemplate/spec/template/spec"
 
@@ -143,7 +164,9 @@ def test_a_workload_template_with_all_capabilities_is_kept_off_gpu_nodes(pod, co
 
 
 @pytest.mark.parametrize("added", [("NET_BIND_SERVICE",), ("NET_ADMIN", "NET_RAW"), ("SYS_PTRACE",), ("CHOWN",)])
-def test_a_pod_adding_ordinary_capabilities_is_left_on_any_node(pod, container, evaluate, added):
+def test_a_pod_adding_ordinary_capabilities_is_left_on_any_node(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, added: tuple[str, ...]
+) -> None:
     decision = evaluate(pod(container(env=[VOID_ENV], **caps(*added))))
 
     assert decision.allowed

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
 
-def assert_second_pass_is_empty(evaluate, patched, obj, decision, **kwargs):
+def assert_second_pass_is_empty(
+    evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision, **kwargs: Any
+) -> None:
     again = evaluate(patched(obj, decision.patch), **kwargs)
     assert again.allowed
     assert again.patch == ()
 
 
-def test_container_without_env_gets_an_env_list_with_void(pod, container, evaluate, patched):
+def test_container_without_env_gets_an_env_list_with_void(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(container())
 
     decision = evaluate(obj)
@@ -20,7 +29,9 @@ def test_container_without_env_gets_an_env_list_with_void(pod, container, evalua
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_container_with_env_gets_void_appended(pod, container, evaluate, patched):
+def test_container_with_env_gets_void_appended(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(container(env=[{"name": "LOG_LEVEL", "value": "info"}]))
 
     decision = evaluate(obj)
@@ -33,7 +44,9 @@ def test_container_with_env_gets_void_appended(pod, container, evaluate, patched
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_null_env_is_replaced_by_a_list(pod, container, evaluate, patched):
+def test_null_env_is_replaced_by_a_list(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     main = container()
     main["env"] = None  # as written `env:` with nothing after it (seed 004_79385826ac27146d.txt)
     obj = pod(main)
@@ -45,8 +58,8 @@ def test_null_env_is_replaced_by_a_list(pod, container, evaluate, patched):
 
 
 def test_only_the_containers_without_gpus_get_void_init_containers_included(
-    pod, container, evaluate, patched
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(
         container("trainer", gpu={"nvidia.com/gpu": 1}),
         container("logger", env=[]),
@@ -62,17 +75,19 @@ def test_only_the_containers_without_gpus_get_void_init_containers_included(
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_a_value_the_user_set_is_not_touched(pod, container, evaluate):
+def test_a_value_the_user_set_is_not_touched(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}])))
 
     assert decision.allowed
     assert decision.patch == ()
 
 
-def test_only_the_new_ephemeral_container_gets_void(pod, container, evaluate, patched):
+def test_only_the_new_ephemeral_container_gets_void(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     old = pod(container(env=[VOID_ENV]), ephemeral=[container("first")])
     new = pod(container(env=[VOID_ENV]), ephemeral=[container("first"), container("debug")])
-    kwargs = {"operation": "UPDATE", "subresource": "ephemeralcontainers", "old": old}
+    kwargs: dict[str, Any] = {"operation": "UPDATE", "subresource": "ephemeralcontainers", "old": old}
 
     decision = evaluate(new, **kwargs)
 
@@ -82,7 +97,9 @@ def test_only_the_new_ephemeral_container_gets_void(pod, container, evaluate, pa
     assert_second_pass_is_empty(evaluate, patched, new, decision, **kwargs)
 
 
-def test_ephemeral_subresource_does_not_touch_the_rest_of_the_pod(pod, container, evaluate):
+def test_ephemeral_subresource_does_not_touch_the_rest_of_the_pod(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # Only ephemeralContainers may change through the subresource; a pod-level addition
     # (GPU101's nodeSelector) would make the apiserver refuse the update.
     old = pod(container(gpu={"aliyun.com/gpu-mem": 2}))
@@ -93,7 +110,9 @@ def test_ephemeral_subresource_does_not_touch_the_rest_of_the_pod(pod, container
     assert [op["path"] for op in decision.patch] == ["/spec/ephemeralContainers/0/env"]
 
 
-def test_statefulset_template_containers_get_void(pod, container, workload, evaluate):
+def test_statefulset_template_containers_get_void(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(workload("StatefulSet", pod(container())))
 
     assert decision.patch == (
@@ -102,8 +121,8 @@ def test_statefulset_template_containers_get_void(pod, container, workload, eval
 
 
 def test_containers_asking_for_other_nvidia_device_plugin_resources_are_left_alone(
-    pod, container, evaluate, patched
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     # MIG slices and shared cards come from NVIDIA's device plugin, which sets the container's
     # NVIDIA_VISIBLE_DEVICES; a pod-level `void` would override it and leave the container blind.
     obj = pod(
@@ -123,7 +142,9 @@ def test_containers_asking_for_other_nvidia_device_plugin_resources_are_left_alo
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_a_resource_outside_nvidias_domain_is_no_gpu_request(pod, container, evaluate):
+def test_a_resource_outside_nvidias_domain_is_no_gpu_request(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(gpu={"example.com/nvidia.com-gpu": 1, "cpu": "1"})))
 
     assert decision.patch == (

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, WorkloadFactory
 
 CONFIG = {"gpuSchedulerName": "gpu-scheduler"}
 
 
-def test_not_configured_means_skipped(pod, container, evaluate, result):
+def test_not_configured_means_skipped(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf) -> None:
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu": 1}), nodeSelector={"ack.node.gpu.schedule": "topology"}))
 
     assert result(decision, "GPU105") is model.Result.SKIP
@@ -26,11 +29,17 @@ def test_not_configured_means_skipped(pod, container, evaluate, result):
 )
 @pytest.mark.parametrize("scheduler", [None, "", "default-scheduler"])
 def test_extender_resources_get_the_gpu_scheduler(
-    pod, container, evaluate, patched, limits, mode, scheduler
-):
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    patched: Patched,
+    limits: dict[str, int],
+    mode: str,
+    scheduler: str | None,
+) -> None:
     # The apiserver defaults schedulerName to default-scheduler before admission, so that
     # value must be replaced for the policy to ever take effect.
-    spec = {"nodeSelector": {"ack.node.gpu.schedule": mode}}
+    spec: dict[str, Any] = {"nodeSelector": {"ack.node.gpu.schedule": mode}}
     if scheduler is not None:
         spec["schedulerName"] = scheduler
     obj = pod(container(gpu=limits), **spec)
@@ -42,7 +51,7 @@ def test_extender_resources_get_the_gpu_scheduler(
     assert again.patch == ()
 
 
-def test_a_custom_scheduler_the_user_chose_is_kept(pod, container, evaluate):
+def test_a_custom_scheduler_the_user_chose_is_kept(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     obj = pod(container(gpu={"aliyun.com/gpu": 1}), nodeSelector={"ack.node.gpu.schedule": "topology"}, schedulerName="volcano")
 
     # An admin lists the scheduler as one calling the extender, or GPU008 refuses the pod.
@@ -52,13 +61,15 @@ def test_a_custom_scheduler_the_user_chose_is_kept(pod, container, evaluate):
     assert not evaluate(obj, config=CONFIG).allowed
 
 
-def test_whole_card_pods_keep_the_default_scheduler(pod, container, evaluate):
+def test_whole_card_pods_keep_the_default_scheduler(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), schedulerName="default-scheduler"), config=CONFIG)
 
     assert decision.patch == ()
 
 
-def test_job_template_gets_the_scheduler_after_the_mode_selector(pod, container, workload, evaluate):
+def test_job_template_gets_the_scheduler_after_the_mode_selector(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(workload("Job", pod(container(gpu={"aliyun.com/gpu-mem": 1}))), config=CONFIG)
 
     assert decision.patch == (

@@ -9,6 +9,7 @@ import datetime
 import pytest
 
 from policies import cel, nodeaffinity, settings
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 from webhook.commands import vap
 from webhook.audit import checks
 
@@ -72,7 +73,9 @@ def test_malformed_selectors_never_raise() -> None:
     assert not nodeaffinity.is_gpu_node_label(None) and not nodeaffinity.is_gpu_node_label(3, "true")
 
 
-def test_a_privileged_pod_targeting_operator_labelled_nodes_is_refused_by_gpu002(pod, container, evaluate, workload):
+def test_a_privileged_pod_targeting_operator_labelled_nodes_is_refused_by_gpu002(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, workload: WorkloadFactory
+) -> None:
     for obj in (
         pod(container(privileged=True), nodeSelector={"nvidia.com/gpu.present": "true"}),
         workload("DaemonSet", pod(container(), init=[container("setup", privileged=True)],
@@ -82,7 +85,9 @@ def test_a_privileged_pod_targeting_operator_labelled_nodes_is_refused_by_gpu002
         assert not decision.allowed and decision.denial_message.startswith("GPU002: "), decision.denial_message
 
 
-def test_a_privileged_pod_selecting_nodes_without_gpus_is_kept_off_gpu_nodes_by_gpu103(pod, container, evaluate, patched):
+def test_a_privileged_pod_selecting_nodes_without_gpus_is_kept_off_gpu_nodes_by_gpu103(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
     obj = pod(container(privileged=True), nodeSelector={"nvidia.com/gpu.present": "false"})
     decision = evaluate(obj)
     assert decision.allowed
@@ -94,7 +99,9 @@ def test_a_privileged_pod_selecting_nodes_without_gpus_is_kept_off_gpu_nodes_by_
     assert again.allowed and again.patch == ()
 
 
-def test_an_unprivileged_pod_targeting_operator_labelled_nodes_gets_no_gpu103_affinity(pod, container, evaluate):
+def test_an_unprivileged_pod_targeting_operator_labelled_nodes_gets_no_gpu103_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     """GPU103 would contradict the pod's own choice and leave it Pending (the issue: it made the
     operator's components unschedulable on GPU nodes); with keepNonGpuPodsOffGpuNodes too."""
     obj = pod(container(), nodeSelector={"nvidia.com/gpu.deploy.gpu-feature-discovery": "true"})
@@ -103,7 +110,7 @@ def test_an_unprivileged_pod_targeting_operator_labelled_nodes_gets_no_gpu103_af
         assert decision.allowed and not any(op["path"] == "/spec/affinity" for op in decision.patch), decision.patch
 
 
-def test_ordinary_pods_beside_them_are_unchanged(pod, container, evaluate):
+def test_ordinary_pods_beside_them_are_unchanged(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(), nodeSelector={"kubernetes.io/os": "linux"}))
     assert decision.allowed and not any(op["path"] == "/spec/affinity" for op in decision.patch)
 

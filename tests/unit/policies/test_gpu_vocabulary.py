@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies import gpu
 
 
-def test_each_family_is_served_by_the_modes_of_the_seeds():
+def test_each_family_is_served_by_the_modes_of_the_seeds() -> None:
     assert gpu.modes_for(gpu.Family.EXCLUSIVE) == (gpu.Mode.DEFAULT,)
     assert gpu.modes_for(gpu.Family.SHARED) == (gpu.Mode.CGPU, gpu.Mode.SHARE, gpu.Mode.MPS, gpu.Mode.CORE_MEM)
     assert gpu.modes_for(gpu.Family.SHARED_CORE) == (gpu.Mode.CORE_MEM,)
     assert gpu.modes_for(gpu.Family.TOPOLOGY) == (gpu.Mode.TOPOLOGY,)
 
 
-def test_labels_and_resources_are_spelled_as_in_the_seeds():
+def test_labels_and_resources_are_spelled_as_in_the_seeds() -> None:
     assert gpu.SCHEDULE_LABEL == "ack.node.gpu.schedule"
     assert gpu.PLACEMENT_LABEL == "ack.node.gpu.placement"
     assert [str(m) for m in gpu.Mode] == ["default", "cgpu", "core_mem", "share", "mps", "topology"]
@@ -25,7 +27,7 @@ def test_labels_and_resources_are_spelled_as_in_the_seeds():
     assert gpu.EXTENDER_RESOURCES == {"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu"}
 
 
-def test_our_own_keys_use_our_own_prefix():
+def test_our_own_keys_use_our_own_prefix() -> None:
     own = [
         gpu.GPU_MODEL_ANNOTATION,
         gpu.EXCLUDE_GPU_MODEL_ANNOTATION,
@@ -55,18 +57,18 @@ def test_our_own_keys_use_our_own_prefix():
         ),
     ],
 )
-def test_pod_family_is_the_one_family_its_containers_ask_for(containers, family):
+def test_pod_family_is_the_one_family_its_containers_ask_for(containers: list[dict[str, Any]], family: gpu.Family | None) -> None:
     assert gpu.pod_family({"containers": containers}) is family
 
 
-def test_injected_mode_follows_the_configured_shared_default():
+def test_injected_mode_follows_the_configured_shared_default() -> None:
     assert gpu.injected_mode(gpu.Family.SHARED, shared_default=gpu.Mode.SHARE) is gpu.Mode.SHARE
     assert gpu.injected_mode(gpu.Family.SHARED_CORE, shared_default=gpu.Mode.SHARE) is gpu.Mode.CORE_MEM
     assert gpu.injected_mode(gpu.Family.TOPOLOGY, shared_default=gpu.Mode.CGPU) is gpu.Mode.TOPOLOGY
     assert gpu.injected_mode(gpu.Family.EXCLUSIVE, shared_default=gpu.Mode.CGPU) is None
 
 
-def test_card_names_are_spelled_as_the_label_spells_them():
+def test_card_names_are_spelled_as_the_label_spells_them() -> None:
     assert gpu.card_name_label_value(" Tesla V100-SXM2-32GB ") == "Tesla-V100-SXM2-32GB"
 
 
@@ -74,19 +76,19 @@ def test_card_names_are_spelled_as_the_label_spells_them():
     "name",
     ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/gpu.shared", "nvidia.com/GA100_A100_PCIE_40GB"],
 )
-def test_every_nvidia_device_plugin_resource_is_a_gpu_of_the_exclusive_family(name):
+def test_every_nvidia_device_plugin_resource_is_a_gpu_of_the_exclusive_family(name: str) -> None:
     assert gpu.is_gpu_resource(name)
     assert gpu.family_of(name) is gpu.Family.EXCLUSIVE
 
 
 @pytest.mark.parametrize("name", ["cpu", "memory", "example.com/gpu", "nvidia.com", "amd.com/gpu", None, 3])
-def test_other_resources_are_no_gpu(name):
+def test_other_resources_are_no_gpu(name: object) -> None:
     assert not gpu.is_gpu_resource(name)
     if isinstance(name, str):
         assert gpu.family_of(name) is None
 
 
-def test_the_aliyun_resources_keep_their_families():
+def test_the_aliyun_resources_keep_their_families() -> None:
     assert gpu.family_of("aliyun.com/gpu-mem") is gpu.Family.SHARED
     assert gpu.family_of("aliyun.com/gpu-core.percentage") is gpu.Family.SHARED_CORE
     assert gpu.family_of("aliyun.com/gpu") is gpu.Family.TOPOLOGY

@@ -12,12 +12,15 @@ from __future__ import annotations
 import pytest
 
 from policies import model
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf
 
 SLICES = ["nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared", "nvidia.com/mig-2g.10gb"]
 
 
 @pytest.mark.parametrize("resource", SLICES)
-def test_a_privileged_container_beside_a_mig_slice_is_refused(pod, container, evaluate, resource):
+def test_a_privileged_container_beside_a_mig_slice_is_refused(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, resource: str
+) -> None:
     decision = evaluate(pod(container("app", gpu={resource: 1}), container("tool", privileged=True)))
 
     assert not decision.allowed
@@ -25,7 +28,9 @@ def test_a_privileged_container_beside_a_mig_slice_is_refused(pod, container, ev
 
 
 @pytest.mark.parametrize("resource", SLICES)
-def test_an_ordinary_mig_pod_is_admitted_without_void_selector_or_affinity(pod, container, evaluate, result, resource):
+def test_an_ordinary_mig_pod_is_admitted_without_void_selector_or_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, resource: str
+) -> None:
     decision = evaluate(pod(container("app", gpu={resource: 1})))
 
     assert decision.allowed, decision.denial_message
@@ -33,7 +38,7 @@ def test_an_ordinary_mig_pod_is_admitted_without_void_selector_or_affinity(pod, 
     assert result(decision, "GPU002") is model.Result.PASS
 
 
-def test_a_mig_pod_selecting_a_shared_mode_is_refused(pod, container, evaluate):
+def test_a_mig_pod_selecting_a_shared_mode_is_refused(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/mig-1g.5gb": 1}), nodeSelector={"ack.node.gpu.schedule": "cgpu"}))
 
     assert not decision.allowed
@@ -41,7 +46,9 @@ def test_a_mig_pod_selecting_a_shared_mode_is_refused(pod, container, evaluate):
     assert "nvidia.com/gpu" in decision.denial_message
 
 
-def test_a_mig_pod_selecting_the_default_mode_is_admitted(pod, container, evaluate):
+def test_a_mig_pod_selecting_the_default_mode_is_admitted(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/mig-1g.5gb": 1}), nodeSelector={"ack.node.gpu.schedule": "default"}))
 
     assert decision.allowed, decision.denial_message

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import jsonpatch
 import pytest
 
 from policies import gpu, patching, podspec
+from tests.unit.policies.conftest import ContainerFactory, PodFactory, WorkloadFactory
 
 
 @pytest.mark.parametrize(
@@ -22,7 +24,9 @@ from policies import gpu, patching, podspec
         ("CronJob", "/spec/jobTemplate/spec/template/spec"),
     ],
 )
-def test_pod_spec_of_a_workload_is_found_with_its_path(pod, container, workload, kind, path):
+def test_pod_spec_of_a_workload_is_found_with_its_path(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, kind: str, path: str
+) -> None:
     obj = workload(kind, pod(container("main")))
 
     found = podspec.pod_spec(obj)
@@ -32,18 +36,21 @@ def test_pod_spec_of_a_workload_is_found_with_its_path(pod, container, workload,
     assert found[1]["containers"][0]["name"] == "main"
 
 
-def test_pod_spec_of_a_pod_is_at_spec(pod, container):
-    assert podspec.pod_spec(pod(container()))[0] == "/spec"
+def test_pod_spec_of_a_pod_is_at_spec(pod: PodFactory, container: ContainerFactory) -> None:
+    found = podspec.pod_spec(pod(container()))
+    assert found is not None and found[0] == "/spec"
 
 
 @pytest.mark.parametrize(
     "obj", [None, "x", {"kind": "Service"}, {"kind": "Pod", "spec": 5}, {"kind": "Job", "spec": {"template": []}}]
 )
-def test_pod_spec_of_anything_else_is_none(obj):
+def test_pod_spec_of_anything_else_is_none(obj: object) -> None:
     assert podspec.pod_spec(obj) is None
 
 
-def test_containers_are_walked_init_regular_ephemeral_with_json_pointers(pod, container, workload):
+def test_containers_are_walked_init_regular_ephemeral_with_json_pointers(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory
+) -> None:
     obj = workload(
         "Deployment",
         pod(container("a"), "garbage", container("b"), init=[container("i")], ephemeral=[container("e")]),
@@ -59,7 +66,9 @@ def test_containers_are_walked_init_regular_ephemeral_with_json_pointers(pod, co
     ]
 
 
-def test_template_metadata_of_a_workload_is_its_template_metadata(pod, container, workload):
+def test_template_metadata_of_a_workload_is_its_template_metadata(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory
+) -> None:
     found = podspec.template(workload("CronJob", pod(container(), annotations={"a": "b"})))
 
     assert found is not None
@@ -75,13 +84,13 @@ def test_template_metadata_of_a_workload_is_its_template_metadata(pod, container
         ((), ""),
     ],
 )
-def test_pointer_escapes_tilde_and_slash(tokens, pointer):
+def test_pointer_escapes_tilde_and_slash(tokens: tuple[str, ...], pointer: str) -> None:
     assert patching.pointer(*tokens) == pointer
     assert patching.split(pointer) == list(tokens)
 
 
-def test_applying_add_operations_matches_jsonpatch():
-    document = {"metadata": {"labels": {}}, "spec": {"containers": [{"env": []}, {}]}}
+def test_applying_add_operations_matches_jsonpatch() -> None:
+    document: dict[str, Any] = {"metadata": {"labels": {}}, "spec": {"containers": [{"env": []}, {}]}}
     operations = [
         patching.add(patching.pointer("metadata", "labels", gpu.CARD_NAME_LABEL), "A10"),
         patching.add("/spec/containers/0/env/-", {"name": "X"}),
@@ -107,6 +116,6 @@ def test_applying_add_operations_matches_jsonpatch():
         {"op": "add", "path": "", "value": 1},
     ],
 )
-def test_operations_that_do_not_fit_are_refused(operation):
+def test_operations_that_do_not_fit_are_refused(operation: dict[str, Any]) -> None:
     with pytest.raises(patching.PatchError):
         patching.apply({"a": 1, "list": [], "leaf": 3}, [operation])

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 import pytest
 
 from policies import engine, model, policy
 from policies.builtin import gpu001_visible_devices, gpu104_void_devices
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, WorkloadFactory
 
 ALL = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
 
-def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default():
+def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default() -> None:
     ids = [p.id for p in engine.POLICIES]
 
     assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU010", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
@@ -24,7 +27,7 @@ def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_defa
         assert item.summary and not item.summary.endswith(".") and ":" not in item.summary
 
 
-def test_results_cover_every_policy_in_id_order(pod, container, evaluate):
+def test_results_cover_every_policy_in_id_order(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1})))
 
     # Every policy that judges Pods (GPU007 judges ConfigMaps and Secrets only).
@@ -32,7 +35,9 @@ def test_results_cover_every_policy_in_id_order(pod, container, evaluate):
 
 
 @pytest.mark.parametrize("namespace", ["kube-system", "kube-node-lease", "gpu-admission"])
-def test_exempt_namespace_is_allowed_untouched(pod, container, evaluate, namespace):
+def test_exempt_namespace_is_allowed_untouched(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, namespace: str
+) -> None:
     decision = evaluate(pod(container(env=[ALL], privileged=True)), namespace=namespace)
 
     assert decision.allowed
@@ -40,21 +45,23 @@ def test_exempt_namespace_is_allowed_untouched(pod, container, evaluate, namespa
     assert decision.exempt_reason == f"namespace {namespace} is exempt"
 
 
-def test_configured_exempt_namespaces_replace_the_defaults(pod, container, evaluate):
+def test_configured_exempt_namespaces_replace_the_defaults(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     config = {"exemptNamespaces": ["monitoring"]}
 
     assert evaluate(pod(container(env=[ALL])), namespace="monitoring", config=config).allowed
     assert not evaluate(pod(container(env=[ALL])), namespace="kube-system", config=config).allowed
 
 
-def test_namespace_falls_back_to_the_object_metadata(pod, container, evaluate):
+def test_namespace_falls_back_to_the_object_metadata(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     obj = pod(container(env=[ALL]))
     obj["metadata"]["namespace"] = "kube-system"
 
     assert evaluate(obj, namespace="").exempt_reason == "namespace kube-system is exempt"
 
 
-def test_enforce_denies_with_every_enforced_message(pod, container, evaluate):
+def test_enforce_denies_with_every_enforced_message(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(env=[ALL], gpu={"nvidia.com/gpu": 0})))
 
     assert not decision.allowed
@@ -64,14 +71,16 @@ def test_enforce_denies_with_every_enforced_message(pod, container, evaluate):
     assert {v.policy for v in decision.violations} == {"GPU001", "GPU004"}
 
 
-def test_a_denied_request_carries_no_patch(pod, container, evaluate):
+def test_a_denied_request_carries_no_patch(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(pod(container(env=[ALL]), container("sidecar")))
 
     assert not decision.allowed
     assert decision.patch == ()
 
 
-def test_warn_allows_and_returns_the_message_as_a_warning(pod, container, evaluate, result):
+def test_warn_allows_and_returns_the_message_as_a_warning(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(pod(container(env=[ALL])), config={"policies": {"GPU001": {"action": "warn"}}})
 
     assert decision.allowed
@@ -80,7 +89,9 @@ def test_warn_allows_and_returns_the_message_as_a_warning(pod, container, evalua
     assert decision.violations[0].action is model.Action.WARN
 
 
-def test_audit_allows_silently_and_records_the_violation(pod, container, evaluate, result):
+def test_audit_allows_silently_and_records_the_violation(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(pod(container(env=[ALL])), config={"policies": {"GPU001": {"action": "audit"}}})
 
     assert decision.allowed
@@ -90,7 +101,9 @@ def test_audit_allows_silently_and_records_the_violation(pod, container, evaluat
 
 
 @pytest.mark.parametrize("off", ["off", False])
-def test_off_skips_the_policy(pod, container, evaluate, result, off):
+def test_off_skips_the_policy(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, off: str | bool
+) -> None:
     decision = evaluate(pod(container(env=[ALL])), config={"policies": {"GPU001": {"action": off}}})
 
     assert decision.allowed
@@ -98,7 +111,9 @@ def test_off_skips_the_policy(pod, container, evaluate, result, off):
     assert decision.violations == ()
 
 
-def test_mutator_under_warn_only_says_what_it_would_add(pod, container, evaluate, result):
+def test_mutator_under_warn_only_says_what_it_would_add(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     decision = evaluate(pod(container()), config={"policies": {"GPU104": {"action": "warn"}}})
 
     assert decision.allowed
@@ -110,7 +125,9 @@ def test_mutator_under_warn_only_says_what_it_would_add(pod, container, evaluate
     assert result(decision, "GPU104") is model.Result.PASS
 
 
-def test_mutator_under_audit_only_records_what_it_would_add(pod, container, evaluate):
+def test_mutator_under_audit_only_records_what_it_would_add(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(pod(container()), config={"policies": {"GPU104": {"action": "audit"}}})
 
     assert decision.patch == ()
@@ -119,7 +136,7 @@ def test_mutator_under_audit_only_records_what_it_would_add(pod, container, eval
     assert gpu104.message.startswith("would have ")
 
 
-def test_mutation_runs_before_validation(pod, container, evaluate):
+def test_mutation_runs_before_validation(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     # A pod-level GPU selector is injected first, then GPU005 judges the injected value.
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu": 1})))
 
@@ -127,11 +144,13 @@ def test_mutation_runs_before_validation(pod, container, evaluate):
     assert decision.patch[0]["value"] == {"ack.node.gpu.schedule": "topology"}
 
 
-def boom(*args, **kwargs):
+def boom(*args: object, **kwargs: object) -> NoReturn:
     raise RuntimeError("boom")
 
 
-def test_crashing_validator_is_an_error_that_denies_by_default(pod, container, evaluate, result, monkeypatch):
+def test_crashing_validator_is_an_error_that_denies_by_default(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu001_visible_devices.VisibleDevices, "check_container", boom)
 
     decision = evaluate(pod(container(env=[VOID_ENV])))
@@ -141,7 +160,9 @@ def test_crashing_validator_is_an_error_that_denies_by_default(pod, container, e
     assert decision.denial_message == "GPU001: policy error: RuntimeError: boom"
 
 
-def test_crashing_validator_only_warns_when_validate_errors_warn(pod, container, evaluate, monkeypatch):
+def test_crashing_validator_only_warns_when_validate_errors_warn(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu001_visible_devices.VisibleDevices, "check_container", boom)
 
     decision = evaluate(pod(container(env=[VOID_ENV])), config={"errorActions": {"validate": "warn"}})
@@ -150,7 +171,9 @@ def test_crashing_validator_only_warns_when_validate_errors_warn(pod, container,
     assert decision.warnings == ("GPU001: policy error: RuntimeError: boom",)
 
 
-def test_crashing_audited_validator_never_denies(pod, container, evaluate, monkeypatch):
+def test_crashing_audited_validator_never_denies(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu001_visible_devices.VisibleDevices, "check_container", boom)
 
     decision = evaluate(pod(container(env=[VOID_ENV])), config={"policies": {"GPU001": {"action": "audit"}}})
@@ -161,8 +184,8 @@ def test_crashing_audited_validator_never_denies(pod, container, evaluate, monke
 
 
 def test_crashing_mutator_warns_and_the_other_mutators_still_apply(
-    pod, container, evaluate, result, monkeypatch
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu104_void_devices.VoidDevices, "mutate_container", boom)
 
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 1})))
@@ -175,7 +198,9 @@ def test_crashing_mutator_warns_and_the_other_mutators_still_apply(
     )
 
 
-def test_crashing_mutator_denies_when_mutate_errors_enforce(pod, container, evaluate, monkeypatch):
+def test_crashing_mutator_denies_when_mutate_errors_enforce(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(gpu104_void_devices.VoidDevices, "mutate_container", boom)
 
     decision = evaluate(pod(container()), config={"errorActions": {"mutate": "enforce"}})
@@ -191,7 +216,7 @@ def test_crashing_mutator_denies_when_mutate_errors_enforce(pod, container, eval
         ({}, "kind None has no pod template"),
     ],
 )
-def test_objects_without_a_pod_template_are_allowed_with_a_reason(evaluate, obj, reason):
+def test_objects_without_a_pod_template_are_allowed_with_a_reason(evaluate: Evaluate, obj: dict[str, Any], reason: str) -> None:
     decision = evaluate(obj)
 
     assert decision.allowed
@@ -199,14 +224,18 @@ def test_objects_without_a_pod_template_are_allowed_with_a_reason(evaluate, obj,
 
 
 @pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
-def test_delete_and_connect_are_not_evaluated(pod, container, evaluate, operation):
+def test_delete_and_connect_are_not_evaluated(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, operation: str
+) -> None:
     decision = evaluate(pod(container(env=[ALL])), operation=operation)
 
     assert decision.allowed
     assert decision.exempt_reason == f"operation {operation} is not evaluated"
 
 
-def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_updates(pod, container, evaluate):
+def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_updates(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # A running pod that predates a policy (here GPU001's) keeps taking label edits: only GPU008
     # and GPU010, which judge the allocation and device annotations an update can change, run;
     # nothing is patched.
@@ -222,7 +251,9 @@ def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_upda
 
 
 @pytest.mark.parametrize("subresource", ["status", "binding", "resize"])
-def test_pod_updates_through_other_subresources_are_not_evaluated(pod, container, evaluate, subresource):
+def test_pod_updates_through_other_subresources_are_not_evaluated(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, subresource: str
+) -> None:
     obj = pod(container(env=[ALL]))
 
     decision = evaluate(obj, operation="UPDATE", old=obj, subresource=subresource)
@@ -231,7 +262,9 @@ def test_pod_updates_through_other_subresources_are_not_evaluated(pod, container
     assert decision.exempt_reason == f"subresource {subresource} is not evaluated"
 
 
-def test_workload_update_with_an_unchanged_template_is_not_evaluated(pod, container, workload, evaluate):
+def test_workload_update_with_an_unchanged_template_is_not_evaluated(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     old = workload("Deployment", pod(container(env=[ALL])))
     new = workload("Deployment", pod(container(env=[ALL])))
     new["spec"]["replicas"] = 5
@@ -242,7 +275,9 @@ def test_workload_update_with_an_unchanged_template_is_not_evaluated(pod, contai
     assert decision.exempt_reason == "the pod template is unchanged"
 
 
-def test_workload_update_that_changes_the_template_is_evaluated(pod, container, workload, evaluate):
+def test_workload_update_that_changes_the_template_is_evaluated(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     old = workload("Deployment", pod(container()))
     new = workload("Deployment", pod(container(env=[ALL])))
 
@@ -268,14 +303,16 @@ def test_workload_update_that_changes_the_template_is_evaluated(pod, container, 
         {"kind": 5, "spec": {}},
     ],
 )
-def test_malformed_objects_never_make_the_engine_raise(evaluate, patched, obj):
+def test_malformed_objects_never_make_the_engine_raise(evaluate: Evaluate, patched: Patched, obj: dict[str, Any]) -> None:
     decision = evaluate(obj)
 
     assert isinstance(decision, model.Decision)
     patched(obj, decision.patch)
 
 
-def test_engine_failure_outside_policies_denies_instead_of_raising(pod, container, evaluate, monkeypatch):
+def test_engine_failure_outside_policies_denies_instead_of_raising(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(engine, "_short_circuit", boom)
 
     decision = evaluate(pod(container()))
@@ -284,7 +321,9 @@ def test_engine_failure_outside_policies_denies_instead_of_raising(pod, containe
     assert decision.denial_message == "engine error: RuntimeError: boom"
 
 
-def test_engine_failure_only_warns_when_validate_errors_warn(pod, container, evaluate, monkeypatch):
+def test_engine_failure_only_warns_when_validate_errors_warn(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(engine, "_short_circuit", boom)
 
     decision = evaluate(pod(container()), config={"errorActions": {"validate": "warn"}})
@@ -293,12 +332,12 @@ def test_engine_failure_only_warns_when_validate_errors_warn(pod, container, eva
     assert decision.warnings == ("engine error: RuntimeError: boom",)
 
 
-def _count_contexts(monkeypatch) -> list[str]:
+def _count_contexts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every evaluation context the engine builds (the pod kind it was built for)."""
     built: list[str] = []
     real = engine._context
 
-    def counting(request, **kwargs):
+    def counting(request: model.Request, **kwargs: Any) -> policy.Context:
         context = real(request, **kwargs)
         built.append(context.template.kind)
         return context
@@ -307,11 +346,13 @@ def _count_contexts(monkeypatch) -> list[str]:
     return built
 
 
-def _every_policy(action: str, **except_for: str) -> dict:
+def _every_policy(action: str, **except_for: str) -> dict[str, Any]:
     return {"policies": {p.id: {"action": except_for.get(p.id, action)} for p in engine.POLICIES}}
 
 
-def test_policies_that_are_off_are_skipped_before_any_context_is_built(pod, container, evaluate, monkeypatch):
+def test_policies_that_are_off_are_skipped_before_any_context_is_built(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     built = _count_contexts(monkeypatch)
     for item in engine.POLICIES:  # nothing of a policy that is off may run, not even `enabled`
         monkeypatch.setattr(type(item), "enabled", boom)
@@ -326,8 +367,8 @@ def test_policies_that_are_off_are_skipped_before_any_context_is_built(pod, cont
 
 
 def test_a_namespace_override_to_off_skips_before_the_context_and_elsewhere_the_policy_runs(
-    pod, container, evaluate, result, monkeypatch
-):
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
     built = _count_contexts(monkeypatch)
     config = {
         **_every_policy("off", GPU001="enforce"),
@@ -344,7 +385,9 @@ def test_a_namespace_override_to_off_skips_before_the_context_and_elsewhere_the_
     assert not elsewhere.allowed and result(elsewhere, "GPU001") is model.Result.FAIL
 
 
-def test_policies_under_an_exception_are_skipped_before_any_context_is_built(pod, container, evaluate, monkeypatch):
+def test_policies_under_an_exception_are_skipped_before_any_context_is_built(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     built = _count_contexts(monkeypatch)
     config = {
         **_every_policy("off", GPU001="enforce", GPU104="enforce"),
@@ -361,7 +404,9 @@ def test_policies_under_an_exception_are_skipped_before_any_context_is_built(pod
     }
 
 
-def test_the_context_is_built_once_and_rebuilt_only_after_a_mutation_lands(pod, container, workload, evaluate, monkeypatch):
+def test_the_context_is_built_once_and_rebuilt_only_after_a_mutation_lands(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, monkeypatch: pytest.MonkeyPatch
+) -> None:
     built = _count_contexts(monkeypatch)
     # GPU104 (enforce) adds NVIDIA_VISIBLE_DEVICES=void; GPU101-103 and GPU105 are off in between.
     config = _every_policy("off", GPU001="enforce", GPU104="enforce")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 
 from policies import engine, gpu, model, settings
 
 
-def test_defaults_enforce_every_policy_and_exempt_the_system_namespaces():
+def test_defaults_enforce_every_policy_and_exempt_the_system_namespaces() -> None:
     defaults = settings.Settings()
 
     assert {p.id: defaults.action(p.id) for p in engine.POLICIES} == {
@@ -23,11 +25,11 @@ def test_defaults_enforce_every_policy_and_exempt_the_system_namespaces():
 
 
 @pytest.mark.parametrize("empty", [None, {}])
-def test_an_empty_document_gives_the_defaults(empty):
+def test_an_empty_document_gives_the_defaults(empty: dict[str, Any] | None) -> None:
     assert settings.from_mapping(empty) == settings.Settings()
 
 
-def test_a_full_document_is_read():
+def test_a_full_document_is_read() -> None:
     document = yaml.safe_load(
         """
         policies:
@@ -57,7 +59,7 @@ def test_a_full_document_is_read():
 
 
 @pytest.mark.parametrize("action", ["enforce", "warn", "audit", "off", "Enforce"])
-def test_each_action_is_accepted(action):
+def test_each_action_is_accepted(action: str) -> None:
     parsed = settings.from_mapping({"policies": {"GPU005": {"action": action}}})
 
     assert parsed.action("GPU005") is model.Action(action.lower())
@@ -102,7 +104,7 @@ def test_each_action_is_accepted(action):
         (["policies"], "settings: must be a mapping, got list"),
     ],
 )
-def test_invalid_documents_are_refused_with_one_line_naming_the_field(document, message):
+def test_invalid_documents_are_refused_with_one_line_naming_the_field(document: dict[str, Any], message: str) -> None:
     with pytest.raises(settings.InvalidSettings) as raised:
         settings.from_mapping(document)
 
@@ -110,5 +112,5 @@ def test_invalid_documents_are_refused_with_one_line_naming_the_field(document, 
     assert "\n" not in str(raised.value)
 
 
-def test_invalid_settings_is_a_value_error():
+def test_invalid_settings_is_a_value_error() -> None:
     assert issubclass(settings.InvalidSettings, ValueError)

@@ -167,7 +167,7 @@ pod_spec = st.fixed_dictionaries(
         "nodeName": st.one_of(st.sampled_from(["", "gpu-0"]), garbage),
     },
 )
-annotations = st.one_of(
+annotation_maps = st.one_of(
     st.dictionaries(
         st.sampled_from(
             ["gpu-admission.io/gpu-model", "gpu-admission.io/exclude-gpu-model", "gpu-admission.io/min-gpu-memory", "team",
@@ -178,7 +178,7 @@ annotations = st.one_of(
     ),
     garbage,
 )
-metadata = st.fixed_dictionaries({"name": st.just("app")}, optional={"annotations": annotations})
+metadata = st.fixed_dictionaries({"name": st.just("app")}, optional={"annotations": annotation_maps})
 TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
     "Deployment": ("spec", "template"),
     "StatefulSet": ("spec", "template"),
@@ -206,7 +206,7 @@ def objects(draw: st.DrawFn) -> dict[str, Any]:
     return root
 
 
-CONFIGS = [
+CONFIGS: list[dict[str, Any]] = [
     {},
     {"gpuSchedulerName": "gpu-scheduler", "keepNonGpuPodsOffGpuNodes": True},
     {"defaultSharedMode": "share", "policies": {"GPU001": {"action": "warn"}, "GPU004": {"action": "audit"}}},
@@ -248,7 +248,9 @@ def unaliased(obj: Any) -> Any:
 
 @PROPERTY_SETTINGS
 @hypothesis.given(obj=objects(), parsed=configs, lookup=lookups)
-def test_evaluation_is_total_add_only_and_idempotent(obj, parsed, lookup):
+def test_evaluation_is_total_add_only_and_idempotent(
+    obj: dict[str, Any], parsed: settings.Settings, lookup: model.EnvLookup | None
+) -> None:
     obj = unaliased(obj)
     original = copy.deepcopy(obj)
 
@@ -268,7 +270,9 @@ def test_evaluation_is_total_add_only_and_idempotent(obj, parsed, lookup):
 
 @PROPERTY_SETTINGS
 @hypothesis.given(spec=pod_spec, added=st.lists(container, min_size=1, max_size=2), parsed=configs)
-def test_ephemeral_container_updates_only_touch_the_new_ephemeral_containers(spec, added, parsed):
+def test_ephemeral_container_updates_only_touch_the_new_ephemeral_containers(
+    spec: dict[str, Any], added: list[dict[str, Any]], parsed: settings.Settings
+) -> None:
     old = {"kind": "Pod", "metadata": {"name": "app"}, "spec": spec}
     old = unaliased(old)
     new = copy.deepcopy(old)

@@ -204,7 +204,7 @@ def exact(mantissa: int, power: int) -> fractions.Fraction:
 
 
 @pytest.mark.parametrize(("text", "value", "form"), PARSE_CASES)
-def test_kubernetes_parse_table(text, value, form):
+def test_kubernetes_parse_table(text: str, value: tuple[int, int], form: quantity.Format) -> None:
     for sign, prefix in ((1, ""), (-1, "-"), (1, "+")):
         found = quantity.parse(prefix + text)
 
@@ -213,13 +213,13 @@ def test_kubernetes_parse_table(text, value, form):
 
 
 @pytest.mark.parametrize("text", INVALID)
-def test_kubernetes_invalid_table(text):
+def test_kubernetes_invalid_table(text: str) -> None:
     with pytest.raises(quantity.QuantityError):
         quantity.parse(text)
 
 
 @pytest.mark.parametrize(("amount", "expect", "alternate"), STRING_CASES)
-def test_kubernetes_canonical_table(amount, expect, alternate):
+def test_kubernetes_canonical_table(amount: tuple[int, int, quantity.Format], expect: str, alternate: str) -> None:
     mantissa, power, form = amount
     held = quantity.Quantity(unscaled=mantissa, exponent=power, format=form, text="", wide=True)
 
@@ -233,7 +233,7 @@ def test_kubernetes_canonical_table(amount, expect, alternate):
 
 
 @pytest.mark.parametrize(("text", "expect"), EMIT_CASES)
-def test_kubernetes_parse_emit_table(text, expect):
+def test_kubernetes_parse_emit_table(text: str, expect: str) -> None:
     assert quantity.parse(text).text == expect
     assert quantity.parse("-" + text).text == "-" + expect
 
@@ -243,11 +243,11 @@ def test_kubernetes_parse_emit_table(text, expect):
     # TestJSONWhitespace: a manifest field is trimmed, numbers are read from their JSON text.
     [(" 1", "1"), ("1 ", "1"), (1, "1"), (10, "10"), (-1, "-1"), (" -1", "-1"), ("\t2\n", "2")],
 )
-def test_manifest_fields_are_trimmed_like_unmarshal_json(field, expect):
+def test_manifest_fields_are_trimmed_like_unmarshal_json(field: str | int, expect: str) -> None:
     assert quantity.decode(field).text == expect
 
 
-def test_go_whitespace_is_trimmed_but_python_only_whitespace_is_not():
+def test_go_whitespace_is_trimmed_but_python_only_whitespace_is_not() -> None:
     assert quantity.count("\u00a02\u3000") == 2
     assert quantity.count("\x1c2") is None  # str.strip() would trim it; Go's TrimSpace does not
 
@@ -275,7 +275,7 @@ def test_go_whitespace_is_trimmed_but_python_only_whitespace_is_not():
         ("k", 0, "0"),
     ],
 )
-def test_odd_spellings_are_read_as_the_apiserver_reads_and_stores_them(text, value, kept):
+def test_odd_spellings_are_read_as_the_apiserver_reads_and_stores_them(text: str, value: int, kept: str) -> None:
     found = quantity.parse(text)
 
     assert found.fraction() == value
@@ -284,7 +284,7 @@ def test_odd_spellings_are_read_as_the_apiserver_reads_and_stores_them(text, val
 
 
 @pytest.mark.parametrize("text", ["0.5", "1500m", "1.1", "1n", "-1", "-2000m", "12E", "9.3E", "x", "1kk", "", True, [1], {"a": 1}])
-def test_count_is_none_for_what_is_not_a_whole_non_negative_int64(text):
+def test_count_is_none_for_what_is_not_a_whole_non_negative_int64(text: object) -> None:
     assert quantity.count(text) is None
 
 
@@ -292,38 +292,41 @@ def test_count_is_none_for_what_is_not_a_whole_non_negative_int64(text):
     ("field", "value"),
     [(2, 2), (2.0, 2), (1e3, 1000), (0.5, fractions.Fraction(1, 2)), (1e21, 10**21), (1e-7, fractions.Fraction(1, 10**7)), (None, 0)],
 )
-def test_numbers_and_null_decode_as_the_apiserver_decodes_their_json(field, value):
+def test_numbers_and_null_decode_as_the_apiserver_decodes_their_json(
+    field: float | None, value: int | fractions.Fraction
+) -> None:
     assert quantity.decode(field).fraction() == value
 
 
-def test_json_numbers_are_written_as_go_writes_them():
+def test_json_numbers_are_written_as_go_writes_them() -> None:
     assert quantity.decode(1e21).text == "1e+21"
     assert quantity.decode(1.5).text == "1500m"
     assert quantity.decode(123456789.125).text == "123456789.125"
 
 
-def test_exponents_wrap_at_32_bits_as_in_go():
+def test_exponents_wrap_at_32_bits_as_in_go() -> None:
     assert quantity.parse("1e4294967296").fraction() == 1
     assert quantity.parse("1e4294967299").fraction() == 1000
     # Go holds 1000e2147483647 as 1000 x 10^2147483647 and writes 1e-2147483646 (the exponent
     # wrapped); what the cluster then reads back is one nano.
     assert quantity.parse("1000e2147483647").text == "1e-2147483646"
-    assert quantity.stored("1000e2147483647").fraction() == fractions.Fraction(1, 10**9)
+    stored = quantity.stored("1000e2147483647")
+    assert stored is not None and stored.fraction() == fractions.Fraction(1, 10**9)
 
 
-def test_go_1_34_drops_an_exponent_it_has_no_suffix_for():
+def test_go_1_34_drops_an_exponent_it_has_no_suffix_for() -> None:
     assert quantity.parse("1000E").text == "1"
     assert quantity.parse("1000E").fraction() == 10**21
     assert quantity.count("1000E") == 1  # what the cluster stores and reads back
 
 
-def test_decimal_values_are_not_capped_but_binary_ones_are():
+def test_decimal_values_are_not_capped_but_binary_ones_are() -> None:
     assert quantity.parse("18446744073709551616").fraction() == 2**64
     assert quantity.parse("16Ei").fraction() == MAX
     assert quantity.parse("-16Ei").fraction() == -MAX
 
 
-def test_huge_exponents_cost_nothing():
+def test_huge_exponents_cost_nothing() -> None:
     found = quantity.parse("1e2147483647")
 
     assert found.text == "10e2147483646"  # exponent lowered to a multiple of three, as Go writes it
@@ -333,13 +336,13 @@ def test_huge_exponents_cost_nothing():
         found.fraction()
 
 
-def test_too_many_digits_are_refused_rather_than_crashing():
+def test_too_many_digits_are_refused_rather_than_crashing() -> None:
     with pytest.raises(quantity.QuantityError):
         quantity.parse("0." + "1" * 5000)
     assert quantity.count("1" * 5000) is None
 
 
-def test_same_value_compares_values_not_spellings():
+def test_same_value_compares_values_not_spellings() -> None:
     assert quantity.parse("2000m").same_value(quantity.parse("+2"))
     assert quantity.parse("1k").same_value(quantity.parse("1e3"))
     assert not quantity.parse("1Ki").same_value(quantity.parse("1k"))
@@ -362,7 +365,7 @@ def test_same_value_compares_values_not_spellings():
         ("-2", -2000, False),
     ],
 )
-def test_milli_value_and_the_apiservers_integer_check_replay_go(text, milli, valid):
+def test_milli_value_and_the_apiservers_integer_check_replay_go(text: str, milli: int, valid: bool) -> None:
     found = quantity.parse(text)
 
     assert quantity.milli_value(found) == milli
@@ -371,7 +374,7 @@ def test_milli_value_and_the_apiservers_integer_check_replay_go(text, milli, val
 
 @hypothesis.settings(max_examples=400, deadline=None)
 @hypothesis.given(hypothesis.strategies.text(alphabet="0123456789.+-eEinumkKMGTP \t", max_size=14))
-def test_any_text_parses_or_is_refused_and_the_written_form_is_a_fixed_point(text):
+def test_any_text_parses_or_is_refused_and_the_written_form_is_a_fixed_point(text: str) -> None:
     try:
         found = quantity.parse(text)
     except quantity.QuantityError:
@@ -384,9 +387,10 @@ def test_any_text_parses_or_is_refused_and_the_written_form_is_a_fixed_point(tex
 
 
 @pytest.mark.parametrize("value", ["3", "2000m", " 2 ", "1500m", "-0", "1e19", "1000E", "x", "", 2, 2.0, -0.0, True, None, {}, []])
-def test_stored_answers_the_same_from_its_cache(value):
+def test_stored_answers_the_same_from_its_cache(value: object) -> None:
     # Text values are cached (frozen results shared between reviews); the answer stays the uncached one.
     first, again = quantity.stored(value), quantity.stored(value)
     assert first == again == quantity._stored(value)
     if isinstance(first, quantity.Quantity):
+        assert isinstance(again, quantity.Quantity)  # equal to first, as asserted above
         assert (first.unscaled, first.exponent, first.format, first.text) == (again.unscaled, again.exponent, again.format, again.text)

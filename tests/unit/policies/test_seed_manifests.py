@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.policies.conftest import Evaluate, ManifestLoader, Patched
+
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
 EXPECTED_PATCHES = {
@@ -22,7 +24,9 @@ EXPECTED_PATCHES = {
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PATCHES))
-def test_seed_manifest_is_allowed_with_the_expected_patch(manifest, evaluate, patched, name):
+def test_seed_manifest_is_allowed_with_the_expected_patch(
+    manifest: ManifestLoader, evaluate: Evaluate, patched: Patched, name: str
+) -> None:
     obj = manifest(name)
 
     decision = evaluate(obj, namespace="default")
@@ -41,15 +45,15 @@ def test_seed_manifest_is_allowed_with_the_expected_patch(manifest, evaluate, pa
     ],
 )
 def test_seed_gpu_sharing_statefulsets_go_to_the_gpu_scheduler_when_configured(
-    manifest, evaluate, name, path
-):
+    manifest: ManifestLoader, evaluate: Evaluate, name: str, path: str
+) -> None:
     decision = evaluate(manifest(name), namespace="default", config={"gpuSchedulerName": "gpu-scheduler"})
 
     assert decision.allowed
     assert decision.patch == ({"op": "add", "path": path, "value": "gpu-scheduler"},)
 
 
-def test_seed_pod_kept_off_gpu_nodes_gains_no_second_copy_of_its_affinity(manifest, evaluate):
+def test_seed_pod_kept_off_gpu_nodes_gains_no_second_copy_of_its_affinity(manifest: ManifestLoader, evaluate: Evaluate) -> None:
     decision = evaluate(
         manifest("seeds/not-in-gpu-node.yaml"),
         namespace="default",
@@ -59,7 +63,7 @@ def test_seed_pod_kept_off_gpu_nodes_gains_no_second_copy_of_its_affinity(manife
     assert decision.patch == EXPECTED_PATCHES["seeds/not-in-gpu-node.yaml"]
 
 
-def test_seed_gpu_memory_statefulset_without_its_selector_is_pinned_to_cgpu(manifest, evaluate):
+def test_seed_gpu_memory_statefulset_without_its_selector_is_pinned_to_cgpu(manifest: ManifestLoader, evaluate: Evaluate) -> None:
     obj = manifest("seeds/cgpu-test.yaml")
     del obj["spec"]["template"]["spec"]["nodeSelector"]
 

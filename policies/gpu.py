@@ -62,6 +62,28 @@ class Placement(enum.StrEnum):
     SPREAD = "spread"
 
 
+def mode_of(labels: Mapping[str, object]) -> Mode | None:
+    """A node's mode from its labels: `default` when the label is absent, None for a value that is no mode.
+
+    An empty value is no mode: it is not what an unlabelled node does, and no nodeSelector a pod
+    gets from GPU101 matches it.
+    """
+    if SCHEDULE_LABEL not in labels:
+        return Mode.DEFAULT
+    value = labels[SCHEDULE_LABEL]
+    if not isinstance(value, str):
+        return None
+    try:
+        return Mode(value)
+    except ValueError:
+        return None
+
+
+def placement_of(labels: Mapping[str, object]) -> Placement:
+    """A node's placement from its labels: `spread` only where the label says so, else `binpack`."""
+    return Placement.SPREAD if labels.get(PLACEMENT_LABEL) == Placement.SPREAD else Placement.BINPACK
+
+
 # --- extended resources -------------------------------------------------------------------------
 
 
@@ -94,7 +116,19 @@ def is_gpu_resource(name: object) -> bool:
 # them: the kubelet's device manager hands out those cards itself.
 EXTENDER_MANAGED: tuple[Resource, ...] = (Resource.GPU_MEM, Resource.GPU_CORE_PERCENTAGE, Resource.ALIYUN_GPU)
 EXTENDER_RESOURCES: frozenset[str] = frozenset(EXTENDER_MANAGED)
-MAX_CORE_PERCENTAGE = 100
+MAX_CORE_PERCENTAGE = 100  # per card: the core percentage a node advertises is 100 per card
+MIB_PER_GIB = 1024  # `aliyun.com/gpu-mem` counts GiB; NVML and the labels count MiB
+
+# What a node of each mode advertises (DESIGN section 1); enabling one mode sets every other GPU
+# resource to 0 on that node. The labeler writes capacity from it and the audit checks nodes against it.
+MODE_RESOURCES: Mapping[Mode, tuple[Resource, ...]] = {
+    Mode.DEFAULT: (Resource.NVIDIA_GPU,),
+    Mode.CGPU: (Resource.GPU_MEM, Resource.GPU_COUNT),
+    Mode.SHARE: (Resource.GPU_MEM, Resource.GPU_COUNT),
+    Mode.MPS: (Resource.GPU_MEM, Resource.GPU_COUNT),
+    Mode.CORE_MEM: (Resource.GPU_MEM, Resource.GPU_COUNT, Resource.GPU_CORE_PERCENTAGE),
+    Mode.TOPOLOGY: (Resource.ALIYUN_GPU,),
+}
 
 
 class Family(enum.StrEnum):
@@ -222,6 +256,17 @@ def pod_requests_gpu(spec: Mapping[str, Any]) -> bool:
 GPU_MODEL_ANNOTATION = "gpu-admission.io/gpu-model"  # comma list; node affinity In on the card name
 EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma list; NotIn
 MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB; Gt on CARD_MEMORY_MIB_LABEL
+
+# Node annotations. The labeler writes the card inventory and the link topology (their one codec is
+# `policies.inventory`); the scheduler extender keeps its reservation ledger (`policies.reservations`).
+INVENTORY_ANNOTATION = "gpu-admission.io/gpu-inventory"
+TOPOLOGY_ANNOTATION = "gpu-admission.io/gpu-topology"
+RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
+
+
+class AnnotationError(ValueError):
+    """An annotation of the GPU model that cannot be read; the message is one line naming the key."""
+
 
 # gpushare-compatible pod annotations the scheduler extender writes on bind (DESIGN section 3).
 GPUSHARE_MEM_IDX_ANNOTATION = "ALIYUN_COM_GPU_MEM_IDX"

@@ -10,8 +10,9 @@ What is judged:
   created before the webhook, say), and reporting on a mutated copy would hide exactly that.
   GPU008 is left out (`Policy.stored_objects`): it judges what a request writes, and a bound pod
   carries nodeName and the extender's annotations by design; GPU210 judges the stored pod;
-- the consistency checks of `checks` (GPU201-GPU215): per Pod, per workload, per Node and per
-  card, and per ConfigMap/Secret (GPU211, from keys-only copies: no Secret value is kept).
+- the consistency checks of `checks` (GPU201-GPU215), every registered one of each kind from
+  `checks.CHECKS`: per Pod and workload template, per Pod as it runs, per Node and its cards, per
+  ConfigMap/Secret (from keys-only copies: no Secret value is kept) and per settings exception.
 
 Decisions:
 
@@ -40,6 +41,7 @@ from typing import Any
 from policies import cel, engine, envsources, model, podspec, policy
 from policies import settings as settings_
 from webhook.audit import checks, findings
+from webhook.audit.checks import base, facts
 from webhook.extender import cards
 
 DEFAULT_NAMESPACE = "default"
@@ -84,6 +86,13 @@ def describe(item: policy.Policy) -> Describer:
     spec = cel.spec_of(item)
     return Describer(rule=spec.name if spec else _kebab(type(item).__name__), severity=severity, category=category)
 
+
+# The registered checks by the kind of object they judge (a check of two kinds is in both).
+TEMPLATE_CHECKS: tuple[base.TemplateCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.TemplateCheck))
+POD_CHECKS: tuple[base.PodCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.PodCheck))
+NODE_CHECKS: tuple[base.NodeCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.NodeCheck))
+ENV_SOURCE_CHECKS: tuple[base.EnvSourceCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.EnvSourceCheck))
+EXCEPTION_CHECKS: tuple[base.ExceptionCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.ExceptionCheck))
 
 # The validators that can judge an object as stored; a policy on what a request writes (GPU008:
 # nodeName and allocation annotations, which a bound pod carries by design) is left out.
@@ -254,7 +263,7 @@ class _Key:
 
 
 def _key(obj: Mapping[str, Any], namespace: str) -> _Key:
-    return _Key(namespace, str(obj.get("kind", "")), checks.name_of(obj))
+    return _Key(namespace, str(obj.get("kind", "")), facts.name_of(obj))
 
 
 def _controller(obj: Mapping[str, Any], namespace: str) -> tuple[_Key, str] | None:
@@ -304,7 +313,7 @@ def run(
     """Judge everything in `inventory` that `scope` covers; never raises on odd objects."""
     effective = audit_settings(settings)
     moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)  # for exception expiry
-    nodes_by_name = {checks.name_of(node): node for node in inventory.nodes}
+    nodes_by_name = {facts.name_of(node): node for node in inventory.nodes}
     models: dict[str, cards.NodeCards] = {}
     per_object: dict[_Key, list[findings.Finding]] = {}
     owners: dict[_Key, tuple[_Key, str]] = {}
@@ -344,20 +353,17 @@ def run(
 
     for workload in inventory.workloads:
         if scope.covers(namespace_of(workload, default=default_namespace)):
-            judge(workload, [checks.mode_selector(workload)])
+            judge(workload, [check.check_template(workload) for check in TEMPLATE_CHECKS])
     for pod in inventory.pods:
         if not scope.covers(namespace_of(pod, default=default_namespace)):
             continue
         node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
+        context = base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models)
         judge(
             pod,
             [
-                checks.mode_selector(pod),
-                checks.gpu_access_without_request(pod, node=node),
-                checks.stale_pod_reservation(pod),
-                checks.missing_card(pod, nodes=nodes_by_name, now=now, models=models),
-                checks.unaccounted_gpu_pod(pod, now=now),
-                checks.pod_exceeds_request(pod, node=node, now=now),
+                *(check.check_template(pod) for check in TEMPLATE_CHECKS),
+                *(check.check_pod(pod, context) for check in POD_CHECKS),
             ],
         )
     kept, folded = _fold(per_object, owners, uids)
@@ -370,14 +376,14 @@ def run(
         namespace = namespace_of(source, default=default_namespace)
         if not scope.covers(namespace):
             continue
-        found = checks.guarded_env_source(
-            _with_namespace(source, namespace), consumers=consumers.get(namespace, ())
-        )
-        if found is None:
+        placed = _with_namespace(source, namespace)
+        source_context = base.EnvSourceContext(consumers=consumers.get(namespace, ()))
+        judged = [found for check in ENV_SOURCE_CHECKS if (found := check.check_source(placed, source_context)) is not None]
+        if not judged:
             continue
         if namespace in settings.exempt_namespaces:
-            found = _exempt(found, f"namespace {namespace} is exempt")
-        kept.append(found)
+            judged = [_exempt(found, f"namespace {namespace} is exempt") for found in judged]
+        kept.extend(judged)
         namespaces.add(namespace)
         objects += 1
 
@@ -395,26 +401,19 @@ def run(
             if podspec.mapping(p.get("metadata")).get("uid")
         }
         for node in inventory.nodes:
-            if not checks.is_gpu_node(node):
+            if not facts.is_gpu_node(node):
                 continue
             objects += 1
-            node_name = checks.name_of(node)
+            node_name = facts.name_of(node)
             state = cards.node_state(node, grouped.get(node_name, ()), now=now)
             if state.node.cards:
                 states.append(state)
-            for found in (
-                checks.mode_resource_mismatch(node),
-                checks.mode_resource_missing(node),
-                checks.card_model_labels(node),
-                checks.overcommit(node, state=state, pods=bound.get(node_name, ())),
-                checks.orphaned_ledger_entries(node, pods_by_uid=pods_by_uid, now=now),
-                checks.stale_allocation(node, state=state, pods_by_uid=pods_by_uid, now=now),
-                checks.out_of_band_processes(node),
-                checks.card_use_exceeds_allocations(node, state=state),
-            ):
-                if found is not None:
-                    kept.append(found)
-        kept.extend(checks.expired_exception(e) for e in settings_.expired_exceptions(settings, now=moment))
+            node_context = base.NodeContext(state=state, now=now, pods=bound.get(node_name, ()), pods_by_uid=pods_by_uid)
+            kept.extend(found for check in NODE_CHECKS if (found := check.check_node(node, node_context)) is not None)
+        for exception in settings.exceptions:
+            kept.extend(
+                found for check in EXCEPTION_CHECKS if (found := check.check_exception(exception, now=moment)) is not None
+            )
     return Audit(
         findings=tuple(sorted(kept, key=findings.sort_key)),
         scope=scope,

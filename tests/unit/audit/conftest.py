@@ -1,6 +1,8 @@
-"""Factories for the audit tests: nodes like the local cluster's fake ones, pods, workloads, allocations.
+"""Factories for the audit tests: nodes like the local cluster's fake ones, pods, workloads, allocations,
+and the contexts the scan hands a check.
 
-Each fixture returns a plain function, so tests read as `pod("a", node_name="cgpu-0", gpu_mem=3)`.
+Each fixture returns a plain function, so tests read as `pod("a", node_name="cgpu-0", gpu_mem=3)`,
+and a check is judged as `judge_pod(GPU201, pod(...), node=node())`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
+
+from webhook.audit import findings
+from webhook.audit.checks import base
+from webhook.extender import cards
 
 NOW = 1_750_000_000.0
 
@@ -158,3 +164,30 @@ def pod() -> PodFactory:
 @pytest.fixture
 def workload() -> WorkloadFactory:
     return build_workload
+
+
+def judge_pod(
+    check: base.PodCheck,
+    pod: Mapping[str, Any],
+    *,
+    node: Mapping[str, Any] | None = None,
+    nodes: Mapping[str, Mapping[str, Any]] | None = None,
+    now: float = NOW,
+) -> findings.Finding | None:
+    """A pod check's result as the scan gets it: `node` is the one the pod is bound to, `nodes` every node."""
+    return check.check_pod(pod, base.PodContext(now=now, node=node, nodes=nodes or {}))
+
+
+def judge_node(
+    check: base.NodeCheck,
+    node: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]] = (),
+    *,
+    pods_by_uid: Mapping[str, Mapping[str, Any]] | None = None,
+    now: float = NOW,
+) -> findings.Finding | None:
+    """A node check's result as the scan gets it: `pods` are bound to the node (their allocations make its
+    card state), `pods_by_uid` is every pod of the cluster (`pods` by default)."""
+    by_uid = {str(p["metadata"]["uid"]): p for p in pods} if pods_by_uid is None else pods_by_uid
+    state = cards.node_state(node, pods, now=now)
+    return check.check_node(node, base.NodeContext(state=state, now=now, pods=pods, pods_by_uid=by_uid))

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from policies import model
-from tests.unit.audit.conftest import NodeFactory, PodFactory
+from tests.unit.audit.conftest import NodeFactory, PodFactory, judge_pod
+from webhook.audit.checks import gpu201_gpu_access
 
-from webhook.audit import checks
+GPU201 = gpu201_gpu_access.GpuAccessWithoutRequest()
 
 VOID = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
 
@@ -19,7 +20,7 @@ def test_gpu201_a_sys_admin_or_all_container_on_a_gpu_node_fails(node: NodeFacto
     found_pod = pod("agent", node_name="cgpu-0", env=VOID)
     found_pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": added}}
 
-    found = checks.gpu_access_without_request(found_pod, node=node())
+    found = judge_pod(GPU201, found_pod, node=node())
 
     assert found is not None and found.result is model.Result.FAIL
     assert f'container "main" adds capability {added[0]}' in found.message
@@ -30,7 +31,7 @@ def test_gpu201_a_privileged_debug_container_added_to_a_running_pod_fails(node: 
     debugger: dict[str, Any] = {"name": "debugger", "image": "busybox:1", "env": VOID, "securityContext": {"privileged": True}}
     found_pod["spec"]["ephemeralContainers"] = [debugger]
 
-    found = checks.gpu_access_without_request(found_pod, node=node())
+    found = judge_pod(GPU201, found_pod, node=node())
 
     assert found is not None and found.result is model.Result.FAIL
     assert 'ephemeral container "debugger" is privileged' in found.message
@@ -40,6 +41,6 @@ def test_gpu201_ordinary_capabilities_pass(node: NodeFactory, pod: PodFactory) -
     found_pod = pod("web", node_name="cgpu-0", env=VOID)
     found_pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_BIND_SERVICE", "NET_ADMIN"]}}
 
-    found = checks.gpu_access_without_request(found_pod, node=node())
+    found = judge_pod(GPU201, found_pod, node=node())
 
     assert found is None or found.result is model.Result.PASS

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from policies import model
-from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory
-from webhook.audit import checks
-from webhook.extender import cards
+from tests.unit.audit.conftest import NodeFactory, PodFactory, judge_node
+from webhook.audit.checks import gpu202_card_overcommit
+
+GPU202 = gpu202_card_overcommit.CardOvercommitted()
 
 FAIL, PASS = model.Result.FAIL, model.Result.PASS
 
@@ -18,8 +19,7 @@ def with_sidecar(pod: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
 
 
 def overcommit(node: dict[str, Any], pods: list[dict[str, Any]]) -> Any:
-    state = cards.node_state(node, pods, now=NOW)
-    return checks.overcommit(node, state=state, pods=pods)
+    return judge_node(GPU202, node, pods)
 
 
 def test_a_sidecar_asking_for_a_card_counts_beside_the_main_container(node: NodeFactory, pod: PodFactory) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from policies import model
-from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation
-from webhook.audit import checks
+from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation, judge_node
+from webhook.audit.checks import gpu212_stale_allocation
 from webhook.extender import cards, reasons
+
+GPU212 = gpu212_stale_allocation.StaleAllocation()
 
 
 def _ledger(uid: str, *, assumed_at: float) -> dict[str, str]:
@@ -20,9 +22,7 @@ def _ledger(uid: str, *, assumed_at: float) -> dict[str, str]:
 
 
 def _judge(node: dict[str, Any], pods: list[dict[str, Any]]) -> Any:
-    state = cards.node_state(node, pods, now=NOW)
-    by_uid = {p["metadata"]["uid"]: p for p in pods}
-    return checks.stale_allocation(node, state=state, pods_by_uid=by_uid, now=NOW)
+    return judge_node(GPU212, node, pods)
 
 
 def test_a_ledger_entry_of_a_gone_pod_past_the_prune_deadline_fails(node: NodeFactory) -> None:

@@ -11,7 +11,7 @@ import pytest
 from policies import cel, nodeaffinity, settings
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 from webhook.commands import vap
-from webhook.audit import checks
+from webhook.audit.checks import facts
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -119,11 +119,11 @@ def test_the_audit_tells_gpu_nodes_by_the_same_definition() -> None:
     def node(labels: dict[str, str]) -> dict[str, object]:
         return {"metadata": {"name": "n", "labels": labels}, "status": {"capacity": {"cpu": "8"}}}
 
-    assert checks.is_gpu_node(node({"nvidia.com/gpu.present": "true"}))
-    assert checks.is_gpu_node(node({"feature.node.kubernetes.io/pci-10de.present": "true"}))
-    assert checks.is_gpu_node(node({"nvidia.com/gpu.deploy.driver": "true"}))
-    assert not checks.is_gpu_node(node({"nvidia.com/gpu.present": "false"}))
-    assert not checks.is_gpu_node(node({"kubernetes.io/os": "linux"}))
+    assert facts.is_gpu_node(node({"nvidia.com/gpu.present": "true"}))
+    assert facts.is_gpu_node(node({"feature.node.kubernetes.io/pci-10de.present": "true"}))
+    assert facts.is_gpu_node(node({"nvidia.com/gpu.deploy.driver": "true"}))
+    assert not facts.is_gpu_node(node({"nvidia.com/gpu.present": "false"}))
+    assert not facts.is_gpu_node(node({"kubernetes.io/os": "linux"}))
 
 
 def exported_gpu002_admits(spec: dict[str, object]) -> bool:

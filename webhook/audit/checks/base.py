@@ -1,0 +1,157 @@
+"""The shape of an audit check: its identity, how it words a result, and one base class per kind of object it judges.
+
+A check is a stateless class with six class attributes: a stable `id` (continuing the built-in
+policies' numbering), a `rule` name, a one-sentence `summary` used verbatim in failure messages, a
+`severity`, a `category` and a fixed `action` (the settings file only knows admission policies).
+It judges one kind of object through that kind's method and returns a `findings.Finding` (pass
+included), or None where it does not apply:
+
+| base | judges | method | context |
+|---|---|---|---|
+| `TemplateCheck` | a Pod or a workload, by its pod template as written | `check_template(obj)` | none |
+| `PodCheck` | a Pod as it runs: bound, allocated, using cards | `check_pod(pod, context)` | `PodContext` |
+| `NodeCheck` | a GPU node and its cards | `check_node(node, context)` | `NodeContext` |
+| `EnvSourceCheck` | a ConfigMap or Secret, keys only | `check_source(source, context)` | `EnvSourceContext` |
+| `ExceptionCheck` | an exception in the settings file | `check_exception(exception, now=...)` | the time |
+
+A check that judges two kinds derives from both bases (GPU203 judges pods and nodes). The contexts
+hold what the scan computes once for the whole audit (every node by name, a node's card state,
+every pod by UID), so a check never lists anything itself. Checks are pure: decoded objects in, a
+finding out; they read the GPU model from `policies` and never another check's module.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from policies import model, settings
+from webhook.audit import findings
+from webhook.extender import cards
+
+# A card or node shared by thousands of pods must not make a message or a report result huge
+# (reports live in etcd): name this many pods, then say how many more there are.
+MAX_NAMED = 10
+MAX_RELATED = 50
+
+
+class Check(abc.ABC):
+    """A consistency check: stable ID, rule name, one-sentence summary, severity, category, action."""
+
+    id: ClassVar[str]
+    rule: ClassVar[str]
+    summary: ClassVar[str]
+    severity: ClassVar[findings.Severity]
+    category: ClassVar[str]
+    action: ClassVar[model.Action]
+
+    def finding(
+        self,
+        subject: findings.ObjectRef,
+        *,
+        result: model.Result,
+        detail: str = "",
+        related: Iterable[findings.ObjectRef] = (),
+    ) -> findings.Finding:
+        """A result of this check; failures get the message `"<id>: <summary>: <detail>"`.
+
+        A `warn` result is an uncertain failure, so it acts at most `warn`.
+        """
+        action = self.action if result is not model.Result.WARN else model.milder(self.action, model.Action.WARN)
+        if result in (model.Result.FAIL, model.Result.WARN, model.Result.ERROR):
+            message = f"{self.id}: {self.summary}: {detail}" if detail else f"{self.id}: {self.summary}"
+        else:
+            message = detail
+        return findings.Finding(
+            policy=self.id,
+            rule=self.rule,
+            result=result,
+            action=action,
+            severity=self.severity,
+            category=self.category,
+            message=message,
+            subject=subject,
+            related=tuple(related),
+        )
+
+
+def shortened(problems: Sequence[str]) -> list[str]:
+    """The first `MAX_NAMED` problems, then how many more there are."""
+    extra = len(problems) - MAX_NAMED
+    return list(problems[:MAX_NAMED]) + ([f"and {extra} more"] if extra > 0 else [])
+
+
+# --- the kinds of object ---------------------------------------------------------------------------
+
+
+class TemplateCheck(Check):
+    """Judges a Pod or a workload (Deployment, Job, CronJob, ...) by its pod template alone."""
+
+    @abc.abstractmethod
+    def check_template(self, obj: Mapping[str, Any]) -> findings.Finding | None:
+        """The result on `obj`; None where the check does not apply to it."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodContext:
+    """What a pod check may look at besides the pod."""
+
+    now: float  # Unix time, for allocations and reservations that expire
+    node: Mapping[str, Any] | None = None  # the node the pod is bound to; None: unbound, or no such node
+    nodes: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # every node, by name
+    # Each node's card model, read once per audit and shared by every pod context of the run.
+    models: dict[str, cards.NodeCards] = dataclasses.field(default_factory=dict)
+
+
+class PodCheck(Check):
+    """Judges a Pod as it runs: where it is bound, what it holds, what its processes use."""
+
+    @abc.abstractmethod
+    def check_pod(self, pod: Mapping[str, Any], context: PodContext) -> findings.Finding | None:
+        """The result on `pod`; None where the check does not apply to it."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeContext:
+    """What a node check may look at besides the node (only whole-cluster audits judge nodes)."""
+
+    state: cards.NodeState  # the node's cards and the allocations holding them
+    now: float  # Unix time
+    pods: Sequence[Mapping[str, Any]] = ()  # the pods bound to the node (`spec.nodeName`)
+    pods_by_uid: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # every pod of the cluster
+
+
+class NodeCheck(Check):
+    """Judges a GPU node: its labels, advertised resources, reservation ledger, cards and their use."""
+
+    @abc.abstractmethod
+    def check_node(self, node: Mapping[str, Any], context: NodeContext) -> findings.Finding | None:
+        """The result on `node`; None where the check does not apply to it."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnvSourceContext:
+    """What an env-source check may look at besides the source."""
+
+    consumers: Sequence[Mapping[str, Any]] = ()  # the Pods and workloads of the source's namespace
+
+
+class EnvSourceCheck(Check):
+    """Judges a ConfigMap or Secret, reduced to its keys (`envsources.keys_only`): never a value."""
+
+    @abc.abstractmethod
+    def check_source(self, source: Mapping[str, Any], context: EnvSourceContext) -> findings.Finding | None:
+        """The result on `source`; None where the check does not apply to it."""
+
+
+class ExceptionCheck(Check):
+    """Judges an exception of the settings file (cluster-wide audits only)."""
+
+    @abc.abstractmethod
+    def check_exception(
+        self, exception: settings.PolicyException, *, now: datetime.datetime
+    ) -> findings.Finding | None:
+        """The result on `exception` at `now`; None where the check does not apply to it."""

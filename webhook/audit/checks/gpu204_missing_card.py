@@ -1,0 +1,53 @@
+"""GPU204: a pod's allocated card must exist on its node.
+
+It does not when the node now has fewer cards, or the node is gone. Enforced: the accounting
+counts a card nobody can use, and the pod's real card is counted nowhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from policies import model
+from webhook.audit import findings
+from webhook.audit.checks import base, facts
+from webhook.extender import cards
+
+
+class MissingCard(base.PodCheck):
+    """Allocations naming a card (or node) that does not exist."""
+
+    id = "GPU204"
+    rule = "missing-card"
+    summary = "a pod's allocated card must exist on its node"
+    severity = findings.Severity.HIGH
+    category = "GPU Allocation"
+    action = model.Action.ENFORCE
+
+    def check_pod(self, pod: Mapping[str, Any], context: base.PodContext) -> findings.Finding | None:
+        """None for a pod holding no allocation; `context.models` caches each node's card model."""
+        allocation = cards.pod_allocation(pod, now=context.now)
+        if allocation is None:
+            return None
+        subject = findings.ObjectRef.of(pod)
+        node = context.nodes.get(allocation.node)
+        shown = facts.card_list(allocation)
+        if node is None:
+            return self.finding(
+                subject, result=model.Result.FAIL, detail=f"it holds card {shown} of node {allocation.node}, which no longer exists"
+            )
+        node_model = context.models.get(allocation.node)
+        if node_model is None:
+            node_model = context.models[allocation.node] = cards.node_cards(node)
+        missing = [index for index in allocation.cards if node_model.card(index) is None]
+        if missing:
+            have = ", ".join(str(card.index) for card in node_model.cards) or f"none ({node_model.problem})"
+            listed = ",".join(str(index) for index in missing)
+            return self.finding(
+                subject,
+                result=model.Result.FAIL,
+                detail=f"it holds card {listed} of node {allocation.node}, whose cards are {have}",
+                related=[facts.node_ref(node)],
+            )
+        return self.finding(subject, result=model.Result.PASS, detail=f"card {shown} of node {allocation.node}")

@@ -1,10 +1,19 @@
-"""TLS for the webhook server (TLS 1.2 or newer): contexts, hot-swapping the serving pair, its expiry metric.
+"""TLS for the servers (TLS 1.2 or newer): contexts, hot-swapping the serving pair and the trusted
+client CAs, the expiry metric.
 
 A rotated serving pair goes into the *live* ``SSLContext`` (``load_cert_chain`` again): new
 handshakes use the new pair, established connections keep theirs, nothing restarts. A pair is
 loaded into a scratch context first and only then into the live one, because OpenSSL drops the
 live private key as soon as a certificate that does not match it is loaded: a half-written
 rotation (new key, old certificate) must leave the server exactly as it was.
+
+Client CAs (the extender's ``--tls-client-ca-file``) cannot be swapped that way: OpenSSL adds
+certificates to a context's trust store but never removes one, and a CA dropped from the bundle
+must stop being trusted. So where clients are verified, every change (pair or bundle) builds one
+complete new context, and the live context's SNI callback, which OpenSSL calls for every
+ClientHello (with or without a server name), hands the handshake over to it (Go's
+``GetConfigForClient``, as kube-apiserver's dynamic client CA does). The live context itself trusts
+no CA: were the hand-over ever skipped, a client certificate would fail to verify (closed, not open).
 """
 
 from __future__ import annotations
@@ -125,12 +134,18 @@ def expiry_gauge(registry: metrics.Registry) -> metrics.Gauge:
 
 @dataclasses.dataclass
 class Serving:
-    """The live serving pair of one server: swapped in place, its expiry exported."""
+    """The live serving pair of one server, and the client CAs it trusts, if any: swapped in place
+    (see the module docstring), the pair's expiry exported."""
 
     context: ssl.SSLContext
     gauge: metrics.Gauge | None = None
     fingerprint: bytes = b""
     not_after: datetime.datetime | None = None
+    # PEM bundle of the CAs whose client certificates are verified (asked for, not insisted on:
+    # CERT_OPTIONAL, the app decides which paths need one); None: no client certificate is asked for.
+    client_cas: bytes | None = None
+    _pair: tuple[bytes, bytes] | None = dataclasses.field(default=None, repr=False)
+    _handshakes: ssl.SSLContext | None = dataclasses.field(default=None, repr=False)
 
     def offer(
         self, *, certificate_pem: bytes, key_pem: bytes, source: str, now: datetime.datetime | None = None, force: bool = False
@@ -150,9 +165,51 @@ class Serving:
             raise errors.InputError(f"{source}: the certificate expired at {certificate.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}")
         load_pem(self.context, certificate_pem=certificate_pem, key_pem=key_pem, source=source)
         self.fingerprint, self.not_after = fingerprint, certificate.not_valid_after_utc
+        self._pair = (certificate_pem, key_pem)
+        if self.client_cas is not None:
+            self._hand_over_to(self._verifying(self.client_cas, source=source))
         if self.gauge is not None:
             self.gauge.set(certificate.not_valid_after_utc.timestamp(), certificate="serving")
         return True
+
+    def trust(self, bundle_pem: bytes, *, source: str, force: bool = False) -> bool:
+        """Verify client certificates against the CAs of ``bundle_pem`` on every new handshake from
+        now on (only these: one dropped from the bundle is no longer trusted); True when it changed.
+
+        A bundle without a certificate, or one OpenSSL cannot load, raises ``InputError`` and keeps
+        the current one. Before the first pair is offered, the bundle waits for it.
+        """
+        if not bundle_pem.strip() or b"-----BEGIN CERTIFICATE-----" not in bundle_pem:
+            raise errors.InputError(f"{source}: no PEM certificate in it")
+        if bundle_pem == self.client_cas and not force:
+            return False
+        if self._pair is None:
+            _trust_store(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), bundle_pem, source=source)  # refuse a bad one now
+        else:
+            self._hand_over_to(self._verifying(bundle_pem, source=source))
+        self.client_cas = bundle_pem
+        return True
+
+    def _verifying(self, bundle_pem: bytes, *, source: str) -> ssl.SSLContext:
+        """A complete context for new handshakes: the current pair, ``bundle_pem`` as the only CAs."""
+        assert self._pair is not None
+        fresh = new_server_context()
+        load_pem(fresh, certificate_pem=self._pair[0], key_pem=self._pair[1], source=source)
+        _trust_store(fresh, bundle_pem, source=source)
+        _verify_clients(fresh)
+        return fresh
+
+    def _hand_over_to(self, fresh: ssl.SSLContext) -> None:
+        self._handshakes = fresh
+        if self.context.sni_callback is None:
+            # The verify mode is the live context's (OpenSSL copies it into each connection before
+            # the hand-over); its trust store stays empty.
+            _verify_clients(self.context)
+            self.context.sni_callback = self._hand_over
+
+    def _hand_over(self, connection: ssl.SSLObject, _server_name: str | None, _context: ssl.SSLContext) -> None:
+        if self._handshakes is not None:
+            connection.context = self._handshakes
 
     def set_ca(self, certificate: x509.Certificate) -> None:
         if self.gauge is not None:
@@ -160,31 +217,39 @@ class Serving:
 
 
 class FileWatch:
-    """Reloads the serving pair when its files change (size, inode or mtime of either file).
+    """Reloads the serving pair, and the client CA bundle where one is given, when their files change
+    (size, inode or mtime of any of them).
 
     Kubelet swaps a mounted Secret's files by renaming a symlink and ``certs generate`` renames
     new files over the old: both change the inode, so polling ``stat`` sees every rotation. A pair
-    that does not load (the key already new, the certificate still old) is tried again next time.
+    that does not load (the key already new, the certificate still old) is tried again next time;
+    so is a bundle that does not load, and either keeps serving what it had meanwhile.
     """
 
-    def __init__(self, serving: Serving, *, cert_file: str, key_file: str) -> None:
+    def __init__(self, serving: Serving, *, cert_file: str, key_file: str, client_ca_file: str | None = None) -> None:
         self.serving = serving
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca_file = client_ca_file
         self.reloads = 0
         self._loaded: tuple[tuple[int, int, int], ...] | None = None
         self._reported: tuple[tuple[int, int, int], ...] | None = None
 
     def start(self) -> None:
-        """The first load; a pair that does not load is an ``InputError`` (nothing to serve yet)."""
+        """The first load; files that do not load are an ``InputError`` (nothing to serve yet)."""
         signature = self._signature()
+        if self.client_ca_file is not None:
+            self.serving.trust(read_bundle(self.client_ca_file), source=_bundle_name(self.client_ca_file))
         certificate_pem, key_pem = read_pair(cert_file=self.cert_file, key_file=self.key_file)
         self.serving.offer(certificate_pem=certificate_pem, key_pem=key_pem, source=_pair_name(self.cert_file, self.key_file))
         self._loaded = signature
 
+    def _paths(self) -> tuple[str, ...]:
+        return (self.cert_file, self.key_file) if self.client_ca_file is None else (self.cert_file, self.key_file, self.client_ca_file)
+
     def _signature(self) -> tuple[tuple[int, int, int], ...]:
         signature = []
-        for path in (self.cert_file, self.key_file):
+        for path in self._paths():
             try:
                 status = os.stat(path)
             except OSError:
@@ -197,23 +262,36 @@ class FileWatch:
         return self._signature() != self._loaded
 
     def reload(self, *, reason: str, force: bool = False) -> bool:
-        """Load the files now if they hold a new pair (or ``force``); runs on the event loop's thread
-        because the live context is not thread-safe."""
+        """Load the files now if they hold a new pair or bundle (or ``force``); True when something
+        was loaded. Runs on the event loop's thread because the live context is not thread-safe."""
         signature = self._signature()
+        problems: list[str] = []
+        loaded = False
         try:
             certificate_pem, key_pem = read_pair(cert_file=self.cert_file, key_file=self.key_file)
-            loaded = self.serving.offer(
+            if self.serving.offer(
                 certificate_pem=certificate_pem, key_pem=key_pem, source=_pair_name(self.cert_file, self.key_file), force=force
-            )
+            ):
+                loaded = True
+                log.info("uid=- %s: reloaded %s (expires %s)", reason, self.cert_file, _iso(self.serving.not_after))
         except errors.InputError as error:
+            problems.append(f"kept the previous certificate: {error}")
+        if self.client_ca_file is not None:
+            try:
+                if self.serving.trust(read_bundle(self.client_ca_file), source=_bundle_name(self.client_ca_file), force=force):
+                    loaded = True
+                    log.info("uid=- %s: reloaded the client CAs %s", reason, self.client_ca_file)
+            except errors.InputError as error:
+                problems.append(f"kept the previous client CAs: {error}")
+        if problems:
             if signature != self._reported:
-                log.warning("uid=- %s: kept the previous certificate: %s", reason, error)
+                for problem in problems:
+                    log.warning("uid=- %s: %s", reason, problem)
                 self._reported = signature
-            return False
-        self._loaded = signature
+        else:
+            self._loaded = signature
         if loaded:
             self.reloads += 1
-            log.info("uid=- %s: reloaded %s (expires %s)", reason, self.cert_file, _iso(self.serving.not_after))
         return loaded
 
     async def run(self, *, interval: float) -> None:
@@ -222,6 +300,30 @@ class FileWatch:
             await asyncio.sleep(interval)
             if await asyncio.to_thread(self.changed):
                 self.reload(reason="certificate files changed")
+
+
+def read_bundle(path: str) -> bytes:
+    """The bytes of a CA bundle file; a missing or unreadable one is an ``InputError``."""
+    try:
+        return pathlib.Path(path).read_bytes()
+    except FileNotFoundError as error:
+        raise errors.InputError(f"{path}: no such file") from error
+    except OSError as error:
+        raise errors.InputError(f"{path}: {error.strerror or error}") from error
+
+
+def _trust_store(context: ssl.SSLContext, bundle_pem: bytes, *, source: str) -> None:
+    try:
+        context.load_verify_locations(cadata=bundle_pem.decode("ascii", errors="replace"))
+    except (ssl.SSLError, ValueError) as error:
+        raise errors.InputError(f"cannot load {source}: {getattr(error, 'reason', None) or error}") from error
+
+
+def _verify_clients(context: ssl.SSLContext) -> None:
+    context.verify_mode = ssl.CERT_OPTIONAL  # probes come without one; the app refuses what needs one
+    # No TLS 1.3 session tickets: a resumed session skips the client certificate check, so a session
+    # from before a CA left the bundle would outlive its trust.
+    context.num_tickets = 0
 
 
 def _leaf(certificate_pem: bytes, *, source: str) -> x509.Certificate:
@@ -233,6 +335,10 @@ def _leaf(certificate_pem: bytes, *, source: str) -> x509.Certificate:
 
 def _pair_name(cert_file: str, key_file: str) -> str:
     return f"the TLS pair {cert_file} / {key_file}"
+
+
+def _bundle_name(path: str) -> str:
+    return f"the client CA bundle {path}"
 
 
 def _iso(moment: datetime.datetime | None) -> str:

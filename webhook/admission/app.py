@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -11,13 +12,16 @@ from aiohttp.typedefs import Handler
 
 from policies import model, settings
 from webhook.serving import metrics
-from webhook.admission import decisions, handlers, keys
+from webhook.admission import decisioncache, decisions, handlers, keys
 
 log = logging.getLogger(__name__)
 
 # An AdmissionReview for an UPDATE carries object and oldObject; big pods (many env entries,
 # managedFields) push that past aiohttp's 1 MiB default. The apiserver caps request bodies at 3 MiB.
 MAX_BODY_BYTES = 3 * 1024 * 1024
+
+# How many decisions the webhook remembers (webhook.admission.decisioncache); 0 switches the cache off.
+DECISION_CACHE_ENV = "GPU_ADMISSION_DECISION_CACHE_ENTRIES"
 
 # A pod that touches the GPU rules, evaluated once at start-up so /readyz means "can evaluate".
 _PROBE_POD = {
@@ -28,12 +32,28 @@ _PROBE_POD = {
 }
 
 
-def make_app(config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
-    """Build the webhook app for ``config``; serve it over TLS (see ``webhook.admission.serve``)."""
+def make_app(
+    config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES, decision_cache_entries: int | None = None
+) -> web.Application:
+    """Build the webhook app for ``config``; serve it over TLS (see ``webhook.admission.serve``).
+
+    ``decision_cache_entries``: how many decisions to remember (0: none); by default
+    ``$GPU_ADMISSION_DECISION_CACHE_ENTRIES``, else ``decisioncache.DEFAULT_MAX_ENTRIES``.
+    """
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[keys.SETTINGS] = config
     app[keys.LIVE_SETTINGS] = keys.LiveSettings(current=config)
     app[keys.METRICS] = metrics.webhook_metrics()
+    if decision_cache_entries is None:
+        decision_cache_entries = int(os.environ.get(DECISION_CACHE_ENV) or decisioncache.DEFAULT_MAX_ENTRIES)
+    outcomes = app[keys.METRICS].registry.register(
+        metrics.Counter(
+            "gpu_admission_decision_cache_total",
+            "Reviews by what the decision cache did: hit, miss (evaluated and remembered), bypass (never cached).",
+            ("result",),
+        )
+    )
+    app[keys.DECISIONS] = decisioncache.Cache(max_entries=decision_cache_entries, on_outcome=outcomes.inc_one)
     app[keys.STATE] = keys.State()
     app.cleanup_ctx.append(_readiness)
     app.router.add_post("/mutate", handlers.mutate)

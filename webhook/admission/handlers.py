@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Literal
 
 from aiohttp import web
@@ -80,9 +80,9 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     request[keys.UID] = checked.uid
 
     try:
-        namespace_labels, env_lookup = await _cluster_context(request, checked)
+        namespace_labels, env_lookup, env_sources = await _cluster_context(request, checked)
         node_labels = await _node_labels(request, checked)
-        decision = decisions.decide(
+        decision = request.app[keys.DECISIONS].decide(
             checked.object,
             settings=request.app[keys.LIVE_SETTINGS].current,
             namespace=checked.namespace,
@@ -94,6 +94,7 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
             dry_run=checked.dry_run,
             namespace_labels=namespace_labels,
             env_lookup=env_lookup,
+            env_sources=env_sources,
             node_labels=node_labels,
         )
         if endpoint == "mutate":
@@ -156,21 +157,22 @@ def _record_denial(
 
 async def _cluster_context(
     request: web.Request, checked: review.Review
-) -> tuple[Mapping[str, str] | None, model.EnvLookup | None]:
-    """The namespace's labels and GPU001's ConfigMap/Secret data, where the app has cluster access."""
+) -> tuple[Mapping[str, str] | None, model.EnvLookup | None, Collection[model.EnvSource]]:
+    """The namespace's labels and GPU001's ConfigMap/Secret data (and the sources asked for), where
+    the app has cluster access."""
     app = request.app
     if checked.object is None:
-        return None, None  # nothing to evaluate (DELETE, CONNECT)
+        return None, None, ()  # nothing to evaluate (DELETE, CONNECT)
     namespace = checked.namespace or decisions.object_namespace(checked.object) or decisions.DEFAULT_NAMESPACE
     labels = await app[keys.NAMESPACES].labels_for(namespace) if keys.NAMESPACES in app else None
-    lookup = None
+    lookup, wanted = None, frozenset[model.EnvSource]()
     # A pod's own UPDATE is judged only for its annotations (GPU008, GPU010): no env source to read.
     plain_pod_update = checked.operation == "UPDATE" and checked.object_kind == "Pod" and not checked.subresource
     if keys.ENV_SOURCES in app and not plain_pod_update:
         wanted = lookups.env_sources(checked.object, namespace=namespace)
         if wanted:
             lookup = await app[keys.ENV_SOURCES].prefetch(wanted)
-    return labels, lookup
+    return labels, lookup, wanted
 
 
 async def _node_labels(request: web.Request, checked: review.Review) -> Mapping[str, str] | None:

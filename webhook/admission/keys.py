@@ -8,7 +8,7 @@ from aiohttp import web
 
 from policies import settings
 from webhook.serving import metrics
-from webhook.admission import envsources, events, namespaces, nodes
+from webhook.admission import decisioncache, envsources, events, namespaces, nodes
 
 
 @dataclasses.dataclass
@@ -30,6 +30,7 @@ SETTINGS = web.AppKey("settings", settings.Settings)  # as the app was built; re
 LIVE_SETTINGS = web.AppKey("live_settings", LiveSettings)
 METRICS = web.AppKey("metrics", metrics.WebhookMetrics)
 STATE = web.AppKey("state", State)
+DECISIONS = web.AppKey("decisions", decisioncache.Cache)
 # Present only with cluster access (``serve`` adds them; see ``webhook.admission.clustercontext``).
 NAMESPACES = web.AppKey("namespaces", namespaces.Informer)
 ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)

@@ -1,0 +1,209 @@
+"""Decisions remembered by everything they depend on, so replicas of one pod template are judged once.
+
+A Deployment's ReplicaSet, a Job's completions and a DaemonSet create many pods from one template;
+the webhook is asked about each, and each asks the engine the same question. ``Cache.decide``
+answers a repeated question from memory and any other one with ``decisions.decide``, and gives the
+same ``model.Decision`` either way: the handlers build the response, log, count and record Events
+from it exactly as before, per request (uid, name, review mark).
+
+**The key** is a 128-bit BLAKE2b digest of a JSON document holding every input of the verdict:
+
+- the object, less the metadata that differs between replicas and that no built-in policy reads
+  (``VOLATILE_METADATA``: name, generateName, uid, creationTimestamp, resourceVersion,
+  managedFields). Where an exception of the settings matches by name, name and generateName stay
+  in. The object is dumped in its own key order: equal dumps mean equal objects, and the same
+  object with its keys in another order is only a miss, never a wrong answer;
+- the operation, the namespace the engine judges in, and that namespace's labels (or that they
+  are unknown);
+- the username, groups and dryRun (no built-in reads them today; a replica's creator is the same
+  controller, so keeping them costs no hits);
+- GPU001's looked-up sources: each referenced ConfigMap/Secret with the data the lookup found
+  (or that none was found), and whether there was a lookup at all.
+
+**The settings** are not in the key: the cache belongs to one ``Settings`` object and empties
+itself when the live settings are another (a reload builds a new one).
+
+**Time**: an exception with ``expires`` stops applying at that instant, so an entry is kept only
+until the earliest expiry still ahead when it was computed.
+
+**Never cached** (``bypass`` counts them): anything but a CREATE without a subresource (an
+UPDATE's verdict depends on the old object, an ephemeralcontainers update on the Node's labels);
+kinds without a pod template (GPU007 judges ConfigMaps and Secrets by name); settings with user
+policies (CEL may read any field of the request, the name and uid included); a review whose Node
+labels were looked up.
+
+**Patches** are add operations at paths inside the spec, the template or ``metadata.annotations``
+and ``metadata.labels``: they never name the pod, so the cached patch fits every pod with the same
+key. ``tests/unit/webhook/test_decision_cache.py`` holds every generated pod's answer with the cache
+on equal to the answer with it off, names varied, across a reload and a namespace-label change.
+
+Bounded: at most ``max_entries`` (least recently used out first).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+from policies import model, podspec, settings
+from webhook.admission import decisions
+
+DEFAULT_MAX_ENTRIES = 1024
+# Fields a controller sets differently on each replica. No built-in policy reads them (a pod's
+# name reaches a decision only through an exception's `names`, handled below).
+VOLATILE_METADATA = frozenset({"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "managedFields"})
+_NAMES = frozenset({"name", "generateName"})
+
+Outcome = Literal["hit", "miss", "bypass"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    decision: model.Decision
+    valid_until: datetime.datetime | None
+
+
+@dataclasses.dataclass
+class Cache:
+    """The decisions of recent reviews under one ``Settings``; see the module docstring."""
+
+    max_entries: int = DEFAULT_MAX_ENTRIES
+    # Told each review's outcome (the handlers count it as a metric).
+    on_outcome: Callable[[Outcome], None] = lambda outcome: None
+    hits: int = 0
+    misses: int = 0
+    bypassed: int = 0
+    _settings: settings.Settings | None = None
+    _keeps_names: bool = False
+    _expiries: tuple[datetime.datetime, ...] = ()
+    _entries: collections.OrderedDict[bytes, _Entry] = dataclasses.field(default_factory=collections.OrderedDict)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def decide(
+        self,
+        obj: Mapping[str, Any] | None,
+        *,
+        settings: settings.Settings,
+        namespace: str,
+        operation: str,
+        old_object: Mapping[str, Any] | None,
+        user: str,
+        groups: tuple[str, ...],
+        subresource: str,
+        dry_run: bool,
+        namespace_labels: Mapping[str, str] | None,
+        env_lookup: model.EnvLookup | None,
+        env_sources: Iterable[model.EnvSource],
+        node_labels: Mapping[str, str] | None,
+        now: datetime.datetime | None = None,
+    ) -> model.Decision:
+        """``decisions.decide`` with the same arguments (``env_sources``: the sources
+        ``env_lookup`` was asked to fetch), answered from the cache where the key was seen."""
+        now = now if now is not None else datetime.datetime.now(datetime.UTC)
+
+        def compute() -> model.Decision:
+            return decisions.decide(
+                obj,
+                settings=settings,
+                namespace=namespace,
+                operation=operation,
+                old_object=old_object,
+                user=user,
+                groups=groups,
+                subresource=subresource,
+                dry_run=dry_run,
+                namespace_labels=namespace_labels,
+                env_lookup=env_lookup,
+                node_labels=node_labels,
+                now=now,
+            )
+
+        if (
+            self.max_entries <= 0
+            or obj is None
+            or operation != "CREATE"
+            or subresource
+            or node_labels is not None
+            or settings.user_policies
+            or obj.get("kind") not in podspec.SUPPORTED_KINDS
+        ):
+            self.bypassed += 1
+            self.on_outcome("bypass")
+            return compute()
+        if settings is not self._settings:
+            self._adopt(settings)
+        key = self._key(
+            obj,
+            namespace=namespace or decisions.object_namespace(obj) or decisions.DEFAULT_NAMESPACE,
+            operation=operation,
+            user=user,
+            groups=groups,
+            dry_run=dry_run,
+            namespace_labels=namespace_labels,
+            env_lookup=env_lookup,
+            env_sources=env_sources,
+        )
+        entry = self._entries.get(key)
+        if entry is not None and (entry.valid_until is None or now < entry.valid_until):
+            self._entries.move_to_end(key)
+            self.hits += 1
+            self.on_outcome("hit")
+            return entry.decision
+        decision = compute()
+        self._entries[key] = _Entry(decision=decision, valid_until=min((e for e in self._expiries if e > now), default=None))
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        self.misses += 1
+        self.on_outcome("miss")
+        return decision
+
+    def _adopt(self, current: settings.Settings) -> None:
+        """Start over for new settings: nothing judged under the old ones is kept."""
+        self._entries.clear()
+        self._settings = current
+        self._keeps_names = any(e.names for e in current.exceptions)
+        self._expiries = tuple(sorted(e.expires for e in current.exceptions if e.expires is not None))
+
+    def _key(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str,
+        operation: str,
+        user: str,
+        groups: tuple[str, ...],
+        dry_run: bool,
+        namespace_labels: Mapping[str, str] | None,
+        env_lookup: model.EnvLookup | None,
+        env_sources: Iterable[model.EnvSource],
+    ) -> bytes:
+        metadata = obj.get("metadata")
+        if isinstance(metadata, Mapping):
+            volatile = VOLATILE_METADATA - _NAMES if self._keeps_names else VOLATILE_METADATA
+            obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in volatile}}
+        sources: list[Any] | None = None
+        if env_lookup is not None:
+            sources = []
+            for source in sorted(set(env_sources), key=lambda s: (s.kind, s.namespace, s.name)):
+                data = env_lookup(source)
+                sources.append([source.kind, source.namespace, source.name, None if data is None else sorted(data.items())])
+        document = [
+            operation,
+            namespace,
+            None if namespace_labels is None else sorted(namespace_labels.items()),
+            user,
+            list(groups),
+            dry_run,
+            sources,
+            obj,
+        ]
+        text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pathlib
 import shutil
 import subprocess
 
 import pytest
 
 from webhook import cli
-from webhook.cmdline import completion
+from webhook.cmdline import completion, flags
 
 
 def _script(shell: str, capsys: pytest.CaptureFixture[str]) -> str:
@@ -61,6 +62,26 @@ def test_every_subcommand_and_flag_of_the_parser_is_in_the_tree() -> None:
     assert commands[("audit",)].values["-o"] == ("table", "json", "yaml", "markdown", "html")
     assert commands[("audit",)].values["--kubeconfig"] == ()
     assert "--write-reports" not in commands[("audit",)].values  # a switch takes no value
+
+
+def test_o_completes_formats_and_output_file_a_file_name(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _script("bash", capsys)
+    assert _complete(script, "gpu-admission", "policies", "export-vap", "-o", "") == ["yaml", "json"]
+    assert _complete(script, "gpu-admission", "snapshot", "-o", "") == ["yaml", "json"]
+    (tmp_path / "report.html").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert _complete(script, "gpu-admission", "audit", "--output-file", "rep") == ["report.html"]
+    assert "--output-file" in _complete(script, "gpu-admission", "audit", "--output")
+
+
+def test_a_renamed_flag_is_not_offered() -> None:
+    parser = flags.Parser(prog="gpu-admission")
+    sub = parser.add_subparsers(dest="command", required=True).add_parser("thing")
+    flags.add_output_file(sub)
+    flags.add_renamed(sub, "--old-file", new="--output-file")
+    (_, thing) = completion.tree(parser)
+    assert "--old-file" not in thing.options and "--old-file" not in thing.values
+    assert thing.values["--output-file"] == ()
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")

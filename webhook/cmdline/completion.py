@@ -5,7 +5,8 @@ Nothing is written by hand per command: the script is made by walking the argpar
 Both scripts share one shape: shell functions that answer, for a command path such as ``certs
 rotate``, its subcommands, its flags, which flags take a value and that value's choices; the
 completion function walks the words typed so far to find the path. A flag's value without
-choices completes as a file name.
+choices completes as a file name. Flags hidden from help (an old spelling kept as an error that
+names the new one, ``flags.add_renamed``) are not offered.
 
     source <(gpu-admission completion bash)          # ~/.bashrc
     source <(gpu-admission completion zsh)           # ~/.zshrc, after compinit
@@ -42,6 +43,8 @@ def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[Co
     for action in parser._actions:  # argparse has no public walk of its actions
         if isinstance(action, argparse._SubParsersAction):
             subcommands.update(action.choices)
+            continue
+        if action.help == argparse.SUPPRESS:  # hidden: a renamed flag kept only to name its successor
             continue
         options.extend(action.option_strings)
         if not action.option_strings and action.choices is not None:

@@ -1,6 +1,6 @@
 """A snapshot of the cluster's GPU allocation: nodes, GPU pods and reservations, for offline use.
 
-`gpu-admission snapshot -o FILE` writes one, `explain --snapshot` and `simulate --snapshot` read it,
+`gpu-admission snapshot --output-file FILE` writes one, `explain --snapshot` and `simulate --snapshot` read it,
 so a support case can be replayed without the cluster. The shape (YAML or JSON):
 
     apiVersion: gpu-admission.io/v1
@@ -107,7 +107,7 @@ def load(path: str) -> Snapshot:
     except yaml.YAMLError as error:
         raise errors.InputError(f"{path}: not YAML or JSON: {str(error).splitlines()[0]}") from error
     if not isinstance(data, Mapping) or data.get("kind") != KIND:
-        raise errors.InputError(f"{path}: not a {KIND} (write one with `gpu-admission snapshot -o FILE`)")
+        raise errors.InputError(f"{path}: not a {KIND} (write one with `gpu-admission snapshot --output-file FILE`)")
     nodes, pods = data.get("nodes"), data.get("pods")
     if not isinstance(nodes, list) or not isinstance(pods, list):
         raise errors.InputError(f"{path}: nodes and pods must be lists")

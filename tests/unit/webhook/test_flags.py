@@ -4,10 +4,12 @@ selects the kubeconfig context; unknown flags answered with the subcommand's usa
 from __future__ import annotations
 
 import argparse
+import datetime
 import io
 import json
 import logging
 import pathlib
+import tomllib
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ CLUSTER_COMMANDS = (
     ("explain",), ("snapshot",), ("simulate",), ("defrag", "plan"), ("defrag", "apply"),
 )
 LONG_RUNNING = (("serve",), ("extender",), ("labeler",))
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _parser_at(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -76,7 +79,125 @@ def test_version_prints_the_programme_and_its_version(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as exited:
         cli.main(["--version"])
     assert exited.value.code == 0
-    assert capsys.readouterr().out.strip() == f"gpu-admission {flags.version()}"
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert capsys.readouterr().out == f"gpu-admission {declared}\n"
+    assert flags.version() == declared
+
+
+# --- the whole tree -------------------------------------------------------------------------------
+
+
+def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every (path, parser) under ``parser`` that takes no further subcommand."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001
+    if not subs:
+        return [(path, parser)]
+    return [leaf for name, child in subs[0].choices.items() for leaf in _tree(child, (*path, name))]
+
+
+LEAVES = _tree(cli.make_parser())
+LEAF_IDS = [" ".join(path) for path, _ in LEAVES]
+# Duration flags of the servers (serve, extender) still spelled in seconds: each says why it is here.
+SECONDS_SPELLINGS = {
+    "--reservation-ttl": "the extender's: a float of seconds (metavar SECONDS), not yet a flags.positive_duration",
+    "--drain-seconds": "flags.add_drain: reads durations, but its name and metavar S say seconds",
+    "--drain-idle-seconds": "flags.add_drain: as --drain-seconds",
+}
+
+
+def test_the_tree_is_every_command() -> None:
+    assert {path[0] for path, _ in LEAVES} == set(cli.SUBCOMMANDS)
+    assert ("defrag", "apply") in dict(LEAVES) and ("certs", "show") in dict(LEAVES)
+
+
+@pytest.mark.parametrize(("path", "parser"), LEAVES, ids=LEAF_IDS)
+def test_cluster_flags_come_in_pairs_declared_once(path: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
+    kubeconfig, context = _option(parser, "--kubeconfig"), _option(parser, "--context")
+    assert (kubeconfig is None) == (context is None), "--kubeconfig and --context go together"
+    if context is not None:
+        assert context.help == flags.CONTEXT_HELP and context.metavar == "NAME"
+        assert kubeconfig is not None and kubeconfig.metavar == "FILE"
+    assert (kubeconfig is not None) == (path in CLUSTER_COMMANDS), "a command reads a cluster iff it takes --kubeconfig"
+    if _option(parser, "-n") is not None:
+        assert _option(parser, "-n") is _option(parser, "--namespace")
+    if _option(parser, "-A") is not None:
+        assert _option(parser, "-A") is _option(parser, "--all-namespaces")
+
+
+@pytest.mark.parametrize(("path", "parser"), [(p, q) for p, q in LEAVES if _option(q, "-o")], ids=[i for (p, q), i in zip(LEAVES, LEAF_IDS) if _option(q, "-o")])
+def test_o_is_always_a_format_and_a_file_name_is_refused_naming_output_file(
+    path: tuple[str, ...], parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = _option(parser, "-o")
+    assert output is not None and output is _option(parser, "--output") and output.metavar == "FORMAT"
+    assert set(output.choices or ()) <= set(flags.OUTPUT_FORMATS)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["-o", "report.yaml"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: gpu-admission {' '.join(path)} ")
+    assert err.splitlines()[-1].endswith("-o names the format; to write to a file use --output-file report.yaml")
+
+
+@pytest.mark.parametrize(("path", "parser"), LEAVES, ids=LEAF_IDS)
+def test_every_duration_flag_reads_one_syntax(path: tuple[str, ...], parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:  # noqa: SLF001
+        flag = action.option_strings[-1] if action.option_strings else ""
+        if flag in SECONDS_SPELLINGS:
+            continue
+        assert action.metavar not in ("S", "SECONDS"), f"{flag}: a duration is DURATION"
+        if action.metavar != "DURATION":
+            continue
+        parse = action.type
+        assert callable(parse)
+        value = parse("1m30s")
+        assert (value.total_seconds() if isinstance(value, datetime.timedelta) else value) == 90, flag
+        assert parse("45") in (45, datetime.timedelta(seconds=45)), flag  # bare seconds, as before
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a duration like 500ms, 30s, 10m, 1h30m or 365d"):
+            parse("ten minutes")
+
+
+@pytest.mark.parametrize(("path", "parser"), LEAVES, ids=LEAF_IDS)
+def test_an_unknown_flag_on_any_command_prints_that_commands_usage(
+    path: tuple[str, ...], parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*path, "--no-such-flag"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: gpu-admission {' '.join(path)} "), err
+    # required arguments are reported first where missing; otherwise the unknown flag is named
+    assert f"gpu-admission {' '.join(path)}: error: " in err
+
+
+def test_a_renamed_flag_is_one_line_naming_the_new_one(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = flags.Parser(prog="gpu-admission")
+    sub = parser.add_subparsers(dest="command", required=True).add_parser("thing")
+    flags.add_renamed(sub, "--old-file", new="--output-file")
+    flags.add_renamed(sub, "--old-switch", new="--new-switch", takes_value=False)
+    assert "--old-file" not in sub.format_help()  # hidden
+    assert not hasattr(sub.parse_args([]), "old_file")
+    for argv, named in ((["thing", "--old-file", "x.yaml"], "--output-file"), (["thing", "--old-switch"], "--new-switch")):
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: gpu-admission thing ")
+        assert err.splitlines()[-1] == f"gpu-admission thing: error: {argv[1]} is no longer a flag of gpu-admission thing: use {named}"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90.0), ("1h30m", 5400.0), ("500ms", 0.5), ("365d", 365 * 86400.0), ("0", 0.0), ("2.5", 2.5)])
+def test_durations_are_one_syntax(text: str, seconds: float) -> None:
+    assert flags.duration(text) == seconds
+    assert flags.duration_delta(text) == datetime.timedelta(seconds=seconds)
+    if seconds > 0:
+        assert flags.positive_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0s", "0", "-1s", "2x", "1y", "nan", "inf"])
+def test_a_positive_duration_refuses_zero_and_nonsense(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        flags.positive_duration(text)
 
 
 @pytest.mark.parametrize(

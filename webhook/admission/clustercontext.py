@@ -20,6 +20,9 @@ target, so by default Secret-fed ``envFrom`` is judged as offline (admitted wher
 enforced, since no Secret can then carry a guarded key; a warning where it is not). Without cluster access nothing here runs and the webhook judges offline.
 
 This module is the shell: the kubernetes client (through ``webhook.audit.kube``) and the flags.
+Every read here is tried once (`webhook.kube.retry.ONCE`): the informer re-lists after its own
+backoff and counts each failure, and the per-review reads have a deadline of a second. Failures
+come out as `webhook.kube.errors` types, one line each.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from webhook.serving import metrics
 from webhook import kube as webhook_kube
 from webhook.admission import envsources, events, keys, namespaces, nodes
 from webhook.audit import kube
-from webhook.kube import client, client_exceptions
+from webhook.kube import client, retry
+from webhook.kube import errors as kube_errors
 from webhook.kube import watch as kube_watch
 
 log = logging.getLogger(__name__)
@@ -152,7 +156,7 @@ class KubeNamespaces:
             extra: dict[str, Any] = {"limit": LIST_CHUNK, "_preload_content": False, "_request_timeout": 30}
             if token:
                 extra["_continue"] = token
-            response = self._core.list_namespace(**extra)
+            response = retry.call(lambda: self._core.list_namespace(**extra), what="cannot list namespaces", idempotent=True, backoff=retry.ONCE)
             page = json.loads(response.data)
             items.extend(page.get("items") or ())
             metadata = page.get("metadata") or {}
@@ -172,18 +176,22 @@ class KubeNamespaces:
                 deserialize=False,
                 _request_timeout=(10, timeout_s + 30),
             )
-        except client_exceptions.ApiException as error:
-            if error.status == 410:
-                raise namespaces.Expired(str(error.reason)) from error
-            raise
+        except Exception as failure:
+            if not kube_errors.recognised(failure):
+                raise
+            error = kube_errors.translate(failure, what="namespace watch")
+            if isinstance(error, kube_errors.Gone):
+                raise namespaces.Expired(error.reason) from failure
+            raise error from failure
 
     def read(self, name: str, *, timeout_s: float) -> Mapping[str, Any] | None:
         try:
-            response = self._core.read_namespace(name, _preload_content=False, _request_timeout=timeout_s)
-        except client_exceptions.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+            response = retry.call(
+                lambda: self._core.read_namespace(name, _preload_content=False, _request_timeout=timeout_s),
+                what=f"cannot read namespace {name}", idempotent=True, backoff=retry.ONCE,
+            )
+        except kube_errors.NotFound:
+            return None
         found: Mapping[str, Any] = json.loads(response.data)
         return found
 
@@ -246,7 +254,7 @@ def from_args(args: argparse.Namespace) -> Context | None:
         return None
     try:
         api = kube.api_client(args.kubeconfig, context=getattr(args, "context", None))
-    except kube.KubeError as error:
+    except kube_errors.KubeError as error:
         raise errors.InputError(f"cluster context: {error}") from error
     informer = namespaces.Informer(KubeNamespaces(api)) if parts.namespace_labels else None
     env = None
@@ -270,7 +278,11 @@ def from_args(args: argparse.Namespace) -> Context | None:
 def create_event(api: client.ApiClient, body: Mapping[str, Any], *, timeout_s: float) -> None:
     """Write one core/v1 Event (the webhook's ClusterRole allows create on events, nothing more)."""
     core: Any = client.CoreV1Api(api)
-    core.create_namespaced_event(body["metadata"]["namespace"], dict(body), _preload_content=False, _request_timeout=timeout_s)
+    namespace = body["metadata"]["namespace"]
+    retry.call(
+        lambda: core.create_namespaced_event(namespace, dict(body), _preload_content=False, _request_timeout=timeout_s),
+        what=f"cannot record an event in {namespace}", idempotent=False, backoff=retry.ONCE,
+    )
 
 
 def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> Mapping[str, str] | None:
@@ -278,10 +290,11 @@ def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> M
     when it does not exist. Other errors propagate: the cache logs them and GPU009 fails closed."""
     core: Any = client.CoreV1Api(api)
     try:
-        response = core.read_node(name, _preload_content=False, _request_timeout=timeout_s)
-    except client_exceptions.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+        response = retry.call(
+            lambda: core.read_node(name, _preload_content=False, _request_timeout=timeout_s),
+            what=f"cannot read node {name}", idempotent=True, backoff=retry.ONCE,
+        )
+    except kube_errors.NotFound:
+        return None
     labels = (json.loads(response.data).get("metadata") or {}).get("labels") or {}
     return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}

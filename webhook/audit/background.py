@@ -5,7 +5,8 @@ Wiring (serve): `add_serve_arguments(parser)` adds the flags, and
 for the app's lifetime. Nothing runs when the interval is 0 (the default).
 
 - Only one replica audits: the one holding the `coordination.k8s.io/v1` Lease
-  `gpu-admission-audit` in the process's namespace (see `lease`). The Lease is renewed by its own
+  `gpu-admission-audit` in the process's namespace, through the package's one election
+  (`webhook.kube.leader.Elector`, timed by the monotonic clock). The Lease is renewed by its own
   task every few seconds, also while a long audit runs, and released on shutdown.
 - A run never overlaps the one before: one task runs them one after another, each in a worker
   thread (the kubernetes client blocks). A run that takes longer than the interval delays the
@@ -24,22 +25,20 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
 from policies import settings as settings_
-from webhook.cmdline import durations, errors
+from webhook.cmdline import durations, errors, flags
 from webhook.serving import metrics
 from webhook.admission import keys
 from webhook import kube as webhook_kube
 from webhook.audit import kube, report, sweep
-from webhook.kube import lease
+from webhook.kube import errors as kube_errors
+from webhook.kube import leader
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The background audit's flags on `serve`."""
     parser.add_argument(
         "--audit-interval",
-        type=parse_duration,
+        type=flags.duration,  # an ArgumentTypeError: a usage line, not a traceback
         default=0.0,
         metavar="DURATION",
         help="write PolicyReports every DURATION (e.g. 10m) from the leader replica; 0 (default) turns it off",
@@ -111,29 +110,6 @@ def audit_metrics(registry: metrics.Registry) -> AuditMetrics:
 # --- the loop -------------------------------------------------------------------------------------
 
 
-class LeaseStore(Protocol):
-    """Where the Lease lives (the apiserver; a dict in tests)."""
-
-    def read(self) -> Mapping[str, Any] | None: ...
-
-    def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]: ...
-
-
-class KubeLeaseStore:
-    """The Lease through the kube adapter."""
-
-    def __init__(self, api: Any, *, namespace: str, name: str) -> None:
-        self._api = api
-        self._namespace = namespace
-        self._name = name
-
-    def read(self) -> Mapping[str, Any] | None:
-        return kube.read_lease(self._api, namespace=self._namespace, name=self._name)
-
-    def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
-        return kube.write_lease(self._api, body, create=create)
-
-
 # One audit run: given "do we still lead?", audit, write if so, and return the results by kind.
 Job = Callable[[Callable[[], bool]], Mapping[str, int]]
 
@@ -156,52 +132,32 @@ class Background:
         self,
         *,
         interval: float,
-        election: lease.Election,
-        store: LeaseStore,
+        elector: leader.Elector,
         job: Job,
         meters: AuditMetrics,
-        retry_s: float = lease.DEFAULT_RETRY_S,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         state: State | None = None,
     ) -> None:
         self.interval = interval
-        self.election = election
-        self.store = store
+        self.elector = elector
         self.job = job
         self.meters = meters
-        self.retry_s = retry_s
-        self.clock = clock
+        self.clock = clock  # wall time, for the last-run metric only
+        self.monotonic = monotonic  # schedules the runs; the elector times the Lease by its own
         self.state = state if state is not None else State()
         self._leading = asyncio.Event()
-        self._observed: lease.Observation | None = None
-        self._renewed_at = float("-inf")
 
     def leading(self) -> bool:
-        """Whether we lead *and* renewed recently enough that no other replica can have taken over:
-        past two thirds of the lease without a successful renewal we stop writing (client-go's
-        renew deadline), however long a hung call takes."""
-        deadline = self.election.duration_s * 2 / 3
-        return self.state.leader and self.clock() - self._renewed_at < deadline
-
-    def elect_once(self) -> bool:
-        """One election step against the store (blocking; runs in a thread)."""
-        current = self.store.read()
-        decided = lease.step(current, election=self.election, now=self.clock(), observed=self._observed)
-        self._observed = decided.observation
-        if decided.write is None:
-            return decided.leader
-        started = self.clock()
-        try:
-            self.store.write(decided.write, create=decided.create)
-        except kube.Conflict:
-            return False  # another replica wrote first; look again next step
-        if decided.leader:
-            self._renewed_at = started  # the claim runs from before the write was sent
-        return decided.leader
+        """Whether we hold the Lease and renewed it recently enough that no other replica can have
+        taken over (`leader.Elector.leader`: false two thirds into the lease without a successful
+        renewal, however long a hung call takes)."""
+        return self.elector.leader
 
     def set_leader(self, leader: bool) -> None:
+        election = self.elector.election
         if leader != self.state.leader:
-            log.info("uid=- background audit: %s the lease %s/%s", "acquired" if leader else "lost", self.election.namespace, self.election.name)
+            log.info("uid=- background audit: %s the lease %s/%s", "acquired" if leader else "lost", election.namespace, election.name)
         self.state.leader = leader
         self.meters.leader.set(1.0 if leader else 0.0)
         if leader:
@@ -210,21 +166,16 @@ class Background:
             self._leading.clear()
 
     async def elect(self) -> None:
-        """Renew or contend for the Lease every `retry_s` seconds, for ever."""
+        """Renew or contend for the Lease every ``retry_s`` seconds, for ever."""
         while True:
-            try:
-                leader = await asyncio.to_thread(self.elect_once)
-            except kube.KubeError as error:
-                log.warning("uid=- background audit: lease: %s", error)
-                leader = False  # cannot prove we lead: do not write reports
-            self.set_leader(leader)
-            await asyncio.sleep(self.retry_s)
+            self.set_leader(await self.elector.step())
+            await asyncio.sleep(self.elector.retry_s)
 
     async def audit(self) -> None:
         """Run the job while leading, at most every `interval` seconds, never two at once."""
         while True:
             await self._leading.wait()
-            started = self.clock()
+            started = self.monotonic()
             if self.state.running:
                 self.state.overlaps += 1
             self.state.running = True
@@ -245,23 +196,8 @@ class Background:
                 self.state.running = False
                 self.state.runs += 1
                 self.meters.duration.observe(time.perf_counter() - timer)
-            delay = max(0.0, started + self.interval - self.clock())
+            delay = max(0.0, started + self.interval - self.monotonic())
             await asyncio.sleep(delay)
-
-    def release(self) -> None:
-        """Step down (blocking): clear the holder so another replica takes over without waiting."""
-        try:
-            current = self.store.read()
-            body = lease.release(current, election=self.election, now=self.clock())
-            if body is not None:
-                self.store.write(body, create=False)
-        except kube.KubeError as error:
-            log.warning("uid=- background audit: could not release the lease: %s", error)
-
-
-def identity() -> str:
-    """This replica's name in the Lease: pod name (hostname) and a per-process suffix."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def cluster_job(
@@ -297,7 +233,7 @@ class BackgroundAudit:
         kubeconfig: str | None,
         all_results: bool,
         lease_namespace: str | None,
-        store: LeaseStore | None,
+        store: leader.LeaseStore | None,
         job: Job | None,
         retry_s: float,
     ) -> None:
@@ -315,26 +251,30 @@ class BackgroundAudit:
         if self.interval <= 0:
             yield
             return
-        api = None
+        api: Any = None
         if self.store is None or self.job is None:
             try:
                 api = kube.api_client(self.kubeconfig)
-            except kube.KubeError as error:
+            except kube_errors.KubeError as error:
                 raise errors.InputError(f"background audit: {error}") from error
         namespace = self.lease_namespace or webhook_kube.own_namespace()
-        election = lease.Election(namespace=namespace, name=LEASE_NAME, identity=identity())
+        elector = leader.Elector(
+            self.store or leader.KubeLeaseStore(api, namespace=namespace, name=LEASE_NAME),
+            namespace=namespace,
+            name=LEASE_NAME,
+            identity=leader.identity(),
+            retry_s=self.retry_s,
+        )
         registry = app[keys.METRICS].registry if keys.METRICS in app else metrics.Registry()
         background = Background(
             interval=self.interval,
-            election=election,
-            store=self.store or KubeLeaseStore(api, namespace=namespace, name=LEASE_NAME),
+            elector=elector,
             job=self.job or cluster_job(api, settings=self.settings, all_results=self.all_results),
             meters=audit_metrics(registry),
-            retry_s=self.retry_s,
             state=self.state,
         )
         tasks = [asyncio.create_task(background.elect()), asyncio.create_task(background.audit())]
-        log.info("uid=- background audit every %gs as %s (lease %s/%s)", self.interval, election.identity, namespace, LEASE_NAME)
+        log.info("uid=- background audit every %gs as %s (lease %s/%s)", self.interval, elector.identity, namespace, LEASE_NAME)
         try:
             yield
         finally:
@@ -343,7 +283,7 @@ class BackgroundAudit:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await asyncio.to_thread(background.release)
+            await elector.release()
             background.set_leader(False)
             if api is not None:
                 webhook_kube.close(api)
@@ -356,9 +296,9 @@ def background_audit(
     kubeconfig: str | None,
     all_results: bool = False,
     lease_namespace: str | None = None,
-    store: LeaseStore | None = None,
+    store: leader.LeaseStore | None = None,
     job: Job | None = None,
-    retry_s: float = lease.DEFAULT_RETRY_S,
+    retry_s: float = leader.DEFAULT_RETRY_S,
 ) -> BackgroundAudit:
     """An aiohttp `cleanup_ctx` factory: the background audit for the app's lifetime (nothing if interval is 0).
 

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                     reports, written = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope), None
             finally:
                 webhook_kube.close(api)
-    except kube.KubeError as error:
+    except webhook_kube.errors.KubeError as error:
         raise errors.InputError(str(error)) from error
     _emit(_text(audit, reports, output=args.output, all_results=args.all_results), path=args.output_file)
     if written is not None:

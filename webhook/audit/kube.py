@@ -4,7 +4,9 @@ Everything here is synchronous (the official `kubernetes` client is); the backgr
 it through `asyncio.to_thread`. Lists are paged (`limit`/`continue`, `CHUNK` objects a page) and
 decoded straight from JSON (`_preload_content=False`): the engine wants the camelCase wire shape
 anyway, and the client's model deserialisation is the slowest part of listing 10,000 pods.
-Every failure surfaces as `KubeError` with one line naming what was being done.
+Every failure surfaces as a `webhook.kube.errors.KubeError` with one line naming what was being
+done. Reads (and the resourceVersion-guarded replaces, and deletes) are retried with backoff on
+429, 5xx and lost connections (`webhook.kube.retry`); creates only on 429.
 """
 
 from __future__ import annotations
@@ -21,32 +23,28 @@ from typing import Any, TypeVar
 from policies import envsources, model
 from webhook import kube
 from webhook.audit import report, scan
-from webhook.kube import client, client_exceptions, urllib3
+from webhook.kube import client, retry
+from webhook.kube import errors as kube_errors
 
 log = logging.getLogger(__name__)
 
 CHUNK = 500
-LEASE_TIMEOUT_S = 5  # a hung Lease call must not outlive the claim it renews
 _T = TypeVar("_T")
 
 
-class KubeError(Exception):
-    """A cluster call failed; the message is one line saying what and why."""
-
-
 def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
-    """`webhook.kube.api_client`, failing as this adapter's `KubeError`."""
+    """`webhook.kube.api_client`, failing as a `webhook.kube.errors.KubeError` like every other call here."""
     try:
         return kube.api_client(kubeconfig, context=context)
     except kube.ConfigError as error:
-        raise KubeError(str(error)) from error
+        raise kube_errors.KubeError(str(error)) from error
 
 
-def _call(what: str, function: Callable[[], _T]) -> _T:
+def _call(what: str, function: Callable[[], _T], *, idempotent: bool = True) -> _T:
     try:
-        return function()
-    except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as error:
-        raise KubeError(f"{what}: {kube.reason(error)}") from error
+        return retry.call(function, what=what, idempotent=idempotent)
+    except ValueError as error:  # the client's own argument checks
+        raise kube_errors.KubeError(f"{what}: {kube_errors.first_line(error)}") from error
 
 
 # --- listing --------------------------------------------------------------------------------------
@@ -97,7 +95,7 @@ def _pages(listing: _Listing, *, namespace: str | None, chunk: int) -> Iterator[
         try:
             page = json.loads(response.data)
         except ValueError as error:
-            raise KubeError(f"listing {listing.kind} objects: the apiserver sent invalid JSON") from error
+            raise kube_errors.KubeError(f"listing {listing.kind} objects: the apiserver sent invalid JSON") from error
         for item in page.get("items") or ():
             # List items carry no kind/apiVersion of their own; the engine and reports need both.
             item.setdefault("kind", listing.kind)
@@ -134,7 +132,7 @@ def env_sources(core: Any, *, namespace: str | None, chunk: int = CHUNK) -> list
         listing = _Listing(kind=kind, api_version="v1", all_namespaces=everywhere, namespaced=namespaced)
         try:
             listed = [envsources.keys_only(item) for item in _pages(listing, namespace=namespace, chunk=chunk)]
-        except KubeError as error:
+        except kube_errors.KubeError as error:
             log.warning("%s objects not listed, GPU211 does not cover them: %s", kind, error)
             continue
         found.extend(listed)
@@ -151,7 +149,7 @@ def _namespaces(api: client.ApiClient, *, chunk: int) -> list[dict[str, Any]]:
     listing = _Listing(kind="Namespace", api_version="v1", all_namespaces=core.list_namespace, namespaced=None)
     try:
         return list(_pages(listing, namespace=None, chunk=chunk))
-    except KubeError as error:
+    except kube_errors.KubeError as error:
         log.warning("namespace labels unknown, overrides that select on them will not match: %s", error)
         return []
 
@@ -164,14 +162,18 @@ def read_env_source(api: client.ApiClient, source: model.EnvSource, *, timeout_s
     extra: dict[str, Any] = {"_preload_content": False}
     if timeout_s is not None:
         extra["_request_timeout"] = timeout_s
+    read = core.read_namespaced_config_map if source.kind == "ConfigMap" else core.read_namespaced_secret
     try:
-        if source.kind == "ConfigMap":
-            response = core.read_namespaced_config_map(source.name, source.namespace, **extra)
-            return {str(k): str(v) for k, v in (json.loads(response.data).get("data") or {}).items()}
-        response = core.read_namespaced_secret(source.name, source.namespace, **extra)
+        # Tried once: the webhook bounds the wait by `timeout_s`, and an unknown value is judged offline.
+        response = retry.call(
+            lambda: read(source.name, source.namespace, **extra),
+            what=f"cannot read {source.kind} {source.namespace}/{source.name}", idempotent=True, backoff=retry.ONCE,
+        )
         data = json.loads(response.data).get("data") or {}
+        if source.kind == "ConfigMap":
+            return {str(k): str(v) for k, v in data.items()}
         return {str(k): base64.b64decode(str(v)).decode("utf-8", "replace") for k, v in data.items()}
-    except (client_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, binascii.Error):
+    except (kube_errors.KubeError, ValueError, binascii.Error):
         return None
 
 
@@ -242,21 +244,24 @@ def _write(custom: Any, step: report.Step) -> None:
     if step.verb is report.Verb.DELETE:
         try:
             if step.namespace:
-                custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name)
+                _call(f"cannot delete {where}", lambda: custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name))
             else:
-                custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, name)
-        except client_exceptions.ApiException as error:
-            if error.status != 404:  # already gone is what we wanted
-                raise KubeError(f"cannot delete {where}: {kube.reason(error)}") from error
+                _call(f"cannot delete {where}", lambda: custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, name))
+        except kube_errors.NotFound:
+            pass  # already gone is what we wanted
         return
     body: dict[str, Any] = json.loads(json.dumps(step.body))
     if step.verb is report.Verb.CREATE:
         if step.namespace:
-            _call(f"cannot create {where}", lambda: custom.create_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, body))
+            _call(
+                f"cannot create {where}",
+                lambda: custom.create_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, body),
+                idempotent=False,
+            )
         else:
-            _call(f"cannot create {where}", lambda: custom.create_cluster_custom_object(report.GROUP, report.VERSION, plural, body))
+            _call(f"cannot create {where}", lambda: custom.create_cluster_custom_object(report.GROUP, report.VERSION, plural, body), idempotent=False)
         return
-    body["metadata"]["resourceVersion"] = step.resource_version
+    body["metadata"]["resourceVersion"] = step.resource_version  # guards the replace: a repeat that lost is a 409
     if step.namespace:
         _call(
             f"cannot replace {where}",
@@ -273,9 +278,8 @@ def apply(api: client.ApiClient, steps: list[report.Step]) -> int:
     for step in steps:
         try:
             _write(custom, step)
-        except KubeError as error:
-            cause = error.__cause__
-            if not (isinstance(cause, client_exceptions.ApiException) and cause.status == 409 and step.body is not None):
+        except kube_errors.Conflict:
+            if step.body is None:
                 raise
             current = _read(custom, step.namespace, step.name)
             key = (step.namespace, step.name)
@@ -288,57 +292,9 @@ def apply(api: client.ApiClient, steps: list[report.Step]) -> int:
 def _read(custom: Any, namespace: str, name: str = report.NAME) -> Mapping[str, Any] | None:
     try:
         if namespace:
-            found = custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", name)
+            found = _call(f"cannot read {name}", lambda: custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", name))
         else:
-            found = custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", name)
-    except client_exceptions.ApiException as error:
-        if error.status == 404:
-            return None
-        raise KubeError(f"cannot read {name}: {kube.reason(error)}") from error
+            found = _call(f"cannot read {name}", lambda: custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", name))
+    except kube_errors.NotFound:
+        return None
     return found if isinstance(found, Mapping) else None
-
-
-# --- leases ---------------------------------------------------------------------------------------
-
-
-def read_lease(api: client.ApiClient, *, namespace: str, name: str) -> dict[str, Any] | None:
-    """The Lease as JSON, or None when it does not exist."""
-    coordination: Any = client.CoordinationV1Api(api)
-    try:
-        response = coordination.read_namespaced_lease(name, namespace, _preload_content=False, _request_timeout=LEASE_TIMEOUT_S)
-    except client_exceptions.ApiException as error:
-        if error.status == 404:
-            return None
-        raise KubeError(f"cannot read lease {namespace}/{name}: {kube.reason(error)}") from error
-    except (urllib3.exceptions.HTTPError, OSError) as error:
-        raise KubeError(f"cannot read lease {namespace}/{name}: {kube.reason(error)}") from error
-    found: dict[str, Any] = json.loads(response.data)
-    return found
-
-
-class Conflict(KubeError):
-    """Someone else wrote the object first (HTTP 409)."""
-
-
-def write_lease(api: client.ApiClient, lease: Mapping[str, Any], *, create: bool) -> dict[str, Any]:
-    """Create or replace (with its resourceVersion) a Lease; `Conflict` when another writer won."""
-    coordination: Any = client.CoordinationV1Api(api)
-    metadata = lease.get("metadata") or {}
-    namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
-    try:
-        if create:
-            response = coordination.create_namespaced_lease(
-                namespace, dict(lease), _preload_content=False, _request_timeout=LEASE_TIMEOUT_S
-            )
-        else:
-            response = coordination.replace_namespaced_lease(
-                name, namespace, dict(lease), _preload_content=False, _request_timeout=LEASE_TIMEOUT_S
-            )
-    except client_exceptions.ApiException as error:
-        if error.status == 409:
-            raise Conflict(f"lease {namespace}/{name} changed under us") from error
-        raise KubeError(f"cannot write lease {namespace}/{name}: {kube.reason(error)}") from error
-    except (urllib3.exceptions.HTTPError, OSError) as error:
-        raise KubeError(f"cannot write lease {namespace}/{name}: {kube.reason(error)}") from error
-    written: dict[str, Any] = json.loads(response.data)
-    return written

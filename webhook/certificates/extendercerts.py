@@ -118,7 +118,7 @@ def ensure(
                 client_store.write(plan.entries, previous=stored)
                 done.append(f"{client_store.describe()}: {plan.reason}")
             return material, done
-        except provision.Conflict:
+        except kube.errors.Conflict:
             if attempt == _ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # the loop returns or raises
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         hosts = tuple(dict.fromkeys((*provision.service_hosts(args.service, args.namespace), *args.host)))
         try:
             material, done = ensure(serving_store, client_store, hosts=hosts, now=datetime.datetime.now(datetime.UTC))
-        except provision.KubeError as error:
+        except kube.errors.KubeError as error:
             raise errors.InputError(str(error)) from error
         except authority.InvalidHost as error:
             raise errors.InputError(str(error)) from error

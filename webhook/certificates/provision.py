@@ -10,7 +10,10 @@ The decisions (renew now? which CAs to trust?) are `certs.rotation`'s; this modu
 `reconcile` does one pass (read, decide, write the store, inject). `Manager` runs it in ``serve
 --self-managed-certs``: every replica reads the Secret every interval and swaps a changed serving
 pair into its live TLS context; only the replica holding the Lease writes (see `webhook.kube.leader`).
-The kubernetes client is synchronous: everything here that calls it runs in a worker thread.
+The kubernetes client is synchronous: everything here that calls it runs in a worker thread. Its
+failures are `webhook.kube.errors` types; a write that lost a race is `errors.Conflict` (read again
+and decide again). Reads and resourceVersion-guarded replaces are retried on 429, 5xx and lost
+connections (`webhook.kube.retry`), the Secret's create only on 429.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from typing import Any, Protocol
 from certs import rotation
 from webhook import kube
 from webhook.cmdline import durations, errors
-from webhook.kube import leader
+from webhook.kube import leader, retry
 from webhook.serving import tls
-from webhook.kube import client, client_exceptions, urllib3
+from webhook.kube import client
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +50,6 @@ LABELS = {
     "app.kubernetes.io/part-of": "gpu-admission",
     "app.kubernetes.io/managed-by": "gpu-admission",
 }
-
-
-
-class KubeError(Exception):
-    """A cluster call failed; the message is one line saying what and why."""
-
-
-class Conflict(KubeError):
-    """Someone else wrote the object first (HTTP 409): read again and decide again."""
 
 
 # --- durations ------------------------------------------------------------------------------------
@@ -145,15 +139,13 @@ class SecretStore:
         return f"secret {self.namespace}/{self.name}"
 
     def read(self) -> Stored | None:
-        what = f"cannot read {self.describe()}"
         try:
-            response = self._core.read_namespaced_secret(self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except client_exceptions.ApiException as error:
-            if error.status == 404:
-                return None
-            raise KubeError(f"{what}: {kube.reason(error)}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"{what}: {kube.reason(error)}") from error
+            response = retry.call(
+                lambda: self._core.read_namespaced_secret(self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=f"cannot read {self.describe()}", idempotent=True,
+            )
+        except kube.errors.NotFound:
+            return None
         secret = json.loads(response.data)
         entries: dict[str, bytes] = {}
         for key, value in (secret.get("data") or {}).items():
@@ -180,17 +172,16 @@ class SecretStore:
             "data": {key: base64.b64encode(value).decode("ascii") for key, value in sorted(entries.items())},
         }
         what = f"cannot write {self.describe()}"
-        try:
-            if previous is None:
-                self._core.create_namespaced_secret(self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-            else:
-                self._core.replace_namespaced_secret(self.name, self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except client_exceptions.ApiException as error:
-            if error.status == 409:
-                raise Conflict(f"{self.describe()} changed under us") from error
-            raise KubeError(f"{what}: {kube.reason(error)}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"{what}: {kube.reason(error)}") from error
+        if previous is None:  # a create that lost its answer may have happened: 429 only is retried
+            retry.call(
+                lambda: self._core.create_namespaced_secret(self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=what, idempotent=False,
+            )
+        else:  # metadata carries the resourceVersion read: a repeat that lost is a 409
+            retry.call(
+                lambda: self._core.replace_namespaced_secret(self.name, self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=what, idempotent=True,
+            )
 
 
 _KINDS = ("mutating", "validating")
@@ -209,13 +200,12 @@ class WebhookClients:
     def _read(self, kind: str) -> dict[str, Any] | None:
         reader = getattr(self._admission, f"read_{kind}_webhook_configuration")
         try:
-            response = reader(self.name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except client_exceptions.ApiException as error:
-            if error.status == 404:
-                return None
-            raise KubeError(f"cannot read the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"cannot read the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
+            response = retry.call(
+                lambda: reader(self.name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=f"cannot read the {kind} webhook configuration {self.name}", idempotent=True,
+            )
+        except kube.errors.NotFound:
+            return None
         found: dict[str, Any] = json.loads(response.data)
         return found
 
@@ -240,7 +230,7 @@ class WebhookClients:
                 try:
                     changed += self._inject_one(kind, encoded)
                     break
-                except Conflict:
+                except kube.errors.Conflict:
                     if attempt == 2:
                         raise
         return changed
@@ -255,14 +245,11 @@ class WebhookClients:
         for hook in stale:
             hook.setdefault("clientConfig", {})["caBundle"] = encoded
         replace = getattr(self._admission, f"replace_{kind}_webhook_configuration")
-        try:  # the body carries resourceVersion: a concurrent change is a 409, never overwritten
-            replace(self.name, configuration, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except client_exceptions.ApiException as error:
-            if error.status == 409:
-                raise Conflict(f"the {kind} webhook configuration {self.name} changed under us") from error
-            raise KubeError(f"cannot update the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise KubeError(f"cannot update the {kind} webhook configuration {self.name}: {kube.reason(error)}") from error
+        # The body carries resourceVersion: a concurrent change is a 409, never overwritten.
+        retry.call(
+            lambda: replace(self.name, configuration, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+            what=f"cannot update the {kind} webhook configuration {self.name}", idempotent=True,
+        )
         return len(stale)
 
 
@@ -375,7 +362,7 @@ class Manager:
             await self.elector.step()
             try:
                 material = await asyncio.to_thread(self._pass)
-            except KubeError as error:
+            except kube.errors.KubeError as error:
                 material = rotation.Material()
                 self._report(error)
             if usable(material, now=self.clock()):
@@ -404,16 +391,16 @@ class Manager:
         """One pass (the client calls in a thread), then swap the pair in if it changed."""
         try:
             material = await asyncio.to_thread(self._pass)
-        except KubeError as error:
+        except kube.errors.KubeError as error:
             self._report(error)
             return
         self.last_error = ""
         self.passes += 1
         self.apply(material)
 
-    def _report(self, error: KubeError) -> None:
+    def _report(self, error: kube.errors.KubeError) -> None:
         message = str(error)
-        if isinstance(error, Conflict):
+        if isinstance(error, kube.errors.Conflict):
             log.info("uid=- %s; trying again next pass", message)
         elif message != self.last_error:
             log.warning("uid=- certificates: %s", message)

@@ -1,28 +1,23 @@
 """The apiserver operations the extender needs, as an interface: `kube.KubeApi` implements it for
-real, the unit tests with an in-memory fake. Objects travel as plain JSON dicts."""
+real, the unit tests with an in-memory fake. Objects travel as plain JSON dicts.
+
+Failures are the Kubernetes layer's errors (`webhook.kube.errors`), named here for the binder and
+the fakes: `ApiError` (any; ``status`` is the HTTP code, 0 without an answer), `Conflict` (409: a
+precondition, resourceVersion or UID, no longer holds, or the pod is already bound) and `NotFound`
+(404: the object is gone)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from webhook.kube import errors as kube_errors
+
 Object = dict[str, Any]
 
-
-class ApiError(Exception):
-    """The apiserver refused or could not be reached; `status` is the HTTP code (0: no answer)."""
-
-    def __init__(self, message: str, *, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Conflict(ApiError):
-    """409: a precondition (resourceVersion, UID) no longer holds, or the pod is already bound."""
-
-
-class NotFound(ApiError):
-    """404: the object is gone."""
+ApiError = kube_errors.KubeError
+Conflict = kube_errors.Conflict
+NotFound = kube_errors.NotFound
 
 
 class Api(Protocol):

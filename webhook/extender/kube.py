@@ -5,6 +5,12 @@ Requests go through `ApiClient.param_serialize`/`call_api`, so authentication (c
 certificates, bearer tokens with refresh, exec plugins) is the client's, but bodies stay plain
 JSON: no model classes on the way in or out, which is both faster and keeps `Any` inside this
 module. Blocking calls run in threads (`asyncio.to_thread`); the two watches each own a thread.
+
+Failures are `webhook.kube.errors` types (`api.ApiError`, `api.Conflict`, `api.NotFound`), made by
+`errors.translate` from the raw answer. Reads and the resourceVersion-guarded node patch are
+retried briefly on 429, 5xx and lost connections (`READS`: the scheduler waits on a bind); the
+Binding's create only on 429. `KubeApi.request` retries GETs only unless told otherwise: a 429 to
+an eviction is a PodDisruptionBudget's refusal, not a busy apiserver.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from webhook import kube
 from webhook.extender import api
 from webhook.extender import store as store_module
 from webhook.kube import client as kube_client
+from webhook.kube import errors as kube_errors
+from webhook.kube import retry
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +40,7 @@ LIST_PAGE = 500
 POOL_SIZE = 64
 FIELD_MANAGER = "gpu-admission-extender"
 _MERGE_PATCH = "application/merge-patch+json"
+READS = retry.Backoff(attempts=3, base_s=0.1, cap_s=1.0, max_wait_s=2.0)
 
 
 def load_client(kubeconfig: str | None, *, context: str | None = None) -> kube_client.ApiClient:
@@ -49,10 +58,10 @@ class KubeApi:
     # --- api.Api ---
 
     async def get_pod(self, namespace: str, name: str) -> Object:
-        return await asyncio.to_thread(self.request, "GET", _pod_path(namespace, name))
+        return await self._request_async("GET", _pod_path(namespace, name), idempotent=True)
 
     async def get_node(self, name: str) -> Object:
-        return await asyncio.to_thread(self.request, "GET", f"/api/v1/nodes/{_quote(name)}")
+        return await self._request_async("GET", f"/api/v1/nodes/{_quote(name)}", idempotent=True)
 
     async def list_node_pods(self, node: str) -> list[Object]:
         items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}")
@@ -62,9 +71,9 @@ class KubeApi:
         self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]
     ) -> Object:
         body = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}}
-        return await asyncio.to_thread(
-            self.request, "PATCH", f"/api/v1/nodes/{_quote(name)}", body=body, content_type=_MERGE_PATCH,
-            query=[("fieldManager", FIELD_MANAGER)],
+        return await self._request_async(  # guarded by the resourceVersion: a repeat that lost is a 409
+            "PATCH", f"/api/v1/nodes/{_quote(name)}", body=body, content_type=_MERGE_PATCH,
+            query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
         )
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
@@ -74,7 +83,23 @@ class KubeApi:
             "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": dict(annotations)},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await asyncio.to_thread(self.request, "POST", _pod_path(namespace, name) + "/binding", body=body)
+        # A create: retried on 429 only (a Binding whose answer was lost may have been made).
+        await self._request_async("POST", _pod_path(namespace, name) + "/binding", body=body, idempotent=False)
+
+    async def _request_async(
+        self,
+        method: str,
+        path: str,
+        *,
+        idempotent: bool,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+    ) -> Object:
+        return await retry.call_async(
+            lambda: self._request_once(method, path, query=query, body=body, content_type=content_type),
+            what=f"{method} {path}", idempotent=idempotent, backoff=READS,
+        )
 
     # --- blocking calls ---
 
@@ -86,12 +111,26 @@ class KubeApi:
         query: Sequence[tuple[str, str]] = (),
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
+        idempotent: bool | None = None,
+        backoff: retry.Backoff | None = None,
     ) -> Object:
-        """One request; the decoded JSON answer, or ApiError/Conflict/NotFound."""
+        """The decoded JSON answer, or ApiError/Conflict/NotFound. A GET is tried again as
+        `webhook.kube.retry` allows (`READS`); any other method once, unless ``idempotent`` and
+        ``backoff`` say otherwise."""
+        return retry.call(
+            lambda: self._request_once(method, path, query=query, body=body, content_type=content_type),
+            what=f"{method} {path}",
+            idempotent=method == "GET" if idempotent is None else idempotent,
+            backoff=backoff or (READS if method == "GET" else retry.ONCE),
+        )
+
+    def _request_once(
+        self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: Mapping[str, Any] | None, content_type: str
+    ) -> Object:
         response = self._send(method, path, query=query, body=body, content_type=content_type, timeout=self._timeout)
         data = response.read()
         if not 200 <= response.status < 300:
-            raise _error(response.status, data, f"{method} {path}")
+            raise _error(response, data, f"{method} {path}")
         try:
             decoded = json.loads(data)
         except ValueError as error:
@@ -110,7 +149,7 @@ class KubeApi:
                 query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
-            page = self.request("GET", path, query=query)
+            page = self.request("GET", path, query=query)  # each page retried on its own
             items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
@@ -127,7 +166,7 @@ class KubeApi:
         ]
         response = self._send("GET", path, query=query, body=None, content_type="application/json", timeout=(10.0, WATCH_TIMEOUT_S + 30.0))
         if not 200 <= response.status < 300:
-            raise _error(response.status, response.read(), f"watch {path}")
+            raise _error(response, response.read(), f"watch {path}")
         raw = response.response
         try:
             pending = b""
@@ -161,10 +200,8 @@ class KubeApi:
                 body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
             )
             return self._client.call_api(*serialized, _request_timeout=timeout)
-        except kube_client.ApiException as error:
-            raise api.ApiError(f"{method} {path}: {error.reason or error}", status=error.status or 0) from error
-        except Exception as error:  # urllib3 connection, TLS and timeout errors
-            raise api.ApiError(f"{method} {path}: {type(error).__name__}: {error}") from error
+        except Exception as error:  # the client's TLS failures (status 0), urllib3 connection and timeout errors
+            raise kube_errors.translate(error, what=f"{method} {path}") from error
 
 
 class Watcher:
@@ -210,9 +247,10 @@ class Watcher:
     def _watch_once(self, kind: str, path: str, version: str) -> str:
         for event, obj in self._kube.watch(path, resource_version=version, stopped=self._stopped):
             if event == "ERROR":
-                if obj.get("code") == 410:
+                failed = _error_event(obj, f"watch {path}")
+                if isinstance(failed, kube_errors.Gone):
                     raise _Expired
-                raise api.ApiError(str(obj.get("message", "watch error")), status=int(obj.get("code") or 0))
+                raise failed
             version = str((obj.get("metadata") or {}).get("resourceVersion", version))
             if event == "BOOKMARK":
                 continue
@@ -233,16 +271,17 @@ class _Expired(Exception):
     """The watch's resourceVersion is too old (410 Gone): relist."""
 
 
-def _error(status: int, data: bytes, what: str) -> api.ApiError:
-    message = ""
-    with contextlib.suppress(ValueError, AttributeError):
-        message = str(json.loads(data).get("message", ""))
-    text = f"{what}: {message or data[:200].decode(errors='replace') or status}"
-    if status == 404:
-        return api.NotFound(text, status=status)
-    if status == 409:
-        return api.Conflict(text, status=status)
-    return api.ApiError(text, status=status)
+def _error(response: Any, data: bytes, what: str) -> kube_errors.KubeError:
+    """The error of a raw answer with a failing status (``ApiClient.call_api`` does not raise)."""
+    answer = kube_errors.Answer(status=int(response.status), body=data, reason=str(response.reason or ""), headers=response.headers or {})
+    return kube_errors.translate(answer, what=what)
+
+
+def _error_event(obj: Mapping[str, Any], what: str) -> kube_errors.KubeError:
+    """The error of a watch's ERROR event (its object is a metav1.Status)."""
+    code = obj.get("code")
+    answer = kube_errors.Answer(status=code if isinstance(code, int) else 0, body=json.dumps(obj), reason=str(obj.get("reason") or ""))
+    return kube_errors.translate(answer, what=what)
 
 
 def _pod_path(namespace: str, name: str) -> str:

@@ -1,5 +1,6 @@
-"""The one place that turns a kubeconfig (or a pod's service account) into a `kubernetes` client,
-and the client's errors into one-line reasons. Every command that talks to a cluster uses it.
+"""The one place that turns a kubeconfig (or a pod's service account) into a `kubernetes` client.
+Every command that talks to a cluster uses it; the client's failures become `webhook.kube.errors`
+(through `webhook.kube.retry`).
 
 It also holds the `kubernetes` modules for the rest of the package, imported on first use
 (``webhook.kube.lazy``): ``from webhook.kube import client, client_exceptions, urllib3, watch``.
@@ -7,12 +8,12 @@ It also holds the `kubernetes` modules for the rest of the package, imported on 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook.cmdline import errors
+from webhook.cmdline import errors as cmdline_errors
+from webhook.kube import errors
 from webhook.kube import lazy
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ else:
 
 __all__ = [  # the lazy kubernetes modules are exported for the package's other cluster code
     "DEFAULT_NAMESPACE", "SERVICE_ACCOUNT_NAMESPACE", "ConfigError", "api_client", "client", "client_exceptions",
-    "close", "first_line", "own_namespace", "reason", "urllib3", "watch",
+    "close", "errors", "own_namespace", "urllib3", "watch",
 ]
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -45,7 +46,7 @@ def close(api: Any) -> None:
     api.close()
 
 
-class ConfigError(errors.InputError):
+class ConfigError(cmdline_errors.InputError):
     """No client could be made: the kubeconfig is missing or bad. One line, exit status 2 in the CLI."""
 
 
@@ -66,7 +67,7 @@ def api_client(
             _config.load_kube_config(context=context, client_configuration=configuration)
     except (config_exception.ConfigException, OSError, ValueError, TypeError) as error:
         where = os.fspath(kubeconfig) if kubeconfig else "the in-cluster or default kubeconfig"
-        raise ConfigError(f"cannot load {where}: {first_line(error)}") from error
+        raise ConfigError(f"cannot load {where}: {errors.first_line(error)}") from error
     if pool_size is not None:
         configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)
@@ -79,24 +80,3 @@ def own_namespace() -> str:
     except OSError:
         found = ""
     return found or os.environ.get("POD_NAMESPACE", "") or DEFAULT_NAMESPACE
-
-
-def reason(error: BaseException) -> str:
-    """Why a client call failed, in one line: `409 Conflict: <the apiserver's message>`."""
-    if isinstance(error, client_exceptions.ApiException):
-        message = ""
-        if error.body:
-            try:
-                body = json.loads(error.body)
-                message = str(body.get("message", "")) if isinstance(body, dict) else ""
-            except ValueError:
-                message = ""
-        return f"{error.status} {error.reason}" + (f": {message}" if message else "")
-    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
-        return first_line(error.reason)
-    return first_line(error)
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

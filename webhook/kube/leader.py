@@ -12,7 +12,7 @@ audit)::
 
 The rules are client-go's, as implemented by the pure step function in `webhook.kube.lease`
 (create, renew, take over after ``duration_s`` of *local* time without a change, HTTP 409 = lost
-the race). `Elector.leader` turns false by itself when renewals have failed for ``renew_deadline_s``
+the race), timed by the monotonic clock. `Elector.leader` turns false by itself when renewals have failed for ``renew_deadline_s``
 (two thirds of the lease), before any other replica may take over, so two replicas never both
 believe they lead. Blocking client calls run in a worker thread.
 """
@@ -30,8 +30,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from webhook.kube import lease
-from webhook.kube import client, client_exceptions, urllib3
+from webhook.kube import client, lease, retry
+from webhook.kube import errors as kube_errors
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +40,9 @@ DEFAULT_RETRY_S = lease.DEFAULT_RETRY_S
 REQUEST_TIMEOUT_S = 5  # below the renew deadline: a hung call must not outlive our claim
 
 
-class LeaseError(Exception):
-    """The Lease could not be read or written; one line saying why."""
-
-
-class Conflict(LeaseError):
-    """Another replica wrote the Lease first (HTTP 409)."""
-
-
 class LeaseStore(Protocol):
-    """Where the Lease lives: the apiserver, or a dict in tests."""
+    """Where the Lease lives: the apiserver, or a dict in tests. Failures are `webhook.kube.errors`
+    types; a write that lost the race is `errors.Conflict`."""
 
     def read(self) -> Mapping[str, Any] | None: ...
 
@@ -57,7 +50,10 @@ class LeaseStore(Protocol):
 
 
 class KubeLeaseStore:
-    """One Lease through the kubernetes client (blocking: call from a thread)."""
+    """One Lease through the kubernetes client (blocking: call from a thread).
+
+    Each call is tried once (`retry.ONCE`): the election itself tries again every ``retry_s``, and
+    a call retried with backoff could outlive the renew deadline it serves."""
 
     def __init__(self, api: client.ApiClient, *, namespace: str, name: str) -> None:
         self._leases: Any = client.CoordinationV1Api(api)  # untyped client: Any stops here
@@ -66,28 +62,26 @@ class KubeLeaseStore:
 
     def read(self) -> Mapping[str, Any] | None:
         try:
-            response = self._leases.read_namespaced_lease(self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except client_exceptions.ApiException as error:
-            if error.status == 404:
-                return None
-            raise LeaseError(f"cannot read lease {self.namespace}/{self.name}: {error.status} {error.reason}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise LeaseError(f"cannot read lease {self.namespace}/{self.name}: {error}") from error
+            response = retry.call(
+                lambda: self._leases.read_namespaced_lease(self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=f"cannot read lease {self.namespace}/{self.name}", idempotent=True, backoff=retry.ONCE,
+            )
+        except kube_errors.NotFound:
+            return None
         found: dict[str, Any] = json.loads(response.data)
         return found
 
     def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
-        try:
-            if create:
-                response = self._leases.create_namespaced_lease(self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-            else:
-                response = self._leases.replace_namespaced_lease(self.name, self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-        except client_exceptions.ApiException as error:
-            if error.status == 409:
-                raise Conflict(f"lease {self.namespace}/{self.name} changed under us") from error
-            raise LeaseError(f"cannot write lease {self.namespace}/{self.name}: {error.status} {error.reason}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise LeaseError(f"cannot write lease {self.namespace}/{self.name}: {error}") from error
+        if create:
+            response = retry.call(
+                lambda: self._leases.create_namespaced_lease(self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=f"cannot create lease {self.namespace}/{self.name}", idempotent=False, backoff=retry.ONCE,
+            )
+        else:  # the body carries the resourceVersion it was read at: a stale write is a 409
+            response = retry.call(
+                lambda: self._leases.replace_namespaced_lease(self.name, self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
+                what=f"cannot write lease {self.namespace}/{self.name}", idempotent=True, backoff=retry.ONCE,
+            )
         written: dict[str, Any] = json.loads(response.data)
         return written
 
@@ -148,7 +142,7 @@ class Elector:
             body["metadata"] = {**body["metadata"], "labels": self.labels}
         try:
             self.store.write(body, create=decided.create)
-        except Conflict:
+        except kube_errors.Conflict:
             self._held_until = float("-inf")
             return False
         self._held_until = started + self.renew_deadline_s if decided.leader else float("-inf")
@@ -158,7 +152,7 @@ class Elector:
         """One election round (the client call in a thread); a failed call keeps the deadline running."""
         try:
             leading = await asyncio.to_thread(self._step)
-        except LeaseError as error:
+        except kube_errors.KubeError as error:
             log.warning("uid=- lease %s/%s: %s", self.election.namespace, self.election.name, error)
             leading = self.leader
         if leading != self._was_leader:
@@ -186,7 +180,7 @@ class Elector:
         self._held_until = float("-inf")
         try:
             await asyncio.to_thread(self._release)
-        except LeaseError as error:
+        except kube_errors.KubeError as error:
             log.warning("uid=- could not release the lease %s/%s: %s", self.election.namespace, self.election.name, error)
 
 

@@ -1,23 +1,25 @@
 """The Kubernetes adapter of the labeler: read one Node, merge-patch it and its `status` subresource.
 
 The only labeler module that talks to the apiserver (it implements `store.Nodes`). Errors come out
-as the three `store` error types, each with a one-line message; nothing from `kubernetes` or
-`urllib3` leaks to the runner. The RBAC this
+as the three `store` error types (the Kubernetes layer's, `webhook.kube.errors`), each with a
+one-line message; nothing from `kubernetes` or `urllib3` leaks to the runner. Every call is a read
+or a merge patch that writes the same values again, so 429, 5xx and lost connections are retried
+with backoff (`webhook.kube.retry`, three tries) before the runner waits for its next interval.
+The RBAC this
 needs is `get`/`patch` on `nodes`, `patch` on `nodes/status`, and `list` on `pods` (the pods of its
 own node, by `fieldSelector spec.nodeName=<node>`, to attribute GPU processes; see `deploy/labeler.yaml`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook import kube
-from webhook.kube import client, urllib3
-from webhook.labeler import ownership, store
+from webhook.kube import client, retry
+from webhook.labeler import ownership
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +27,7 @@ logger = logging.getLogger(__name__)
 FIELD_MANAGER = "gpu-admission-labeler"
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 30.0
+BACKOFF = retry.Backoff(attempts=3)  # with 30 s timeouts, more tries would outlast an interval
 
 
 class ConnectError(Exception):
@@ -86,17 +89,8 @@ class Publisher:
         return pods
 
     @staticmethod
-    def _call(call: Any, *, what: str) -> Any:
-        try:
-            return call()
-        except client.ApiException as error:
-            if error.status == 404:
-                raise store.NodeNotFound(f"{what}: not found") from error
-            if error.status == 409:
-                raise store.Conflict(f"{what}: the node changed meanwhile") from error
-            raise store.ApiError(f"{what}: {error.status} {error.reason}: {_message(error)}") from error
-        except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise store.ApiError(f"{what}: {type(error).__name__}: {error}") from error
+    def _call(call: Callable[[], Any], *, what: str) -> Any:
+        return retry.call(call, what=what, idempotent=True, backoff=BACKOFF)
 
 
 def connect(kubeconfig: str | os.PathLike[str] | None, *, context: str | None = None) -> Publisher:
@@ -107,14 +101,3 @@ def connect(kubeconfig: str | os.PathLike[str] | None, *, context: str | None = 
     except kube.ConfigError as error:
         raise ConnectError(str(error)) from error
 
-
-def _message(error: Any) -> str:
-    body = getattr(error, "body", None)
-    if isinstance(body, (bytes, str)):
-        try:
-            message = json.loads(body).get("message")
-        except (ValueError, AttributeError):
-            message = None
-        if isinstance(message, str):
-            return message
-    return str(getattr(error, "reason", "") or error).splitlines()[0]

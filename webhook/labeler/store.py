@@ -1,4 +1,4 @@
-"""The node store the runner reads and patches: its protocol and its errors.
+"""The node store the runner reads and patches: its protocol and the errors it raises.
 
 `webhook.labeler.publisher` implements it against the apiserver; unit tests implement it in memory.
 Kept apart from the publisher so that nothing but the cluster path imports the `kubernetes` client:
@@ -10,19 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from webhook.kube import errors as kube_errors
 from webhook.labeler import ownership
 
 
-class NodeNotFound(Exception):
-    """The node does not exist (yet)."""
-
-
-class Conflict(Exception):
-    """The node changed since it was read (the patch carried its resourceVersion)."""
-
-
-class ApiError(Exception):
-    """Any other failure talking to the apiserver; worth retrying at the next interval."""
+# The errors a store raises are the Kubernetes layer's, named here for the runner and the fakes.
+NodeNotFound = kube_errors.NotFound  # the node does not exist (yet)
+Conflict = kube_errors.Conflict  # the node changed since it was read (the patch carried its resourceVersion)
+ApiError = kube_errors.KubeError  # any other failure talking to the apiserver; worth retrying at the next interval
 
 
 class Nodes(Protocol):

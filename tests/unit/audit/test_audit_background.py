@@ -17,8 +17,9 @@ from policies import settings as settings_
 from webhook.cmdline import errors
 from webhook.serving import metrics
 from webhook.admission import keys
-from webhook.audit import background, kube
-from webhook.kube import lease
+from webhook.audit import background
+from webhook.kube import errors as kube_errors
+from webhook.kube import leader
 
 
 class MemoryLeaseStore:
@@ -36,11 +37,11 @@ class MemoryLeaseStore:
     def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
         with self.lock:
             if create and self.lease is not None:
-                raise kube.Conflict("exists")
+                raise kube_errors.Conflict("exists")
             if not create:
                 current = self.lease or {}
                 if body["metadata"].get("resourceVersion") != current.get("metadata", {}).get("resourceVersion"):
-                    raise kube.Conflict("stale")
+                    raise kube_errors.Conflict("stale")
             self.version += 1
             stored = copy.deepcopy(dict(body))
             stored["metadata"]["resourceVersion"] = str(self.version)
@@ -194,19 +195,47 @@ def test_serve_arguments_default_to_no_background_audit() -> None:
     assert (parsed.audit_interval, parsed.audit_kubeconfig, parsed.audit_all_results) == (600, "/k", True)
 
 
-def test_leadership_lapses_two_thirds_into_the_lease_without_a_renewal() -> None:
-    now = [100.0]
-    election = lease.Election(namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15)
+async def test_leadership_lapses_two_thirds_into_the_lease_without_a_renewal_by_the_monotonic_clock() -> None:
+    monotonic, wall = [100.0], [1_700_000_000.0]
+    store = MemoryLeaseStore()
+    elector = leader.Elector(
+        store, namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15, retry_s=5.0,
+        clock=lambda: wall[0], monotonic=lambda: monotonic[0],
+    )
     loop = background.Background(
-        interval=60, election=election, store=MemoryLeaseStore(), job=RecordingJob().for_replica("me"),
-        meters=background.audit_metrics(metrics.Registry()), clock=lambda: now[0],
+        interval=60, elector=elector, job=RecordingJob().for_replica("me"), meters=background.audit_metrics(metrics.Registry()),
     )
     assert not loop.leading()
-    loop.set_leader(loop.elect_once())
+    loop.set_leader(await elector.step())
     assert loop.leading()
-    now[0] = 109.9
+    wall[0] -= 3600  # the wall clock jumping back (or forward) changes nothing: the claim runs on the monotonic one
+    monotonic[0] = 109.9
     assert loop.leading()
-    now[0] = 110.0  # 10 s = 2/3 of 15 s since the last successful renewal: another replica may soon take over
+    monotonic[0] = 110.0  # 10 s = 2/3 of 15 s since the last successful renewal: another replica may soon take over
     assert not loop.leading()
-    loop.set_leader(loop.elect_once())  # a renewal restores it
+    loop.set_leader(await elector.step())  # a renewal restores it
     assert loop.leading()
+
+
+async def test_a_failed_renewal_keeps_the_claim_until_the_renew_deadline() -> None:
+    monotonic = [100.0]
+    store = MemoryLeaseStore()
+    elector = leader.Elector(
+        store, namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15, retry_s=5.0,
+        monotonic=lambda: monotonic[0],
+    )
+    loop = background.Background(
+        interval=60, elector=elector, job=RecordingJob().for_replica("me"), meters=background.audit_metrics(metrics.Registry()),
+    )
+    loop.set_leader(await elector.step())
+
+    def unreachable() -> Mapping[str, Any] | None:
+        raise kube_errors.Unreachable("cannot read lease gpu-admission/gpu-admission-audit: connection refused")
+
+    store.read = unreachable  # type: ignore[method-assign]  # the apiserver goes away
+    monotonic[0] = 105.0
+    loop.set_leader(await elector.step())
+    assert loop.leading() and loop.state.leader, "5 s without a renewal is within the 10 s deadline"
+    monotonic[0] = 110.0
+    loop.set_leader(await elector.step())
+    assert not loop.leading() and not loop.state.leader

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.kube import leader
+from webhook.kube import errors as kube_errors
 from webhook.certificates import provision
 
 
@@ -28,7 +28,7 @@ class MemoryStore:
     def write(self, entries: Mapping[str, bytes], *, previous: provision.Stored | None) -> None:
         current = self.stored.version if self.stored is not None else None
         if (previous.version if previous is not None else None) != current:
-            raise provision.Conflict("memory secret changed under us")
+            raise kube_errors.Conflict("memory secret changed under us")
         self.writes += 1
         self.stored = provision.Stored(entries=dict(entries), version=str(self.writes))
 
@@ -55,7 +55,7 @@ class MemoryClients:
 
 
 class MemoryLeases:
-    """One Lease (a `leader.LeaseStore`); writes carry the resourceVersion they were based on."""
+    """One Lease (a `webhook.kube.leader.LeaseStore`); writes carry the resourceVersion they were based on."""
 
     def __init__(self) -> None:
         self.lease: dict[str, Any] | None = None
@@ -64,18 +64,18 @@ class MemoryLeases:
 
     def read(self) -> Mapping[str, Any] | None:
         if self.fail:
-            raise leader.LeaseError("apiserver unreachable")
+            raise kube_errors.Unreachable("apiserver unreachable")
         return copy.deepcopy(self.lease)
 
     def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
         if self.fail:
-            raise leader.LeaseError("apiserver unreachable")
+            raise kube_errors.Unreachable("apiserver unreachable")
         if create and self.lease is not None:
-            raise leader.Conflict("exists")
+            raise kube_errors.Conflict("exists")
         if not create:
             based_on = (body.get("metadata") or {}).get("resourceVersion")
             if self.lease is None or based_on != self.lease["metadata"]["resourceVersion"]:
-                raise leader.Conflict("stale")
+                raise kube_errors.Conflict("stale")
         self.version += 1
         written = copy.deepcopy(dict(body))
         written["metadata"] = {**written.get("metadata", {}), "resourceVersion": str(self.version)}

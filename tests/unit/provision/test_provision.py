@@ -16,6 +16,7 @@ from kubernetes.client import exceptions as client_exceptions
 
 from certs import authority, rotation
 from tests.unit.provision.conftest import MemoryClients, MemoryLeases, MemoryStore
+from webhook.kube import errors as kube_errors
 from webhook.kube import leader
 from webhook.serving import metrics, tls
 from webhook.certificates import provision
@@ -51,7 +52,7 @@ def test_a_write_based_on_a_stale_read_is_a_conflict_and_injects_nothing(store: 
     provision.reconcile(store, clients, hosts=HOSTS, now=NOW)
     original = store.read
     store.read = lambda: provision.Stored(entries={}, version="0")  # type: ignore[method-assign]  # a stale view
-    with pytest.raises(provision.Conflict):
+    with pytest.raises(kube_errors.Conflict):
         provision.reconcile(store, MemoryClients(), hosts=HOSTS, now=NOW)
     store.read = original  # type: ignore[method-assign]
     assert store.writes == 1
@@ -254,7 +255,7 @@ def test_an_existing_secret_is_replaced_conditionally_keeping_its_type_and_label
     [(verb, body)] = core.calls
     assert verb == "replace" and body["type"] == "Opaque", "a Secret's type is immutable"
     assert body["metadata"]["labels"]["team"] == "infra" and "managedFields" not in body["metadata"]
-    with pytest.raises(provision.Conflict):
+    with pytest.raises(kube_errors.Conflict):
         store.write({"ca.crt": b"z"}, previous=provision.Stored(entries={}, version="6", metadata={"resourceVersion": "6"}))
 
 

@@ -19,7 +19,7 @@ topology:                     # optional; pairwise link levels, as `nvidia-smi t
 
 `usedMiB` and `processes` stand in for NVML's memory info and compute-process list (a process's
 `usedMiB` may be left out, as NVML leaves it out where it has no figure); PIDs are host PIDs, which
-the labeler maps to pods through `/proc/<pid>/cgroup`. `topology` may also be the bare list of links. A link level is one of `NV<n>` (n NVLinks),
+the labeler maps to pods through `/proc/<pid>/cgroup`. `topology` may also be the bare list of links. A link level is one of `NV<n>` (n NVLinks, 1 to 99),
 `PIX` (one PCIe switch), `PXB` (several PCIe switches), `PHB` (the same PCIe host bridge),
 `NODE` (the same NUMA node) or `SYS` (across CPU sockets), best connection first.
 """
@@ -27,30 +27,21 @@ the labeler maps to pods through `/proc/<pid>/cgroup`. `topology` may also be th
 from __future__ import annotations
 
 import dataclasses
-import enum
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
 import yaml
 
+from policies import inventory as codec  # the GPU model's link levels; this module is the labeler's inventory
+
 
 class InventoryError(ValueError):
     """An inventory (file) cannot be used; the message is one line naming the file and field."""
 
 
-class Level(enum.StrEnum):
-    """How two cards connect over PCIe/CPU, best first (the NVLink case is `Link.nvlinks`)."""
-
-    PIX = "PIX"  # at most one PCIe switch between them (also: two GPUs on one board)
-    PXB = "PXB"  # several PCIe switches, no host bridge
-    PHB = "PHB"  # through one PCIe host bridge
-    NODE = "NODE"  # through the interconnect of one NUMA node
-    SYS = "SYS"  # across NUMA nodes / CPU sockets
-
-
-_NVLINK = re.compile(r"^NV([1-9][0-9]*)$")
+# How two cards connect over PCIe/CPU, best first (the NVLink case is `Link.nvlinks`): the model's levels.
+Level = codec.Level
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,7 +76,7 @@ class Link:
     @property
     def code(self) -> str:
         """The `nvidia-smi topo -m` spelling: `NV<n>` when NVLinked, else the level."""
-        return f"NV{self.nvlinks}" if self.nvlinks > 0 else self.level.value
+        return codec.nvlink_level(self.nvlinks) if self.nvlinks > 0 else self.level.value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,15 +97,11 @@ def link(a: int, b: int, code: str) -> Link:
     if a == b:
         raise ValueError(f"a card cannot link to itself ({a})")
     low, high = min(a, b), max(a, b)
-    normalised = code.strip().upper()
-    match = _NVLINK.match(normalised)
-    if match is not None:
-        return Link(a=low, b=high, nvlinks=int(match.group(1)))
-    try:
-        return Link(a=low, b=high, level=Level(normalised))
-    except ValueError:
-        known = ", ".join(["NV<n>", *Level])
-        raise ValueError(f"unknown link level {code!r} (expected one of {known})") from None
+    level = codec.link_level(code)  # ValueError for an unknown level
+    nvlinks = codec.nvlinks_of(level)
+    if nvlinks:
+        return Link(a=low, b=high, nvlinks=nvlinks)
+    return Link(a=low, b=high, level=Level(level))
 
 
 def make(

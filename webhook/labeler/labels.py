@@ -12,8 +12,8 @@ What a node with cards gets:
 | `aliyun.accelerator/nvidia_count` | label | the number of cards |
 | `gpu-admission.io/gpu-memory-mib` | label | the same MiB as a bare number (for `Gt` node affinity) |
 | `gpu-admission.io/driver-version`, `gpu-admission.io/cuda-version` | label | when known |
-| `gpu-admission.io/gpu-inventory` | annotation | JSON `[{"index":0,"uuid":"GPU-..","name":"Tesla-T4","memoryMiB":15360}, ...]` |
-| `gpu-admission.io/gpu-topology` | annotation | JSON `{"links": [[0, 1, "NV2"], ...]}` (only when links are known) |
+| `gpu-admission.io/gpu-inventory` | annotation | the cards, as `policies.inventory` encodes them |
+| `gpu-admission.io/gpu-topology` | annotation | the links, as `policies.inventory` encodes them (only when links are known) |
 | `gpu-admission.io/gpu-mixed` | annotation | `"true"`, only on a node whose cards differ in model or memory |
 
 A node without cards gets none of them. The name in the inventory annotation is sanitised like the
@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 from collections.abc import Mapping
 
 from policies import gpu
+from policies import inventory as codec  # the annotations' codec; `inventory` is the labeler's own
 from webhook.labeler import inventory
 
-INVENTORY_ANNOTATION = gpu.OWN_PREFIX + "gpu-inventory"
-TOPOLOGY_ANNOTATION = gpu.OWN_PREFIX + "gpu-topology"
+# The model's keys, under the names the labeler's callers and tests know them by.
+INVENTORY_ANNOTATION = gpu.INVENTORY_ANNOTATION
+TOPOLOGY_ANNOTATION = gpu.TOPOLOGY_ANNOTATION
 MIXED_ANNOTATION = gpu.OWN_PREFIX + "gpu-mixed"
 DRIVER_VERSION_LABEL = gpu.OWN_PREFIX + "driver-version"
 CUDA_VERSION_LABEL = gpu.OWN_PREFIX + "cuda-version"
@@ -69,15 +70,13 @@ def compute(inv: inventory.Inventory) -> Desired:
         if version is not None and version.strip():
             labels[key] = sanitise(version)
     annotations = {
-        INVENTORY_ANNOTATION: _json(
-            [
-                {"index": card.index, "uuid": card.uuid, "name": name, "memoryMiB": card.memory_mib}
-                for card, name in zip(inv.cards, names, strict=True)
-            ]
+        gpu.INVENTORY_ANNOTATION: codec.encode_inventory(
+            codec.Card(index=card.index, memory_mib=card.memory_mib, uuid=card.uuid, name=name)
+            for card, name in zip(inv.cards, names, strict=True)
         ),
     }
     if inv.links:
-        annotations[TOPOLOGY_ANNOTATION] = _json({"links": [[item.a, item.b, item.code] for item in inv.links]})
+        annotations[gpu.TOPOLOGY_ANNOTATION] = codec.encode_topology((item.a, item.b, item.code) for item in inv.links)
     if len({(name, card.memory_mib) for name, card in zip(names, inv.cards, strict=True)}) > 1:
         annotations[MIXED_ANNOTATION] = "true"
     return Desired(labels=labels, annotations=annotations)
@@ -85,29 +84,10 @@ def compute(inv: inventory.Inventory) -> Desired:
 
 # --- extended-resource capacity (`--advertise`) -------------------------------------------------
 
-# What each mode advertises (DESIGN section 1); every other resource here is set to 0 on the node.
-ADVERTISED: Mapping[gpu.Mode, tuple[gpu.Resource, ...]] = {
-    gpu.Mode.DEFAULT: (gpu.Resource.NVIDIA_GPU,),
-    gpu.Mode.CGPU: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT),
-    gpu.Mode.SHARE: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT),
-    gpu.Mode.MPS: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT),
-    gpu.Mode.CORE_MEM: (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT, gpu.Resource.GPU_CORE_PERCENTAGE),
-    gpu.Mode.TOPOLOGY: (gpu.Resource.ALIYUN_GPU,),
-}
+# What each mode advertises is the model's `gpu.MODE_RESOURCES`; every other resource is set to 0.
 # `nvidia.com/gpu` belongs to the NVIDIA device plugin: a default-mode node keeps whatever the
 # plugin advertises; only the other modes set it to 0 (the seeds: enabling a mode zeroes the rest).
 DEVICE_PLUGIN_RESOURCES: frozenset[str] = frozenset({gpu.Resource.NVIDIA_GPU})
-
-
-def mode_of(labels: Mapping[str, str]) -> gpu.Mode | None:
-    """The node's `ack.node.gpu.schedule` mode: `default` when the label is absent, None when invalid."""
-    value = labels.get(gpu.SCHEDULE_LABEL)
-    if value is None:
-        return gpu.Mode.DEFAULT
-    try:
-        return gpu.Mode(value)
-    except ValueError:
-        return None
 
 
 def capacity(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, str]:
@@ -119,12 +99,12 @@ def capacity(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, str]:
     cards = len(inv.cards)
     amounts: Mapping[gpu.Resource, int] = {
         gpu.Resource.NVIDIA_GPU: cards,
-        gpu.Resource.GPU_MEM: sum(card.memory_mib // 1024 for card in inv.cards),
+        gpu.Resource.GPU_MEM: sum(card.memory_mib // gpu.MIB_PER_GIB for card in inv.cards),
         gpu.Resource.GPU_COUNT: cards,
         gpu.Resource.GPU_CORE_PERCENTAGE: gpu.MAX_CORE_PERCENTAGE * cards,
         gpu.Resource.ALIYUN_GPU: cards,
     }
-    mine = ADVERTISED[mode]
+    mine = gpu.MODE_RESOURCES[mode]
     return {
         str(resource): str(amounts[resource] if resource in mine else 0)
         for resource in gpu.Resource
@@ -137,7 +117,3 @@ def _most_common(names: list[str]) -> str:
     # the most common model wins, ties go to the first name in sorted order.
     counts = collections.Counter(names)
     return min(counts, key=lambda name: (-counts[name], name))
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)

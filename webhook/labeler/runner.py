@@ -253,7 +253,7 @@ class Runner:
         return True
 
     def _advertise(self, node: ownership.Node, inv: inventory.Inventory) -> bool:
-        mode = labels.mode_of(node.labels)
+        mode = gpu.mode_of(node.labels)
         if mode is None:
             value = node.labels.get(gpu.SCHEDULE_LABEL, "")
             self._note("mode", f'node {node.name} has {gpu.SCHEDULE_LABEL}="{value}", which is no GPU mode; leaving its capacity alone')

@@ -1,4 +1,4 @@
-"""The labeler writes what the scheduler extender reads: the inventory and topology annotations."""
+"""The labeler writes what the scheduler extender reads: the inventory and topology annotations, through one codec."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from policies import gpu
+from policies import inventory as codec
 from webhook.labeler import inventory, labels, ownership
 
 cards = pytest.importorskip("webhook.extender.cards", reason="the scheduler extender is not in this tree")
-topology = pytest.importorskip("webhook.extender.topology", reason="the scheduler extender is not in this tree")
 
 
 def labeled_node(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def test_advertised_memory_equals_the_sum_the_extender_places(card: Callable[...
 
 def test_the_extender_reads_every_link_with_its_level(cards_of: Callable[..., inventory.Inventory]) -> None:
     inv = cards_of(4, links=[inventory.link(0, 1, "NV2"), inventory.link(2, 3, "NV12"), inventory.link(0, 2, "PIX"), inventory.link(1, 3, "SYS")])
-    seen = topology.parse(labels.compute(inv).annotations[labels.TOPOLOGY_ANNOTATION])
+    seen = cards.node_cards(labeled_node(inv, mode=gpu.Mode.TOPOLOGY)).links
     assert seen.level(1, 0) == "NV2"
     assert seen.level(3, 2) == "NV12"
     assert seen.level(0, 2) == "PIX"
@@ -52,12 +52,16 @@ def test_the_extender_reads_every_link_with_its_level(cards_of: Callable[..., in
     assert seen.level(0, 3) is None
 
 
-def test_the_annotation_keys_agree() -> None:
-    assert labels.INVENTORY_ANNOTATION == cards.INVENTORY_ANNOTATION
-    assert labels.TOPOLOGY_ANNOTATION == topology.TOPOLOGY_ANNOTATION
+def test_every_annotation_the_labeler_writes_decodes_strictly(cards_of: Callable[..., inventory.Inventory]) -> None:
+    inv = cards_of(3, links=[inventory.link(0, 1, "NV18"), inventory.link(1, 2, "PHB"), inventory.link(0, 2, "NODE")])
+    written = labels.compute(inv).annotations
+    decoded = codec.decode_inventory(written[gpu.INVENTORY_ANNOTATION])
+    assert [(c.index, c.memory_mib, c.uuid) for c in decoded] == [(c.index, c.memory_mib, c.uuid) for c in inv.cards]
+    assert codec.decode_topology(written[gpu.TOPOLOGY_ANNOTATION]).level(0, 1) == "NV18"
 
 
-def test_the_topology_value_is_byte_for_byte_what_the_extender_renders(cards_of: Callable[..., inventory.Inventory]) -> None:
+def test_the_topology_value_is_byte_for_byte_the_models_encoding(cards_of: Callable[..., inventory.Inventory]) -> None:
     links = [inventory.link(0, 1, "NV2"), inventory.link(1, 2, "PHB"), inventory.link(0, 2, "NODE")]
-    written = labels.compute(cards_of(3, links=links)).annotations[labels.TOPOLOGY_ANNOTATION]
-    assert written == topology.render((item.a, item.b, item.code) for item in links)
+    written = labels.compute(cards_of(3, links=links)).annotations[gpu.TOPOLOGY_ANNOTATION]
+    assert written == '{"links":[[0,1,"NV2"],[0,2,"NODE"],[1,2,"PHB"]]}'
+    assert written == codec.encode_topology((item.a, item.b, item.code) for item in links)

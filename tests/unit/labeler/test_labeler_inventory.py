@@ -102,7 +102,7 @@ def test_link_codes_round_trip(code: str, expected: str) -> None:
     assert inventory.link(0, 1, code).code == expected
 
 
-@pytest.mark.parametrize("code", ["NV0", "NV", "NVX", "X", ""])
+@pytest.mark.parametrize("code", ["NV0", "NV", "NVX", "X", "", "NV100"])
 def test_unknown_link_codes_are_refused(code: str) -> None:
     with pytest.raises(ValueError, match="unknown link level"):
         inventory.link(0, 1, code)

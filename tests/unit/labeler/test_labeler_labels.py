@@ -166,19 +166,3 @@ def test_each_mode_advertises_exactly_the_families_it_serves_per_the_gpu_vocabul
             assert resource not in advertised, (mode, resource)
         else:
             assert int(advertised[resource]) > 0, (mode, resource)
-
-
-@pytest.mark.parametrize(
-    ("node_labels", "expected"),
-    [
-        ({}, gpu.Mode.DEFAULT),
-        ({gpu.SCHEDULE_LABEL: "cgpu"}, gpu.Mode.CGPU),
-        ({gpu.SCHEDULE_LABEL: "core_mem"}, gpu.Mode.CORE_MEM),
-        ({gpu.SCHEDULE_LABEL: "topology"}, gpu.Mode.TOPOLOGY),
-        ({gpu.SCHEDULE_LABEL: "default"}, gpu.Mode.DEFAULT),
-        ({gpu.SCHEDULE_LABEL: "cgup"}, None),
-        ({gpu.SCHEDULE_LABEL: ""}, None),
-    ],
-)
-def test_the_mode_comes_from_the_schedule_label_and_defaults_to_default(node_labels: dict[str, str], expected: gpu.Mode | None) -> None:
-    assert labels.mode_of(node_labels) is expected

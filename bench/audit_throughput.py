@@ -113,7 +113,9 @@ def wait_running(api: Any, *, count: int, timeout: float) -> float:
     started = time.monotonic()
     while True:
         # Only the pods not Running yet are listed (remainingItemCount is not set for filtered lists).
-        response = core.list_pod_for_all_namespaces(
+        # With _preload_content=False the client returns the raw urllib3 response, not the V1PodList
+        # its annotation names.
+        response: Any = core.list_pod_for_all_namespaces(
             label_selector="bench=audit", field_selector="status.phase!=Running", _preload_content=False
         )
         waiting = len(json.loads(response.data)["items"])

@@ -157,8 +157,8 @@ class Candidate:
 
 
 def _cel_expr_python() -> Candidate:
-    from cel_expr_python import cel
-    from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
+    from cel_expr_python import cel  # type: ignore[import-untyped]  # ships no type information
+    from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings  # type: ignore[import-untyped]
 
     env = cel.NewEnv(
         variables={"object": cel.Type.DYN},

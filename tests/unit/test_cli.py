@@ -232,7 +232,7 @@ def test_serve_with_a_key_that_does_not_match_is_one_line(capsys: pytest.Capture
 def _wait_for_line(stream: Any, process: subprocess.Popen[str], needle: str, *, deadline_s: float = 20.0) -> str:
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        line = stream.readline()
+        line: str = stream.readline()
         if needle in line:
             return line
         if not line and process.poll() is not None:

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -285,7 +285,7 @@ def test_per_resource_mode_writes_one_report_per_object_and_deletes_the_stale_on
     for key, built in wanted.items():
         if built is not None:
             assert len(built["results"]) == 1 and built["scope"]["name"] == built["results"][0]["resources"][0]["name"]
-            assert sum(built["summary"].values()) == 1
+            assert sum(cast(Mapping[str, int], built["summary"]).values()) == 1  # Counts: every value an int
     steps = report.plan(wanted, {stale_key: {"metadata": {}, "results": []}})
     assert [(s.verb, s.namespace, s.name) for s in steps if s.verb is report.Verb.DELETE] == [(report.Verb.DELETE, "team-a", "uid-gone")]
     assert sorted(s.name for s in steps if s.verb is report.Verb.CREATE) == ["uid-a", "uid-c", "uid-d", "uid-e", "uid-gpu-0"]

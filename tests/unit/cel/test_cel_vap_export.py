@@ -125,7 +125,7 @@ def test_the_exported_cel_admits_every_seed_workload() -> None:
     [("void", True), (" None ", True), ("all", False), ("0", False), ("", False)],
 )
 def test_gpu001_by_value_follows_the_neutral_values(value: str, allowed: bool) -> None:
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
     if not value:
         del pod["spec"]["containers"][0]["env"][0]["value"]
 

@@ -20,7 +20,8 @@ def test_the_default_node_set_mirrors_the_seed_pools() -> None:
     cards = {name: node.inventory["gpus"] for name, node in fake.items() if node.inventory is not None}
     # the 4 x 15 GiB cards of the seeds' binpack/spread pictures
     assert [card["memoryMiB"] for card in cards["cgpu-binpack-0"]] == [15360] * 4
-    assert len(cards["topology-0"]) == 8 and fake["topology-0"].inventory["topology"]["links"]
+    topology = fake["topology-0"].inventory
+    assert len(cards["topology-0"]) == 8 and topology is not None and topology["topology"]["links"]
     assert {card["name"] for card in cards["exclusive-0"]} == {"Tesla M40"}
     assert fake["exclusive-0"].capacity == {"nvidia.com/gpu": "8"}  # a device plugin's, not the labeler's
     assert fake["cpu-0"].inventory is None and fake["cpu-0"].capacity == {}

@@ -60,10 +60,10 @@ class FakeNodes:
             raise store.Conflict(f"patch node {name}: the node changed meanwhile")
         if version is not None and version != obj["metadata"]["resourceVersion"]:
             raise store.Conflict(f"patch node {name}: the node changed meanwhile")
-        body = copy.deepcopy(dict(body))
-        body.get("metadata", {}).pop("resourceVersion", None)
-        self.patches.append((name, body))
-        merge(obj, body)
+        copied = copy.deepcopy(dict(body))
+        copied.get("metadata", {}).pop("resourceVersion", None)
+        self.patches.append((name, copied))
+        merge(obj, copied)
         self._bump(obj)
 
     def patch_status(self, name: str, body: Mapping[str, Any]) -> None:

@@ -29,6 +29,7 @@ def configurations() -> list[dict[str, Any]]:
 
 
 def entry() -> dict[str, Any]:
+    found: dict[str, Any]
     (found,) = [h for c in configurations() for h in c["webhooks"] if h["name"] == NAME]
     return found
 

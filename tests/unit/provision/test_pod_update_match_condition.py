@@ -69,13 +69,17 @@ BOUND = {"ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_POD": "4", "gpu-admi
     ],
     ids=["none", "empty-map", "label", "other-annotation", "other-value", "other-spelling"],
 )
-def test_ordinary_pod_updates_are_not_sent(condition, old, new, subresource):
+def test_ordinary_pod_updates_are_not_sent(
+    condition: cel.Expression, old: dict[str, Any], new: dict[str, Any], subresource: str | None
+) -> None:
     assert sent(condition, req=request(subresource=subresource), new=new, old=old) is False
 
 
 @pytest.mark.parametrize("key", gpu.ALLOCATION_ANNOTATIONS)
 @pytest.mark.parametrize("subresource", [None, ""])
-def test_an_update_that_adds_changes_or_removes_a_key_is_sent(condition, key, subresource):
+def test_an_update_that_adds_changes_or_removes_a_key_is_sent(
+    condition: cel.Expression, key: str, subresource: str | None
+) -> None:
     req = request(subresource=subresource)
     assert sent(condition, req=req, new=pod({key: "0"}), old=pod(None))  # added, old has no map
     assert sent(condition, req=req, new=pod({key: "0"}), old=pod({"team": "ml"}))  # added beside others
@@ -95,17 +99,19 @@ def test_an_update_that_adds_changes_or_removes_a_key_is_sent(condition, key, su
     ],
     ids=["pod-create", "ephemeral-containers", "deployment-update", "job-create"],
 )
-def test_everything_else_the_rules_match_is_still_sent(condition, req, old):
+def test_everything_else_the_rules_match_is_still_sent(
+    condition: cel.Expression, req: dict[str, Any], old: dict[str, Any] | None
+) -> None:
     assert sent(condition, req=req, new=pod(None), old=old)
 
 
-def test_the_keys_in_the_expression_are_the_gpu_models():
+def test_the_keys_in_the_expression_are_the_gpu_models() -> None:
     [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
     listed = expression.split("[", 1)[1].split("]", 1)[0]
     assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.ALLOCATION_ANNOTATIONS)
 
 
-def test_pod_updates_are_validated_but_never_mutated_and_the_mirror_pod_condition_stays():
+def test_pod_updates_are_validated_but_never_mutated_and_the_mirror_pod_condition_stays() -> None:
     hook = validating_hook()
     rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in hook["rules"]}
     assert (("UPDATE",), ("pods",)) in rules and (("CREATE",), ("pods",)) in rules
@@ -126,7 +132,9 @@ DEVICE_KEYS = ["cdi.k8s.io/gpu", "nvidia.cdi.k8s.io/container.main", "nvidia.cdi
 
 @pytest.mark.parametrize("key", DEVICE_KEYS)
 @pytest.mark.parametrize("subresource", [None, ""])
-def test_an_update_that_adds_or_changes_a_device_annotation_is_sent(condition, key, subresource):
+def test_an_update_that_adds_or_changes_a_device_annotation_is_sent(
+    condition: cel.Expression, key: str, subresource: str | None
+) -> None:
     req = request(subresource=subresource)
     assert gpu.is_device_annotation(key)
     assert sent(condition, req=req, new=pod({key: "nvidia.com/gpu=all"}), old=pod(None))  # added, old has no map
@@ -135,7 +143,7 @@ def test_an_update_that_adds_or_changes_a_device_annotation_is_sent(condition, k
 
 
 @pytest.mark.parametrize("key", DEVICE_KEYS)
-def test_a_device_annotation_kept_or_removed_is_not_sent(condition, key):
+def test_a_device_annotation_kept_or_removed_is_not_sent(condition: cel.Expression, key: str) -> None:
     # GPU010 lets a pod that already carries one (admitted before it) take other edits and drop it.
     req = request()
     assert not sent(condition, req=req, new=pod({key: "nvidia.com/gpu=0"}, x="y"), old=pod({key: "nvidia.com/gpu=0"}))
@@ -144,19 +152,19 @@ def test_a_device_annotation_kept_or_removed_is_not_sent(condition, key):
 
 
 @pytest.mark.parametrize("key", ["CDI.K8S.IO/gpu", "cdi.k8s.io.gpu", "xcdi.k8s.io/gpu", "example.com/cdi.k8s.io", "nvidia.com/gpu"])
-def test_keys_no_reader_acts_on_are_not_sent(condition, key):
+def test_keys_no_reader_acts_on_are_not_sent(condition: cel.Expression, key: str) -> None:
     assert not gpu.is_device_annotation(key)
     assert not sent(condition, req=request(), new=pod({key: "nvidia.com/gpu=all"}), old=pod(None))
 
 
-def test_the_device_domains_in_the_expression_are_the_gpu_models():
+def test_the_device_domains_in_the_expression_are_the_gpu_models() -> None:
     [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
     listed = expression.split("object.metadata.annotations.exists(k,", 1)[1].split("[", 1)[1].split("]", 1)[0]
     assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.DEVICE_ANNOTATION_DOMAINS)
 
 
 @pytest.mark.parametrize("key", gpu.CRIO_DEVICES_ANNOTATIONS)
-def test_an_update_that_adds_or_changes_crios_devices_annotation_is_sent(condition, key):
+def test_an_update_that_adds_or_changes_crios_devices_annotation_is_sent(condition: cel.Expression, key: str) -> None:
     req = request()
     assert sent(condition, req=req, new=pod({key: "/dev/nvidia0"}), old=pod(None))
     assert sent(condition, req=req, new=pod({key: "/dev/fuse,/dev/nvidia0"}), old=pod({key: "/dev/fuse"}))
@@ -164,7 +172,7 @@ def test_an_update_that_adds_or_changes_crios_devices_annotation_is_sent(conditi
     assert not sent(condition, req=req, new=pod(None), old=pod({key: "/dev/fuse"}))
 
 
-def test_crios_devices_keys_in_the_expression_are_the_gpu_models():
+def test_crios_devices_keys_in_the_expression_are_the_gpu_models() -> None:
     [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
     tail = expression.split("oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) ||", 1)[1]
     listed = tail.split("[", 1)[1].split("]", 1)[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import pathlib
 import stat
 
@@ -58,7 +59,7 @@ def test_an_interrupted_write_leaves_no_temporary_file(tmp_path: pathlib.Path, m
     def fail(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(certfiles.os, "replace", fail)
+    monkeypatch.setattr(os, "replace", fail)  # the os module certfiles uses
     with pytest.raises(OSError):
         certfiles.write_atomically(tmp_path / "tls.key", b"secret", mode=0o600)
     assert list(tmp_path.iterdir()) == []

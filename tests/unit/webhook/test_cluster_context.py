@@ -17,6 +17,7 @@ from policies import lookups, model, settings
 from webhook import cli
 from webhook.admission import clustercontext
 from webhook.cmdline import errors
+from webhook.kube import client as kube_client
 from webhook.admission import app as admission_app
 from webhook.admission import envsources, keys, namespaces
 
@@ -432,8 +433,9 @@ def test_access_comes_from_a_kubeconfig_self_managed_certificates_or_a_pod(monke
     assert not clustercontext.has_access(serve_args()), "no token mounted: no access"
 
 
-class _ClosingApi:
-    """The ApiClient's one method the context calls on its own: close, at the app's end."""
+class _ClosingApi(kube_client.ApiClient):
+    """A client that never sends a request and records the one call the context makes on its own:
+    close, at the app's end."""
 
     closed = False
 

@@ -72,7 +72,7 @@ def test_a_body_that_is_not_a_review_is_a_bad_review_with_a_short_reason(body: b
 
 
 def test_nesting_past_the_limit_is_refused_before_decoding() -> None:
-    deep = {"a": 1}
+    deep: dict[str, Any] = {"a": 1}
     for _ in range(review.MAX_DEPTH + 5):
         deep = {"a": deep}
     with pytest.raises(review.BadReview, match="nests deeper than"):

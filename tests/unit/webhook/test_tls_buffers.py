@@ -25,7 +25,7 @@ def _buffer_of_a_new_connection() -> int:
     loop = asyncio.new_event_loop()
     try:
         protocol = asyncio.sslproto.SSLProtocol(
-            loop, asyncio.Protocol(), ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), None, server_side=True
+            loop, asyncio.Protocol(), ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), loop.create_future(), server_side=True
         )
         return len(protocol.get_buffer(-1))
     finally:

@@ -132,7 +132,7 @@ class Elector:
     def _step(self) -> bool:
         started = self._monotonic()
         current = self.store.read()
-        decided = lease.step(current, election=self.election, now=self._clock(), observed=self._observed)
+        decided = lease.step(current, election=self.election, now=self._clock(), observed=self._observed, monotonic=self._monotonic())
         self._observed = decided.observation
         if decided.write is None:
             self._held_until = float("-inf")

@@ -3,7 +3,9 @@
 `step(lease, ...)` looks at the Lease as read and says whether this replica leads and what to
 write. Expiry is judged by *this* replica's clock from the moment it observed the holder's last
 renewal (as client-go does), never by comparing another machine's `renewTime` with ours, so skewed
-clocks cannot make two leaders. A replica:
+clocks cannot make two leaders. That local clock is ``monotonic`` where the caller gives one (a
+wall clock set back or forward then changes nothing); ``now``, the wall clock, only fills in
+`renewTime` and `acquireTime`. A replica:
 
 - creates the Lease when there is none, and leads;
 - renews it while it holds it (`renewTime` = now);
@@ -37,7 +39,7 @@ class Election:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Observation:
-    """The holder's record as last seen and the local time it was first seen like that."""
+    """The holder's record as last seen and the local (monotonic) time it was first seen like that."""
 
     record: tuple[str, str, int]  # holderIdentity, renewTime, leaseTransitions
     seen_at: float
@@ -84,9 +86,16 @@ def _held(election: Election, *, now: float, acquired: str, transitions: int, du
 
 
 def step(
-    lease: Mapping[str, Any] | None, *, election: Election, now: float, observed: Observation | None
+    lease: Mapping[str, Any] | None,
+    *,
+    election: Election,
+    now: float,
+    observed: Observation | None,
+    monotonic: float | None = None,
 ) -> Step:
-    """Decide from the Lease as just read (None: it does not exist)."""
+    """Decide from the Lease as just read (None: it does not exist). ``monotonic`` times the
+    holder's silence (``now`` when not given)."""
+    local = now if monotonic is None else monotonic
     if lease is None:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -98,14 +107,14 @@ def step(
     spec = _spec(lease)
     record = _record(spec)
     holder, _, transitions = record
-    observation = observed if observed is not None and observed.record == record else Observation(record=record, seen_at=now)
+    observation = observed if observed is not None and observed.record == record else Observation(record=record, seen_at=local)
     duration = spec.get("leaseDurationSeconds")
     duration_s = duration if isinstance(duration, int) and duration > 0 else election.duration_s
     if holder == election.identity:
         acquired = str(spec.get("acquireTime") or micro_time(now))
         renewed = _held(election, now=now, acquired=acquired, transitions=transitions, duration_s=election.duration_s)
         return Step(leader=True, write=_with_spec(lease, renewed), observation=observation)
-    expired = not holder or observation.seen_at + duration_s <= now
+    expired = not holder or observation.seen_at + duration_s <= local
     if expired:
         taken = _held(election, now=now, acquired=micro_time(now), transitions=transitions + 1, duration_s=election.duration_s)
         return Step(leader=True, write=_with_spec(lease, taken), observation=observation)

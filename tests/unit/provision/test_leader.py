@@ -83,3 +83,16 @@ async def test_a_write_that_loses_the_race_is_not_leadership(leases: MemoryLease
 def test_a_retry_period_as_long_as_the_lease_is_refused(leases: MemoryLeases) -> None:
     with pytest.raises(ValueError, match="retry period"):
         leader.Elector(leases, namespace="n", name="l", identity="a", duration_s=5, retry_s=5)
+
+
+async def test_a_wall_clock_jump_does_not_let_a_follower_take_over_early(leases: MemoryLeases) -> None:
+    wall, steady = Clock(), Clock()
+    first = leader.Elector(leases, namespace="gpu-admission", name="certs", identity="a", duration_s=15, retry_s=5.0, clock=wall, monotonic=steady)
+    second = leader.Elector(leases, namespace="gpu-admission", name="certs", identity="b", duration_s=15, retry_s=5.0, clock=wall, monotonic=steady)
+    assert await first.step()
+    assert not await second.step()
+    wall.now += 3600  # NTP steps the clock an hour forward; only 5 s really passed
+    steady.now += 5
+    assert not await second.step(), "the holder's silence is timed by the monotonic clock"
+    steady.now += 10
+    assert await second.step(), "15 s of real silence is a takeover"

@@ -53,7 +53,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from policies import podspec
+from policies import allocation as allocation_  # `allocation` is the name of what bind hands out
+from policies import cardrequest, gpu, podspec, reservations
 from webhook.extender import api, cards, placement, reality, wire
 from webhook.extender import store as store_module
 
@@ -67,7 +68,7 @@ _BACKOFF_CAP_S = 0.1
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Decision:
-    allocation: cards.Allocation | None = None
+    allocation: allocation_.Allocation | None = None
     node: dict[str, Any] | None = None
     conflicts: int = 0
     error: str = ""
@@ -76,7 +77,7 @@ class _Decision:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Waiting:
     request: wire.BindRequest
-    wanted: cards.Request
+    wanted: cardrequest.Request
     future: asyncio.Future[_Decision]
 
 
@@ -92,7 +93,7 @@ class _NodeQueue:
 class BindResult:
     """What bind did: the allocation, or the error the scheduler gets; `conflicts` for metrics."""
 
-    allocation: cards.Allocation | None = None
+    allocation: allocation_.Allocation | None = None
     error: str = ""
     conflicts: int = 0
 
@@ -104,7 +105,7 @@ class Binder:
         self,
         client: api.Api,
         *,
-        ttl: float = cards.DEFAULT_RESERVATION_TTL_S,
+        ttl: float = allocation_.DEFAULT_RESERVATION_TTL_S,
         clock: Callable[[], float] = time.time,
         cache: store_module.Store | None = None,
         max_attempts: int = MAX_ATTEMPTS,
@@ -139,7 +140,7 @@ class Binder:
             if bound_to == request.node:
                 return BindResult()  # a retried call after a bind that did succeed
             return BindResult(error=f"pod {request.pod_key} is already bound to {bound_to}")
-        wanted = cards.pod_request(pod)
+        wanted = cardrequest.pod_request(pod)
         if wanted.problem:
             return BindResult(error=wanted.problem)
         if wanted.family is None:
@@ -151,7 +152,7 @@ class Binder:
         if allocation is None or committed is None:
             return BindResult(error=message, conflicts=conflicts)
         card = cards.node_cards(committed).card(allocation.cards[0])
-        annotations = cards.bind_annotations(allocation, card_memory_gib=card.memory_gib if card else 0)
+        annotations = allocation_.bind_annotations(allocation, card_memory_gib=card.memory_gib if card else 0)
         committed_at = time.perf_counter()
         try:
             await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node, annotations=annotations)
@@ -176,8 +177,8 @@ class Binder:
         return frozenset(self._queues)
 
     async def _commit(
-        self, request: wire.BindRequest, wanted: cards.Request
-    ) -> tuple[cards.Allocation | None, dict[str, Any] | None, int, str]:
+        self, request: wire.BindRequest, wanted: cardrequest.Request
+    ) -> tuple[allocation_.Allocation | None, dict[str, Any] | None, int, str]:
         """Steps 1-3 of the protocol for this pod, committed together with every other bind to the
         same node that is waiting at that moment. Returns (allocation, committed node, conflicts, error)."""
         queue = self._queues.setdefault(request.node, _NodeQueue())
@@ -219,9 +220,9 @@ class Binder:
             pods = await self._api.list_node_pods(node_name)
             read = time.perf_counter()
             now = self._clock()
-            ledger = await self._live(cards.node_reservations(node), pods=pods, node=node_name, now=now)
+            ledger = await self._live(reservations.node_reservations(node), pods=pods, node=node_name, now=now)
             batch_uids = {waiting.request.uid for waiting in batch}
-            chosen: dict[str, cards.Allocation] = {}
+            chosen: dict[str, allocation_.Allocation] = {}
             errors: dict[int, str] = {}
             for position, waiting in enumerate(batch):
                 request = waiting.request
@@ -234,14 +235,14 @@ class Binder:
                 if not fit.fits:
                     errors[position] = f"{node_name}: {fit.message}"
                     continue
-                chosen[request.uid] = cards.Allocation(
+                chosen[request.uid] = allocation_.Allocation(
                     uid=request.uid, namespace=request.namespace, name=request.name, node=node_name,
                     cards=fit.cards, memory_gib=waiting.wanted.memory_gib, core_percent=waiting.wanted.core_percent,
                     whole=bool(waiting.wanted.cards), assumed_at=now, expires=now + self._ttl, source="reservation",
                 )
             if not chosen:
                 return [_Decision(error=errors[i], conflicts=_first(i, conflicts)) for i in range(len(batch))]
-            kept = cards.prune_reservations(ledger, pods=pods, now=now)  # `ledger` has no gone pods
+            kept = reservations.prune(ledger, pods=pods, now=now)  # `ledger` has no gone pods
             for uid in batch_uids:
                 kept.pop(uid, None)
             kept.update(chosen)
@@ -249,7 +250,7 @@ class Binder:
             try:
                 committed = await self._api.patch_node_annotations(
                     node_name, resource_version=version,
-                    annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(kept)},
+                    annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(kept)},
                 )
             except api.Conflict:
                 conflicts += 1
@@ -281,15 +282,15 @@ class Binder:
             node = await self._api.get_node(node_name)
             pods = await self._api.list_node_pods(node_name)
             now = self._clock()
-            ledger = cards.node_reservations(node)
-            kept = cards.prune_reservations(await self._live(ledger, pods=pods, node=node_name, now=now), pods=pods, now=now)
+            ledger = reservations.node_reservations(node)
+            kept = reservations.prune(await self._live(ledger, pods=pods, node=node_name, now=now), pods=pods, now=now)
             if kept.keys() == ledger.keys():
                 return False
             version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
             try:
                 committed = await self._api.patch_node_annotations(
                     node_name, resource_version=version,
-                    annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(kept)},
+                    annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(kept)},
                 )
             except api.Conflict:
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
@@ -301,15 +302,15 @@ class Binder:
         return False
 
     async def _live(
-        self, ledger: dict[str, cards.Allocation], *, pods: list[dict[str, Any]], node: str, now: float
-    ) -> dict[str, cards.Allocation]:
+        self, ledger: dict[str, allocation_.Allocation], *, pods: list[dict[str, Any]], node: str, now: float
+    ) -> dict[str, allocation_.Allocation]:
         """The ledger without entries of pods that are gone: deleted, replaced under the same name,
         finished, or bound to another node. Such a pod will never use the card, so its entry need
         not wait for its TTL. Entries of pods listed on the node, or unbound and alive, stay."""
         listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in pods}
         unsure = [
             e for uid, e in ledger.items()
-            if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + cards.IN_FLIGHT_GRACE_S <= now
+            if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S <= now
         ]
         if not unsure:
             return ledger
@@ -323,7 +324,7 @@ class Binder:
             else:
                 meta, spec = podspec.mapping(pod.get("metadata")), podspec.mapping(pod.get("spec"))
                 elsewhere = bool(spec.get("nodeName")) and spec.get("nodeName") != node
-                finished = podspec.mapping(pod.get("status")).get("phase") in cards.TERMINAL_PHASES
+                finished = allocation_.is_terminal(pod)
                 if meta.get("uid") != entry.uid or elsewhere or finished:
                     gone.add(entry.uid)
         return {uid: entry for uid, entry in ledger.items() if uid not in gone}

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NotRequired, TypedDict
 
+from policies import allocation as allocation_
+from policies import gpu
 from policies import usage as usage_
 from webhook.extender import cards
 
@@ -128,7 +130,7 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
                 "id": c.index,
                 "totalGPU": c.card.memory_gib,
                 "usedGPU": _used(c),
-                "usedCore": min(c.core_used, cards.CORE_PER_CARD),
+                "usedCore": min(c.core_used, gpu.MAX_CORE_PERCENTAGE),
                 "whole": c.whole_used,
                 "pods": [_pod_json(a) for a in c.allocations],
             }
@@ -155,7 +157,7 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
     return {"nodes": nodes, "totalGPU": total, "usedGPU": used}
 
 
-def _pod_json(allocation: cards.Allocation) -> PodJson:
+def _pod_json(allocation: allocation_.Allocation) -> PodJson:
     return {
         "name": allocation.name,
         "namespace": allocation.namespace,
@@ -233,7 +235,7 @@ def wide(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUs
                 card.card.model or "-",
                 card.card.uuid or "-",
                 f"{_used(card)}/{card.card.memory_gib}",
-                str(cards.CORE_PER_CARD if card.whole_used else min(card.core_used, cards.CORE_PER_CARD)),
+                str(gpu.MAX_CORE_PERCENTAGE if card.whole_used else min(card.core_used, gpu.MAX_CORE_PERCENTAGE)),
                 _real(node_usage.card(card.index)) if node_usage is not None else "-",
                 str(len(card.allocations)),
             ])

@@ -20,12 +20,11 @@ as they are. Pure: data in, data out.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from policies import podspec, usage
-from webhook.extender import cards
+from policies import gpu, inventory, podspec, usage
 
 
 def honour_out_of_band(node: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -33,24 +32,20 @@ def honour_out_of_band(node: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = podspec.mapping(node.get("metadata"))
     annotations = podspec.mapping(metadata.get("annotations"))
     summary = usage.parse(annotations.get(usage.USAGE_ANNOTATION))
-    text = annotations.get(cards.INVENTORY_ANNOTATION)
+    text = annotations.get(gpu.INVENTORY_ANNOTATION)
     if summary is None or not isinstance(text, str):
         return node
     taken = {card.index: card.out_of_band_mib for card in summary.cards if card.out_of_band_mib > 0}
     if not taken:
         return node
-    try:
-        entries = json.loads(text)
-    except ValueError:
-        return node
-    if not isinstance(entries, list):
-        return node
-    changed: list[Any] = []
-    for entry in entries:
-        if isinstance(entry, Mapping) and entry.get("index") in taken and isinstance(entry.get("memoryMiB"), int):
-            entry = {**entry, "memoryMiB": max(0, entry["memoryMiB"] - taken[entry["index"]])}
-        changed.append(entry)
+    listed = inventory.read_inventory(text)
+    if not listed:
+        return node  # nothing readable to shrink: the extender counts the node's capacity instead
+    changed = [
+        dataclasses.replace(card, memory_mib=max(0, card.memory_mib - taken[card.index])) if card.index in taken else card
+        for card in listed
+    ]
     return {
         **node,
-        "metadata": {**metadata, "annotations": {**annotations, cards.INVENTORY_ANNOTATION: json.dumps(changed, separators=(",", ":"))}},
+        "metadata": {**metadata, "annotations": {**annotations, gpu.INVENTORY_ANNOTATION: inventory.encode_inventory(changed)}},
     }

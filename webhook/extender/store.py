@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import podspec
+from policies import allocation, podspec, reservations
 from webhook.extender import cards, reality
 
 Object = dict[str, Any]
@@ -76,16 +76,16 @@ class Store:
         if hit is not None and hit.version == version and hit.ttl == ttl and now < hit.valid_until:
             state = hit.state
         else:
-            ledger = cards.node_reservations(node)
+            ledger = reservations.node_reservations(node)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             for uid in ledger:
                 self._ledger_refs.setdefault(uid, set()).add(name)
             state = cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live)
-            unseen = [(e.assumed_at or 0.0) + cards.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
+            unseen = [(e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
             valid_until = min([_valid_until(state, ttl=ttl), *unseen])
             self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state)
         if exclude_uid and any(a.uid == exclude_uid for a in (*state.allocations, *state.orphans)):
-            ledger = cards.node_reservations(node)
+            ledger = reservations.node_reservations(node)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
         return state
@@ -95,18 +95,18 @@ class Store:
         finished or placed elsewhere): worth a prune."""
         found = []
         for name, node in self._nodes.items():
-            ledger = cards.node_reservations(node)
+            ledger = reservations.node_reservations(node)
             if any((e.expires or 0.0) <= now or not self._plausible(e, node=name, now=now) for e in ledger.values()):
                 found.append(name)
         return found
 
-    def _plausible(self, entry: cards.Allocation, *, node: str, now: float) -> bool:
+    def _plausible(self, entry: allocation.Allocation, *, node: str, now: float) -> bool:
         """Whether a ledger entry may still stand for a card in use, by what this cache knows."""
         pod = self._pods.get(entry.uid)
         if pod is None:
-            return not self.pods_synced or (entry.assumed_at or 0.0) + cards.IN_FLIGHT_GRACE_S > now
+            return not self.pods_synced or (entry.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S > now
         bound_to = podspec.mapping(pod.get("spec")).get("nodeName")
-        finished = podspec.mapping(pod.get("status")).get("phase") in cards.TERMINAL_PHASES
+        finished = allocation.is_terminal(pod)
         return not finished and (not bound_to or bound_to == node)
 
     def states(

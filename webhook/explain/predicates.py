@@ -19,8 +19,11 @@ calls the extender), so `explain` has to name them itself. The semantics are kub
   expressions matches nothing.
 
 A refused selector is a `CARD_MODEL` reason when every expression it fails is on a card-model label
-(`aliyun.accelerator/nvidia_name`, `gpu-admission.io/gpu-memory-mib`: what GPU102 writes), and a
-`MODE_MISMATCH` reason otherwise (the mode label, or any other selector).
+(`aliyun.accelerator/nvidia_name`, `gpu-admission.io/gpu-memory-mib`: what GPU102 writes for pods whose
+card the device plugin picks, or what a user wrote), and a `MODE_MISMATCH` reason otherwise (the mode
+label, or any other selector). For pods the extender places, GPU102 writes no affinity: their
+card-model annotations are judged per card by `placement.evaluate`, the function the extender
+itself runs, so `explain` and `simulate` cannot disagree with it.
 """
 
 from __future__ import annotations

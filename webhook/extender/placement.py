@@ -5,6 +5,11 @@ Pure functions over `cards.NodeState`. The rules:
   is malformed, the node's mode does not serve the pod's resource, the node has no cards, or no
   card (no set of cards) would hold the pod even if empty.
 - A node fits only later (`FailedNodes`) when such a card exists but is occupied now.
+- The pod's card-model constraint (`policies.cardmodel`: GPU102's annotations `gpu-model`,
+  `exclude-gpu-model`, `min-gpu-memory`) holds per card: only the cards that meet it count, for the
+  verdict, the card chosen and the refusal's reasons. A node without such a card, or whose such cards
+  are all too small (or too few, for whole cards), never fits (`CARD_MODEL`), even where its other
+  cards would hold the pod.
 - Inside a node, `ack.node.gpu.placement` decides: `binpack` (default) takes the fitting card that
   is left with the least free memory (then the fewest free cores, then the lowest index), `spread`
   the one with the most free memory (then the lowest index). Whole-card pods get the
@@ -26,7 +31,7 @@ import functools
 import itertools
 from collections.abc import Iterable, Mapping
 
-from policies import gpu
+from policies import cardmodel, gpu
 from webhook.extender import cards, reasons, topology, wire
 
 
@@ -88,9 +93,48 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
         return _mode_mismatch(node.mode_label, family)
     if not node.cards:
         return _refuse(Verdict.NEVER, reasons.Code.NO_GPU, f"node has no GPU cards: {node.problem}")
+    allowed: frozenset[int] | None = None  # the indices of the cards the constraint allows; None: all
+    if not request.card.any:
+        allowed = _allowed(request.card, node.cards)
+        if not allowed:
+            if not explain:
+                return _NEVER
+            return _refuse(
+                Verdict.NEVER,
+                reasons.Code.CARD_MODEL,
+                f"no GPU card meets the pod's card-model constraint, {request.card.describe()}: the node has "
+                f"{_cards_shown(node.cards)}",
+            )
     if family is gpu.Family.TOPOLOGY:
-        return _evaluate_whole(request, state, decide=decide, explain=explain)
-    return _evaluate_shared(request, state, decide=decide, explain=explain)
+        return _evaluate_whole(request, state, decide=decide, explain=explain, allowed=allowed)
+    return _evaluate_shared(request, state, decide=decide, explain=explain, allowed=allowed)
+
+
+@functools.lru_cache(maxsize=1024)  # few (constraint, card list) pairs: constrained pods meet them on every node
+def _allowed(constraint: cardmodel.Constraint, node_cards: tuple[cards.Card, ...]) -> frozenset[int]:
+    return frozenset(
+        card.index for card in node_cards if constraint.allows(model=card.model, memory_mib=card.memory_mib)
+    )
+
+
+def _cards_shown(node_cards: Iterable[cards.Card]) -> str:
+    """The node's cards by model and memory: `GPU0, GPU1 Tesla-V100-SXM2-16GB with 16160 MiB; ...`."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for card in node_cards:
+        groups.setdefault((card.model, card.memory_mib), []).append(card.index)
+    return "; ".join(
+        f"{', '.join(f'GPU{i}' for i in indices)} "
+        f"{model or f'of unknown model (no {gpu.INVENTORY_ANNOTATION} annotation)'} with {mib} MiB"
+        for (model, mib), indices in groups.items()
+    )
+
+
+def _only(request: cards.Request, allowed: frozenset[int] | None) -> str:
+    """What a refusal among the constrained cards adds: which cards the constraint leaves."""
+    if allowed is None:
+        return ""
+    shown = ", ".join(f"GPU{i}" for i in sorted(allowed))
+    return f" (only {shown} meet the pod's card-model constraint, {request.card.describe()})"
 
 
 @functools.lru_cache(maxsize=256)  # few (label, family) pairs; filter meets them on most nodes
@@ -182,7 +226,9 @@ _NEVER = Fit(verdict=Verdict.NEVER)
 _NOT_CACHED = _refuse(Verdict.FULL, reasons.Code.NOT_CACHED, "node is not in the GPU extender's cache yet")
 
 
-def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool) -> Fit:
+def _evaluate_shared(
+    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: frozenset[int] | None
+) -> Fit:
     memory, core = request.memory_gib, request.core_percent
     if state.largest_card_gib < memory:
         if not explain:
@@ -194,12 +240,31 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: 
             f"no GPU card is large enough: the pod needs {request.describe()}; the largest card is "
             f"GPU{largest.index} with {largest.card.memory_gib} GiB",
         )
-    if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in state.free):
+    candidates, free = state.cards, state.free  # (GiB, core %) per card, computed once per state
+    if allowed is not None:
+        candidates = tuple(c for c in state.cards if c.index in allowed)
+        free = tuple(f for c, f in zip(state.cards, state.free) if c.index in allowed)
+        largest = max(candidates, key=lambda c: (c.card.memory_gib, -c.index))
+        if largest.card.memory_gib < memory:
+            if not explain:
+                return _NEVER
+            return _refuse(
+                Verdict.NEVER,
+                reasons.Code.CARD_MODEL,
+                f"no GPU card that meets the pod's card-model constraint is large enough: the pod needs "
+                f"{request.describe()}, and {request.card.describe()}; the largest such card is GPU{largest.index} "
+                f"with {largest.card.memory_gib} GiB (the node has {_cards_shown(c.card for c in state.cards)})",
+            )
+    if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in free):
         return _FITS  # the common filter case, kept cheap: hundreds of nodes per pod
-    free = state.free  # (GiB, core %) per card, computed once per state
-    fitting = [c for c, (m, k) in zip(state.cards, free) if m >= memory and k >= core]  # whole-used cards have 0 free
+    fitting = [c for c, (m, k) in zip(candidates, free) if m >= memory and k >= core]  # whole-used cards have 0 free
     if not fitting:
-        return _short(request, state) if explain else _FULL
+        if not explain:
+            return _FULL
+        short = _short(request, candidates, free)
+        return dataclasses.replace(
+            short, reasons=tuple(dataclasses.replace(r, message=r.message + _only(request, allowed)) for r in short.reasons)
+        )
     if state.node.placement is gpu.Placement.SPREAD:
         chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
     else:
@@ -207,28 +272,27 @@ def _evaluate_shared(request: cards.Request, state: cards.NodeState, *, decide: 
     return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=_shared_score(request, state))
 
 
-def _short(request: cards.Request, state: cards.NodeState) -> Fit:
-    """Why no card holds the pod now: cores, fragmentation or memory (from the cached free tuples)."""
+def _short(request: cards.Request, candidates: tuple[cards.CardState, ...], free: tuple[tuple[int, int], ...]) -> Fit:
+    """Why none of the candidate cards holds the pod now: cores, fragmentation or memory (from their free tuples)."""
     memory, core = request.memory_gib, request.core_percent
-    free = state.free
-    best = max(range(len(free)), key=lambda i: (free[i][0], free[i][1], -state.cards[i].index))
+    best = max(range(len(free)), key=lambda i: (free[i][0], free[i][1], -candidates[i].index))
     total_free = sum(m for m, k in free if k >= core)
     if any(m >= memory for m, _ in free):
         code = reasons.Code.CORE_EXHAUSTED  # the memory is there; the cores are not
     elif total_free >= memory:
-        largest = max((i for i in range(len(free)) if free[i][1] >= core), key=lambda i: (free[i][0], -state.cards[i].index))
+        largest = max((i for i in range(len(free)) if free[i][1] >= core), key=lambda i: (free[i][0], -candidates[i].index))
         return _refuse(
             Verdict.FULL,
             reasons.Code.FRAGMENTED,
             f"insufficient GPU memory on any single card (fragmented): the pod needs {request.describe()}; the node has "
             f"{total_free} GiB free in total, but the largest free block is {free[largest][0]} GiB "
-            f"(GPU{state.cards[largest].index}; free per card: "
-            + ", ".join(f"GPU{c.index} {m}" for c, (m, _) in zip(state.cards, free))
+            f"(GPU{candidates[largest].index}; free per card: "
+            + ", ".join(f"GPU{c.index} {m}" for c, (m, _) in zip(candidates, free))
             + ")",
         )
     else:
         code = reasons.Code.INSUFFICIENT_MEMORY
-    card = state.cards[best]
+    card = candidates[best]
     cores = f" and {free[best][1]}% cores" if core else ""
     return _refuse(
         Verdict.FULL,
@@ -246,7 +310,9 @@ def _shared_score(request: cards.Request, state: cards.NodeState) -> int:
     return round(wire.MAX_PRIORITY * fraction)
 
 
-def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool) -> Fit:
+def _evaluate_whole(
+    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: frozenset[int] | None
+) -> Fit:
     wanted = request.cards
     total = len(state.cards)
     if wanted > total:
@@ -255,9 +321,18 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: b
         return _refuse(
             Verdict.NEVER, reasons.Code.NO_TOPOLOGY_SET, f"the pod needs {request.describe()}; the node has {total} cards"
         )
-    if not decide and state.idle_cards >= wanted:
+    if allowed is not None and wanted > len(allowed):
+        if not explain:
+            return _NEVER
+        return _refuse(
+            Verdict.NEVER,
+            reasons.Code.CARD_MODEL,
+            f"the pod needs {request.describe()} that meet its card-model constraint, {request.card.describe()}; "
+            f"{len(allowed)} of the node's cards do (the node has {_cards_shown(c.card for c in state.cards)})",
+        )
+    if allowed is None and not decide and state.idle_cards >= wanted:
         return _FITS
-    free = [c.index for c in state.cards if c.idle]
+    free = [c.index for c in state.cards if c.idle and (allowed is None or c.index in allowed)]
     if len(free) < wanted:
         if not explain:
             return _FULL
@@ -265,8 +340,11 @@ def _evaluate_whole(request: cards.Request, state: cards.NodeState, *, decide: b
         return _refuse(
             Verdict.FULL,
             reasons.Code.NO_TOPOLOGY_SET,
-            f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of {total} cards are free ({shown})",
+            f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of "
+            f"{total if allowed is None else len(allowed)} cards are free ({shown})" + _only(request, allowed),
         )
+    if not decide:
+        return _FITS
     chosen = topology.best_set(free, wanted, state.node.links)
     assert chosen is not None  # len(free) >= wanted > 0
     fullness = (total - len(free) + wanted) / total

@@ -86,7 +86,11 @@ def test_card_model_excluded_by_the_gpu102_annotation(make_node: Factory, make_p
     nodes = [make_node("t4", models=["Tesla-T4"] * 3), make_node("a10", models=["NVIDIA-A10"] * 3)]
     report = _explain(admitted, nodes, [])
     assert _codes(report, "t4") == ["CARD_MODEL"]
-    assert "aliyun.accelerator/nvidia_name NotIn [Tesla-T4]" in report.nodes[1].reasons[0].message
+    # A shared pod gets no node affinity from GPU102: the extender judges each card (CARD_MODEL all the same).
+    assert report.nodes[1].reasons[0].message == (
+        "no GPU card meets the pod's card-model constraint, no card model Tesla-T4 (gpu-admission.io/exclude-gpu-model): "
+        "the node has GPU0, GPU1, GPU2 Tesla-T4 with 16384 MiB"
+    )
     assert [v.node for v in report.nodes if v.fits] == ["a10"]
 
 

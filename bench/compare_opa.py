@@ -22,8 +22,24 @@ the cores the server got.
 Before any load, every server answers a set of probe reviews (allowed and denied for each of the
 three rules); the verdicts and the policy IDs named must agree, or the run stops.
 
+Servers: ``ours`` (``--workers 2``), ``ours<N>`` (N workers; ``ours1`` is one process), a ``3p``
+suffix for the three rules only, an ``nc`` suffix for the decision cache off
+(``GPU_ADMISSION_DECISION_CACHE_ENTRIES=0``: every review evaluated, the cost of a first-seen pod;
+the load repeats one body, so with the cache on every review after the first is a hit, the cost of
+a replica of a template already seen: ``bench/replica_stream.py`` says how often that happens),
+and ``opa``. ``--against REF`` also starts every ``ours*`` server but the ``nc`` ones from a git worktree
+of REF (shown as ``<name>@REF``), measured in the same interleaved order: before and after in one run.
+``--rounds N`` repeats everything N times, server order alternating, and reports medians.
+
+Memory is PSS summed over the server's whole process tree (``/proc/PID/smaps_rollup``): for
+``--workers N`` the supervisor and every worker, pages they share counted once in all.
+
+The last line of the output is one JSON object with the headline ratios (ours / OPA, per server
+and body: saturation, CPU per review, p99 at each rate, PSS idle and peak).
+
     .venv/bin/python bench/compare_opa.py                      # defaults: ours --workers 2, OPA
     .venv/bin/python bench/compare_opa.py --servers ours1,ours,opa --duration 5
+    .venv/bin/python bench/compare_opa.py --servers ours,oursnc,ours1,opa --against 4c49163 --rounds 3
 """
 
 from __future__ import annotations
@@ -36,6 +52,7 @@ import pathlib
 import re
 import shutil
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -219,9 +236,12 @@ def three_policies_config(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tuple[loadgen.Server, str]:
+def start(
+    name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None, trees: dict[str, pathlib.Path] | None = None
+) -> tuple[loadgen.Server, str]:
     """Start one server; ``ours`` (``--workers`` from the name: ``ours1``, ``ours2``; ``ours3p`` = three
-    policies only) or ``opa``. Returns the server and the URL reviews go to."""
+    policies only; ``oursnc`` = no decision cache; ``<name>@REF`` = from the worktree ``trees[REF]``)
+    or ``opa``. Returns the server and the URL reviews go to."""
     # The pair sits in a directory of its own: OPA watches the certificate's directory and reloads
     # its TLS configuration on every change there, so logs written beside the pair (its own
     # included) would keep it reloading, and burning a core, for ever.
@@ -241,10 +261,12 @@ def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tupl
         loadgen.wait_ready(f"https://127.0.0.1:{port}/health", ca=tls_dir / "ca.crt", server=server)
         url = f"https://127.0.0.1:{port}/"
     else:
-        match = re.fullmatch(r"ours(\d*)(3p)?", name)
+        match = re.fullmatch(r"ours(\d*)(3p)?(nc)?(?:@(.+))?", name)
         if match is None:
-            raise SystemExit(f"unknown server {name!r}: ours, ours<N>, ours<N>3p or opa")
+            raise SystemExit(f"unknown server {name!r}: ours, ours<N>, ours<N>3p, ours<N>nc or opa")
         workers = int(match.group(1) or 2)
+        tree = (trees or {})[match.group(4)] if match.group(4) else loadgen.REPO
+        env = {"GPU_ADMISSION_DECISION_CACHE_ENTRIES": "0"} if match.group(3) else {}
         argv = [
             sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
             "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
@@ -253,7 +275,7 @@ def start(name: str, scratch: pathlib.Path, *, opa: pathlib.Path | None) -> tupl
             argv += ["--workers", str(workers)]
         if match.group(2):
             argv += ["--config", str(three_policies_config(scratch / "three.yaml"))]
-        server = loadgen.Server(argv, log=scratch / f"{name}.log")
+        server = loadgen.Server(argv, log=scratch / f"{name.replace('/', '_')}.log", env=env, cwd=tree)
         line = server.wait_for_line("listening on https://")
         port = int(line.rsplit(":", 1)[1])
         loadgen.wait_ready(f"https://127.0.0.1:{port}/readyz", ca=tls_dir / "ca.crt", server=server)
@@ -292,7 +314,9 @@ def measure(
     ca: pathlib.Path,
     args: argparse.Namespace,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """figures[body][server] = {idle_rss, saturation, rates: {rate: result}, cpu_per_1k, rss_peak}."""
+    """figures[body][server] = {idle_rss, saturation, rates: {rate: result}, cpu_per_1k, rss_peak}.
+
+    Servers are measured in the order of ``servers``; the caller alternates it between rounds."""
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for body_name, body in bodies.items():
         figures[body_name] = {
@@ -332,6 +356,46 @@ def measure(
     return figures
 
 
+def merge(rounds: list[dict[str, dict[str, dict[str, Any]]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """One figure per number: the median over the rounds (idle memory: the first round's, the only
+    one taken before any load)."""
+
+    def median(values: list[Any], key: str = "") -> Any:
+        first = values[0]
+        if key.startswith("idle_"):
+            return first
+        if isinstance(first, dict):
+            return {k: median([v[k] for v in values], str(k)) for k in first}
+        if isinstance(first, (int, float)) and not isinstance(first, bool):
+            return statistics.median(values)
+        return first
+
+    merged: dict[str, dict[str, dict[str, Any]]] = median(rounds)  # type: ignore[no-any-return]
+    return merged
+
+
+def headline(figures: dict[str, dict[str, dict[str, Any]]], *, rates: list[float]) -> dict[str, Any]:
+    """ours / OPA per body and server: what the last output line carries."""
+    ratios: dict[str, Any] = {}
+    for body_name, per_server in figures.items():
+        opa = per_server.get("opa")
+        if opa is None:
+            continue
+        for name, f in per_server.items():
+            if name == "opa":
+                continue
+            entry = {
+                "saturation": round(f["saturation"]["achieved_rate"] / opa["saturation"]["achieved_rate"], 3),
+                "cpu_per_review": round(f["cpu_per_1k"] / opa["cpu_per_1k"], 3),
+                "pss_idle": round(f["idle_pss"] / max(opa["idle_pss"], 1), 3),
+                "pss_peak": round(f["pss_peak"] / max(opa["pss_peak"], 1), 3),
+            }
+            for rate in rates:
+                entry[f"p99@{rate:.0f}"] = round(f["rates"][rate]["p99_ms"] / max(opa["rates"][rate]["p99_ms"], 1e-3), 3)
+            ratios.setdefault(body_name, {})[name] = entry
+    return ratios
+
+
 def _mib(value: int) -> str:
     return f"{value / 2**20:.0f}"
 
@@ -342,8 +406,9 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
     lines = [
         f"Machine: {before['cpu']} x{before['nproc']}, Python {before['python']}, OPA {OPA_VERSION}; "
         f"{before['date']}; load average {before['loadavg']:.1f} → {after_load:.1f}.",
-        f"Command: `.venv/bin/python bench/compare_opa.py --servers {','.join(names)} --duration {args.duration:g} "
-        f"--connections {args.connections}`",
+        f"Command: `.venv/bin/python bench/compare_opa.py --servers {args.servers} --duration {args.duration:g} "
+        f"--connections {args.connections}" + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+        + (f" --against {args.against}" if args.against else "") + "`" + (f"; medians of {args.rounds} rounds" if args.rounds > 1 else ""),
         "",
     ]
     header = "| body | server | saturation req/s (p99 ms) [server / others' cores] | " + " | ".join(
@@ -392,8 +457,13 @@ def main() -> int:
     parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=list(RATES), help="open-loop rates, comma list")
     parser.add_argument("--bodies", default="small,large", help="comma list of small, large")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every measurement, server order alternating; medians (default 1)")
+    parser.add_argument("--against", metavar="REF", help="also run every ours* server from a git worktree of REF (named <server>@REF)")
     args = parser.parse_args()
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    if args.against:
+        # An nc twin would be the same server as its plain one (REF may predate the cache): none.
+        names = [m for n in names for m in ((n, f"{n}@{args.against}") if n.startswith("ours") and not n.endswith("nc") else (n,))]
     opa = opa_binary() if "opa" in names else None
     loadgen.binary()
     before = loadgen.machine()
@@ -407,23 +477,40 @@ def main() -> int:
                 bodies[body_name] = scratch / f"{body_name}.json"
                 bodies[body_name].write_text(json.dumps(review(make()), separators=(",", ":")))
         servers: dict[str, tuple[loadgen.Server, str]] = {}
+        trees: dict[str, pathlib.Path] = {}
         try:
+            if args.against:
+                trees[args.against] = scratch / "against"
+                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "add", "--detach", str(trees[args.against]), args.against],
+                               check=True, capture_output=True)
             for name in names:
-                servers[name] = start(name, scratch, opa=opa)
+                servers[name] = start(name, scratch, opa=opa, trees=trees)
             context = ssl.create_default_context(cafile=str(ca))
             problems = check_agreement({n: u for n, (_, u) in servers.items()}, context)
             if problems:
                 print("the servers disagree:\n  " + "\n  ".join(problems), file=sys.stderr)
                 return 1
             print(f"{len(probes())} probe reviews: all servers agree", file=sys.stderr)
-            figures = measure(servers, bodies, ca=ca, args=args)
+            rounds = []
+            for index in range(args.rounds):
+                order = list(servers.items()) if index % 2 == 0 else list(servers.items())[::-1]
+                print(f"round {index + 1} of {args.rounds}: {', '.join(n for n, _ in order)}", file=sys.stderr)
+                rounds.append(measure(dict(order), bodies, ca=ca, args=args))
+            figures = merge(rounds)
+            figures = {body: {name: per_server[name] for name in names} for body, per_server in figures.items()}
         finally:
             for server, _ in servers.values():
                 server.stop()
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
         sizes = {name: path.stat().st_size for name, path in bodies.items()}
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"machine": before, "sizes": sizes, "figures": figures}, indent=2, default=str))
+        pathlib.Path(args.json).write_text(
+            json.dumps({"machine": before, "sizes": sizes, "figures": figures, "rounds": rounds}, indent=2, default=str)
+        )
     print(render(figures, sizes=sizes, args=args, before=before, after_load=os.getloadavg()[0]))
+    print(json.dumps({"ratios_vs_opa": headline(figures, rates=list(args.rates)), "rounds": args.rounds, "against": args.against,
+                      "loadavg": [round(before["loadavg"], 2), round(os.getloadavg()[0], 2)]}))
     return 0
 
 

@@ -134,10 +134,10 @@ MODE_RESOURCES: Mapping[Mode, tuple[Resource, ...]] = {
 class Family(enum.StrEnum):
     """The kind of GPU a pod asks for; a pod asks for at most one."""
 
-    EXCLUSIVE = "nvidia.com/gpu"
-    SHARED = "aliyun.com/gpu-mem"
-    SHARED_CORE = "aliyun.com/gpu-mem+aliyun.com/gpu-core.percentage"
-    TOPOLOGY = "aliyun.com/gpu"
+    EXCLUSIVE = Resource.NVIDIA_GPU.value
+    SHARED = Resource.GPU_MEM.value
+    SHARED_CORE = f"{Resource.GPU_MEM.value}+{Resource.GPU_CORE_PERCENTAGE.value}"
+    TOPOLOGY = Resource.ALIYUN_GPU.value
 
 
 _FAMILY_OF: Mapping[str, Family] = {
@@ -381,10 +381,11 @@ def is_safe_visible_devices(value: object) -> bool:
 # isolation, a bigger share, another card. The pod may not set them at all.
 ISOLATION_ENV: frozenset[str] = frozenset(
     {
-        "ALIYUN_COM_GPU_MEM_IDX",
-        "ALIYUN_COM_GPU_MEM_POD",
+        # The device plugin names these variables as the bind annotations it reads them from.
+        GPUSHARE_MEM_IDX_ANNOTATION,
+        GPUSHARE_MEM_POD_ANNOTATION,
         "ALIYUN_COM_GPU_MEM_CONTAINER",
-        "ALIYUN_COM_GPU_MEM_DEV",
+        GPUSHARE_MEM_DEV_ANNOTATION,
         "ALIYUN_COM_GPU_MEM_UNIT",
         "ALIYUN_COM_GPU_VISIBLE_DEVICES",
         "ALIYUN_COM_GPU_SCHD_WEIGHT",

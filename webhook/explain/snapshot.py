@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from policies import podspec
+from policies import gpu, podspec
 from webhook.cmdline import errors
 from webhook.extender import cards
 
@@ -64,7 +64,7 @@ def take(
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     annotations = podspec.mapping(podspec.mapping(pod.get("metadata")).get("annotations"))
     return cards.pod_request(pod).managed or cards.ALLOCATION_ANNOTATION in annotations or bool(
-        annotations.get("ALIYUN_COM_GPU_MEM_IDX")
+        annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION)
     )
 
 

@@ -145,7 +145,7 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
             {
                 "name": state.name,
                 "address": state.node.address,
-                "mode": state.node.mode_label or "default",
+                "mode": state.node.mode_label or str(gpu.Mode.DEFAULT),
                 "placement": str(state.node.placement),
                 "totalGPU": state.memory_total,
                 "usedGPU": state.memory_used,

@@ -11,10 +11,10 @@ Certificates, one of two ways:
 
 Either way a new pair goes into the live TLS context: new handshakes use it, nothing restarts.
 
-Stopping (SIGTERM, SIGINT), for HA behind a Service: /readyz answers 503 at once and every response
-carries ``Connection: close``. kube-apiserver's HTTP client does not retry a POST on a kept-alive
-connection that the server closes under it, so the server must never close one that the client may
-be about to use; instead each is closed right after answering a request on it. In two phases:
+Listening, TLS, readiness, the drain on SIGTERM/SIGINT and the metrics listener are the serving
+shell's (`webhook.serving.shell`), shared with the extender. Stopping, for HA behind a Service:
+/readyz answers 503 at once and every response carries ``Connection: close`` (kube-apiserver does
+not retry a POST on a kept-alive connection the server closes under it). In two phases:
 
 1. ``--drain-seconds``: new connections are still accepted (endpoints take a moment to drop a
    terminating pod), each answered request closes its connection;
@@ -31,19 +31,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 import gc
 import logging
 import os
 import pathlib
-import signal
-import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
-
-from aiohttp import web
-from aiohttp.typedefs import Handler
+from collections.abc import AsyncIterator, Iterator
 
 from certs import rotation
 from policies import settings
@@ -51,7 +45,7 @@ from webhook import config, kube
 from webhook.admission import clustercontext, configwatch
 from webhook.cmdline import errors, flags
 from webhook.kube import leader
-from webhook.serving import metrics, metricsserver, tls, workers
+from webhook.serving import metrics, shell, tls, workers
 from webhook.certificates import provision
 from webhook.admission import app as admission_app
 from webhook.admission import keys
@@ -60,21 +54,6 @@ from webhook.audit import background as audit_background
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8443
-SHUTDOWN_TIMEOUT_S = 5.0
-# Longer than the idle timeout of kube-apiserver's webhook client (Go's 90 s), so that the client,
-# never the server, closes an idle kept-alive connection: a server-side close races a request sent
-# on that connection, which Go does not retry.
-KEEPALIVE_TIMEOUT_S = 120.0
-
-
-@dataclasses.dataclass
-class Drain:
-    """Whether this server is draining: every response then closes its connection."""
-
-    active: bool = False
-
-
-DRAIN = web.AppKey("drain", Drain)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,33 +100,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how often --config and --policies-dir are checked for changes and reloaded; an invalid "
         "change is refused and the last good configuration stays (default: 3s)",
     )
-    parser.add_argument(
-        "--drain-seconds",
-        type=_seconds,
-        default=0.0,
-        metavar="S",
-        help="on SIGTERM, keep accepting for S seconds, with readyz 503 and 'Connection: close' on every "
-        "response (default: 0; in a Deployment: longer than endpoints take to drop the pod, e.g. 10)",
-    )
-    parser.add_argument(
-        "--drain-idle-seconds",
-        type=_seconds,
-        default=0.0,
-        metavar="S",
-        help="then, with the listener closed, wait up to S seconds for clients to close their kept-alive "
-        "connections (default: 0; kube-apiserver closes idle ones after 90 s, so e.g. 95)",
-    )
+    flags.add_drain(parser)
     flags.add_logging(parser)
     files = parser.add_argument_group("certificates from files")
     files.add_argument("--tls-cert-file", metavar="CRT", help="PEM serving certificate (+ chain)")
     files.add_argument("--tls-private-key-file", metavar="KEY", help="PEM private key")
-    files.add_argument(
-        "--cert-check-interval",
-        type=_duration,
-        default=datetime.timedelta(seconds=10),
-        metavar="DURATION",
-        help="how often the files (or, self-managed, the Secret) are checked for a new pair (default: 10s)",
-    )
+    flags.add_cert_check_interval(files, what="the files (or, self-managed, the Secret)")
     managed = parser.add_argument_group("self-managed certificates (--self-managed-certs)")
     managed.add_argument(
         "--self-managed-certs",
@@ -212,7 +170,6 @@ def run(args: argparse.Namespace) -> int:
         with _metrics_directory() as directory:
             metrics.use_multiprocess(directory)
             return workers.supervise(args, serve_one=run, on_exit=metrics.worker_exited)
-    tls.limit_read_buffers()
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     context = clustercontext.from_args(args)  # before the loop: loading a kubeconfig reads files
     asyncio.run(_serve(loaded, args=args, certificates=certificates, context=context))
@@ -232,24 +189,11 @@ def _metrics_directory() -> Iterator[pathlib.Path]:
         yield pathlib.Path(scratch)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Certificates:
-    """The live TLS context and how to check for a new pair now (SIGHUP)."""
-
-    context: ssl.SSLContext
-    reload: Callable[[], None]
-
-
-# An async context manager factory: given the expiry gauge, yields the live certificates for the
-# server's lifetime and keeps them fresh in the background.
-CertificateSource = Callable[[metrics.Gauge], contextlib.AbstractAsyncContextManager[Certificates]]
-
-
 async def _serve(
     loaded: settings.Settings,
     *,
     args: argparse.Namespace,
-    certificates: CertificateSource,
+    certificates: shell.CertificateSource,
     context: clustercontext.Context | None = None,
 ) -> None:
     app = admission_app.make_app(loaded)
@@ -262,126 +206,28 @@ async def _serve(
     )
     source = configwatch.Source(config_path=args.config, policies_dir=args.policies_dir)
     app.cleanup_ctx.append(configwatch.watch(source, interval_s=args.config_reload_interval))
-    _add_drain(app)
-    gauge = tls.expiry_gauge(app[keys.METRICS].registry)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
-    async with certificates(gauge) as live:
-        await runner.setup()
-        try:
-            site = await _listen(runner, host=args.host, port=args.port, context=live.context, reuse_port=args.reuse_port)
-            plain = contextlib.AsyncExitStack()
-            if args.metrics_port is not None:
-                await plain.enter_async_context(
-                    metricsserver.listening(app[keys.METRICS].registry, host=args.host, port=args.metrics_port, reuse_port=args.reuse_port)
-                )
-            stop, hurry = asyncio.Event(), asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for number in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(number, _stop_then_hurry, stop, hurry)
-            loop.add_signal_handler(signal.SIGHUP, live.reload)
-            await stop.wait()
-            await _drain(app, runner=runner, site=site, seconds=args.drain_seconds, idle_seconds=args.drain_idle_seconds, hurry=hurry)
-            await plain.aclose()
-        finally:
-            await runner.cleanup()
-
-
-async def _listen(runner: web.AppRunner, *, host: str, port: int, context: ssl.SSLContext, reuse_port: bool) -> web.TCPSite:
-    site = web.TCPSite(runner, host, port, ssl_context=context, reuse_port=reuse_port or None)
-    try:
-        await site.start()
-    except OSError as error:
-        raise errors.InputError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
-    for address in runner.addresses:
-        # On stdout whatever the log level: with --port 0 this is how callers learn the port.
-        print(f"listening on https://{address[0]}:{address[1]}", flush=True)
-    return site
-
-
-# --- draining -------------------------------------------------------------------------------------
-
-
-def _add_drain(app: web.Application) -> None:
-    app[DRAIN] = Drain()
-    # A middleware, not on_response_prepare: that signal fires after the headers are settled.
-    app.middlewares.append(_close_while_draining)
-
-
-@web.middleware
-async def _close_while_draining(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        response = await handler(request)
-    except web.HTTPException as error:
-        if request.app[DRAIN].active:
-            error.force_close()
-        raise
-    if request.app[DRAIN].active:
-        response.force_close()  # "Connection: close", and the connection ends after this response
-    return response
-
-
-def _stop_then_hurry(stop: asyncio.Event, hurry: asyncio.Event) -> None:
-    if stop.is_set():
-        hurry.set()
-    stop.set()
-
-
-async def _drain(
-    app: web.Application, *, runner: web.AppRunner, site: web.TCPSite, seconds: float, idle_seconds: float, hurry: asyncio.Event
-) -> None:
-    """Not ready, every response closes its connection; accept for ``seconds``, then wait up to
-    ``idle_seconds`` for the open connections to end (``hurry`` cuts both short)."""
-    state = app[keys.STATE]
-    state.ready, state.reason = False, "shutting down"
-    app[DRAIN].active = True
-    if seconds <= 0 and idle_seconds <= 0:
-        log.info("uid=- shutting down")
-        return
-    if seconds > 0:
-        log.info("uid=- draining: readyz 503, every response closes its connection; accepting for %gs", seconds)
-        await _until(hurry, timeout=seconds)
-    await site.stop()
-    server = runner.server
-    if idle_seconds > 0 and server is not None and not hurry.is_set():
-        log.info("uid=- listener closed; waiting up to %gs for %d connection(s) to end", idle_seconds, len(server.connections))
-        deadline = asyncio.get_running_loop().time() + idle_seconds
-        while server.connections and not hurry.is_set() and asyncio.get_running_loop().time() < deadline:
-            await _until(hurry, timeout=0.1)
-        if server.connections:
-            log.warning("uid=- closing %d connection(s) still open after the drain", len(server.connections))
-    log.info("uid=- drained; finishing requests in flight")
-
-
-async def _until(event: asyncio.Event, *, timeout: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout=timeout)
+    server = shell.Shell(
+        app,
+        listen=shell.Listen(host=args.host, port=args.port, reuse_port=args.reuse_port, metrics_port=args.metrics_port),
+        certificates=certificates,
+        registry=app[keys.METRICS].registry,
+        drain=shell.Drain(seconds=args.drain_seconds, idle_seconds=args.drain_idle_seconds),
+    )
+    await server.run()
 
 
 # --- certificates ---------------------------------------------------------------------------------
 
 
-def _files(args: argparse.Namespace) -> CertificateSource:
-    @contextlib.asynccontextmanager
-    async def source(gauge: metrics.Gauge) -> AsyncIterator[Certificates]:
-        serving = tls.Serving(tls.new_server_context(), gauge=gauge)
-        watch = tls.FileWatch(serving, cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)
-        watch.start()
-        task = asyncio.create_task(watch.run(interval=args.cert_check_interval.total_seconds()))
-        try:
-            yield Certificates(context=serving.context, reload=lambda: _sighup(watch))
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return source
+def _files(args: argparse.Namespace) -> shell.CertificateSource:
+    return shell.files(
+        shell.TlsFiles(
+            cert_file=args.tls_cert_file, key_file=args.tls_private_key_file, check_interval=args.cert_check_interval.total_seconds()
+        )
+    )
 
 
-def _sighup(watch: tls.FileWatch) -> None:
-    watch.reload(reason="SIGHUP", force=True)
-
-
-def _self_managed(args: argparse.Namespace) -> CertificateSource:
+def _self_managed(args: argparse.Namespace) -> shell.CertificateSource:
     try:
         policy = rotation.Policy(
             serving_validity=args.cert_validity,
@@ -405,7 +251,7 @@ def _self_managed(args: argparse.Namespace) -> CertificateSource:
     interval = args.cert_check_interval.total_seconds()
 
     @contextlib.asynccontextmanager
-    async def source(gauge: metrics.Gauge) -> AsyncIterator[Certificates]:
+    async def source(gauge: metrics.Gauge | None) -> AsyncIterator[shell.Certificates]:
         api = kube.api_client(args.kubeconfig, context=args.context)
         try:
             store = provision.SecretStore(api, namespace=target.namespace, name=target.secret)
@@ -436,7 +282,7 @@ def _self_managed(args: argparse.Namespace) -> CertificateSource:
                     tick.add_done_callback(tasks.discard)
 
                 try:
-                    yield Certificates(context=manager.serving.context, reload=reload)
+                    yield shell.Certificates(context=manager.serving.context, reload=reload)
                 finally:
                     for task in list(tasks):
                         task.cancel()

@@ -6,27 +6,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import datetime
 import json
 import logging
-import signal
-import ssl
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import yaml
-from aiohttp import web
 
 from webhook.cmdline import errors, flags
-from webhook.serving import tls
+from webhook.serving import shell
 from webhook.extender import api, app, binder, cards, inspection, kube
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 12345
-SHUTDOWN_TIMEOUT_S = 5.0
 KUBE_THREADS = 32  # blocking apiserver calls in flight at once (binds are I/O-bound)
 INSPECT_OUTPUTS = ("table", "wide", "json", "yaml", "name")
 TIDY_EVERY_S = 5.0  # how often stale reservation ledgers are looked for
@@ -39,7 +36,10 @@ def add_parser(subparsers: Any) -> None:
         help="run the kube-scheduler extender (POST /filter, /prioritize, /bind; GET /inspect, /healthz, /metrics)",
         description="Serve the kube-scheduler HTTP extender (extender/v1, nodeCacheCapable) that places "
         "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage and aliyun.com/gpu pods on a node and a card. "
-        "HTTP unless a certificate and key are given. /healthz answers 200 once nodes and pods are loaded.",
+        "HTTP unless a certificate and key are given; the certificate files (and the client CA bundle) are "
+        "reloaded when they change and on SIGHUP. Port 0 picks a free port; the bound address is printed on "
+        "stdout as 'listening on https://HOST:PORT'. /healthz answers 200 once nodes and pods are loaded; "
+        "SIGTERM/SIGINT stop gracefully: /readyz answers 503, requests in flight finish (see --drain-seconds).",
     )
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to bind (default: {DEFAULT_PORT}; 0 picks one)")
     serve.add_argument("--host", default="0.0.0.0", help="address to bind (default: 0.0.0.0)")
@@ -48,8 +48,10 @@ def add_parser(subparsers: Any) -> None:
     serve.add_argument(
         "--tls-client-ca-file", metavar="CA",
         help="require client certificates issued by this CA (kube-scheduler's tlsConfig certFile/keyFile) for "
-        "the verbs and /inspect (not for /healthz and /metrics): without it anyone who reaches the port can ask for binds",
+        "the verbs and /inspect (not for /healthz, /readyz and /metrics): without it anyone who reaches the port can ask for binds",
     )
+    flags.add_cert_check_interval(serve, what="the certificate files and the client CA bundle")
+    flags.add_drain(serve)
     flags.add_cluster(serve)
     serve.add_argument(
         "--reservation-ttl", type=float, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="SECONDS",
@@ -136,23 +138,31 @@ def run_extender(args: argparse.Namespace) -> int:
         raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
     if args.reservation_ttl <= 0:
         raise errors.InputError("--reservation-ttl must be positive")
+    if args.cert_check_interval <= datetime.timedelta(0):
+        raise errors.InputError("--cert-check-interval must be positive")
     flags.configure_logging(args)
     if args.tls_client_ca_file and not args.tls_cert_file:
         raise errors.InputError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
-    context = (
-        tls.server_context(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file) if args.tls_cert_file else None
+    certificates = (
+        shell.files(
+            shell.TlsFiles(
+                cert_file=args.tls_cert_file,
+                key_file=args.tls_private_key_file,
+                client_ca_file=args.tls_client_ca_file or None,
+                check_interval=args.cert_check_interval.total_seconds(),
+            )
+        )
+        if args.tls_cert_file
+        else None
     )
-    if context is not None and args.tls_client_ca_file:
-        try:
-            context.load_verify_locations(cafile=args.tls_client_ca_file)
-        except (OSError, ssl.SSLError) as error:
-            raise errors.InputError(f"--tls-client-ca-file {args.tls_client_ca_file}: {error}") from error
-        context.verify_mode = ssl.CERT_OPTIONAL  # probes come without one; the app refuses the verbs
     client = kube.load_client(args.kubeconfig, context=args.context)
-    tls.limit_read_buffers()
     asyncio.run(
         _serve(
-            client, host=args.host, port=args.port, context=context, ttl=args.reservation_ttl,
+            client,
+            listen=shell.Listen(host=args.host, port=args.port),
+            certificates=certificates,
+            drain=shell.Drain(seconds=args.drain_seconds, idle_seconds=args.drain_idle_seconds),
+            ttl=args.reservation_ttl,
             require_client_certificate=bool(args.tls_client_ca_file),
             honour_out_of_band=args.honour_out_of_band_usage,
         )
@@ -161,7 +171,13 @@ def run_extender(args: argparse.Namespace) -> int:
 
 
 async def _serve(
-    client: Any, *, host: str, port: int, context: ssl.SSLContext | None, ttl: float, require_client_certificate: bool,
+    client: Any,
+    *,
+    listen: shell.Listen,
+    certificates: shell.CertificateSource | None,
+    drain: shell.Drain,
+    ttl: float,
+    require_client_certificate: bool,
     honour_out_of_band: bool = False,
 ) -> None:
     loop = asyncio.get_running_loop()
@@ -177,24 +193,10 @@ async def _serve(
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running),
         tidy_every=TIDY_EVERY_S,
     )
-    runner = web.AppRunner(application, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port, ssl_context=context)
-        try:
-            await site.start()
-        except OSError as error:
-            raise errors.InputError(f"cannot listen on {host}:{port}: {error.strerror or error}") from error
-        scheme = "https" if context is not None else "http"
-        for address in runner.addresses:
-            log.info("listening on %s://%s:%d", scheme, *address[:2])
-        stop = asyncio.Event()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        await stop.wait()
-        log.info("shutting down")
-    finally:
-        await runner.cleanup()
+    server = shell.Shell(
+        application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain
+    )
+    await server.run()
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for running without the console script

@@ -24,8 +24,7 @@ from policies import settings
 from webhook import cli
 from webhook.certificates import certfiles
 from webhook.cmdline import errors
-from webhook.serving import metrics, tls
-from webhook.admission import serve
+from webhook.serving import metrics, shell, tls
 from webhook.admission import app as admission_app
 from webhook.admission import keys
 
@@ -116,11 +115,11 @@ def test_an_unchanged_pair_is_not_reloaded_unless_forced(certs: Path) -> None:
 
 async def test_a_draining_app_closes_each_connection_after_its_answer() -> None:
     app = admission_app.make_app(settings.Settings())
-    serve._add_drain(app)
+    draining = shell.install(app)
     async with test_utils.TestClient(test_utils.TestServer(app)) as client:
         answer = await client.get("/healthz")
         assert answer.status == 200 and answer.headers.get("Connection") != "close"
-        app[serve.DRAIN].active = True
+        draining.active = True
         answer = await client.get("/healthz")
         assert answer.headers["Connection"] == "close"
         missing = await client.get("/nowhere")

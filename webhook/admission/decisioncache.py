@@ -10,9 +10,11 @@ from it exactly as before, per request (uid, name, review mark).
 
 - the object, less the metadata that differs between replicas and that no built-in policy reads
   (``VOLATILE_METADATA``: name, generateName, uid, creationTimestamp, resourceVersion,
-  managedFields). Where an exception of the settings matches by name, name and generateName stay
-  in. The object is dumped in its own key order: equal dumps mean equal objects, and the same
-  object with its keys in another order is only a miss, never a wrong answer;
+  managedFields), and with the ServiceAccount token volume's random name (``kube-api-access-``
+  and five characters, added to every pod before the webhooks run) made one placeholder. Where an
+  exception of the settings matches by name, name and generateName stay in. The object is dumped
+  in its own key order: equal dumps mean equal objects, and the same object with its keys in
+  another order is only a miss, never a wrong answer;
 - the operation, the namespace the engine judges in, and that namespace's labels (or that they
   are unknown);
 - the username, groups and dryRun (no built-in reads them today; a replica's creator is the same
@@ -34,7 +36,8 @@ labels were looked up.
 
 **Patches** are add operations at paths inside the spec, the template or ``metadata.annotations``
 and ``metadata.labels``: they never name the pod, so the cached patch fits every pod with the same
-key. ``tests/unit/webhook/test_decision_cache.py`` holds every generated pod's answer with the cache
+key. A decision whose messages or patch contain one of the values left out of the key (the pod's
+name, generateName, uid, the token volume's name) is right for that pod only and is not kept. ``tests/unit/webhook/test_decision_cache.py`` holds every generated pod's answer with the cache
 on equal to the answer with it off, names varied, across a reload and a namespace-label change.
 
 Bounded: at most ``max_entries`` (least recently used out first).
@@ -58,6 +61,8 @@ DEFAULT_MAX_ENTRIES = 1024
 # name reaches a decision only through an exception's `names`, handled below).
 VOLATILE_METADATA = frozenset({"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "managedFields"})
 _NAMES = frozenset({"name", "generateName"})
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+TOKEN_VOLUME = TOKEN_VOLUME_PREFIX + "*"
 
 Outcome = Literal["hit", "miss", "bypass"]
 
@@ -139,7 +144,7 @@ class Cache:
             return compute()
         if settings is not self._settings:
             self._adopt(settings)
-        key = self._key(
+        key, volatile = self._key(
             obj,
             namespace=namespace or decisions.object_namespace(obj) or decisions.DEFAULT_NAMESPACE,
             operation=operation,
@@ -157,12 +162,14 @@ class Cache:
             self.on_outcome("hit")
             return entry.decision
         decision = compute()
+        self.misses += 1
+        self.on_outcome("miss")
+        if volatile and _mentions(decision, volatile):
+            return decision  # it names this pod: right for this pod only
         self._entries[key] = _Entry(decision=decision, valid_until=min((e for e in self._expiries if e > now), default=None))
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
-        self.misses += 1
-        self.on_outcome("miss")
         return decision
 
     def _adopt(self, current: settings.Settings) -> None:
@@ -184,11 +191,9 @@ class Cache:
         namespace_labels: Mapping[str, str] | None,
         env_lookup: model.EnvLookup | None,
         env_sources: Iterable[model.EnvSource],
-    ) -> bytes:
-        metadata = obj.get("metadata")
-        if isinstance(metadata, Mapping):
-            volatile = VOLATILE_METADATA - _NAMES if self._keeps_names else VOLATILE_METADATA
-            obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in volatile}}
+    ) -> tuple[bytes, list[str]]:
+        """The digest, and the values left out of it (a decision naming one of them is not kept)."""
+        obj, volatile = _normalized(obj, keeps_names=self._keeps_names)
         sources: list[Any] | None = None
         if env_lookup is not None:
             sources = []
@@ -206,4 +211,55 @@ class Cache:
             obj,
         ]
         text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), volatile
+
+
+def _normalized(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[Mapping[str, Any], list[str]]:
+    """``obj`` without what replicas differ in, and the values taken out.
+
+    Besides ``VOLATILE_METADATA``: kube-apiserver's ServiceAccount admission plugin, which runs
+    before the webhooks, gives every pod a projected token volume ``kube-api-access-<5 random
+    characters>`` mounted in each container. Where a pod has exactly one such volume, its name
+    becomes ``kube-api-access-*`` (no real volume can be named so) in the volume and the mounts.
+    """
+    volatile: list[str] = []
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        dropped = VOLATILE_METADATA - _NAMES if keeps_names else VOLATILE_METADATA
+        volatile += [v for f in ("name", "generateName", "uid") if f in dropped and isinstance(v := metadata.get(f), str) and v]
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in dropped}}
+    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
+    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
+        return obj, volatile
+    tokens = [
+        v["name"] for v in volumes
+        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(TOKEN_VOLUME_PREFIX)
+    ]
+    if len(tokens) != 1:
+        return obj, volatile
+    token = tokens[0]
+    renamed: dict[str, Any] = {**spec, "volumes": [{**v, "name": TOKEN_VOLUME} if isinstance(v, Mapping) and v.get("name") == token else v for v in volumes]}
+    for field in ("containers", "initContainers", "ephemeralContainers"):
+        containers = spec.get(field)
+        if isinstance(containers, list):
+            renamed[field] = [_mounts_renamed(c, token) for c in containers]
+    return {**obj, "spec": renamed}, [*volatile, token]
+
+
+def _mounts_renamed(container: Any, token: str) -> Any:
+    mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+    if not isinstance(mounts, list):
+        return container
+    return {
+        **container,
+        "volumeMounts": [{**m, "name": TOKEN_VOLUME} if isinstance(m, Mapping) and m.get("name") == token else m for m in mounts],
+    }
+
+
+def _mentions(decision: model.Decision, values: list[str]) -> bool:
+    """Whether any message or the patch of ``decision`` contains one of ``values``."""
+    texts = [v.message for v in decision.violations] + [r.message for r in decision.results] + list(decision.warnings)
+    texts += [decision.exempt_reason, json.dumps(list(decision.patch), ensure_ascii=False)]
+    joined = "\n".join(texts)
+    return any(value in joined for value in values)

@@ -64,7 +64,8 @@ def review(obj: Mapping[str, Any], *, uid: str, namespace: str = "team-a", opera
 
 
 def replicas(obj: Mapping[str, Any], count: int) -> Iterator[dict[str, Any]]:
-    """What a controller creates from one template: the same object with its own name, uid and times."""
+    """What a controller creates from one template: the same object with its own name, uid and
+    times, and (a pod, as the ServiceAccount admission plugin leaves it) its own token volume."""
     for index in range(count):
         copied = json.loads(json.dumps(obj))
         metadata = copied.get("metadata")
@@ -73,6 +74,14 @@ def replicas(obj: Mapping[str, Any], count: int) -> Iterator[dict[str, Any]]:
             metadata["uid"] = f"00000000-0000-0000-0000-{index:012d}"
             metadata["creationTimestamp"] = f"2026-06-01T00:00:{index % 60:02d}Z"
             metadata["managedFields"] = [{"manager": "kube-controller-manager", "time": f"2026-06-01T00:00:{index % 60:02d}Z"}]
+        spec = copied.get("spec")
+        if copied.get("kind") == "Pod" and isinstance(spec, dict) and isinstance(spec.get("volumes", []), list):
+            token = f"kube-api-access-{index:05d}"
+            spec["volumes"] = [*spec.get("volumes", []), {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
+            for container in spec.get("containers", []) if isinstance(spec.get("containers"), list) else []:
+                if isinstance(container, dict) and isinstance(container.get("volumeMounts", []), list):
+                    mount = {"name": token, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}
+                    container["volumeMounts"] = [*container.get("volumeMounts", []), mount]
         yield copied
 
 
@@ -155,6 +164,20 @@ def test_replicas_are_judged_once_and_keep_their_own_uid() -> None:
             patched = pod(resources={"limits": {"aliyun.com/gpu-mem": 3}})
             patches = {(await pair.same(c))["mutate"]["response"]["patch"] for c in replicas(patched, 3)}
             assert len(patches) == 1 and pair.cache.misses == 2
+
+    asyncio.run(run())
+
+
+def test_a_decision_that_names_the_pod_is_not_kept() -> None:
+    async def run() -> None:
+        async with Pair(settings.Settings()) as pair:
+            for index in range(2):
+                name = f"exporter-{index}"
+                named = pod(name, volumeMounts=[{"name": name, "mountPath": "/host-dev"}])
+                named["spec"]["volumes"] = [{"name": name, "hostPath": {"path": "/dev"}}]
+                answer = (await pair.same(named))["validate"]["response"]
+                assert answer["allowed"] is False and name in answer["status"]["message"]
+            assert (pair.cache.misses, pair.cache.hits, len(pair.cache)) == (4, 0, 0)
 
     asyncio.run(run())
 

@@ -178,7 +178,7 @@ def add_cert_check_interval(parser: _Container, *, what: str) -> None:
     """``--cert-check-interval``: how often a server looks at ``what`` for new certificates."""
     parser.add_argument(
         "--cert-check-interval", type=duration_delta, default=CERT_CHECK_INTERVAL, metavar="DURATION",
-        help=f"how often {what} are checked for a new pair (default: 10s)",
+        help=f"how often {what} are checked for changes, loaded when they change (default: 10s)",
     )
 
 

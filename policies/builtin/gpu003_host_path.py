@@ -185,8 +185,3 @@ def _writable_mounts(context: policy.Context) -> list[policy.Finding]:
                 )
             )
     return findings
-
-
-# Transitional (issue 15): the audit's checks still import this name from here; it moves to
-# `hostpaths.exposes_gpu` and this alias goes once they import it from there.
-exposes_gpu = hostpaths.exposes_gpu

@@ -59,9 +59,3 @@ def _name(obj: Mapping[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return ""
-
-
-# Transitional (issue 15): the audit's checks still import these names from here; they live in
-# `envsources` and these aliases go once the checks import them from there.
-keys = envsources.keys
-guarded_keys = envsources.guarded_keys

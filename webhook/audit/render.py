@@ -13,9 +13,9 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 
-from policies import model
+from policies import gpu, model
 from webhook.audit import findings, report, scan
-from webhook.extender import cards, inspection
+from webhook.extender import inspection
 
 CLUSTER_TITLE = "cluster (nodes)"
 _BAR_WIDTH = 20
@@ -175,7 +175,7 @@ def _card_rows(node: inspection.NodeJson) -> list[str]:
     rows: list[str] = []
     for device in node["devs"]:
         used, total = device["usedGPU"], device["totalGPU"]
-        over = used > total or sum(p["usedCore"] for p in device["pods"]) > cards.CORE_PER_CARD
+        over = used > total or sum(p["usedCore"] for p in device["pods"]) > gpu.MAX_CORE_PERCENTAGE
         percent = 100 if total <= 0 else min(100, round(100 * used / total))
         core = f", {device['usedCore']}% cores" if device["usedCore"] else ""
         whole = ", whole card" if device["whole"] else ""

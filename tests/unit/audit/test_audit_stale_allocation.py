@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import model
+from policies import allocation as allocation_
+from policies import gpu, model, reservations
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation, judge_node
 from webhook.audit.checks import gpu212_stale_allocation
-from webhook.extender import cards, reasons
+from webhook.extender import reasons
 
 GPU212 = gpu212_stale_allocation.StaleAllocation()
 
 
 def _ledger(uid: str, *, assumed_at: float) -> dict[str, str]:
-    entry = cards.Allocation(
+    entry = allocation_.Allocation(
         uid=uid, namespace="team-a", name="deleted", node="cgpu-0", cards=(1,), memory_gib=8,
         assumed_at=assumed_at, expires=assumed_at + 3600, source="reservation",
     )
-    return {cards.RESERVATIONS_ANNOTATION: cards.render_reservations({uid: entry})}
+    return {gpu.RESERVATIONS_ANNOTATION: reservations.encode({uid: entry})}
 
 
 def _judge(node: dict[str, Any], pods: list[dict[str, Any]]) -> Any:
@@ -44,13 +45,13 @@ def test_a_ledger_entry_of_a_live_pod_passes(node: NodeFactory, pod: PodFactory)
 
 def test_a_pod_terminating_long_past_its_deadline_fails_and_a_recent_one_passes(node: NodeFactory, pod: PodFactory) -> None:
     stuck = pod("stuck", node_name="cgpu-0", gpu_mem=4, annotations=allocation("cgpu-0", [0], mem=4))
-    stuck["metadata"]["deletionTimestamp"] = cards.timestamp(NOW - reasons.STUCK_TERMINATING_S - 60)
+    stuck["metadata"]["deletionTimestamp"] = allocation_.timestamp(NOW - reasons.STUCK_TERMINATING_S - 60)
     found = _judge(node(), [stuck])
     assert found.result is model.Result.FAIL
     assert "team-a/stuck has been Terminating 360 s past its deletion deadline" in found.message
     assert "force-delete" in found.message
     leaving = pod("leaving", node_name="cgpu-0", gpu_mem=4, annotations=allocation("cgpu-0", [0], mem=4))
-    leaving["metadata"]["deletionTimestamp"] = cards.timestamp(NOW - 30)
+    leaving["metadata"]["deletionTimestamp"] = allocation_.timestamp(NOW - 30)
     assert _judge(node(), [leaving]).result is model.Result.PASS
 
 

@@ -12,12 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, nodeaffinity, podspec, quantity, usage
+from policies import allocation, gpu, nodeaffinity, podspec, quantity, usage
 from webhook.audit import findings
-from webhook.extender import cards
-
-INVENTORY_ANNOTATION = cards.INVENTORY_ANNOTATION
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 # --- metadata ------------------------------------------------------------------------------------
@@ -56,20 +52,14 @@ def mode_label(node: Mapping[str, Any]) -> str | None:
 
 def mode(node: Mapping[str, Any]) -> gpu.Mode | None:
     """The node's mode (`default` without the label); None for a value that is no mode."""
-    value = mode_label(node)
-    if value is None:
-        return gpu.Mode.DEFAULT
-    try:
-        return gpu.Mode(value)
-    except ValueError:
-        return None
+    return gpu.mode_of(labels_of(node))
 
 
 def is_gpu_node(node: Mapping[str, Any]) -> bool:
     """Whether the node has GPUs by its labels, inventory annotation or capacity."""
     if any(nodeaffinity.is_gpu_node_label(key, value) for key, value in labels_of(node).items()):
         return True
-    if INVENTORY_ANNOTATION in annotations_of(node):
+    if gpu.INVENTORY_ANNOTATION in annotations_of(node):
         return True
     return any(count > 0 for count in capacity(node).values())
 
@@ -101,12 +91,17 @@ def _parsed_usage(text: str) -> usage.NodeUsage | None:
 
 def active(pod: Mapping[str, Any]) -> bool:
     """Whether the pod has not finished (`Succeeded` or `Failed`)."""
-    return podspec.mapping(pod.get("status")).get("phase") not in TERMINAL_PHASES
+    return not allocation.is_terminal(pod)
 
 
 def annotated_node(pod: Mapping[str, Any]) -> str:
-    """The node our allocation annotation names ("" where there is none); a stale one included."""
-    text = annotations_of(pod).get(cards.ALLOCATION_ANNOTATION)
+    """The node our allocation annotation names ("" where there is none); a stale one included.
+
+    Looser than `allocation.annotated_node`, on purpose: an annotation that is otherwise malformed
+    still says which node the pod was meant for, and GPU203 reports a pod bound elsewhere (GPU210
+    then leaves it alone) rather than calling it unaccounted.
+    """
+    text = annotations_of(pod).get(gpu.ALLOCATION_ANNOTATION)
     if not isinstance(text, str):
         return ""
     try:
@@ -117,9 +112,9 @@ def annotated_node(pod: Mapping[str, Any]) -> str:
     return node if isinstance(node, str) else ""
 
 
-def card_list(allocation: cards.Allocation) -> str:
+def card_list(held: allocation.Allocation) -> str:
     """The allocation's card indexes, as `0,1`."""
-    return ",".join(str(index) for index in allocation.cards)
+    return ",".join(str(index) for index in held.cards)
 
 
 # --- references ----------------------------------------------------------------------------------
@@ -135,6 +130,6 @@ def pod_ref(namespace: str, pod_name: str, uid: str = "") -> findings.ObjectRef:
     return findings.ObjectRef(namespace=namespace, kind="Pod", name=pod_name, api_version="v1", uid=uid)
 
 
-def allocation_ref(allocation: cards.Allocation) -> findings.ObjectRef:
+def allocation_ref(held: allocation.Allocation) -> findings.ObjectRef:
     """The reference to the Pod holding an allocation."""
-    return pod_ref(allocation.namespace, allocation.name, allocation.uid)
+    return pod_ref(held.namespace, held.name, held.uid)

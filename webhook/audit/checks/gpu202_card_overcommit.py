@@ -14,7 +14,6 @@ from typing import Any
 from policies import gpu, model, podspec
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards
 
 
 def _requested(pod: Mapping[str, Any]) -> dict[str, int]:
@@ -50,7 +49,7 @@ class CardOvercommitted(base.NodeCheck):
             reasons = []
             if card.memory_used > card.card.memory_gib:
                 reasons.append(f"{card.memory_used} GiB allocated of {card.card.memory_gib} GiB")
-            if card.core_used > cards.CORE_PER_CARD:
+            if card.core_used > gpu.MAX_CORE_PERCENTAGE:
                 reasons.append(f"{card.core_used}% of the cores")
             if card.whole_used and len(card.allocations) > 1:
                 reasons.append(f"held whole by one pod but shared by {len(card.allocations)}")

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import model, podspec
+from policies import gpu, model, podspec, reservations
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards
 
 
 class OrphanedReservation(base.PodCheck, base.NodeCheck):
@@ -38,7 +37,7 @@ class OrphanedReservation(base.PodCheck, base.NodeCheck):
             return self.finding(
                 subject,
                 result=model.Result.FAIL,
-                detail=f"its {cards.ALLOCATION_ANNOTATION} reserves cards on node {reserved}, but it is bound to {bound}",
+                detail=f"its {gpu.ALLOCATION_ANNOTATION} reserves cards on node {reserved}, but it is bound to {bound}",
             )
         return self.finding(subject, result=model.Result.PASS, detail=f"bound to {bound}")
 
@@ -47,7 +46,7 @@ class OrphanedReservation(base.PodCheck, base.NodeCheck):
 
         `context.pods_by_uid` must hold every pod of the cluster. None for a node without a ledger.
         """
-        ledger = cards.node_reservations(node)
+        ledger = reservations.node_reservations(node)
         if not ledger:
             return None
         subject = facts.node_ref(node)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import model
+from policies import allocation, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 from webhook.extender import cards
@@ -27,27 +27,27 @@ class MissingCard(base.PodCheck):
 
     def check_pod(self, pod: Mapping[str, Any], context: base.PodContext) -> findings.Finding | None:
         """None for a pod holding no allocation; `context.models` caches each node's card model."""
-        allocation = cards.pod_allocation(pod, now=context.now)
-        if allocation is None:
+        held = allocation.pod_allocation(pod, now=context.now)
+        if held is None:
             return None
         subject = findings.ObjectRef.of(pod)
-        node = context.nodes.get(allocation.node)
-        shown = facts.card_list(allocation)
+        node = context.nodes.get(held.node)
+        shown = facts.card_list(held)
         if node is None:
             return self.finding(
-                subject, result=model.Result.FAIL, detail=f"it holds card {shown} of node {allocation.node}, which no longer exists"
+                subject, result=model.Result.FAIL, detail=f"it holds card {shown} of node {held.node}, which no longer exists"
             )
-        node_model = context.models.get(allocation.node)
+        node_model = context.models.get(held.node)
         if node_model is None:
-            node_model = context.models[allocation.node] = cards.node_cards(node)
-        missing = [index for index in allocation.cards if node_model.card(index) is None]
+            node_model = context.models[held.node] = cards.node_cards(node)
+        missing = [index for index in held.cards if node_model.card(index) is None]
         if missing:
             have = ", ".join(str(card.index) for card in node_model.cards) or f"none ({node_model.problem})"
             listed = ",".join(str(index) for index in missing)
             return self.finding(
                 subject,
                 result=model.Result.FAIL,
-                detail=f"it holds card {listed} of node {allocation.node}, whose cards are {have}",
+                detail=f"it holds card {listed} of node {held.node}, whose cards are {have}",
                 related=[facts.node_ref(node)],
             )
-        return self.finding(subject, result=model.Result.PASS, detail=f"card {shown} of node {allocation.node}")
+        return self.finding(subject, result=model.Result.PASS, detail=f"card {shown} of node {held.node}")

@@ -1,7 +1,7 @@
 """GPU205: a GPU node advertises only the resources of its `ack.node.gpu.schedule` mode.
 
-Fails for a mode label that is no mode, and for a non-zero resource of another mode (DESIGN
-section 1 says what each mode advertises): enabling a mode must set the other modes' resources to
+Fails for a mode label that is no mode, and for a non-zero resource of another mode (`gpu.MODE_RESOURCES`,
+DESIGN section 1): enabling a mode must set the other modes' resources to
 0, or pods of another family land on the node. Enforced.
 """
 
@@ -13,19 +13,6 @@ from typing import Any
 from policies import gpu, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-
-# What each mode advertises; every other GPU resource must be absent or 0.
-MODE_RESOURCES: Mapping[gpu.Mode, frozenset[str]] = {
-    gpu.Mode.DEFAULT: frozenset({gpu.Resource.NVIDIA_GPU}),
-    gpu.Mode.CGPU: frozenset({gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT}),
-    gpu.Mode.SHARE: frozenset({gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT}),
-    gpu.Mode.MPS: frozenset({gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT}),
-    gpu.Mode.CORE_MEM: frozenset(
-        {gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT, gpu.Resource.GPU_CORE_PERCENTAGE}
-    ),
-    gpu.Mode.TOPOLOGY: frozenset({gpu.Resource.ALIYUN_GPU}),
-}
-
 
 class ModeResourceMismatch(base.NodeCheck):
     """GPU nodes advertising another mode's resources, or in no known mode."""
@@ -50,7 +37,7 @@ class ModeResourceMismatch(base.NodeCheck):
                 result=model.Result.FAIL,
                 detail=f"{gpu.SCHEDULE_LABEL}={facts.mode_label(node)} is no mode (known: {known})",
             )
-        allowed = MODE_RESOURCES[found]
+        allowed = gpu.MODE_RESOURCES[found]
         foreign = {key: count for key, count in facts.capacity(node).items() if key not in allowed and count > 0}
         if foreign:
             listed = ", ".join(f"{key}={count}" for key, count in sorted(foreign.items()))

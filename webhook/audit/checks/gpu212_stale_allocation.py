@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import model, podspec
+from policies import allocation, model, podspec, reservations
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards, reasons
+from webhook.extender import reasons
 
 
 class StaleAllocation(base.NodeCheck):
@@ -36,7 +36,7 @@ class StaleAllocation(base.NodeCheck):
         subject = facts.node_ref(node)
         problems: list[str] = []
         involved: list[findings.ObjectRef] = []
-        for uid, entry in sorted(cards.node_reservations(node).items()):
+        for uid, entry in sorted(reservations.node_reservations(node).items()):
             if (entry.expires or 0.0) <= now or uid in context.pods_by_uid:
                 continue
             if (entry.assumed_at or 0.0) + reasons.PRUNE_DEADLINE_S > now:
@@ -46,17 +46,17 @@ class StaleAllocation(base.NodeCheck):
                 "in the reservation ledger"
             )
             involved.append(facts.allocation_ref(entry))
-        for allocation in context.state.allocations:
-            pod = context.pods_by_uid.get(allocation.uid)
+        for held in context.state.allocations:
+            pod = context.pods_by_uid.get(held.uid)
             deleted = podspec.mapping(pod.get("metadata")).get("deletionTimestamp") if pod is not None else None
-            deadline = cards._parse_time(deleted)  # noqa: SLF001 - the card model's one RFC 3339 reader
+            deadline = allocation.parse_time(deleted)
             if deadline is None or deadline + reasons.STUCK_TERMINATING_S > now:
                 continue
             problems.append(
-                f"{allocation.pod_key} has been Terminating {int(now - deadline)} s past its deletion deadline and still "
-                f"holds card {facts.card_list(allocation)}: its node is likely lost; force-delete the pod to free the card"
+                f"{held.pod_key} has been Terminating {int(now - deadline)} s past its deletion deadline and still "
+                f"holds card {facts.card_list(held)}: its node is likely lost; force-delete the pod to free the card"
             )
-            involved.append(facts.allocation_ref(allocation))
+            involved.append(facts.allocation_ref(held))
         if problems:
             return self.finding(
                 subject,

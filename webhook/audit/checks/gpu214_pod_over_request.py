@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, model, podspec
+from policies import allocation, cardrequest, gpu, model, podspec
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards
 
 
 class PodExceedsRequest(base.PodCheck):
@@ -42,20 +41,20 @@ class PodExceedsRequest(base.PodCheck):
             return None
         subject = findings.ObjectRef.of(pod)
         spec = podspec.mapping(pod.get("spec"))
-        allocation = cards.pod_allocation(pod, now=context.now)
-        request = cards.pod_request(pod)
+        found = allocation.pod_allocation(pod, now=context.now)
+        request = cardrequest.pod_request(pod)
         node_mode = facts.mode(node)
         problems: list[str] = []
-        if allocation is not None and allocation.node == facts.name_of(node):
-            own = set(allocation.cards)
+        if found is not None and found.node == facts.name_of(node):
+            own = set(found.cards)
             for index, mib in sorted(held.items()):
                 if index not in own:
                     problems.append(
                         f"its processes hold {mib} MiB on card {index}, which it was not given "
-                        f"(its allocation: card {facts.card_list(allocation)})"
+                        f"(its allocation: card {facts.card_list(found)})"
                     )
-            if not allocation.whole:
-                allowed = allocation.memory_gib * cards.MIB_PER_GIB
+            if not found.whole:
+                allowed = found.memory_gib * gpu.MIB_PER_GIB
                 for index in sorted(own):
                     mib = held.get(index, 0)
                     limit = allowed if node_mode is gpu.Mode.SHARE else allowed + facts.usage_tolerance_mib(allowed)
@@ -67,13 +66,13 @@ class PodExceedsRequest(base.PodCheck):
                         )
                         problems.append(
                             f"its processes hold {mib} MiB on card {index} but it asked for "
-                            f"{allocation.memory_gib} GiB ({allowed} MiB; {how})"
+                            f"{found.memory_gib} GiB ({allowed} MiB; {how})"
                         )
         elif not gpu.pod_requests_gpu(spec):
             listed = ", ".join(f"{mib} MiB on card {index}" for index, mib in sorted(held.items()))
             problems.append(f"it asks for no GPU but its processes hold {listed}")
         elif request.managed and not request.cards and not request.problem:
-            allowed = request.memory_gib * cards.MIB_PER_GIB
+            allowed = request.memory_gib * gpu.MIB_PER_GIB
             for index, mib in sorted(held.items()):
                 if mib > allowed + (0 if node_mode is gpu.Mode.SHARE else facts.usage_tolerance_mib(allowed)):
                     problems.append(

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import model
+from policies import gpu, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards
 
 
 class CardUseExceedsAllocations(base.NodeCheck):
@@ -43,7 +42,7 @@ class CardUseExceedsAllocations(base.NodeCheck):
             real = sum(figures) if figures else real_card.used_mib
             if real is None:
                 continue
-            allocated = card_state.memory_used * cards.MIB_PER_GIB
+            allocated = card_state.memory_used * gpu.MIB_PER_GIB
             if real > allocated + facts.usage_tolerance_mib(allocated):
                 problems.append(
                     f"card {card_state.index}: processes hold {real} MiB but allocations sum to {card_state.memory_used} GiB "

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from webhook.extender import api, cards, topology
+from policies import allocation, gpu
+from policies import inventory as inventory_  # `inventory` is a factory argument
+from webhook.extender import api, cards
 
 Object = dict[str, Any]
 NodeFactory = Callable[..., Object]
@@ -55,11 +57,11 @@ def node(
             capacity = {"nvidia.com/gpu": str(count)}
     notes: dict[str, str] = dict(annotations or {})
     if inventory is not None:
-        notes[cards.INVENTORY_ANNOTATION] = json.dumps(
+        notes[gpu.INVENTORY_ANNOTATION] = json.dumps(
             [{"index": i, "uuid": f"GPU-{i:04d}", "name": "Tesla-T4", "memoryMiB": mib} for i, mib in enumerate(inventory)]
         )
     if links is not None:
-        notes[topology.TOPOLOGY_ANNOTATION] = topology.render(links)
+        notes[gpu.TOPOLOGY_ANNOTATION] = inventory_.encode_topology(links)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -224,7 +226,7 @@ def apiserver() -> FakeApiServer:
     return FakeApiServer()
 
 
-def card_use(server: FakeApiServer, node_name: str, *, now: float, ttl: float = cards.DEFAULT_RESERVATION_TTL_S) -> list[int]:
+def card_use(server: FakeApiServer, node_name: str, *, now: float, ttl: float = allocation.DEFAULT_RESERVATION_TTL_S) -> list[int]:
     """GiB used per card of a node, read the way every component reads it."""
     state = cards.node_state(server.nodes[node_name], list(server.pods.values()), now=now, ttl=ttl)
     return [c.memory_used for c in state.cards]

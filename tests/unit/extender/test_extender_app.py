@@ -14,8 +14,9 @@ import pytest
 from aiohttp import test_utils, web
 
 from certs import authority
+from policies import allocation, gpu, reservations
 from webhook.serving import metrics
-from webhook.extender import app, binder, cards, store, wire
+from webhook.extender import app, binder, store, wire
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -194,7 +195,7 @@ async def test_metrics_carry_the_inspect_table_per_node_and_card(client: Client,
 def test_the_store_indexes_bound_and_reserved_pods_by_node(make_node: Factory, make_gpu_pod: Factory) -> None:
     cache = store.Store()
     cache.replace_nodes([make_node("n")])
-    note = cards.bind_annotations(cards.Allocation(uid="r", namespace="a", name="r", node="n", cards=(1,), memory_gib=2, assumed_at=NOW), card_memory_gib=15)
+    note = allocation.bind_annotations(allocation.Allocation(uid="r", namespace="a", name="r", node="n", cards=(1,), memory_gib=2, assumed_at=NOW), card_memory_gib=15)
     reserved = make_gpu_pod("r", uid="r", mem=2, annotations=note)
     cache.replace_pods([reserved, make_gpu_pod("other", uid="o", mem=1)])
     assert [p["metadata"]["name"] for p in cache.pods_on("n")] == ["r"]
@@ -249,8 +250,8 @@ async def test_with_client_certificates_required_the_verbs_refuse_anonymous_call
 
 async def test_filter_leaves_out_the_pods_own_interrupted_reservation(client: Client, cache: store.Store, make_gpu_pod: Factory) -> None:
     retried = make_gpu_pod("retried", uid="retry-uid", mem=2)
-    note = cards.bind_annotations(
-        cards.Allocation(uid="retry-uid", namespace="team-a", name="retried", node="small", cards=(0,), memory_gib=2, assumed_at=NOW),
+    note = allocation.bind_annotations(
+        allocation.Allocation(uid="retry-uid", namespace="team-a", name="retried", node="small", cards=(0,), memory_gib=2, assumed_at=NOW),
         card_memory_gib=2,
     )
     cache.put_pod({**retried, "metadata": {**retried["metadata"], "annotations": note}})
@@ -266,8 +267,8 @@ def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Fac
     cache.replace_pods([])
     first = cache.state("n", now=NOW, ttl=60)
     assert first is not None and cache.state("n", now=NOW + 1, ttl=60) is first, "unchanged node: cached"
-    entry = cards.Allocation(uid="r", namespace="a", name="r", node="n", cards=(0,), memory_gib=5, assumed_at=NOW, expires=NOW + 30)
-    reserved = make_node("n", annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations({"r": entry})})
+    entry = allocation.Allocation(uid="r", namespace="a", name="r", node="n", cards=(0,), memory_gib=5, assumed_at=NOW, expires=NOW + 30)
+    reserved = make_node("n", annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"r": entry})})
     reserved["metadata"]["resourceVersion"] = "2"
     cache.put_node(reserved)
     held = cache.state("n", now=NOW + 1, ttl=60)
@@ -276,20 +277,20 @@ def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Fac
     assert after is not None and after.cards[0].memory_used == 0, "the cache must not outlive the reservation"
     own = cache.state("n", now=NOW + 1, ttl=60, exclude_uid="r")
     assert own is not None and own.cards[0].memory_used == 0
-    note = cards.bind_annotations(cards.Allocation(uid="b", namespace="a", name="b", node="n", cards=(2,), memory_gib=7, assumed_at=NOW), card_memory_gib=15)
+    note = allocation.bind_annotations(allocation.Allocation(uid="b", namespace="a", name="b", node="n", cards=(2,), memory_gib=7, assumed_at=NOW), card_memory_gib=15)
     cache.put_pod(make_gpu_pod("b", uid="b", mem=7, node_name="n", annotations=note))
     latest = cache.state("n", now=NOW + 31, ttl=60)
     assert latest is not None and [c.memory_used for c in latest.cards] == [0, 0, 7, 0]
 
 
-def _ledger_node(make_node: Factory, entries: dict[str, cards.Allocation]) -> dict[str, Any]:
-    obj: dict[str, Any] = make_node("n", annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations(entries)})
+def _ledger_node(make_node: Factory, entries: dict[str, allocation.Allocation]) -> dict[str, Any]:
+    obj: dict[str, Any] = make_node("n", annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(entries)})
     obj["metadata"]["resourceVersion"] = "7"
     return obj
 
 
-def _entry(uid: str, *, card: int, assumed: float = NOW) -> cards.Allocation:
-    return cards.Allocation(uid=uid, namespace="a", name=uid, node="n", cards=(card,), memory_gib=5, assumed_at=assumed, expires=assumed + 60)
+def _entry(uid: str, *, card: int, assumed: float = NOW) -> allocation.Allocation:
+    return allocation.Allocation(uid=uid, namespace="a", name=uid, node="n", cards=(card,), memory_gib=5, assumed_at=assumed, expires=assumed + 60)
 
 
 def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_long_gone(make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -304,7 +305,7 @@ def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_lo
     ])
     early = cache.state("n", now=NOW + 1, ttl=60)
     assert early is not None and [c.memory_used for c in early.cards] == [0, 0, 5, 5], "an unseen pod may just be lagging"
-    late = cache.state("n", now=NOW + cards.IN_FLIGHT_GRACE_S + 1, ttl=60)
+    late = cache.state("n", now=NOW + reservations.IN_FLIGHT_GRACE_S + 1, ttl=60)
     assert late is not None and [c.memory_used for c in late.cards] == [0, 0, 0, 5]
     assert cache.stale_ledgers(now=NOW + 1) == ["n"]
 
@@ -334,9 +335,9 @@ async def test_the_app_prunes_stale_ledgers_in_the_background(
     application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings, tidy_every=0.01)
     await aiohttp_client(application)
     deadline = asyncio.get_running_loop().time() + 5
-    while cards.node_reservations(apiserver.nodes["n"]) and asyncio.get_running_loop().time() < deadline:
+    while reservations.node_reservations(apiserver.nodes["n"]) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
-    assert cards.node_reservations(apiserver.nodes["n"]) == {}
+    assert reservations.node_reservations(apiserver.nodes["n"]) == {}
     assert cache.stale_ledgers(now=NOW) == []
 
 

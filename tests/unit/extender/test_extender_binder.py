@@ -7,7 +7,8 @@ import json
 import random
 from typing import Any
 
-from webhook.extender import api, binder, cards, wire
+from policies import allocation, gpu, reservations
+from webhook.extender import api, binder, wire
 
 NOW = 1_800_000_000.0
 Factory = Any
@@ -39,7 +40,7 @@ async def test_binding_annotates_the_pod_then_binds_it(apiserver: Any, make_node
     assert stored["spec"]["nodeName"] == "gpu-0"
     notes = stored["metadata"]["annotations"]
     assert notes["ALIYUN_COM_GPU_MEM_IDX"] == "0" and notes["ALIYUN_COM_GPU_MEM_POD"] == "4" and notes["ALIYUN_COM_GPU_MEM_DEV"] == "15"
-    assert json.loads(notes[cards.ALLOCATION_ANNOTATION])["cards"] == [0]
+    assert json.loads(notes[gpu.ALLOCATION_ANNOTATION])["cards"] == [0]
     assert apiserver.calls.index("patch_node_annotations") < apiserver.calls.index("bind")
     assert "patch_pod_annotations" not in apiserver.calls, "the Binding carries the annotations"
 
@@ -133,7 +134,7 @@ async def test_an_unbound_reservation_expires_after_the_ttl(apiserver: Any, make
     clock.now += 61
     result = await one.bind(_request(later, "gpu-0"))
     assert result.error == "" and result.allocation is not None
-    ledger = cards.node_reservations(apiserver.nodes["gpu-0"])
+    ledger = reservations.node_reservations(apiserver.nodes["gpu-0"])
     assert list(ledger) == [later["metadata"]["uid"]], "the expired entry is pruned on the next commit"
 
 
@@ -143,7 +144,7 @@ async def test_bound_pods_leave_the_ledger_on_the_next_commit(apiserver: Any, ma
     one = binder.Binder(apiserver, clock=Clock())
     for p in pods:
         await one.bind(_request(p, "gpu-0"))
-    assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [pods[-1]["metadata"]["uid"]]
+    assert list(reservations.node_reservations(apiserver.nodes["gpu-0"])) == [pods[-1]["metadata"]["uid"]]
 
 
 async def test_errors_come_back_as_binding_results_not_exceptions(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -189,10 +190,10 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
     await one.bind(_request(gone, "gpu-0"))
     del apiserver.pods[("team-a", "p0")]  # the user deletes the pod the bind was cut off for
     assert "insufficient" in (await one.bind(_request(later, "gpu-0"))).error, "young entries are binds in flight"
-    clock.now += cards.IN_FLIGHT_GRACE_S
+    clock.now += reservations.IN_FLIGHT_GRACE_S
     result = await one.bind(_request(later, "gpu-0"))
     assert result.error == "" and result.allocation is not None
-    assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [later["metadata"]["uid"]]
+    assert list(reservations.node_reservations(apiserver.nodes["gpu-0"])) == [later["metadata"]["uid"]]
 
 
 async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -210,7 +211,7 @@ async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: An
         return dict(await real_get(namespace, name))
 
     apiserver.get_pod = flaky
-    clock.now += cards.IN_FLIGHT_GRACE_S
+    clock.now += reservations.IN_FLIGHT_GRACE_S
     assert "insufficient GPU memory" in (await one.bind(_request(later, "gpu-0"))).error
 
 
@@ -224,7 +225,7 @@ async def test_binds_waiting_for_one_node_are_committed_together(
     assert all(r.error == "" for r in results)
     assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 15, 15, 15]
     assert apiserver.node_patches < 5, f"{apiserver.node_patches} commits for 20 binds: they should batch"
-    assert len(cards.node_reservations(apiserver.nodes["gpu-0"])) <= 20
+    assert len(reservations.node_reservations(apiserver.nodes["gpu-0"])) <= 20
 
 
 async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
@@ -233,14 +234,14 @@ async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
     apiserver.add_node(make_node("gpu-0"))
     alive = apiserver.add_pod(make_gpu_pod("alive", mem=2))
     entries = {
-        "expired": cards.Allocation(uid="expired", namespace="team-a", name="x", node="gpu-0", cards=(0,), memory_gib=2, assumed_at=NOW - 200, expires=NOW - 80),
-        "deleted": cards.Allocation(uid="deleted", namespace="team-a", name="gone", node="gpu-0", cards=(1,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
-        alive["metadata"]["uid"]: cards.Allocation(uid=alive["metadata"]["uid"], namespace="team-a", name="alive", node="gpu-0", cards=(2,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
+        "expired": allocation.Allocation(uid="expired", namespace="team-a", name="x", node="gpu-0", cards=(0,), memory_gib=2, assumed_at=NOW - 200, expires=NOW - 80),
+        "deleted": allocation.Allocation(uid="deleted", namespace="team-a", name="gone", node="gpu-0", cards=(1,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
+        alive["metadata"]["uid"]: allocation.Allocation(uid=alive["metadata"]["uid"], namespace="team-a", name="alive", node="gpu-0", cards=(2,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
     }
-    apiserver.nodes["gpu-0"]["metadata"]["annotations"][cards.RESERVATIONS_ANNOTATION] = cards.render_reservations(entries)
+    apiserver.nodes["gpu-0"]["metadata"]["annotations"][gpu.RESERVATIONS_ANNOTATION] = reservations.encode(entries)
     one = binder.Binder(apiserver, clock=Clock())
     assert await one.prune("gpu-0") is True
-    assert list(cards.node_reservations(apiserver.nodes["gpu-0"])) == [alive["metadata"]["uid"]]
+    assert list(reservations.node_reservations(apiserver.nodes["gpu-0"])) == [alive["metadata"]["uid"]]
     assert await one.prune("gpu-0") is False
 
 

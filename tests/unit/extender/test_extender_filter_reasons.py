@@ -9,6 +9,8 @@ from typing import Any
 
 from aiohttp import test_utils, web
 
+from policies import cardrequest
+from policies import allocation as allocation_
 from webhook.extender import app, binder, cards, placement, store
 
 NOW = 1_800_000_000.0
@@ -45,13 +47,13 @@ def test_a_verdict_without_reasons_is_the_same_verdict(make_node: Factory, make_
     topo = make_node("topo", mode="topology", count=4)
     pods = []
     for index, (mem, core) in enumerate(((10, 0), (12, 30), (12, 90))):
-        allocation = cards.Allocation(
+        allocation = allocation_.Allocation(
             uid=f"u{index}", namespace="ns", name=f"p{index}", node="gpu-0", cards=(index,), memory_gib=mem, core_percent=core, assumed_at=NOW
         )
-        pods.append(make_gpu_pod(f"p{index}", uid=f"u{index}", mem=mem, node_name="gpu-0", annotations=cards.bind_annotations(allocation, card_memory_gib=16)))
+        pods.append(make_gpu_pod(f"p{index}", uid=f"u{index}", mem=mem, node_name="gpu-0", annotations=allocation_.bind_annotations(allocation, card_memory_gib=16)))
     states = [cards.node_state(node, pods, now=NOW), cards.node_state(topo, [], now=NOW), cards.node_state(node, [], now=NOW)]
-    requests = [cards.Request(memory_gib=m, core_percent=c) for m in range(1, 20) for c in (0, 10, 50)]
-    requests += [cards.Request(cards=n) for n in range(1, 6)]
+    requests = [cardrequest.Request(memory_gib=m, core_percent=c) for m in range(1, 20) for c in (0, 10, 50)]
+    requests += [cardrequest.Request(cards=n) for n in range(1, 6)]
     for state in states:
         for wanted in requests:
             full = placement.evaluate(wanted, state, decide=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies import allocation as allocation_
 from webhook.extender import cards, inspection
 
 NOW = 1_800_000_000.0
@@ -23,8 +24,8 @@ def _states(make_node: Factory, make_gpu_pod: Factory, placed: list[tuple[str, i
     obj = make_node(NODE, **node_kwargs)
     pods = []
     for i, (name, card, mem) in enumerate(placed):
-        allocation = cards.Allocation(uid=f"u{i}", namespace="default", name=name, node=NODE, cards=(card,), memory_gib=mem, assumed_at=NOW)
-        pods.append(make_gpu_pod(name, namespace="default", uid=f"u{i}", mem=mem, node_name=NODE, annotations=cards.bind_annotations(allocation, card_memory_gib=15)))
+        allocation = allocation_.Allocation(uid=f"u{i}", namespace="default", name=name, node=NODE, cards=(card,), memory_gib=mem, assumed_at=NOW)
+        pods.append(make_gpu_pod(name, namespace="default", uid=f"u{i}", mem=mem, node_name=NODE, annotations=allocation_.bind_annotations(allocation, card_memory_gib=15)))
     return [cards.node_state(obj, pods, now=NOW)]
 
 

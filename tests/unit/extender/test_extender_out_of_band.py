@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from policies import usage
+from policies import allocation, cardrequest, gpu, usage
 from webhook.extender import binder, cards, inspection, placement, reality, wire
 from webhook.extender import store as store_module
 
@@ -27,7 +27,7 @@ OOB_ON_0 = summary(
 
 
 def inventory_mib(node: dict[str, Any] | Any) -> list[int]:
-    return [entry["memoryMiB"] for entry in json.loads(node["metadata"]["annotations"][cards.INVENTORY_ANNOTATION])]
+    return [entry["memoryMiB"] for entry in json.loads(node["metadata"]["annotations"][gpu.INVENTORY_ANNOTATION])]
 
 
 def test_a_card_shrinks_by_its_out_of_band_memory(make_node: Factory) -> None:
@@ -55,7 +55,7 @@ def test_nodes_without_out_of_band_use_are_left_as_they_are(make_node: Factory, 
 def test_a_node_without_inventory_or_with_a_broken_one_is_left_as_it_is(make_node: Factory) -> None:
     capacity_only = make_node(count=2, annotations=OOB_ON_0)
     assert reality.honour_out_of_band(capacity_only) is capacity_only
-    broken = make_node(count=2, annotations={**OOB_ON_0, cards.INVENTORY_ANNOTATION: "{"})
+    broken = make_node(count=2, annotations={**OOB_ON_0, gpu.INVENTORY_ANNOTATION: "{"})
     assert reality.honour_out_of_band(broken) is broken
 
 
@@ -66,7 +66,7 @@ def test_out_of_band_memory_beyond_the_card_leaves_nothing(make_node: Factory) -
 
 
 def state(cache: store_module.Store, name: str = "gpu-0") -> cards.NodeState:
-    found = cache.state(name, now=NOW, ttl=cards.DEFAULT_RESERVATION_TTL_S)
+    found = cache.state(name, now=NOW, ttl=allocation.DEFAULT_RESERVATION_TTL_S)
     assert found is not None
     return found
 
@@ -83,7 +83,7 @@ def test_the_cache_honours_out_of_band_use_only_when_asked(make_node: Factory) -
 def test_placement_avoids_the_card_that_is_full_in_reality(make_node: Factory, make_gpu_pod: Factory) -> None:
     # Binpack fills card 0 first; 10 GiB no longer fits there once 6000 MiB are held out-of-band.
     node = make_node(count=2, inventory=[15360, 15360], annotations=OOB_ON_0)
-    request = cards.pod_request(make_gpu_pod("p", mem=10))
+    request = cardrequest.pod_request(make_gpu_pod("p", mem=10))
     blind = store_module.Store()
     blind.replace_nodes([node])
     honest = store_module.Store(honour_out_of_band=True)
@@ -96,7 +96,7 @@ def test_a_node_whose_cards_are_all_taken_out_of_band_is_filtered_out(make_node:
     both = summary(*(usage.CardUse(index=i, total_mib=15360, out_of_band=(usage.OutOfBand(pid=10 + i, used_mib=12000),)) for i in (0, 1)))
     honest = store_module.Store(honour_out_of_band=True)
     honest.replace_nodes([make_node(count=2, inventory=[15360, 15360], annotations=both)])
-    assert not placement.evaluate(cards.pod_request(make_gpu_pod("p", mem=4)), state(honest)).fits
+    assert not placement.evaluate(cardrequest.pod_request(make_gpu_pod("p", mem=4)), state(honest)).fits
 
 
 async def test_bind_decides_on_the_fresh_node_less_out_of_band_use(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from policies import cardrequest, gpu
+from policies import allocation as allocation_
 from webhook.extender import cards, placement
 
 NOW = 1_800_000_000.0
@@ -17,14 +19,14 @@ def _fill(make_node: Factory, make_gpu_pod: Factory, node_obj: dict[str, Any], s
     pods: list[dict[str, Any]] = []
     for i, size in enumerate(sizes):
         state = cards.node_state(node_obj, pods, now=NOW)
-        wanted = cards.Request(memory_gib=size, core_percent=core_percent)
+        wanted = cardrequest.Request(memory_gib=size, core_percent=core_percent)
         chosen = placement.choose(wanted, state)
         assert chosen is not None, f"pod {i} ({size} GiB) did not fit"
-        allocation = cards.Allocation(
+        allocation = allocation_.Allocation(
             uid=f"u{i}", namespace="ns", name=f"p{i}", node=node_obj["metadata"]["name"], cards=chosen,
             memory_gib=size, core_percent=core_percent, assumed_at=NOW,
         )
-        annotations = cards.bind_annotations(allocation, card_memory_gib=15)
+        annotations = allocation_.bind_annotations(allocation, card_memory_gib=15)
         pods.append(make_gpu_pod(f"p{i}", uid=f"u{i}", mem=size, node_name=node_obj["metadata"]["name"], annotations=annotations))
     return [c.memory_used for c in cards.node_state(node_obj, pods, now=NOW).cards]
 
@@ -57,7 +59,7 @@ def test_mixed_card_sizes_from_the_inventory_place_a_big_pod_on_the_big_card(mak
     node_obj = make_node(count=2, inventory=[16384, 32768])
     assert _fill(make_node, make_gpu_pod, node_obj, [20, 14]) == [14, 20]
     state = cards.node_state(node_obj, [], now=NOW)
-    assert placement.evaluate(cards.Request(memory_gib=33), state).verdict is placement.Verdict.NEVER
+    assert placement.evaluate(cardrequest.Request(memory_gib=33), state).verdict is placement.Verdict.NEVER
 
 
 def _states(**nodes: cards.NodeState) -> dict[str, cards.NodeState | None]:
@@ -65,7 +67,7 @@ def _states(**nodes: cards.NodeState) -> dict[str, cards.NodeState | None]:
 
 
 def test_filter_separates_never_fitting_nodes_from_full_ones(make_node: Factory, make_gpu_pod: Factory) -> None:
-    note = cards.bind_annotations(cards.Allocation(uid="x", namespace="ns", name="x", node="full", cards=(0,), memory_gib=13, assumed_at=NOW), card_memory_gib=15)
+    note = allocation_.bind_annotations(allocation_.Allocation(uid="x", namespace="ns", name="x", node="full", cards=(0,), memory_gib=13, assumed_at=NOW), card_memory_gib=15)
     busy = make_gpu_pod("x", uid="x", mem=13, node_name="full", annotations=note)
     states = _states(
         roomy=cards.node_state(make_node("roomy"), [], now=NOW),
@@ -74,7 +76,7 @@ def test_filter_separates_never_fitting_nodes_from_full_ones(make_node: Factory,
         exclusive=cards.node_state(make_node("exclusive", mode="default"), [], now=NOW),
         cpu=cards.node_state(make_node("cpu", mode=None, placement=None, capacity={}), [], now=NOW),
     )
-    outcome = placement.filter_nodes(cards.Request(memory_gib=8), states=states, names=["roomy", "full", "small", "exclusive", "cpu", "unknown"])
+    outcome = placement.filter_nodes(cardrequest.Request(memory_gib=8), states=states, names=["roomy", "full", "small", "exclusive", "cpu", "unknown"])
     assert outcome.passed == ["roomy"]
     assert set(outcome.failed) == {"full", "unknown"}
     assert set(outcome.unresolvable) == {"small", "exclusive", "cpu"}
@@ -93,11 +95,11 @@ def test_filter_separates_never_fitting_nodes_from_full_ones(make_node: Factory,
 
 
 def test_a_core_request_names_cores_in_its_message_and_needs_core_mem(make_node: Factory) -> None:
-    wanted = cards.Request(memory_gib=2, core_percent=50)
+    wanted = cardrequest.Request(memory_gib=2, core_percent=50)
     cgpu = placement.evaluate(wanted, cards.node_state(make_node(mode="cgpu"), [], now=NOW))
     assert cgpu.verdict is placement.Verdict.NEVER and "served by core_mem" in cgpu.message
     core_node = make_node("c", mode="core_mem", count=1, gib=22)
-    pods = [{"metadata": {"uid": "a", "name": "a", "namespace": "n", "annotations": {cards.ALLOCATION_ANNOTATION:
+    pods = [{"metadata": {"uid": "a", "name": "a", "namespace": "n", "annotations": {gpu.ALLOCATION_ANNOTATION:
              '{"node":"c","cards":[0],"memGiB":2,"corePercent":60,"whole":false,"assumedAt":"2027-01-15T08:00:00Z"}'}},
              "spec": {"nodeName": "c"}, "status": {"phase": "Running"}}]
     full = placement.evaluate(wanted, cards.node_state(core_node, pods, now=NOW))
@@ -107,44 +109,44 @@ def test_a_core_request_names_cores_in_its_message_and_needs_core_mem(make_node:
 
 
 def test_a_malformed_request_fits_nowhere_with_its_problem(make_node: Factory) -> None:
-    fit = placement.evaluate(cards.Request(problem="bad"), cards.node_state(make_node(), [], now=NOW))
+    fit = placement.evaluate(cardrequest.Request(problem="bad"), cards.node_state(make_node(), [], now=NOW))
     assert fit.verdict is placement.Verdict.NEVER and fit.message == "bad"
 
 
 def test_topology_pods_need_a_topology_node_and_get_the_nvlinked_cards(make_node: Factory) -> None:
     links = [(a, b, "NV2" if (a < 4) == (b < 4) else "SYS") for a in range(8) for b in range(a + 1, 8)]
     topo = cards.node_state(make_node("t", mode="topology", placement=None, count=8, links=links), [], now=NOW)
-    fit = placement.evaluate(cards.Request(cards=4), topo)
+    fit = placement.evaluate(cardrequest.Request(cards=4), topo)
     assert fit.fits and fit.cards == (0, 1, 2, 3)
-    assert placement.evaluate(cards.Request(cards=9), topo).verdict is placement.Verdict.NEVER
+    assert placement.evaluate(cardrequest.Request(cards=9), topo).verdict is placement.Verdict.NEVER
     shared = cards.node_state(make_node(), [], now=NOW)
-    assert placement.evaluate(cards.Request(cards=1), shared).verdict is placement.Verdict.NEVER
+    assert placement.evaluate(cardrequest.Request(cards=1), shared).verdict is placement.Verdict.NEVER
 
 
 def test_whole_cards_taken_leave_a_full_node_with_the_free_ones_named(make_node: Factory, make_gpu_pod: Factory) -> None:
     obj = make_node("t", mode="topology", placement=None, count=4)
-    note = cards.bind_annotations(cards.Allocation(uid="w", namespace="n", name="w", node="t", cards=(0, 1, 3), whole=True, assumed_at=NOW), card_memory_gib=0)
+    note = allocation_.bind_annotations(allocation_.Allocation(uid="w", namespace="n", name="w", node="t", cards=(0, 1, 3), whole=True, assumed_at=NOW), card_memory_gib=0)
     state = cards.node_state(obj, [make_gpu_pod("w", uid="w", whole=3, node_name="t", annotations=note)], now=NOW)
-    fit = placement.evaluate(cards.Request(cards=2), state)
+    fit = placement.evaluate(cardrequest.Request(cards=2), state)
     assert fit.verdict is placement.Verdict.FULL
     assert fit.message.endswith("1 of 4 cards are free (GPU2)")
-    assert placement.evaluate(cards.Request(memory_gib=1), cards.node_state(make_node("s"), [], now=NOW)).fits
+    assert placement.evaluate(cardrequest.Request(memory_gib=1), cards.node_state(make_node("s"), [], now=NOW)).fits
 
 
 @pytest.mark.parametrize(("placement_label", "busier_wins"), [("binpack", True), ("spread", False)])
 def test_scores_prefer_busy_binpack_nodes_and_empty_spread_nodes(
     make_node: Factory, make_gpu_pod: Factory, placement_label: str, busier_wins: bool
 ) -> None:
-    note = cards.bind_annotations(cards.Allocation(uid="b", namespace="n", name="b", node="busy", cards=(0,), memory_gib=12, assumed_at=NOW), card_memory_gib=15)
+    note = allocation_.bind_annotations(allocation_.Allocation(uid="b", namespace="n", name="b", node="busy", cards=(0,), memory_gib=12, assumed_at=NOW), card_memory_gib=15)
     states = _states(
         busy=cards.node_state(make_node("busy", placement=placement_label), [make_gpu_pod("b", uid="b", mem=12, node_name="busy", annotations=note)], now=NOW),
         idle=cards.node_state(make_node("idle", placement=placement_label), [], now=NOW),
     )
-    scores = placement.scores(cards.Request(memory_gib=3), states=states, names=["busy", "idle", "gone"])
+    scores = placement.scores(cardrequest.Request(memory_gib=3), states=states, names=["busy", "idle", "gone"])
     assert all(0 <= s <= 10 for s in scores.values()) and scores["gone"] == 0
     assert (scores["busy"] > scores["idle"]) is busier_wins
 
 
 def test_a_pod_asking_for_nothing_we_manage_passes_everywhere(make_node: Factory) -> None:
-    outcome = placement.filter_nodes(cards.Request(), states={"a": cards.node_state(make_node("a", mode="default"), [], now=NOW)}, names=["a"])
+    outcome = placement.filter_nodes(cardrequest.Request(), states={"a": cards.node_state(make_node("a", mode="default"), [], now=NOW)}, names=["a"])
     assert outcome.passed == ["a"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from policies import gpu
+from policies import cardrequest, gpu
 from webhook.extender import app, binder, cards, store
 
 NOW = 1_800_000_000.0
@@ -58,24 +58,24 @@ async def bind(client: Client, apiserver: Any, pod: dict[str, Any], node: str) -
 
 
 def test_a_sidecar_and_a_main_container_of_4_gib_ask_for_8(make_gpu_pod: Factory) -> None:
-    assert cards.pod_request(with_sidecar(make_gpu_pod(mem=4), 4)) == cards.Request(memory_gib=8)
+    assert cardrequest.pod_request(with_sidecar(make_gpu_pod(mem=4), 4)) == cardrequest.Request(memory_gib=8)
 
 
 def test_an_ordinary_init_container_still_takes_the_maximum(make_gpu_pod: Factory) -> None:
     pod = make_gpu_pod(mem=4)
     pod["spec"]["initContainers"] = [{"name": "warm", "resources": {"limits": {"aliyun.com/gpu-mem": "6"}}}]
 
-    assert cards.pod_request(pod) == cards.Request(memory_gib=6)
+    assert cardrequest.pod_request(pod) == cardrequest.Request(memory_gib=6)
 
 
 @pytest.mark.parametrize(("spelling", "gib"), [("2000m", 2), ("+2", 2), ("2e0", 2), ("0.002k", 2), ("1k", 1000)])
 def test_odd_spellings_are_read_as_the_cluster_reads_them(make_gpu_pod: Factory, spelling: str, gib: int) -> None:
-    assert cards.pod_request(make_gpu_pod(mem=spelling)) == cards.Request(memory_gib=gib)
+    assert cardrequest.pod_request(make_gpu_pod(mem=spelling)) == cardrequest.Request(memory_gib=gib)
 
 
 @pytest.mark.parametrize("spelling", ["1500m", "-2", "1kk", "4 Gi"])
 def test_what_the_cluster_cannot_store_as_a_whole_number_fits_nowhere(make_gpu_pod: Factory, spelling: str) -> None:
-    assert "not a whole non-negative number" in cards.pod_request(make_gpu_pod(mem=spelling)).problem
+    assert "not a whole non-negative number" in cardrequest.pod_request(make_gpu_pod(mem=spelling)).problem
 
 
 def test_node_capacity_is_read_with_the_same_parser(make_node: Factory) -> None:
@@ -106,7 +106,7 @@ async def test_bind_allocates_the_summed_amount_on_one_card(client: Client, apis
 
     annotations = apiserver.pods[("team-a", "mesh")]["metadata"]["annotations"]
     assert annotations[gpu.GPUSHARE_MEM_POD_ANNOTATION] == "8"
-    assert json.loads(annotations[cards.ALLOCATION_ANNOTATION])["memGiB"] == 8
+    assert json.loads(annotations[gpu.ALLOCATION_ANNOTATION])["memGiB"] == 8
     # 7 GiB are left on the card: a second 8 GiB sidecar pod no longer fits, a 7 GiB pod does.
     refused = await post(client, "/filter", {"Pod": with_sidecar(make_gpu_pod("again", mem=4), 4), "Nodes": None, "NodeNames": ["one-card"]})
     fits = await post(client, "/filter", {"Pod": make_gpu_pod("small", mem=7), "Nodes": None, "NodeNames": ["one-card"]})
@@ -138,7 +138,7 @@ def test_the_watch_cache_keeps_what_the_request_rule_reads(make_gpu_pod: Factory
 
     slim = store.slim_pod(pod)
 
-    assert cards.pod_request(slim) == cards.pod_request(pod) == cards.Request(memory_gib=11)
+    assert cardrequest.pod_request(slim) == cardrequest.pod_request(pod) == cardrequest.Request(memory_gib=11)
 
 
 async def test_bind_from_the_watch_cache_allocates_the_summed_amount(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.extender import binder, cards, placement, reasons
+from policies import allocation, cardrequest, gpu, reservations
+from webhook.extender import binder, placement, reasons
 from webhook.extender import store as store_module
 
 NOW = 1_800_000_000.0
@@ -14,11 +15,11 @@ Factory = Any
 
 
 def _node_with_gone_reservation(make_node: Factory, *, assumed_at: float) -> dict[str, Any]:
-    entry = cards.Allocation(
+    entry = allocation.Allocation(
         uid="uid-deleted", namespace="team-a", name="deleted-mid-bind", node="gpu-0", cards=(0,), memory_gib=15,
-        assumed_at=assumed_at, expires=assumed_at + cards.DEFAULT_RESERVATION_TTL_S, source="reservation",
+        assumed_at=assumed_at, expires=assumed_at + allocation.DEFAULT_RESERVATION_TTL_S, source="reservation",
     )
-    node: dict[str, Any] = make_node("gpu-0", count=1, annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations({entry.uid: entry})})
+    node: dict[str, Any] = make_node("gpu-0", count=1, annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({entry.uid: entry})})
     return node
 
 
@@ -33,21 +34,21 @@ def _restarted(node: dict[str, Any]) -> store_module.Store:
 def test_a_restarted_extender_counts_a_gone_pods_reservation_only_during_the_in_flight_grace(make_node: Factory) -> None:
     node = _node_with_gone_reservation(make_node, assumed_at=NOW - 2)
     cache = _restarted(node)
-    wanted = cards.Request(memory_gib=8)
-    early = cache.states(["gpu-0"], now=NOW, ttl=cards.DEFAULT_RESERVATION_TTL_S)
+    wanted = cardrequest.Request(memory_gib=8)
+    early = cache.states(["gpu-0"], now=NOW, ttl=allocation.DEFAULT_RESERVATION_TTL_S)
     outcome = placement.filter_nodes(wanted, states=early, names=["gpu-0"])
     assert outcome.passed == [] and [r.code for r in outcome.reasons["gpu-0"]] == [reasons.Code.INSUFFICIENT_MEMORY]
     state = early["gpu-0"]
     assert state is not None
     diagnosed = placement.diagnose(wanted, state, stale=frozenset({"uid-deleted"}))
     assert diagnosed.codes[0] is reasons.Code.STALE_ALLOCATION
-    later = NOW - 2 + cards.IN_FLIGHT_GRACE_S + 0.1
-    assert placement.filter_nodes(wanted, states=cache.states(["gpu-0"], now=later, ttl=cards.DEFAULT_RESERVATION_TTL_S), names=["gpu-0"]).passed == ["gpu-0"]
+    later = NOW - 2 + reservations.IN_FLIGHT_GRACE_S + 0.1
+    assert placement.filter_nodes(wanted, states=cache.states(["gpu-0"], now=later, ttl=allocation.DEFAULT_RESERVATION_TTL_S), names=["gpu-0"]).passed == ["gpu-0"]
     assert cache.stale_ledgers(now=later) == ["gpu-0"]
 
 
 async def test_the_tidy_prune_removes_the_gone_pods_entry_from_the_node(apiserver: Any, make_node: Factory) -> None:
     apiserver.add_node(_node_with_gone_reservation(make_node, assumed_at=NOW - 30))
     assert await binder.Binder(apiserver, clock=lambda: NOW).prune("gpu-0") is True
-    assert cards.node_reservations(apiserver.nodes["gpu-0"]) == {}
+    assert reservations.node_reservations(apiserver.nodes["gpu-0"]) == {}
     assert await binder.Binder(apiserver, clock=lambda: NOW).prune("gpu-0") is False  # nothing left to write

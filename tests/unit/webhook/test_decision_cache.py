@@ -3,10 +3,14 @@ AdmissionReview it gets with it off, while replicas of one template are judged o
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import copy
 import datetime
+import importlib.util
 import json
+import pathlib
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -16,7 +20,7 @@ from hypothesis import strategies as st
 
 from policies import engine, model, settings
 from webhook.admission import app as admission_app
-from webhook.admission import decisioncache, envsources, keys, namespaces
+from webhook.admission import decisioncache, decisions, envsources, keys, namespaces
 
 from tests.unit.policies.test_properties import CONFIGS, objects
 
@@ -327,3 +331,29 @@ def test_the_entry_count_comes_from_the_environment(monkeypatch: Any) -> None:
     assert admission_app.make_app(settings.Settings())[keys.DECISIONS].max_entries == decisioncache.DEFAULT_MAX_ENTRIES
 
 
+
+
+# --- the bench's cluster-shaped stream ----------------------------------------------------------------
+
+
+def test_the_bench_stream_hits_on_replicas_only_and_every_answer_matches_the_engine() -> None:
+    """bench/replica_stream.py's pods as the apiserver hands them over (token volume, defaults):
+    Deployment and Job replicas hit, pods unique by design never do, and no cached decision differs
+    from the engine's own."""
+    spec = importlib.util.spec_from_file_location("replica_stream", pathlib.Path(__file__).parents[3] / "bench" / "replica_stream.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("replica_stream", bench)  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(seed=3, deployments=6, jobs=4, indexed_share=0.5, statefulsets=2, daemonsets=1, nodes=4, bare=5, namespaces=2, horizon_s=60.0)
+    config, cache = settings.Settings(), decisioncache.Cache()
+    hits: dict[str, int] = {}
+    for create in bench.stream(args):
+        arguments = {"namespace": create.namespace, "operation": "CREATE", "old_object": None, "user": "u", "groups": (), "subresource": "",
+                     "dry_run": False, "namespace_labels": None, "env_lookup": None, "node_labels": None, "now": NOW}
+        before = cache.hits
+        cached = cache.decide(create.pod, settings=config, env_sources=(), **arguments)
+        assert cached == decisions.decide(create.pod, settings=config, **arguments)
+        hits[create.source] = hits.get(create.source, 0) + cache.hits - before
+    assert hits["deployment"] > 0 and hits["job"] > 0
+    assert all(hits.get(source, 0) == 0 for source in ("bare", "daemonset", "indexed-job", "statefulset")), hits

@@ -33,31 +33,24 @@ from typing import Any
 
 from policies import allocation, cardrequest, gpu, inventory, podspec, quantity, reservations
 
-# Names the GPU model owns, kept here for callers not yet switched to it (the model is the one
-# definition; these are only other names for it).
+# Names the GPU model owns, kept here only for callers not yet switched to it (explain, the
+# extender's app, cli and placement, and tests): other names for the model's, never definitions.
 Card = inventory.Card
 Allocation = allocation.Allocation
 Request = cardrequest.Request
 pod_request = cardrequest.pod_request
 pod_allocation = allocation.pod_allocation
 bind_annotations = allocation.bind_annotations
-allocation_annotation = allocation.encode
 timestamp = allocation.timestamp
 _parse_time = allocation.parse_time
-parse_inventory = inventory.read_inventory
-render_inventory = inventory.encode_inventory
-parse_reservations = reservations.read
 render_reservations = reservations.encode
 node_reservations = reservations.node_reservations
-prune_reservations = reservations.prune
 INVENTORY_ANNOTATION = gpu.INVENTORY_ANNOTATION
 ALLOCATION_ANNOTATION = gpu.ALLOCATION_ANNOTATION
 RESERVATIONS_ANNOTATION = gpu.RESERVATIONS_ANNOTATION
 DEFAULT_RESERVATION_TTL_S = allocation.DEFAULT_RESERVATION_TTL_S
 IN_FLIGHT_GRACE_S = reservations.IN_FLIGHT_GRACE_S
 CORE_PER_CARD = gpu.MAX_CORE_PERCENTAGE
-MIB_PER_GIB = gpu.MIB_PER_GIB
-TERMINAL_PHASES = allocation.TERMINAL_PHASES
 
 
 # --- cards of a node ------------------------------------------------------------------------------

@@ -14,14 +14,9 @@ from collections.abc import Iterable, Sequence
 
 from policies import gpu, inventory
 
-# Names the GPU model owns, kept here for callers not yet switched to `policies.inventory`.
+# Names the GPU model owns, kept here only for callers not yet switched to `policies.inventory`.
 TOPOLOGY_ANNOTATION = gpu.TOPOLOGY_ANNOTATION
 Topology = inventory.Topology
-EMPTY = inventory.EMPTY_TOPOLOGY
-UNKNOWN_SCORE = inventory.UNKNOWN_SCORE
-level_score = inventory.level_score
-is_level = inventory.is_level
-parse = inventory.read_topology
 render = inventory.encode_topology
 
 # Past this many candidate sets the exhaustive search gives way to a greedy one (16 choose 8 is 12870).

@@ -93,7 +93,7 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
         return _mode_mismatch(node.mode_label, family)
     if not node.cards:
         return _refuse(Verdict.NEVER, reasons.Code.NO_GPU, f"node has no GPU cards: {node.problem}")
-    allowed: frozenset[int] | None = None  # the indices of the cards the constraint allows; None: all
+    allowed: tuple[int, ...] | None = None  # positions (in node.cards) of the cards the constraint allows; None: all
     if not request.card.any:
         allowed = _allowed(request.card, node.cards)
         if not allowed:
@@ -110,14 +110,14 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
     return _evaluate_shared(request, state, decide=decide, explain=explain, allowed=allowed)
 
 
-@functools.lru_cache(maxsize=1024)  # few (constraint, card list) pairs: constrained pods meet them on every node
-def _allowed(constraint: cardmodel.Constraint, node_cards: tuple[cards.Card, ...]) -> frozenset[int]:
-    return frozenset(
-        card.index for card in node_cards if constraint.allows(model=card.model, memory_mib=card.memory_mib)
-    )
+def _allowed(constraint: cardmodel.Constraint, node_cards: tuple[cards.Card, ...]) -> tuple[int, ...]:
+    # Not cached: hashing the cards costs more than judging them (a few comparisons per card).
+    allows = constraint.allows
+    return tuple([i for i, card in enumerate(node_cards) if allows(model=card.model, memory_mib=card.memory_mib)])
 
 
-def _cards_shown(node_cards: Iterable[cards.Card]) -> str:
+@functools.lru_cache(maxsize=1024)  # a refusal names the cards on every node; nodes share few card lists
+def _cards_shown(node_cards: tuple[cards.Card, ...]) -> str:
     """The node's cards by model and memory: `GPU0, GPU1 Tesla-V100-SXM2-16GB with 16160 MiB; ...`."""
     groups: dict[tuple[str, int], list[int]] = {}
     for card in node_cards:
@@ -129,11 +129,11 @@ def _cards_shown(node_cards: Iterable[cards.Card]) -> str:
     )
 
 
-def _only(request: cards.Request, allowed: frozenset[int] | None) -> str:
+def _only(request: cards.Request, state: cards.NodeState, allowed: tuple[int, ...] | None) -> str:
     """What a refusal among the constrained cards adds: which cards the constraint leaves."""
     if allowed is None:
         return ""
-    shown = ", ".join(f"GPU{i}" for i in sorted(allowed))
+    shown = ", ".join(f"GPU{state.cards[i].index}" for i in allowed)
     return f" (only {shown} meet the pod's card-model constraint, {request.card.describe()})"
 
 
@@ -227,7 +227,7 @@ _NOT_CACHED = _refuse(Verdict.FULL, reasons.Code.NOT_CACHED, "node is not in the
 
 
 def _evaluate_shared(
-    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: frozenset[int] | None
+    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: tuple[int, ...] | None
 ) -> Fit:
     memory, core = request.memory_gib, request.core_percent
     if state.largest_card_gib < memory:
@@ -242,8 +242,11 @@ def _evaluate_shared(
         )
     candidates, free = state.cards, state.free  # (GiB, core %) per card, computed once per state
     if allowed is not None:
-        candidates = tuple(c for c in state.cards if c.index in allowed)
-        free = tuple(f for c, f in zip(state.cards, state.free) if c.index in allowed)
+        candidates = tuple([candidates[i] for i in allowed])
+        free = tuple([free[i] for i in allowed])
+    if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in free):
+        return _FITS  # the common filter case, kept cheap: hundreds of nodes per pod
+    if allowed is not None:  # a card with the free memory is large enough: only now can it be too small
         largest = max(candidates, key=lambda c: (c.card.memory_gib, -c.index))
         if largest.card.memory_gib < memory:
             if not explain:
@@ -253,17 +256,15 @@ def _evaluate_shared(
                 reasons.Code.CARD_MODEL,
                 f"no GPU card that meets the pod's card-model constraint is large enough: the pod needs "
                 f"{request.describe()}, and {request.card.describe()}; the largest such card is GPU{largest.index} "
-                f"with {largest.card.memory_gib} GiB (the node has {_cards_shown(c.card for c in state.cards)})",
+                f"with {largest.card.memory_gib} GiB (the node has {_cards_shown(state.node.cards)})",
             )
-    if not decide and any(free_memory >= memory and free_core >= core for free_memory, free_core in free):
-        return _FITS  # the common filter case, kept cheap: hundreds of nodes per pod
     fitting = [c for c, (m, k) in zip(candidates, free) if m >= memory and k >= core]  # whole-used cards have 0 free
     if not fitting:
         if not explain:
             return _FULL
         short = _short(request, candidates, free)
         return dataclasses.replace(
-            short, reasons=tuple(dataclasses.replace(r, message=r.message + _only(request, allowed)) for r in short.reasons)
+            short, reasons=tuple(dataclasses.replace(r, message=r.message + _only(request, state, allowed)) for r in short.reasons)
         )
     if state.node.placement is gpu.Placement.SPREAD:
         chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
@@ -311,7 +312,7 @@ def _shared_score(request: cards.Request, state: cards.NodeState) -> int:
 
 
 def _evaluate_whole(
-    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: frozenset[int] | None
+    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: tuple[int, ...] | None
 ) -> Fit:
     wanted = request.cards
     total = len(state.cards)
@@ -328,11 +329,12 @@ def _evaluate_whole(
             Verdict.NEVER,
             reasons.Code.CARD_MODEL,
             f"the pod needs {request.describe()} that meet its card-model constraint, {request.card.describe()}; "
-            f"{len(allowed)} of the node's cards do (the node has {_cards_shown(c.card for c in state.cards)})",
+            f"{len(allowed)} of the node's cards do (the node has {_cards_shown(state.node.cards)})",
         )
     if allowed is None and not decide and state.idle_cards >= wanted:
         return _FITS
-    free = [c.index for c in state.cards if c.idle and (allowed is None or c.index in allowed)]
+    considered = state.cards if allowed is None else [state.cards[i] for i in allowed]
+    free = [c.index for c in considered if c.idle]
     if len(free) < wanted:
         if not explain:
             return _FULL
@@ -341,7 +343,7 @@ def _evaluate_whole(
             Verdict.FULL,
             reasons.Code.NO_TOPOLOGY_SET,
             f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of "
-            f"{total if allowed is None else len(allowed)} cards are free ({shown})" + _only(request, allowed),
+            f"{total if allowed is None else len(allowed)} cards are free ({shown})" + _only(request, state, allowed),
         )
     if not decide:
         return _FITS

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from webhook import config
 from webhook.commands import dryrun
-from webhook.cmdline import errors, flags
+from webhook.cmdline import errors, flags, output
 from webhook import kube as webhook_kube
 from webhook.audit import kube, render, report, scan, sweep
 
@@ -96,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 webhook_kube.close(api)
     except webhook_kube.errors.KubeError as error:
         raise errors.InputError(str(error)) from error
-    _emit(_text(audit, reports, output=args.output, all_results=args.all_results), path=args.output_file)
+    output.emit(_text(audit, reports, output=args.output, all_results=args.all_results), path=args.output_file)
     if written is not None:
         print(
             f"reports: {written.created} created, {written.replaced} replaced, {written.deleted} deleted, "
@@ -113,25 +110,6 @@ def _text(audit: scan.Audit, reports: dict[report.Key, report.WireReport | None]
         document: Any = report.as_list(reports)
         return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
     return render.render(audit, output=output, all_results=all_results)
-
-
-def _emit(text: str, *, path: str | None) -> None:
-    """Print, or write `path` whole (a temporary file renamed over it, so no half-written report)."""
-    if path is None:
-        sys.stdout.write(text)
-        return
-    target = Path(path)
-    temporary = ""
-    try:
-        descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except OSError as error:
-        if temporary:
-            Path(temporary).unlink(missing_ok=True)
-        raise errors.InputError(f"{path}: cannot write: {error.strerror or error}") from error
 
 
 def main(argv: list[str] | None = None) -> int:

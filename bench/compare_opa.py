@@ -370,7 +370,7 @@ def merge(rounds: list[dict[str, dict[str, dict[str, Any]]]]) -> dict[str, dict[
             return statistics.median(values)
         return first
 
-    merged: dict[str, dict[str, dict[str, Any]]] = median(rounds)  # type: ignore[no-any-return]
+    merged: dict[str, dict[str, dict[str, Any]]] = median(rounds)
     return merged
 
 

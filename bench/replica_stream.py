@@ -270,10 +270,10 @@ def main() -> int:
     timings: dict[str, list[float]] = {"off": [], "on": []}
     for round_ in range(args.rounds):
         for mode in (("off", "on") if round_ % 2 == 0 else ("on", "off")):
-            cache = decisioncache.Cache() if mode == "on" else None
+            maybe_cache = decisioncache.Cache() if mode == "on" else None
             started = time.process_time()
             for create in creates:
-                _decide(cache, create, config)
+                _decide(maybe_cache, create, config)
             timings[mode].append((time.process_time() - started) / len(creates) * 1e6)
     off, on = sorted(timings["off"])[len(timings["off"]) // 2], sorted(timings["on"])[len(timings["on"]) // 2]
     # The key alone, over every create: what a miss adds to an evaluation.

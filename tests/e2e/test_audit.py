@@ -268,7 +268,7 @@ def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster
             process = subprocess.Popen(
                 [install.executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
                  "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                 "--audit-interval", "1s", "--audit-kubeconfig", str(cluster.state.kubeconfig)],
+                 "--audit-interval", "1s", "--kubeconfig", str(cluster.state.kubeconfig)],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAMESPACE": "default"},
             )
             log.close()

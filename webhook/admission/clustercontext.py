@@ -67,8 +67,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     flags.add_cluster(
         group,
-        kubeconfig_help="kubeconfig for the cluster context and self-managed certificates (default: in-cluster config, "
-        "else ~/.kube/config where --self-managed-certs needs one)",
+        kubeconfig_help="kubeconfig for the cluster context, the background audit and self-managed certificates "
+        "(default: in-cluster config, else ~/.kube/config where --self-managed-certs needs one)",
     )
     group.add_argument(
         "--namespace-labels",

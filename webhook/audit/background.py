@@ -1,7 +1,7 @@
 """The background audit inside ``serve``: every interval the leader replica audits and writes the reports.
 
 Wiring (serve): `add_serve_arguments(parser)` adds the flags, and
-`app.cleanup_ctx.append(background_audit(settings, interval=..., kubeconfig=...))` runs the loop
+`app.cleanup_ctx.append(background_audit(settings, interval=..., kubeconfig=..., context=...))` runs the loop
 for the app's lifetime. Nothing runs when the interval is 0 (the default).
 
 - Only one replica audits: the one holding the `coordination.k8s.io/v1` Lease
@@ -46,14 +46,6 @@ LEASE_NAME = "gpu-admission-audit"
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from a Go-style duration (`90s`, `10m`, `1h30m`, `500ms`) or a bare number of seconds."""
-    try:
-        return durations.seconds(text)
-    except ValueError as error:
-        raise errors.InputError(f"--audit-interval: {error}") from None
-
-
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The background audit's flags on `serve`."""
     parser.add_argument(
@@ -63,9 +55,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="write PolicyReports every DURATION (e.g. 10m) from the leader replica; 0 (default) turns it off",
     )
-    parser.add_argument(
-        "--audit-kubeconfig", metavar="K", help="kubeconfig for the background audit (default: in-cluster, then ~/.kube/config)"
-    )
+    # The audit reads the cluster serve's own --kubeconfig and --context name: one cluster per process.
+    flags.add_renamed(parser, "--audit-kubeconfig", new="--kubeconfig (and --context): the background audit uses serve's")
     parser.add_argument("--audit-all-results", action="store_true", help="store pass results in the reports too")
 
 
@@ -231,6 +222,7 @@ class BackgroundAudit:
         *,
         interval: float,
         kubeconfig: str | None,
+        context: str | None,
         all_results: bool,
         lease_namespace: str | None,
         store: leader.LeaseStore | None,
@@ -240,6 +232,7 @@ class BackgroundAudit:
         self.settings = settings
         self.interval = interval
         self.kubeconfig = kubeconfig
+        self.context = context
         self.all_results = all_results
         self.lease_namespace = lease_namespace
         self.store = store
@@ -254,7 +247,7 @@ class BackgroundAudit:
         api: Any = None
         if self.store is None or self.job is None:
             try:
-                api = kube.api_client(self.kubeconfig)
+                api = kube.api_client(self.kubeconfig, context=self.context)
             except kube_errors.KubeError as error:
                 raise errors.InputError(f"background audit: {error}") from error
         namespace = self.lease_namespace or webhook_kube.own_namespace()
@@ -294,6 +287,7 @@ def background_audit(
     *,
     interval: float,
     kubeconfig: str | None,
+    context: str | None = None,
     all_results: bool = False,
     lease_namespace: str | None = None,
     store: leader.LeaseStore | None = None,
@@ -308,6 +302,7 @@ def background_audit(
         settings,
         interval=interval,
         kubeconfig=kubeconfig,
+        context=context,
         all_results=all_results,
         lease_namespace=lease_namespace,
         store=store,

@@ -17,6 +17,7 @@ from policies import settings as settings_
 from webhook.cmdline import errors
 from webhook.serving import metrics
 from webhook.admission import keys
+from webhook import cli
 from webhook.audit import background
 from webhook.kube import errors as kube_errors
 from webhook.kube import leader
@@ -177,22 +178,52 @@ async def test_an_interval_of_zero_runs_nothing() -> None:
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("500ms", 0.5), ("45", 45), ("0", 0), ("2.5m", 150)])
-def test_durations_read_like_go_durations(text: str, seconds: float) -> None:
-    assert background.parse_duration(text) == seconds
+def test_the_interval_reads_the_one_duration_syntax(text: str, seconds: float) -> None:
+    parser = argparse.ArgumentParser()
+    background.add_serve_arguments(parser)
+    assert parser.parse_args(["--audit-interval", text]).audit_interval == seconds
 
 
 @pytest.mark.parametrize("text", ["", "ten minutes", "10x", "-5", "5m junk"])
-def test_bad_durations_are_input_errors(text: str) -> None:
-    with pytest.raises(errors.InputError, match="--audit-interval"):
-        background.parse_duration(text)
+def test_a_bad_interval_is_a_usage_error_not_a_traceback(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--audit-interval", text])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: gpu-admission serve ") and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("gpu-admission serve: error: argument --audit-interval: ")
 
 
 def test_serve_arguments_default_to_no_background_audit() -> None:
     parser = argparse.ArgumentParser()
     background.add_serve_arguments(parser)
     assert parser.parse_args([]).audit_interval == 0
-    parsed = parser.parse_args(["--audit-interval", "10m", "--audit-kubeconfig", "/k", "--audit-all-results"])
-    assert (parsed.audit_interval, parsed.audit_kubeconfig, parsed.audit_all_results) == (600, "/k", True)
+    parsed = parser.parse_args(["--audit-interval", "10m", "--audit-all-results"])
+    assert (parsed.audit_interval, parsed.audit_all_results) == (600, True)
+
+
+def test_the_old_audit_kubeconfig_names_serves_kubeconfig(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--audit-interval", "10m", "--audit-kubeconfig", "k"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "gpu-admission serve: error: --audit-kubeconfig is no longer a flag of gpu-admission serve: "
+        "use --kubeconfig (and --context): the background audit uses serve's"
+    )
+
+
+async def test_the_background_audit_reads_the_cluster_that_kubeconfig_and_context_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str | None, str | None]] = []
+
+    def refuse(kubeconfig: str | None = None, *, context: str | None = None) -> Any:
+        seen.append((kubeconfig, context))
+        raise kube_errors.KubeError("no cluster here")
+
+    monkeypatch.setattr(background.kube, "api_client", refuse)
+    audit = background.background_audit(settings_.Settings(), interval=60, kubeconfig="cluster.yaml", context="second")
+    with pytest.raises(errors.InputError, match="^background audit: no cluster here$"):
+        await audit(web.Application()).__anext__()
+    assert seen == [("cluster.yaml", "second")]
 
 
 async def test_leadership_lapses_two_thirds_into_the_lease_without_a_renewal_by_the_monotonic_clock() -> None:

@@ -19,6 +19,7 @@ from webhook.serving import metrics
 from webhook.admission import keys
 from webhook import cli
 from webhook.audit import background
+from webhook.audit import kube as audit_kube
 from webhook.kube import errors as kube_errors
 from webhook.kube import leader
 
@@ -219,7 +220,7 @@ async def test_the_background_audit_reads_the_cluster_that_kubeconfig_and_contex
         seen.append((kubeconfig, context))
         raise kube_errors.KubeError("no cluster here")
 
-    monkeypatch.setattr(background.kube, "api_client", refuse)
+    monkeypatch.setattr(audit_kube, "api_client", refuse)  # the module background calls
     audit = background.background_audit(settings_.Settings(), interval=60, kubeconfig="cluster.yaml", context="second")
     with pytest.raises(errors.InputError, match="^background audit: no cluster here$"):
         await audit(web.Application()).__anext__()

@@ -3,6 +3,8 @@
 This module is the one owner of these literals (DESIGN section 1, from the seeds
 `000_2d8695719794de07.txt`, `002_e2b829a309310c51.txt`, `003_c28dd89f5a652d9c.txt` and
 `004_79385826ac27146d.txt`). Everything else, inside and outside `policies`, imports them from here.
+The formats of the annotations have one codec each beside it: `inventory` (the labeler's cards and
+links), `allocation` (what a pod holds), `reservations` (the extender's ledger) and `usage`.
 
 The relation that matters most:
 

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from policies import model, podspec, settings
-from webhook.admission import decisions
+from webhook.admission import decisions, jsoncodec
 
 DEFAULT_MAX_ENTRIES = 1024
 # Fields a controller sets differently on each replica. No built-in policy reads them (a pod's
@@ -210,8 +210,7 @@ class Cache:
             sources,
             obj,
         ]
-        text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest(), volatile
+        return hashlib.blake2b(jsoncodec.dumps(document), digest_size=16).digest(), volatile
 
 
 def _normalized(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[Mapping[str, Any], list[str]]:

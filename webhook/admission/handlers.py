@@ -16,7 +16,7 @@ from aiohttp import web
 
 from policies import lookups, model, ordinary, podspec
 from webhook.serving import metrics
-from webhook.admission import decisions, events, keys, response, review
+from webhook.admission import decisions, events, jsoncodec, keys, response, review
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     )
     if not answer["response"]["allowed"] and not checked.dry_run and keys.EVENTS in request.app:
         _record_denial(request.app[keys.EVENTS], checked, decision, answer)
-    return web.json_response(answer)
+    return web.json_response(answer, dumps=jsoncodec.dumps_text)
 
 
 def _marked_for_review(request: web.Request, checked: review.Review, decision: model.Decision) -> model.Decision:

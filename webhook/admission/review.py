@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, Required, TypedDict, TypeVar
 
+from webhook.admission import jsoncodec
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -108,8 +110,7 @@ def parse(body: bytes) -> Review:
     if _too_deep(body):
         raise BadReview(f"body nests deeper than {MAX_DEPTH} levels")
     try:
-        # json.loads(body, parse_constant=...) without building a decoder per request
-        data = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+        data = jsoncodec.loads(body, fallback=_standard_loads)
     except RecursionError as error:
         # Unbalanced brackets slip past the depth scan; the decoder then recurses until it stops.
         raise BadReview(f"body nests deeper than {MAX_DEPTH} levels") from error
@@ -215,6 +216,11 @@ def _reject_constant(name: str) -> object:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _standard_loads(body: bytes) -> Any:
+    # json.loads(body, parse_constant=...) without building a decoder per request
+    return _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
 
 
 def _json_type(value: object) -> str:

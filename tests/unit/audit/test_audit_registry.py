@@ -7,8 +7,13 @@ import datetime
 import inspect
 import pkgutil
 import re
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
 
 from policies import model, settings
+from tests.unit.audit.conftest import PodFactory
 from webhook.audit import checks, findings, scan
 from webhook.audit.checks import base, gpu209_expired_exception
 
@@ -124,3 +129,34 @@ def test_gpu209_an_expired_exception_fails_and_one_still_in_force_is_not_judged(
     )
     assert GPU209.check_exception(fresh, now=NOW) is None
     assert GPU209.check_exception(endless, now=NOW) is None
+
+
+class _Labelled(base.PodCheck):
+    """A check that exists only in this test: pods must carry the label `team`."""
+
+    id = "GPU299"
+    rule = "team-label"
+    summary = "pods carry a team label"
+    severity = findings.Severity.LOW
+    category = "GPU Test"
+    action = model.Action.WARN
+
+    def check_pod(self, pod: Mapping[str, Any], context: base.PodContext) -> findings.Finding | None:
+        labels = pod.get("metadata", {}).get("labels", {})
+        result = model.Result.PASS if "team" in labels else model.Result.FAIL
+        return self.finding(findings.ObjectRef.of(pod), result=result, detail="" if "team" in labels else "no team label")
+
+
+def test_a_check_on_the_scans_list_is_run_with_exemptions_applied_like_any_other(
+    monkeypatch: pytest.MonkeyPatch, pod: PodFactory
+) -> None:
+    monkeypatch.setattr(scan, "POD_CHECKS", (*scan.POD_CHECKS, _Labelled()))
+    plain, exempt = pod("plain"), pod("system", namespace="kube-system")
+
+    audit = scan.run(scan.Inventory.of([plain, exempt]), settings=settings.Settings(), now=1_750_000_000.0)
+
+    results = {(f.subject.namespace, f.result, f.message) for f in audit.findings if f.policy == "GPU299"}
+    assert results == {
+        ("team-a", model.Result.FAIL, "GPU299: pods carry a team label: no team label"),
+        ("kube-system", model.Result.SKIP, "namespace kube-system is exempt"),
+    }

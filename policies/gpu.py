@@ -255,9 +255,12 @@ def pod_requests_gpu(spec: Mapping[str, Any]) -> bool:
 
 # --- annotations ----------------------------------------------------------------------------------
 
-GPU_MODEL_ANNOTATION = "gpu-admission.io/gpu-model"  # comma list; node affinity In on the card name
-EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma list; NotIn
-MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB; Gt on CARD_MEMORY_MIB_LABEL
+# A pod's card-model constraint (read by `policies.cardmodel`). For the pods it places, the scheduler
+# extender judges each card against it from the labeler's inventory; the other pods (`nvidia.com/gpu`,
+# whose card the device plugin picks) get GPU102's node affinity on CARD_NAME_LABEL / CARD_MEMORY_MIB_LABEL.
+GPU_MODEL_ANNOTATION = "gpu-admission.io/gpu-model"  # comma list; the card is one of these models
+EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma list; the card is none of these
+MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB (or Gi); the card has at least this much
 
 # Node annotations. The labeler writes the card inventory and the link topology (their one codec is
 # `policies.inventory`); the scheduler extender keeps its reservation ledger (`policies.reservations`).

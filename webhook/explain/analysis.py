@@ -8,7 +8,7 @@ filter and bind run, plus the what-ifs for binds in flight and stale allocations
 own node checks, which run before the extender is asked, come from `predicates`.
 
 Stale allocations: the extender counts a reservation-ledger entry whose pod is not listed for
-`cards.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
+`reservations.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
 stops counting it and prunes it from the Node within seconds; a Terminating pod counts until its
 object is gone, as kube-scheduler counts it. `explain` calls both stale while they still hold
 cards: ledger entries of pods that are not listed, and pods past their deletion deadline by more
@@ -27,7 +27,8 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import gpu, model, nodeaffinity, podspec
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import cardrequest, gpu, model, nodeaffinity, podspec, reservations
 from webhook.extender import cards, placement, reasons
 from webhook.extender import store as store_module
 from webhook.explain import predicates
@@ -79,7 +80,7 @@ class Bound:
 class Report:
     pod: str  # namespace/name
     admission: model.Decision | None
-    request: cards.Request
+    request: cardrequest.Request
     family: str  # what the pod asks for, in words, also for a family the extender does not place
     modes: tuple[str, ...]  # node modes that serve the request
     selectors: tuple[str, ...]  # the pod's nodeSelector and required affinity, as sentences
@@ -97,7 +98,7 @@ class Cluster:
 
     def __init__(
         self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float,
-        ttl: float = cards.DEFAULT_RESERVATION_TTL_S,
+        ttl: float = allocation_.DEFAULT_RESERVATION_TTL_S,
     ) -> None:
         self.now, self.ttl = now, ttl
         self.nodes: dict[str, Mapping[str, Any]] = {}
@@ -128,7 +129,7 @@ class Cluster:
         node = self.nodes.get(name)
         if node is None:
             return frozenset()
-        gone = {uid for uid in cards.node_reservations(node) if uid not in self.pods_by_uid}
+        gone = {uid for uid in reservations.node_reservations(node) if uid not in self.pods_by_uid}
         for pod in self.store.pods_on(name):
             deadline = _time(podspec.mapping(pod.get("metadata")).get("deletionTimestamp"))
             if deadline is not None and deadline + STUCK_TERMINATING_S <= self.now:
@@ -136,7 +137,7 @@ class Cluster:
         return frozenset(gone)
 
 
-def judge(pod: Mapping[str, Any], request: cards.Request, *, cluster: Cluster, name: str) -> NodeVerdict:
+def judge(pod: Mapping[str, Any], request: cardrequest.Request, *, cluster: Cluster, name: str) -> NodeVerdict:
     """The pod on one node of `cluster`: kube-scheduler's checks, then the extender's (with the what-ifs)."""
     uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
     return verdict(
@@ -146,7 +147,7 @@ def judge(pod: Mapping[str, Any], request: cards.Request, *, cluster: Cluster, n
 
 
 def verdict(
-    pod: Mapping[str, Any], request: cards.Request, *, node: Mapping[str, Any], name: str,
+    pod: Mapping[str, Any], request: cardrequest.Request, *, node: Mapping[str, Any], name: str,
     state: cards.NodeState | None, stale: frozenset[str] = frozenset(),
 ) -> NodeVerdict:
     """The pod on one node in a given state (`simulate` passes its own)."""
@@ -168,7 +169,7 @@ def explain(
     metadata = podspec.mapping(pod.get("metadata"))
     spec = podspec.mapping(pod.get("spec"))
     key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-    request = cards.pod_request(pod)
+    request = cardrequest.pod_request(pod)
     family = request.family or gpu.pod_family(spec)
     common: dict[str, Any] = {
         "pod": key,
@@ -180,7 +181,7 @@ def explain(
     }
     bound_to = spec.get("nodeName")
     if isinstance(bound_to, str) and bound_to:
-        allocation = cards.pod_allocation(pod, now=cluster.now, ttl=cluster.ttl)
+        allocation = allocation_.pod_allocation(pod, now=cluster.now, ttl=cluster.ttl)
         held = allocation if allocation is not None and allocation.node == bound_to else None
         return Report(
             **common,
@@ -209,7 +210,7 @@ def selectors(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def suggest(request: cards.Request, verdicts: Sequence[NodeVerdict]) -> Suggestion | None:
+def suggest(request: cardrequest.Request, verdicts: Sequence[NodeVerdict]) -> Suggestion | None:
     """The refusing node that needs the smallest change; None when a node fits or none can."""
     if any(v.fits for v in verdicts):
         return None
@@ -217,7 +218,7 @@ def suggest(request: cards.Request, verdicts: Sequence[NodeVerdict]) -> Suggesti
     return min(options, key=lambda o: (o.cost, o.node), default=None)
 
 
-def _option(request: cards.Request, verdict: NodeVerdict) -> Suggestion | None:
+def _option(request: cardrequest.Request, verdict: NodeVerdict) -> Suggestion | None:
     codes = set(verdict.codes)
     if verdict.state is None or not codes or (verdict.never and not codes <= _SELECTOR | {reasons.Code.UNSCHEDULABLE}):
         return None
@@ -248,7 +249,7 @@ def _option(request: cards.Request, verdict: NodeVerdict) -> Suggestion | None:
     return Suggestion(node=verdict.node, change="; then ".join(changes), moves=moves, cost=(tier, moved, gib))
 
 
-def moves_for(request: cards.Request, state: cards.NodeState) -> tuple[tuple[str, ...], int, str] | None:
+def moves_for(request: cardrequest.Request, state: cards.NodeState) -> tuple[tuple[str, ...], int, str] | None:
     """The fewest bound pods to move (then the fewest GiB) so that the pod fits: (pods, GiB, where)."""
     best: tuple[tuple[int, int], tuple[str, ...], int, str] | None = None
     if request.family is gpu.Family.TOPOLOGY:
@@ -265,7 +266,7 @@ def moves_for(request: cards.Request, state: cards.NodeState) -> tuple[tuple[str
         need_memory = request.memory_gib - card.memory_free
         need_core = request.core_percent - card.core_free
         movable = sorted((a for a in card.allocations if a.bound), key=lambda a: (-a.memory_gib, -a.core_percent, a.pod_key))
-        taken: list[cards.Allocation] = []
+        taken: list[allocation_.Allocation] = []
         for allocation in movable:
             if need_memory <= 0 and need_core <= 0:
                 break

@@ -18,11 +18,12 @@ from typing import Any
 
 import yaml
 
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from webhook import config, kube
 from webhook.commands import dryrun
 from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
-from webhook.extender import api, cards, inspection
+from webhook.extender import api, inspection
 from webhook.extender import kube as extender_kube
 from webhook.explain import analysis, defrag, render, simulate, snapshot
 
@@ -406,7 +407,7 @@ def apply_move(
             node = (pod.get("spec") or {}).get("nodeName")
             if metadata.get("uid") in before or not node or metadata.get("deletionTimestamp"):
                 continue
-            allocation = cards.pod_allocation(pod, now=time.time())
+            allocation = allocation_.pod_allocation(pod, now=time.time())
             held = set(allocation.cards) if allocation is not None else set()
             for freed_node, indices in freed:
                 if node == freed_node and held & set(indices):

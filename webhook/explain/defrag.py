@@ -26,7 +26,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies import podspec, settings
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import cardrequest, podspec, settings
 from webhook.extender import cards, placement
 from webhook.explain import analysis, predicates
 
@@ -144,7 +145,7 @@ def plan(
 def _for_pod(
     cluster: analysis.Cluster, *, states: dict[str, cards.NodeState], budgets: Budgets, target: Mapping[str, Any], max_moves: int
 ) -> Plan:
-    request = cards.pod_request(target)
+    request = cardrequest.pod_request(target)
     metadata = podspec.mapping(target.get("metadata"))
     goal = f"room for {metadata.get('namespace', 'default') or 'default'}/{metadata.get('name', '')} ({request.describe()})"
     if not request.managed or request.problem:
@@ -184,11 +185,11 @@ def _empty(
     budgets: Budgets,
     node: str,
     indices: tuple[int, ...],
-    allocations: Sequence[cards.Allocation],
+    allocations: Sequence[allocation_.Allocation],
 ) -> tuple[list[Move], dict[str, cards.NodeState], list[str]] | str:
     """Move `allocations` off `indices` of `node` (held meanwhile), or why not."""
     spent: dict[str, int] = {}
-    movers: list[tuple[cards.Allocation, Mapping[str, Any], tuple[str, str, str]]] = []
+    movers: list[tuple[allocation_.Allocation, Mapping[str, Any], tuple[str, str, str]]] = []
     for allocation in allocations:
         pod = cluster.pods_by_uid.get(allocation.uid)
         if pod is None or not allocation.bound:
@@ -203,13 +204,13 @@ def _empty(
         movers.append((allocation, pod, controller))
     uids = {a.uid for a, _, _ in movers}
     state = states[node]
-    hold = cards.Allocation(uid=_HOLD, namespace="", name=_HOLD, node=node, cards=indices, whole=True, bound=True)
+    hold = allocation_.Allocation(uid=_HOLD, namespace="", name=_HOLD, node=node, cards=indices, whole=True, bound=True)
     trial = dict(states)
     trial[node] = cards.occupy(state.node, [*(a for a in state.allocations if a.uid not in uids), *state.orphans, hold])
     moves: list[Move] = []
     for allocation, pod, controller in sorted(movers, key=lambda item: (-item[0].memory_gib, item[0].pod_key)):
         replacement = _unbound(pod)
-        request = cards.pod_request(replacement)
+        request = cardrequest.pod_request(replacement)
         landed = _place(cluster, trial, replacement, request)
         if landed is None:
             return f"{allocation.pod_key} ({request.describe()}) would fit nowhere else"
@@ -228,7 +229,7 @@ def _empty(
 
 
 def _place(
-    cluster: analysis.Cluster, states: Mapping[str, cards.NodeState], pod: Mapping[str, Any], request: cards.Request
+    cluster: analysis.Cluster, states: Mapping[str, cards.NodeState], pod: Mapping[str, Any], request: cardrequest.Request
 ) -> tuple[str, tuple[int, ...]] | None:
     """Where the scheduler and extender would put `pod` now (as `simulate` decides)."""
     candidates = [

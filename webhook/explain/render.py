@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 
 import yaml
 
+from policies import gpu
 from webhook.extender import cards, reasons
 from webhook.explain import analysis
 
@@ -76,7 +77,7 @@ def card_json(card: cards.CardState) -> CardJson:
         "memoryGiB": card.card.memory_gib,
         "usedGiB": card.card.memory_gib if card.whole_used else min(card.memory_used, card.card.memory_gib),
         "freeGiB": card.memory_free,
-        "coreUsed": min(card.core_used, cards.CORE_PER_CARD),
+        "coreUsed": min(card.core_used, gpu.MAX_CORE_PERCENTAGE),
         "whole": card.whole_used,
         "pods": [a.pod_key for a in card.allocations],
     }

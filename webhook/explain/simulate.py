@@ -25,7 +25,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies import podspec
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import cardrequest, gpu, podspec
 from webhook.extender import cards, placement
 from webhook.explain import analysis, predicates
 
@@ -114,7 +115,7 @@ def run(
     # Caches: kube-scheduler's checks depend only on the pod's scheduling fields and the node; a
     # verdict only on those, the request and the node's state (versioned: bumped when a pod lands).
     checked: dict[tuple[str, str], bool] = {}
-    judged: dict[tuple[str, cards.Request, str, int], analysis.NodeVerdict] = {}
+    judged: dict[tuple[str, cardrequest.Request, str, int], analysis.NodeVerdict] = {}
     versions = dict.fromkeys(nodes, 0)
     landings: list[Landing] = []
     for position, pod in enumerate(pods):
@@ -123,7 +124,7 @@ def run(
         if denials and position in denials:
             landings.append(Landing(pod=key, denied=denials[position]))
             continue
-        request = cards.pod_request(pod)
+        request = cardrequest.pod_request(pod)
         if not request.managed:
             landings.append(Landing(pod=key, managed=False))
             continue
@@ -153,7 +154,7 @@ def run(
         chosen = best[0]
         fit = placement.evaluate(request, states[chosen])
         state = states[chosen]
-        allocation = cards.Allocation(
+        allocation = allocation_.Allocation(
             uid=f"simulated-{position}", namespace=str(metadata.get("namespace", "") or "default"), name=str(metadata.get("name", "")),
             node=chosen, cards=fit.cards, memory_gib=request.memory_gib, core_percent=request.core_percent,
             whole=bool(request.cards), assumed_at=cluster.now, bound=True,
@@ -172,7 +173,7 @@ def copies(templates: Sequence[Mapping[str, Any]], count: int) -> list[Object]:
         node = copy.deepcopy(dict(template))
         metadata = dict(podspec.mapping(node.get("metadata")))
         metadata["name"] = f"{metadata.get('name', 'node')}-added-{index + 1}"
-        annotations = {k: v for k, v in podspec.mapping(metadata.get("annotations")).items() if k != cards.RESERVATIONS_ANNOTATION}
+        annotations = {k: v for k, v in podspec.mapping(metadata.get("annotations")).items() if k != gpu.RESERVATIONS_ANNOTATION}
         metadata["annotations"] = annotations
         node["metadata"] = metadata
         made.append(node)
@@ -198,7 +199,7 @@ def with_added_nodes(
     for position, landing in enumerate(first.landings):
         if not landing.managed or landing.placed or landing.denied:
             continue
-        request = cards.pod_request(pods[position])
+        request = cardrequest.pod_request(pods[position])
         if not any(placement.evaluate(request, state).fits and not predicates.check(pods[position], node) for node, state in empty):
             return None  # not even an empty node of the kind takes this pod
     low, high = 0, 1

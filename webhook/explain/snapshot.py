@@ -26,9 +26,8 @@ from typing import Any
 
 import yaml
 
-from policies import gpu, podspec
+from policies import allocation, cardrequest, gpu, podspec, reservations
 from webhook.cmdline import errors
-from webhook.extender import cards
 
 API_VERSION = "gpu-admission.io/v1"
 KIND = "GPUSnapshot"
@@ -63,25 +62,25 @@ def take(
 
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     annotations = podspec.mapping(podspec.mapping(pod.get("metadata")).get("annotations"))
-    return cards.pod_request(pod).managed or cards.ALLOCATION_ANNOTATION in annotations or bool(
+    return cardrequest.pod_request(pod).managed or gpu.ALLOCATION_ANNOTATION in annotations or bool(
         annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION)
     )
 
 
 def document(snapshot: Snapshot) -> Object:
-    reservations = {
-        str(podspec.mapping(n.get("metadata")).get("name", "")): json.loads(cards.render_reservations(cards.node_reservations(n)))
+    ledgers = {
+        str(podspec.mapping(n.get("metadata")).get("name", "")): json.loads(reservations.encode(reservations.node_reservations(n)))
         for n in snapshot.nodes
-        if cards.node_reservations(n)
+        if reservations.node_reservations(n)
     }
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "takenAt": cards.timestamp(snapshot.taken_at),
+        "takenAt": allocation.timestamp(snapshot.taken_at),
         "nodes": snapshot.nodes,
         "pods": snapshot.pods,
         "podDisruptionBudgets": snapshot.pdbs,
-        "reservations": reservations,
+        "reservations": ledgers,
     }
 
 
@@ -112,7 +111,7 @@ def load(path: str) -> Snapshot:
     if not isinstance(nodes, list) or not isinstance(pods, list):
         raise errors.InputError(f"{path}: nodes and pods must be lists")
     taken = data.get("takenAt")
-    moment = cards._parse_time(taken) if isinstance(taken, str) else None  # noqa: SLF001 - the one RFC 3339 reader of the card model
+    moment = allocation.parse_time(taken) if isinstance(taken, str) else None
     if moment is None:
         raise errors.InputError(f"{path}: takenAt must be an RFC 3339 time")
     pdbs = data.get("podDisruptionBudgets") or []

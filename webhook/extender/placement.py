@@ -31,7 +31,7 @@ import functools
 import itertools
 from collections.abc import Iterable, Mapping
 
-from policies import cardmodel, gpu
+from policies import cardmodel, cardrequest, gpu, inventory
 from webhook.extender import cards, reasons, topology, wire
 
 
@@ -79,7 +79,7 @@ class Outcome:
     reasons: dict[str, tuple[reasons.Reason, ...]] = dataclasses.field(default_factory=dict)  # failed and unresolvable
 
 
-def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = True, explain: bool = True) -> Fit:
+def evaluate(request: cardrequest.Request, state: cards.NodeState, *, decide: bool = True, explain: bool = True) -> Fit:
     """Whether and where `request` fits on the node, with the node's score. With `decide` off only
     the verdict is computed (filter needs no card and no score; it judges hundreds of nodes); with
     `explain` off a refusal comes without its reasons (prioritize and simulate need the verdict only)."""
@@ -110,14 +110,14 @@ def evaluate(request: cards.Request, state: cards.NodeState, *, decide: bool = T
     return _evaluate_shared(request, state, decide=decide, explain=explain, allowed=allowed)
 
 
-def _allowed(constraint: cardmodel.Constraint, node_cards: tuple[cards.Card, ...]) -> tuple[int, ...]:
+def _allowed(constraint: cardmodel.Constraint, node_cards: tuple[inventory.Card, ...]) -> tuple[int, ...]:
     # Not cached: hashing the cards costs more than judging them (a few comparisons per card).
     allows = constraint.allows
     return tuple([i for i, card in enumerate(node_cards) if allows(model=card.model, memory_mib=card.memory_mib)])
 
 
 @functools.lru_cache(maxsize=1024)  # a refusal names the cards on every node; nodes share few card lists
-def _cards_shown(node_cards: tuple[cards.Card, ...]) -> str:
+def _cards_shown(node_cards: tuple[inventory.Card, ...]) -> str:
     """The node's cards by model and memory: `GPU0, GPU1 Tesla-V100-SXM2-16GB with 16160 MiB; ...`."""
     groups: dict[tuple[str, int], list[int]] = {}
     for card in node_cards:
@@ -129,7 +129,7 @@ def _cards_shown(node_cards: tuple[cards.Card, ...]) -> str:
     )
 
 
-def _only(request: cards.Request, state: cards.NodeState, allowed: tuple[int, ...] | None) -> str:
+def _only(request: cardrequest.Request, state: cards.NodeState, allowed: tuple[int, ...] | None) -> str:
     """What a refusal among the constrained cards adds: which cards the constraint leaves."""
     if allowed is None:
         return ""
@@ -148,14 +148,14 @@ def _mode_mismatch(mode_label: str, family: gpu.Family) -> Fit:
     )
 
 
-def choose(request: cards.Request, state: cards.NodeState) -> tuple[int, ...] | None:
+def choose(request: cardrequest.Request, state: cards.NodeState) -> tuple[int, ...] | None:
     """The card(s) bind gives the pod on this node, or None where it does not fit now."""
     fit = evaluate(request, state)
     return fit.cards if fit.fits and fit.cards else None
 
 
 def filter_nodes(
-    request: cards.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
+    request: cardrequest.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
 ) -> Outcome:
     """Classify every candidate; a node the extender does not know yet fails for now, not forever."""
     outcome = Outcome(passed=[], failed={}, unresolvable={})
@@ -171,7 +171,7 @@ def filter_nodes(
 
 
 def diagnose(
-    request: cards.Request, state: cards.NodeState, *, stale: frozenset[str] = frozenset()
+    request: cardrequest.Request, state: cards.NodeState, *, stale: frozenset[str] = frozenset()
 ) -> Fit:
     """`evaluate`, and where the pod does not fit now, whether it would without the reservations
     of binds in flight (`RESERVED_IN_FLIGHT`) or without the allocations of the pod UIDs in `stale`
@@ -206,7 +206,7 @@ def _without(state: cards.NodeState, uids: set[str]) -> cards.NodeState:
     return cards.occupy(state.node, [a for a in state.allocations if a.uid not in uids])
 
 
-def scores(request: cards.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
+def scores(request: cardrequest.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
     """Prioritize: 0-10 per node (0 where the pod does not fit)."""
     result: dict[str, int] = {}
     for name in names:
@@ -227,7 +227,7 @@ _NOT_CACHED = _refuse(Verdict.FULL, reasons.Code.NOT_CACHED, "node is not in the
 
 
 def _evaluate_shared(
-    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: tuple[int, ...] | None
+    request: cardrequest.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: tuple[int, ...] | None
 ) -> Fit:
     memory, core = request.memory_gib, request.core_percent
     if state.largest_card_gib < memory:
@@ -273,7 +273,7 @@ def _evaluate_shared(
     return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=_shared_score(request, state))
 
 
-def _short(request: cards.Request, candidates: tuple[cards.CardState, ...], free: tuple[tuple[int, int], ...]) -> Fit:
+def _short(request: cardrequest.Request, candidates: tuple[cards.CardState, ...], free: tuple[tuple[int, int], ...]) -> Fit:
     """Why none of the candidate cards holds the pod now: cores, fragmentation or memory (from their free tuples)."""
     memory, core = request.memory_gib, request.core_percent
     best = max(range(len(free)), key=lambda i: (free[i][0], free[i][1], -candidates[i].index))
@@ -304,7 +304,7 @@ def _short(request: cards.Request, candidates: tuple[cards.CardState, ...], free
     )
 
 
-def _shared_score(request: cards.Request, state: cards.NodeState) -> int:
+def _shared_score(request: cardrequest.Request, state: cards.NodeState) -> int:
     """Binpack nodes score by how full they are once the pod is on them; spread nodes by how empty."""
     fullness = min(1.0, (state.memory_used + request.memory_gib) / (state.memory_total or 1))
     fraction = fullness if state.node.placement is gpu.Placement.BINPACK else 1.0 - fullness
@@ -312,7 +312,7 @@ def _shared_score(request: cards.Request, state: cards.NodeState) -> int:
 
 
 def _evaluate_whole(
-    request: cards.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: tuple[int, ...] | None
+    request: cardrequest.Request, state: cards.NodeState, *, decide: bool, explain: bool, allowed: tuple[int, ...] | None
 ) -> Fit:
     wanted = request.cards
     total = len(state.cards)
@@ -354,7 +354,7 @@ def _evaluate_whole(
     return Fit(verdict=Verdict.FITS, cards=chosen, score=round(wire.MAX_PRIORITY * (quality + fullness) / 2))
 
 
-def _quality(chosen: tuple[int, ...], links: topology.Topology, every: list[int]) -> float:
+def _quality(chosen: tuple[int, ...], links: inventory.Topology, every: list[int]) -> float:
     """How well the chosen set is connected relative to the node's best link (1.0 without topology)."""
     if len(chosen) < 2 or not links.known:
         return 1.0

@@ -7,7 +7,7 @@ code and message. The codes are a public contract (JSON output, README): never r
 | code | meaning |
 |---|---|
 | MODE_MISMATCH | the node's `ack.node.gpu.schedule` mode does not serve the pod's resource, or the pod's nodeSelector / required affinity excludes the node |
-| CARD_MODEL | the pod's card-model constraint (GPU102: `aliyun.accelerator/nvidia_name`, `gpu-admission.io/gpu-memory-mib`) excludes the node's cards |
+| CARD_MODEL | the pod's card-model constraint (GPU102's `gpu-model`, `exclude-gpu-model`, `min-gpu-memory`, judged per card) excludes every card of the node, or every card that meets it is too small or too few; for pods the device plugin places (`nvidia.com/gpu`), GPU102's node affinity on the card labels excludes the node |
 | FRAGMENTED | the node's free memory in total is enough, but no single card has enough free |
 | INSUFFICIENT_MEMORY | no card is large enough, or the node's free memory in total is short |
 | CORE_EXHAUSTED | a card has the memory but not the free core percentage |
@@ -30,7 +30,7 @@ import enum
 # called stale (explain's STALE_ALLOCATION, the audit's GPU212): force-deleting the pod frees it.
 STUCK_TERMINATING_S = 300.0
 # How long after a bind decision a ledger entry of a pod that no longer exists may still be seen:
-# the extender stops counting it after cards.IN_FLIGHT_GRACE_S and prunes it on its next tidy pass
+# the extender stops counting it after reservations.IN_FLIGHT_GRACE_S and prunes it on its next tidy pass
 # (every few seconds); one older than this means the release did not happen.
 PRUNE_DEADLINE_S = 60.0
 

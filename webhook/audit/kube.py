@@ -80,18 +80,23 @@ def _listings(api: client.ApiClient) -> list[_Listing]:
     ]
 
 
-def _pages(listing: _Listing, *, namespace: str | None, chunk: int) -> Iterator[dict[str, Any]]:
+def _pages(
+    listing: _Listing, *, namespace: str | None, chunk: int, label_selector: str = "", what: str = ""
+) -> Iterator[dict[str, Any]]:
+    """Every object of a paged list (`limit`/`continue`), one page held at a time."""
     token = ""
     while True:
         kwargs: dict[str, Any] = {"limit": chunk, "_preload_content": False}
         if token:
             kwargs["_continue"] = token
+        if label_selector:
+            kwargs["label_selector"] = label_selector
         if namespace is None or listing.namespaced is None:
             call = functools.partial(listing.all_namespaces, **kwargs)
         else:
             call = functools.partial(listing.namespaced, namespace, **kwargs)
         where = f"in namespace {namespace}" if namespace is not None and listing.namespaced else "in the cluster"
-        response = _call(f"cannot list {listing.kind} objects {where}", call)
+        response = _call(what or f"cannot list {listing.kind} objects {where}", call)
         try:
             page = json.loads(response.data)
         except ValueError as error:
@@ -211,24 +216,31 @@ def existing_reports(
         selector += f",{report.SCOPE_LABEL}={report.RESOURCE_SCOPE}"
     what = "cannot list PolicyReports (are the CRDs of deploy/crds/ applied?)"
     if namespace is None:
-        listed = _call(what, lambda: custom.list_cluster_custom_object(report.GROUP, report.VERSION, "policyreports", label_selector=selector))
-    else:
-        listed = _call(
-            what,
-            lambda: custom.list_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", label_selector=selector),
+        reports = _Listing(
+            kind="PolicyReport", api_version=report.API_VERSION,
+            all_namespaces=functools.partial(custom.list_cluster_custom_object, report.GROUP, report.VERSION, "policyreports"),
+            namespaced=None,
         )
-    for item in listed.get("items") or ():
+    else:
+        reports = _Listing(
+            kind="PolicyReport", api_version=report.API_VERSION,
+            all_namespaces=functools.partial(custom.list_namespaced_custom_object, report.GROUP, report.VERSION, namespace, "policyreports"),
+            namespaced=None,
+        )
+    for item in _pages(reports, namespace=None, chunk=CHUNK, label_selector=selector, what=what):
         metadata = item.get("metadata") or {}
         if per_resource:
             found[(str(metadata.get("namespace", "")), str(metadata.get("name", "")))] = item
         elif metadata.get("name") == report.NAME:
             found[str(metadata.get("namespace", ""))] = item
     if cluster:
-        listed = _call(
-            "cannot list ClusterPolicyReports (are the CRDs of deploy/crds/ applied?)",
-            lambda: custom.list_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", label_selector=selector),
+        cluster_reports = _Listing(
+            kind="ClusterPolicyReport", api_version=report.API_VERSION,
+            all_namespaces=functools.partial(custom.list_cluster_custom_object, report.GROUP, report.VERSION, "clusterpolicyreports"),
+            namespaced=None,
         )
-        for item in listed.get("items") or ():
+        what = "cannot list ClusterPolicyReports (are the CRDs of deploy/crds/ applied?)"
+        for item in _pages(cluster_reports, namespace=None, chunk=CHUNK, label_selector=selector, what=what):
             name = (item.get("metadata") or {}).get("name")
             if per_resource:
                 found[(report.CLUSTER, str(name))] = item

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import pathlib
 import platform
@@ -33,10 +32,11 @@ from typing import Any
 
 import yaml
 
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu, inventory
 from webhook import cli
 from webhook.explain import cli as explain_cli
 from webhook.explain import snapshot
-from webhook.extender import cards
 
 NOW = 1_800_000_000.0
 CARD_MIB = 15360
@@ -44,7 +44,7 @@ CARD_MIB = 15360
 
 def node(name: str, *, mode: str, placement: str = "binpack") -> dict[str, Any]:
     count = 8 if mode == "topology" else (2 if mode == "core_mem" else 4)
-    inventory = [{"index": i, "uuid": f"GPU-{name}-{i}", "name": "Tesla-T4", "memoryMiB": CARD_MIB} for i in range(count)]
+    listed = [inventory.Card(index=i, memory_mib=CARD_MIB, uuid=f"GPU-{name}-{i}", name="Tesla-T4") for i in range(count)]
     labels = {"ack.node.gpu.schedule": mode, "aliyun.accelerator/nvidia_name": "Tesla-T4", "kubernetes.io/hostname": name}
     if mode != "topology":
         labels["ack.node.gpu.placement"] = placement
@@ -53,7 +53,7 @@ def node(name: str, *, mode: str, placement: str = "binpack") -> dict[str, Any]:
         capacity["aliyun.com/gpu-core.percentage"] = str(100 * count)
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels, "annotations": {cards.INVENTORY_ANNOTATION: json.dumps(inventory)}},
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels, "annotations": {gpu.INVENTORY_ANNOTATION: inventory.encode_inventory(listed)}},
         "spec": {}, "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -83,7 +83,7 @@ def synthetic(nodes: int, *, seed: int = 7) -> tuple[list[dict[str, Any]], list[
     for item in made:
         name = item["metadata"]["name"]
         mode = item["metadata"]["labels"]["ack.node.gpu.schedule"]
-        count = len(json.loads(item["metadata"]["annotations"][cards.INVENTORY_ANNOTATION]))
+        count = len(inventory.decode_inventory(item["metadata"]["annotations"][gpu.INVENTORY_ANNOTATION]))
         for index in range(count):
             if mode == "topology":
                 if rng.random() < 0.5:
@@ -99,11 +99,11 @@ def synthetic(nodes: int, *, seed: int = 7) -> tuple[list[dict[str, Any]], list[
 
 def _placed(name: str, *, node_name: str, card: int, mem: int = 0, core: int = 0, whole: bool = False) -> dict[str, Any]:
     obj = gpu_pod(name, mem=mem, core=core, whole=1 if whole else 0, namespace="bench")
-    allocation = cards.Allocation(
+    allocation = allocation_.Allocation(
         uid=obj["metadata"]["uid"], namespace="bench", name=name, node=node_name, cards=(card,), memory_gib=mem,
         core_percent=core, whole=whole, assumed_at=NOW - 600,
     )
-    obj["metadata"]["annotations"] = cards.bind_annotations(allocation, card_memory_gib=15)
+    obj["metadata"]["annotations"] = allocation_.bind_annotations(allocation, card_memory_gib=15)
     obj["spec"]["nodeName"] = node_name
     obj["status"]["phase"] = "Running"
     return obj

@@ -19,9 +19,10 @@ import yaml
 
 from tests.e2e.harness import Cluster, eventually
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, bound, create, make_pool, pools  # noqa: F401 - pools is a fixture
+from policies import allocation as allocation_  # `allocation` reads a pod's annotation here
+from policies import gpu, reservations
 from webhook import cli
 from webhook.cluster import controlplane, install
-from webhook.extender import cards
 
 pytestmark = pytest.mark.e2e
 
@@ -140,11 +141,11 @@ def test_a_stale_reservation_is_reported_then_released_by_the_extender(
     (node,) = pool.nodes
     # A bind that committed its ledger entry and whose pod was deleted before the Binding.
     now = time.time()
-    entry = cards.Allocation(
+    entry = allocation_.Allocation(
         uid=str(uuid.uuid4()), namespace="gone", name="deleted-mid-bind", node=node, cards=(0,), memory_gib=16,
         assumed_at=now + 15, expires=now + 60, source="reservation",  # in flight a while: time to explain
     )
-    patch = {"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: cards.render_reservations({entry.uid: entry})}}}
+    patch = {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: reservations.encode({entry.uid: entry})}}}
     patched = cluster.kubectl("patch", "node", node, "--type", "merge", "-p", json.dumps(patch))
     assert patched.returncode == 0, patched.stderr
     ns = cluster.namespace()
@@ -156,8 +157,8 @@ def test_a_stale_reservation_is_reported_then_released_by_the_extender(
     # the extender stops counting it, prunes the ledger, and the pod lands
     wait_bound(cluster, ns, 1)
     eventually(
-        lambda: cards.RESERVATIONS_ANNOTATION not in cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
-        or entry.uid not in cluster.get("node", node, namespace="default")["metadata"]["annotations"][cards.RESERVATIONS_ANNOTATION],
+        lambda: gpu.RESERVATIONS_ANNOTATION not in cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
+        or entry.uid not in cluster.get("node", node, namespace="default")["metadata"]["annotations"][gpu.RESERVATIONS_ANNOTATION],
         what="the stale ledger entry pruned", timeout=90,
     )
 
@@ -258,11 +259,11 @@ def test_a_stale_reservation_does_not_survive_an_extender_restart(
     controlplane.stop(cluster.state, ["extender"])  # the extender dies with a bind committed and its pod then deleted
     try:
         now = time.time()
-        entry = cards.Allocation(
+        entry = allocation_.Allocation(
             uid=str(uuid.uuid4()), namespace="gone", name="deleted-while-down", node=node, cards=(0,), memory_gib=16,
             assumed_at=now + 10, expires=now + 90, source="reservation",
         )
-        patch = {"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: cards.render_reservations({entry.uid: entry})}}}
+        patch = {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: reservations.encode({entry.uid: entry})}}}
         assert cluster.kubectl("patch", "node", node, "--type", "merge", "-p", json.dumps(patch)).returncode == 0
         ns = cluster.namespace()
         create(cluster, [pod("after-restart", pool=pool, mem=8)], namespace=ns)
@@ -272,4 +273,4 @@ def test_a_stale_reservation_does_not_survive_an_extender_restart(
         install.start_extender(cluster.state)  # same port: the scheduler configuration still points at it
     wait_bound(cluster, ns, 1)  # the restarted extender counts the entry only for the in-flight grace, then prunes it
     annotations = cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
-    assert entry.uid not in annotations.get(cards.RESERVATIONS_ANNOTATION, "")
+    assert entry.uid not in annotations.get(gpu.RESERVATIONS_ANNOTATION, "")

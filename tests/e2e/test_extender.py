@@ -35,8 +35,8 @@ import pytest
 import yaml
 
 from tests.e2e.harness import Cluster, eventually, restart_webhook
+from policies import gpu, inventory
 from webhook.cluster import controlplane, install, nodes
-from webhook.extender import topology
 
 pytestmark = pytest.mark.e2e
 
@@ -208,7 +208,7 @@ def make_pool(
 ) -> Pool:
     """KWOK nodes as the labeler leaves them: inventory annotation, mode labels, advertised capacity."""
     pool = f"p{uuid.uuid4().hex[:8]}"
-    inventory = [{"index": i, "uuid": f"GPU-{pool}-{i}", "name": "Tesla-T4", "memoryMiB": mib} for i, mib in enumerate(gpus)]
+    gpu_cards = [inventory.Card(index=i, memory_mib=mib, uuid=f"GPU-{pool}-{i}", name="Tesla-T4") for i, mib in enumerate(gpus)]
     gib = [mib // 1024 for mib in gpus]
     capacity = {"aliyun.com/gpu-mem": "0", "aliyun.com/gpu-count": "0", "aliyun.com/gpu": "0", "aliyun.com/gpu-core.percentage": "0", "nvidia.com/gpu": "0"}
     if mode == "topology":
@@ -218,9 +218,9 @@ def make_pool(
         capacity["aliyun.com/gpu-count"] = str(len(gpus))
         if mode == "core_mem":
             capacity["aliyun.com/gpu-core.percentage"] = str(100 * len(gpus))
-    annotations = {"gpu-admission.io/gpu-inventory": json.dumps(inventory)}
+    annotations = {gpu.INVENTORY_ANNOTATION: inventory.encode_inventory(gpu_cards)}
     if links is not None:
-        annotations[topology.TOPOLOGY_ANNOTATION] = topology.render(links)
+        annotations[gpu.TOPOLOGY_ANNOTATION] = inventory.encode_topology(links)
     labels = {"ack.node.gpu.schedule": mode, POOL_LABEL: pool}
     if mode != "topology":
         labels["ack.node.gpu.placement"] = placement

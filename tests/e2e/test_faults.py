@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from tests.e2e.harness import Cluster, eventually
+from policies import allocation, gpu, reservations
 from webhook.cluster import controlplane, install, nodes
 from webhook.extender import cards
 
@@ -71,7 +72,7 @@ def gpu_node(throwaway: Cluster) -> str:
         name=name,
         labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "faults": name},
         capacity=capacity,
-        annotations={cards.INVENTORY_ANNOTATION: json.dumps(inventory)},
+        annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
     ).manifest()
     manifest["spec"]["taints"] = [{"key": TAINT, "value": name, "effect": "NoSchedule"}]
     completed = throwaway.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
@@ -267,22 +268,22 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
     # - card 2, an entry for a pod that is gone: the binder may drop it at once, it must not hold the card.
     now = time.time()
     expires = now + SHORT_TTL_S
-    after_annotate = cards.Allocation(uid="", namespace=namespace, name="cut-after-annotate", node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now)
+    after_annotate = allocation.Allocation(uid="", namespace=namespace, name="cut-after-annotate", node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now)
     create(throwaway, [
         gpu_pod("cut-after-commit", node=gpu_node, mem=10, scheduler="nobody"),
         gpu_pod("cut-after-annotate", node=gpu_node, mem=10, scheduler="nobody",
-                annotations=cards.bind_annotations(after_annotate, card_memory_gib=CARD_GIB)),
+                annotations=allocation.bind_annotations(after_annotate, card_memory_gib=CARD_GIB)),
     ], namespace=namespace)
     uids = {name: throwaway.get("pod", name, namespace=namespace)["metadata"]["uid"] for name in ("cut-after-commit", "cut-after-annotate")}
     ledger = {
-        uids["cut-after-commit"]: cards.Allocation(uid=uids["cut-after-commit"], namespace=namespace, name="cut-after-commit",
+        uids["cut-after-commit"]: allocation.Allocation(uid=uids["cut-after-commit"], namespace=namespace, name="cut-after-commit",
                                                    node=gpu_node, cards=(0,), memory_gib=10, assumed_at=now, expires=expires),
-        uids["cut-after-annotate"]: cards.Allocation(uid=uids["cut-after-annotate"], namespace=namespace, name="cut-after-annotate",
+        uids["cut-after-annotate"]: allocation.Allocation(uid=uids["cut-after-annotate"], namespace=namespace, name="cut-after-annotate",
                                                      node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now, expires=expires),
-        "gone-uid": cards.Allocation(uid="gone-uid", namespace=namespace, name="gone", node=gpu_node, cards=(2,), memory_gib=10,
+        "gone-uid": allocation.Allocation(uid="gone-uid", namespace=namespace, name="gone", node=gpu_node, cards=(2,), memory_gib=10,
                                      assumed_at=now, expires=expires),
     }
-    completed = throwaway.kubectl("annotate", "node", gpu_node, "--overwrite", f"{cards.RESERVATIONS_ANNOTATION}={cards.render_reservations(ledger)}")
+    completed = throwaway.kubectl("annotate", "node", gpu_node, "--overwrite", f"{gpu.RESERVATIONS_ANNOTATION}={reservations.encode(ledger)}")
     assert completed.returncode == 0, completed.stderr
     assert held(throwaway, gpu_node, ttl=SHORT_TTL_S)[:3] == [10, 10, 10]
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
-from webhook.extender import cards
 from webhook.labeler import labels
 
 pytestmark = pytest.mark.e2e
@@ -194,7 +194,7 @@ def test_the_labelers_pod_token_may_write_its_own_nodes_gpu_labels_and_capacity_
         (labeler.patch(node_a, labels_patch({"topology.kubernetes.io/zone": "z2"})), "not topology.kubernetes.io/zone"),
         (labeler.patch(node_a, labels_patch({gpu.SCHEDULE_LABEL: gpu.Mode.SHARE})), f"not {gpu.SCHEDULE_LABEL}"),
         (labeler.patch(node_a, {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}), "may not change the Node spec"),
-        (labeler.patch(node_a, {"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: "{}"}}}), f"not {cards.RESERVATIONS_ANNOTATION}"),
+        (labeler.patch(node_a, {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}}), f"not {gpu.RESERVATIONS_ANNOTATION}"),
         (labeler.patch(node_a, {"status": {"capacity": {"cpu": "999"}}}, status=True), "the GPU capacity"),
     ]
     for (code, output), expected in refusals:
@@ -218,7 +218,7 @@ def test_a_token_without_a_node_claim_is_refused_everything(cluster: Cluster, ac
 def test_the_extender_may_change_only_its_ledger_on_nodes(cluster: Cluster, accounts: None, two_nodes: tuple[str, str]) -> None:
     extender = As(cluster, token(cluster, EXTENDER))
     current = node(cluster, two_nodes[1])["metadata"]["resourceVersion"]
-    code, output = extender.patch(two_nodes[1], {"metadata": {"resourceVersion": current, "annotations": {cards.RESERVATIONS_ANNOTATION: "{}"}}})
+    code, output = extender.patch(two_nodes[1], {"metadata": {"resourceVersion": current, "annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}})
     assert code == 200, output
     for body, expected in (
         (labels_patch({gpu.CARD_COUNT_LABEL: "8"}), "may not change Node labels"),
@@ -238,8 +238,8 @@ def test_the_extenders_binding_carries_only_the_allocation_annotations(
     created = cluster.apply(pod, namespace=namespace)
     assert created.returncode == 0, created.stderr
     uid = cluster.get("pod", "waits", namespace=namespace)["metadata"]["uid"]
-    allocation = cards.Allocation(uid=uid, namespace=namespace, name="waits", node=two_nodes[1], cards=(0,), memory_gib=1, assumed_at=1.0)
-    written = cards.bind_annotations(allocation, card_memory_gib=15)
+    allocation = allocation_.Allocation(uid=uid, namespace=namespace, name="waits", node=two_nodes[1], cards=(0,), memory_gib=1, assumed_at=1.0)
+    written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     extender = As(cluster, token(cluster, EXTENDER))
 
     def bind(annotations: dict[str, str]) -> tuple[int, str]:

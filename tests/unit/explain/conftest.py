@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from webhook.extender import cards, topology
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu, inventory
+from webhook.extender import cards
 
 Object = dict[str, Any]
 NOW = 1_800_000_000.0
@@ -43,7 +45,7 @@ def node(
         if mode == "core_mem":
             capacity["aliyun.com/gpu-core.percentage"] = str(100 * count)
     notes: dict[str, str] = {
-        cards.INVENTORY_ANNOTATION: json.dumps(
+        gpu.INVENTORY_ANNOTATION: json.dumps(
             [
                 {"index": i, "uuid": f"GPU-{name}-{i}", "name": (models or ["Tesla-T4"] * count)[i], "memoryMiB": gib * 1024}
                 for i in range(count)
@@ -51,7 +53,7 @@ def node(
         )
     }
     if links is not None:
-        notes[topology.TOPOLOGY_ANNOTATION] = topology.render(links)
+        notes[gpu.TOPOLOGY_ANNOTATION] = inventory.encode_topology(links)
     notes.update(annotations or {})
     spec: Object = {}
     if unschedulable:
@@ -108,22 +110,22 @@ def placed(
     """A pod the extender placed: bound (unless `bound` is off: a bind in flight) with its annotations."""
     indices = (card,) if isinstance(card, int) else tuple(card)
     obj = pod(name, namespace=namespace, mem=mem or None, core=core or None, whole=len(indices) if whole else None, owner=owner)
-    allocation = cards.Allocation(
+    allocation = allocation_.Allocation(
         uid=obj["metadata"]["uid"], namespace=namespace, name=name, node=node_name, cards=indices, memory_gib=mem,
         core_percent=core, whole=whole, assumed_at=assumed_at,
     )
-    obj["metadata"]["annotations"] = cards.bind_annotations(allocation, card_memory_gib=16)
+    obj["metadata"]["annotations"] = allocation_.bind_annotations(allocation, card_memory_gib=16)
     if bound:
         obj["spec"]["nodeName"] = node_name
         obj["status"]["phase"] = "Running"
     return obj
 
 
-def ledger_entry(uid: str, *, pod_key: str, node_name: str, card: int, mem: int, assumed_at: float) -> cards.Allocation:
+def ledger_entry(uid: str, *, pod_key: str, node_name: str, card: int, mem: int, assumed_at: float) -> allocation_.Allocation:
     namespace, _, name = pod_key.partition("/")
-    return cards.Allocation(
+    return allocation_.Allocation(
         uid=uid, namespace=namespace, name=name, node=node_name, cards=(card,), memory_gib=mem, assumed_at=assumed_at,
-        expires=assumed_at + cards.DEFAULT_RESERVATION_TTL_S, source="reservation",
+        expires=assumed_at + allocation_.DEFAULT_RESERVATION_TTL_S, source="reservation",
     )
 
 

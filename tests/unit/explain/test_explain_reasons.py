@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonpatch
 
+from policies import allocation, cardrequest, gpu, reservations
 from webhook import config
 from webhook.admission import decisions
 from webhook.extender import cards, placement, reasons
@@ -111,11 +112,11 @@ def test_core_percentage_used_up_is_core_exhausted(make_node: Factory, make_pod:
 
 
 def test_a_reservation_of_a_gone_pod_is_a_stale_allocation(make_node: Factory, make_pod: Factory) -> None:
-    entry = cards.Allocation(
+    entry = allocation.Allocation(
         uid="gone-uid", namespace="team-a", name="deleted", node="n", cards=(0,), memory_gib=16,
         assumed_at=NOW - 2, expires=NOW + 100, source="reservation",
     )
-    node = make_node("n", count=1, gib=16, annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations({"gone-uid": entry})})
+    node = make_node("n", count=1, gib=16, annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"gone-uid": entry})})
     report = _explain(make_pod("waiting", mem=8), [node], [])
     assert _codes(report, "n")[0] == "STALE_ALLOCATION"
     assert "team-a/deleted" in report.nodes[0].reasons[0].message
@@ -123,23 +124,23 @@ def test_a_reservation_of_a_gone_pod_is_a_stale_allocation(make_node: Factory, m
 
 
 def test_the_extender_stops_counting_a_gone_pods_reservation_after_the_in_flight_grace(make_node: Factory, make_pod: Factory) -> None:
-    assumed = NOW - cards.IN_FLIGHT_GRACE_S - 1
-    entry = cards.Allocation(
+    assumed = NOW - reservations.IN_FLIGHT_GRACE_S - 1
+    entry = allocation.Allocation(
         uid="gone-uid", namespace="team-a", name="deleted", node="n", cards=(0,), memory_gib=16,
-        assumed_at=assumed, expires=assumed + cards.DEFAULT_RESERVATION_TTL_S, source="reservation",
+        assumed_at=assumed, expires=assumed + allocation.DEFAULT_RESERVATION_TTL_S, source="reservation",
     )
-    node = make_node("n", count=1, gib=16, annotations={cards.RESERVATIONS_ANNOTATION: cards.render_reservations({"gone-uid": entry})})
+    node = make_node("n", count=1, gib=16, annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"gone-uid": entry})})
     report = _explain(make_pod("waiting", mem=8), [node], [])
     assert report.nodes[0].fits and report.nodes[0].codes == ()
 
 
 def test_a_pod_terminating_long_past_its_deadline_is_a_stale_allocation(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
     stuck = make_placed("stuck", node_name="n", card=0, mem=16)
-    stuck["metadata"]["deletionTimestamp"] = cards.timestamp(NOW - analysis.STUCK_TERMINATING_S - 1)
+    stuck["metadata"]["deletionTimestamp"] = allocation.timestamp(NOW - analysis.STUCK_TERMINATING_S - 1)
     report = _explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [stuck])
     assert _codes(report, "n") == ["STALE_ALLOCATION", "INSUFFICIENT_MEMORY"]
     recent = make_placed("leaving", node_name="n", card=0, mem=16)
-    recent["metadata"]["deletionTimestamp"] = cards.timestamp(NOW - 5)
+    recent["metadata"]["deletionTimestamp"] = allocation.timestamp(NOW - 5)
     assert _codes(_explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [recent]), "n") == ["INSUFFICIENT_MEMORY"]
 
 
@@ -172,7 +173,7 @@ def test_the_extender_filter_and_explain_give_the_same_codes(make_node: Factory,
     small = make_node("small", gib=8)
     wanted = make_pod("want-10", mem=10)
     states = cards.cluster_state([node, other, small], pods, now=NOW)
-    outcome = placement.filter_nodes(cards.pod_request(wanted), states=states, names=["frag", "topo", "small"])
+    outcome = placement.filter_nodes(cardrequest.pod_request(wanted), states=states, names=["frag", "topo", "small"])
     report = _explain(wanted, [node, other, small], pods)
     for verdict in report.nodes:
         assert tuple(r.code for r in outcome.reasons[verdict.node]) == verdict.codes

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from policies import gpu
+from policies import cardrequest, gpu
 from webhook.extender import app, binder, cards, placement, reasons, store
 
 NOW = 1_800_000_000.0
@@ -32,7 +32,7 @@ def mixed_node(make_node: Factory, name: str = "mixed", *, mode: str = "cgpu") -
     obj: dict[str, Any] = make_node(
         name, mode=mode, count=4, capacity=({"aliyun.com/gpu": "4"} if mode == "topology" else
                                              {"aliyun.com/gpu-mem": "92", "aliyun.com/gpu-count": "4"}),
-        annotations={cards.INVENTORY_ANNOTATION: json.dumps(inventory)},
+        annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
     )
     obj["metadata"]["labels"].update(
         {gpu.CARD_NAME_LABEL: V100_16, gpu.CARD_MEMORY_MIB_LABEL: "16160", gpu.CARD_COUNT_LABEL: "4"}
@@ -50,7 +50,7 @@ def state_of(node: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> 
 def test_a_16gb_model_pod_asking_20_gib_never_fits_the_mixed_node(make_node: Factory, make_gpu_pod: Factory) -> None:
     pod = make_gpu_pod(mem=20, annotations={gpu.GPU_MODEL_ANNOTATION: V100_16})
 
-    fit = placement.evaluate(cards.pod_request(pod), state_of(mixed_node(make_node)))
+    fit = placement.evaluate(cardrequest.pod_request(pod), state_of(mixed_node(make_node)))
 
     assert fit.verdict is placement.Verdict.NEVER
     assert fit.codes == (reasons.Code.CARD_MODEL,)
@@ -63,7 +63,7 @@ def test_a_16gb_model_pod_asking_20_gib_never_fits_the_mixed_node(make_node: Fac
 
 
 def test_without_the_model_the_same_pod_takes_a_32gb_card(make_node: Factory, make_gpu_pod: Factory) -> None:
-    fit = placement.evaluate(cards.pod_request(make_gpu_pod(mem=20)), state_of(mixed_node(make_node)))
+    fit = placement.evaluate(cardrequest.pod_request(make_gpu_pod(mem=20)), state_of(mixed_node(make_node)))
 
     assert fit.fits and fit.cards == (2,)
 
@@ -71,13 +71,13 @@ def test_without_the_model_the_same_pod_takes_a_32gb_card(make_node: Factory, ma
 def test_a_min_20gi_pod_asking_4_gib_is_placed_on_a_32gb_card(make_node: Factory, make_gpu_pod: Factory) -> None:
     pod = make_gpu_pod(mem=4, annotations={gpu.MIN_GPU_MEMORY_ANNOTATION: "20Gi"})
 
-    fit = placement.evaluate(cards.pod_request(pod), state_of(mixed_node(make_node)))
+    fit = placement.evaluate(cardrequest.pod_request(pod), state_of(mixed_node(make_node)))
 
     assert fit.fits and fit.cards == (2,)  # binpack would take GPU0 (least left over); the constraint leaves GPU2, GPU3
 
 
 def test_an_ordinary_pod_on_the_mixed_node_is_placed_as_before(make_node: Factory, make_gpu_pod: Factory) -> None:
-    fit = placement.evaluate(cards.pod_request(make_gpu_pod(mem=4)), state_of(mixed_node(make_node)))
+    fit = placement.evaluate(cardrequest.pod_request(make_gpu_pod(mem=4)), state_of(mixed_node(make_node)))
 
     assert fit.fits and fit.cards == (0,)  # binpack: the 16 GB card is left with the least free memory
 
@@ -91,7 +91,7 @@ def test_a_min_memory_pod_waits_for_a_large_card_although_small_ones_are_free(ma
     ]
     pod = make_gpu_pod(mem=4, annotations={gpu.MIN_GPU_MEMORY_ANNOTATION: "20Gi"})
 
-    fit = placement.evaluate(cards.pod_request(pod), state_of(node, holders))
+    fit = placement.evaluate(cardrequest.pod_request(pod), state_of(node, holders))
 
     assert fit.verdict is placement.Verdict.FULL  # the large cards free up later: FailedNodes, not unresolvable
     assert fit.codes == (reasons.Code.INSUFFICIENT_MEMORY,)
@@ -99,13 +99,13 @@ def test_a_min_memory_pod_waits_for_a_large_card_although_small_ones_are_free(ma
         "the card with the most free memory is GPU2 with 1 GiB free of 31 GiB (only GPU2, GPU3 meet the pod's card-model "
         "constraint, at least 20480 MiB per card (gpu-admission.io/min-gpu-memory))"
     )
-    assert placement.evaluate(cards.pod_request(make_gpu_pod(mem=4)), state_of(node, holders)).cards == (0,)
+    assert placement.evaluate(cardrequest.pod_request(make_gpu_pod(mem=4)), state_of(node, holders)).cards == (0,)
 
 
 def test_no_card_of_the_wanted_model_never_fits_and_the_reason_lists_the_cards(make_node: Factory, make_gpu_pod: Factory) -> None:
     pod = make_gpu_pod(mem=1, annotations={gpu.GPU_MODEL_ANNOTATION: "Tesla T4"})
 
-    fit = placement.evaluate(cards.pod_request(pod), state_of(mixed_node(make_node)))
+    fit = placement.evaluate(cardrequest.pod_request(pod), state_of(mixed_node(make_node)))
 
     assert fit.verdict is placement.Verdict.NEVER and fit.codes == (reasons.Code.CARD_MODEL,)
     assert fit.message == (
@@ -117,19 +117,19 @@ def test_no_card_of_the_wanted_model_never_fits_and_the_reason_lists_the_cards(m
 def test_an_excluded_model_leaves_the_other_cards(make_node: Factory, make_gpu_pod: Factory) -> None:
     pod = make_gpu_pod(mem=4, annotations={gpu.EXCLUDE_GPU_MODEL_ANNOTATION: V100_16})
 
-    assert placement.evaluate(cards.pod_request(pod), state_of(mixed_node(make_node))).cards == (2,)
+    assert placement.evaluate(cardrequest.pod_request(pod), state_of(mixed_node(make_node))).cards == (2,)
 
 
 def test_a_node_without_an_inventory_cannot_show_a_cards_model(make_node: Factory, make_gpu_pod: Factory) -> None:
     pod = make_gpu_pod(mem=4, annotations={gpu.GPU_MODEL_ANNOTATION: V100_16})
     counted = make_node("counted", count=2, gib=15)  # cards from node capacity: memory known, model not
 
-    fit = placement.evaluate(cards.pod_request(pod), state_of(counted))
+    fit = placement.evaluate(cardrequest.pod_request(pod), state_of(counted))
 
     assert fit.verdict is placement.Verdict.NEVER and fit.codes == (reasons.Code.CARD_MODEL,)
     assert "GPU0, GPU1 of unknown model (no gpu-admission.io/gpu-inventory annotation) with 15360 MiB" in fit.message
     memory_only = make_gpu_pod(mem=4, annotations={gpu.MIN_GPU_MEMORY_ANNOTATION: "15Gi"})
-    assert placement.evaluate(cards.pod_request(memory_only), state_of(counted)).fits
+    assert placement.evaluate(cardrequest.pod_request(memory_only), state_of(counted)).fits
 
 
 def test_whole_cards_are_all_of_the_wanted_model(make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -137,8 +137,8 @@ def test_whole_cards_are_all_of_the_wanted_model(make_node: Factory, make_gpu_po
     two = make_gpu_pod(whole=2, annotations={gpu.GPU_MODEL_ANNOTATION: V100_32})
     three = make_gpu_pod(whole=3, annotations={gpu.GPU_MODEL_ANNOTATION: V100_32})
 
-    assert placement.evaluate(cards.pod_request(two), state_of(node)).cards == (2, 3)
-    fit = placement.evaluate(cards.pod_request(three), state_of(node))
+    assert placement.evaluate(cardrequest.pod_request(two), state_of(node)).cards == (2, 3)
+    fit = placement.evaluate(cardrequest.pod_request(three), state_of(node))
     assert fit.verdict is placement.Verdict.NEVER and fit.codes == (reasons.Code.CARD_MODEL,)
     assert fit.message.startswith(
         "the pod needs 3 whole cards (aliyun.com/gpu) that meet its card-model constraint, card model "
@@ -149,8 +149,8 @@ def test_whole_cards_are_all_of_the_wanted_model(make_node: Factory, make_gpu_po
 def test_filter_prioritize_and_choose_agree_on_the_constrained_card(make_node: Factory, make_gpu_pod: Factory) -> None:
     state = state_of(mixed_node(make_node))
     states: dict[str, cards.NodeState | None] = {"mixed": state}
-    too_big = cards.pod_request(make_gpu_pod(mem=20, annotations={gpu.GPU_MODEL_ANNOTATION: V100_16}))
-    large = cards.pod_request(make_gpu_pod(mem=4, annotations={gpu.MIN_GPU_MEMORY_ANNOTATION: "20Gi"}))
+    too_big = cardrequest.pod_request(make_gpu_pod(mem=20, annotations={gpu.GPU_MODEL_ANNOTATION: V100_16}))
+    large = cardrequest.pod_request(make_gpu_pod(mem=4, annotations={gpu.MIN_GPU_MEMORY_ANNOTATION: "20Gi"}))
 
     refused = placement.filter_nodes(too_big, states=states, names=["mixed"])
     assert refused.passed == [] and set(refused.unresolvable) == {"mixed"}
@@ -158,7 +158,7 @@ def test_filter_prioritize_and_choose_agree_on_the_constrained_card(make_node: F
     assert placement.choose(too_big, state) is None
 
     assert placement.filter_nodes(large, states=states, names=["mixed"]).passed == ["mixed"]
-    ordinary = cards.pod_request(make_gpu_pod(mem=4))
+    ordinary = cardrequest.pod_request(make_gpu_pod(mem=4))
     assert placement.scores(large, states=states, names=["mixed"]) == placement.scores(ordinary, states=states, names=["mixed"])
     assert placement.choose(large, state) == (2,)
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from policies import engine, gpu, model, settings
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import cardrequest, engine, gpu, model, settings
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, WorkloadFactory
 from webhook.audit import scan
-from webhook.extender import cards
 
 GPU_MEM = {"aliyun.com/gpu-mem": 4}
 EXTENDER_LIMITS = [
@@ -22,7 +22,7 @@ EXTENDER_LIMITS = [
     pytest.param({"aliyun.com/gpu": 2}, id="whole-cards"),
 ]
 ALLOCATION = json.dumps({"node": "gpu-0", "cards": [1], "memGiB": 4, "corePercent": 0, "whole": False, "assumedAt": "2026-01-01T00:00:00.000Z"}, separators=(",", ":"))
-# What the extender's Binding leaves on a bound pod (cards.bind_annotations' keys and shapes).
+# What the extender's Binding leaves on a bound pod (allocation.bind_annotations' keys and shapes).
 BOUND = {
     "ALIYUN_COM_GPU_MEM_IDX": "1",
     "ALIYUN_COM_GPU_MEM_POD": "4",
@@ -185,18 +185,17 @@ def test_other_annotations_pass(
 def test_a_differently_spelled_key_holds_no_card_in_the_accounting() -> None:
     forged: dict[str, Any] = {"metadata": {"name": "p", "annotations": {"aliyun_com_gpu_mem_idx": "0", "aliyun_com_gpu_mem_pod": "9"}},
                               "spec": {"nodeName": "gpu-0"}}
-    assert cards.pod_allocation(forged, now=0.0) is None
+    assert allocation_.pod_allocation(forged, now=0.0) is None
     real = copy.deepcopy(forged)
     real["metadata"]["annotations"] = {"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "9"}
-    assert cards.pod_allocation(real, now=0.0) is not None
+    assert allocation_.pod_allocation(real, now=0.0) is not None
 
 
 def test_the_policy_guards_every_annotation_the_extender_writes() -> None:
-    allocation = cards.Allocation(uid="u", namespace="n", name="p", node="gpu-0", cards=(1,), memory_gib=4, assumed_at=1.0)
-    written = cards.bind_annotations(allocation, card_memory_gib=15)
+    allocation = allocation_.Allocation(uid="u", namespace="n", name="p", node="gpu-0", cards=(1,), memory_gib=4, assumed_at=1.0)
+    written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     assert set(written) == set(gpu.ALLOCATION_ANNOTATIONS)
-    assert cards.ALLOCATION_ANNOTATION == gpu.ALLOCATION_ANNOTATION
-    assert cards.pod_request({"spec": {"containers": [{"resources": {"limits": dict.fromkeys(gpu.EXTENDER_MANAGED, 1)}}]}}).problem
+    assert cardrequest.pod_request({"spec": {"containers": [{"resources": {"limits": dict.fromkeys(gpu.EXTENDER_MANAGED, 1)}}]}}).problem
 
 
 # --- (c) pod UPDATE ----------------------------------------------------------------------------------

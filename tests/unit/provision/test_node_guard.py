@@ -22,8 +22,8 @@ import yaml
 from cel_expr_python import cel  # type: ignore[import-untyped]  # stubs without py.typed
 from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import-untyped]
 
+from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu, usage
-from webhook.extender import cards
 from webhook.labeler import inventory, labels, ownership
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
@@ -209,10 +209,10 @@ def test_the_extender_policy_lists_exactly_the_ledger_and_the_annotations_bind_w
     guard: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     spec = policy(guard, EXTENDER)["spec"]
-    assert literal_list(spec, "ledgerAnnotations") == [cards.RESERVATIONS_ANNOTATION]
-    shared = cards.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0,), memory_gib=4)
-    whole = cards.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0, 1), whole=True)
-    written = set(cards.bind_annotations(shared, card_memory_gib=15)) | set(cards.bind_annotations(whole, card_memory_gib=15))
+    assert literal_list(spec, "ledgerAnnotations") == [gpu.RESERVATIONS_ANNOTATION]
+    shared = allocation_.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0,), memory_gib=4)
+    whole = allocation_.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0, 1), whole=True)
+    written = set(allocation_.bind_annotations(shared, card_memory_gib=15)) | set(allocation_.bind_annotations(whole, card_memory_gib=15))
     assert set(literal_list(spec, "bindingAnnotations")) == written
 
 
@@ -329,7 +329,7 @@ def test_a_token_without_a_node_claim_is_refused_everything(labeler_policy: Poli
         ({"metadata": {"labels": {"topology.kubernetes.io/zone": "z2"}}}, "topology.kubernetes.io/zone"),
         ({"metadata": {"labels": {"gpu-admission.io/anything-else": "x"}}}, "gpu-admission.io/anything-else"),
         ({"metadata": {"labels": {"aliyun.accelerator/other": "x"}}}, "aliyun.accelerator/other"),
-        ({"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: "{}"}}}, cards.RESERVATIONS_ANNOTATION),
+        ({"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}}, gpu.RESERVATIONS_ANNOTATION),
         ({"metadata": {"annotations": {"node.alpha.kubernetes.io/ttl": None}}}, "node.alpha.kubernetes.io/ttl"),
         ({"spec": {"taints": None}}, "spec"),
         ({"spec": {"unschedulable": True}}, "spec"),
@@ -371,10 +371,10 @@ def test_creating_or_deleting_a_node_is_refused(labeler_policy: Policy) -> None:
 
 def test_the_extenders_ledger_patch_passes_and_nothing_else_on_a_node(extender_policy: Policy) -> None:
     before = node()
-    ledger = {cards.RESERVATIONS_ANNOTATION: '{"u1":{"cards":[0]}}'}
+    ledger = {gpu.RESERVATIONS_ANNOTATION: '{"u1":{"cards":[0]}}'}
     after = merged(before, {"metadata": {"resourceVersion": "41", "annotations": ledger}})
     assert extender_policy.review(request=request(user=EXTENDER_USER, claim=None), obj=after, old=before).allowed
-    cleared = merged(after, {"metadata": {"annotations": {cards.RESERVATIONS_ANNOTATION: None}}})
+    cleared = merged(after, {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: None}}})
     assert extender_policy.review(request=request(user=EXTENDER_USER, claim=None), obj=cleared, old=after).allowed
     cases: list[tuple[dict[str, Any], str]] = [
         ({"metadata": {"labels": {gpu.CARD_COUNT_LABEL: "8"}}}, gpu.CARD_COUNT_LABEL),
@@ -406,8 +406,8 @@ def test_the_extenders_binding_may_carry_only_the_allocation_annotations(extende
             obj=obj, old=None,
         )
 
-    allocation = cards.Allocation(uid="u", namespace="team", name="p", node="node-a", cards=(1,), memory_gib=4, assumed_at=1.0)
-    written = cards.bind_annotations(allocation, card_memory_gib=15)
+    allocation = allocation_.Allocation(uid="u", namespace="team", name="p", node="node-a", cards=(1,), memory_gib=4, assumed_at=1.0)
+    written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     assert review(binding(written)).allowed
     no_annotations = binding({})
     del no_annotations["metadata"]["annotations"]
@@ -424,7 +424,7 @@ def test_the_extenders_messages_name_what_it_may_change(extender_policy: Policy)
     message = denied(extender_policy, obj=after, old=before, user=EXTENDER_USER, claim=None)
     assert message == (
         "gpu-admission node guard: the extender may change only its reservation ledger "
-        f"({cards.RESERVATIONS_ANNOTATION}) on Nodes, not example.com/x"
+        f"({gpu.RESERVATIONS_ANNOTATION}) on Nodes, not example.com/x"
     )
 
 

@@ -33,6 +33,7 @@ import yaml
 
 from policies import gpu
 from webhook.cmdline import errors, flags
+from webhook.kube import errors as kube_errors
 from webhook.labeler import attribution, cgroups, health, inventory, labels, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
@@ -213,11 +214,11 @@ def _node_name(args: argparse.Namespace, *, required: bool) -> str:
 
 
 def _dry_run_pods(kubeconfig: str | None, *, node_name: str, context: str | None = None) -> list[attribution.PodRef]:
-    from webhook.labeler import publisher, store  # noqa: PLC0415 - the kubernetes client only where asked for
+    from webhook.labeler import publisher  # noqa: PLC0415 - the kubernetes client only where asked for
 
     try:
         listed = publisher.connect(kubeconfig, context=context).pods_on(node_name)
-    except (publisher.ConnectError, store.ApiError, store.NodeNotFound, store.Conflict) as error:
+    except (publisher.ConnectError, kube_errors.KubeError) as error:
         raise errors.InputError(f"listing the pods of node {node_name}: {error}") from error
     return [attribution.PodRef.from_object(pod) for pod in listed]
 

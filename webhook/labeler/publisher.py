@@ -1,8 +1,8 @@
 """The Kubernetes adapter of the labeler: read one Node, merge-patch it and its `status` subresource.
 
 The only labeler module that talks to the apiserver (it implements `store.Nodes`). Errors come out
-as the three `store` error types (the Kubernetes layer's, `webhook.kube.errors`), each with a
-one-line message; nothing from `kubernetes` or `urllib3` leaks to the runner. Every call is a read
+as the Kubernetes layer's types (`webhook.kube.errors`: `NotFound`, `Conflict`, any other
+`KubeError`), each with a one-line message; nothing from `kubernetes` or `urllib3` leaks to the runner. Every call is a read
 or a merge patch that writes the same values again, so 429, 5xx and lost connections are retried
 with backoff (`webhook.kube.retry`, three tries) before the runner waits for its next interval.
 The RBAC this

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from policies import gpu, usage
+from webhook.kube import errors as kube_errors
 from webhook.labeler import attribution, cgroups, inventory, labels, nvml, ownership, store
 
 logger = logging.getLogger(__name__)
@@ -143,10 +144,10 @@ class Runner:
             return read_outcome
         try:
             changed = self._publish(inv)
-        except store.NodeNotFound as error:
+        except kube_errors.NotFound as error:
             self._report(f"node {self._options.node_name} not found ({error}); will look again next interval")
             return Outcome.NODE_MISSING
-        except (store.ApiError, store.Conflict) as error:
+        except kube_errors.KubeError as error:
             self._report(f"apiserver: {error}; will retry next interval")
             return Outcome.API_FAILED
         if read_outcome is None:
@@ -191,7 +192,7 @@ class Runner:
                 break
             try:
                 self._nodes.patch(name, plan.patch)
-            except store.Conflict:
+            except kube_errors.Conflict:
                 if attempt == CONFLICT_RETRIES:
                     raise
                 logger.debug("node %s changed while labeling it; reading it again", name)
@@ -219,7 +220,7 @@ class Runner:
         if any(card.processes for card in inv.cards):  # no process, nothing to attribute: no list
             try:
                 listed = self._pods.pods_on(node.name)
-            except (store.ApiError, store.NodeNotFound, store.Conflict) as error:
+            except kube_errors.KubeError as error:
                 self._note("pods", f"listing the pods of node {node.name} failed ({error}): the usage summary is not updated")
                 return False
             self._note("pods", "")

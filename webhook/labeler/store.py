@@ -1,6 +1,9 @@
-"""The node store the runner reads and patches: its protocol and the errors it raises.
+"""The node store the runner reads and patches: its protocol.
 
 `webhook.labeler.publisher` implements it against the apiserver; unit tests implement it in memory.
+A store raises the Kubernetes layer's errors (`webhook.kube.errors`): `NotFound` when the node does
+not exist (yet), `Conflict` when it changed since it was read (the patch carried its
+resourceVersion), any other `KubeError` for a failure worth retrying at the next interval.
 Kept apart from the publisher so that nothing but the cluster path imports the `kubernetes` client:
 `labeler --dry-run` on a GPU host needs only `nvidia-ml-py` and PyYAML.
 """
@@ -10,14 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from webhook.kube import errors as kube_errors
 from webhook.labeler import ownership
-
-
-# The errors a store raises are the Kubernetes layer's, named here for the runner and the fakes.
-NodeNotFound = kube_errors.NotFound  # the node does not exist (yet)
-Conflict = kube_errors.Conflict  # the node changed since it was read (the patch carried its resourceVersion)
-ApiError = kube_errors.KubeError  # any other failure talking to the apiserver; worth retrying at the next interval
 
 
 class Nodes(Protocol):

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from webhook.labeler import inventory, ownership, store
+from webhook.kube import errors as kube_errors
+from webhook.labeler import inventory, ownership
 
 CardFactory = Callable[..., inventory.Card]
 
@@ -47,7 +48,7 @@ class FakeNodes:
     def get(self, name: str) -> ownership.Node:
         self._maybe_fail()
         if name not in self.objects:
-            raise store.NodeNotFound(f"get node {name}: not found")
+            raise kube_errors.NotFound(f"get node {name}: not found")
         return ownership.Node.from_object(self.objects[name])
 
     def patch(self, name: str, body: Mapping[str, Any]) -> None:
@@ -57,9 +58,9 @@ class FakeNodes:
         if self.conflicts:
             self.conflicts -= 1
             self._bump(obj)
-            raise store.Conflict(f"patch node {name}: the node changed meanwhile")
+            raise kube_errors.Conflict(f"patch node {name}: the node changed meanwhile")
         if version is not None and version != obj["metadata"]["resourceVersion"]:
-            raise store.Conflict(f"patch node {name}: the node changed meanwhile")
+            raise kube_errors.Conflict(f"patch node {name}: the node changed meanwhile")
         copied = copy.deepcopy(dict(body))
         copied.get("metadata", {}).pop("resourceVersion", None)
         self.patches.append((name, copied))

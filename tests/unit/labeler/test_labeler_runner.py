@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from policies import gpu
-from webhook.labeler import inventory, labels, nvml, runner, store
+from webhook.kube import errors as kube_errors
+from webhook.labeler import inventory, labels, nvml, runner
 
 InventoryFactory = Callable[..., inventory.Inventory]
 NODE = "gpu-0"
@@ -173,7 +174,7 @@ def test_a_missing_node_is_reported_and_looked_for_again(fake_nodes: Any, node: 
 
 
 def test_an_apiserver_failure_is_retried_at_the_next_pass(nodes: Any, cards_of: InventoryFactory) -> None:
-    nodes.fail_next.append(store.ApiError("get node gpu-0: 503 Service Unavailable: etcd"))
+    nodes.fail_next.append(kube_errors.ServerError("get node gpu-0: 503 Service Unavailable: etcd", status=503))
     loop = make(Source(cards_of(1)), nodes)
     assert loop.step() is runner.Outcome.API_FAILED
     assert loop.step() is runner.Outcome.CHANGED

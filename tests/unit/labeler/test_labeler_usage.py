@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from policies import gpu, usage
-from webhook.labeler import attribution, cgroups, cli, inventory, runner, store
+from webhook.kube import errors as kube_errors
+from webhook.labeler import attribution, cgroups, cli, inventory, runner
 
 NODE = "gpu-0"
 UID_A = "6f0c2a1e-9b7d-4c3e-8a5f-1d2e3f4a5b6c"
@@ -258,7 +259,7 @@ def test_a_failed_pod_list_keeps_the_last_summary(setup: Any, caplog: pytest.Log
     nodes, pods, clock, state, make = setup
     loop = make()
     loop.step()
-    pods.fail = store.ApiError("list pods on node gpu-0: 403 Forbidden: no")
+    pods.fail = kube_errors.KubeError("list pods on node gpu-0: 403 Forbidden: no", status=403)
     state["inv"] = inventory.make([card(0, processes=((200, 3000),))])
     clock.now += 120
     assert loop.step() is runner.Outcome.UNCHANGED
@@ -378,7 +379,7 @@ def test_a_forbidden_pod_list_is_an_api_error() -> None:
         def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
             raise client.ApiException(status=403, reason="Forbidden")
 
-    with pytest.raises(store.ApiError, match="list pods on node gpu-0: 403 Forbidden"):
+    with pytest.raises(kube_errors.KubeError, match="list pods on node gpu-0: 403 Forbidden"):
         publisher.Publisher(Api()).pods_on(NODE)
 
 

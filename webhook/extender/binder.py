@@ -57,6 +57,7 @@ from policies import allocation as allocation_  # `allocation` is the name of wh
 from policies import cardrequest, gpu, podspec, reservations
 from webhook.extender import api, cards, placement, reality, wire
 from webhook.extender import store as store_module
+from webhook.kube import errors as kube_errors
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Binder:
     async def bind(self, request: wire.BindRequest) -> BindResult:
         try:
             return await self._bind(request)
-        except api.ApiError as error:
+        except kube_errors.KubeError as error:
             log.warning("bind %s to %s: %s", request.pod_key, request.node, error)
             return BindResult(error=f"binding {request.pod_key} to {request.node}: {error}")
 
@@ -156,7 +157,7 @@ class Binder:
         committed_at = time.perf_counter()
         try:
             await self._api.bind(request.namespace, request.name, uid=request.uid, node=request.node, annotations=annotations)
-        except api.Conflict:
+        except kube_errors.Conflict:
             fresh = await self._api.get_pod(request.namespace, request.name)
             if podspec.mapping(fresh.get("spec")).get("nodeName") != request.node:
                 raise
@@ -252,7 +253,7 @@ class Binder:
                     node_name, resource_version=version,
                     annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(kept)},
                 )
-            except api.Conflict:
+            except kube_errors.Conflict:
                 conflicts += 1
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
@@ -292,7 +293,7 @@ class Binder:
                     node_name, resource_version=version,
                     annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(kept)},
                 )
-            except api.Conflict:
+            except kube_errors.Conflict:
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
             if self._cache is not None:
@@ -317,7 +318,7 @@ class Binder:
         found = await asyncio.gather(*(self._api.get_pod(e.namespace, e.name) for e in unsure), return_exceptions=True)
         gone: set[str] = set()
         for entry, pod in zip(unsure, found, strict=True):
-            if isinstance(pod, api.NotFound):
+            if isinstance(pod, kube_errors.NotFound):
                 gone.add(entry.uid)
             elif isinstance(pod, BaseException):
                 continue  # cannot tell: keep it (over-counting is safe, under-counting is not)

@@ -6,7 +6,7 @@ certificates, bearer tokens with refresh, exec plugins) is the client's, but bod
 JSON: no model classes on the way in or out, which is both faster and keeps `Any` inside this
 module. Blocking calls run in threads (`asyncio.to_thread`); the two watches each own a thread.
 
-Failures are `webhook.kube.errors` types (`api.ApiError`, `api.Conflict`, `api.NotFound`), made by
+Failures are `webhook.kube.errors` types (`KubeError`, `Conflict`, `NotFound`, ...), made by
 `errors.translate` from the raw answer. Reads and the resourceVersion-guarded node patch are
 retried briefly on 429, 5xx and lost connections (`READS`: the scheduler waits on a bind); the
 Binding's create only on 429. `KubeApi.request` retries GETs only unless told otherwise: a 429 to
@@ -134,9 +134,9 @@ class KubeApi:
         try:
             decoded = json.loads(data)
         except ValueError as error:
-            raise api.ApiError(f"{method} {path}: the apiserver answered something that is not JSON", status=response.status) from error
+            raise kube_errors.KubeError(f"{method} {path}: the apiserver answered something that is not JSON", status=response.status) from error
         if not isinstance(decoded, dict):
-            raise api.ApiError(f"{method} {path}: unexpected answer", status=response.status)
+            raise kube_errors.KubeError(f"{method} {path}: unexpected answer", status=response.status)
         return decoded
 
     def list(self, path: str, *, field_selector: str = "") -> tuple[list[Object], str]:

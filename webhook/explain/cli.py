@@ -23,9 +23,10 @@ from webhook import config, kube
 from webhook.commands import dryrun
 from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
-from webhook.extender import api, inspection
+from webhook.extender import inspection
 from webhook.extender import kube as extender_kube
 from webhook.explain import analysis, defrag, render, simulate, snapshot
+from webhook.kube import errors as kube_errors
 
 EXIT_ALL_PLACED, EXIT_NOT_PLACED = 0, 1
 SNAPSHOT_OUTPUTS = ("yaml", "json")
@@ -122,7 +123,7 @@ def read_cluster(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[d
     try:
         nodes, _ = client.list("/api/v1/nodes")
         pods, _ = client.list("/api/v1/pods")
-    except api.ApiError as error:
+    except kube_errors.KubeError as error:
         raise errors.InputError(f"cannot read nodes and pods: {error}") from error
     return nodes, pods, time.time()
 
@@ -147,9 +148,9 @@ def run_explain(args: argparse.Namespace) -> int:
         client = _client(args)
         try:
             pod = client.request("GET", f"/api/v1/namespaces/{args.namespace}/pods/{args.name}")
-        except api.NotFound as error:
+        except kube_errors.NotFound as error:
             raise errors.InputError(f'pod "{args.name}" not found in namespace "{args.namespace}"') from error
-        except api.ApiError as error:
+        except kube_errors.KubeError as error:
             raise errors.InputError(f"cannot read pod {args.namespace}/{args.name}: {error}") from error
         nodes, pods, now = read_cluster(args)
     report = explain_pod(pod, nodes=nodes, pods=pods, now=now, settings=settings)
@@ -180,7 +181,7 @@ def read_pdbs(args: argparse.Namespace) -> list[dict[str, Any]]:
         return snapshot.load(args.snapshot).pdbs
     try:
         items, _ = _client(args).list("/apis/policy/v1/poddisruptionbudgets")
-    except api.ApiError as error:
+    except kube_errors.KubeError as error:
         raise errors.InputError(f"cannot read PodDisruptionBudgets: {error}") from error
     return items
 
@@ -380,27 +381,27 @@ def apply_move(
     base = f"/api/v1/namespaces/{move.namespace}/pods"
     try:
         current = client.request("GET", f"{base}/{move.name}")
-    except api.NotFound:
+    except kube_errors.NotFound:
         return "the pod is gone already"
-    except api.ApiError as error:
+    except kube_errors.KubeError as error:
         return f"cannot read the pod: {error}"
     if (current.get("metadata") or {}).get("uid") != move.uid or (current.get("spec") or {}).get("nodeName") != move.node:
         return "the pod changed since the plan was made"
     try:
         before = {(p.get("metadata") or {}).get("uid") for p in _owned(client, move)}
-    except api.ApiError as error:
+    except kube_errors.KubeError as error:
         return f"cannot list the controller's pods: {error}"
     body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": move.name, "namespace": move.namespace}}
     try:
         client.request("POST", f"{base}/{move.name}/eviction", body=body)
-    except api.ApiError as error:
+    except kube_errors.KubeError as error:
         return f"the eviction was refused (a PodDisruptionBudget?): {error}"
     deadline = clock() + timeout
     delay = 0.2
     while clock() < deadline:
         try:
             owned = _owned(client, move)
-        except api.ApiError as error:
+        except kube_errors.KubeError as error:
             return f"cannot list the replacement pods: {error}"
         for pod in owned:
             metadata = pod.get("metadata") or {}

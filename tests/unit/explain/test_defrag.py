@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from webhook import cli
-from webhook.extender import api
+from webhook.kube import errors as kube_errors
 from webhook.explain import analysis, defrag, snapshot
 from webhook.explain import cli as explain_cli
 
@@ -101,7 +101,7 @@ class FakeClient:
         name = path.split("/")[6]
         if method == "POST":
             if self.refuse:
-                raise api.ApiError("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
+                raise kube_errors.KubeError("Cannot evict pod as it would violate the pod's disruption budget.", status=429)
             self.evicted.append(name)
             self.pods = [p for p in self.pods if p["metadata"]["name"] != name]
             if self.replacement is not None:
@@ -110,7 +110,7 @@ class FakeClient:
         for item in self.pods:
             if item["metadata"]["name"] == name:
                 return item
-        raise api.NotFound("not found", status=404)
+        raise kube_errors.NotFound("not found", status=404)
 
     def list(self, path: str, **_: Any) -> tuple[list[dict[str, Any]], str]:
         return list(self.pods), "1"

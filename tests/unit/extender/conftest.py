@@ -20,7 +20,8 @@ import pytest
 
 from policies import allocation, gpu
 from policies import inventory as inventory_  # `inventory` is a factory argument
-from webhook.extender import api, cards
+from webhook.extender import cards
+from webhook.kube import errors as kube_errors
 
 Object = dict[str, Any]
 NodeFactory = Callable[..., Object]
@@ -164,14 +165,14 @@ class FakeApiServer:
         await self._turn("get_pod")
         found = self.pods.get((namespace, name))
         if found is None:
-            raise api.NotFound(f'pods "{name}" not found', status=404)
+            raise kube_errors.NotFound(f'pods "{name}" not found', status=404)
         return copy.deepcopy(found)
 
     async def get_node(self, name: str) -> Object:
         await self._turn("get_node")
         found = self.nodes.get(name)
         if found is None:
-            raise api.NotFound(f'nodes "{name}" not found', status=404)
+            raise kube_errors.NotFound(f'nodes "{name}" not found', status=404)
         return copy.deepcopy(found)
 
     async def list_node_pods(self, node: str) -> list[Object]:
@@ -182,10 +183,10 @@ class FakeApiServer:
         await self._turn("patch_node_annotations")
         found = self.nodes.get(name)
         if found is None:
-            raise api.NotFound(f'nodes "{name}" not found', status=404)
+            raise kube_errors.NotFound(f'nodes "{name}" not found', status=404)
         if found["metadata"]["resourceVersion"] != resource_version:
             self.conflicts += 1
-            raise api.Conflict("the object has been modified; please apply your changes to the latest version", status=409)
+            raise kube_errors.Conflict("the object has been modified; please apply your changes to the latest version", status=409)
         notes = found["metadata"].setdefault("annotations", {})
         for key, value in annotations.items():
             if value is None:
@@ -204,11 +205,11 @@ class FakeApiServer:
             raise failure
         found = self.pods.get((namespace, name))
         if found is None:
-            raise api.NotFound(f'pods "{name}" not found', status=404)
+            raise kube_errors.NotFound(f'pods "{name}" not found', status=404)
         if found["metadata"]["uid"] != uid:
-            raise api.Conflict("Precondition failed: UID", status=409)
+            raise kube_errors.Conflict("Precondition failed: UID", status=409)
         if found["spec"].get("nodeName"):
-            raise api.Conflict(f"pod {name} is already assigned to node {found['spec']['nodeName']}", status=409)
+            raise kube_errors.Conflict(f"pod {name} is already assigned to node {found['spec']['nodeName']}", status=409)
         found["metadata"].setdefault("annotations", {}).update(annotations)
         found["spec"]["nodeName"] = node
         found["metadata"]["resourceVersion"] = self._next()

@@ -8,7 +8,8 @@ import random
 from typing import Any
 
 from policies import allocation, gpu, reservations
-from webhook.extender import api, binder, wire
+from webhook.extender import binder, wire
+from webhook.kube import errors as kube_errors
 
 NOW = 1_800_000_000.0
 Factory = Any
@@ -113,7 +114,7 @@ async def test_a_bind_that_died_after_committing_holds_the_card_until_the_ttl(
     apiserver.add_node(make_node("gpu-0", count=1))
     crashed, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
     clock = Clock()
-    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
     one = binder.Binder(apiserver, clock=clock, ttl=60)
     assert "connection reset" in (await one.bind(_request(crashed, "gpu-0"))).error
     # The ledger entry and the annotation of the unbound pod both still hold 10 GiB of the card:
@@ -128,7 +129,7 @@ async def test_an_unbound_reservation_expires_after_the_ttl(apiserver: Any, make
     apiserver.add_node(make_node("gpu-0", count=1))
     crashed, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
     clock = Clock()
-    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
     one = binder.Binder(apiserver, clock=clock, ttl=60)
     await one.bind(_request(crashed, "gpu-0"))
     clock.now += 61
@@ -184,7 +185,7 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
 ) -> None:
     apiserver.add_node(make_node("gpu-0", count=1))
     gone, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
-    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
     clock = Clock()
     one = binder.Binder(apiserver, clock=clock, ttl=600)
     await one.bind(_request(gone, "gpu-0"))
@@ -199,7 +200,7 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
 async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
     apiserver.add_node(make_node("gpu-0", count=1))
     stuck, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
-    apiserver.fail_next_binding["p0"] = api.ApiError("connection reset", status=0)
+    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
     clock = Clock()
     one = binder.Binder(apiserver, clock=clock, ttl=600)
     await one.bind(_request(stuck, "gpu-0"))
@@ -207,7 +208,7 @@ async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: An
 
     async def flaky(namespace: str, name: str) -> dict[str, Any]:
         if name == "p0":
-            raise api.ApiError("timeout", status=0)
+            raise kube_errors.KubeError("timeout", status=0)
         return dict(await real_get(namespace, name))
 
     apiserver.get_pod = flaky

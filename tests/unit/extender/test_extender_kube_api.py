@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.extender import api, kube
+from webhook.extender import kube
 from webhook.kube import errors
 
 
@@ -49,7 +49,7 @@ NOW = {"Retry-After": "0"}  # a 429 to come back at once: the retry happens, not
 
 def test_a_missing_pod_is_not_found_with_the_apiservers_message() -> None:
     client = Client(Raw(404, status(404, 'pods "p" not found'), reason="Not Found"))
-    with pytest.raises(api.NotFound) as raised:
+    with pytest.raises(errors.NotFound) as raised:
         kube.KubeApi(client).request("GET", "/api/v1/namespaces/a/pods/p")  # type: ignore[arg-type]  # a stand-in client
     assert str(raised.value) == 'GET /api/v1/namespaces/a/pods/p: 404 Not Found: pods "p" not found'
     assert raised.value.status == 404 and isinstance(raised.value, errors.NotFound)
@@ -64,7 +64,7 @@ def test_a_throttled_read_is_tried_again() -> None:
 def test_an_eviction_refused_with_429_is_not_tried_again() -> None:
     refused = Raw(429, status(429, "Cannot evict pod as it would violate the pod's disruption budget."), headers=NOW)
     client = Client(refused, Raw(201, {}))
-    with pytest.raises(api.ApiError) as raised:
+    with pytest.raises(errors.KubeError) as raised:
         kube.KubeApi(client).request("POST", "/api/v1/namespaces/a/pods/p/eviction", body={})  # type: ignore[arg-type]  # a stand-in client
     assert raised.value.status == 429 and len(client.sent) == 1
     assert "disruption budget" in str(raised.value)
@@ -75,7 +75,7 @@ async def test_a_binding_is_retried_on_429_and_a_conflict_is_the_binders_to_hand
         Raw(429, status(429, "too many requests"), headers=NOW),
         Raw(409, status(409, "pod p is already assigned to node n1"), reason="Conflict"),
     )
-    with pytest.raises(api.Conflict) as raised:
+    with pytest.raises(errors.Conflict) as raised:
         await kube.KubeApi(client).bind("a", "p", uid="u", node="n2", annotations={})  # type: ignore[arg-type]  # a stand-in client
     assert len(client.sent) == 2
     assert str(raised.value) == "POST /api/v1/namespaces/a/pods/p/binding: 409 Conflict: pod p is already assigned to node n1"
@@ -83,7 +83,7 @@ async def test_a_binding_is_retried_on_429_and_a_conflict_is_the_binders_to_hand
 
 async def test_a_stale_node_patch_is_a_conflict_at_once() -> None:
     client = Client(Raw(409, status(409, "the object has been modified"), reason="Conflict"), Raw(200, {}))
-    with pytest.raises(api.Conflict):
+    with pytest.raises(errors.Conflict):
         await kube.KubeApi(client).patch_node_annotations("n", resource_version="7", annotations={"a": "b"})  # type: ignore[arg-type]  # a stand-in client
     assert len(client.sent) == 1
 
@@ -95,7 +95,7 @@ def test_a_transport_failure_is_unreachable() -> None:
             raise ConnectionRefusedError(111, "Connection refused")
 
     client = Broken()
-    with pytest.raises(api.ApiError) as raised:
+    with pytest.raises(errors.KubeError) as raised:
         kube.KubeApi(client).request("POST", "/api/v1/namespaces/a/pods/p/eviction", body={})  # type: ignore[arg-type]  # a stand-in client
     assert isinstance(raised.value, errors.Unreachable) and raised.value.status == 0
     assert str(raised.value) == "POST /api/v1/namespaces/a/pods/p/eviction: [Errno 111] Connection refused"

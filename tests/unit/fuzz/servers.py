@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from hypothesis import HealthCheck, settings
 
-from webhook.extender import api
+from webhook.kube import errors as kube_errors
 
 # Deterministic in CI (the same examples every run, so a failure reproduces); bench/fuzz_long.py
 # explores at random for as long as it is given.
@@ -143,11 +143,11 @@ class MemoryApi:
         self.nodes = dict(nodes)
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        raise api.NotFound(f"pods {namespace}/{name} not found", status=404)
+        raise kube_errors.NotFound(f"pods {namespace}/{name} not found", status=404)
 
     async def get_node(self, name: str) -> dict[str, Any]:
         if name not in self.nodes:
-            raise api.NotFound(f"nodes {name} not found", status=404)
+            raise kube_errors.NotFound(f"nodes {name} not found", status=404)
         copied: dict[str, Any] = json.loads(json.dumps(self.nodes[name]))
         return copied
 
@@ -155,10 +155,10 @@ class MemoryApi:
         return []
 
     async def patch_node_annotations(self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]) -> dict[str, Any]:
-        raise api.Conflict("the fuzz apiserver refuses every write", status=409)
+        raise kube_errors.Conflict("the fuzz apiserver refuses every write", status=409)
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
-        raise api.NotFound(f"pods {namespace}/{name} not found", status=404)
+        raise kube_errors.NotFound(f"pods {namespace}/{name} not found", status=404)
 
 
 def gpu_node(name: str, *, mode: str = "cgpu", count: int = 2, gib: int = 16) -> dict[str, Any]:

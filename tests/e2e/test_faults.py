@@ -32,7 +32,7 @@ import yaml
 from tests.e2e.harness import Cluster, eventually
 from policies import allocation, gpu, reservations
 from webhook.cluster import controlplane, install, nodes
-from webhook.extender import cards
+from policies import cards
 
 pytestmark = pytest.mark.e2e
 

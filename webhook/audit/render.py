@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from policies import gpu, model
 from webhook.audit import findings, report, scan
-from webhook.extender import inspection
+from policies import inspection
 
 CLUSTER_TITLE = "cluster (nodes)"
 _BAR_WIDTH = 20

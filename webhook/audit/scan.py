@@ -42,7 +42,7 @@ from policies import cel, engine, envsources, model, podspec, policy
 from policies import settings as settings_
 from webhook.audit import checks, findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards
+from policies import cards
 
 DEFAULT_NAMESPACE = "default"
 WORKLOAD_KINDS: tuple[str, ...] = (

@@ -29,7 +29,8 @@ from typing import Any
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import cardrequest, gpu, model, nodeaffinity, podspec, reservations
-from webhook.extender import cards, placement, reasons
+from webhook.extender import placement
+from policies import cards, reasons
 from webhook.extender import store as store_module
 from webhook.explain import predicates
 

@@ -23,7 +23,7 @@ from webhook import config, kube
 from webhook.commands import dryrun
 from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
-from webhook.extender import inspection
+from policies import inspection
 from webhook.extender import kube as extender_kube
 from webhook.explain import analysis, defrag, render, simulate, snapshot
 from webhook.kube import errors as kube_errors

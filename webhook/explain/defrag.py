@@ -28,7 +28,8 @@ from typing import Any
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import cardrequest, podspec, settings
-from webhook.extender import cards, placement
+from webhook.extender import placement
+from policies import cards
 from webhook.explain import analysis, predicates
 
 CONTROLLERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job"})

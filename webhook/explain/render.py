@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 import yaml
 
 from policies import gpu
-from webhook.extender import cards, reasons
+from policies import cards, reasons
 from webhook.explain import analysis
 
 MAX_NODES_SHOWN = 10

@@ -27,7 +27,8 @@ from typing import Any
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import cardrequest, gpu, podspec
-from webhook.extender import cards, placement
+from webhook.extender import placement
+from policies import cards
 from webhook.explain import analysis, predicates
 
 Object = dict[str, Any]

@@ -21,7 +21,8 @@ from aiohttp import web
 
 from policies import podspec
 from webhook.serving import metrics
-from webhook.extender import binder, cards, inspection, occupancy, placement, reality, wire
+from webhook.extender import binder, occupancy, placement, reality, wire
+from policies import cards, inspection
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)

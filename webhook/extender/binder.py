@@ -55,7 +55,8 @@ from typing import Any
 
 from policies import allocation as allocation_  # `allocation` is the name of what bind hands out
 from policies import cardrequest, gpu, podspec, reservations
-from webhook.extender import api, cards, placement, reality, wire
+from webhook.extender import api, placement, reality, wire
+from policies import cards
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
 

@@ -18,7 +18,8 @@ import yaml
 
 from webhook.cmdline import errors, flags
 from webhook.serving import shell
-from webhook.extender import api, app, binder, cards, inspection, kube
+from webhook.extender import api, app, binder, kube
+from policies import cards, inspection
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)

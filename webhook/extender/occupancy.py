@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from policies import usage
-from webhook.extender import cards, inspection
+from policies import cards, inspection
 
 GIB = 1 << 30
 PREFIX = "gpu_admission_extender_"

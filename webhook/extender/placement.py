@@ -32,7 +32,8 @@ import itertools
 from collections.abc import Iterable, Mapping
 
 from policies import cardmodel, cardrequest, gpu, inventory
-from webhook.extender import cards, reasons, topology, wire
+from webhook.extender import topology, wire
+from policies import cards, reasons
 
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below

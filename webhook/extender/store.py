@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policies import allocation, podspec, reservations
-from webhook.extender import cards, reality
+from webhook.extender import reality
+from policies import cards
 
 Object = dict[str, Any]
 

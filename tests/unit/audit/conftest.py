@@ -16,7 +16,7 @@ import pytest
 
 from webhook.audit import findings
 from webhook.audit.checks import base
-from webhook.extender import cards
+from policies import cards
 
 NOW = 1_750_000_000.0
 

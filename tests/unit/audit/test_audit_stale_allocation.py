@@ -9,7 +9,7 @@ from policies import allocation as allocation_
 from policies import gpu, model, reservations
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation, judge_node
 from webhook.audit.checks import gpu212_stale_allocation
-from webhook.extender import reasons
+from policies import reasons
 
 GPU212 = gpu212_stale_allocation.StaleAllocation()
 

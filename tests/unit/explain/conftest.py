@@ -11,7 +11,7 @@ import pytest
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu, inventory
-from webhook.extender import cards
+from policies import cards
 
 Object = dict[str, Any]
 NOW = 1_800_000_000.0

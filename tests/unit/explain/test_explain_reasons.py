@@ -12,7 +12,8 @@ import jsonpatch
 from policies import allocation, cardrequest, gpu, reservations
 from webhook import config
 from webhook.admission import decisions
-from webhook.extender import cards, placement, reasons
+from webhook.extender import placement
+from policies import cards, reasons
 from webhook.explain import analysis
 
 NOW = 1_800_000_000.0

@@ -20,7 +20,7 @@ import pytest
 
 from policies import allocation, gpu
 from policies import inventory as inventory_  # `inventory` is a factory argument
-from webhook.extender import cards
+from policies import cards
 from webhook.kube import errors as kube_errors
 
 Object = dict[str, Any]

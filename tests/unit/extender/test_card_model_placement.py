@@ -16,7 +16,8 @@ import pytest
 from aiohttp import test_utils, web
 
 from policies import cardrequest, gpu
-from webhook.extender import app, binder, cards, placement, reasons, store
+from webhook.extender import app, binder, placement, store
+from policies import cards, reasons
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]

@@ -9,7 +9,7 @@ import pytest
 
 from policies import cardrequest, gpu, reservations
 from policies import allocation as allocation_
-from webhook.extender import cards
+from policies import cards
 
 NOW = 1_800_000_000.0
 Factory = Any

@@ -11,7 +11,8 @@ from aiohttp import test_utils, web
 
 from policies import cardrequest
 from policies import allocation as allocation_
-from webhook.extender import app, binder, cards, placement, store
+from webhook.extender import app, binder, placement, store
+from policies import cards
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]

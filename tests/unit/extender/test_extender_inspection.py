@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies import allocation as allocation_
-from webhook.extender import cards, inspection
+from policies import cards, inspection
 
 NOW = 1_800_000_000.0
 Factory = Any

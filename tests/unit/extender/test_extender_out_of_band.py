@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from policies import allocation, cardrequest, gpu, usage
-from webhook.extender import binder, cards, inspection, placement, reality, wire
+from webhook.extender import binder, placement, reality, wire
+from policies import cards, inspection
 from webhook.extender import store as store_module
 
 Factory = Any

@@ -8,7 +8,8 @@ import pytest
 
 from policies import cardrequest, gpu
 from policies import allocation as allocation_
-from webhook.extender import cards, placement
+from webhook.extender import placement
+from policies import cards
 
 NOW = 1_800_000_000.0
 Factory = Any

@@ -10,7 +10,8 @@ import pytest
 from aiohttp import test_utils, web
 
 from policies import cardrequest, gpu
-from webhook.extender import app, binder, cards, store
+from webhook.extender import app, binder, store
+from policies import cards
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]

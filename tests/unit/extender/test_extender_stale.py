@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from policies import allocation, cardrequest, gpu, reservations
-from webhook.extender import binder, placement, reasons
+from webhook.extender import binder, placement
+from policies import reasons
 from webhook.extender import store as store_module
 
 NOW = 1_800_000_000.0

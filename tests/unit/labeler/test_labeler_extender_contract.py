@@ -11,7 +11,7 @@ from policies import gpu
 from policies import inventory as codec
 from webhook.labeler import inventory, labels, ownership
 
-cards = pytest.importorskip("webhook.extender.cards", reason="the scheduler extender is not in this tree")
+cards = pytest.importorskip("policies.cards", reason="the scheduler extender is not in this tree")
 
 
 def labeled_node(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 
 from policies import model, settings
 from webhook.audit import findings
-from webhook.extender import cards  # node state: no pure home yet, the model in policies/ stops at the annotations
+from policies import cards  # node state: no pure home yet, the model in policies/ stops at the annotations
 
 # A card or node shared by thousands of pods must not make a message or a report result huge
 # (reports live in etcd): name this many pods, then say how many more there are.

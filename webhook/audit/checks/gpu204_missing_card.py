@@ -12,7 +12,7 @@ from typing import Any
 from policies import allocation, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import cards
+from policies import cards
 
 
 class MissingCard(base.PodCheck):

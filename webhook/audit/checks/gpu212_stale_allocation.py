@@ -15,7 +15,7 @@ from typing import Any
 from policies import allocation, model, podspec, reservations
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from webhook.extender import reasons
+from policies import reasons
 
 
 class StaleAllocation(base.NodeCheck):

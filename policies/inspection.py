@@ -21,7 +21,7 @@ from typing import NotRequired, TypedDict
 from policies import allocation as allocation_
 from policies import gpu
 from policies import usage as usage_
-from webhook.extender import cards
+from policies import cards
 
 RULE = "-" * 86  # the seed's dashed line
 PENDING_HEADER = "PENDING(Allocated)"

@@ -113,7 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="keep a CA and serving pair in a Secret, renewed ahead of expiry, and inject the CA into the "
         "webhook configurations",
     )
-    managed.add_argument("--namespace", metavar="NS", help="namespace of the Secret, Service and Lease (default: the pod's own)")
+    flags.add_namespaces(managed, namespace_help="namespace of the Secret, Service and Lease (default: the pod's own)", all_help=None)
     managed.add_argument("--certs-secret", default=provision.SECRET, metavar="NAME", help=f"default: {provision.SECRET}")
     managed.add_argument(
         "--service", default=provision.SERVICE, metavar="NAME", help=f"Service the certificate is for (default: {provision.SERVICE})"

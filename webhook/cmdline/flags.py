@@ -77,7 +77,7 @@ def api_client(args: argparse.Namespace, *, pool_size: int | None = None) -> cli
 
 
 def add_namespaces(
-    parser: argparse.ArgumentParser,
+    parser: _Container,
     *,
     namespace_help: str,
     all_help: str | None = "every namespace (the default)",
@@ -185,14 +185,14 @@ def add_cert_check_interval(parser: _Container, *, what: str) -> None:
 def add_drain(parser: _Container) -> None:
     """``--drain-seconds`` and ``--drain-idle-seconds``: how a server drains on SIGTERM/SIGINT."""
     parser.add_argument(
-        "--drain-seconds", type=duration, default=0.0, metavar="S",
-        help="on SIGTERM, keep accepting for S seconds, with readyz 503 and 'Connection: close' on every "
-        "response (default: 0; in a Deployment: longer than endpoints take to drop the pod, e.g. 10)",
+        "--drain-seconds", type=duration, default=0.0, metavar="DURATION",
+        help="on SIGTERM, keep accepting for DURATION, with readyz 503 and 'Connection: close' on every "
+        "response (default: 0; in a Deployment: longer than endpoints take to drop the pod, e.g. 10s)",
     )
     parser.add_argument(
-        "--drain-idle-seconds", type=duration, default=0.0, metavar="S",
-        help="then, with the listener closed, wait up to S seconds for clients to close their kept-alive "
-        "connections (default: 0; Go clients such as kube-apiserver close idle ones after 90 s, so e.g. 95)",
+        "--drain-idle-seconds", type=duration, default=0.0, metavar="DURATION",
+        help="then, with the listener closed, wait up to DURATION for clients to close their kept-alive "
+        "connections (default: 0; Go clients such as kube-apiserver close idle ones after 90s, so e.g. 95s)",
     )
 
 

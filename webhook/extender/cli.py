@@ -11,12 +11,13 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
-from webhook.cmdline import errors, flags
+from policies import usage as policies_usage
+from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
 from webhook.extender import api, app, binder, kube
 from policies import cards, inspection
@@ -55,9 +56,9 @@ def add_parser(subparsers: Any) -> None:
     flags.add_drain(serve)
     flags.add_cluster(serve)
     serve.add_argument(
-        "--reservation-ttl", type=float, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="SECONDS",
+        "--reservation-ttl", type=flags.positive_duration, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="DURATION",
         help="how long a card stays held for a pod whose bind did not complete "
-        f"(default: {cards.DEFAULT_RESERVATION_TTL_S:g})",
+        f"(default: {cards.DEFAULT_RESERVATION_TTL_S:g}s; bare seconds as before)",
     )
     serve.add_argument(
         "--honour-out-of-band-usage", action="store_true",
@@ -79,6 +80,7 @@ def add_parser(subparsers: Any) -> None:
 def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-d", "--details", action="store_true", help="one row per pod")
     flags.add_output(parser, INSPECT_OUTPUTS)
+    flags.add_output_file(parser)
     flags.add_cluster(parser)
     parser.add_argument("node", nargs="*", help="only these nodes")
 
@@ -101,20 +103,25 @@ def run_inspect(args: argparse.Namespace) -> int:
             raise errors.InputError(f"no such node: {', '.join(missing)}")
         states = {name: state for name, state in states.items() if name in args.node}
     real = inspection.node_usages(nodes)  # the labeler's usage summaries, where nodes carry one
-    if args.output == "json":
-        print(json.dumps(inspection.as_json(states.values(), usage=real), indent=2))
-    elif args.output == "yaml":
-        document: Any = inspection.as_json(states.values(), usage=real)
-        sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
-    elif args.output == "name":
-        sys.stdout.write(inspection.names(states.values()))
-    elif args.output == "wide":
-        sys.stdout.write(inspection.wide(states.values(), usage=real))
-    elif args.details:
-        sys.stdout.write(inspection.details(states.values()))
-    else:
-        sys.stdout.write(inspection.summary(states.values(), usage=real))
+    output.emit(_inspect_text(args, states, usage=real), path=args.output_file)
     return 0
+
+
+def _inspect_text(
+    args: argparse.Namespace, states: dict[str, cards.NodeState], *, usage: Mapping[str, policies_usage.NodeUsage]
+) -> str:
+    if args.output == "json":
+        return json.dumps(inspection.as_json(states.values(), usage=usage), indent=2) + "\n"
+    if args.output == "yaml":
+        document: Any = inspection.as_json(states.values(), usage=usage)
+        return str(yaml.safe_dump(document, sort_keys=False))
+    if args.output == "name":
+        return inspection.names(states.values())
+    if args.output == "wide":
+        return inspection.wide(states.values(), usage=usage)
+    if args.details:
+        return inspection.details(states.values())
+    return inspection.summary(states.values(), usage=usage)
 
 
 def inspect_main(argv: Sequence[str] | None = None) -> int:
@@ -137,8 +144,6 @@ def run_extender(args: argparse.Namespace) -> int:
         raise errors.InputError(f"--port must be 0-65535, not {args.port}")
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
         raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
-    if args.reservation_ttl <= 0:
-        raise errors.InputError("--reservation-ttl must be positive")
     if args.cert_check_interval <= datetime.timedelta(0):
         raise errors.InputError("--cert-check-interval must be positive")
     flags.configure_logging(args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -46,7 +47,8 @@ async def listening(registry: metrics.Registry, *, host: str, port: int, reuse_p
         bound = runner.addresses[0][1] if runner.addresses else port
         for address in runner.addresses:
             # On stdout like the main listener's line: with --metrics-port 0 this is how callers learn the port.
-            print(f"metrics on http://{address[0]}:{address[1]}/metrics", flush=True)
+            sys.stdout.write(f"metrics on http://{address[0]}:{address[1]}/metrics\n")  # one write: see shell.announce
+            sys.stdout.flush()
         yield int(bound)
     finally:
         await runner.cleanup()

@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import signal
 import ssl
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from aiohttp import web
@@ -125,6 +126,13 @@ def files(source: TlsFiles) -> CertificateSource:
                 await task
 
     return live
+
+
+def announce(line: str) -> None:
+    """Print ``line`` on stdout in one write: unbuffered (``python -u``), ``print`` writes the text and
+    its newline apart, and a reader sharing the file with stderr could see half a port number."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _sighup(watch: tls.FileWatch) -> None:
@@ -244,7 +252,7 @@ class Shell:
         for address in runner.addresses:
             self.addresses.append((str(address[0]), int(address[1])))
             # On stdout whatever the log level: with port 0 this is how callers learn the port.
-            print(f"listening on {scheme}://{address[0]}:{address[1]}", flush=True)
+            announce(f"listening on {scheme}://{address[0]}:{address[1]}")
         return site
 
     @contextlib.contextmanager

@@ -95,7 +95,7 @@ def start(pki: Pki) -> Iterator[Callable[..., Started]]:
         )
         log.close()
         started.append(process)
-        found = wait_for_log(pki, process, r"listening on https://127\.0\.0\.1:(\d+)")
+        found = wait_for_log(pki, process, r"listening on https://127\.0\.0\.1:(\d+)\n")
         return process, int(found.group(1))
 
     yield run

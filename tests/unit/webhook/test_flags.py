@@ -98,11 +98,7 @@ def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[t
 LEAVES = _tree(cli.make_parser())
 LEAF_IDS = [" ".join(path) for path, _ in LEAVES]
 # Duration flags of the servers (serve, extender) still spelled in seconds: each says why it is here.
-SECONDS_SPELLINGS = {
-    "--reservation-ttl": "the extender's: a float of seconds (metavar SECONDS), not yet a flags.positive_duration",
-    "--drain-seconds": "flags.add_drain: reads durations, but its name and metavar S say seconds",
-    "--drain-idle-seconds": "flags.add_drain: as --drain-seconds",
-}
+SECONDS_SPELLINGS: dict[str, str] = {}
 
 
 def test_the_tree_is_every_command() -> None:

@@ -1,0 +1,48 @@
+"""`gpu-admission inspect` (and `kubectl inspect cgpu`) print the per-card table, or write it whole to
+``--output-file`` in the chosen format; nothing then goes to stdout."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+
+from webhook.extender import cli as extender_cli
+from webhook.extender import kube as extender_kube
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch, make_node: Callable[..., dict[str, Any]], make_gpu_pod: Callable[..., dict[str, Any]]) -> None:
+    """The apiserver inspect lists from: one 4 x 15 GiB node, one pod running on it."""
+    listed = {"/api/v1/nodes": [make_node("gpu-0")], "/api/v1/pods": [make_gpu_pod("trainer", mem=3, node_name="gpu-0", phase="Running")]}
+
+    class Api:
+        def __init__(self, _client: Any) -> None:
+            pass
+
+        def list(self, path: str) -> tuple[list[Any], str]:
+            return listed[path], "1"
+
+    monkeypatch.setattr(extender_kube, "KubeApi", Api)
+    monkeypatch.setattr(extender_kube, "load_client", lambda *_args, **_kwargs: object())
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml", "table"])
+def test_output_file_gets_the_same_report_stdout_would(
+    cluster: None, fmt: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert extender_cli.inspect_main(["-o", fmt]) == 0
+    printed = capsys.readouterr().out
+    target = tmp_path / f"cards.{fmt}"
+    assert extender_cli.inspect_main(["-o", fmt, "--output-file", str(target)]) == 0
+    assert capsys.readouterr().out == ""
+    assert target.read_text(encoding="utf-8") == printed
+    if fmt == "table":
+        assert "gpu-0" in printed
+    else:
+        document = json.loads(printed) if fmt == "json" else yaml.safe_load(printed)
+        assert [(n["name"], n["totalGPU"], len(n["devs"])) for n in document["nodes"]] == [("gpu-0", 60, 4)]

@@ -179,10 +179,7 @@ class KubeNamespaces:
         except Exception as failure:
             if not kube_errors.recognised(failure):
                 raise
-            error = kube_errors.translate(failure, what="namespace watch")
-            if isinstance(error, kube_errors.Gone):
-                raise namespaces.Expired(error.reason) from failure
-            raise error from failure
+            raise kube_errors.translate(failure, what="namespace watch") from failure
 
     def read(self, name: str, *, timeout_s: float) -> Mapping[str, Any] | None:
         try:

@@ -9,8 +9,8 @@ namespaces by label. With cluster access, ``serve`` keeps ``{name: labels}`` her
 - ``Informer`` runs the list/watch loop in a thread over a ``Source`` (the apiserver in
   ``webhook.admission.clustercontext``; a fake in tests): list, then watch from the list's resourceVersion;
   a watch that ends normally is resumed from the last resourceVersion seen (bookmarks included);
-  ``Expired`` (HTTP 410) re-lists at once; any other error re-lists after a backoff (0.5 s,
-  doubling, at most 30 s; reset by a successful list).
+  ``webhook.kube.errors.Gone`` (HTTP 410) re-lists at once; any other error re-lists after a
+  backoff (0.5 s, doubling, at most 30 s; reset by a successful list).
 
 Until the first list succeeds the cache is not ``synced`` and ``/readyz`` answers 503, so a replica
 never judges a review with labels it does not have yet. A namespace the cache has not seen (created
@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
+
+from webhook.kube import errors as kube_errors
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +35,6 @@ INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 WATCH_TIMEOUT_S = 300  # the apiserver ends a watch after this; it is then resumed
 MISS_TIMEOUT_S = 1.0
-
-
-class Expired(Exception):
-    """The watch's resourceVersion is too old (HTTP 410 Gone): list again."""
 
 
 class Labels:
@@ -66,15 +65,17 @@ class Labels:
 
     def apply(self, event: Mapping[str, Any]) -> None:
         """One watch event (``{"type": ..., "object": ...}``): ADDED/MODIFIED store, DELETED drops,
-        BOOKMARK only moves the resourceVersion. An ERROR event with code 410 raises ``Expired``;
-        other ERROR events raise ``ValueError`` (the informer re-lists either way)."""
+        BOOKMARK only moves the resourceVersion. An ERROR event raises the Kubernetes layer's error
+        for its code: ``Gone`` for 410 (the resourceVersion is too old), another ``KubeError``
+        otherwise (the informer re-lists either way, at once after a ``Gone``)."""
         kind = event.get("type")
         obj = event.get("object")
         obj = obj if isinstance(obj, Mapping) else {}
         if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise Expired(str(obj.get("message") or "resourceVersion too old"))
-            raise ValueError(f"watch error: {obj.get('code')} {obj.get('reason') or ''} {obj.get('message') or ''}".strip())
+            code = obj.get("code")
+            status = code if isinstance(code, int) else 0
+            answer = kube_errors.Answer(status=status, body=json.dumps(dict(obj), default=str), reason=str(obj.get("reason") or ""))
+            raise kube_errors.translate(answer, what="namespace watch")
         metadata = obj.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
         version = metadata.get("resourceVersion")
@@ -107,7 +108,7 @@ class Source(Protocol):
         """Every Namespace and the list's resourceVersion."""
 
     def watch(self, *, resource_version: str, timeout_s: int) -> Iterator[Mapping[str, Any]]:
-        """Watch events from `resource_version` until the server ends the watch; ``Expired`` on 410."""
+        """Watch events from `resource_version` until the server ends the watch; ``kube_errors.Gone`` on 410."""
 
     def read(self, name: str, *, timeout_s: float) -> Mapping[str, Any] | None:
         """One Namespace, or None when it does not exist."""
@@ -162,7 +163,7 @@ class Informer:
                     if self._stopping.is_set():
                         return
                     self.labels.apply(event)
-            except Expired as error:
+            except kube_errors.Gone as error:
                 log.info("uid=- namespace watch expired (%s); listing again", error)
                 listed = False
             except Exception as error:  # noqa: BLE001 - any failure re-lists after a backoff; the loop never ends on its own

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -18,6 +19,7 @@ from webhook import cli
 from webhook.admission import clustercontext
 from webhook.cmdline import errors
 from webhook.kube import client as kube_client
+from webhook.kube import errors as kube_errors
 from webhook.admission import app as admission_app
 from webhook.admission import envsources, keys, namespaces
 
@@ -55,12 +57,51 @@ def test_a_replace_forgets_namespaces_deleted_while_the_watch_was_down() -> None
     assert labels.get("gone") is None and labels.get("kept") == {"team": "x"}
 
 
-def test_an_expired_watch_event_raises_expired_and_other_errors_value_error() -> None:
+def test_an_expired_watch_event_raises_gone_and_other_errors_their_kube_error() -> None:
     labels = namespaces.Labels()
-    with pytest.raises(namespaces.Expired):
-        labels.apply({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
-    with pytest.raises(ValueError, match="500"):
+    with pytest.raises(kube_errors.Gone) as gone:
+        labels.apply({"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old resource version: 5 (9)"}})
+    assert str(gone.value) == "namespace watch: 410 Expired: too old resource version: 5 (9)" and gone.value.status == 410
+    with pytest.raises(kube_errors.ServerError) as failed:
         labels.apply({"type": "ERROR", "object": {"code": 500, "reason": "InternalError"}})
+    assert str(failed.value) == "namespace watch: 500 InternalError" and failed.value.status == 500
+
+
+def _failing_watch_module(failure: Exception) -> Any:
+    """A stand-in for ``kubernetes.watch`` whose ``Watch().stream`` fails at once with `failure`."""
+
+    class Watch:
+        def stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            raise failure
+
+    return type("watch", (), {"Watch": Watch})
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected", "message"),
+    [
+        (410, kube_errors.Gone, "namespace watch: 410 Gone: too old resource version: 5 (9)"),
+        (500, kube_errors.ServerError, "namespace watch: 500 Internal Server Error: etcd"),
+    ],
+)
+def test_the_apiserver_watch_raises_the_kube_layers_error_for_its_status(
+    monkeypatch: pytest.MonkeyPatch, failure: int, expected: type[kube_errors.KubeError], message: str
+) -> None:
+    from kubernetes.client import exceptions as client_exceptions  # noqa: PLC0415 - the real client's exception type
+
+    raised = client_exceptions.ApiException(status=failure, reason="")
+    raised.body = json.dumps({"kind": "Status", "message": message.split(": ", 2)[2]})
+    monkeypatch.setattr(clustercontext, "_watch_module", _failing_watch_module(raised))
+    source = clustercontext.KubeNamespaces(kube_client.ApiClient())
+    with pytest.raises(expected) as caught:
+        list(source.watch(resource_version="5", timeout_s=1))
+    assert str(caught.value) == message and caught.value.status == failure
+
+
+def test_the_apiserver_watch_lets_an_unknown_failure_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clustercontext, "_watch_module", _failing_watch_module(KeyError("bug")))
+    with pytest.raises(KeyError):
+        list(clustercontext.KubeNamespaces(kube_client.ApiClient()).watch(resource_version="5", timeout_s=1))
 
 
 def test_malformed_events_do_not_corrupt_the_map() -> None:
@@ -141,7 +182,7 @@ def test_the_informer_lists_then_watches_from_the_list_version_and_resumes_where
 def test_an_expired_watch_lists_again_at_once() -> None:
     source = FakeSource(
         lists=[([ns("old")], "10"), ([ns("new", team="x")], "50")],
-        watches=[namespaces.Expired("too old")],
+        watches=[kube_errors.Gone("namespace watch: 410 Gone: too old", status=410)],
     )
     errors_seen: list[str] = []
     informer = run_until_idle(source, on_error=errors_seen.append)

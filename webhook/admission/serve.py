@@ -94,7 +94,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.add_argument(
         "--config-reload-interval",
-        type=_seconds,
+        type=flags.duration,
         default=configwatch.DEFAULT_INTERVAL_S,
         metavar="DURATION",
         help="how often --config and --policies-dir are checked for changes and reloaded; an invalid "
@@ -129,13 +129,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--cert-host", action="append", default=[], metavar="NAME", help="one more SAN (DNS name or IP), repeatable"
     )
     managed.add_argument("--lease", default=provision.LEASE, metavar="NAME", help=f"Lease of the writing replica (default: {provision.LEASE})")
-    managed.add_argument("--cert-validity", type=_duration, default=rotation.Policy().serving_validity, metavar="DURATION", help="default: 365d")
-    managed.add_argument("--renew-before", type=_duration, default=rotation.SERVING_RENEW_BEFORE, metavar="DURATION", help="default: 60d")
-    managed.add_argument("--ca-validity", type=_duration, default=rotation.Policy().ca_validity, metavar="DURATION", help="default: 3650d")
-    managed.add_argument("--ca-renew-before", type=_duration, default=rotation.CA_RENEW_BEFORE, metavar="DURATION", help="default: 365d")
+    managed.add_argument("--cert-validity", type=flags.duration_delta, default=rotation.Policy().serving_validity, metavar="DURATION", help="default: 365d")
+    managed.add_argument("--renew-before", type=flags.duration_delta, default=rotation.SERVING_RENEW_BEFORE, metavar="DURATION", help="default: 60d")
+    managed.add_argument("--ca-validity", type=flags.duration_delta, default=rotation.Policy().ca_validity, metavar="DURATION", help="default: 3650d")
+    managed.add_argument("--ca-renew-before", type=flags.duration_delta, default=rotation.CA_RENEW_BEFORE, metavar="DURATION", help="default: 365d")
     managed.add_argument(
         "--ca-propagation-delay",
-        type=_duration,
+        type=flags.duration_delta,
         default=rotation.CA_PROPAGATION,
         metavar="DURATION",
         help="after a new CA is injected, how long before a serving certificate from it is used (default: 60s)",
@@ -292,14 +292,3 @@ def _self_managed(args: argparse.Namespace) -> shell.CertificateSource:
             kube.close(api)
 
     return source
-
-
-def _duration(text: str) -> datetime.timedelta:
-    try:
-        return provision.duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
-
-
-def _seconds(text: str) -> float:
-    return _duration(text).total_seconds()

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from webhook.labeler import inventory as labeler_inventory
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 BASE_CAPACITY: Mapping[str, str] = {"cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti"}
 
@@ -91,17 +93,21 @@ def load(path: str | None) -> tuple[FakeNode, ...]:
     return parse(document, source=path)
 
 
-_INVENTORY_KEYS = ("gpus", "topology", "driverVersion", "cudaVersion")
-
-
 def _inventory(entry: Mapping[str, Any], *, where: str) -> dict[str, Any] | None:
-    if "gpus" not in entry:
-        if "topology" in entry:
-            raise NodeFileError(f"{where}: 'topology' needs 'gpus'")
+    """The entry's labeler inventory file (its keys are the labeler's), checked by the labeler's own parser."""
+    gpus, topology = labeler_inventory.GPUS_KEY, labeler_inventory.TOPOLOGY_KEY
+    if gpus not in entry:
+        if topology in entry:
+            raise NodeFileError(f"{where}: '{topology}' needs '{gpus}'")
         return None
-    if not isinstance(entry["gpus"], list) or not entry["gpus"]:
-        raise NodeFileError(f"{where}.gpus: expected a non-empty list of cards")
-    return {key: entry[key] for key in _INVENTORY_KEYS if key in entry}
+    if not isinstance(entry[gpus], list) or not entry[gpus]:
+        raise NodeFileError(f"{where}.{gpus}: expected a non-empty list of cards")
+    document = {key: entry[key] for key in labeler_inventory.FILE_KEYS if key in entry}
+    try:
+        labeler_inventory.parse(document, source=where)
+    except labeler_inventory.InventoryError as error:
+        raise NodeFileError(str(error)) from error
+    return document
 
 
 def _strings(value: Any, *, where: str) -> dict[str, str]:

@@ -40,6 +40,14 @@ class InventoryError(ValueError):
     """An inventory (file) cannot be used; the message is one line naming the file and field."""
 
 
+# The inventory file's top-level keys (the format above); the local cluster's node file embeds them per node.
+GPUS_KEY = "gpus"
+TOPOLOGY_KEY = "topology"
+DRIVER_VERSION_KEY = "driverVersion"
+CUDA_VERSION_KEY = "cudaVersion"
+FILE_KEYS = (GPUS_KEY, TOPOLOGY_KEY, DRIVER_VERSION_KEY, CUDA_VERSION_KEY)
+
+
 # How two cards connect over PCIe/CPU, best first (the NVLink case is `Link.nvlinks`): the model's levels.
 Level = codec.Level
 
@@ -138,12 +146,12 @@ def make(
 
 def parse(document: Any, *, source: str) -> Inventory:
     """Read an inventory document (see the module docstring); InventoryError names what is wrong."""
-    if not isinstance(document, Mapping) or not isinstance(document.get("gpus"), list):
-        raise InventoryError(f"{source}: expected a mapping with a 'gpus' list")
-    cards = [_card(entry, where=f"{source}: gpus[{position}]") for position, entry in enumerate(document["gpus"])]
-    driver_version = _optional_text(document.get("driverVersion"), where=f"{source}: driverVersion")
-    cuda_version = _optional_text(document.get("cudaVersion"), where=f"{source}: cudaVersion")
-    links = _links(document.get("topology"), where=f"{source}: topology")
+    if not isinstance(document, Mapping) or not isinstance(document.get(GPUS_KEY), list):
+        raise InventoryError(f"{source}: expected a mapping with a '{GPUS_KEY}' list")
+    cards = [_card(entry, where=f"{source}: {GPUS_KEY}[{position}]") for position, entry in enumerate(document[GPUS_KEY])]
+    driver_version = _optional_text(document.get(DRIVER_VERSION_KEY), where=f"{source}: {DRIVER_VERSION_KEY}")
+    cuda_version = _optional_text(document.get(CUDA_VERSION_KEY), where=f"{source}: {CUDA_VERSION_KEY}")
+    links = _links(document.get(TOPOLOGY_KEY), where=f"{source}: {TOPOLOGY_KEY}")
     try:
         return make(cards, driver_version=driver_version, cuda_version=cuda_version, links=links)
     except ValueError as error:

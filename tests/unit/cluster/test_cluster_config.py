@@ -61,6 +61,15 @@ def test_a_node_manifest_carries_capacity_in_its_status_and_the_kwok_annotation(
         ("nodes: [", "invalid YAML"),
         ("nodes: [{name: a, gpus: []}]", "nodes[0].gpus: expected a non-empty list of cards"),
         ("nodes: [{name: a, topology: {links: []}}]", "nodes[0]: 'topology' needs 'gpus'"),
+        # the cards are the labeler's inventory file, read by the labeler's own parser
+        (
+            "nodes: [{name: a, gpus: [{index: 0, uuid: G, name: T4, memoryMiB: 0}]}]",
+            "nodes[0]: gpus[0].memoryMiB: expected a positive integer (MiB), got 0",
+        ),
+        (
+            "nodes: [{name: a, gpus: [{index: 0, uuid: G, name: T4, memoryMiB: 1}], topology: [[0, 1, NV2]]}]",
+            "nodes[0]: link 0-1 names card 1, which is not in the inventory",
+        ),
     ],
 )
 def test_a_bad_node_file_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:

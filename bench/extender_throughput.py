@@ -41,7 +41,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402 - after the path fix above
+from policies import gpu, inventory  # noqa: E402 - after the path fix above
+from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
 
 CONFIG = ROOT / "deploy" / "scheduler-config-second.yaml"
@@ -49,13 +50,13 @@ T4 = 15360
 
 
 def fake_nodes(count: int) -> list[nodes.FakeNode]:
-    inventory = json.dumps([{"index": i, "uuid": f"GPU-bench-{i}", "name": "Tesla-T4", "memoryMiB": T4} for i in range(4)])
+    listed = inventory.encode_inventory(inventory.Card(index=i, memory_mib=T4, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4))
     return [
         nodes.FakeNode(
             name=f"bench-{i:04d}",
             labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack"},
             capacity={"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4"},
-            annotations={"gpu-admission.io/gpu-inventory": inventory},
+            annotations={gpu.INVENTORY_ANNOTATION: listed},
         )
         for i in range(count)
     ]

@@ -13,9 +13,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 
-from policies import gpu, model
+from policies import gpu, inspection, model
 from webhook.audit import findings, report, scan
-from policies import inspection
 
 CLUSTER_TITLE = "cluster (nodes)"
 _BAR_WIDTH = 20

@@ -38,11 +38,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import cel, engine, envsources, model, podspec, policy
+from policies import cards, cel, engine, envsources, model, podspec, policy
 from policies import settings as settings_
 from webhook.audit import checks, findings
 from webhook.audit.checks import base, facts
-from policies import cards
 
 DEFAULT_NAMESPACE = "default"
 WORKLOAD_KINDS: tuple[str, ...] = (

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from policies import cards
 from webhook.audit import findings
 from webhook.audit.checks import base
-from policies import cards
 
 NOW = 1_750_000_000.0
 

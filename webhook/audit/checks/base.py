@@ -28,9 +28,8 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from policies import model, settings
+from policies import cards, model, settings
 from webhook.audit import findings
-from policies import cards  # node state: no pure home yet, the model in policies/ stops at the annotations
 
 # A card or node shared by thousands of pods must not make a message or a report result huge
 # (reports live in etcd): name this many pods, then say how many more there are.

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, model
+from policies import allocation, cards, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from policies import cards
 
 
 class MissingCard(base.PodCheck):

@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, model, podspec, reservations
+from policies import allocation, model, podspec, reasons, reservations
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
-from policies import reasons
 
 
 class StaleAllocation(base.NodeCheck):

@@ -14,9 +14,15 @@ process serves yet; then that scheduler starts and drains the backlog. Throughpu
 second between the first and the last bind, seen through a watch (so scheduler start-up is not
 counted). Both schedulers get `clientConnection.qps/burst` 5000, as scheduler_perf does, so the
 default client rate limit (50 qps) is not what is measured. Filter and bind latency come from the
-extender's own `/metrics` (exact quantiles over its last 4096 calls per verb).
+extender's own `/metrics` (estimated from its latency histogram as PromQL's histogram_quantile
+does). Apiserver requests per bound pod come from the apiserver's own `apiserver_request_total`
+(by verb, resource and subresource), read before and after each round; the extender's CPU per pod
+from /proc. The last line of output is one JSON object of the headline figures.
 
-    .venv/bin/python bench/extender_throughput.py --nodes 500 --pods 1000 --rounds 2
+    .venv/bin/python bench/extender_throughput.py --nodes 500 --pods 1000 --rounds 2 [--against REF]
+
+With `--against REF` the extender of commit REF runs too (rounds "before"), interleaved with the
+others on the same control plane, so a change is measured side by side with what it replaces.
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -138,11 +147,12 @@ def start_scheduler(state: controlplane.State, *, name: str, config: Path) -> No
     )
 
 
-def start_extender(state: controlplane.State, *, log_level: str) -> int:
+def start_extender(state: controlplane.State, *, log_level: str, source: Path | None = None) -> int:
+    """`gpu-admission extender` from this tree, or from `source` (an exported older commit)."""
     port = controlplane.free_port()
     command = [sys.executable, "-m", "webhook.extender.cli", "extender", "--port", str(port), "--host", "127.0.0.1",
                "--kubeconfig", str(state.kubeconfig), "--log-level", log_level]
-    controlplane.start(state, "extender", command=command)
+    controlplane.start(state, "extender", command=command, env={"PYTHONPATH": str(source)} if source is not None else None)
 
     def healthy() -> bool:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
@@ -152,21 +162,36 @@ def start_extender(state: controlplane.State, *, log_level: str) -> int:
     return port
 
 
-def quantiles(port: int) -> dict[str, float]:
-    """p50/p90/p99 per verb in ms, estimated from the latency histogram as PromQL's
-    histogram_quantile does (linear within the bucket), and the bind conflicts."""
+def extender_metrics(port: int) -> dict[str, float]:
+    """The extender's latency histogram buckets ("verb le" -> cumulative count) and its bind conflicts."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    buckets: dict[str, list[tuple[float, float]]] = {}
+    found = {}
     for match in re.finditer(r'gpu_admission_extender_request_duration_seconds_bucket\{le="(?P<le>[^"]+)",verb="(?P<verb>\w+)"\} (?P<n>\S+)', text):
-        buckets.setdefault(match["verb"], []).append((float(match["le"]), float(match["n"])))
+        found[f"{match['verb']} {match['le']}"] = float(match["n"])
+    conflicts = re.search(r"^gpu_admission_extender_bind_conflicts_total (\S+)$", text, re.MULTILINE)
+    found["conflicts"] = float(conflicts.group(1)) if conflicts else 0.0
+    return found
+
+
+def quantiles(scraped: list[dict[str, float]]) -> dict[str, float]:
+    """p50/p90/p99 per verb in ms over the rounds' histograms (summed), estimated as PromQL's
+    histogram_quantile does (linear within the bucket), and the bind conflicts."""
+    summed: dict[str, float] = {}
+    for one in scraped:
+        for key, value in one.items():
+            summed[key] = summed.get(key, 0.0) + value
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for key, value in summed.items():
+        if " " in key:
+            verb, le = key.split(" ")
+            buckets.setdefault(verb, []).append((float(le), value))
     found = {}
     for verb, series in buckets.items():
         series.sort()
         total = series[-1][1]
         for q in (0.5, 0.9, 0.99):
             found[f"{verb} p{round(q * 100)}"] = _bucket_quantile(q, series, total) * 1000
-    conflicts = re.search(r"^gpu_admission_extender_bind_conflicts_total (\S+)$", text, re.MULTILINE)
-    found["conflicts"] = float(conflicts.group(1)) if conflicts else 0.0
+    found["conflicts"] = summed.get("conflicts", 0.0)
     return found
 
 
@@ -196,30 +221,121 @@ def cpu_of(state: controlplane.State, names: list[str]) -> dict[str, float]:
     return {name: cpu_seconds(state.pids[name]) for name in names if name in state.pids}
 
 
-def one_round(state: controlplane.State, api: kube.KubeApi, *, kind: str, index: int, count: int, extender_port: int | None) -> float:
+def apiserver_requests(state: controlplane.State) -> dict[tuple[str, str, str], float]:
+    """`apiserver_request_total` summed over codes, by (verb, resource, subresource)."""
+    text = controlplane.kubectl(state, "get", "--raw", "/metrics").stdout
+    found: dict[tuple[str, str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+# What a bind can cost the apiserver, by (verb, resource, subresource): the Binding, the ledger's
+# compare-and-swap on the Node, and the reads bind may make (the Node, the pods on it, a pod).
+BIND_WRITES = (("POST", "pods", "binding"), ("PATCH", "nodes", ""))
+BIND_READS = (("GET", "nodes", ""), ("LIST", "pods", ""), ("GET", "pods", ""))
+
+
+@dataclasses.dataclass
+class Round:
+    rate: float
+    seconds: float  # from the scheduler's start to the last bind (what the request counts span)
+    cpu: dict[str, float]
+    requests: dict[tuple[str, str, str], float]
+    extender: dict[str, float]  # its /metrics at the end of the round (latency buckets, conflicts)
+
+
+def one_round(
+    state: controlplane.State, api: kube.KubeApi, *, kind: str, index: int, count: int, source: Path | None | bool, log_level: str
+) -> Round:
+    """One backlog of `count` pods drained by a fresh kube-scheduler; `source` False: no extender,
+    None: the extender of this tree, a path: the extender of that exported tree. The extender is
+    started (and has listed everything) before the scheduler, and stopped after the round, so
+    each round's extender costs only its own round."""
     name = f"bench-{kind}-{index}"
-    config = scheduler_config(state, name=name, extender_port=extender_port)
-    batch = pods(count, scheduler=name, prefix=name)
-    watch = BindWatch(api, label=name)
-    for start in range(0, count, 250):
-        controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start:start + 250]}))
-    watched = ["kube-apiserver", "etcd", "extender"]
-    start_scheduler(state, name=name, config=config)
-    before = cpu_of(state, [*watched, name])
+    port = None if source is False else start_extender(state, log_level=log_level, source=source if isinstance(source, Path) else None)
     try:
-        watch.wait(count, timeout=900)
-        after = cpu_of(state, [*watched, name])
+        config = scheduler_config(state, name=name, extender_port=port)
+        batch = pods(count, scheduler=name, prefix=name)
+        watch = BindWatch(api, label=name)
+        for start in range(0, count, 250):
+            controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start:start + 250]}))
+        watched = ["kube-apiserver", "etcd", "extender"] if port is not None else ["kube-apiserver", "etcd"]
+        requests_before = apiserver_requests(state)
+        began = time.monotonic()
+        start_scheduler(state, name=name, config=config)
+        before = cpu_of(state, [*watched, name])
+        try:
+            watch.wait(count, timeout=900)
+            after = cpu_of(state, [*watched, name])
+            requests_after = apiserver_requests(state)
+            seconds = time.monotonic() - began
+        finally:
+            controlplane.stop(state, [name])
+        scraped = extender_metrics(port) if port is not None else {}
     finally:
-        controlplane.stop(state, [name])
+        if port is not None:
+            controlplane.stop(state, ["extender"])
     times = sorted(watch.bound.values())
     rate = (len(times) - 1) / (times[-1] - times[0]) if times[-1] > times[0] else float("inf")
-    used = ", ".join(f"{k} {after[k] - before.get(k, 0.0):.1f}" for k in after if k != "extender" or extender_port is not None)
+    used = ", ".join(f"{k} {after[k] - before.get(k, 0.0):.1f}" for k in after)
     print(
         f"  {kind:<8} round {index}: {count} pods bound in {times[-1] - times[0]:.1f} s -> {rate:.0f} pods/s "
         f"(CPU s: {used.replace(name, 'kube-scheduler')}; load {os.getloadavg()[0]:.1f})",
         flush=True,
     )
-    return rate
+    requests = {key: requests_after[key] - requests_before.get(key, 0.0) for key in requests_after}
+    bind_path = {"/".join(k for k in key if k): requests.get(key, 0.0) / count for key in (*BIND_WRITES, *BIND_READS) if requests.get(key)}
+    print(f"    apiserver requests per pod on the bind path: {json.dumps({k: round(v, 2) for k, v in bind_path.items()})}", flush=True)
+    return Round(rate=rate, seconds=seconds, cpu={k: after[k] - before.get(k, 0.0) for k in after}, requests=requests, extender=scraped)
+
+
+def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int) -> dict[str, float]:
+    """The figures of the `kind` extender rounds against the plain ones."""
+    plain, ext = rounds["plain"], rounds[kind]
+    total = float(pods_per_round * len(ext))
+    latency = quantiles([r.extender for r in ext])
+    # The same requests also come from others (KWOK's node and lease updates, controllers): their
+    # rate in the plain rounds, where nothing else touches these resources, is taken off.
+    plain_seconds = sum(r.seconds for r in plain)
+
+    def extender_only(keys: tuple[tuple[str, str, str], ...]) -> float:
+        found = 0.0
+        for key in keys:
+            background = 0.0 if key == ("POST", "pods", "binding") else sum(r.requests.get(key, 0.0) for r in plain) / plain_seconds
+            found += sum(max(0.0, r.requests.get(key, 0.0) - background * r.seconds) for r in ext)
+        return found / total
+
+    plain_rate, rate = statistics.median(r.rate for r in plain), statistics.median(r.rate for r in ext)
+    return {
+        "plain_pods_per_s": round(plain_rate, 1),
+        "extender_pods_per_s": round(rate, 1),
+        "ratio": round(rate / plain_rate, 3),
+        "bind_p50_ms": round(latency.get("bind p50", 0.0), 1),
+        "bind_p99_ms": round(latency.get("bind p99", 0.0), 1),
+        "writes_per_pod": round(extender_only(BIND_WRITES), 2),
+        "reads_per_pod": round(extender_only(BIND_READS), 2),
+        "extender_cpu_ms_per_pod": round(sum(r.cpu.get("extender", 0.0) for r in ext) * 1000 / total, 2),
+        "apiserver_cpu_ms_per_pod": round(sum(r.cpu.get("kube-apiserver", 0.0) for r in ext) * 1000 / total, 2),
+        "filter_p50_ms": round(latency.get("filter p50", 0.0), 2),
+        "filter_p99_ms": round(latency.get("filter p99", 0.0), 2),
+        "prioritize_p99_ms": round(latency.get("prioritize p99", 0.0), 2),
+        "conflicts": latency["conflicts"],
+    }
+
+
+def export(ref: str) -> Path:
+    """The Python packages of commit `ref`, exported to a temporary directory (nothing in this
+    checkout changes); the extender runs from there with it first on PYTHONPATH."""
+    directory = Path(tempfile.mkdtemp(prefix="extender-bench-src-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "webhook", "policies", "certs"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return directory
 
 
 def main() -> int:
@@ -227,11 +343,14 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=1000, help="pods per round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per scheduler (alternating)")
+    parser.add_argument("--against", metavar="REF", default=None,
+                        help="also run the extender of this commit (rounds 'before'), interleaved with the others")
     parser.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a temporary one)")
     parser.add_argument("--extender-log-level", default="info", choices=("debug", "info", "warning"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster directory (logs) in place")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="extender-bench-"))
+    older = export(args.against) if args.against else None
     bin_dir = binaries.ensure()
     print(f"control plane with {args.nodes} KWOK nodes in {directory} ...", flush=True)
     started = time.monotonic()
@@ -240,25 +359,30 @@ def main() -> int:
     try:
         controlplane.stop(state, ["kube-scheduler"])  # the stock one would race for nothing; ours start per round
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
-        port = start_extender(state, log_level=args.extender_log_level)
-        rates: dict[str, list[float]] = {"plain": [], "extender": []}
+        kinds: dict[str, Path | None | bool] = {"plain": False, **({"before": older} if older else {}), "extender": None}
+        rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
         for index in range(args.rounds):
-            rates["plain"].append(one_round(state, api, kind="plain", index=index, count=args.pods, extender_port=None))
-            rates["extender"].append(one_round(state, api, kind="extender", index=index, count=args.pods, extender_port=port))
-        latency = quantiles(port)
+            for kind, source in kinds.items():
+                rounds[kind].append(
+                    one_round(state, api, kind=kind, index=index, count=args.pods, source=source, log_level=args.extender_log_level)
+                )
+        figures = {kind: headline(rounds, kind, pods_per_round=args.pods) for kind in kinds if kind != "plain"}
         print(f"\n{args.nodes} nodes, {args.pods} pods per round, {args.rounds} rounds each, load {os.getloadavg()[0]:.1f}")
         print("| scheduler | pods/s per round | median pods/s |")
         print("|---|---|---:|")
-        for kind, values in rates.items():
-            print(f"| {kind} | {', '.join(f'{v:.0f}' for v in values)} | {statistics.median(values):.0f} |")
-        print("\n| extender verb | p50 ms | p90 ms | p99 ms |")
-        print("|---|---:|---:|---:|")
-        for verb in ("filter", "prioritize", "bind"):
-            print(f"| {verb} | {latency.get(f'{verb} p50', 0):.2f} | {latency.get(f'{verb} p90', 0):.2f} | {latency.get(f'{verb} p99', 0):.2f} |")
-        print(f"\nbind conflicts (CAS retries): {latency['conflicts']:.0f}")
+        for kind, values in rounds.items():
+            print(f"| {kind} | {', '.join(f'{r.rate:.0f}' for r in values)} | {statistics.median(r.rate for r in values):.0f} |")
+        for kind, found in figures.items():
+            print(f"\n{kind}: {json.dumps(found)}")
+        line: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, **figures["extender"]}
+        if "before" in figures:
+            line["before"] = {"ref": args.against, **figures["before"]}
+        print(json.dumps(line), flush=True)
     finally:
         with contextlib.suppress(Exception):
             controlplane.down(directory)
+        if older is not None:
+            shutil.rmtree(older, ignore_errors=True)
         if args.keep:
             print(f"logs: {directory / 'logs'}")
     return 0

@@ -33,24 +33,9 @@ from typing import Any
 
 from policies import allocation, cardrequest, gpu, inventory, podspec, quantity, reservations
 
-# Names the GPU model owns, kept here only for callers not yet switched to it (explain, the
-# extender's app, cli and placement, and tests): other names for the model's, never definitions.
-Card = inventory.Card
-Allocation = allocation.Allocation
-Request = cardrequest.Request
+# Names the GPU model owns, kept only until the extender's app and cli switch to them.
 pod_request = cardrequest.pod_request
-pod_allocation = allocation.pod_allocation
-bind_annotations = allocation.bind_annotations
-timestamp = allocation.timestamp
-_parse_time = allocation.parse_time
-render_reservations = reservations.encode
-node_reservations = reservations.node_reservations
-INVENTORY_ANNOTATION = gpu.INVENTORY_ANNOTATION
-ALLOCATION_ANNOTATION = gpu.ALLOCATION_ANNOTATION
-RESERVATIONS_ANNOTATION = gpu.RESERVATIONS_ANNOTATION
 DEFAULT_RESERVATION_TTL_S = allocation.DEFAULT_RESERVATION_TTL_S
-IN_FLIGHT_GRACE_S = reservations.IN_FLIGHT_GRACE_S
-CORE_PER_CARD = gpu.MAX_CORE_PERCENTAGE
 
 
 # --- cards of a node ------------------------------------------------------------------------------

@@ -12,12 +12,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from policies import gpu, inventory
-
-# Names the GPU model owns, kept here only for callers not yet switched to `policies.inventory`.
-TOPOLOGY_ANNOTATION = gpu.TOPOLOGY_ANNOTATION
-Topology = inventory.Topology
-render = inventory.encode_topology
+from policies import inventory
 
 # Past this many candidate sets the exhaustive search gives way to a greedy one (16 choose 8 is 12870).
 MAX_EXHAUSTIVE_SETS = 20_000

@@ -19,7 +19,7 @@ import yaml
 from policies import gpu, usage
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
-from webhook.labeler import labels, ownership
+from webhook.labeler import ownership
 
 pytestmark = pytest.mark.e2e
 
@@ -126,8 +126,8 @@ def test_labels_and_capacity_follow_the_inventory_and_the_mode(cluster: Cluster,
             timeout=30,
         )
         annotations = node_object(cluster, gpu_node)["metadata"]["annotations"]
-        assert len(json.loads(annotations[labels.INVENTORY_ANNOTATION])) == 4
-        assert json.loads(annotations[labels.TOPOLOGY_ANNOTATION]) == {"links": [[0, 1, "NV2"], [1, 2, "NV2"], [2, 3, "NV2"]]}
+        assert len(json.loads(annotations[gpu.INVENTORY_ANNOTATION])) == 4
+        assert json.loads(annotations[gpu.TOPOLOGY_ANNOTATION]) == {"links": [[0, 1, "NV2"], [1, 2, "NV2"], [2, 3, "NV2"]]}
 
         # A mode switch is re-advertised within an interval.
         assert cluster.kubectl("label", "node", gpu_node, f"{gpu.SCHEDULE_LABEL}=topology", "--overwrite").returncode == 0
@@ -141,8 +141,8 @@ def test_labels_and_capacity_follow_the_inventory_and_the_mode(cluster: Cluster,
         write_inventory(inventory, count=3)
         eventually(lambda: has({gpu.CARD_COUNT_LABEL: "3"}, {"aliyun.com/gpu": "3"}), what="three cards", timeout=30)
         annotations = node_object(cluster, gpu_node)["metadata"]["annotations"]
-        assert [c["index"] for c in json.loads(annotations[labels.INVENTORY_ANNOTATION])] == [0, 1, 2]
-        assert len(json.loads(annotations[labels.TOPOLOGY_ANNOTATION])["links"]) == 2
+        assert [c["index"] for c in json.loads(annotations[gpu.INVENTORY_ANNOTATION])] == [0, 1, 2]
+        assert len(json.loads(annotations[gpu.TOPOLOGY_ANNOTATION])["links"]) == 2
 
         # Every card gone: every key it owned is removed, the record too.
         write_inventory(inventory, count=0)

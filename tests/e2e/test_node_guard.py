@@ -27,7 +27,6 @@ from policies import allocation as allocation_  # `allocation` names a pod's all
 from policies import gpu
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
-from webhook.labeler import labels
 
 pytestmark = pytest.mark.e2e
 
@@ -180,7 +179,7 @@ def test_the_labelers_pod_token_may_write_its_own_nodes_gpu_labels_and_capacity_
     for change in changes:
         code, output = labeler.patch(node_a, labels_patch(change))
         assert code == 200, output
-    code, output = labeler.patch(node_a, {"metadata": {"annotations": {labels.INVENTORY_ANNOTATION: "[]"}}})
+    code, output = labeler.patch(node_a, {"metadata": {"annotations": {gpu.INVENTORY_ANNOTATION: "[]"}}})
     assert code == 200, output
     code, output = labeler.patch(node_a, {"status": {"capacity": {str(gpu.Resource.GPU_MEM): "30"}, "allocatable": {str(gpu.Resource.GPU_MEM): "30"}}}, status=True)
     assert code == 200, output
@@ -222,7 +221,7 @@ def test_the_extender_may_change_only_its_ledger_on_nodes(cluster: Cluster, acco
     assert code == 200, output
     for body, expected in (
         (labels_patch({gpu.CARD_COUNT_LABEL: "8"}), "may not change Node labels"),
-        ({"metadata": {"annotations": {labels.INVENTORY_ANNOTATION: "[]"}}}, f"not {labels.INVENTORY_ANNOTATION}"),
+        ({"metadata": {"annotations": {gpu.INVENTORY_ANNOTATION: "[]"}}}, f"not {gpu.INVENTORY_ANNOTATION}"),
         ({"spec": {"unschedulable": True}}, "spec or status"),
     ):
         code, output = extender.patch(two_nodes[1], body)

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from policies import gpu
 from webhook.labeler import cli, inventory, labels, nvml
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -86,7 +87,7 @@ def test_the_dry_run_cli_prints_the_real_labels(real: inventory.Inventory, capsy
     report = json.loads(capsys.readouterr().out)
     assert report["source"] == "nvml"
     assert report["labels"]["aliyun.accelerator/nvidia_count"] == str(len(real.cards))
-    assert len(json.loads(report["annotations"][labels.INVENTORY_ANNOTATION])) == len(real.cards)
+    assert len(json.loads(report["annotations"][gpu.INVENTORY_ANNOTATION])) == len(real.cards)
 
 
 # --- real use -------------------------------------------------------------------------------------

@@ -30,9 +30,6 @@ from policies import gpu
 from policies import inventory as codec  # the annotations' codec; `inventory` is the labeler's own
 from webhook.labeler import inventory
 
-# The model's keys, under the names the labeler's callers and tests know them by.
-INVENTORY_ANNOTATION = gpu.INVENTORY_ANNOTATION
-TOPOLOGY_ANNOTATION = gpu.TOPOLOGY_ANNOTATION
 MIXED_ANNOTATION = gpu.OWN_PREFIX + "gpu-mixed"
 DRIVER_VERSION_LABEL = gpu.OWN_PREFIX + "driver-version"
 CUDA_VERSION_LABEL = gpu.OWN_PREFIX + "cuda-version"

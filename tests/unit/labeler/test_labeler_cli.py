@@ -38,8 +38,8 @@ def test_dry_run_json_prints_labels_annotations_and_capacity_per_mode(capsys: py
         labels.DRIVER_VERSION_LABEL: "550.107.02",
         gpu.CARD_MEMORY_MIB_LABEL: "32510",
     }
-    assert set(report["annotations"]) == {labels.INVENTORY_ANNOTATION, labels.TOPOLOGY_ANNOTATION, ownership.OWNED_ANNOTATION}
-    assert len(json.loads(report["annotations"][labels.INVENTORY_ANNOTATION])) == 8
+    assert set(report["annotations"]) == {gpu.INVENTORY_ANNOTATION, gpu.TOPOLOGY_ANNOTATION, ownership.OWNED_ANNOTATION}
+    assert len(json.loads(report["annotations"][gpu.INVENTORY_ANNOTATION])) == 8
     assert set(report["capacity"]) == {str(mode) for mode in gpu.Mode}
     assert report["capacity"]["topology"]["aliyun.com/gpu"] == "8"
     assert report["capacity"]["cgpu"]["aliyun.com/gpu-mem"] == "248"

@@ -34,7 +34,7 @@ def test_the_seed_example_tesla_v100_is_spelled_with_dashes(cards_of: InventoryF
 
 def test_the_inventory_annotation_lists_every_card_in_index_order(card: CardFactory) -> None:
     inv = inventory.make([card(1, name="Tesla T4"), card(0, name="Tesla T4")])
-    cards = json.loads(labels.compute(inv).annotations[labels.INVENTORY_ANNOTATION])
+    cards = json.loads(labels.compute(inv).annotations[gpu.INVENTORY_ANNOTATION])
     assert cards == [
         {"index": 0, "uuid": inv.cards[0].uuid, "name": "Tesla-T4", "memoryMiB": 15360},
         {"index": 1, "uuid": inv.cards[1].uuid, "name": "Tesla-T4", "memoryMiB": 15360},
@@ -76,9 +76,9 @@ def test_versions_become_labels_when_known(cards_of: InventoryFactory) -> None:
 
 def test_topology_is_written_only_when_links_are_known(cards_of: InventoryFactory) -> None:
     linked = cards_of(3, links=[inventory.link(1, 0, "nv2"), inventory.link(0, 2, "SYS"), inventory.link(1, 2, "PIX")])
-    annotation = labels.compute(linked).annotations[labels.TOPOLOGY_ANNOTATION]
+    annotation = labels.compute(linked).annotations[gpu.TOPOLOGY_ANNOTATION]
     assert json.loads(annotation) == {"links": [[0, 1, "NV2"], [0, 2, "SYS"], [1, 2, "PIX"]]}
-    assert labels.TOPOLOGY_ANNOTATION not in labels.compute(cards_of(3)).annotations
+    assert gpu.TOPOLOGY_ANNOTATION not in labels.compute(cards_of(3)).annotations
 
 
 def test_a_node_without_cards_gets_nothing(cards_of: InventoryFactory) -> None:

@@ -55,7 +55,7 @@ def test_only_the_values_that_differ_are_sent(cards_of: InventoryFactory) -> Non
     plan = ownership.plan(node, desired=labels.compute(cards_of(3)))
     assert plan.patch is not None
     assert plan.patch["metadata"]["labels"] == {COUNT: "3"}
-    assert set(plan.patch["metadata"]["annotations"]) == {labels.INVENTORY_ANNOTATION}
+    assert set(plan.patch["metadata"]["annotations"]) == {gpu.INVENTORY_ANNOTATION}
 
 
 def test_owned_keys_that_no_longer_apply_are_removed(cards_of: InventoryFactory, card: Callable[..., Any]) -> None:
@@ -67,7 +67,7 @@ def test_owned_keys_that_no_longer_apply_are_removed(cards_of: InventoryFactory,
     metadata = plan.patch["metadata"]
     assert metadata["labels"][labels.DRIVER_VERSION_LABEL] is None
     assert metadata["annotations"][labels.MIXED_ANNOTATION] is None
-    assert metadata["annotations"][labels.TOPOLOGY_ANNOTATION] is None
+    assert metadata["annotations"][gpu.TOPOLOGY_ANNOTATION] is None
 
 
 def test_when_every_card_is_gone_every_owned_key_and_the_record_go_too(cards_of: InventoryFactory) -> None:

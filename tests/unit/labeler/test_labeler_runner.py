@@ -11,7 +11,7 @@ import pytest
 
 from policies import gpu
 from webhook.kube import errors as kube_errors
-from webhook.labeler import inventory, labels, nvml, runner
+from webhook.labeler import inventory, nvml, runner
 
 InventoryFactory = Callable[..., inventory.Inventory]
 NODE = "gpu-0"
@@ -103,7 +103,7 @@ def test_a_removed_card_updates_the_count_and_inventory(nodes: Any, cards_of: In
     loop.step()
     assert nodes.labels(NODE)[gpu.CARD_COUNT_LABEL] == "3"
     assert nodes.capacity(NODE)["aliyun.com/gpu-mem"] == "45"
-    assert '"index":3' not in nodes.annotations(NODE)[labels.INVENTORY_ANNOTATION]
+    assert '"index":3' not in nodes.annotations(NODE)[gpu.INVENTORY_ANNOTATION]
 
 
 def test_a_transient_read_error_keeps_the_last_good_labels(nodes: Any, cards_of: InventoryFactory, caplog: pytest.LogCaptureFixture) -> None:

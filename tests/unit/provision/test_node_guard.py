@@ -193,7 +193,7 @@ def test_the_labeler_policy_lists_exactly_the_labels_annotations_and_resources_t
     own_annotations = set(literal_list(spec, "ownAnnotations"))
     assert own_labels == {gpu.CARD_NAME_LABEL, gpu.CARD_MEMORY_LABEL, gpu.CARD_COUNT_LABEL, gpu.CARD_MEMORY_MIB_LABEL,
                           labels.DRIVER_VERSION_LABEL, labels.CUDA_VERSION_LABEL}
-    assert own_annotations == {labels.INVENTORY_ANNOTATION, labels.TOPOLOGY_ANNOTATION, labels.MIXED_ANNOTATION,
+    assert own_annotations == {gpu.INVENTORY_ANNOTATION, gpu.TOPOLOGY_ANNOTATION, labels.MIXED_ANNOTATION,
                                ownership.OWNED_ANNOTATION, usage.USAGE_ANNOTATION}
     # And by behaviour: a node with everything (mixed cards, versions, links) gets nothing outside them.
     desired = labels.compute(INVENTORY)
@@ -379,7 +379,7 @@ def test_the_extenders_ledger_patch_passes_and_nothing_else_on_a_node(extender_p
     cases: list[tuple[dict[str, Any], str]] = [
         ({"metadata": {"labels": {gpu.CARD_COUNT_LABEL: "8"}}}, gpu.CARD_COUNT_LABEL),
         ({"metadata": {"labels": {gpu.SCHEDULE_LABEL: "share"}}}, gpu.SCHEDULE_LABEL),
-        ({"metadata": {"annotations": {labels.INVENTORY_ANNOTATION: "[]"}}}, labels.INVENTORY_ANNOTATION),
+        ({"metadata": {"annotations": {gpu.INVENTORY_ANNOTATION: "[]"}}}, gpu.INVENTORY_ANNOTATION),
         ({"spec": {"unschedulable": True}}, "spec or status"),
         ({"metadata": {"finalizers": ["x/y"]}}, "finalizers"),
     ]

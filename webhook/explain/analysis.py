@@ -12,7 +12,7 @@ Stale allocations: the extender counts a reservation-ledger entry whose pod is n
 stops counting it and prunes it from the Node within seconds; a Terminating pod counts until its
 object is gone, as kube-scheduler counts it. `explain` calls both stale while they still hold
 cards: ledger entries of pods that are not listed, and pods past their deletion deadline by more
-than `STUCK_TERMINATING_S` (their node is likely lost: force-deleting them frees the cards).
+than `reasons.STUCK_TERMINATING_S` (their node is likely lost: force-deleting them frees the cards).
 
 The best node is the refusing node that needs the smallest change, in this order: nothing but time
 or cleanup (binds in flight, stale allocations), an uncordon or a toleration, moving the fewest pods
@@ -35,8 +35,6 @@ from webhook.extender import store as store_module
 from webhook.explain import predicates
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
-
-STUCK_TERMINATING_S = reasons.STUCK_TERMINATING_S
 
 _CAPACITY = frozenset(
     {reasons.Code.FRAGMENTED, reasons.Code.INSUFFICIENT_MEMORY, reasons.Code.CORE_EXHAUSTED, reasons.Code.NO_TOPOLOGY_SET}
@@ -133,7 +131,7 @@ class Cluster:
         gone = {uid for uid in reservations.node_reservations(node) if uid not in self.pods_by_uid}
         for pod in self.store.pods_on(name):
             deadline = _time(podspec.mapping(pod.get("metadata")).get("deletionTimestamp"))
-            if deadline is not None and deadline + STUCK_TERMINATING_S <= self.now:
+            if deadline is not None and deadline + reasons.STUCK_TERMINATING_S <= self.now:
                 gone.add(str(podspec.mapping(pod.get("metadata")).get("uid", "")))
         return frozenset(gone)
 

@@ -48,10 +48,6 @@ CUDA_VERSION_KEY = "cudaVersion"
 FILE_KEYS = (GPUS_KEY, TOPOLOGY_KEY, DRIVER_VERSION_KEY, CUDA_VERSION_KEY)
 
 
-# How two cards connect over PCIe/CPU, best first (the NVLink case is `Link.nvlinks`): the model's levels.
-Level = codec.Level
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Card:
     """One physical GPU as NVML reports it (name unsanitised; memory in MiB = total bytes // 2**20)."""
@@ -79,7 +75,7 @@ class Link:
     a: int
     b: int
     nvlinks: int = 0
-    level: Level = Level.SYS
+    level: codec.Level = codec.Level.SYS  # PCIe/CPU, best first; the NVLink case is `nvlinks`
 
     @property
     def code(self) -> str:
@@ -109,7 +105,7 @@ def link(a: int, b: int, code: str) -> Link:
     nvlinks = codec.nvlinks_of(level)
     if nvlinks:
         return Link(a=low, b=high, nvlinks=nvlinks)
-    return Link(a=low, b=high, level=Level(level))
+    return Link(a=low, b=high, level=codec.Level(level))
 
 
 def make(

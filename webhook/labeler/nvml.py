@@ -25,6 +25,7 @@ from typing import Any
 
 import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
+from policies import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
 from webhook.labeler import inventory
 
 logger = logging.getLogger(__name__)
@@ -35,13 +36,13 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 # nvmlDeviceGetTopologyCommonAncestor levels -> the PCIe/CPU link level (nvidia-smi topo -m).
-_ANCESTOR_LEVELS: dict[int, inventory.Level] = {
-    pynvml.NVML_TOPOLOGY_INTERNAL: inventory.Level.PIX,  # two GPUs on one board
-    pynvml.NVML_TOPOLOGY_SINGLE: inventory.Level.PIX,
-    pynvml.NVML_TOPOLOGY_MULTIPLE: inventory.Level.PXB,
-    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: inventory.Level.PHB,
-    pynvml.NVML_TOPOLOGY_NODE: inventory.Level.NODE,
-    pynvml.NVML_TOPOLOGY_SYSTEM: inventory.Level.SYS,
+_ANCESTOR_LEVELS: dict[int, codec.Level] = {
+    pynvml.NVML_TOPOLOGY_INTERNAL: codec.Level.PIX,  # two GPUs on one board
+    pynvml.NVML_TOPOLOGY_SINGLE: codec.Level.PIX,
+    pynvml.NVML_TOPOLOGY_MULTIPLE: codec.Level.PXB,
+    pynvml.NVML_TOPOLOGY_HOSTBRIDGE: codec.Level.PHB,
+    pynvml.NVML_TOPOLOGY_NODE: codec.Level.NODE,
+    pynvml.NVML_TOPOLOGY_SYSTEM: codec.Level.SYS,
 }
 
 

@@ -137,7 +137,7 @@ def test_the_extender_stops_counting_a_gone_pods_reservation_after_the_in_flight
 
 def test_a_pod_terminating_long_past_its_deadline_is_a_stale_allocation(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
     stuck = make_placed("stuck", node_name="n", card=0, mem=16)
-    stuck["metadata"]["deletionTimestamp"] = allocation.timestamp(NOW - analysis.STUCK_TERMINATING_S - 1)
+    stuck["metadata"]["deletionTimestamp"] = allocation.timestamp(NOW - reasons.STUCK_TERMINATING_S - 1)
     report = _explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [stuck])
     assert _codes(report, "n") == ["STALE_ALLOCATION", "INSUFFICIENT_MEMORY"]
     recent = make_placed("leaving", node_name="n", card=0, mem=16)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from policies import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
 from webhook.labeler import inventory
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "labeler"
@@ -38,7 +39,7 @@ def test_cards_are_sorted_by_index_and_link_ends_ordered() -> None:
         source="t",
     )
     assert [card.index for card in inv.cards] == [0, 1]
-    assert inv.links == (inventory.Link(a=0, b=1, level=inventory.Level.PIX),)
+    assert inv.links == (inventory.Link(a=0, b=1, level=codec.Level.PIX),)
     assert inv.links[0].code == "PIX"
 
 

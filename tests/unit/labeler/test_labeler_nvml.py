@@ -11,6 +11,7 @@ from typing import Any
 import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 import pytest
 
+from policies import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
 from webhook.labeler import inventory, nvml
 
 GIB = 2**30
@@ -131,22 +132,22 @@ def test_nvlinks_are_counted_per_peer_and_pcie_levels_come_from_the_common_ances
     assert nvml.read().links == (
         inventory.Link(a=0, b=1, nvlinks=2),
         inventory.Link(a=0, b=2, nvlinks=1),
-        inventory.Link(a=1, b=2, level=inventory.Level.SYS),
+        inventory.Link(a=1, b=2, level=codec.Level.SYS),
     )
 
 
 @pytest.mark.parametrize(
     ("ancestor", "level"),
     [
-        (pynvml.NVML_TOPOLOGY_INTERNAL, inventory.Level.PIX),
-        (pynvml.NVML_TOPOLOGY_SINGLE, inventory.Level.PIX),
-        (pynvml.NVML_TOPOLOGY_MULTIPLE, inventory.Level.PXB),
-        (pynvml.NVML_TOPOLOGY_HOSTBRIDGE, inventory.Level.PHB),
-        (pynvml.NVML_TOPOLOGY_NODE, inventory.Level.NODE),
-        (pynvml.NVML_TOPOLOGY_SYSTEM, inventory.Level.SYS),
+        (pynvml.NVML_TOPOLOGY_INTERNAL, codec.Level.PIX),
+        (pynvml.NVML_TOPOLOGY_SINGLE, codec.Level.PIX),
+        (pynvml.NVML_TOPOLOGY_MULTIPLE, codec.Level.PXB),
+        (pynvml.NVML_TOPOLOGY_HOSTBRIDGE, codec.Level.PHB),
+        (pynvml.NVML_TOPOLOGY_NODE, codec.Level.NODE),
+        (pynvml.NVML_TOPOLOGY_SYSTEM, codec.Level.SYS),
     ],
 )
-def test_pcie_levels_follow_nvidia_smi_topo(monkeypatch: pytest.MonkeyPatch, ancestor: int, level: inventory.Level) -> None:
+def test_pcie_levels_follow_nvidia_smi_topo(monkeypatch: pytest.MonkeyPatch, ancestor: int, level: codec.Level) -> None:
     FakeNvml(monkeypatch, [t4(0), t4(1)], ancestors={(0, 1): ancestor})
     assert nvml.read().links == (inventory.Link(a=0, b=1, level=level),)
 

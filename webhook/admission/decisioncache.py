@@ -144,17 +144,22 @@ class Cache:
             return compute()
         if settings is not self._settings:
             self._adopt(settings)
-        key, volatile = self._key(
-            obj,
-            namespace=namespace or decisions.object_namespace(obj) or decisions.DEFAULT_NAMESPACE,
-            operation=operation,
-            user=user,
-            groups=groups,
-            dry_run=dry_run,
-            namespace_labels=namespace_labels,
-            env_lookup=env_lookup,
-            env_sources=env_sources,
-        )
+        try:
+            key, volatile = self._key(
+                obj,
+                namespace=namespace or decisions.object_namespace(obj) or decisions.DEFAULT_NAMESPACE,
+                operation=operation,
+                user=user,
+                groups=groups,
+                dry_run=dry_run,
+                namespace_labels=namespace_labels,
+                env_lookup=env_lookup,
+                env_sources=env_sources,
+            )
+        except (TypeError, ValueError):  # an input JSON cannot hold (looked-up data not text): not cached
+            self.bypassed += 1
+            self.on_outcome("bypass")
+            return compute()
         entry = self._entries.get(key)
         if entry is not None and (entry.valid_until is None or now < entry.valid_until):
             self._entries.move_to_end(key)

@@ -284,6 +284,16 @@ def test_updates_subresources_user_policies_and_config_maps_are_never_cached() -
     assert (cache.bypassed, cache.hits, cache.misses, len(cache)) == (4, 0, 0, 0)
 
 
+def test_looked_up_data_json_cannot_hold_is_judged_without_the_cache() -> None:
+    cache, config = decisioncache.Cache(), settings.Settings()
+    source = model.EnvSource(kind="ConfigMap", namespace="team-a", name="odd")
+    reader = pod(resources=GPU_LIMITS, envFrom=[{"configMapRef": {"name": "odd"}}])
+    odd: Any = {"KEY": b"bytes, not text"}
+    decision = decide(cache, reader, config, env_lookup=lambda s: odd if s == source else None, env_sources=(source,))
+    assert (cache.bypassed, len(cache)) == (1, 0)
+    assert decision == decide(decisioncache.Cache(max_entries=0), reader, config, env_lookup=lambda s: odd if s == source else None)
+
+
 def test_the_least_recently_used_entry_goes_first() -> None:
     outcomes: list[str] = []
     cache, config = decisioncache.Cache(max_entries=2, on_outcome=outcomes.append), settings.Settings()

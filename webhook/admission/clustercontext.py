@@ -45,7 +45,7 @@ from webhook.cmdline import errors, flags
 from webhook.serving import metrics
 from webhook import kube as webhook_kube
 from webhook.admission import envsources, events, keys, namespaces, nodes
-from webhook.audit import kube
+from webhook.kube import envsources as kube_envsources
 from webhook.kube import client, retry
 from webhook.kube import errors as kube_errors
 from webhook.kube import watch as kube_watch
@@ -250,8 +250,8 @@ def from_args(args: argparse.Namespace) -> Context | None:
         log.info("uid=- no cluster context: namespace labels unknown, GPU001 judges envFrom offline")
         return None
     try:
-        api = kube.api_client(args.kubeconfig, context=getattr(args, "context", None))
-    except kube_errors.KubeError as error:
+        api = webhook_kube.api_client(args.kubeconfig, context=getattr(args, "context", None))
+    except webhook_kube.ConfigError as error:
         raise errors.InputError(f"cluster context: {error}") from error
     informer = namespaces.Informer(KubeNamespaces(api)) if parts.namespace_labels else None
     env = None
@@ -260,7 +260,7 @@ def from_args(args: argparse.Namespace) -> Context | None:
 
         def reader(source: model.EnvSource) -> Mapping[str, str] | None:
             # The read's own timeout ends the thread; the cache stops waiting at the same bound.
-            return kube.read_env_source(api, source, timeout_s=envsources.DEFAULT_TIMEOUT_S)
+            return kube_envsources.read_env_source(api, source, timeout_s=envsources.DEFAULT_TIMEOUT_S)
 
         env = envsources.Cache(reader, kinds=kinds)
     node_cache = nodes.Cache(functools.partial(read_node_labels, api, timeout_s=nodes.DEFAULT_TIMEOUT_S)) if parts.nodes else None

@@ -11,6 +11,7 @@ from typing import Any
 
 from policies import settings as settings_
 from webhook.audit import kube, report, scan
+from webhook.kube import envsources as kube_envsources
 from webhook.kube import client
 
 
@@ -39,7 +40,7 @@ def audit_cluster(
     """List what `namespace` (None: every namespace and the nodes) holds and judge it."""
     inventory = kube.inventory(api, namespace=namespace)
     return scan.run(
-        inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube.env_lookup(api)
+        inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api)
     )
 
 

@@ -6,7 +6,7 @@ denied, in multi-document YAML files of 100 objects (and the same as JSON lists)
 ``--repeat`` times (median shown):
 
 - reference: ``yaml`` loading alone (the C loader when PyYAML has it) — the floor for YAML input;
-- read: ``dryrun.read`` (YAML parse, ``List`` expansion, checks);
+- read: ``manifests.read`` (YAML parse, ``List`` expansion, checks);
 - evaluate: ``dryrun.evaluate`` (the engine, and each patch applied to a copy);
 - render: ``dryrun.render`` to a table and to JSON;
 - CLI: the ``gpu-admission dry-run -o json -f DIR`` process, start-up included, for YAML and JSON
@@ -38,6 +38,7 @@ import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
 
 from policies import settings  # noqa: E402
 from webhook.commands import dryrun  # noqa: E402
+from webhook.cmdline import manifests
 
 SOURCES = ("examples/workloads", "examples/bypasses")
 
@@ -108,7 +109,7 @@ def main() -> int:
 
         seconds, _ = timed(lambda: [list(yaml.load_all(t, Loader=loader)) for t in texts], repeat=args.repeat)  # noqa: S506 - a safe loader
         rows.append((f"reference: yaml.load_all ({loader.__name__})", len(objects), seconds))
-        seconds, documents = timed(lambda: dryrun.read(yaml_paths, stdin=io.StringIO()), repeat=args.repeat)
+        seconds, documents = timed(lambda: manifests.read(yaml_paths, stdin=io.StringIO()), repeat=args.repeat)
         assert isinstance(documents, list) and len(documents) == len(objects)
         rows.append(("read (YAML parse + checks)", len(documents), seconds))
         config = settings.Settings()

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from webhook import config
-from webhook.commands import dryrun
+from webhook.cmdline import manifests
 from webhook.cmdline import errors, flags, output
 from webhook import kube as webhook_kube
 from webhook.audit import kube, render, report, scan, sweep
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     now = time.time()
     try:
         if args.filename:
-            documents = dryrun.read(args.filename, stdin=sys.stdin)
+            documents = manifests.read(args.filename, stdin=sys.stdin)
             scope = sweep.scope_of(args.namespace)
             audit = scan.run(scan.Inventory.of(d.object for d in documents), settings=settings, scope=scope, now=now)
             reports = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope)

@@ -22,6 +22,7 @@ from typing import Any
 from policies import gpu
 from webhook import config
 from webhook.commands import dryrun
+from webhook.cmdline import manifests
 from webhook.cmdline import errors
 from webhook.cluster import binaries, controlplane, install, nodes
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _offline(reason: str) -> int:
     print(f"demo: {reason}; showing the offline dry-run of the same examples instead.\n")
-    outcomes = dryrun.evaluate(dryrun.read([str(EXAMPLES)], stdin=sys.stdin), settings=config.load(None))
+    outcomes = dryrun.evaluate(manifests.read([str(EXAMPLES)], stdin=sys.stdin), settings=config.load(None))
     print(dryrun.render(outcomes, output="table"))
     expected = all(o.decision.allowed != ("bypasses" in o.document.source) for o in outcomes)
     print("every workload admitted and every bypass refused" if expected else "UNEXPECTED verdicts above")
@@ -110,7 +111,7 @@ def _on_cluster(directory: Path, *, real_node: bool = False) -> int:
 
 
 def _apply(state: controlplane.State, path: Path, *, expect_admitted: bool) -> bool:
-    items = [document.object for document in dryrun.read([str(path)], stdin=sys.stdin)]
+    items = [document.object for document in manifests.read([str(path)], stdin=sys.stdin)]
     for item in items:
         item.get("metadata", {}).pop("namespace", None)  # everything goes into the demo namespace
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})

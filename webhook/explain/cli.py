@@ -21,6 +21,7 @@ import yaml
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from webhook import config, kube
 from webhook.commands import dryrun
+from webhook.cmdline import manifests
 from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
 from policies import inspection
@@ -201,7 +202,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     settings = config.load(args.config, policies_dir=args.policies_dir)
-    documents = dryrun.read(args.filename, stdin=sys.stdin)
+    documents = manifests.read(args.filename, stdin=sys.stdin)
     templates = _nodes_file(args.add_nodes) if args.add_nodes else []
     nodes, pods, now = read_cluster(args)
     result = simulate_batch([d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates)
@@ -216,7 +217,7 @@ def simulate_batch(
     """Admit and place the manifests' pods; with `templates`, the fewest added nodes (None: none do)."""
     loaded = settings if settings is not None else config.load(None)
     expanded = simulate.expand(objects)
-    documents = [dryrun.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)]
+    documents = [manifests.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)]
     outcomes = dryrun.evaluate(documents, settings=loaded)
     admitted = [outcome.patched for outcome in outcomes]
     for pod, outcome in zip(admitted, outcomes):
@@ -233,7 +234,7 @@ def _denied(result: simulate.Result) -> bool:
 
 
 def _nodes_file(path: str) -> list[dict[str, Any]]:
-    found = [d.object for d in dryrun.read([path], stdin=sys.stdin) if d.object.get("kind") == "Node"]
+    found = [d.object for d in manifests.read([path], stdin=sys.stdin) if d.object.get("kind") == "Node"]
     if not found:
         raise errors.InputError(f"{path}: no Node objects to add")
     return found
@@ -298,8 +299,8 @@ def make_plan(args: argparse.Namespace) -> defrag.Plan:
     target = None
     if args.for_file:
         settings = config.load(args.config, policies_dir=args.policies_dir)
-        expanded = simulate.expand([d.object for d in dryrun.read([args.for_file], stdin=sys.stdin)])
-        outcomes = dryrun.evaluate([dryrun.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)], settings=settings)
+        expanded = simulate.expand([d.object for d in manifests.read([args.for_file], stdin=sys.stdin)])
+        outcomes = dryrun.evaluate([manifests.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)], settings=settings)
         wanted = [o for o in outcomes if snapshot.is_gpu_pod(o.patched)]
         if not wanted:
             raise errors.InputError(f"{args.for_file}: no pod asking for a GPU the extender places")

@@ -15,7 +15,7 @@ import pytest
 
 from policies import settings as settings_
 from tests.unit.audit.conftest import NOW, PodFactory
-from webhook.commands import dryrun
+from webhook.cmdline import manifests
 from webhook.audit import render, scan
 
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "cluster.yaml"
@@ -24,7 +24,7 @@ BROWSER_REQUIRE_ENV = "GPU_ADMISSION_BROWSER"  # "require": no chromium fails th
 
 @pytest.fixture(scope="module")
 def audit() -> scan.Audit:
-    documents = dryrun.read([str(SNAPSHOT)], stdin=io.StringIO())
+    documents = manifests.read([str(SNAPSHOT)], stdin=io.StringIO())
     return scan.run(scan.Inventory.of(d.object for d in documents), settings=settings_.Settings(), now=NOW)
 
 

@@ -14,6 +14,7 @@ from policies import cel, engine, model, policy, settings
 from tests.conftest import PodFactory
 from webhook import config
 from webhook.commands import dryrun
+from webhook.cmdline import manifests
 from webhook.cmdline import errors
 from webhook.config import userpolicies
 
@@ -96,7 +97,7 @@ def test_each_example_policy_allows_one_manifest_and_denies_another(
     manifest: str, policy_id: str, allowed: bool
 ) -> None:
     loaded = config.load(None, policies_dir=str(EXAMPLES))
-    documents = dryrun.read([str(EXAMPLES / "manifests" / manifest)], stdin=sys.stdin)
+    documents = manifests.read([str(EXAMPLES / "manifests" / manifest)], stdin=sys.stdin)
 
     (outcome,) = dryrun.evaluate(documents, settings=loaded)
 
@@ -106,7 +107,7 @@ def test_each_example_policy_allows_one_manifest_and_denies_another(
 
 def test_the_example_messages_say_what_is_wrong() -> None:
     loaded = config.load(None, policies_dir=str(EXAMPLES))
-    documents = dryrun.read([str(EXAMPLES / "manifests")], stdin=sys.stdin)
+    documents = manifests.read([str(EXAMPLES / "manifests")], stdin=sys.stdin)
 
     denials = {o.document.object["metadata"]["name"]: o.decision.denial_message for o in dryrun.evaluate(documents, settings=loaded)}
 

@@ -21,6 +21,7 @@ import yaml
 from policies import nodeaffinity
 from webhook import config
 from webhook.commands import dryrun
+from webhook.cmdline import manifests
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "gpu-operator"
@@ -63,7 +64,7 @@ def pod_of(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def outcomes(objects: list[dict[str, Any]], settings: Any) -> list[dryrun.Outcome]:
-    documents = [dryrun.Document(source=f"{o['kind']}/{o['metadata']['name']}", object=o) for o in objects]
+    documents = [manifests.Document(source=f"{o['kind']}/{o['metadata']['name']}", object=o) for o in objects]
     return dryrun.evaluate(documents, settings=settings)
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from policies import settings as engine_settings
 from webhook.commands import dryrun
+from webhook.cmdline import manifests
 from webhook.admission import response
 
 GPU_RESOURCES = ("nvidia.com/gpu", "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu", "cpu")
@@ -101,7 +102,7 @@ def _decoded_patch(answer: dict[str, Any]) -> list[Any]:
 @given(obj=objects())
 async def test_dry_run_and_webhook_agree_on_every_object(webhook: Any, make_review: Any, obj: dict[str, Any]) -> None:
     client = webhook  # one server for all examples: the app keeps no state between reviews
-    (document,) = dryrun.parse(yaml.safe_dump(obj), name="generated.yaml")
+    (document,) = manifests.parse(yaml.safe_dump(obj), name="generated.yaml")
     (outcome,) = dryrun.evaluate([document], settings=engine_settings.Settings())
     (offline,) = dryrun.report([outcome])["results"]
 

@@ -31,11 +31,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import allocation, cardrequest, gpu, inventory, podspec, quantity, reservations
-
-# Names the GPU model owns, kept only until the extender's app and cli switch to them.
-pod_request = cardrequest.pod_request
-DEFAULT_RESERVATION_TTL_S = allocation.DEFAULT_RESERVATION_TTL_S
+from policies import allocation, gpu, inventory, podspec, quantity, reservations
 
 
 # --- cards of a node ------------------------------------------------------------------------------

@@ -1,23 +1,16 @@
 """The apiserver operations the extender needs, as an interface: `kube.KubeApi` implements it for
 real, the unit tests with an in-memory fake. Objects travel as plain JSON dicts.
 
-Failures are the Kubernetes layer's errors (`webhook.kube.errors`), named here for the binder and
-the fakes: `ApiError` (any; ``status`` is the HTTP code, 0 without an answer), `Conflict` (409: a
-precondition, resourceVersion or UID, no longer holds, or the pod is already bound) and `NotFound`
-(404: the object is gone)."""
+Failures are the Kubernetes layer's errors (`webhook.kube.errors`): any `KubeError` (``status`` is
+the HTTP code, 0 without an answer), `Conflict` (409: a precondition, resourceVersion or UID, no
+longer holds, or the pod is already bound) and `NotFound` (404: the object is gone)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from webhook.kube import errors as kube_errors
-
 Object = dict[str, Any]
-
-ApiError = kube_errors.KubeError
-Conflict = kube_errors.Conflict
-NotFound = kube_errors.NotFound
 
 
 class Api(Protocol):

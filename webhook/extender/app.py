@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from policies import podspec
+from policies import allocation, cardrequest, podspec
 from webhook.serving import metrics
 from webhook.extender import binder, occupancy, placement, reality, wire
 from policies import cards, inspection
@@ -42,7 +42,7 @@ class Watch(Protocol):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-    ttl: float = cards.DEFAULT_RESERVATION_TTL_S
+    ttl: float = allocation.DEFAULT_RESERVATION_TTL_S
     clock: Callable[[], float] = time.time
     # Refuse the verbs and /inspect to callers without a verified client certificate. The TLS
     # context asks for one but does not insist (CERT_OPTIONAL), so kubelet probes of /healthz work.
@@ -218,7 +218,7 @@ async def filter_nodes(request: web.Request) -> web.Response:
         meters.requests.inc(verb="filter", result="error")
         return web.json_response(wire.filter_error("the GPU extender is still loading nodes and pods; retry"))
     try:
-        wanted = cards.pod_request(args.pod)
+        wanted = cardrequest.pod_request(args.pod)
         states = _states(cache, args, settings=settings)
         outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
@@ -247,7 +247,7 @@ async def prioritize(request: web.Request) -> web.Response:
     cache, settings = request.app[STORE], request.app[SETTINGS]
     try:
         scores = placement.scores(
-            cards.pod_request(args.pod), states=_states(cache, args, settings=settings), names=args.node_names
+            cardrequest.pod_request(args.pod), states=_states(cache, args, settings=settings), names=args.node_names
         )
     except Exception:  # noqa: BLE001 - a neutral answer beats a failed call; the scheduler ignores prioritize errors anyway
         log.exception("prioritize %s", args.pod_key)

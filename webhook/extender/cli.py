@@ -16,12 +16,14 @@ from typing import Any
 
 import yaml
 
+from policies import allocation
 from policies import usage as policies_usage
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
-from webhook.extender import api, app, binder, kube
+from webhook.extender import app, binder, kube
 from policies import cards, inspection
 from webhook.extender import store as store_module
+from webhook.kube import errors as kube_errors
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +58,9 @@ def add_parser(subparsers: Any) -> None:
     flags.add_drain(serve)
     flags.add_cluster(serve)
     serve.add_argument(
-        "--reservation-ttl", type=flags.positive_duration, default=cards.DEFAULT_RESERVATION_TTL_S, metavar="DURATION",
+        "--reservation-ttl", type=flags.positive_duration, default=allocation.DEFAULT_RESERVATION_TTL_S, metavar="DURATION",
         help="how long a card stays held for a pod whose bind did not complete "
-        f"(default: {cards.DEFAULT_RESERVATION_TTL_S:g}s; bare seconds as before)",
+        f"(default: {allocation.DEFAULT_RESERVATION_TTL_S:g}s; bare seconds as before)",
     )
     serve.add_argument(
         "--honour-out-of-band-usage", action="store_true",
@@ -93,7 +95,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     try:
         nodes, _ = client.list("/api/v1/nodes")
         pods, _ = client.list("/api/v1/pods")
-    except api.ApiError as error:
+    except kube_errors.KubeError as error:
         print(f"gpu-admission inspect: cannot read nodes and pods: {error}", file=sys.stderr)
         return 1
     states = cards.cluster_state(nodes, pods, now=time.time())

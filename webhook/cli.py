@@ -26,7 +26,7 @@ EXIT_INPUT_ERROR = 2
 # (tests/unit/test_cli.py checks this against the parser).
 SUBCOMMANDS: dict[str, str] = {
     "demo": "webhook.commands.demo",
-    "serve": "webhook.admission.serve",
+    "serve": "webhook.commands.serve",
     "dry-run": "webhook.commands.dryrun",
     "audit": "webhook.audit.cli",
     "policies": "webhook.commands.policies_cli",

@@ -35,7 +35,7 @@ _PROBE_POD = {
 def make_app(
     config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES, decision_cache_entries: int | None = None
 ) -> web.Application:
-    """Build the webhook app for ``config``; serve it over TLS (see ``webhook.admission.serve``).
+    """Build the webhook app for ``config``; serve it over TLS (see ``webhook.commands.serve``).
 
     ``decision_cache_entries``: how many decisions to remember (0: none); by default
     ``$GPU_ADMISSION_DECISION_CACHE_ENTRIES``, else ``decisioncache.DEFAULT_MAX_ENTRIES``.

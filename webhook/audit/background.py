@@ -34,7 +34,6 @@ from aiohttp import web
 from policies import settings as settings_
 from webhook.cmdline import durations, errors, flags
 from webhook.serving import metrics
-from webhook.admission import keys
 from webhook import kube as webhook_kube
 from webhook.audit import kube, report, sweep
 from webhook.kube import errors as kube_errors
@@ -228,6 +227,7 @@ class BackgroundAudit:
         store: leader.LeaseStore | None,
         job: Job | None,
         retry_s: float,
+        registry: metrics.Registry | None = None,
     ) -> None:
         self.settings = settings
         self.interval = interval
@@ -236,6 +236,7 @@ class BackgroundAudit:
         self.all_results = all_results
         self.lease_namespace = lease_namespace
         self.store = store
+        self.registry = registry
         self.job = job
         self.retry_s = retry_s
         self.state = State()
@@ -258,7 +259,7 @@ class BackgroundAudit:
             identity=leader.identity(),
             retry_s=self.retry_s,
         )
-        registry = app[keys.METRICS].registry if keys.METRICS in app else metrics.Registry()
+        registry = self.registry if self.registry is not None else metrics.Registry()
         background = Background(
             interval=self.interval,
             elector=elector,
@@ -293,10 +294,12 @@ def background_audit(
     store: leader.LeaseStore | None = None,
     job: Job | None = None,
     retry_s: float = leader.DEFAULT_RETRY_S,
+    registry: metrics.Registry | None = None,
 ) -> BackgroundAudit:
     """An aiohttp `cleanup_ctx` factory: the background audit for the app's lifetime (nothing if interval is 0).
 
-    `store` and `job` replace the apiserver Lease and the cluster audit (tests, simulations).
+    `store` and `job` replace the apiserver Lease and the cluster audit (tests, simulations);
+    `registry` is where its metrics go (the server's, so one scrape has them; default: its own).
     """
     return BackgroundAudit(
         settings,
@@ -308,4 +311,5 @@ def background_audit(
         store=store,
         job=job,
         retry_s=retry_s,
+        registry=registry,
     )

@@ -96,7 +96,8 @@ def replica(store: MemoryLeaseStore, job: background.Job, *, interval: float = 0
     app = web.Application()
     app[keys.METRICS] = metrics.webhook_metrics()
     context = background.background_audit(
-        settings_.Settings(), interval=interval, kubeconfig=None, lease_namespace="gpu-admission", store=store, job=job, retry_s=0.02
+        settings_.Settings(), interval=interval, kubeconfig=None, lease_namespace="gpu-admission", store=store, job=job, retry_s=0.02,
+        registry=app[keys.METRICS].registry,
     )
     app.cleanup_ctx.append(context)
     return app, context

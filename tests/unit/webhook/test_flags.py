@@ -319,9 +319,9 @@ def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.Monke
     assert isinstance(handler.formatter, flags.JsonFormatter) and root.level == logging.DEBUG
     stream = io.StringIO()
     handler.setStream(stream)  # type: ignore[attr-defined] # a StreamHandler, as configure_logging made it
-    logging.getLogger("webhook.admission.serve").info("uid=- shutting down")
+    logging.getLogger("webhook.commands.serve").info("uid=- shutting down")
     assert json.loads(stream.getvalue()) | {"time": ""} == {
-        "time": "", "level": "info", "logger": "webhook.admission.serve", "message": "uid=- shutting down", "uid": "-",
+        "time": "", "level": "info", "logger": "webhook.commands.serve", "message": "uid=- shutting down", "uid": "-",
     }
 
 

@@ -201,7 +201,12 @@ async def _serve(
         context.install(app)
     app.cleanup_ctx.append(
         audit_background.background_audit(
-            loaded, interval=args.audit_interval, kubeconfig=args.kubeconfig, context=args.context, all_results=args.audit_all_results
+            loaded,
+            interval=args.audit_interval,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            all_results=args.audit_all_results,
+            registry=app[keys.METRICS].registry,
         )
     )
     source = configwatch.Source(config_path=args.config, policies_dir=args.policies_dir)

@@ -39,7 +39,7 @@ SUBCOMMANDS: dict[str, str] = {
     "defrag": "webhook.explain.cli",
     "labeler": "webhook.labeler.cli",
     "cluster": "webhook.cluster.cli",
-    "completion": "webhook.cmdline.completion",
+    "completion": "webhook.commands.completion",
 }
 # Every command module, once each.
 MODULES: tuple[str, ...] = tuple(dict.fromkeys(SUBCOMMANDS.values()))

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from webhook import cli
-from webhook.cmdline import completion, flags
+from webhook.cmdline import flags
+from webhook.commands import completion
 
 
 def _script(shell: str, capsys: pytest.CaptureFixture[str]) -> str:

@@ -35,8 +35,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from policies import cards, cel, engine, envsources, model, podspec, policy
 from policies import settings as settings_
@@ -104,7 +106,8 @@ VALIDATORS: tuple[policy.Policy, ...] = tuple(
 class Inventory:
     """What the audit looks at, as decoded JSON objects (the kube adapter or manifest files give them)."""
 
-    pods: tuple[Mapping[str, Any], ...] = ()
+    # Possibly a one-shot stream (`streamed`): `run` reads it once, judging each pod as it comes.
+    pods: Iterable[Mapping[str, Any]] = ()
     workloads: tuple[Mapping[str, Any], ...] = ()
     nodes: tuple[Mapping[str, Any], ...] = ()
     # ConfigMaps and Secrets, keys only (`envsources.keys_only`): GPU211 needs no value.
@@ -140,6 +143,32 @@ class Inventory:
             env_sources=tuple(env_sources),
             namespace_labels=settings_.labels_by_namespace(namespaces),
         )
+
+    @classmethod
+    def streamed(cls, objects: Iterable[Mapping[str, Any]]) -> Inventory:
+        """Like `of`, for a stream whose Pods come last (`kube.objects`): everything before the
+        first Pod is read now, the Pods stay a stream that `run` judges one by one, so no more of
+        them is held than `run` keeps (see `run`)."""
+        stream = iter(objects)
+        before: list[Mapping[str, Any]] = []
+        first: Mapping[str, Any] | None = None
+        for obj in stream:
+            if obj.get("kind") == "Pod":
+                first = obj
+                break
+            before.append(obj)
+        sorted_out = cls.of(before)
+        if first is None:
+            return sorted_out
+
+        def pods() -> Iterator[Mapping[str, Any]]:
+            yield first
+            for obj in stream:
+                if obj.get("kind") != "Pod":
+                    raise ValueError(f"a {obj.get('kind')} after the Pods: the stream must end with its Pods")
+                yield obj
+
+        return dataclasses.replace(sorted_out, pods=pods())
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -203,8 +232,10 @@ def evaluate_policies(
     env_lookup: model.EnvLookup | None = None,
     now: datetime.datetime | None = None,
     namespace_labels: Mapping[str, str] | None = None,
+    described: Mapping[str, Describer] | None = None,
 ) -> list[findings.Finding]:
-    """Every validate policy's result (user policies included) on one Pod or workload, with its action."""
+    """Every validate policy's result (user policies included) on one Pod or workload, with its action;
+    `described` holds `describe` of each policy by id, computed once per run."""
     subject = findings.ObjectRef.of(obj)
     decision = engine.evaluate(
         model.Request(
@@ -217,7 +248,7 @@ def evaluate_policies(
     for item in (*VALIDATORS, *configured.user_policies):
         if not policy.judges(item, obj.get("kind")):
             continue  # a pod policy on a ConfigMap, GPU007 on a pod: not a result at all
-        described = describe(item)
+        description = described[item.id] if described is not None and item.id in described else describe(item)
         action = configured.action(item.id, namespace=namespace, namespace_labels=namespace_labels)
         found = by_policy.get(item.id)
         if decision.exempt_reason or found is None:
@@ -238,11 +269,11 @@ def evaluate_policies(
         out.append(
             findings.Finding(
                 policy=item.id,
-                rule=described.rule,
+                rule=description.rule,
                 result=result,
                 action=action,
-                severity=described.severity,
-                category=described.category,
+                severity=description.severity,
+                category=description.category,
                 message=message,
                 subject=subject,
             )
@@ -300,6 +331,77 @@ def _fold(
     return kept, folded
 
 
+# --- the pods the node-level and env-source checks look at ------------------------------------------
+#
+# A pod is judged whole, as it arrives, and then dropped; what stays for the checks that look across
+# pods (GPU202-GPU215 on a node: its pods and every pod by uid; GPU211: who takes a source by envFrom)
+# is the pod less what no such check reads: `metadata.managedFields` and every status field but
+# `phase` (the one `allocation.is_terminal` reads). It is kept as compact JSON (a pod of 21 KiB in
+# memory is about 2 KB there) and decoded again one node at a time. 100,000 pods then cost about
+# 200 MB instead of 2 GB. Where orjson cannot write a pod (a lone surrogate, an integer past 64
+# bits) that pod is kept decoded.
+
+_Packed = bytes | Mapping[str, Any]
+
+
+def kept_for_cluster_checks(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as the cross-pod checks see it: no managedFields, and of its status only the phase."""
+    slim = {key: value for key, value in pod.items() if key not in ("metadata", "status")}
+    if "metadata" in pod:
+        metadata = pod["metadata"]
+        slim["metadata"] = (
+            {key: value for key, value in metadata.items() if key != "managedFields"} if isinstance(metadata, Mapping) else metadata
+        )
+    if "status" in pod:
+        status = pod["status"]
+        slim["status"] = {"phase": status["phase"]} if isinstance(status, Mapping) and "phase" in status else {}
+    return slim
+
+
+def _pack(pod: Mapping[str, Any]) -> _Packed:
+    slim = kept_for_cluster_checks(pod)
+    try:
+        return orjson.dumps(slim)
+    except (TypeError, orjson.JSONEncodeError):
+        return slim
+
+
+def _unpack(packed: _Packed) -> Mapping[str, Any]:
+    if isinstance(packed, bytes):
+        found: Mapping[str, Any] = orjson.loads(packed)
+        return found
+    return packed
+
+
+class _PodsByUid(Mapping[str, Mapping[str, Any]]):
+    """Every pod by uid, decoded on lookup (the checks look up the few pods a reservation names)."""
+
+    def __init__(self, kept: Sequence[_Packed], index: Mapping[str, int]) -> None:
+        self._kept = kept
+        self._index = index
+
+    def __getitem__(self, uid: str) -> Mapping[str, Any]:
+        return _unpack(self._kept[self._index[uid]])
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+def _takes_by_env_from(obj: Mapping[str, Any]) -> bool:
+    """Whether a container of the object takes a ConfigMap or Secret whole (`envFrom`): only such
+    objects can deliver a source's keys, so only they are GPU211's consumers."""
+    template = podspec.template(obj)
+    return template is not None and any(
+        podspec.sequence(ref.container.get("envFrom")) for ref in podspec.iter_containers(template.spec, spec_path="")
+    )
+
+
 def run(
     inventory: Inventory,
     *,
@@ -309,15 +411,21 @@ def run(
     env_lookup: model.EnvLookup | None = None,
     default_namespace: str = DEFAULT_NAMESPACE,
 ) -> Audit:
-    """Judge everything in `inventory` that `scope` covers; never raises on odd objects."""
+    """Judge everything in `inventory` that `scope` covers; never raises on odd objects.
+
+    The pods are read once, in one pass (`inventory.pods` may be a stream): each is judged whole,
+    then only `kept_for_cluster_checks` of it stays, packed, for the node-level checks.
+    """
     effective = audit_settings(settings)
     moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)  # for exception expiry
     nodes_by_name = {facts.name_of(node): node for node in inventory.nodes}
+    gpu_nodes = {facts.name_of(node) for node in inventory.nodes if facts.is_gpu_node(node)}
     models: dict[str, cards.NodeCards] = {}
     per_object: dict[_Key, list[findings.Finding]] = {}
     owners: dict[_Key, tuple[_Key, str]] = {}
     uids: dict[_Key, str] = {}
     namespaces: set[str] = set()
+    described = {item.id: describe(item) for item in (*VALIDATORS, *settings.user_policies)}
     objects = 0
 
     def judge(obj: Mapping[str, Any], extra: Sequence[findings.Finding | None]) -> None:
@@ -332,9 +440,11 @@ def run(
             env_lookup=env_lookup,
             now=moment,
             namespace_labels=inventory.namespace_labels.get(namespace),
+            described=described,
         )
         results += [
-            dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))
+            found if found.subject.namespace == namespace
+            else dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))
             for found in extra
             if found is not None
         ]
@@ -350,27 +460,49 @@ def run(
         namespaces.add(namespace)
         objects += 1
 
+    # GPU211's consumers by namespace: the workloads and pods that take a source by envFrom.
+    consumers: dict[str, list[Mapping[str, Any]]] = {}
     for workload in inventory.workloads:
         if scope.covers(namespace_of(workload, default=default_namespace)):
             judge(workload, [check.check_template(workload) for check in TEMPLATE_CHECKS])
-    for pod in inventory.pods:
-        if not scope.covers(namespace_of(pod, default=default_namespace)):
-            continue
-        node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
-        context = base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models)
-        judge(
-            pod,
-            [
-                *(check.check_template(pod) for check in TEMPLATE_CHECKS),
-                *(check.check_pod(pod, context) for check in POD_CHECKS),
-            ],
-        )
-    kept, folded = _fold(per_object, owners, uids)
+        if _takes_by_env_from(workload):
+            consumers.setdefault(namespace_of(workload, default=default_namespace), []).append(workload)
 
-    # GPU211: sources that deliver (or could deliver) a guarded name, with the containers taking it.
-    consumers: dict[str, list[Mapping[str, Any]]] = {}
-    for obj in (*inventory.workloads, *inventory.pods):
-        consumers.setdefault(namespace_of(obj, default=default_namespace), []).append(obj)
+    # One pass over the pods: judge each, keep what the node-level checks need (see above).
+    kept: list[_Packed] = []
+    uid_index: dict[str, int] = {}
+    grouped: dict[str, list[int]] = {}  # by the node a pod occupies or reserves (`cards.pod_node`)
+    bound: dict[str, list[int]] = {}  # by `spec.nodeName`
+    for pod in inventory.pods:
+        namespace = namespace_of(pod, default=default_namespace)
+        if scope.covers(namespace):
+            node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
+            context = base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models)
+            judge(
+                pod,
+                [
+                    *(check.check_template(pod) for check in TEMPLATE_CHECKS),
+                    *(check.check_pod(pod, context) for check in POD_CHECKS),
+                ],
+            )
+        if _takes_by_env_from(pod):
+            consumers.setdefault(namespace, []).append(kept_for_cluster_checks(pod))
+        if not scope.cluster:
+            continue
+        position = len(kept)
+        kept.append(_pack(pod))
+        uid = podspec.mapping(pod.get("metadata")).get("uid")
+        if uid:
+            uid_index[str(uid)] = position
+        occupied = cards.pod_node(pod)
+        if occupied in gpu_nodes:
+            grouped.setdefault(occupied, []).append(position)
+        node_name = podspec.mapping(pod.get("spec")).get("nodeName")
+        if isinstance(node_name, str) and node_name in gpu_nodes:
+            bound.setdefault(node_name, []).append(position)
+    results, folded = _fold(per_object, owners, uids)
+    del per_object
+
     for source in inventory.env_sources:
         namespace = namespace_of(source, default=default_namespace)
         if not scope.covers(namespace):
@@ -382,39 +514,33 @@ def run(
             continue
         if namespace in settings.exempt_namespaces:
             judged = [_exempt(found, f"namespace {namespace} is exempt") for found in judged]
-        kept.extend(judged)
+        results.extend(judged)
         namespaces.add(namespace)
         objects += 1
 
     states: list[cards.NodeState] = []
     if scope.cluster:
-        grouped = cards.pods_by_node(inventory.pods)
-        bound: dict[str, list[Mapping[str, Any]]] = {}
-        for pod in inventory.pods:
-            node_name = podspec.mapping(pod.get("spec")).get("nodeName")
-            if isinstance(node_name, str) and node_name:
-                bound.setdefault(node_name, []).append(pod)
-        pods_by_uid = {
-            str(podspec.mapping(p.get("metadata")).get("uid")): p
-            for p in inventory.pods
-            if podspec.mapping(p.get("metadata")).get("uid")
-        }
+        pods_by_uid = _PodsByUid(kept, uid_index)
         for node in inventory.nodes:
             if not facts.is_gpu_node(node):
                 continue
             objects += 1
             node_name = facts.name_of(node)
-            state = cards.node_state(node, grouped.get(node_name, ()), now=now)
+            # This node's pods, decoded once for both lists and dropped after its checks.
+            decoded = {i: _unpack(kept[i]) for i in (*grouped.get(node_name, ()), *bound.get(node_name, ()))}
+            state = cards.node_state(node, [decoded[i] for i in grouped.get(node_name, ())], now=now)
             if state.node.cards:
                 states.append(state)
-            node_context = base.NodeContext(state=state, now=now, pods=bound.get(node_name, ()), pods_by_uid=pods_by_uid)
-            kept.extend(found for check in NODE_CHECKS if (found := check.check_node(node, node_context)) is not None)
+            node_context = base.NodeContext(
+                state=state, now=now, pods=[decoded[i] for i in bound.get(node_name, ())], pods_by_uid=pods_by_uid
+            )
+            results.extend(found for check in NODE_CHECKS if (found := check.check_node(node, node_context)) is not None)
         for exception in settings.exceptions:
-            kept.extend(
+            results.extend(
                 found for check in EXCEPTION_CHECKS if (found := check.check_exception(exception, now=moment)) is not None
             )
     return Audit(
-        findings=tuple(sorted(kept, key=findings.sort_key)),
+        findings=tuple(sorted(results, key=findings.sort_key)),
         scope=scope,
         objects=objects,
         folded=folded,

@@ -37,8 +37,9 @@ def scope_of(namespace: str | None) -> scan.Scope:
 def audit_cluster(
     api: client.ApiClient, *, settings: settings_.Settings, namespace: str | None, now: float
 ) -> scan.Audit:
-    """List what `namespace` (None: every namespace and the nodes) holds and judge it."""
-    inventory = kube.inventory(api, namespace=namespace)
+    """List what `namespace` (None: every namespace and the nodes) holds and judge it, each page of
+    pods as it arrives (`kube.objects` lists them last; `scan.run` keeps little of each)."""
+    inventory = scan.Inventory.streamed(kube.objects(api, namespace=namespace))
     return scan.run(
         inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api)
     )

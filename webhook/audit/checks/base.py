@@ -119,8 +119,10 @@ class NodeContext:
 
     state: cards.NodeState  # the node's cards and the allocations holding them
     now: float  # Unix time
-    pods: Sequence[Mapping[str, Any]] = ()  # the pods bound to the node (`spec.nodeName`)
-    pods_by_uid: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # every pod of the cluster
+    # The pods bound to the node (`spec.nodeName`) and every pod of the cluster by uid, as the scan
+    # keeps them (`scan.kept_for_cluster_checks`): no managedFields, and of the status only the phase.
+    pods: Sequence[Mapping[str, Any]] = ()
+    pods_by_uid: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 class NodeCheck(Check):
@@ -135,7 +137,9 @@ class NodeCheck(Check):
 class EnvSourceContext:
     """What an env-source check may look at besides the source."""
 
-    consumers: Sequence[Mapping[str, Any]] = ()  # the Pods and workloads of the source's namespace
+    # The Pods and workloads of the source's namespace that take a ConfigMap or Secret by envFrom
+    # (kept as for NodeContext.pods): only they can deliver a source's keys.
+    consumers: Sequence[Mapping[str, Any]] = ()
 
 
 class EnvSourceCheck(Check):

@@ -22,7 +22,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,11 @@ from typing import Any
 
 import aiohttp
 
-from webhook.certificates import certfiles
-from webhook.serving import tls
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
+
+from webhook.certificates import certfiles  # noqa: E402
+from webhook.serving import tls  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 REVIEW = REPO / "tests" / "data" / "reviews" / "pod-create-gpu-mem.json"
@@ -56,7 +58,7 @@ def main() -> int:
         return _compare(args)
     with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-") as scratch:
         results = asyncio.run(_bench(pathlib.Path(scratch), args, REPO, _bodies(args)[0][1]))
-    machine = _machine()
+    machine = loadgen.machine()
     if args.json:
         print(json.dumps({"machine": machine, "concurrency": args.concurrency, "results": results}, indent=2))
     else:
@@ -97,7 +99,7 @@ def _compare(args: argparse.Namespace) -> int:
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(other)],
                            check=False, capture_output=True)
-    machine = _machine()
+    machine = loadgen.machine()
     print(f"# {machine['date']}  {machine['cpu']} x{machine['nproc']}  Python {machine['python']}")
     print(f"# concurrency {args.concurrency}, {args.duration:g} s per endpoint, {args.rounds} alternating rounds; "
           f"medians; ratio = this tree / {args.against}")
@@ -218,23 +220,6 @@ async def _load(
         "p50_ms": cuts[49] * 1000,
         "p99_ms": cuts[98] * 1000,
         "errors": errors,
-    }
-
-
-def _machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu": cpu,
-        "python": platform.python_version(),
     }
 
 

@@ -25,34 +25,31 @@ def _check(path: str, status: int, data: bytes) -> None:
         assert not answer["Error"].startswith("internal error"), answer["Error"]
 
 
+def _post_hostile(extender: Client, path: str, drawn: hostile.Body, *, content_type: str | None) -> None:
+    """Post one drawn body: the answer passes `_check`, within 5 s."""
+    label, body = drawn
+    status, data, seconds = extender.post(path, body, content_type=content_type)
+    event(f"{label.split()[0]} -> {status}")
+    _check(path, status, data)
+    assert seconds < 5
+
+
 @FUZZ
 @given(drawn=hostile.filter_bodies(), content_type=hostile.CONTENT_TYPES)
 def test_filter_survives_hostile_bodies(extender: Client, drawn: hostile.Body, content_type: str | None) -> None:
-    label, body = drawn
-    status, data, seconds = extender.post("/filter", body, content_type=content_type)
-    event(f"{label.split()[0]} -> {status}")
-    _check("/filter", status, data)
-    assert seconds < 5
+    _post_hostile(extender, "/filter", drawn, content_type=content_type)
 
 
 @FUZZ
 @given(drawn=hostile.filter_bodies(), content_type=hostile.CONTENT_TYPES)
 def test_prioritize_survives_hostile_bodies(extender: Client, drawn: hostile.Body, content_type: str | None) -> None:
-    label, body = drawn
-    status, data, seconds = extender.post("/prioritize", body, content_type=content_type)
-    event(f"{label.split()[0]} -> {status}")
-    _check("/prioritize", status, data)
-    assert seconds < 5
+    _post_hostile(extender, "/prioritize", drawn, content_type=content_type)
 
 
 @FUZZ
 @given(drawn=hostile.bind_bodies(), content_type=hostile.CONTENT_TYPES)
 def test_bind_survives_hostile_bodies(extender: Client, drawn: hostile.Body, content_type: str | None) -> None:
-    label, body = drawn
-    status, data, seconds = extender.post("/bind", body, content_type=content_type)
-    event(f"{label.split()[0]} -> {status}")
-    _check("/bind", status, data)
-    assert seconds < 5
+    _post_hostile(extender, "/bind", drawn, content_type=content_type)
 
 
 def test_the_extender_answers_a_good_filter_after_the_hostile_ones(extender_server: ThreadServer, extender: Client) -> None:

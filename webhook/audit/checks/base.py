@@ -76,6 +76,24 @@ class Check(abc.ABC):
             related=tuple(related),
         )
 
+    def verdict(
+        self,
+        subject: findings.ObjectRef,
+        problems: Sequence[str],
+        *,
+        passed: str,
+        related: Sequence[findings.ObjectRef] = (),
+    ) -> findings.Finding:
+        """A failure naming `problems` where there are any, else a pass with the detail `passed`.
+
+        The failure's detail joins the problems with "; "; it relates the first `MAX_RELATED` of `related`.
+        """
+        if problems:
+            return self.finding(
+                subject, result=model.Result.FAIL, detail="; ".join(problems), related=related[:MAX_RELATED]
+            )
+        return self.finding(subject, result=model.Result.PASS, detail=passed)
+
 
 def shortened(problems: Sequence[str]) -> list[str]:
     """The first `MAX_NAMED` problems, then how many more there are."""

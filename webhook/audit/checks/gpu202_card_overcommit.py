@@ -66,10 +66,6 @@ class CardOvercommitted(base.NodeCheck):
             if used[key] > advertised.get(key, 0):
                 problems.append(f"pods bound to the node ask for {key}={used[key]}, the node has {advertised.get(key, 0)}")
                 involved.update(dict.fromkeys(findings.ObjectRef.of(p) for p, asked in requested if asked.get(key)))
-        if problems:
-            return self.finding(
-                subject, result=model.Result.FAIL, detail="; ".join(problems), related=list(involved)[: base.MAX_RELATED]
-            )
         allocated = sum(card.memory_used for card in state.cards)
-        detail = f"{allocated} of {state.memory_total} GiB allocated" if state.cards else "within capacity"
-        return self.finding(subject, result=model.Result.PASS, detail=detail)
+        passed = f"{allocated} of {state.memory_total} GiB allocated" if state.cards else "within capacity"
+        return self.verdict(subject, problems, passed=passed, related=list(involved))

@@ -69,11 +69,6 @@ class OrphanedReservation(base.PodCheck, base.NodeCheck):
                 else:
                     continue
             involved.append(facts.allocation_ref(entry))
-        if problems:
-            return self.finding(
-                subject,
-                result=model.Result.FAIL,
-                detail="; ".join(base.shortened(problems)),
-                related=involved[: base.MAX_RELATED],
-            )
-        return self.finding(subject, result=model.Result.PASS, detail="every reservation belongs to a pod of this node")
+        return self.verdict(
+            subject, base.shortened(problems), passed="every reservation belongs to a pod of this node", related=involved
+        )

@@ -56,11 +56,6 @@ class StaleAllocation(base.NodeCheck):
                 f"holds card {facts.card_list(held)}: its node is likely lost; force-delete the pod to free the card"
             )
             involved.append(facts.allocation_ref(held))
-        if problems:
-            return self.finding(
-                subject,
-                result=model.Result.FAIL,
-                detail="; ".join(base.shortened(problems)),
-                related=involved[: base.MAX_RELATED],
-            )
-        return self.finding(subject, result=model.Result.PASS, detail="no card is held by a pod that is gone")
+        return self.verdict(
+            subject, base.shortened(problems), passed="no card is held by a pod that is gone", related=involved
+        )

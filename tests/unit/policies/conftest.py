@@ -174,6 +174,15 @@ def result_of(decision: model.Decision, policy_id: str) -> model.Result:
     return next(r.result for r in decision.results if r.policy == policy_id)
 
 
+def assert_second_pass_is_empty(
+    evaluate: Evaluate, patched: Patched, obj: Mapping[str, Any], decision: model.Decision, **kwargs: Any
+) -> None:
+    """Idempotence: `obj` with the decision's patch applied is allowed again and patched no further."""
+    again = evaluate(patched(obj, decision.patch), **kwargs)
+    assert again.allowed
+    assert again.patch == ()
+
+
 def load_manifest(name: str) -> dict[str, Any]:
     """A manifest from tests/data/policies."""
     loaded: dict[str, Any] = yaml.safe_load((DATA / name).read_text())

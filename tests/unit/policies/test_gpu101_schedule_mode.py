@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-
-
-def assert_second_pass_is_empty(evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision) -> None:
-    again = evaluate(patched(obj, decision.patch))
-    assert again.allowed
-    assert again.patch == ()
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,14 @@ from typing import Any
 
 import pytest
 
-from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
@@ -15,12 +21,6 @@ TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
 
 def gpu_pod(pod: PodFactory, container: ContainerFactory, annotations: dict[str, str] | None, **spec: Any) -> dict[str, Any]:
     return pod(container(gpu={"nvidia.com/gpu": 1}), annotations=annotations, **spec)
-
-
-def assert_second_pass_is_empty(evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision) -> None:
-    again = evaluate(patched(obj, decision.patch))
-    assert again.allowed
-    assert again.patch == ()
 
 
 def test_gpu_model_annotation_becomes_required_in_affinity(

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
-
-
-def assert_second_pass_is_empty(
-    evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision, **kwargs: Any
-) -> None:
-    again = evaluate(patched(obj, decision.patch), **kwargs)
-    assert again.allowed
-    assert again.patch == ()
 
 
 def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
-
-
-def assert_second_pass_is_empty(
-    evaluate: Evaluate, patched: Patched, obj: dict[str, Any], decision: model.Decision, **kwargs: Any
-) -> None:
-    again = evaluate(patched(obj, decision.patch), **kwargs)
-    assert again.allowed
-    assert again.patch == ()
 
 
 def test_container_without_env_gets_an_env_list_with_void(

@@ -19,6 +19,7 @@ import jsonpatch
 from hypothesis import strategies as st
 
 from policies import engine, model, settings
+from tests.unit.policies.conftest import WORKLOAD_TEMPLATE_PATHS
 
 PROPERTY_SETTINGS = hypothesis.settings(
     max_examples=200,
@@ -179,27 +180,18 @@ annotation_maps = st.one_of(
     garbage,
 )
 metadata = st.fixed_dictionaries({"name": st.just("app")}, optional={"annotations": annotation_maps})
-TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "ReplicationController": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-}
 
 
 @st.composite
 def objects(draw: st.DrawFn) -> dict[str, Any]:
     """A Pod or a workload around a generated pod spec."""
-    kind = draw(st.sampled_from(["Pod", *TEMPLATE_PATHS]))
+    kind = draw(st.sampled_from(["Pod", *WORKLOAD_TEMPLATE_PATHS]))
     spec, meta = draw(pod_spec), draw(metadata)
     if kind == "Pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
     root: dict[str, Any] = {"kind": kind, "metadata": {"name": "app"}}
     node = root
-    tokens = TEMPLATE_PATHS[kind]
+    tokens = WORKLOAD_TEMPLATE_PATHS[kind]
     for token in tokens[:-1]:
         node = node.setdefault(token, {})
     node[tokens[-1]] = {"metadata": meta, "spec": spec}
@@ -231,7 +223,7 @@ def assert_consistent(decision: model.Decision) -> None:
 
 def template_spec(obj: Mapping[str, Any]) -> Any:
     node: Any = obj
-    tokens = ("spec",) if obj["kind"] == "Pod" else (*TEMPLATE_PATHS[obj["kind"]], "spec")
+    tokens = ("spec",) if obj["kind"] == "Pod" else (*WORKLOAD_TEMPLATE_PATHS[obj["kind"]], "spec")
     for token in tokens:
         node = node.get(token) if isinstance(node, Mapping) else None
     return node

@@ -67,7 +67,7 @@ import dataclasses
 import functools
 import re
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from policies import model, podspec, policy
@@ -440,9 +440,7 @@ def parse_spec(document: object, *, source: str, env: Any | None = None) -> Spec
             f"got {policy_id!r}"
         )
     where = f"{source}: policy {policy_id}"
-    for key in spec:
-        if key not in _SPEC_KEYS:
-            raise InvalidPolicy(f"{where}: spec.{key}: unknown key; known: {', '.join(_SPEC_KEYS)}")
+    _known_keys(spec, field="spec", known=_SPEC_KEYS, where=where)
     name = metadata.get("name", policy_id.lower())
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > 200:
         raise InvalidPolicy(f"{where}: metadata.name: must be a lower-case DNS name, got {name!r}")
@@ -459,12 +457,8 @@ def parse_spec(document: object, *, source: str, env: Any | None = None) -> Spec
     if not isinstance(constraints, Mapping):
         raise InvalidPolicy(f"{where}: spec.matchConstraints: is required (a mapping with resourceRules)")
     rules = _rules(constraints.get("resourceRules"), where=where)
-    for key in constraints:
-        if key not in ("resourceRules", "namespaceSelector", "objectSelector"):
-            raise InvalidPolicy(
-                f"{where}: spec.matchConstraints.{key}: unknown key; known: resourceRules, namespaceSelector, "
-                "objectSelector"
-            )
+    known_constraints = ("resourceRules", "namespaceSelector", "objectSelector")
+    _known_keys(constraints, field="spec.matchConstraints", known=known_constraints, where=where)
     selectors: dict[str, tuple[settings_.LabelSelector | None, Mapping[str, Any] | None]] = {}
     for key in ("namespaceSelector", "objectSelector"):
         raw = constraints.get(key)
@@ -525,20 +519,34 @@ def _strings(value: object, *, field: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _rules(value: object, *, where: str) -> tuple[ResourceRule, ...]:
-    field = "spec.matchConstraints.resourceRules"
+def _known_keys(value: Mapping[str, Any], *, field: str, known: Sequence[str], where: str) -> None:
+    for key in value:
+        if key not in known:
+            raise InvalidPolicy(f"{where}: {field}.{key}: unknown key; known: {', '.join(known)}")
+
+
+def _entries(
+    value: object, *, field: str, known: Sequence[str], where: str, shape: str = "a mapping"
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each entry of a non-empty list of mappings with only `known` keys, and the field that names it."""
     if not isinstance(value, list) or not value:
         raise InvalidPolicy(f"{where}: {field}: must be a non-empty list, got {value!r}")
-    rules = []
     for index, entry in enumerate(value):
         here = f"{field}[{index}]"
         if not isinstance(entry, Mapping):
-            raise InvalidPolicy(f"{where}: {here}: must be a mapping, got {entry!r}")
-        for key in entry:
-            if key not in ("apiGroups", "apiVersions", "operations", "resources", "scope"):
-                raise InvalidPolicy(
-                    f"{where}: {here}.{key}: unknown key; known: apiGroups, apiVersions, operations, resources, scope"
-                )
+            raise InvalidPolicy(f"{where}: {here}: must be {shape}, got {entry!r}")
+        _known_keys(entry, field=here, known=known, where=where)
+        yield here, entry
+
+
+def _rules(value: object, *, where: str) -> tuple[ResourceRule, ...]:
+    rules = []
+    for here, entry in _entries(
+        value,
+        field="spec.matchConstraints.resourceRules",
+        known=("apiGroups", "apiVersions", "operations", "resources", "scope"),
+        where=where,
+    ):
         rule = ResourceRule(
             api_groups=_strings(entry.get("apiGroups"), field=f"{here}.apiGroups", where=where),
             api_versions=_strings(entry.get("apiVersions"), field=f"{here}.apiVersions", where=where),
@@ -562,18 +570,14 @@ def _rules(value: object, *, where: str) -> tuple[ResourceRule, ...]:
 
 
 def _validations(env: Any, value: object, *, where: str) -> tuple[Validation, ...]:
-    if not isinstance(value, list) or not value:
-        raise InvalidPolicy(f"{where}: spec.validations: must be a non-empty list, got {value!r}")
     out = []
-    for index, entry in enumerate(value):
-        field = f"spec.validations[{index}]"
-        if not isinstance(entry, Mapping):
-            raise InvalidPolicy(f"{where}: {field}: must be a mapping with expression and message, got {entry!r}")
-        for key in entry:
-            if key not in ("expression", "message", "messageExpression", "reason"):
-                raise InvalidPolicy(
-                    f"{where}: {field}.{key}: unknown key; known: expression, message, messageExpression, reason"
-                )
+    for field, entry in _entries(
+        value,
+        field="spec.validations",
+        known=("expression", "message", "messageExpression", "reason"),
+        where=where,
+        shape="a mapping with expression and message",
+    ):
         message = entry.get("message", "")
         if not isinstance(message, str) or "\n" in message.strip():
             raise InvalidPolicy(f"{where}: {field}.message: must be a one-line string, got {message!r}")

@@ -75,7 +75,7 @@ import fnmatch
 import functools
 import re
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from policies import builtin, gpu, hostpaths, model, policy
@@ -473,6 +473,20 @@ def _keys(value: Mapping[str, Any], *, field: str, known: Sequence[str]) -> None
             raise InvalidSettings(f"{field}.{key}: unknown key; known: {', '.join(known)}")
 
 
+def _entries(
+    value: object, *, field: str, known: Sequence[str], shape: str = "a mapping"
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each entry of a list of mappings with only `known` keys, and the field that names it."""
+    if not isinstance(value, list):
+        raise InvalidSettings(f"{field}: must be a list, got {value!r}")
+    for index, entry in enumerate(value):
+        where = f"{field}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidSettings(f"{where}: must be {shape}, got {entry!r}")
+        _keys(entry, field=where, known=known)
+        yield where, entry
+
+
 def _strings(value: object, *, field: str, allow_empty_list: bool = False) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
         raise InvalidSettings(f"{field}: must be a list of non-empty strings, got {value!r}")
@@ -499,15 +513,13 @@ def label_selector(value: object, *, field: str) -> LabelSelector:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise InvalidSettings(f"{field}.matchLabels: must map label keys to string values, got {labels!r}")
-    expressions = value.get("matchExpressions") or []
-    if not isinstance(expressions, list):
-        raise InvalidSettings(f"{field}.matchExpressions: must be a list, got {expressions!r}")
     requirements = []
-    for index, entry in enumerate(expressions):
-        where = f"{field}.matchExpressions[{index}]"
-        if not isinstance(entry, Mapping):
-            raise InvalidSettings(f"{where}: must be a mapping with key, operator and values, got {entry!r}")
-        _keys(entry, field=where, known=("key", "operator", "values"))
+    for where, entry in _entries(
+        value.get("matchExpressions") or [],
+        field=f"{field}.matchExpressions",
+        known=("key", "operator", "values"),
+        shape="a mapping with key, operator and values",
+    ):
         key, operator, values = entry.get("key"), entry.get("operator"), entry.get("values") or []
         if not isinstance(key, str) or not key:
             raise InvalidSettings(f"{where}.key: must be a label key, got {key!r}")
@@ -537,14 +549,10 @@ def _namespace_match(value: Mapping[str, Any], *, field: str) -> NamespaceMatch 
 def _override_list(value: object, *, known: Sequence[str]) -> tuple[NamespaceOverride, ...]:
     if value is None:
         return ()
-    if not isinstance(value, list):
-        raise InvalidSettings(f"namespaceOverrides: must be a list, got {value!r}")
     overrides = []
-    for index, entry in enumerate(value):
-        field = f"namespaceOverrides[{index}]"
-        if not isinstance(entry, Mapping):
-            raise InvalidSettings(f"{field}: must be a mapping, got {entry!r}")
-        _keys(entry, field=field, known=("name", "namespaces", "namespaceSelector", "policies"))
+    for field, entry in _entries(
+        value, field="namespaceOverrides", known=("name", "namespaces", "namespaceSelector", "policies")
+    ):
         name = entry.get("name", field)
         if not isinstance(name, str) or not name:
             raise InvalidSettings(f"{field}.name: must be a non-empty string, got {name!r}")
@@ -600,14 +608,8 @@ def _anchored(namespaces: NamespaceMatch | None, *, field: str, name: str) -> No
 def _exception_list(value: object, *, known: Sequence[str]) -> tuple[PolicyException, ...]:
     if value is None:
         return ()
-    if not isinstance(value, list):
-        raise InvalidSettings(f"exceptions: must be a list, got {value!r}")
     exceptions: list[PolicyException] = []
-    for index, entry in enumerate(value):
-        field = f"exceptions[{index}]"
-        if not isinstance(entry, Mapping):
-            raise InvalidSettings(f"{field}: must be a mapping, got {entry!r}")
-        _keys(entry, field=field, known=("name", "policies", "match", "expires", "reason"))
+    for field, entry in _entries(value, field="exceptions", known=("name", "policies", "match", "expires", "reason")):
         name = entry.get("name")
         if not isinstance(name, str) or not name.strip():
             raise InvalidSettings(f"{field}.name: is required (a non-empty string), got {name!r}")

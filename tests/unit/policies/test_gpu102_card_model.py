@@ -6,14 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.policies.conftest import (
-    ContainerFactory,
-    Evaluate,
-    Patched,
-    PodFactory,
-    WorkloadFactory,
-    assert_second_pass_is_empty,
-)
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.policies.conftest import (
-    ContainerFactory,
-    Evaluate,
-    Patched,
-    PodFactory,
-    WorkloadFactory,
-    assert_second_pass_is_empty,
-)
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}

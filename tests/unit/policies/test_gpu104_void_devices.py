@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.policies.conftest import (
-    ContainerFactory,
-    Evaluate,
-    Patched,
-    PodFactory,
-    WorkloadFactory,
-    assert_second_pass_is_empty,
-)
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty
 
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 

@@ -149,8 +149,8 @@ def pod_allocation(pod: Mapping[str, Any], *, now: float, ttl: float = DEFAULT_R
         )
     if not bound_to:
         return None
-    index = _int(annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION))
-    shared = _int(annotations.get(gpu.GPUSHARE_MEM_POD_ANNOTATION))
+    index = podspec.whole_number(annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION))
+    shared = podspec.whole_number(annotations.get(gpu.GPUSHARE_MEM_POD_ANNOTATION))
     if index is None or shared is None:
         return None
     return Allocation(
@@ -209,15 +209,6 @@ def _read(text: str | None) -> Fields | None:
         return read_fields(document, key=gpu.ALLOCATION_ANNOTATION)
     except gpu.AnnotationError:
         return None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        number = int(value.strip())
-        return number if number >= 0 else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
 
 
 def _is_count(value: object) -> TypeGuard[int]:

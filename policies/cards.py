@@ -91,13 +91,13 @@ def node_cards(node: Mapping[str, Any]) -> NodeCards:
     if listed:
         return NodeCards(**common, cards=listed, source="inventory")
     if mode is gpu.Mode.TOPOLOGY:
-        count = _resource(node, gpu.Resource.ALIYUN_GPU) or _int(labels.get(gpu.CARD_COUNT_LABEL))
-        memory_mib = _int(labels.get(gpu.CARD_MEMORY_MIB_LABEL)) or 0  # the labeler's smallest card
+        count = _resource(node, gpu.Resource.ALIYUN_GPU) or podspec.whole_number(labels.get(gpu.CARD_COUNT_LABEL))
+        memory_mib = podspec.whole_number(labels.get(gpu.CARD_MEMORY_MIB_LABEL)) or 0  # the labeler's smallest card
         if not count:
             return NodeCards(**common, cards=(), problem=f"the node advertises no {gpu.Resource.ALIYUN_GPU}")
         return NodeCards(**common, cards=_capacity_cards(count, memory_mib=memory_mib), source="capacity")
     total = _resource(node, gpu.Resource.GPU_MEM)
-    count = _resource(node, gpu.Resource.GPU_COUNT) or _int(labels.get(gpu.CARD_COUNT_LABEL))
+    count = _resource(node, gpu.Resource.GPU_COUNT) or podspec.whole_number(labels.get(gpu.CARD_COUNT_LABEL))
     if not total:
         return NodeCards(**common, cards=(), problem=f"the node advertises no {gpu.Resource.GPU_MEM}")
     if not count:
@@ -304,15 +304,6 @@ def _resource(node: Mapping[str, Any], name: str) -> int:
         if value is not None:
             return quantity.count(value) or 0
     return 0
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        number = int(value.strip())
-        return number if number >= 0 else None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
 
 
 def _string(value: object) -> str | None:

@@ -104,6 +104,16 @@ def sequence(value: object) -> Sequence[Any]:
     return value if isinstance(value, (list, tuple)) else ()
 
 
+def whole_number(value: object) -> int | None:
+    """`value` as a non-negative integer, given as one or as a string of digits (a label, an annotation), else None."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+        return number if number >= 0 else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
 def template(obj: object) -> Template | None:
     """The pod template of a Pod or workload, or None for other kinds and malformed objects."""
     if not isinstance(obj, Mapping):

@@ -1,12 +1,14 @@
-"""In-memory stand-ins for the Secret, the webhook configurations and the Lease (same conflict rules)."""
+"""In-memory stand-ins for the Secret, the webhook configurations and the Lease (same conflict rules), and an in-memory TLS handshake."""
 
 from __future__ import annotations
 
 import copy
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from webhook.kube import errors as kube_errors
 from webhook.certificates import provision
@@ -96,3 +98,24 @@ def clients() -> MemoryClients:
 @pytest.fixture
 def leases() -> MemoryLeases:
     return MemoryLeases()
+
+
+def presented_certificate(context: ssl.SSLContext, *, server_hostname: str = "localhost") -> x509.Certificate:
+    """The certificate a server with ``context`` presents, by an in-memory handshake (no sockets, no
+    ports; not verified: a test clock may run ahead of the real one)."""
+    client = ssl.create_default_context()
+    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+    pipes = [ssl.MemoryBIO() for _ in range(4)]
+    client_side = client.wrap_bio(pipes[0], pipes[1], server_hostname=server_hostname)
+    server_side = context.wrap_bio(pipes[2], pipes[3], server_side=True)
+    for _ in range(10):
+        for side in (client_side, server_side):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        pipes[2].write(pipes[1].read())
+        pipes[0].write(pipes[3].read())
+    der = client_side.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)

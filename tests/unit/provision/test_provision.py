@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from cryptography import x509
 from kubernetes.client import exceptions as client_exceptions
 
 from certs import authority, rotation
-from tests.unit.provision.conftest import MemoryClients, MemoryLeases, MemoryStore
+from tests.unit.provision.conftest import MemoryClients, MemoryLeases, MemoryStore, presented_certificate
 from webhook.kube import errors as kube_errors
 from webhook.kube import leader
 from webhook.serving import metrics, tls
@@ -115,25 +114,8 @@ def manager(store: MemoryStore, clients: MemoryClients, leases: MemoryLeases, id
 
 
 def served_serial(context: ssl.SSLContext) -> int:
-    """Handshake in memory against ``context``; the serial of the certificate it presents (not
-    verified: the test clock runs ahead of the real one)."""
-    client = ssl.create_default_context()
-    client.check_hostname = False
-    client.verify_mode = ssl.CERT_NONE
-    client_in, client_out, server_in, server_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    client_side = client.wrap_bio(client_in, client_out, server_hostname=provision.SERVICE + ".gpu-admission.svc")
-    server_side = context.wrap_bio(server_in, server_out, server_side=True)
-    for _ in range(10):
-        for side in (client_side, server_side):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        server_in.write(client_out.read())
-        client_in.write(server_out.read())
-    der = client_side.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
+    """The serial of the certificate ``context`` presents."""
+    return presented_certificate(context, server_hostname=provision.SERVICE + ".gpu-admission.svc").serial_number
 
 
 async def test_one_replica_writes_and_both_serve_every_renewal(store: MemoryStore, clients: MemoryClients, leases: MemoryLeases) -> None:

@@ -21,6 +21,7 @@ from cryptography import x509
 
 from certs import rotation
 from policies import settings
+from tests.unit.provision.conftest import presented_certificate
 from webhook import cli
 from webhook.certificates import certfiles
 from webhook.cmdline import errors
@@ -30,26 +31,6 @@ from webhook.admission import keys
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = datetime.datetime.now(datetime.UTC)
-
-
-def handshake(context: ssl.SSLContext) -> x509.Certificate:
-    """The certificate ``context`` presents, by an in-memory handshake (no sockets, no ports)."""
-    client = ssl.create_default_context()
-    client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
-    pipes = [ssl.MemoryBIO() for _ in range(4)]
-    client_side = client.wrap_bio(pipes[0], pipes[1], server_hostname="localhost")
-    server_side = context.wrap_bio(pipes[2], pipes[3], server_side=True)
-    for _ in range(10):
-        for side in (client_side, server_side):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        pipes[2].write(pipes[1].read())
-        pipes[0].write(pipes[3].read())
-    der = client_side.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der)
 
 
 def leaf(directory: Path) -> x509.Certificate:
@@ -72,12 +53,12 @@ def watching(certs: Path) -> tuple[tls.FileWatch, metrics.Registry]:
 def test_rewritten_files_are_served_by_the_same_context_and_the_expiry_metric_follows(certs: Path) -> None:
     watch, registry = watching(certs)
     context = watch.serving.context
-    assert handshake(context) == leaf(certs)
+    assert presented_certificate(context) == leaf(certs)
     assert not watch.changed()
     certfiles.generate(out_dir=certs, hosts=("localhost",), now=NOW + datetime.timedelta(days=1))
     assert watch.changed()
     assert watch.reload(reason="test")
-    assert watch.serving.context is context and handshake(context) == leaf(certs)
+    assert watch.serving.context is context and presented_certificate(context) == leaf(certs)
     expiry = metrics.sample(registry.render(), tls.EXPIRY_METRIC, certificate="serving")
     assert expiry == leaf(certs).not_valid_after_utc.timestamp()
     assert "# TYPE gpu_admission_certificate_expiry_timestamp_seconds gauge" in registry.render()
@@ -85,14 +66,14 @@ def test_rewritten_files_are_served_by_the_same_context_and_the_expiry_metric_fo
 
 def test_a_half_written_rotation_keeps_the_old_pair_and_is_retried_until_complete(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     watch, _ = watching(certs)
-    before = handshake(watch.serving.context)
+    before = presented_certificate(watch.serving.context)
     fresh = tmp_path_factory.mktemp("fresh")
     certfiles.generate(out_dir=fresh, hosts=("localhost",), now=NOW)
     certfiles.write_atomically(certs / "tls.key", (fresh / "tls.key").read_bytes(), mode=0o600)  # key first, as generate writes
     assert watch.changed() and not watch.reload(reason="test")
-    assert handshake(watch.serving.context) == before, "OpenSSL would have dropped the live key: the pair was tried aside first"
+    assert presented_certificate(watch.serving.context) == before, "OpenSSL would have dropped the live key: the pair was tried aside first"
     certfiles.write_atomically(certs / "tls.crt", (fresh / "tls.crt").read_bytes(), mode=0o644)
-    assert watch.reload(reason="test") and handshake(watch.serving.context) == leaf(fresh)
+    assert watch.reload(reason="test") and presented_certificate(watch.serving.context) == leaf(fresh)
 
 
 def test_an_expired_certificate_is_not_swapped_in_over_a_good_one(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -101,7 +82,7 @@ def test_an_expired_certificate_is_not_swapped_in_over_a_good_one(certs: Path, t
     certfiles.generate(out_dir=old, hosts=("localhost",), now=NOW - datetime.timedelta(days=400))
     with pytest.raises(errors.InputError, match="expired"):
         watch.serving.offer(certificate_pem=(old / "tls.crt").read_bytes(), key_pem=(old / "tls.key").read_bytes(), source="old")
-    assert handshake(watch.serving.context) == leaf(certs)
+    assert presented_certificate(watch.serving.context) == leaf(certs)
 
 
 def test_an_unchanged_pair_is_not_reloaded_unless_forced(certs: Path) -> None:

@@ -32,13 +32,16 @@ until the earliest expiry still ahead when it was computed.
 UPDATE's verdict depends on the old object, an ephemeralcontainers update on the Node's labels);
 kinds without a pod template (GPU007 judges ConfigMaps and Secrets by name); settings with user
 policies (CEL may read any field of the request, the name and uid included); a review whose Node
-labels were looked up.
+labels were looked up; a review whose key cannot be built (looked-up data that is not text).
+Pods unique by design miss every time: a StatefulSet's (pod-name label, hostname), an indexed
+Job's (completion index), a DaemonSet's (pinned to its node by affinity).
 
 **Patches** are add operations at paths inside the spec, the template or ``metadata.annotations``
 and ``metadata.labels``: they never name the pod, so the cached patch fits every pod with the same
 key. A decision whose messages or patch contain one of the values left out of the key (the pod's
-name, generateName, uid, the token volume's name) is right for that pod only and is not kept. ``tests/unit/webhook/test_decision_cache.py`` holds every generated pod's answer with the cache
-on equal to the answer with it off, names varied, across a reload and a namespace-label change.
+name, generateName, uid, the token volume's name) is right for that pod only and is not kept.
+``tests/unit/webhook/test_decision_cache.py`` holds every generated pod's answer with the cache on
+equal to the answer with it off, names varied, across a reload and a namespace-label change.
 
 Bounded: at most ``max_entries`` (least recently used out first).
 """

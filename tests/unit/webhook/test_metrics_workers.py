@@ -6,84 +6,60 @@ so successive scrapes never go back (the hand-written registry answered 5, 5, 15
 
 from __future__ import annotations
 
-import datetime
 import os
 import pathlib
 import re
 import signal
 import ssl
 import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from webhook.certificates import certfiles
+from tests.unit.webhook import childserver
 from webhook.serving import metrics
 
 REVIEW = pathlib.Path(__file__).resolve().parents[2] / "data" / "reviews" / "pod-create-gpu-mem.json"
 REVIEWS = 24
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    directory = tmp_path_factory.mktemp("metrics-workers-tls")
-    certfiles.generate(out_dir=directory, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
-    return directory
-
-
 @pytest.fixture
-def served(pair: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path, pathlib.Path]]:
+def served(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path, pathlib.Path]]:
     directory = tmp_path / "multiproc"
     directory.mkdir()
     # An earlier run's counts, which must not add to this run's.
     (directory / "counter_999999.db").write_bytes(b"\0" * 64)
     out = tmp_path / "serve.out"
-    with out.open("w") as stream:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
-             "--workers", "2", "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(pair / "tls.key")],
-            stdout=stream, stderr=subprocess.STDOUT, text=True, env={**os.environ, metrics.MULTIPROC_ENV: str(directory)},
-        )
+    env = {**os.environ, metrics.MULTIPROC_ENV: str(directory)}
+    process = childserver.serve(tls_dir, "--metrics-port", "0", "--workers", "2", out=out, env=env)
     try:
-        _until(lambda: len(_found(out, "listening on https")) >= 2 and len(_found(out, "metrics on http")) >= 2, what="two workers")
+        childserver.until(
+            lambda: len(_found(out, "listening on https")) >= 2 and len(_found(out, "metrics on http")) >= 2, what="two workers", timeout=60
+        )
         yield process, out, directory
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-
-
-def _until(predicate: object, *, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling a child process's output, with a deadline
+        childserver.stop(process)
 
 
 def _found(out: pathlib.Path, prefix: str) -> list[int]:
     return [int(p) for p in re.findall(prefix + r"://127\.0\.0\.1:(\d+)", out.read_text())]
 
 
-def _context(pair: pathlib.Path) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=str(pair / "ca.crt"))
+def _context(tls_dir: pathlib.Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
 
 
-def _review(port: int, pair: pathlib.Path) -> None:
+def _review(port: int, tls_dir: pathlib.Path) -> None:
     request = urllib.request.Request(
         f"https://127.0.0.1:{port}/validate", data=REVIEW.read_bytes(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, context=_context(pair), timeout=10) as answer:  # a new connection each
+    with urllib.request.urlopen(request, context=_context(tls_dir), timeout=10) as answer:  # a new connection each
         assert answer.status == 200
 
 
-def _scrape(url: str, pair: pathlib.Path) -> str:
-    context = _context(pair) if url.startswith("https") else None
+def _scrape(url: str, tls_dir: pathlib.Path) -> str:
+    context = _context(tls_dir) if url.startswith("https") else None
     with urllib.request.urlopen(url, context=context, timeout=10) as answer:
         assert answer.headers["Content-Type"] == metrics.CONTENT_TYPE
         return str(answer.read().decode())
@@ -99,15 +75,15 @@ def _pids_answering(directory: pathlib.Path) -> set[str]:
 
 
 def test_every_scrape_counts_every_review_whichever_worker_answers(
-    served: tuple[subprocess.Popen[str], pathlib.Path, pathlib.Path], pair: pathlib.Path
+    served: tuple[subprocess.Popen[str], pathlib.Path, pathlib.Path], tls_dir: pathlib.Path
 ) -> None:
     process, out, directory = served
     port, plain = _found(out, "listening on https")[0], _found(out, "metrics on http")[0]
     assert "999999" not in _pids_answering(directory)  # the stale file was removed at start
     for _ in range(REVIEWS):
-        _review(port, pair)
-    scrapes = [_scrape(f"https://127.0.0.1:{port}/metrics", pair) for _ in range(8)]
-    scrapes += [_scrape(f"http://127.0.0.1:{plain}/metrics", pair) for _ in range(8)]
+        _review(port, tls_dir)
+    scrapes = [_scrape(f"https://127.0.0.1:{port}/metrics", tls_dir) for _ in range(8)]
+    scrapes += [_scrape(f"http://127.0.0.1:{plain}/metrics", tls_dir) for _ in range(8)]
     assert [_reviews_counted(text) for text in scrapes] == [REVIEWS] * len(scrapes)
     last = metrics.samples(scrapes[-1])
     latency = sum(
@@ -122,18 +98,18 @@ def test_every_scrape_counts_every_review_whichever_worker_answers(
 
 
 def test_counts_survive_a_worker_that_is_replaced(
-    served: tuple[subprocess.Popen[str], pathlib.Path, pathlib.Path], pair: pathlib.Path
+    served: tuple[subprocess.Popen[str], pathlib.Path, pathlib.Path], tls_dir: pathlib.Path
 ) -> None:
     process, out, directory = served
     port = _found(out, "listening on https")[0]
     for _ in range(REVIEWS):
-        _review(port, pair)
-    cpu_before = metrics.sample(_scrape(f"https://127.0.0.1:{port}/metrics", pair), "process_cpu_seconds_total")
+        _review(port, tls_dir)
+    cpu_before = metrics.sample(_scrape(f"https://127.0.0.1:{port}/metrics", tls_dir), "process_cpu_seconds_total")
     victim = int(sorted(_pids_answering(directory))[0])
     os.kill(victim, signal.SIGKILL)
-    _until(lambda: len(_found(out, "listening on https")) >= 3, what="a replacement worker")
+    childserver.until(lambda: len(_found(out, "listening on https")) >= 3, what="a replacement worker", timeout=60)
     for _ in range(6):
-        text = _scrape(f"https://127.0.0.1:{port}/metrics", pair)
+        text = _scrape(f"https://127.0.0.1:{port}/metrics", tls_dir)
         assert _reviews_counted(text) == REVIEWS
         assert (metrics.sample(text, "process_cpu_seconds_total") or 0) >= (cpu_before or 0)  # a counter: never back
         assert metrics.sample(text, "gpu_admission_workers") == 2

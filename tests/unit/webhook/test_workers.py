@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import pathlib
 import re
@@ -10,39 +9,12 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from webhook.certificates import certfiles
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    directory = tmp_path_factory.mktemp("workers-tls")
-    certfiles.generate(out_dir=directory, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
-    return directory
-
-
-def _serve(pair: pathlib.Path, *extra: str) -> tuple[subprocess.Popen[str], pathlib.Path]:
-    out = pair / f"serve-{time.monotonic_ns()}.out"
-    stream = out.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(pair / "tls.key"), *extra],
-        stdout=stream, stderr=subprocess.STDOUT, text=True,
-    )
-    stream.close()
-    return process, out
-
-
-def _until(predicate: object, *, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)  # polling child processes and their output, with a deadline
+from tests.unit.webhook import childserver
 
 
 def _ports(out: pathlib.Path) -> list[int]:
@@ -62,45 +34,40 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _ready(port: int, pair: pathlib.Path) -> bool:
-    context = ssl.create_default_context(cafile=str(pair / "ca.crt"))
+def _ready(port: int, tls_dir: pathlib.Path) -> bool:
+    context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
     with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=5) as answer:
         return bool(answer.status == 200)
 
 
 @pytest.fixture
-def two_workers(pair: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path]]:
-    process, out = _serve(pair, "--workers", "2")
+def two_workers(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[str], pathlib.Path]]:
+    out = tmp_path / "serve.out"
+    process = childserver.serve(tls_dir, "--workers", "2", out=out)
     try:
-        _until(lambda: len(_ports(out)) >= 2, what="two workers listening")
+        childserver.until(lambda: len(_ports(out)) >= 2, what="two workers listening", timeout=30)
         yield process, out
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        childserver.stop(process)
 
 
-def test_two_workers_listen_on_one_port_and_answer(two_workers: tuple[subprocess.Popen[str], pathlib.Path], pair: pathlib.Path) -> None:
+def test_two_workers_listen_on_one_port_and_answer(two_workers: tuple[subprocess.Popen[str], pathlib.Path], tls_dir: pathlib.Path) -> None:
     process, out = two_workers
     ports = _ports(out)
     assert len(set(ports)) == 1 and ports[0] != 0
     assert len(_children(process.pid)) == 2
-    assert all(_ready(ports[0], pair) for _ in range(20))
+    assert all(_ready(ports[0], tls_dir) for _ in range(20))
 
 
 def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(
-    two_workers: tuple[subprocess.Popen[str], pathlib.Path], pair: pathlib.Path
+    two_workers: tuple[subprocess.Popen[str], pathlib.Path], tls_dir: pathlib.Path
 ) -> None:
     process, out = two_workers
     before = _children(process.pid)
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
-    _until(lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker")
-    assert _ready(_ports(out)[0], pair)
+    childserver.until(lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker", timeout=30)
+    assert _ready(_ports(out)[0], tls_dir)
     assert "exited (status -9); starting another" in out.read_text()
 
 
@@ -117,7 +84,7 @@ def test_workers_do_not_outlive_a_supervisor_killed_outright(two_workers: tuple[
     workers = _children(process.pid)
     process.kill()
     process.wait(10)
-    _until(lambda: not any(_running(pid) for pid in workers), what="the workers to stop")
+    childserver.until(lambda: not any(_running(pid) for pid in workers), what="the workers to stop", timeout=30)
 
 
 def _running(pid: int) -> bool:
@@ -128,29 +95,29 @@ def _running(pid: int) -> bool:
     return state[state.rindex(")") + 2] != "Z"
 
 
-def test_a_missing_key_stops_the_supervisor_with_one_error_line(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_a_missing_key_stops_the_supervisor_with_one_error_line(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
-         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(tmp_path / "missing.key")],
+         "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tmp_path / "missing.key")],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and completed.stderr.count("gpu-admission: error:") == 1, completed.stderr
 
 
-def test_a_key_that_does_not_load_stops_every_worker_with_its_status(pair: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_a_key_that_does_not_load_stops_every_worker_with_its_status(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     (tmp_path / "tls.key").write_text("not a key")
     completed = subprocess.run(
         [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
-         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
+         "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and "gpu-admission: error:" in completed.stderr, completed.stderr
 
 
-def test_workers_must_be_positive(pair: pathlib.Path) -> None:
+def test_workers_must_be_positive(tls_dir: pathlib.Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "webhook.cli", "serve", "--port", "0", "--workers", "0",
-         "--tls-cert-file", str(pair / "tls.crt"), "--tls-private-key-file", str(pair / "tls.key")],
+         "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tls_dir / "tls.key")],
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and "--workers must be at least 1" in completed.stderr

@@ -102,17 +102,25 @@ def test_a_tenant_labelling_its_pod_like_the_exempted_one_is_still_judged(make_p
 UNANCHORED_YAML = "exceptions: [{name: by-label, policies: [GPU002], match: {objectSelector: {matchLabels: {app: x}}}}]\n"
 
 
-def test_dry_run_exits_2_with_one_line_on_an_unanchored_exception(
-    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], make_pod: PodFactory
-) -> None:
+def _run_with_unanchored_exception(
+    command: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], make_pod: PodFactory
+) -> tuple[int, str, str, pathlib.Path]:
+    """`gpu-admission COMMAND -f pod.yaml --config config.yaml` with the unanchored exception in config.yaml:
+    the exit status, stdout, stderr and the settings file's path."""
     config = tmp_path / "config.yaml"
     config.write_text(UNANCHORED_YAML)
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(yaml.safe_dump(make_pod()))
-
-    status = cli.main(["dry-run", "-f", str(manifest), "--config", str(config)])
-
+    status = cli.main([command, "-f", str(manifest), "--config", str(config)])
     out, err = capsys.readouterr()
+    return status, out, err, config
+
+
+def test_dry_run_exits_2_with_one_line_on_an_unanchored_exception(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], make_pod: PodFactory
+) -> None:
+    status, out, err, config = _run_with_unanchored_exception("dry-run", tmp_path, capsys, make_pod)
+
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{config}: exceptions[0].match: exception 'by-label' is not anchored to namespaces" in err
@@ -121,14 +129,8 @@ def test_dry_run_exits_2_with_one_line_on_an_unanchored_exception(
 def test_audit_exits_2_with_one_line_on_an_unanchored_exception(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], make_pod: PodFactory
 ) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(UNANCHORED_YAML)
-    manifest = tmp_path / "pod.yaml"
-    manifest.write_text(yaml.safe_dump(make_pod()))
+    status, out, err, _ = _run_with_unanchored_exception("audit", tmp_path, capsys, make_pod)
 
-    status = cli.main(["audit", "-f", str(manifest), "--config", str(config)])
-
-    out, err = capsys.readouterr()
     assert status == 2
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "exception 'by-label' is not anchored to namespaces" in err

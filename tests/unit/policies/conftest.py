@@ -174,6 +174,11 @@ def result_of(decision: model.Decision, policy_id: str) -> model.Result:
     return next(r.result for r in decision.results if r.policy == policy_id)
 
 
+def required_node_affinity(*terms: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod's `affinity` whose required node affinity is these node selector terms."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [dict(t) for t in terms]}}}
+
+
 def assert_second_pass_is_empty(
     evaluate: Evaluate, patched: Patched, obj: Mapping[str, Any], decision: model.Decision, **kwargs: Any
 ) -> None:

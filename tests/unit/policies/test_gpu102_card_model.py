@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty
+from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
@@ -92,16 +92,10 @@ def test_min_gpu_memory_means_at_least(
 def test_expressions_are_added_to_every_existing_term(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
 ) -> None:
-    affinity = {
-        "nodeAffinity": {
-            REQUIRED: {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
-                ]
-            }
-        }
-    }
+    affinity = required_node_affinity(
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+    )
     obj = gpu_pod(pod, container, {"gpu-admission.io/exclude-gpu-model": "Tesla-M40"}, affinity=affinity)
     not_in = {"key": "aliyun.accelerator/nvidia_name", "operator": "NotIn", "values": ["Tesla-M40"]}
 

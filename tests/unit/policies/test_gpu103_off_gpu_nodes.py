@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty
+from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
@@ -40,16 +40,10 @@ def test_privileged_init_container_counts(pod: PodFactory, container: ContainerF
 def test_requirement_goes_into_every_existing_term(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
 ) -> None:
-    affinity = {
-        "nodeAffinity": {
-            REQUIRED: {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
-                ]
-            }
-        }
-    }
+    affinity = required_node_affinity(
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+    )
     obj = pod(container(privileged=True, env=[VOID_ENV]), affinity=affinity)
 
     decision = evaluate(obj)

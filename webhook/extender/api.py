@@ -20,9 +20,10 @@ class Api(Protocol):
 
     async def get_node(self, name: str) -> Object: ...
 
-    async def list_node_pods(self, node: str) -> list[Object]:
-        """Every pod with `spec.nodeName` = node, in all namespaces, read from the apiserver's
-        storage (a quorum read, not a cache)."""
+    async def list_node_pods(self, node: str, *, at_least: str = "") -> list[Object]:
+        """Every pod with `spec.nodeName` = node, in all namespaces: read from the apiserver's
+        storage (a quorum read), or, with `at_least` (a resourceVersion), as of that version or a
+        later one (the apiserver may answer from its watch cache)."""
         ...
 
     async def patch_node_annotations(

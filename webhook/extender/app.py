@@ -14,8 +14,8 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Hashable
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -219,8 +219,11 @@ async def filter_nodes(request: web.Request) -> web.Response:
         return web.json_response(wire.filter_error("the GPU extender is still loading nodes and pods; retry"))
     try:
         wanted = cardrequest.pod_request(args.pod)
-        states = _states(cache, args, settings=settings)
-        outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
+        if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
+            fits = _judged(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
+            outcome = placement.classify(fits, args.node_names)
+        else:
+            outcome = placement.filter_nodes(wanted, states=_states(cache, args, settings=settings), names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
         log.exception("filter %s", args.pod_key)
         meters.requests.inc(verb="filter", result="error")
@@ -246,9 +249,12 @@ async def prioritize(request: web.Request) -> web.Response:
         return web.json_response({"Error": f"bad prioritize request: {error}"}, status=400)
     cache, settings = request.app[STORE], request.app[SETTINGS]
     try:
-        scores = placement.scores(
-            cardrequest.pod_request(args.pod), states=_states(cache, args, settings=settings), names=args.node_names
-        )
+        wanted = cardrequest.pod_request(args.pod)
+        if args.nodes is None:
+            found = _judged(cache, args, settings=settings, key=("score", wanted), judge=lambda s: placement.score(wanted, s))
+            scores = {name: found.get(name) or 0 for name in args.node_names}
+        else:
+            scores = placement.scores(wanted, states=_states(cache, args, settings=settings), names=args.node_names)
     except Exception:  # noqa: BLE001 - a neutral answer beats a failed call; the scheduler ignores prioritize errors anyway
         log.exception("prioritize %s", args.pod_key)
         meters.requests.inc(verb="prioritize", result="error")
@@ -304,6 +310,16 @@ async def metrics_text(request: web.Request) -> web.Response:
     meters = request.app[METERS]
     body = meters.registry.render()
     return web.Response(body=body.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+_T = TypeVar("_T")
+
+
+def _judged(
+    cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings, key: Hashable, judge: Callable[[cards.NodeState], _T]
+) -> dict[str, _T | None]:
+    uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
+    return cache.judged(args.node_names, now=settings.clock(), ttl=settings.ttl, exclude_uid=uid, key=key, judge=judge)
 
 
 def _states(

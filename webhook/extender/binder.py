@@ -1,12 +1,15 @@
-"""Bind: choose the card(s) from fresh apiserver state, commit by compare-and-swap on the Node,
+"""Bind: choose the card(s) from provably current state, commit by compare-and-swap on the Node,
 create the Binding that carries the allocation annotations.
 
 Why this cannot over-commit a card, not under a burst, not across a restart, not with several
 extender replicas:
 
-1. Read fresh: GET the Node (its `resourceVersion` R and its reservation ledger, the annotation
-   `gpu-admission.io/reservations`) and then LIST the pods bound to it. Both are quorum reads
-   from the apiserver; the watch cache that filter uses is never trusted here.
+1. Read: the Node (its `resourceVersion` R and its reservation ledger, the annotation
+   `gpu-admission.io/reservations`) and the pods bound to it. From the watch cache when it is
+   provably current: its Node copy is (step 3 fails on any other version), and its pods are once
+   the pod watch has delivered every event up to revision R (resourceVersions are etcd revisions,
+   one sequence for all objects). Otherwise GET the Node (a quorum read, at R) and LIST its pods
+   as of R or later.
 2. Decide: `cards.node_state` (bound pods' allocation annotations plus unexpired ledger entries,
    the pod being bound left out) and `placement.evaluate` pick the card(s).
 3. Commit: write the ledger with this pod's entry added (expiring after the reservation TTL), as
@@ -19,8 +22,11 @@ extender replicas:
 
 Every successful commit on a node happened at a distinct resourceVersion, so the commits form a
 sequence. Each commit read the ledger at the version just before it, so it saw every earlier
-commit: either as its ledger entry, or — when a later commit pruned that entry — as a pod the
-apiserver already lists as bound, which carries its annotation (bound and annotated in one write).
+commit: either as its ledger entry, or — when a later commit pruned that entry — as a pod bound to
+the node, which carries its annotation (bound and annotated in one write). A commit prunes an
+entry only for a pod it saw bound (or gone) before its own write, so at a revision below that
+write's, which is at or below R of any later commit: a LIST at R or later, or a pod cache complete
+up to R, shows that pod bound (or gone) too.
 Pruning drops only entries of pods listed as bound there, expired ones, and ones whose pod a GET
 shows deleted, replaced, finished or bound to another node: none of those hold a card of this
 node. So no commit can choose memory another
@@ -50,7 +56,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from policies import allocation as allocation_  # `allocation` is the name of what bind hands out
@@ -64,6 +70,7 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 50
 MAX_BATCH = 64  # binds to one node committed by one compare-and-swap
+POD_CATCH_UP_S = 0.1  # how long bind waits for the pod watch to reach the Node's version before it LISTs
 _BACKOFF_S = 0.002  # first conflict backoff; grows linearly with jitter, capped at _BACKOFF_CAP_S
 _BACKOFF_CAP_S = 0.1
 
@@ -218,11 +225,11 @@ class Binder:
         conflicts = 0
         for attempt in range(self._max_attempts):
             started = time.perf_counter()
-            node = await self._api.get_node(node_name)
-            pods = await self._api.list_node_pods(node_name)
-            read = time.perf_counter()
+            read = await self._read(node_name, attempt=attempt)
+            node, pods = read.node, read.pods
+            read_at = time.perf_counter()
             now = self._clock()
-            ledger = await self._live(reservations.node_reservations(node), pods=pods, node=node_name, now=now)
+            ledger = await self._live(reservations.node_reservations(node), read=read, node=node_name, now=now)
             batch_uids = {waiting.request.uid for waiting in batch}
             chosen: dict[str, allocation_.Allocation] = {}
             errors: dict[int, str] = {}
@@ -230,8 +237,7 @@ class Binder:
                 request = waiting.request
                 others = {uid: entry for uid, entry in ledger.items() if uid not in batch_uids}
                 state = cards.node_state(
-                    reality.honour_out_of_band(node) if self._honour_out_of_band else node,
-                    pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid,
+                    read.view, pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid,
                 )
                 fit = placement.evaluate(waiting.wanted, state)
                 if not fit.fits:
@@ -258,11 +264,11 @@ class Binder:
                 conflicts += 1
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
-            if self._cache is not None:
-                self._cache.put_node(committed)
+            self._committed(read, committed)
             log.debug(
-                "committed %d of %d binds on %s (%d pods listed, %d ledger entries): read %.0f ms, decide+write %.0f ms",
-                len(chosen), len(batch), node_name, len(pods), len(kept), (read - started) * 1000, (time.perf_counter() - read) * 1000,
+                "committed %d of %d binds on %s (%d pods %s, %d ledger entries): read %.0f ms, decide+write %.0f ms",
+                len(chosen), len(batch), node_name, len(pods), "cached" if read.cached else "listed", len(kept),
+                (read_at - started) * 1000, (time.perf_counter() - read_at) * 1000,
             )
             return [
                 _Decision(error=errors[i], conflicts=_first(i, conflicts))
@@ -281,11 +287,11 @@ class Binder:
         are any. Besides tidying, the Node update is a cluster event, on which kube-scheduler retries
         the pods the extender turned away while those entries still held cards. True if it wrote."""
         for attempt in range(self._max_attempts):
-            node = await self._api.get_node(node_name)
-            pods = await self._api.list_node_pods(node_name)
+            read = await self._read(node_name, attempt=attempt)
+            node, pods = read.node, read.pods
             now = self._clock()
             ledger = reservations.node_reservations(node)
-            kept = reservations.prune(await self._live(ledger, pods=pods, node=node_name, now=now), pods=pods, now=now)
+            kept = reservations.prune(await self._live(ledger, read=read, node=node_name, now=now), pods=pods, now=now)
             if kept.keys() == ledger.keys():
                 return False
             version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
@@ -297,31 +303,87 @@ class Binder:
             except kube_errors.Conflict:
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
-            if self._cache is not None:
-                self._cache.put_node(committed)
+            self._committed(read, committed)
             log.info("pruned %d ledger entries on %s", len(ledger) - len(kept), node_name)
             return True
         return False
 
+    async def _read(self, node_name: str, *, attempt: int) -> _Read:
+        """Step 1: the Node and the pods bound to it.
+
+        From the watch cache when it can vouch for them: the Node is the cache's copy (the
+        compare-and-swap on its resourceVersion R proves it current, else the next attempt GETs
+        it), and the pods are the cache's once the pod watch has delivered every event up to R
+        (waiting up to `POD_CATCH_UP_S` for it). Every entry any commit pruned from the ledger was
+        pruned because its pod was seen bound (or gone) before that commit's write, which is at or
+        before R; so a pod cache complete up to R shows each such pod bound, with its annotations
+        (or gone). Otherwise a GET of the Node (at R') and a LIST of its pods as of R' or later."""
+        cache = self._cache
+        cached_node = cache.node(node_name) if cache is not None and cache.synced and attempt == 0 else None
+        if cache is not None and cached_node is not None:
+            version = _revision(cached_node)
+            # Our own last commit on this node, decided on this cache: it covers that version
+            # already, with no need to wait for the pod watch to deliver our own Bindings.
+            own = version >= 0 and cache.vouched(node_name) == version
+            if own or (version >= 0 and await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S)):
+                view = reality.honour_out_of_band(cached_node) if self._honour_out_of_band and not cache.honours_out_of_band else cached_node
+                complete = cache.pods_version >= version
+                return _Read(node=cached_node, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
+        node = await self._api.get_node(node_name)
+        version = _revision(node)
+        if cache is not None and cache.pods_synced and await cache.wait_for_pods(version, timeout=0.0):
+            # a fresh Node the pod cache is already past
+            pods, cached, complete = cache.bound_pods(node_name), True, True
+        else:
+            # As of the Node's version or later is all the protocol needs (the apiserver's watch
+            # cache can answer that); a version that is no revision gets a quorum read.
+            pods, cached, complete = await self._api.list_node_pods(node_name, at_least=str(version) if version >= 0 else ""), False, False
+        view = reality.honour_out_of_band(node) if self._honour_out_of_band else node
+        return _Read(node=node, view=view, pods=pods, cached=cached, complete=complete)
+
+    def _committed(self, read: _Read, committed: dict[str, Any]) -> None:
+        """Our write is in: the cache takes the Node, and vouches for it where it covered the read."""
+        if self._cache is not None:
+            self._cache.put_node(committed)
+            if read.cached:
+                self._cache.vouch(_name(committed), _revision(committed))
+
     async def _live(
-        self, ledger: dict[str, allocation_.Allocation], *, pods: list[dict[str, Any]], node: str, now: float
+        self, ledger: dict[str, allocation_.Allocation], *, read: _Read, node: str, now: float
     ) -> dict[str, allocation_.Allocation]:
         """The ledger without entries of pods that are gone: deleted, replaced under the same name,
         finished, or bound to another node. Such a pod will never use the card, so its entry need
-        not wait for its TTL. Entries of pods listed on the node, or unbound and alive, stay."""
-        listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in pods}
+        not wait for its TTL. Entries of pods listed on the node, or unbound and alive, stay.
+
+        With `read.cached` the cache's copy of such a pod decides (bound elsewhere, finished and
+        deleted are for good); with `read.complete` as well (the pod cache is complete up to the
+        Node's version, so up to every entry's write, which came after its pod's creation) a pod the
+        cache does not hold is gone. Every other such pod is read from the apiserver."""
+        listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in read.pods}
         unsure = [
             e for uid, e in ledger.items()
             if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S <= now
         ]
         if not unsure:
             return ledger
-        found = await asyncio.gather(*(self._api.get_pod(e.namespace, e.name) for e in unsure), return_exceptions=True)
+        found: list[dict[str, Any] | BaseException | None] = [None] * len(unsure)
+        if read.cached and self._cache is not None:
+            for i, entry in enumerate(unsure):
+                held = self._cache.pod(entry.uid)
+                if held is not None:
+                    found[i] = held
+                elif read.complete:
+                    found[i] = kube_errors.NotFound(f"pod {entry.namespace}/{entry.name} ({entry.uid}) is gone", status=404)
+        asked = [i for i, got in enumerate(found) if got is None]
+        if asked:
+            answers = await asyncio.gather(*(self._api.get_pod(unsure[i].namespace, unsure[i].name) for i in asked), return_exceptions=True)
+            for i, answer in zip(asked, answers, strict=True):
+                found[i] = answer
         gone: set[str] = set()
         for entry, pod in zip(unsure, found, strict=True):
             if isinstance(pod, kube_errors.NotFound):
                 gone.add(entry.uid)
-            elif isinstance(pod, BaseException):
+            elif pod is None or isinstance(pod, BaseException):
                 continue  # cannot tell: keep it (over-counting is safe, under-counting is not)
             else:
                 meta, spec = podspec.mapping(pod.get("metadata")), podspec.mapping(pod.get("spec"))
@@ -330,6 +392,26 @@ class Binder:
                 if meta.get("uid") != entry.uid or elsewhere or finished:
                     gone.add(entry.uid)
         return {uid: entry for uid, entry in ledger.items() if uid not in gone}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Read:
+    node: dict[str, Any]  # as stored: its resourceVersion guards the commit
+    view: dict[str, Any] | Mapping[str, Any]  # as decided upon (less out-of-band use where asked)
+    pods: list[dict[str, Any]]
+    cached: bool  # the pods came from the watch cache, which covers the node's version (see `_read`)
+    complete: bool = False  # ... and has every pod event up to that version
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(podspec.mapping(obj.get("metadata")).get("name", ""))
+
+
+def _revision(obj: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as an etcd revision; -1 when it is not a number (then the cache
+    cannot be compared with it and bind reads from the apiserver)."""
+    version = podspec.mapping(obj.get("metadata")).get("resourceVersion")
+    return int(version) if isinstance(version, str) and version.isdigit() else -1
 
 
 def _first(position: int, conflicts: int) -> int:

@@ -24,6 +24,8 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from webhook import kube
 from webhook.extender import api
 from webhook.extender import store as store_module
@@ -63,8 +65,8 @@ class KubeApi:
     async def get_node(self, name: str) -> Object:
         return await self._request_async("GET", f"/api/v1/nodes/{_quote(name)}", idempotent=True)
 
-    async def list_node_pods(self, node: str) -> list[Object]:
-        items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}")
+    async def list_node_pods(self, node: str, *, at_least: str = "") -> list[Object]:
+        items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}", at_least=at_least)
         return items
 
     async def patch_node_annotations(
@@ -132,19 +134,21 @@ class KubeApi:
         if not 200 <= response.status < 300:
             raise _error(response, data, f"{method} {path}")
         try:
-            decoded = json.loads(data)
+            decoded = _loads(data)
         except ValueError as error:
             raise kube_errors.KubeError(f"{method} {path}: the apiserver answered something that is not JSON", status=response.status) from error
         if not isinstance(decoded, dict):
             raise kube_errors.KubeError(f"{method} {path}: unexpected answer", status=response.status)
         return decoded
 
-    def list(self, path: str, *, field_selector: str = "") -> tuple[list[Object], str]:
-        """Every item of a collection (paged), and the list's resourceVersion to watch from."""
+    def list(self, path: str, *, field_selector: str = "", at_least: str = "") -> tuple[list[Object], str]:
+        """Every item of a collection (paged), and the list's resourceVersion to watch from. With
+        `at_least`, as of that resourceVersion or later, in one page (the apiserver's watch cache
+        answers it without reading etcd; meant for small selections)."""
         items: list[Object] = []
         token = ""
         while True:
-            query = [("limit", str(LIST_PAGE))]
+            query = [("resourceVersion", at_least), ("resourceVersionMatch", "NotOlderThan")] if at_least else [("limit", str(LIST_PAGE))]
             if field_selector:
                 query.append(("fieldSelector", field_selector))
             if token:
@@ -177,7 +181,7 @@ class KubeApi:
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        event = json.loads(line)
+                        event = _loads(line)
                         yield str(event.get("type", "")), event.get("object") or {}
         finally:
             with contextlib.suppress(Exception):
@@ -231,7 +235,7 @@ class Watcher:
         while not self._stopped.is_set():
             try:
                 items, version = self._kube.list(path)
-                if not self._post(replace, items):
+                if not self._post(replace, items) or not self._post(self._store.seen, kind, version):
                     return
                 log.info("listed %d %ss", len(items), kind.lower())
                 delay = 0.2
@@ -253,6 +257,9 @@ class Watcher:
                 raise failed
             version = str((obj.get("metadata") or {}).get("resourceVersion", version))
             if event == "BOOKMARK":
+                if not self._post(self._store.seen, kind, version):  # how far the store is complete
+                    self._stopped.set()
+                    break
                 continue
             if not self._post(self._store.apply, kind, event, obj):
                 self._stopped.set()
@@ -269,6 +276,14 @@ class Watcher:
 
 class _Expired(Exception):
     """The watch's resourceVersion is too old (410 Gone): relist."""
+
+
+def _loads(data: bytes) -> Any:
+    """JSON from the apiserver. orjson decodes a pod's watch event in about 40% of json's time
+    (32 vs 80 us for a 3.3 kB event here), and the watches decode every event of every pod and node
+    (issue 19). What the apiserver writes is within what orjson reads exactly: UTF-8, and integers
+    of Kubernetes' int32/int64 fields (orjson reads past 64 bits as a float; none are)."""
+    return orjson.loads(data)
 
 
 def _error(response: Any, data: bytes, what: str) -> kube_errors.KubeError:

@@ -159,10 +159,14 @@ def filter_nodes(
     request: cardrequest.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
 ) -> Outcome:
     """Classify every candidate; a node the extender does not know yet fails for now, not forever."""
+    return classify({name: None if (state := states.get(name)) is None else evaluate(request, state, decide=False) for name in names}, names)
+
+
+def classify(fits: Mapping[str, Fit | None], names: Iterable[str]) -> Outcome:
+    """`filter_nodes` on verdicts already made (`evaluate` with `decide` off; None: the node is not known)."""
     outcome = Outcome(passed=[], failed={}, unresolvable={})
     for name in names:
-        state = states.get(name)
-        fit = _NOT_CACHED if state is None else evaluate(request, state, decide=False)
+        fit = fits.get(name) or _NOT_CACHED
         if fit.verdict is Verdict.FITS:
             outcome.passed.append(name)
             continue
@@ -209,16 +213,16 @@ def _without(state: cards.NodeState, uids: set[str]) -> cards.NodeState:
 
 def scores(request: cardrequest.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> dict[str, int]:
     """Prioritize: 0-10 per node (0 where the pod does not fit)."""
-    result: dict[str, int] = {}
-    for name in names:
-        state = states.get(name)
-        if state is None or not evaluate(request, state, decide=False, explain=False).fits:
-            result[name] = 0
-        elif request.family is gpu.Family.TOPOLOGY:
-            result[name] = evaluate(request, state).score  # the score depends on the set chosen
-        else:
-            result[name] = _shared_score(request, state)  # no need to pick the card
-    return result
+    return {name: 0 if (state := states.get(name)) is None else score(request, state) for name in names}
+
+
+def score(request: cardrequest.Request, state: cards.NodeState) -> int:
+    """Prioritize's 0-10 for one node (0 where the pod does not fit)."""
+    if not evaluate(request, state, decide=False, explain=False).fits:
+        return 0
+    if request.family is gpu.Family.TOPOLOGY:
+        return evaluate(request, state).score  # the score depends on the set chosen
+    return _shared_score(request, state)  # no need to pick the card
 
 
 _FITS = Fit(verdict=Verdict.FITS)

@@ -1,8 +1,10 @@
 """The extender's in-memory copy of Nodes and Pods (fed by list+watch), indexed by node.
 
-Filter and prioritize read it; they are optimistic and may be a moment stale. Bind never trusts
-it: bind reads fresh objects from the apiserver (see `binder`). Objects are slimmed on the way in
-to the fields the card model reads, so a big cluster's pods stay cheap to hold.
+Filter and prioritize read it; they are optimistic and may be a moment stale. Bind trusts it only
+as far as it can prove it current: the pod watch's progress (`pods_version`, the etcd revision the
+pod copies are complete up to) must have reached the resourceVersion of the Node whose ledger bind
+compare-and-swaps, otherwise bind reads from the apiserver (see `binder`). Objects are slimmed on
+the way in to the fields the card model reads, so a big cluster's pods stay cheap to hold.
 
 All methods run on the event loop's thread (the watch threads hand their events over with
 `call_soon_threadsafe`), so there is no locking here.
@@ -10,10 +12,11 @@ All methods run on the event loop's thread (the watch threads hand their events 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from policies import allocation, podspec, reservations
 from webhook.extender import reality
@@ -36,6 +39,67 @@ class Store:
         self._ledger_refs: dict[str, set[str]] = {}  # pod UID -> nodes whose ledger names it
         self.nodes_synced = False
         self.pods_synced = False
+        self._pods_version = -1  # the revision the pod watch has delivered every event up to; -1: unknown
+        self._pod_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._tokens: dict[Hashable, int] = {}  # `judged` keys
+        self._vouched: dict[str, int] = {}  # node -> the version of this process's last commit whose pods this cache covers
+
+    @property
+    def honours_out_of_band(self) -> bool:
+        """Whether the Nodes held here are already read less out-of-band use (`reality`)."""
+        return self._honour_out_of_band
+
+    @property
+    def pods_version(self) -> int:
+        """The etcd revision up to which every pod event has been applied here (from the watch's
+        events, bookmarks and lists; never from `put_pod`, which binds use for their own copies);
+        -1 when unknown (not listed yet, or a resourceVersion that is not a number)."""
+        return self._pods_version
+
+    def seen(self, kind: str, version: str) -> None:
+        """The `kind` watch (or list) has delivered everything up to `version` (a bookmark, a list's version)."""
+        if kind == "Pod":
+            self._advance_pods(version)
+
+    def vouch(self, node: str, version: int) -> None:
+        """This process wrote `node` at `version` from a read this cache covered (`binder`): every
+        ledger entry pruned up to that version is of a pod this cache shows bound or gone, though
+        the pod watch may not have reached `version` yet. Forgotten on a relist."""
+        self._vouched[node] = version
+
+    def vouched(self, node: str) -> int:
+        return self._vouched.get(node, -1)
+
+    async def wait_for_pods(self, version: int, *, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until `pods_version` reaches `version`; whether it did."""
+        if self._pods_version >= version:
+            return True
+        if timeout <= 0 or version < 0:
+            return False
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (version, waiter)
+        self._pod_waiters.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            if entry in self._pod_waiters:
+                self._pod_waiters.remove(entry)
+        return self._pods_version >= version
+
+    def _advance_pods(self, version: str) -> None:
+        if not version.isdigit():
+            return
+        number = int(version)
+        if number <= self._pods_version:
+            return
+        self._pods_version = number
+        if self._pod_waiters:
+            for wanted, waiter in [w for w in self._pod_waiters if w[0] <= number]:
+                self._pod_waiters.remove((wanted, waiter))
+                if not waiter.done():
+                    waiter.set_result(None)
 
     @property
     def synced(self) -> bool:
@@ -59,6 +123,15 @@ class Store:
         """Pods bound to `node` or holding an allocation annotation for it."""
         return [self._pods[uid] for uid in self._by_node.get(node, ())]
 
+    def bound_pods(self, node: str) -> list[Object]:
+        """Pods whose `spec.nodeName` is `node` (what a LIST with that field selector answers)."""
+        found = []
+        for uid in self._by_node.get(node, ()):
+            pod = self._pods[uid]
+            if podspec.mapping(pod.get("spec")).get("nodeName") == node:
+                found.append(pod)
+        return found
+
     def state(self, name: str, *, now: float, ttl: float, exclude_uid: str = "") -> cards.NodeState | None:
         """The node's card state; `exclude_uid` leaves out the pod being placed (its own earlier,
         interrupted attempt must not make it look as if the node were full).
@@ -75,7 +148,7 @@ class Store:
         version = self._versions.get(name, 0)
         hit = self._states.get(name)
         if hit is not None and hit.version == version and hit.ttl == ttl and now < hit.valid_until:
-            state = hit.state
+            state, uids = hit.state, hit.uids
         else:
             ledger = reservations.node_reservations(node)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
@@ -84,12 +157,63 @@ class Store:
             state = cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live)
             unseen = [(e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
             valid_until = min([_valid_until(state, ttl=ttl), *unseen])
-            self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state)
-        if exclude_uid and any(a.uid == exclude_uid for a in (*state.allocations, *state.orphans)):
+            uids = frozenset(a.uid for a in (*state.allocations, *state.orphans))
+            self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state, uids=uids)
+        if exclude_uid and exclude_uid in uids:
             ledger = reservations.node_reservations(node)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
         return state
+
+    def judged(
+        self,
+        names: Iterable[str],
+        *,
+        now: float,
+        ttl: float,
+        exclude_uid: str = "",
+        key: Hashable,
+        judge: Callable[[cards.NodeState], _T],
+    ) -> dict[str, _T | None]:
+        """`judge(state)` for each node (None for a node not in the cache), remembered under `key`
+        with the node's cached state: until the node, one of its pods or a pod in its ledger changes,
+        or a time-limited entry stops counting, the same key on the same node costs a lookup.
+        `key` must stand for everything `judge` reads besides the state (filter and prioritize:
+        the verb and the pod's `cardrequest.Request`). A node whose state leaves out
+        `exclude_uid` is judged afresh."""
+        found: dict[str, _T | None] = {}
+        states, versions = self._states, self._versions
+        token = self._tokens.get(key)  # a small int: hashing the request itself on every node would cost more than judging
+        if token is None:
+            if len(self._tokens) >= _MAX_TOKENS:
+                self._tokens.clear()
+                for cached in states.values():
+                    cached.judged.clear()  # tokens are reused from now on
+            token = self._tokens[key] = len(self._tokens)
+        for name in names:
+            hit = states.get(name)
+            if hit is None or hit.version != versions.get(name, 0) or hit.ttl != ttl or now >= hit.valid_until:
+                state = self.state(name, now=now, ttl=ttl, exclude_uid=exclude_uid)
+                if state is None:
+                    found[name] = None
+                    continue
+                hit = states.get(name)
+                if hit is None or hit.state is not state:  # the pod's own entry is left out: not the cached state
+                    found[name] = judge(state)
+                    continue
+            elif exclude_uid and exclude_uid in hit.uids:
+                state = self.state(name, now=now, ttl=ttl, exclude_uid=exclude_uid)
+                found[name] = None if state is None else judge(state)
+                continue
+            memo = hit.judged
+            if token in memo:
+                found[name] = memo[token]  # type: ignore[assignment] # stored by a judge of the same key
+                continue
+            if len(memo) >= _MEMO_KEYS:
+                memo.clear()
+            value = memo[token] = judge(hit.state)
+            found[name] = value
+        return found
 
     def stale_ledgers(self, *, now: float) -> list[str]:
         """Nodes whose ledger holds entries that no longer count (expired, or their pod is gone,
@@ -128,6 +252,8 @@ class Store:
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
+        self._pods_version = -1  # the list's version follows (`seen`)
+        self._vouched = {}  # the list may predate a binding this cache had from its own bind
         self._ledger_refs = {}
         for item in items:
             self.put_pod(item)
@@ -146,10 +272,17 @@ class Store:
                 self._drop_pod(_uid(obj))
             else:
                 self.put_pod(obj)
+            # Events come in revision order: everything up to this one is applied now.
+            version = podspec.mapping(obj.get("metadata")).get("resourceVersion")
+            if isinstance(version, str):
+                self._advance_pods(version)
 
     def put_node(self, obj: Mapping[str, Any]) -> None:
         name = _name(obj)
-        if name and not _older(obj, self._nodes.get(name)):
+        held = self._nodes.get(name)
+        if held is not None and _same_version(obj, held):
+            return  # the watch event of the write bind already put here: the cached state stays
+        if name and not _older(obj, held):
             slim = slim_node(obj)
             self._nodes[name] = dict(reality.honour_out_of_band(slim)) if self._honour_out_of_band else slim
             self._touch(name)
@@ -184,12 +317,19 @@ class Store:
                     del self._by_node[node]
 
 
+_T = TypeVar("_T")
+_MEMO_KEYS = 32  # verdicts remembered per node state (one per request shape that filter or prioritize met)
+_MAX_TOKENS = 4096  # distinct `judged` keys before the memos start over
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Cached:
     version: int
     ttl: float
     valid_until: float
     state: cards.NodeState
+    uids: frozenset[str]  # the pods the state counts (allocations and orphans)
+    judged: dict[int, object] = dataclasses.field(default_factory=dict)  # `Store.judged`'s memo, by key token
 
 
 def _valid_until(state: cards.NodeState, *, ttl: float) -> float:
@@ -250,6 +390,11 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _uid(obj: Mapping[str, Any]) -> str:
     return str(podspec.mapping(obj.get("metadata")).get("uid", ""))
+
+
+def _same_version(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    version = podspec.mapping(new.get("metadata")).get("resourceVersion")
+    return bool(version) and version == podspec.mapping(old.get("metadata")).get("resourceVersion")
 
 
 def _older(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:

@@ -175,7 +175,7 @@ class FakeApiServer:
             raise kube_errors.NotFound(f'nodes "{name}" not found', status=404)
         return copy.deepcopy(found)
 
-    async def list_node_pods(self, node: str) -> list[Object]:
+    async def list_node_pods(self, node: str, *, at_least: str = "") -> list[Object]:
         await self._turn("list_node_pods")
         return [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
 

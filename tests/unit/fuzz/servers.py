@@ -151,7 +151,7 @@ class MemoryApi:
         copied: dict[str, Any] = json.loads(json.dumps(self.nodes[name]))
         return copied
 
-    async def list_node_pods(self, node: str) -> list[dict[str, Any]]:
+    async def list_node_pods(self, node: str, *, at_least: str = "") -> list[dict[str, Any]]:
         return []
 
     async def patch_node_annotations(self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]) -> dict[str, Any]:

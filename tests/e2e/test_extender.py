@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import resources
 from tests.e2e.harness import Cluster, eventually, restart_webhook
 from policies import gpu, inventory
 from webhook.cluster import controlplane, install, nodes
@@ -247,13 +248,7 @@ def make_pool(
 def gpu_pod(
     name: str, *, pool: Pool, scheduler: str, group: str, mem: int | None = None, core: int | None = None, whole: int | None = None
 ) -> dict[str, Any]:
-    limits: dict[str, str] = {}
-    if mem is not None:
-        limits["aliyun.com/gpu-mem"] = str(mem)
-    if core is not None:
-        limits["aliyun.com/gpu-core.percentage"] = str(core)
-    if whole is not None:
-        limits["aliyun.com/gpu"] = str(whole)
+    limits = resources.gpu_limits(mem=mem, core=core, whole=whole)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -12,6 +12,7 @@ import pytest
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu, inventory
 from policies import cards
+from tests import resources
 
 Object = dict[str, Any]
 NOW = 1_800_000_000.0
@@ -82,13 +83,7 @@ def pod(
     owner: str | None = None,
 ) -> Object:
     """A pending GPU pod."""
-    limits: dict[str, str] = {}
-    if mem is not None:
-        limits["aliyun.com/gpu-mem"] = str(mem)
-    if core is not None:
-        limits["aliyun.com/gpu-core.percentage"] = str(core)
-    if whole is not None:
-        limits["aliyun.com/gpu"] = str(whole)
+    limits = resources.gpu_limits(mem=mem, core=core, whole=whole)
     container: Object = {"name": "main", "image": "registry.example/app:1"}
     if limits:
         container["resources"] = {"limits": limits}

@@ -2,7 +2,7 @@
 
 Each command module exposes ``add_parser(subparsers) -> None``, which registers its subcommand and
 sets ``func(args: argparse.Namespace) -> int`` (the exit status). Bad input is raised as
-``errors.InputError`` and printed here as one line with exit status 2, never as a traceback.
+``errors.InputError`` and printed as one line with exit status 2 (``errors.run``), never as a traceback.
 
 A run imports only the module of the command it names (``SUBCOMMANDS``): ``serve`` then never
 loads the labeler's NVML binding or the cluster tools (4 MiB resident, and start-up time, in
@@ -20,7 +20,6 @@ from types import ModuleType
 from webhook.cmdline import errors, flags
 
 PROG = "gpu-admission"
-EXIT_INPUT_ERROR = 2
 
 # Each subcommand and the module that registers it, in the order `--help` lists them
 # (tests/unit/test_cli.py checks this against the parser).
@@ -70,15 +69,7 @@ def _parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    args = _parser_for(argv).parse_args(argv)
-    try:
-        status: int = args.func(args)
-    except errors.InputError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except KeyboardInterrupt:
-        return 130
-    return status
+    return errors.run(_parser_for(argv).parse_args(argv), prog=PROG)
 
 
 if __name__ == "__main__":

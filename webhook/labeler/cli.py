@@ -39,7 +39,7 @@ from webhook.labeler import attribution, cgroups, health, inventory, labels, nvm
 logger = logging.getLogger(__name__)
 
 EXIT_FAILED = 1
-EXIT_INPUT_ERROR = 2
+EXIT_INPUT_ERROR = errors.EXIT_INPUT_ERROR
 EXIT_NO_NVML = 3
 DEFAULT_INTERVAL_S = 60.0
 NODE_NAME_ENV = "NODE_NAME"
@@ -179,15 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `labeler` on its own (what `python -m webhook.labeler.cli labeler ...` does)."""
     parser = argparse.ArgumentParser(prog="gpu-admission")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    parsed = parser.parse_args(argv)
-    try:
-        status: int = parsed.func(parsed)
-    except errors.InputError as error:
-        print(f"gpu-admission: error: {error}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except KeyboardInterrupt:
-        return 130
-    return status
+    return errors.run(parser.parse_args(argv), prog="gpu-admission")
 
 
 def _source(path: Path | None) -> tuple[runner.Source, str]:

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
+import orjson
 from aiohttp import web
 
 from policies import allocation, cardrequest, podspec
@@ -236,7 +237,7 @@ async def filter_nodes(request: web.Request) -> web.Response:
     meters.requests.inc(verb="filter", result="ok")
     log.debug("filter %s: %d of %d nodes fit", args.pod_key, len(outcome.passed), len(args.node_names))
     return web.json_response(
-        wire.filter_result(passed=outcome.passed, failed=outcome.failed, unresolvable=outcome.unresolvable, request=args)
+        wire.filter_result(passed=outcome.passed, failed=outcome.failed, unresolvable=outcome.unresolvable, request=args), dumps=_dumps
     )
 
 
@@ -261,7 +262,7 @@ async def prioritize(request: web.Request) -> web.Response:
         scores = {name: 0 for name in args.node_names}
     else:
         meters.requests.inc(verb="prioritize", result="ok")
-    return web.json_response(wire.priorities(scores))
+    return web.json_response(wire.priorities(scores), dumps=_dumps)
 
 
 async def bind_pod(request: web.Request) -> web.Response:
@@ -313,6 +314,11 @@ async def metrics_text(request: web.Request) -> web.Response:
 
 
 _T = TypeVar("_T")
+
+
+def _dumps(answer: object) -> str:
+    """The verbs' answers: orjson encodes a 500-node answer in a tenth of json's time (issue 19)."""
+    return orjson.dumps(answer).decode()
 
 
 def _judged(

@@ -273,26 +273,33 @@ func main() {
 		mark("start")
 	}()
 
-	if *rate <= 0 {
+	// spawn runs body on one goroutine per connection, each with its own worker.
+	spawn := func(body func(w *worker)) *sync.WaitGroup {
 		var wg sync.WaitGroup
 		for i := 0; i < *connections; i++ {
 			w := newWorker()
 			workers = append(workers, w)
 			wg.Add(1)
-			go func(w *worker) {
+			go func() {
 				defer wg.Done()
-				for time.Now().Before(stopAt) {
-					start := time.Now()
-					m := measuring.Load()
-					status, err := t.do()
-					if m {
-						sent.Add(1)
-					}
-					w.note(status, err, time.Since(start), m)
-				}
-			}(w)
+				body(w)
+			}()
 		}
-		wg.Wait()
+		return &wg
+	}
+
+	if *rate <= 0 {
+		spawn(func(w *worker) {
+			for time.Now().Before(stopAt) {
+				start := time.Now()
+				m := measuring.Load()
+				status, err := t.do()
+				if m {
+					sent.Add(1)
+				}
+				w.note(status, err, time.Since(start), m)
+			}
+		}).Wait()
 	} else {
 		// One dispatcher issues due requests into a bounded pool of senders (one per connection);
 		// a request's latency counts from its due instant.
@@ -301,28 +308,21 @@ func main() {
 			measure bool
 		}
 		jobs := make(chan job, 1<<20)
-		var wg sync.WaitGroup
-		for i := 0; i < *connections; i++ {
-			w := newWorker()
-			workers = append(workers, w)
-			wg.Add(1)
-			go func(w *worker) {
-				defer wg.Done()
-				for j := range jobs {
-					if time.Now().After(stopAt.Add(*timeout)) {
-						if j.measure {
-							atomic.AddUint64(&late, 1)
-						}
-						continue
-					}
-					status, err := t.do()
+		wg := spawn(func(w *worker) {
+			for j := range jobs {
+				if time.Now().After(stopAt.Add(*timeout)) {
 					if j.measure {
-						sent.Add(1)
+						atomic.AddUint64(&late, 1)
 					}
-					w.note(status, err, time.Since(j.due), j.measure)
+					continue
 				}
-			}(w)
-		}
+				status, err := t.do()
+				if j.measure {
+					sent.Add(1)
+				}
+				w.note(status, err, time.Since(j.due), j.measure)
+			}
+		})
 		interval := time.Duration(float64(time.Second) / *rate)
 		for i := int64(0); ; i++ {
 			due := began.Add(time.Duration(i) * interval)

@@ -15,7 +15,6 @@ import json
 import pathlib
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import pytest
 from cryptography import x509
 
 from certs import authority
+from tests import tlsclient
 from webhook.certificates import certfiles
 from webhook.extender import app, binder, store
 from webhook.serving import shell
@@ -119,22 +119,10 @@ def wait_for_log(pki: Pki, process: subprocess.Popen[bytes], pattern: str) -> re
 
 def get(port: int, path: str, *, pki: Pki, client: str | None = None) -> tuple[int, bytes, int]:
     """GET ``path`` on a new connection: status, body and the serial of the certificate served."""
-    context = ssl.create_default_context(cafile=str(pki.directory / "ca.crt"))
-    if client is not None:
-        context.load_cert_chain(pki.directory / f"{client}.crt", pki.directory / f"{client}.key")
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain, context.wrap_socket(plain, server_hostname="127.0.0.1") as sock:
-        der = sock.getpeercert(binary_form=True)
-        assert der is not None
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    if not answer:
-        # TLS 1.3: the server checks the client's certificate after the client considers the
-        # handshake done, so a refusal shows as an alert or a closed connection at the first read.
-        raise ConnectionError("the server closed the connection without an answer")
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body, x509.load_der_x509_certificate(der).serial_number
+    pair = None if client is None else (pki.directory / f"{client}.crt", pki.directory / f"{client}.key")
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    status, body, der = tlsclient.exchange(port, request, ca_file=pki.directory / "ca.crt", client=pair)
+    return status, body, x509.load_der_x509_certificate(der).serial_number
 
 
 def until(check: Callable[[], bool], *, what: str) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from certs import authority
+from tests import tlsclient
 
 BIND = {"PodName": "p", "PodNamespace": "team-a", "PodUID": "uid-p", "Node": "gpu-0"}
 
@@ -80,23 +81,12 @@ def extender(pki: pathlib.Path) -> Iterator[int]:
 
 
 def _post(port: int, path: str, *, pki: pathlib.Path, cert: str | None) -> tuple[int, dict[str, object]]:
-    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    if cert is not None:
-        context.load_cert_chain(pki / f"{cert}.crt", pki / f"{cert}.key")
     body = json.dumps(BIND if path == "/bind" else {"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "NodeNames": ["gpu-0"]}).encode()
     request = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                "Connection: close\r\n\r\n").encode() + body
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain, context.wrap_socket(plain, server_hostname="127.0.0.1") as sock:
-        sock.sendall(request)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
-    if not answer:
-        # TLS 1.3: the server checks the client's certificate after the client considers the
-        # handshake done, so a refusal shows as an alert or a closed connection at the first read.
-        raise ConnectionError("the server closed the connection without an answer")
-    head, _, payload = answer.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), json.loads(payload or b"{}")
+    pair = None if cert is None else (pki / f"{cert}.crt", pki / f"{cert}.key")
+    status, payload, _ = tlsclient.exchange(port, request, ca_file=pki / "ca.crt", client=pair)
+    return status, json.loads(payload or b"{}")
 
 
 @pytest.mark.parametrize("path", ["/bind", "/filter", "/prioritize"])

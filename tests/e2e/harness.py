@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,16 @@ def restart_webhook(cluster: Cluster, *, config: Path | None) -> None:
         return completed.returncode != 0 and "GPU001" in completed.stderr
 
     eventually(refused, what="the apiserver to call the restarted webhook", timeout=60)
+
+
+@contextlib.contextmanager
+def webhook_settings(cluster: Cluster, settings: Mapping[str, Any], *, directory: Path) -> Iterator[Cluster]:
+    """The session cluster with its webhook restarted on `settings` (written into `directory`); the
+    defaults again on the way out."""
+    config = directory / "config.yaml"
+    config.write_text(json.dumps(settings))  # JSON is YAML
+    restart_webhook(cluster, config=config)
+    try:
+        yield cluster
+    finally:
+        restart_webhook(cluster, config=None)

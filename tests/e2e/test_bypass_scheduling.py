@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.e2e.harness import Cluster, eventually, restart_webhook
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 from webhook.cluster import nodes
 
 pytestmark = pytest.mark.e2e
@@ -41,13 +40,8 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def bypass_cluster(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    config = tmp_path_factory.mktemp("bypass") / "config.yaml"
-    config.write_text(yaml.safe_dump(SETTINGS))
-    restart_webhook(cluster, config=config)
-    try:
+    with webhook_settings(cluster, SETTINGS, directory=tmp_path_factory.mktemp("bypass")):
         yield cluster
-    finally:
-        restart_webhook(cluster, config=None)
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.e2e.harness import Cluster, eventually
-from webhook.cluster import controlplane, install
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -37,26 +34,8 @@ LAB_WARNS = {
 @pytest.fixture(scope="module")
 def lab_cluster(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The session cluster, its webhook restarted with LAB_WARNS; restored to the defaults after."""
-    config = tmp_path_factory.mktemp("context") / "config.yaml"
-    config.write_text(yaml.safe_dump(LAB_WARNS))
-    restart_webhook(cluster, config=config)
-    try:
+    with webhook_settings(cluster, LAB_WARNS, directory=tmp_path_factory.mktemp("context")):
         yield cluster
-    finally:
-        restart_webhook(cluster, config=None)
-
-
-def restart_webhook(cluster: Cluster, *, config: Path | None) -> None:
-    controlplane.stop(cluster.state, ["webhook"], grace=5)
-    install.start_webhook(cluster.state, config=config)  # same port: the registrations stay valid
-    # The apiserver calls it again once a bypass attempt is refused (its connections were to the old process).
-    eventually(lambda: _refuses_a_bypass(cluster), what="the apiserver to call the restarted webhook", timeout=60)
-
-
-def _refuses_a_bypass(cluster: Cluster) -> bool:
-    probe = gpu_pod("probe", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
-    completed = cluster.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-", stdin=json.dumps(probe))
-    return completed.returncode != 0 and "GPU001" in completed.stderr
 
 
 def namespace(cluster: Cluster, **labels: str) -> str:

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from tests import resources
-from tests.e2e.harness import Cluster, eventually, restart_webhook
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 from policies import gpu, inventory
 from webhook.cluster import controlplane, install, nodes
 
@@ -144,13 +144,9 @@ def scheduler_name(tag: str) -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def extender_schedulers(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    config = tmp_path_factory.mktemp("extender-settings") / "config.yaml"
-    config.write_text(json.dumps({"extenderSchedulers": ["default-scheduler", *(scheduler_name(t) for t in TAGS)]}))
-    restart_webhook(cluster, config=config)
-    try:
+    settings = {"extenderSchedulers": ["default-scheduler", *(scheduler_name(t) for t in TAGS)]}
+    with webhook_settings(cluster, settings, directory=tmp_path_factory.mktemp("extender-settings")):
         yield
-    finally:
-        restart_webhook(cluster, config=None)
 
 
 def _replica(cluster: Cluster, tag: str) -> Replica:

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from policies import ordinary
-from tests.e2e.harness import Cluster, eventually, restart_webhook
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -76,10 +75,7 @@ def test_a_pod_made_non_ordinary_by_its_environment_alone_is_still_refused(clust
 
 def test_settings_that_make_the_skip_unsound_switch_it_off_through_the_mutation(cluster: Cluster, tmp_path: Path) -> None:
     # GPU104 acting warn reports at validation only; /mutate then marks every pod so it is sent.
-    config = tmp_path / "settings.yaml"
-    config.write_text(yaml.safe_dump({"policies": {"GPU104": {"action": "warn"}}}))
-    restart_webhook(cluster, config=config)
-    try:
+    with webhook_settings(cluster, {"policies": {"GPU104": {"action": "warn"}}}, directory=tmp_path):
         ns = cluster.namespace()
         completed = cluster.apply(pod("quiet"), namespace=ns)
         assert completed.returncode == 0, completed.stderr
@@ -87,8 +83,6 @@ def test_settings_that_make_the_skip_unsound_switch_it_off_through_the_mutation(
         stored = cluster.get("pod", "quiet", namespace=ns)
         assert stored["metadata"]["annotations"][ordinary.REVIEW_ANNOTATION] == ordinary.REVIEW_VALUE
         settled(cluster, name="quiet", namespace=ns, mutate=1, validate=1)
-    finally:
-        restart_webhook(cluster, config=None)
 
 
 def test_a_large_ordinary_pod_is_still_admitted_within_the_conditions_cost_budget(cluster: Cluster) -> None:

@@ -66,6 +66,21 @@ class Cluster:
         return found
 
 
+def deployment(
+    name: str, spec: Mapping[str, Any], *, app: str, replicas: int = 1, annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A Deployment `name` whose pod template (labelled app=`app`, with `annotations`) has `spec`."""
+    metadata: dict[str, Any] = {"labels": {"app": app}}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}}, "template": {"metadata": metadata, "spec": spec}},
+    }
+
+
 def eventually(predicate: Callable[[], bool], *, what: str, timeout: float = 60) -> None:
     """Poll with a deadline (never a fixed sleep)."""
     deadline = time.monotonic() + timeout

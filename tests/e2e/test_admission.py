@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster, deployment, eventually
 from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e
@@ -57,17 +57,7 @@ def test_a_privileged_gpu_pod_is_refused(cluster: Cluster) -> None:
 def test_a_deployment_with_a_bypass_in_its_template_is_refused_when_applied(cluster: Cluster) -> None:
     ns = cluster.namespace()
     template = pod("x", env={"NVIDIA_VISIBLE_DEVICES": "0,1"})
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "bypass"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "bypass"}},
-            "template": {"metadata": {"labels": {"app": "bypass"}}, "spec": template["spec"]},
-        },
-    }
-    completed = cluster.apply(deployment, namespace=ns)
+    completed = cluster.apply(deployment("bypass", template["spec"], app="bypass"), namespace=ns)
     assert completed.returncode != 0
     assert "GPU001" in completed.stderr
     assert cluster.kubectl("get", "deployment", "bypass", "-n", ns).returncode != 0

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster, deployment, eventually
 from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e
@@ -62,16 +62,7 @@ def violators() -> list[Mapping[str, Any]]:
             env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
             annotations={"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "40"},
         ),
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "bypass"},
-            "spec": {
-                "replicas": 2,
-                "selector": {"matchLabels": {"app": "bypass"}},
-                "template": {"metadata": {"labels": {"app": "bypass"}}, "spec": pod("x", env=BYPASS_ENV)["spec"]},
-            },
-        },
+        deployment("bypass", pod("x", env=BYPASS_ENV)["spec"], app="bypass", replicas=2),
     ]
 
 

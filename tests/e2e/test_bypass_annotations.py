@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster, deployment, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -59,20 +59,9 @@ def test_a_cdi_annotation_on_create_is_refused_and_an_ordinary_one_is_admitted(c
 
 def test_the_toolkits_nri_annotation_in_a_deployment_template_is_refused(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "nri-cards"},
-        "spec": {
-            "selector": {"matchLabels": {"app": "n"}},
-            "template": {
-                "metadata": {"labels": {"app": "n"}, "annotations": {"nvidia.cdi.k8s.io/container.main": "runtime.nvidia.com/gpu=all"}},
-                "spec": pod("x")["spec"],
-            },
-        },
-    }
+    cdi = {"nvidia.cdi.k8s.io/container.main": "runtime.nvidia.com/gpu=all"}
 
-    completed = create(cluster, deployment, namespace=ns)
+    completed = create(cluster, deployment("nri-cards", pod("x")["spec"], app="n", annotations=cdi), namespace=ns)
 
     assert refused_by(completed, "GPU010"), completed.stderr
     assert "the pod template: annotation nvidia.cdi.k8s.io/container.main asks" in completed.stderr

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster
+from tests.e2e.harness import Cluster, deployment
 
 pytestmark = pytest.mark.e2e
 
@@ -48,18 +48,8 @@ def test_the_container_runtime_socket_by_host_path_is_refused_with_gpu003(cluste
 def test_the_docker_socket_through_var_run_is_refused_in_a_deployment(cluster: Cluster) -> None:
     ns = cluster.namespace()
     template = pod("x", volume={"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}, mount_path="/var/run/docker.sock")
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "docker-in-docker"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "dind"}},
-            "template": {"metadata": {"labels": {"app": "dind"}}, "spec": template["spec"]},
-        },
-    }
 
-    completed = cluster.apply(deployment, namespace=ns)
+    completed = cluster.apply(deployment("docker-in-docker", template["spec"], app="dind"), namespace=ns)
 
     assert completed.returncode != 0
     assert "GPU003" in completed.stderr

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, eventually, webhook_settings
+from tests.e2e.harness import Cluster, deployment, eventually, webhook_settings
 from webhook.cluster import nodes
 
 pytestmark = pytest.mark.e2e
@@ -149,13 +149,7 @@ def test_a_scheduler_that_does_not_call_the_extender_is_refused_for_gpu_pods_onl
 def test_a_deployment_template_with_node_name_is_refused_when_applied(bypass_cluster: Cluster, gpu_node: str) -> None:
     ns = bypass_cluster.namespace()
     template = pod("x", mem=2, nodeName=gpu_node)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "pinned"},
-        "spec": {"selector": {"matchLabels": {"app": "p"}}, "template": {"metadata": {"labels": {"app": "p"}}, "spec": template["spec"]}},
-    }
-    completed = create(bypass_cluster, deployment, namespace=ns)
+    completed = create(bypass_cluster, deployment("pinned", template["spec"], app="p"), namespace=ns)
     assert refused_by_gpu008(completed), completed.stderr
     assert "the pod template: spec.nodeName" in completed.stderr
 

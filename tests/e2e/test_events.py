@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import harness
 from tests.e2e.harness import Cluster, eventually
 
 pytestmark = pytest.mark.e2e
@@ -19,16 +20,7 @@ def deployment(name: str, *, env: dict[str, str] | None = None) -> dict[str, Any
     container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}},
-        },
-    }
+    return harness.deployment(name, {"containers": [container]}, app=name)
 
 
 def policy_events(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster, deployment, eventually
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, bound, create, make_pool, pools  # noqa: F401 - pools is a fixture
 from policies import allocation as allocation_  # `allocation` reads a pod's annotation here
 from policies import gpu, reservations
@@ -199,20 +199,11 @@ def test_defrag_apply_frees_the_planned_card_within_the_budget_and_the_pending_p
     assert cluster.kubectl("label", "node", node_a, f"{DEFRAG_LABEL}={group}").returncode == 0
     create(cluster, [pod("fixed-a", pool=first, mem=14)], namespace=ns)
     wait_bound(cluster, ns, 1)
-    mover = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mover"},
-        "spec": {
-            "replicas": 1, "selector": {"matchLabels": {"app": "mover"}},
-            "template": {
-                "metadata": {"labels": {"app": "mover"}},
-                "spec": {
-                    "nodeSelector": {DEFRAG_LABEL: group},
-                    "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [{"name": "main", "image": "registry.example/app:1", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}],
-                },
-            },
-        },
-    }
+    mover = deployment("mover", {
+        "nodeSelector": {DEFRAG_LABEL: group},
+        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "main", "image": "registry.example/app:1", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}],
+    }, app="mover")
     assert cluster.apply(mover, namespace=ns).returncode == 0
     wait_bound(cluster, ns, 2)  # on A GPU1: GPU0 has 2 GiB left
     second = make_pool(cluster, pools, gpus=(GIB16,))

@@ -38,6 +38,18 @@ def seed(kind: str, name: str) -> dict[str, Any]:
     raise AssertionError(f"no example {kind}/{name} under examples/")
 
 
+def run_admitted(
+    cluster: Cluster, workloads: list[dict[str, Any]], *, namespace: str, timeout: float
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+    """Apply each workload (each must be admitted) and wait for one running pod each: the pods, and
+    the labels of the node each runs on by pod name."""
+    for workload in workloads:
+        completed = cluster.apply(workload, namespace=namespace)
+        assert completed.returncode == 0, f"{workload['kind']}/{workload['metadata']['name']}: {completed.stderr}"
+    running = cluster.running_pods(namespace=namespace, count=len(workloads), timeout=timeout)
+    return running, {p["metadata"]["name"]: cluster.node_labels(p["spec"]["nodeName"]) for p in running}
+
+
 def test_a_pod_setting_nvidia_visible_devices_is_refused_with_the_gpu001_message(cluster: Cluster) -> None:
     ns = cluster.namespace()
     completed = cluster.apply(pod("sneaky", env={"NVIDIA_VISIBLE_DEVICES": "all"}), namespace=ns)
@@ -90,11 +102,7 @@ def test_the_seed_workloads_are_admitted_and_run_where_the_seeds_say(cluster: Cl
         seed("StatefulSet", "cgpu-test-no-isolation"),
         seed("Pod", "tensorflow-mnist"),
     ]
-    for workload in workloads:
-        completed = cluster.apply(workload, namespace=ns)
-        assert completed.returncode == 0, f"{workload['kind']}/{workload['metadata']['name']}: {completed.stderr}"
-    running = cluster.running_pods(namespace=ns, count=5, timeout=90)
-    where = {p["metadata"]["name"]: cluster.node_labels(p["spec"]["nodeName"]) for p in running}
+    _, where = run_admitted(cluster, workloads, namespace=ns, timeout=90)
     by_prefix = {next(n for n in where if n.startswith(prefix)): prefix for prefix in ("tf-notebook", "not-in-gpu-node", "cgpu-test-0", "cgpu-test-no-isolation-0", "tensorflow-mnist")}
     labels = {prefix: where[name] for name, prefix in by_prefix.items()}
     # 000_2d8695719794de07.txt: tf-notebook asks for a Tesla-M40 by nodeSelector, not-in-gpu-node avoids GPU nodes.

@@ -22,7 +22,7 @@ import pytest
 from policies import gpu
 from tests import ecosystem
 from tests.e2e.harness import Cluster, eventually
-from tests.e2e.test_admission import pod, seed
+from tests.e2e.test_admission import pod, run_admitted, seed
 from webhook.cluster import controlplane, install, nodes
 
 pytestmark = pytest.mark.e2e
@@ -105,11 +105,7 @@ def test_helm_install_admits_and_places_the_seeds_and_uninstall_leaves_nothing(b
         seed("StatefulSet", "cgpu-test"),
         seed("Pod", "tensorflow-mnist"),
     ]
-    for workload in workloads:
-        completed = cluster.apply(workload, namespace=ns)
-        assert completed.returncode == 0, f"{workload['kind']}/{workload['metadata']['name']}: {completed.stderr}"
-    running = cluster.running_pods(namespace=ns, count=len(workloads), timeout=120)
-    where = {p["metadata"]["name"]: cluster.node_labels(p["spec"]["nodeName"]) for p in running}
+    running, where = run_admitted(cluster, workloads, namespace=ns, timeout=120)
     cgpu = next(labels for name, labels in where.items() if name.startswith("cgpu-test-0"))
     assert cgpu["ack.node.gpu.schedule"] == "cgpu"  # the webhook's nodeSelector and the extender's card
     notebook = next(labels for name, labels in where.items() if name.startswith("tf-notebook"))

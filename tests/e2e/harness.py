@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.cluster import controlplane, install
+from webhook.cluster import controlplane, install, nodes
 
 
 class Cluster:
@@ -122,3 +122,14 @@ def webhook_settings(cluster: Cluster, settings: Mapping[str, Any], *, directory
         yield cluster
     finally:
         restart_webhook(cluster, config=None)
+
+
+@contextlib.contextmanager
+def bare_control_plane(directory: Path, *, bin_dir: Path, fake_nodes: int) -> Iterator[controlplane.State]:
+    """A throwaway control plane in `directory` with the first `fake_nodes` fake nodes and nothing
+    installed; torn down on the way out."""
+    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:fake_nodes])
+    try:
+        yield state
+    finally:
+        controlplane.down(directory)

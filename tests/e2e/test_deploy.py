@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import eventually
-from webhook.cluster import controlplane, install, nodes
+from tests.e2e.harness import bare_control_plane, eventually
+from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e
 
@@ -31,12 +31,8 @@ PART_OF = "app.kubernetes.io/part-of=gpu-admission"
 
 @pytest.fixture(scope="module")
 def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.State]:
-    directory = tmp_path_factory.mktemp("deploy")
-    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:2])
-    try:
+    with bare_control_plane(tmp_path_factory.mktemp("deploy"), bin_dir=bin_dir, fake_nodes=2) as state:
         yield state
-    finally:
-        controlplane.down(directory)
 
 
 def kubectl(state: controlplane.State, *args: str, stdin: str | None = None) -> str:

@@ -40,8 +40,8 @@ import yaml
 from cryptography import x509
 
 from certs import rotation
-from tests.e2e.harness import eventually
-from webhook.cluster import controlplane, install, nodes
+from tests.e2e.harness import bare_control_plane, eventually
+from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e
 
@@ -52,13 +52,9 @@ CONFIGURATION = "gpu-admission"
 @pytest.fixture(scope="module")
 def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.State]:
     """A throwaway control plane with one fake node and the webhook's namespace, nothing installed."""
-    directory = tmp_path_factory.mktemp("lifecycle")
-    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:1])
-    try:
+    with bare_control_plane(tmp_path_factory.mktemp("lifecycle"), bin_dir=bin_dir, fake_nodes=1) as state:
         controlplane.kubectl(state, "create", "namespace", NAMESPACE)
         yield state
-    finally:
-        controlplane.down(directory)
 
 
 # --- helpers --------------------------------------------------------------------------------------

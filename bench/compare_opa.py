@@ -24,7 +24,7 @@ three rules); the verdicts and the policy IDs named must agree, or the run stops
 
 Servers: ``ours`` (``--workers 2``), ``ours<N>`` (N workers; ``ours1`` is one process), a ``3p``
 suffix for the three rules only, an ``nc`` suffix for the decision cache off
-(``GPU_ADMISSION_DECISION_CACHE_ENTRIES=0``: every review evaluated, the cost of a first-seen pod;
+(``serve --decision-cache-entries 0``: every review evaluated, the cost of a first-seen pod;
 the load repeats one body, so with the cache on every review after the first is a hit, the cost of
 a replica of a template already seen: ``bench/replica_stream.py`` says how often that happens),
 and ``opa``. ``--against REF`` also starts every ``ours*`` server but the ``nc`` ones from a git worktree
@@ -266,13 +266,15 @@ def start(
             raise SystemExit(f"unknown server {name!r}: ours, ours<N>, ours<N>3p, ours<N>nc or opa")
         workers = int(match.group(1) or 2)
         tree = (trees or {})[match.group(4)] if match.group(4) else loadgen.REPO
-        env = {"GPU_ADMISSION_DECISION_CACHE_ENTRIES": "0"} if match.group(3) else {}
+        env: dict[str, str] = {}
         argv = [
             sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
             "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
         ]
         if workers != 1:
             argv += ["--workers", str(workers)]
+        if match.group(3):
+            argv += ["--decision-cache-entries", "0"]
         if match.group(2):
             argv += ["--config", str(three_policies_config(scratch / "three.yaml"))]
         server = loadgen.Server(argv, log=scratch / f"{name.replace('/', '_')}.log", env=env, cwd=tree)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import AsyncIterator
 
@@ -20,8 +19,6 @@ log = logging.getLogger(__name__)
 # managedFields) push that past aiohttp's 1 MiB default. The apiserver caps request bodies at 3 MiB.
 MAX_BODY_BYTES = 3 * 1024 * 1024
 
-# How many decisions the webhook remembers (webhook.admission.decisioncache); 0 switches the cache off.
-DECISION_CACHE_ENV = "GPU_ADMISSION_DECISION_CACHE_ENTRIES"
 
 # A pod that touches the GPU rules, evaluated once at start-up so /readyz means "can evaluate".
 _PROBE_POD = {
@@ -33,19 +30,17 @@ _PROBE_POD = {
 
 
 def make_app(
-    config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES, decision_cache_entries: int | None = None
+    config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES, decision_cache_entries: int = decisioncache.DEFAULT_MAX_ENTRIES
 ) -> web.Application:
     """Build the webhook app for ``config``; serve it over TLS (see ``webhook.commands.serve``).
 
-    ``decision_cache_entries``: how many decisions to remember (0: none); by default
-    ``$GPU_ADMISSION_DECISION_CACHE_ENTRIES``, else ``decisioncache.DEFAULT_MAX_ENTRIES``.
+    ``decision_cache_entries``: how many decisions to remember (0: none; ``serve
+    --decision-cache-entries``).
     """
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[keys.SETTINGS] = config
     app[keys.LIVE_SETTINGS] = keys.LiveSettings(current=config)
     app[keys.METRICS] = metrics.webhook_metrics()
-    if decision_cache_entries is None:
-        decision_cache_entries = int(os.environ.get(DECISION_CACHE_ENV) or decisioncache.DEFAULT_MAX_ENTRIES)
     outcomes = app[keys.METRICS].registry.register(
         metrics.Counter(
             "gpu_admission_decision_cache_total",

@@ -48,6 +48,7 @@ from webhook.kube import leader
 from webhook.serving import metrics, shell, tls, workers
 from webhook.certificates import provision
 from webhook.admission import app as admission_app
+from webhook.admission import decisioncache
 from webhook.admission import keys
 from webhook.audit import background as audit_background
 
@@ -80,6 +81,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="serve from N processes on the port (SO_REUSEPORT; one review uses one core, so N is the number "
         "of cores to use; each prints its own 'listening on' line; default: 1)",
+    )
+    parser.add_argument(
+        "--decision-cache-entries",
+        type=flags.non_negative_int,
+        default=decisioncache.DEFAULT_MAX_ENTRIES,
+        metavar="N",
+        help="how many decisions each worker remembers, so that replicas of one pod template are judged "
+        f"once (least recently used go first; 0 turns the cache off; default: {decisioncache.DEFAULT_MAX_ENTRIES})",
     )
     parser.add_argument(
         "--metrics-port",
@@ -196,7 +205,7 @@ async def _serve(
     certificates: shell.CertificateSource,
     context: clustercontext.Context | None = None,
 ) -> None:
-    app = admission_app.make_app(loaded)
+    app = admission_app.make_app(loaded, decision_cache_entries=args.decision_cache_entries)
     if context is not None:
         context.install(app)
     app.cleanup_ctx.append(

@@ -3,6 +3,8 @@ AdmissionReview it gets with it off, while replicas of one template are judged o
 
 from __future__ import annotations
 
+import pytest
+
 import argparse
 import asyncio
 import copy
@@ -334,13 +336,18 @@ def test_the_metrics_count_hits_misses_and_bypasses() -> None:
     asyncio.run(run())
 
 
-def test_the_entry_count_comes_from_the_environment(monkeypatch: Any) -> None:
-    monkeypatch.setenv(admission_app.DECISION_CACHE_ENV, "0")
-    assert admission_app.make_app(settings.Settings())[keys.DECISIONS].max_entries == 0
-    monkeypatch.delenv(admission_app.DECISION_CACHE_ENV)
+def test_the_entry_count_is_serves_flag_and_zero_turns_the_cache_off(capsys: pytest.CaptureFixture[str]) -> None:
+    from webhook import cli
+
+    parser = cli.make_parser(("webhook.commands.serve",))
+    base = ["serve", "--tls-cert-file", "c", "--tls-private-key-file", "k"]
+    assert parser.parse_args(base).decision_cache_entries == decisioncache.DEFAULT_MAX_ENTRIES
+    assert parser.parse_args([*base, "--decision-cache-entries", "0"]).decision_cache_entries == 0
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([*base, "--decision-cache-entries", "-1"])
+    assert exit_info.value.code == 2 and "must be 0 or more" in capsys.readouterr().err
+    assert admission_app.make_app(settings.Settings(), decision_cache_entries=0)[keys.DECISIONS].max_entries == 0
     assert admission_app.make_app(settings.Settings())[keys.DECISIONS].max_entries == decisioncache.DEFAULT_MAX_ENTRIES
-
-
 
 
 # --- the bench's cluster-shaped stream ----------------------------------------------------------------

@@ -51,6 +51,13 @@ def running_on(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]
     return found
 
 
+def run_pod(cluster: Cluster, manifest: dict[str, Any], *, namespace: str) -> dict[str, Any]:
+    """Create `manifest` (it must be admitted) and wait until it runs: the pod as stored."""
+    completed = cluster.apply(manifest, namespace=namespace)
+    assert completed.returncode == 0, completed.stderr
+    return running_on(cluster, manifest["metadata"]["name"], namespace=namespace)
+
+
 def debug(cluster: Cluster, name: str, *, namespace: str, profile: str, container: str = "debugger") -> Any:
     """`kubectl debug POD --profile=...`: adds an ephemeral container through pods/ephemeralcontainers."""
     return cluster.kubectl(
@@ -98,8 +105,7 @@ def test_a_cpu_pod_adding_net_bind_service_is_admitted_unchanged(cluster: Cluste
 
 def test_kubectl_debug_sysadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    assert cluster.apply(pod("on-gpu", node=GPU_NODE), namespace=ns).returncode == 0
-    running_on(cluster, "on-gpu", namespace=ns)
+    run_pod(cluster, pod("on-gpu", node=GPU_NODE), namespace=ns)
 
     completed = debug(cluster, "on-gpu", namespace=ns, profile="sysadmin")
 
@@ -111,8 +117,7 @@ def test_kubectl_debug_sysadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluste
 
 def test_kubectl_debug_netadmin_is_allowed_on_a_pod_running_on_a_gpu_node(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    assert cluster.apply(pod("net-on-gpu", node=GPU_NODE), namespace=ns).returncode == 0
-    running_on(cluster, "net-on-gpu", namespace=ns)
+    run_pod(cluster, pod("net-on-gpu", node=GPU_NODE), namespace=ns)
 
     completed = debug(cluster, "net-on-gpu", namespace=ns, profile="netadmin")
 
@@ -123,8 +128,7 @@ def test_kubectl_debug_netadmin_is_allowed_on_a_pod_running_on_a_gpu_node(cluste
 
 def test_kubectl_debug_sysadmin_is_allowed_on_a_pod_running_on_the_cpu_only_node(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    assert cluster.apply(pod("on-cpu", node=CPU_NODE), namespace=ns).returncode == 0
-    running_on(cluster, "on-cpu", namespace=ns)
+    run_pod(cluster, pod("on-cpu", node=CPU_NODE), namespace=ns)
 
     completed = debug(cluster, "on-cpu", namespace=ns, profile="sysadmin")
 
@@ -134,8 +138,7 @@ def test_kubectl_debug_sysadmin_is_allowed_on_a_pod_running_on_the_cpu_only_node
 
 def test_a_sys_admin_ephemeral_container_patched_onto_a_pod_on_a_gpu_node_is_refused(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    assert cluster.apply(pod("patched", node=GPU_NODE), namespace=ns).returncode == 0
-    running_on(cluster, "patched", namespace=ns)
+    run_pod(cluster, pod("patched", node=GPU_NODE), namespace=ns)
     added = {
         "name": "raw",
         "image": "registry.example/busybox:1",
@@ -165,8 +168,7 @@ def test_kubectl_debug_of_a_gpu_node_itself_is_refused(cluster: Cluster) -> None
 
 def test_kubectl_debug_sysadmin_on_a_running_gpu_mem_pod_is_refused_by_gpu002(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    assert cluster.apply(pod("shared", limits={"aliyun.com/gpu-mem": 1}), namespace=ns).returncode == 0
-    running_on(cluster, "shared", namespace=ns)
+    run_pod(cluster, pod("shared", limits={"aliyun.com/gpu-mem": 1}), namespace=ns)
 
     completed = debug(cluster, "shared", namespace=ns, profile="sysadmin")
 

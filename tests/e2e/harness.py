@@ -65,6 +65,20 @@ class Cluster:
         eventually(ready, what=f"{count} running pods in {namespace} {selector}", timeout=timeout)
         return found
 
+    def pod_once(
+        self, name: str, *, namespace: str, condition: Callable[[dict[str, Any]], bool], what: str, timeout: float = 60
+    ) -> dict[str, Any]:
+        """Poll pod `name` until `condition` holds for it, and return it as stored then."""
+        found: dict[str, Any] = {}
+
+        def holds() -> bool:
+            nonlocal found
+            found = self.get("pod", name, namespace=namespace)
+            return condition(found)
+
+        eventually(holds, what=what, timeout=timeout)
+        return found
+
 
 def deployment(
     name: str, spec: Mapping[str, Any], *, app: str, replicas: int = 1, annotations: Mapping[str, str] | None = None

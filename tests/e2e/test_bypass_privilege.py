@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -40,15 +40,10 @@ def required_terms(stored: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def running_on(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-
-    def is_running() -> bool:
-        nonlocal found
-        found = cluster.get("pod", name, namespace=namespace)
+    def running(found: dict[str, Any]) -> bool:
         return bool(found.get("status", {}).get("phase") == "Running")
 
-    eventually(is_running, what=f"pod {namespace}/{name} Running")
-    return found
+    return cluster.pod_once(name, namespace=namespace, condition=running, what=f"pod {namespace}/{name} Running")
 
 
 def run_pod(cluster: Cluster, manifest: dict[str, Any], *, namespace: str) -> dict[str, Any]:

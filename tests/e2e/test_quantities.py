@@ -85,15 +85,10 @@ def make_pool(cluster: Cluster, *, cards: int) -> str:
 
 
 def bound_pod(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-
-    def placed() -> bool:
-        nonlocal found
-        found = cluster.get("pod", name, namespace=namespace)
+    def placed(found: dict[str, Any]) -> bool:
         return bool(found["spec"].get("nodeName")) and "gpu-admission.io/allocation" in found["metadata"].get("annotations", {})
 
-    eventually(placed, what=f"pod {name} bound with an allocation", timeout=120)
-    return found
+    return cluster.pod_once(name, namespace=namespace, condition=placed, what=f"pod {name} bound with an allocation", timeout=120)
 
 
 def allocation(pod: dict[str, Any]) -> dict[str, Any]:

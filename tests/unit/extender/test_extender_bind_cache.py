@@ -237,3 +237,27 @@ async def test_wait_for_pods_follows_events_and_bookmarks() -> None:
     assert cache.pods_version == 12
     cache.replace_pods([])  # a relist: unknown until its version is seen
     assert cache.pods_version == -1
+
+
+async def test_binds_after_our_own_commit_need_no_pod_events_and_a_relist_forgets_that(
+    server: WatchedApiServer, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(binder, "POD_CATCH_UP_S", 5.0)  # a wait would show in the run time
+    server.add_node(make_node("gpu-0"))
+    pods = [server.add_pod(make_gpu_pod(f"p{i}", mem=6)) for i in range(4)]
+    feed = Feed(server, rng=random.Random(1), lag=0.0)  # nothing delivered after the list
+    one = binder.Binder(server, clock=lambda: NOW, cache=feed.store)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for pod in pods[:3]:
+        assert (await one.bind(_request(pod, "gpu-0"))).error == ""
+    assert loop.time() - started < 1.0, "no waiting for our own Bindings' events"
+    assert server.calls == ["patch_node_annotations", "bind"] * 3
+    assert feed.store.pods_version < int(server.nodes["gpu-0"]["metadata"]["resourceVersion"])
+    assert used_per_card(server, "gpu-0", now=NOW) == [12, 6, 0, 0]
+    feed.store.replace_pods(copy.deepcopy(list(server.pods.values())))  # a relist, its version not seen yet
+    monkeypatch.setattr(binder, "POD_CATCH_UP_S", 0.01)
+    server.calls.clear()
+    assert (await one.bind(_request(pods[3], "gpu-0"))).allocation is not None
+    assert server.calls == ["get_node", "list_node_pods", "patch_node_annotations", "bind"]
+    assert used_per_card(server, "gpu-0", now=NOW) == [12, 12, 0, 0]

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import bypasses
 from tests.e2e.harness import Cluster, eventually
 from webhook import config
 from webhook.commands import vap
@@ -114,15 +115,7 @@ def test_every_exported_policy_type_checks_in_the_apiserver(cluster: Cluster, va
     assert warnings == [], "\n".join(warnings)
 
 
-@pytest.mark.parametrize(
-    ("bypass", "policy"),
-    [
-        ("gpu001-visible-devices-env.yaml", "gpu-admission-gpu001"),
-        ("gpu002-privileged-gpu.yaml", "gpu-admission-gpu002"),
-        ("gpu003-host-path-devices.yaml", "gpu-admission-gpu003"),
-        ("gpu004-malformed-resources.yaml", "gpu-admission-gpu004"),
-    ],
-)
+@pytest.mark.parametrize(("bypass", "policy"), bypasses.REFUSED_BY_POLICY)
 def test_the_policy_itself_refuses_the_bypass_pod(
     cluster: Cluster, vap_namespaces: tuple[str, str], bypass: str, policy: str
 ) -> None:

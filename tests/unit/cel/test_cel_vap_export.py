@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from policies import builtin, cel, settings
+from tests import bypasses
 from webhook import config
 from webhook.commands import policies_cli, vap
 
@@ -91,15 +92,7 @@ def test_each_exported_policy_comes_with_a_deny_binding_excluding_the_webhooks_n
         assert policy["spec"]["failurePolicy"] == "Fail"
 
 
-@pytest.mark.parametrize(
-    ("bypass", "policy"),
-    [
-        ("gpu001-visible-devices-env.yaml", "gpu-admission-gpu001"),
-        ("gpu002-privileged-gpu.yaml", "gpu-admission-gpu002"),
-        ("gpu003-host-path-devices.yaml", "gpu-admission-gpu003"),
-        ("gpu004-malformed-resources.yaml", "gpu-admission-gpu004"),
-    ],
-)
+@pytest.mark.parametrize(("bypass", "policy"), bypasses.REFUSED_BY_POLICY)
 def test_the_exported_cel_refuses_each_bypass_pod_and_only_with_its_policy(bypass: str, policy: str) -> None:
     export = exported()
     pod = as_pod(yaml.safe_load((EXAMPLES / "bypasses" / bypass).read_text()))

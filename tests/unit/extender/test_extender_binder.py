@@ -32,6 +32,18 @@ def _pods(apiserver: Any, make_gpu_pod: Factory, count: int, *, prefix: str = "p
     return [apiserver.add_pod(make_gpu_pod(f"{prefix}{i}", **kwargs)) for i in range(count)]
 
 
+def _binding_of_p0_fails(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, *, ttl: float
+) -> tuple[binder.Binder, Clock, dict[str, Any], dict[str, Any]]:
+    """Node gpu-0 with one card, pods p0 and p1 asking 10 GiB each, and a binder (`ttl`, its own clock)
+    whose Binding of p0 loses its connection after the commit: (binder, clock, p0, p1)."""
+    apiserver.add_node(make_node("gpu-0", count=1))
+    first, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
+    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
+    clock = Clock()
+    return binder.Binder(apiserver, clock=clock, ttl=ttl), clock, first, later
+
+
 async def test_binding_annotates_the_pod_then_binds_it(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
     apiserver.add_node(make_node("gpu-0"))
     (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
@@ -111,11 +123,7 @@ async def test_a_restarted_extender_sees_what_the_previous_one_allocated(
 async def test_a_bind_that_died_after_committing_holds_the_card_until_the_ttl(
     apiserver: Any, make_node: Factory, make_gpu_pod: Factory
 ) -> None:
-    apiserver.add_node(make_node("gpu-0", count=1))
-    crashed, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
-    clock = Clock()
-    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
-    one = binder.Binder(apiserver, clock=clock, ttl=60)
+    one, _, crashed, later = _binding_of_p0_fails(apiserver, make_node, make_gpu_pod, ttl=60)
     assert "connection reset" in (await one.bind(_request(crashed, "gpu-0"))).error
     # The ledger entry and the annotation of the unbound pod both still hold 10 GiB of the card:
     blocked = await one.bind(_request(later, "gpu-0"))
@@ -126,11 +134,7 @@ async def test_a_bind_that_died_after_committing_holds_the_card_until_the_ttl(
 
 
 async def test_an_unbound_reservation_expires_after_the_ttl(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
-    apiserver.add_node(make_node("gpu-0", count=1))
-    crashed, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
-    clock = Clock()
-    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
-    one = binder.Binder(apiserver, clock=clock, ttl=60)
+    one, clock, crashed, later = _binding_of_p0_fails(apiserver, make_node, make_gpu_pod, ttl=60)
     await one.bind(_request(crashed, "gpu-0"))
     clock.now += 61
     result = await one.bind(_request(later, "gpu-0"))
@@ -183,11 +187,7 @@ async def test_a_pod_asking_nothing_we_place_is_not_bound(apiserver: Any, make_n
 async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_after_the_ttl(
     apiserver: Any, make_node: Factory, make_gpu_pod: Factory
 ) -> None:
-    apiserver.add_node(make_node("gpu-0", count=1))
-    gone, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
-    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
-    clock = Clock()
-    one = binder.Binder(apiserver, clock=clock, ttl=600)
+    one, clock, gone, later = _binding_of_p0_fails(apiserver, make_node, make_gpu_pod, ttl=600)
     await one.bind(_request(gone, "gpu-0"))
     del apiserver.pods[("team-a", "p0")]  # the user deletes the pod the bind was cut off for
     assert "insufficient" in (await one.bind(_request(later, "gpu-0"))).error, "young entries are binds in flight"
@@ -198,11 +198,7 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
 
 
 async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
-    apiserver.add_node(make_node("gpu-0", count=1))
-    stuck, later = _pods(apiserver, make_gpu_pod, 2, mem=10)
-    apiserver.fail_next_binding["p0"] = kube_errors.KubeError("connection reset", status=0)
-    clock = Clock()
-    one = binder.Binder(apiserver, clock=clock, ttl=600)
+    one, clock, stuck, later = _binding_of_p0_fails(apiserver, make_node, make_gpu_pod, ttl=600)
     await one.bind(_request(stuck, "gpu-0"))
     real_get = apiserver.get_pod
 

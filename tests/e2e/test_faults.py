@@ -16,12 +16,15 @@ they were once the apiserver is back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ import pytest
 import yaml
 
 from tests.e2e.harness import Cluster, eventually
+from tests.e2e.test_extender import Replica
 from policies import allocation, gpu, reservations
 from webhook.cluster import controlplane, install, nodes
 from policies import cards
@@ -41,6 +45,11 @@ CARD_GIB = CARD_MIB // 1024
 CARDS = 4
 TAINT = "gpu-admission.io/e2e-faults"
 SHORT_TTL_S = 40.0  # long enough to outlast the steps below on a busy machine, short enough to wait for
+# The long burst: 360 pods of 5 GiB for 24 nodes of four 15 GiB cards, 288 of which fit.
+BURST_PODS = 360
+BURST_GIB = 5
+BURST_NODES = 24
+BURST_CAPACITY = BURST_NODES * CARDS * (CARD_GIB // BURST_GIB)
 
 
 # The tests below stand in for the extender: they create pods carrying the annotations bind
@@ -66,24 +75,36 @@ def throwaway(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def gpu_node(throwaway: Cluster) -> str:
     """One KWOK node as the labeler leaves it: four T4 cards in the inventory annotation, cgpu."""
     name = f"faults-{uuid.uuid4().hex[:6]}"
-    inventory = [{"index": i, "uuid": f"GPU-{name}-{i}", "name": "Tesla-T4", "memoryMiB": CARD_MIB} for i in range(CARDS)]
-    capacity = {"aliyun.com/gpu-mem": str(CARDS * CARD_GIB), "aliyun.com/gpu-count": str(CARDS)}
-    manifest = nodes.FakeNode(
-        name=name,
-        labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "faults": name},
-        capacity=capacity,
-        annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
-    ).manifest()
-    manifest["spec"]["taints"] = [{"key": TAINT, "value": name, "effect": "NoSchedule"}]
-    completed = throwaway.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
-    assert completed.returncode == 0, completed.stderr
-    eventually(lambda: _ready(throwaway, name), what=f"node {name} Ready")
+    add_gpu_nodes(throwaway, [name], label=name)
     return name
 
 
-def _ready(cluster: Cluster, name: str) -> bool:
-    node = cluster.get("node", name, namespace="default")
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+def add_gpu_nodes(cluster: Cluster, names: list[str], *, label: str) -> None:
+    """KWOK nodes with CARDS T4 cards each in the inventory annotation (cgpu, binpack), labelled
+    ``faults=<label>`` for the pods' node selector and tainted so that only this module's pods land
+    there; returns once every one is Ready."""
+    manifests = []
+    for name in names:
+        inventory = [{"index": i, "uuid": f"GPU-{name}-{i}", "name": "Tesla-T4", "memoryMiB": CARD_MIB} for i in range(CARDS)]
+        capacity = {"aliyun.com/gpu-mem": str(CARDS * CARD_GIB), "aliyun.com/gpu-count": str(CARDS)}
+        manifest = nodes.FakeNode(
+            name=name,
+            labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "faults": label},
+            capacity=capacity,
+            annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
+        ).manifest()
+        manifest["spec"]["taints"] = [{"key": TAINT, "value": label, "effect": "NoSchedule"}]
+        manifests.append(manifest)
+    completed = cluster.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    assert completed.returncode == 0, completed.stderr
+
+    def ready() -> bool:
+        listed = json.loads(cluster.kubectl("get", "nodes", "-l", f"faults={label}", "-o", "json").stdout or "{}").get("items", [])
+        return len(listed) == len(names) and all(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])) for node in listed
+        )
+
+    eventually(ready, what=f"{len(names)} nodes labelled faults={label} Ready", timeout=120)
 
 
 def gpu_pod(name: str, *, node: str, mem: int, scheduler: str = "default-scheduler", annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -113,18 +134,98 @@ def all_pods(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def bound_use(cluster: Cluster, node: str) -> list[int]:
-    """GiB per card held by bound, non-terminal pods, from their gpushare annotations (read
-    independently of the extender's code); asserts that no card is over-committed."""
-    used = [0] * CARDS
-    for pod in all_pods(cluster):
-        if pod["spec"].get("nodeName") != node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+    """GiB per card held by bound, non-terminal pods of `node` (see `cards_used`)."""
+    return cards_used(all_pods(cluster), [node])[node]
+
+
+def cards_used(pods: list[dict[str, Any]], names: list[str]) -> dict[str, list[int]]:
+    """GiB per card of each of `names` (CARDS cards of CARD_GIB) held by bound, non-terminal pods,
+    from their gpushare annotations (read independently of the extender's code); asserts that
+    every such pod went through the extender and that no card is over-committed."""
+    used = {name: [0] * CARDS for name in names}
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if node not in used or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
         annotations = pod["metadata"].get("annotations", {})
         assert "ALIYUN_COM_GPU_MEM_IDX" in annotations, f"{pod['metadata']['name']} was bound without the extender"
         for index in annotations["ALIYUN_COM_GPU_MEM_IDX"].split(","):
-            used[int(index)] += int(annotations["ALIYUN_COM_GPU_MEM_POD"])
-    assert all(gib <= CARD_GIB for gib in used), f"{node} over-committed: {used} GiB of {CARD_GIB} per card"
+            used[node][int(index)] += int(annotations["ALIYUN_COM_GPU_MEM_POD"])
+    over = {name: gib for name, gib in used.items() if any(card > CARD_GIB for card in gib)}
+    assert not over, f"over-committed: {over} GiB of {CARD_GIB} per card"
     return used
+
+
+def allocation_problems(pods: list[dict[str, Any]], *, gib: int) -> list[str]:
+    """What is wrong with the allocation of each bound pod asking for `gib` GiB: our JSON
+    allocation and the gpushare annotations must name the pod's node, one card of it and `gib`."""
+    problems = []
+    for pod in pods:
+        node, name = pod["spec"].get("nodeName"), pod["metadata"]["name"]
+        if not node:
+            continue
+        annotations = pod["metadata"].get("annotations", {})
+        try:
+            recorded = json.loads(annotations[gpu.ALLOCATION_ANNOTATION])
+            index = int(annotations["ALIYUN_COM_GPU_MEM_IDX"])
+        except (KeyError, ValueError):
+            problems.append(f"{name} on {node}: no readable allocation in {annotations}")
+            continue
+        wanted = {"node": node, "cards": [index], "memGiB": gib}
+        if {key: recorded.get(key) for key in wanted} != wanted or annotations.get("ALIYUN_COM_GPU_MEM_POD") != str(gib) or not 0 <= index < CARDS:
+            problems.append(f"{name} on {node}: allocation {recorded}, gpushare card {index} of {annotations.get('ALIYUN_COM_GPU_MEM_POD')} GiB")
+    return problems
+
+
+def tally(pods: list[dict[str, Any]]) -> Counter[str]:
+    """How many pods are "bound", and how many unbound ones "pending/<reason>" by their
+    PodScheduled condition (reason "none" while the scheduler has not judged them yet)."""
+    counts: Counter[str] = Counter()
+    for pod in pods:
+        if pod["spec"].get("nodeName"):
+            counts["bound"] += 1
+            continue
+        reasons = [c.get("reason") or "none" for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled"]
+        counts[f"pending/{reasons[0] if reasons else 'none'}"] += 1
+    return counts
+
+
+def create_through_outages(cluster: Cluster, pods: list[dict[str, Any]], *, namespace: str, timeout: float = 240.0) -> None:
+    """`create`, tried again while the apiserver is away. kubectl creates a List's items one by one
+    and reports each failure, so a try only has to forgive the pods an earlier try created."""
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
+    deadline = time.monotonic() + timeout
+    while True:
+        completed = cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=body)
+        errors = [line for line in completed.stderr.splitlines() if line.strip() and "AlreadyExists" not in line and not line.startswith("Warning:")]
+        if completed.returncode == 0 or not errors:
+            return
+        assert time.monotonic() < deadline, f"pods not created within {timeout:g}s: {completed.stderr}"
+        time.sleep(0.5)  # the apiserver is down or starting: nothing to poll but the next try
+
+
+@contextlib.contextmanager
+def created_in_background(cluster: Cluster, pods: list[dict[str, Any]], *, namespace: str, batch: int = 30) -> Iterator[None]:
+    """Create `pods`, `batch` at a time, in a thread while the body runs (and injects faults);
+    on leaving, wait until every pod exists and raise what the thread raised."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for start in range(0, len(pods), batch):
+                create_through_outages(cluster, pods[start : start + batch], namespace=namespace)
+        except BaseException as error:  # handed to the test's thread below
+            failures.append(error)
+
+    thread = threading.Thread(target=run, name="burst-creator", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(timeout=300)
+    assert not thread.is_alive(), "the pods of the burst were still being created after 300 s"
+    if failures:
+        raise failures[0]
 
 
 def held(cluster: Cluster, node: str, *, ttl: float) -> list[int]:
@@ -174,6 +275,21 @@ def kill_extender(cluster: Cluster) -> None:
     eventually(lambda: not _alive(pid), what="the extender to die", timeout=10)
 
 
+def restart_apiserver(cluster: Cluster, *, outage_s: float = 6.0) -> None:
+    """kube-apiserver stopped, left down for `outage_s` (by default long enough for watches and the
+    labelers' next passes, every 2 s, to fail at least once), started again; returns once it is ready."""
+    state = cluster.state
+    controlplane.stop(state, ["kube-apiserver"])
+    deadline = time.monotonic() + outage_s
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # the outage itself: nothing to poll for while the apiserver is down
+    controlplane.start(state, "kube-apiserver")
+    controlplane.wait_for(
+        lambda: cluster.kubectl("get", "--raw", "/readyz").returncode == 0, what="kube-apiserver back", timeout=60,
+        state=state, component="kube-apiserver",
+    )
+
+
 def _alive(pid: int) -> bool:
     try:
         finished, _ = os.waitpid(pid, os.WNOHANG)
@@ -208,16 +324,7 @@ def test_after_an_apiserver_restart_the_extender_and_labelers_recover_and_nothin
     before = bound_use(throwaway, gpu_node)
     assert sum(before) == 30
 
-    controlplane.stop(state, ["kube-apiserver"])
-    # Long enough for watches and the labelers' next passes (every 2 s) to fail at least once.
-    deadline = time.monotonic() + 6
-    while time.monotonic() < deadline:
-        time.sleep(0.5)  # the outage itself: nothing to poll for while the apiserver is down
-    controlplane.start(state, "kube-apiserver")
-    controlplane.wait_for(
-        lambda: throwaway.kubectl("get", "--raw", "/readyz").returncode == 0, what="kube-apiserver back", timeout=60,
-        state=state, component="kube-apiserver",
-    )
+    restart_apiserver(throwaway)
     running = state.running()
     assert running.get("extender") and all(alive for name, alive in running.items() if name.startswith("labeler-")), running
 
@@ -325,3 +432,99 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
     names = {p["metadata"]["name"] for p in throwaway.pods(namespace=namespace) if p["spec"].get("nodeName")}
     assert names == {f"whole-{i}" for i in range(4)}, names
     assert held(throwaway, gpu_node, ttl=SHORT_TTL_S) == [CARD_GIB] * CARDS, "nothing but the bound pods holds a card"
+
+
+def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no_pod_and_over_commits_no_card(
+    throwaway: Cluster,
+) -> None:
+    """Two extender replicas bind a burst of 360 pods onto the same 96 cards while the apiserver is
+    restarted and then one replica is SIGKILLed (and started again, as its Deployment would).
+
+    Replica a is the cluster's extender behind the default kube-scheduler, replica b a second
+    extender behind a kube-scheduler of its own (`Replica`, as in test_extender.py); the burst's
+    pods alternate between the two schedulers. Counted from what the apiserver stores: no card
+    ever holds more than its memory, every pod is bound with a valid allocation or Pending with the
+    scheduler's reason, and once the faults are over and the reservations of cut binds expired,
+    exactly min(created, capacity) pods are bound."""
+    started = time.monotonic()
+    pool = f"burst-{uuid.uuid4().hex[:6]}"
+    names = [f"{pool}-{i:02d}" for i in range(BURST_NODES)]
+    add_gpu_nodes(throwaway, names, label=pool)
+    namespace = throwaway.namespace()
+    controlplane.stop(throwaway.state, ["extender"])
+    restart_extender(throwaway, ttl=SHORT_TTL_S)  # replica a: its cut binds hold a card for 40 s, not 120
+    second = Replica(cluster=throwaway, scheduler_name=f"faults-b-{pool}", extender=f"extender-b-{pool}", scheduler=f"scheduler-b-{pool}")
+    second.start_extender()
+    try:
+        second.start_scheduler()
+        schedulers = ("default-scheduler", second.scheduler_name)
+        burst = [gpu_pod(f"burst-{i:03d}", node=pool, mem=BURST_GIB, scheduler=schedulers[i % 2]) for i in range(BURST_PODS)]
+        seen: dict[str, Any] = {}
+
+        def bound_at_least(count: int) -> bool:
+            pods = throwaway.pods(namespace=namespace)
+            cards_used(pods, names)
+            seen["bound"] = tally(pods)["bound"]
+            return int(seen["bound"]) >= count
+
+        with created_in_background(throwaway, burst, namespace=namespace):
+            eventually(lambda: bound_at_least(40), what="40 pods of the burst bound", timeout=120)
+            seen["apiserver restarted at"] = seen["bound"]
+            restart_apiserver(throwaway)
+            eventually(lambda: bound_at_least(BURST_CAPACITY // 2), what=f"{BURST_CAPACITY // 2} pods bound after the apiserver restart", timeout=120)
+            seen["replica a killed at"] = seen["bound"]
+            kill_extender(throwaway)
+            pods = throwaway.pods(namespace=namespace)
+            cards_used(pods, names)
+            unbound = {p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName")}
+            ledgers = json.loads(throwaway.kubectl("get", "nodes", "-l", f"faults={pool}", "-o", "json").stdout)["items"]
+            seen["entries of unbound pods at the kill"] = sum(1 for node in ledgers for uid in reservations.node_reservations(node) if uid in unbound)
+            restart_extender(throwaway, ttl=SHORT_TTL_S)
+        seen["faults over after s"] = round(time.monotonic() - started)
+
+        # Pods the extender turned away (cards full, or held by a cut bind's reservation) wait for a
+        # cluster event to be tried again (KEP-624: extenders have no queueing hints): a Node update
+        # is one, as a reservation expiring would bring if it were an event. Touch the nodes whenever
+        # the count of bound pods has not moved for a while.
+        fits = min(len(burst), BURST_CAPACITY)
+        progress = {"bound": -1, "since": time.monotonic(), "touches": 0}
+
+        def settled() -> bool:
+            pods = throwaway.pods(namespace=namespace)
+            cards_used(pods, names)
+            problems = allocation_problems(pods, gib=BURST_GIB)
+            assert not problems, problems
+            counts = tally(pods)
+            assert counts["bound"] <= fits, f"{counts['bound']} pods bound, but the cards hold {fits}"
+            if counts["bound"] != progress["bound"]:
+                progress.update(bound=counts["bound"], since=time.monotonic())
+            elif time.monotonic() - progress["since"] > 5:
+                progress.update(since=time.monotonic(), touches=progress["touches"] + 1)
+                throwaway.kubectl("label", "node", *names, "--overwrite", f"faults-touch={progress['touches']}")
+            seen["counts"] = dict(counts)
+            return len(pods) == len(burst) and counts["bound"] == fits and counts["pending/Unschedulable"] == len(burst) - fits
+
+        try:
+            eventually(settled, what=f"{fits} of {len(burst)} pods bound and the rest unschedulable", timeout=SHORT_TTL_S + 60 + 120)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {seen}") from None
+        pods = throwaway.pods(namespace=namespace)
+        use = cards_used(pods, names)
+        assert sorted(p["metadata"]["name"] for p in pods) == sorted(p["metadata"]["name"] for p in burst), "pods lost"
+        assert all(gib == [CARD_GIB] * CARDS for gib in use.values()), use
+        waiting = [p for p in pods if not p["spec"].get("nodeName")]
+        assert all(
+            c.get("message") for p in waiting for c in p["status"]["conditions"] if c.get("type") == "PodScheduled"
+        ), "a Pending pod without the scheduler's message"
+        by_scheduler = Counter(p["spec"]["schedulerName"] for p in pods if p["spec"].get("nodeName"))
+        assert all(by_scheduler[s] > 0 for s in schedulers), f"both replicas should have bound pods: {by_scheduler}"
+        print(
+            f"\nburst: {len(pods)} created, {len(burst) - len(pods)} lost, capacity {BURST_CAPACITY}, "
+            f"bound {sum(by_scheduler.values())} (replica a {by_scheduler[schedulers[0]]}, replica b {by_scheduler[schedulers[1]]}), "
+            f"pending {len(waiting)} (all Unschedulable), over-committed cards 0 of {BURST_NODES * CARDS}; "
+            f"{seen}; {progress['touches']} node touches; {time.monotonic() - started:.0f} s"
+        )
+    finally:
+        second.stop()
+        throwaway.kubectl("delete", "namespace", namespace, "--wait=false")
+        throwaway.kubectl("delete", "node", "--wait=false", *names)

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from tests.e2e.harness import Cluster, eventually
-from tests.e2e.test_extender import Replica
+from tests.e2e import test_extender as extender_e2e  # its Replica, KWOK pools, pods and per-card count
 from policies import allocation, gpu, reservations
 from webhook.cluster import controlplane, install, nodes
 from policies import cards
@@ -45,11 +45,11 @@ CARD_GIB = CARD_MIB // 1024
 CARDS = 4
 TAINT = "gpu-admission.io/e2e-faults"
 SHORT_TTL_S = 40.0  # long enough to outlast the steps below on a busy machine, short enough to wait for
-# The long burst: 360 pods of 5 GiB for 24 nodes of four 15 GiB cards, 288 of which fit.
+# The long burst: 360 pods of 5 GiB for 24 nodes of four 15 GiB cards (test_extender's pools), 288 of which fit.
 BURST_PODS = 360
 BURST_GIB = 5
 BURST_NODES = 24
-BURST_CAPACITY = BURST_NODES * CARDS * (CARD_GIB // BURST_GIB)
+BURST_CAPACITY = BURST_NODES * 4 * (extender_e2e.T4_MIB // 1024 // BURST_GIB)
 
 
 # The tests below stand in for the extender: they create pods carrying the annotations bind
@@ -75,36 +75,24 @@ def throwaway(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def gpu_node(throwaway: Cluster) -> str:
     """One KWOK node as the labeler leaves it: four T4 cards in the inventory annotation, cgpu."""
     name = f"faults-{uuid.uuid4().hex[:6]}"
-    add_gpu_nodes(throwaway, [name], label=name)
+    inventory = [{"index": i, "uuid": f"GPU-{name}-{i}", "name": "Tesla-T4", "memoryMiB": CARD_MIB} for i in range(CARDS)]
+    capacity = {"aliyun.com/gpu-mem": str(CARDS * CARD_GIB), "aliyun.com/gpu-count": str(CARDS)}
+    manifest = nodes.FakeNode(
+        name=name,
+        labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "faults": name},
+        capacity=capacity,
+        annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
+    ).manifest()
+    manifest["spec"]["taints"] = [{"key": TAINT, "value": name, "effect": "NoSchedule"}]
+    completed = throwaway.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    assert completed.returncode == 0, completed.stderr
+    eventually(lambda: _ready(throwaway, name), what=f"node {name} Ready")
     return name
 
 
-def add_gpu_nodes(cluster: Cluster, names: list[str], *, label: str) -> None:
-    """KWOK nodes with CARDS T4 cards each in the inventory annotation (cgpu, binpack), labelled
-    ``faults=<label>`` for the pods' node selector and tainted so that only this module's pods land
-    there; returns once every one is Ready."""
-    manifests = []
-    for name in names:
-        inventory = [{"index": i, "uuid": f"GPU-{name}-{i}", "name": "Tesla-T4", "memoryMiB": CARD_MIB} for i in range(CARDS)]
-        capacity = {"aliyun.com/gpu-mem": str(CARDS * CARD_GIB), "aliyun.com/gpu-count": str(CARDS)}
-        manifest = nodes.FakeNode(
-            name=name,
-            labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "faults": label},
-            capacity=capacity,
-            annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
-        ).manifest()
-        manifest["spec"]["taints"] = [{"key": TAINT, "value": label, "effect": "NoSchedule"}]
-        manifests.append(manifest)
-    completed = cluster.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
-    assert completed.returncode == 0, completed.stderr
-
-    def ready() -> bool:
-        listed = json.loads(cluster.kubectl("get", "nodes", "-l", f"faults={label}", "-o", "json").stdout or "{}").get("items", [])
-        return len(listed) == len(names) and all(
-            any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", [])) for node in listed
-        )
-
-    eventually(ready, what=f"{len(names)} nodes labelled faults={label} Ready", timeout=120)
+def _ready(cluster: Cluster, name: str) -> bool:
+    node = cluster.get("node", name, namespace="default")
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
 
 
 def gpu_pod(name: str, *, node: str, mem: int, scheduler: str = "default-scheduler", annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -134,25 +122,17 @@ def all_pods(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def bound_use(cluster: Cluster, node: str) -> list[int]:
-    """GiB per card held by bound, non-terminal pods of `node` (see `cards_used`)."""
-    return cards_used(all_pods(cluster), [node])[node]
-
-
-def cards_used(pods: list[dict[str, Any]], names: list[str]) -> dict[str, list[int]]:
-    """GiB per card of each of `names` (CARDS cards of CARD_GIB) held by bound, non-terminal pods,
-    from their gpushare annotations (read independently of the extender's code); asserts that
-    every such pod went through the extender and that no card is over-committed."""
-    used = {name: [0] * CARDS for name in names}
-    for pod in pods:
-        node = pod["spec"].get("nodeName")
-        if node not in used or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+    """GiB per card held by bound, non-terminal pods, from their gpushare annotations (read
+    independently of the extender's code); asserts that no card is over-committed."""
+    used = [0] * CARDS
+    for pod in all_pods(cluster):
+        if pod["spec"].get("nodeName") != node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
         annotations = pod["metadata"].get("annotations", {})
         assert "ALIYUN_COM_GPU_MEM_IDX" in annotations, f"{pod['metadata']['name']} was bound without the extender"
         for index in annotations["ALIYUN_COM_GPU_MEM_IDX"].split(","):
-            used[node][int(index)] += int(annotations["ALIYUN_COM_GPU_MEM_POD"])
-    over = {name: gib for name, gib in used.items() if any(card > CARD_GIB for card in gib)}
-    assert not over, f"over-committed: {over} GiB of {CARD_GIB} per card"
+            used[int(index)] += int(annotations["ALIYUN_COM_GPU_MEM_POD"])
+    assert all(gib <= CARD_GIB for gib in used), f"{node} over-committed: {used} GiB of {CARD_GIB} per card"
     return used
 
 
@@ -447,24 +427,26 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
     scheduler's reason, and once the faults are over and the reservations of cut binds expired,
     exactly min(created, capacity) pods are bound."""
     started = time.monotonic()
-    pool = f"burst-{uuid.uuid4().hex[:6]}"
-    names = [f"{pool}-{i:02d}" for i in range(BURST_NODES)]
-    add_gpu_nodes(throwaway, names, label=pool)
+    created_nodes: list[str] = []
+    pool = extender_e2e.make_pool(throwaway, created_nodes, count=BURST_NODES)
     namespace = throwaway.namespace()
     controlplane.stop(throwaway.state, ["extender"])
     restart_extender(throwaway, ttl=SHORT_TTL_S)  # replica a: its cut binds hold a card for 40 s, not 120
-    second = Replica(cluster=throwaway, scheduler_name=f"faults-b-{pool}", extender=f"extender-b-{pool}", scheduler=f"scheduler-b-{pool}")
+    second = extender_e2e.Replica(
+        cluster=throwaway, scheduler_name=f"faults-b-{pool.name}", extender=f"extender-b-{pool.name}", scheduler=f"scheduler-b-{pool.name}"
+    )
     second.start_extender()
     try:
         second.start_scheduler()
         schedulers = ("default-scheduler", second.scheduler_name)
-        burst = [gpu_pod(f"burst-{i:03d}", node=pool, mem=BURST_GIB, scheduler=schedulers[i % 2]) for i in range(BURST_PODS)]
+        burst = [
+            extender_e2e.gpu_pod(f"burst-{i:03d}", pool=pool, scheduler=schedulers[i % 2], group="burst", mem=BURST_GIB) for i in range(BURST_PODS)
+        ]
         seen: dict[str, Any] = {}
 
         def bound_at_least(count: int) -> bool:
-            pods = throwaway.pods(namespace=namespace)
-            cards_used(pods, names)
-            seen["bound"] = tally(pods)["bound"]
+            extender_e2e.card_use(throwaway, pool, namespace)
+            seen["bound"] = tally(throwaway.pods(namespace=namespace))["bound"]
             return int(seen["bound"]) >= count
 
         with created_in_background(throwaway, burst, namespace=namespace):
@@ -474,24 +456,23 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
             eventually(lambda: bound_at_least(BURST_CAPACITY // 2), what=f"{BURST_CAPACITY // 2} pods bound after the apiserver restart", timeout=120)
             seen["replica a killed at"] = seen["bound"]
             kill_extender(throwaway)
-            pods = throwaway.pods(namespace=namespace)
-            cards_used(pods, names)
-            unbound = {p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName")}
-            ledgers = json.loads(throwaway.kubectl("get", "nodes", "-l", f"faults={pool}", "-o", "json").stdout)["items"]
+            extender_e2e.card_use(throwaway, pool, namespace)
+            unbound = {p["metadata"]["uid"] for p in throwaway.pods(namespace=namespace) if not p["spec"].get("nodeName")}
+            ledgers = json.loads(throwaway.kubectl("get", "nodes", "-l", f"{extender_e2e.POOL_LABEL}={pool.name}", "-o", "json").stdout)["items"]
             seen["entries of unbound pods at the kill"] = sum(1 for node in ledgers for uid in reservations.node_reservations(node) if uid in unbound)
             restart_extender(throwaway, ttl=SHORT_TTL_S)
         seen["faults over after s"] = round(time.monotonic() - started)
 
         # Pods the extender turned away (cards full, or held by a cut bind's reservation) wait for a
-        # cluster event to be tried again (KEP-624: extenders have no queueing hints): a Node update
-        # is one, as a reservation expiring would bring if it were an event. Touch the nodes whenever
-        # the count of bound pods has not moved for a while.
+        # cluster event to be tried again (KEP-624: extenders have no queueing hints). A reservation
+        # expiring is no event, a Node update is one: touch the nodes whenever the count of bound
+        # pods has not moved for a while.
         fits = min(len(burst), BURST_CAPACITY)
         progress = {"bound": -1, "since": time.monotonic(), "touches": 0}
 
         def settled() -> bool:
+            extender_e2e.card_use(throwaway, pool, namespace)
             pods = throwaway.pods(namespace=namespace)
-            cards_used(pods, names)
             problems = allocation_problems(pods, gib=BURST_GIB)
             assert not problems, problems
             counts = tally(pods)
@@ -500,7 +481,7 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
                 progress.update(bound=counts["bound"], since=time.monotonic())
             elif time.monotonic() - progress["since"] > 5:
                 progress.update(since=time.monotonic(), touches=progress["touches"] + 1)
-                throwaway.kubectl("label", "node", *names, "--overwrite", f"faults-touch={progress['touches']}")
+                throwaway.kubectl("label", "node", *pool.nodes, "--overwrite", f"faults-touch={progress['touches']}")
             seen["counts"] = dict(counts)
             return len(pods) == len(burst) and counts["bound"] == fits and counts["pending/Unschedulable"] == len(burst) - fits
 
@@ -508,10 +489,10 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
             eventually(settled, what=f"{fits} of {len(burst)} pods bound and the rest unschedulable", timeout=SHORT_TTL_S + 60 + 120)
         except AssertionError as error:
             raise AssertionError(f"{error}: {seen}") from None
+        use = extender_e2e.card_use(throwaway, pool, namespace)
         pods = throwaway.pods(namespace=namespace)
-        use = cards_used(pods, names)
         assert sorted(p["metadata"]["name"] for p in pods) == sorted(p["metadata"]["name"] for p in burst), "pods lost"
-        assert all(gib == [CARD_GIB] * CARDS for gib in use.values()), use
+        assert all(gib == list(pool.card_gib) for gib in use.values()), use
         waiting = [p for p in pods if not p["spec"].get("nodeName")]
         assert all(
             c.get("message") for p in waiting for c in p["status"]["conditions"] if c.get("type") == "PodScheduled"
@@ -521,10 +502,10 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
         print(
             f"\nburst: {len(pods)} created, {len(burst) - len(pods)} lost, capacity {BURST_CAPACITY}, "
             f"bound {sum(by_scheduler.values())} (replica a {by_scheduler[schedulers[0]]}, replica b {by_scheduler[schedulers[1]]}), "
-            f"pending {len(waiting)} (all Unschedulable), over-committed cards 0 of {BURST_NODES * CARDS}; "
+            f"pending {len(waiting)} (all Unschedulable), over-committed cards 0 of {BURST_NODES * len(pool.card_gib)}; "
             f"{seen}; {progress['touches']} node touches; {time.monotonic() - started:.0f} s"
         )
     finally:
         second.stop()
         throwaway.kubectl("delete", "namespace", namespace, "--wait=false")
-        throwaway.kubectl("delete", "node", "--wait=false", *names)
+        throwaway.kubectl("delete", "node", "--wait=false", *created_nodes)

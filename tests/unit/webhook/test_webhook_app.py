@@ -54,14 +54,26 @@ async def test_every_review_gets_200_echoing_uid_api_version_and_kind(
     assert answer["response"]["allowed"] is True
 
 
+async def _answer_to_visible_devices(
+    path: str, value: str, *, gpu001: str | None = None, webhook_client: Factory, make_review: Factory, make_pod: Factory
+) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and the AdmissionReview response of `path` to a pod setting NVIDIA_VISIBLE_DEVICES
+    to `value`, with GPU001 acting `gpu001` (its default when None)."""
+    config = None if gpu001 is None else engine_settings.from_mapping({"policies": {"GPU001": {"action": gpu001}}})
+    client = await webhook_client(config)
+    pod = make_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}])
+    status, answer = await _post(client, path, make_review(pod))
+    response: dict[str, Any] = answer["response"]
+    return status, response
+
+
 async def test_validate_denies_a_visible_devices_bypass_with_403_naming_gpu001(
     webhook_client: Factory, make_review: Factory, make_pod: Factory
 ) -> None:
-    client = await webhook_client()
-    pod = make_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
-    status, answer = await _post(client, "/validate", make_review(pod))
+    status, response = await _answer_to_visible_devices(
+        "/validate", "all", webhook_client=webhook_client, make_review=make_review, make_pod=make_pod
+    )
     assert status == 200
-    response = answer["response"]
     assert response["allowed"] is False
     assert response["status"]["code"] == 403
     assert response["status"]["message"].startswith("GPU001: ")
@@ -71,11 +83,11 @@ async def test_validate_denies_a_visible_devices_bypass_with_403_naming_gpu001(
 async def test_mutate_allows_the_same_bypass_and_leaves_denying_to_validate(
     webhook_client: Factory, make_review: Factory, make_pod: Factory
 ) -> None:
-    client = await webhook_client()
-    pod = make_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
-    status, answer = await _post(client, "/mutate", make_review(pod))
-    assert (status, answer["response"]["allowed"]) == (200, True)
-    assert "status" not in answer["response"]
+    status, response = await _answer_to_visible_devices(
+        "/mutate", "all", webhook_client=webhook_client, make_review=make_review, make_pod=make_pod
+    )
+    assert (status, response["allowed"]) == (200, True)
+    assert "status" not in response
 
 
 async def test_mutate_returns_the_exact_patch_base64_encoded(
@@ -106,10 +118,9 @@ async def test_validate_never_returns_a_patch(webhook_client: Factory, make_revi
 async def test_warn_mode_allows_with_a_warning_naming_the_policy(
     webhook_client: Factory, make_review: Factory, make_pod: Factory
 ) -> None:
-    client = await webhook_client(engine_settings.from_mapping({"policies": {"GPU001": {"action": "warn"}}}))
-    pod = make_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1"}])
-    _, answer = await _post(client, "/validate", make_review(pod))
-    response = answer["response"]
+    _, response = await _answer_to_visible_devices(
+        "/validate", "0,1", gpu001="warn", webhook_client=webhook_client, make_review=make_review, make_pod=make_pod
+    )
     assert response["allowed"] is True
     assert any(w.startswith("GPU001: ") for w in response["warnings"])
 
@@ -117,10 +128,9 @@ async def test_warn_mode_allows_with_a_warning_naming_the_policy(
 async def test_audit_mode_allows_silently_and_records_an_audit_annotation(
     webhook_client: Factory, make_review: Factory, make_pod: Factory
 ) -> None:
-    client = await webhook_client(engine_settings.from_mapping({"policies": {"GPU001": {"action": "audit"}}}))
-    pod = make_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
-    _, answer = await _post(client, "/validate", make_review(pod))
-    response = answer["response"]
+    _, response = await _answer_to_visible_devices(
+        "/validate", "all", gpu001="audit", webhook_client=webhook_client, make_review=make_review, make_pod=make_pod
+    )
     assert response["allowed"] is True and "warnings" not in response
     assert response["auditAnnotations"]["GPU001"].startswith("GPU001: ")
 

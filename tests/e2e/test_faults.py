@@ -12,6 +12,10 @@ allocation annotations of bound pods never sum past a card; reservations of bind
 (the node's ledger ``gpu-admission.io/reservations``, allocation annotations on unbound pods) hold
 their card until they expire and free it afterwards; the extender and the labelers pick up where
 they were once the apiserver is back.
+
+The long burst adds a second extender replica (test_extender's ``Replica``: its own extender and
+kube-scheduler) and pods of KWOK pools of its own, and puts both faults into one burst of
+several hundred pods: it counts that no pod is lost and that every pod that fits gets a card.
 """
 
 from __future__ import annotations

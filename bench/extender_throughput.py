@@ -120,6 +120,11 @@ class BindWatch:
         self.stopped.set()
 
 
+def ready_nodes(state: controlplane.State) -> int:
+    listed = controlplane.kubectl(state, "get", "nodes", "--no-headers").stdout
+    return sum(1 for line in listed.splitlines() if line.split()[1:2] == ["Ready"])
+
+
 def scheduler_config(state: controlplane.State, *, name: str, extender_port: int | None) -> Path:
     document = yaml.safe_load(CONFIG.read_text())
     if extender_port is None:
@@ -164,7 +169,7 @@ def start_extender(state: controlplane.State, *, log_level: str, source: Path | 
 
 def extender_metrics(port: int) -> dict[str, float]:
     """The extender's latency histogram buckets ("verb le" -> cumulative count) and its bind conflicts."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120).read().decode()  # thousands of nodes: seconds
     found = {}
     for match in re.finditer(r'gpu_admission_extender_request_duration_seconds_bucket\{le="(?P<le>[^"]+)",verb="(?P<verb>\w+)"\} (?P<n>\S+)', text):
         found[f"{match['verb']} {match['le']}"] = float(match["n"])
@@ -354,9 +359,19 @@ def main() -> int:
     bin_dir = binaries.ensure()
     print(f"control plane with {args.nodes} KWOK nodes in {directory} ...", flush=True)
     started = time.monotonic()
-    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=fake_nodes(args.nodes), timeout=600)
-    print(f"  up in {time.monotonic() - started:.0f} s; nproc {os.cpu_count()}; load {os.getloadavg()[0]:.1f}", flush=True)
+    every = fake_nodes(args.nodes)
+    # One `kubectl apply` of thousands of Nodes outlasts kubectl's timeout: the first 500 come up
+    # with the control plane, the rest in batches after it.
+    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=every[:500], timeout=600)
     try:
+        for start in range(500, len(every), 500):
+            items = [n.manifest() for n in every[start:start + 500]]
+            controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        if len(every) > 500:
+            controlplane.wait_for(
+                lambda: ready_nodes(state) >= len(every), what=f"{len(every)} fake nodes Ready", timeout=900, state=state, component="kwok"
+            )
+        print(f"  up in {time.monotonic() - started:.0f} s; nproc {os.cpu_count()}; load {os.getloadavg()[0]:.1f}", flush=True)
         controlplane.stop(state, ["kube-scheduler"])  # the stock one would race for nothing; ours start per round
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
         kinds: dict[str, Path | None | bool] = {"plain": False, **({"before": older} if older else {}), "extender": None}

@@ -34,8 +34,9 @@ JSON line of headline figures. `--table` adds the older in-process table (kubect
 list, list + judge, judge, offline `-f`, report writes), which holds every pod in this process.
 
     .venv/bin/python bench/audit_throughput.py --pods 100000 --nodes 5000
-    .venv/bin/python bench/audit_throughput.py --pods 10000 --nodes 5000 --dir /var/tmp/audit-bench --keep
-    .venv/bin/python bench/audit_throughput.py --pods 30000 --nodes 5000 --dir /var/tmp/audit-bench --keep --reuse
+    DIR=$(mktemp -d)
+    .venv/bin/python bench/audit_throughput.py --pods 10000 --nodes 5000 --dir "$DIR" --keep
+    .venv/bin/python bench/audit_throughput.py --pods 30000 --nodes 5000 --dir "$DIR" --keep --reuse
 """
 
 from __future__ import annotations

@@ -284,8 +284,10 @@ class Store:
             return  # the watch event of the write bind already put here: the cached state stays
         if name and not _older(obj, held):
             slim = slim_node(obj)
-            self._nodes[name] = dict(reality.honour_out_of_band(slim)) if self._honour_out_of_band else slim
-            self._touch(name)
+            slim = dict(reality.honour_out_of_band(slim)) if self._honour_out_of_band else slim
+            self._nodes[name] = slim
+            if held is None or not _same_but_version(slim, held):
+                self._touch(name)  # a status heartbeat changes nothing kept here: the cached state stays
 
     def put_pod(self, obj: Mapping[str, Any]) -> None:
         uid = _uid(obj)
@@ -390,6 +392,16 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _uid(obj: Mapping[str, Any]) -> str:
     return str(podspec.mapping(obj.get("metadata")).get("uid", ""))
+
+
+def _same_but_version(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether two slim Nodes differ in their resourceVersion only."""
+    if new.get("status") != old.get("status"):
+        return False
+    a, b = dict(podspec.mapping(new.get("metadata"))), dict(podspec.mapping(old.get("metadata")))
+    a.pop("resourceVersion", None)
+    b.pop("resourceVersion", None)
+    return a == b
 
 
 def _same_version(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

@@ -79,3 +79,26 @@ def test_a_change_on_a_node_or_another_request_shape_is_judged_afresh(make_node:
     assert cache.judged(names, now=NOW, ttl=120, exclude_uid=hogs[0]["metadata"]["uid"], key=large, judge=judge_for(large)) == dict.fromkeys(names, True)
     assert calls == [("gpu-1", 15)]
     assert cache.judged(names, now=NOW, ttl=120, key=large, judge=judge_for(large))["gpu-1"] is False
+
+
+def test_a_node_update_that_changes_only_its_version_keeps_the_verdicts(make_node: Factory, make_gpu_pod: Factory) -> None:
+    cache = _store(make_node, 2)
+    wanted = cardrequest.pod_request(make_gpu_pod("p", mem=4))
+    calls: list[str] = []
+
+    def judge(state: cards.NodeState) -> bool:
+        calls.append(state.node.name)
+        return placement.evaluate(wanted, state, decide=False).fits
+
+    cache.judged(["gpu-0", "gpu-1"], now=NOW, ttl=120, key=wanted, judge=judge)
+    beat = copy.deepcopy(cache.node("gpu-0") or {})
+    beat["metadata"]["resourceVersion"] = "99"
+    beat["status"]["conditions"] = [{"type": "Ready", "status": "True"}]  # what a heartbeat changes; not kept
+    cache.apply("Node", "MODIFIED", beat)
+    relabelled = copy.deepcopy(make_node("gpu-1", mode="topology"))
+    relabelled["metadata"]["resourceVersion"] = "100"
+    cache.apply("Node", "MODIFIED", relabelled)
+    calls.clear()
+    assert cache.judged(["gpu-0", "gpu-1"], now=NOW, ttl=120, key=wanted, judge=judge) == {"gpu-0": True, "gpu-1": False}
+    assert calls == ["gpu-1"], "only the node whose mode changed is judged again"
+    assert (cache.node("gpu-0") or {})["metadata"]["resourceVersion"] == "99", "bind's compare-and-swap needs the new version"

@@ -353,14 +353,6 @@ def crio_extra_devices(value: object) -> list[str]:
     return found
 
 
-def pod_extender_resources(spec: Mapping[str, Any]) -> frozenset[str]:
-    """The extender-managed resources any container of the pod spec names (any value)."""
-    found: set[str] = set()
-    for ref in podspec.iter_containers(spec, spec_path=""):
-        found.update(container_gpu_resources(ref.container) & EXTENDER_RESOURCES)
-    return frozenset(found)
-
-
 # --- container environment ------------------------------------------------------------------------
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from policies import gpu, inspection, model
 from webhook.audit import findings, report, scan
 
-CLUSTER_TITLE = "cluster (nodes)"
 _BAR_WIDTH = 20
 
 
@@ -41,10 +40,6 @@ def summary_line(audit: scan.Audit) -> str:
     folded = f"; {audit.folded} repeated on controlled objects left out" if audit.folded else ""
     verdict = f"{enforced} at enforce level" if enforced else "nothing at enforce level"
     return f"{audit.objects} object(s) audited: {parts}{folded}; {verdict}"
-
-
-def _title(namespace: str) -> str:
-    return CLUSTER_TITLE if namespace == "" else namespace
 
 
 def _objects(finding: findings.Finding) -> str:

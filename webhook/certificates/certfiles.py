@@ -35,7 +35,7 @@ from cryptography import x509
 
 from certs import authority, rotation
 from webhook import kube
-from webhook.cmdline import errors, flags
+from webhook.cmdline import errors, flags, output
 from webhook.certificates import extendercerts, provision
 
 CA_CERT = rotation.CA_CERT
@@ -101,6 +101,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     show = actions.add_parser("show", help="expiry and renewal dates of the CAs and the serving certificate")
     _location(show, files_help="show the files in DIR instead of the Secret")
     flags.add_output(show, ("table", "json", "yaml"))
+    flags.add_output_file(show)
     show.set_defaults(func=run_show)
 
     extendercerts.add_action(actions)
@@ -329,22 +330,23 @@ def run_show(args: argparse.Namespace) -> int:
     rows = describe(material, now=_now(), bundles=bundles)
     shown = {"source": store.describe(), "certificates": rows, "problems": list(material.problems)}
     if args.output == "json":
-        json.dump(shown, sys.stdout, indent=2)
-        print()
+        text = json.dumps(shown, indent=2) + "\n"
     elif args.output == "yaml":
-        sys.stdout.write(yaml.safe_dump(shown, sort_keys=False))
+        text = yaml.safe_dump(shown, sort_keys=False)
     else:
-        print(f"{store.describe()}:")
+        lines = [f"{store.describe()}:"]
         if not rows:
-            print("  nothing stored")
+            lines.append("  nothing stored")
         for row in rows:
             trust = "" if row["trustedByClients"] is None else f"  trusted by {row['trustedByClients']}/{row['clients']} caBundle(s)"
-            print(
+            lines.append(
                 f"  {row['role']:<10} {row['subject']:<44} expires {row['notAfter']} ({row['daysLeft']:.0f} d)"
                 f"  renew {row['renewAt']}{trust}"
             )
-        for problem in material.problems:
-            print(f"  problem: {problem}")
+        lines.extend(f"  problem: {problem}" for problem in material.problems)
+        text = "\n".join(lines) + "\n"
+    # The report is written whole even when it reports problems (the exit status says so).
+    output.emit(text, path=args.output_file)
     return 0 if material.serving is not None and not material.problems else 1
 
 

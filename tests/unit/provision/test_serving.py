@@ -212,3 +212,35 @@ def test_certs_show_on_files_lists_both_cas_and_the_serving_certificate(capsys: 
 def test_certs_show_of_an_empty_directory_says_so_and_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     status, out, _ = run(capsys, "certs", "show", "--out-dir", str(tmp_path))
     assert status == 1 and "nothing stored" in out
+
+
+def test_certs_show_output_file_writes_the_report_whole_and_prints_nothing(
+    capsys: pytest.CaptureFixture[str], certs: Path, tmp_path: Path
+) -> None:
+    status, printed, _ = run(capsys, "certs", "show", "--out-dir", str(certs), "-o", "json")
+    target = tmp_path / "certs.json"
+    target.write_text("an older report\n")
+    status_file, out, _ = run(capsys, "certs", "show", "--out-dir", str(certs), "-o", "json", "--output-file", str(target))
+    assert status_file == status == 0 and out == ""
+    def steady(text: str) -> Any:  # daysLeft moves with the clock between the two runs
+        report = json.loads(text)
+        for row in report["certificates"]:
+            row["daysLeft"] = round(row["daysLeft"])
+        return report
+
+    written = target.read_text()
+    assert written.endswith("}\n") and steady(written) == steady(printed), "the file holds what stdout would have shown"
+    assert [row["role"] for row in steady(written)["certificates"]] == ["ca", "serving"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".certs.json.")] == [], "no temporary file left behind"
+    status, out, err = run(capsys, "certs", "show", "--out-dir", str(certs), "--output-file", str(tmp_path / "missing" / "x.txt"))
+    assert status != 0 and out == "" and "cannot write" in err
+
+
+def test_certs_show_output_file_keeps_a_failing_report_and_its_exit_status(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    target = tmp_path / "report.txt"
+    status, out, _ = run(capsys, "certs", "show", "--out-dir", str(empty), "--output-file", str(target))
+    assert status == 1 and out == "" and "nothing stored" in target.read_text()

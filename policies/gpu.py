@@ -263,10 +263,16 @@ EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma lis
 MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB (or Gi); the card has at least this much
 
 # Node annotations. The labeler writes the card inventory and the link topology (their one codec is
-# `policies.inventory`); the scheduler extender keeps its reservation ledger (`policies.reservations`).
+# `policies.inventory`); earlier versions of the scheduler extender kept their reservation ledger
+# here (`policies.reservations`), still read during an upgrade.
 INVENTORY_ANNOTATION = "gpu-admission.io/gpu-inventory"
 TOPOLOGY_ANNOTATION = "gpu-admission.io/gpu-topology"
 RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
+# The ledger's home since it left the Node: one Lease per GPU node in the extender's namespace
+# (`policies.reservations.lease_body`), found by LEDGER_LABEL, naming its node in LEDGER_NODE_ANNOTATION
+# and carrying the ledger in RESERVATIONS_ANNOTATION, the same JSON as on the Node.
+LEDGER_LABEL = "gpu-admission.io/ledger"  # "true" on every ledger Lease (list/watch selector)
+LEDGER_NODE_ANNOTATION = "gpu-admission.io/node"  # the node whose ledger a Lease is
 
 
 class AnnotationError(ValueError):

@@ -1,8 +1,8 @@
-"""The scheduler extender's reservation ledger on a Node: its format and its one codec.
+"""The scheduler extender's reservation ledger: its format, its one codec and its home, a Lease per node.
 
-The ledger is the node annotation `gpu-admission.io/reservations`, the commit record of binds in
-flight (the extender's `binder` holds the protocol): a JSON object from pod UID to the allocation
-the pod was given, compact and sorted by UID so equal ledgers are equal strings:
+The ledger is the commit record of binds in flight (the extender's `binder` holds the protocol): a
+JSON object from pod UID to the allocation the pod was given, compact and sorted by UID so equal
+ledgers are equal strings:
 
     {"<uid>":{"pod":"ns/name","node":"gpu-0","cards":[1],"memGiB":4,"corePercent":0,"whole":false,
               "assumedAt":"2026-11-26T12:00:00.000Z","expires":"2026-11-26T12:02:00.000Z"}}
@@ -10,11 +10,28 @@ the pod was given, compact and sorted by UID so equal ledgers are equal strings:
 An entry's fields are those of the pod allocation annotation (`policies.allocation`) plus `pod`
 (namespace/name) and `expires`. An unexpired entry holds its cards for a pod that is not seen bound
 yet; `prune` drops expired entries and those of pods already bound or finished.
-"""
 
+Where it lives. The extender keeps each GPU node's ledger in one `coordination.k8s.io/v1` Lease in
+its own namespace (LEDGER_NAMESPACE by default, `--ledger-namespace`), so that a ledger write fans
+out to the ledger's own watchers only, not to every Node watcher (`lease_body`):
+
+- name `lease_name(node)`: `gpu-ledger.` + the node name, or + a hash of it where that is too long;
+- label LEDGER_LABEL `"true"` (list and watch by it);
+- annotations NODE_ANNOTATION (the node; readers take it from here, never from the name) and
+  `gpu.RESERVATIONS_ANNOTATION` (the ledger JSON above);
+- an owner reference to the Node, so the Lease goes with its Node;
+- `spec.holderIdentity`: the replica that wrote it last (informational; the protocol is
+  compare-and-swap on `metadata.resourceVersion`).
+
+Earlier versions kept the ledger in the Node annotation `gpu.RESERVATIONS_ANNOTATION`. During an
+upgrade every reader takes the union of both (`union`). A Lease is trusted only in the ledger
+namespace, under its node's own name, and only when it names its node (`lease_node`): tenants can
+create Leases in their own namespaces, and such a Lease must never hold (or free) a card.
+"""
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -24,6 +41,13 @@ from policies import allocation, gpu, podspec
 # A ledger entry younger than this is a bind in flight: its pod may not show up bound (or even in a
 # watch cache) yet. Older entries of pods that are gone or placed elsewhere are dropped early.
 IN_FLIGHT_GRACE_S = 10.0
+
+LEDGER_NAMESPACE = "gpu-admission"  # the extender's namespace, where the ledger Leases live by default
+LEDGER_LABEL = gpu.LEDGER_LABEL
+NODE_ANNOTATION = gpu.LEDGER_NODE_ANNOTATION
+LEASE_PREFIX = "gpu-ledger."
+_MAX_NAME = 253  # an object name is a DNS subdomain
+_HASH_CHARS = 40
 
 
 def encode(ledger: Mapping[str, allocation.Allocation]) -> str:
@@ -50,6 +74,87 @@ def node_reservations(node: Mapping[str, Any]) -> dict[str, allocation.Allocatio
     annotations = podspec.mapping(podspec.mapping(node.get("metadata")).get("annotations"))
     text = annotations.get(gpu.RESERVATIONS_ANNOTATION)
     return read(text if isinstance(text, str) else None)
+
+
+def lease_name(node: str) -> str:
+    """The name of a node's ledger Lease: the prefix and the node name, or a hash of it where too long."""
+    name = LEASE_PREFIX + node
+    if len(name) <= _MAX_NAME:
+        return name
+    return LEASE_PREFIX + hashlib.sha256(node.encode()).hexdigest()[:_HASH_CHARS]
+
+
+def lease_body(
+    node_name: str,
+    node_uid: str,
+    ledger: Mapping[str, allocation.Allocation],
+    holder: str,
+    *,
+    namespace: str = LEDGER_NAMESPACE,
+) -> dict[str, Any]:
+    """A node's complete ledger Lease, ready to create (add `metadata.resourceVersion` to replace one).
+
+    The owner reference (omitted where `node_uid` is empty) lets the garbage collector delete the
+    Lease with its Node; it does not block the Node's deletion.
+    """
+    metadata: dict[str, Any] = {
+        "name": lease_name(node_name),
+        "namespace": namespace,
+        "labels": {LEDGER_LABEL: "true"},
+        "annotations": {NODE_ANNOTATION: node_name, gpu.RESERVATIONS_ANNOTATION: encode(ledger)},
+    }
+    if node_uid:
+        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}]
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": {"holderIdentity": holder}}
+
+
+def lease_node(lease: Mapping[str, Any], *, namespace: str = LEDGER_NAMESPACE) -> str | None:
+    """The node whose ledger a Lease is, or None where the Lease is no ledger to trust.
+
+    It must live in the ledger namespace, name its node in NODE_ANNOTATION, and bear that node's
+    `lease_name`: a Lease elsewhere (a tenant's), or a second one claiming the same node, is ignored.
+    """
+    metadata = podspec.mapping(lease.get("metadata"))
+    if metadata.get("namespace") != namespace:
+        return None
+    node = podspec.mapping(metadata.get("annotations")).get(NODE_ANNOTATION)
+    if not isinstance(node, str) or not node or metadata.get("name") != lease_name(node):
+        return None
+    return node
+
+
+def lease_reservations(lease: Mapping[str, Any], *, namespace: str = LEDGER_NAMESPACE) -> dict[str, allocation.Allocation]:
+    """The ledger a trusted ledger Lease carries (empty for any other Lease, or an unreadable ledger)."""
+    if lease_node(lease, namespace=namespace) is None:
+        return {}
+    text = podspec.mapping(podspec.mapping(lease.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
+    return read(text if isinstance(text, str) else None)
+
+
+def leases_by_node(leases: Iterable[Mapping[str, Any]], *, namespace: str = LEDGER_NAMESPACE) -> dict[str, Mapping[str, Any]]:
+    """The trusted ledger Leases by node name (the others are left out)."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for lease in leases:
+        node = lease_node(lease, namespace=namespace)
+        if node is not None:
+            found[node] = lease
+    return found
+
+
+def union(
+    node: Mapping[str, Any], lease: Mapping[str, Any] | None, *, namespace: str = LEDGER_NAMESPACE
+) -> dict[str, allocation.Allocation]:
+    """A node's whole ledger during an upgrade: its Node annotation's entries (earlier versions) and its Lease's.
+
+    Where both hold a pod, the Lease's entry (the newer writer's) wins. A Lease that is not this
+    node's trusted ledger adds nothing.
+    """
+    ledger = node_reservations(node)
+    if lease is not None:
+        name = podspec.mapping(node.get("metadata")).get("name")
+        if lease_node(lease, namespace=namespace) == name:
+            ledger.update(lease_reservations(lease, namespace=namespace))
+    return ledger
 
 
 def prune(

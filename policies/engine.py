@@ -242,7 +242,11 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
     if reason:
         return model.Decision(allowed=True, exempt_reason=reason)
     ephemeral_only = request.subresource == EPHEMERAL_SUBRESOURCE
-    working: dict[str, Any] = patching.thaw(request.object)
+    # Copy on write: the policies read `working`, and only a mutator that runs writes to it, so the
+    # deep copy is made just before the first one runs. With every mutator off (audit judges objects
+    # as stored) the validators read the request's object itself and nothing is copied.
+    working: Mapping[str, Any] = request.object
+    thawed: dict[str, Any] | None = None
     outcome = _Outcome()
     kind = working.get("kind")
     registered = tuple(p for p in (*POLICIES, *settings.user_policies) if policy.judges(p, kind))
@@ -278,6 +282,9 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
                 policy=item.id, result=model.Result.SKIP, message=f"exception {exception.name}"
             )
             continue
+        if thawed is None and isinstance(item, policy.Mutator):
+            working = thawed = patching.thaw(request.object)
+            context = None
         if context is None or context_at != len(outcome.patch):
             context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
             context_at = len(outcome.patch)
@@ -292,7 +299,8 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
             )
             continue
         if isinstance(item, policy.Mutator):
-            _mutate(outcome, item, action=action, context=context, working=working)
+            assert thawed is not None  # copied above, before this mutator's context was built
+            _mutate(outcome, item, action=action, context=context, working=thawed)
         elif isinstance(item, policy.Validator):
             if item.id in user_ids and request.clock is not None:
                 # CEL cannot be interrupted mid-expression; what can be bounded is how long the

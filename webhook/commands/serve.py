@@ -36,6 +36,7 @@ import gc
 import logging
 import os
 import pathlib
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 
@@ -176,26 +177,41 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1:
         if files:
             tls.read_pair(cert_file=args.tls_cert_file, key_file=args.tls_private_key_file)  # one error line, not one per worker
-        with _metrics_directory() as directory:
+        with _metrics_directory() as (directory, scratch):
             metrics.use_multiprocess(directory)
-            return workers.supervise(args, serve_one=run, on_exit=metrics.worker_exited)
+            return workers.supervise(
+                args,
+                serve_one=run,
+                on_exit=metrics.worker_exited,
+                reexec=_command_line(),
+                remove_at_exit=str(directory) if scratch else None,
+            )
     certificates = _self_managed(args) if args.self_managed_certs else _files(args)
     context = clustercontext.from_args(args)  # before the loop: loading a kubeconfig reads files
     asyncio.run(_serve(loaded, args=args, certificates=certificates, context=context))
     return 0
 
 
+def _command_line() -> list[str] | None:
+    """This process's ``serve`` command line, to start a worker afresh from (``workers.supervise``),
+    where this process is that command (not ``run`` called from within another program)."""
+    if "serve" not in sys.argv[1:]:
+        return None
+    return [sys.executable, "-m", "webhook.cli", *sys.argv[1:]]
+
+
 @contextlib.contextmanager
-def _metrics_directory() -> Iterator[pathlib.Path]:
-    """This run's directory for the workers' metric files: ``$PROMETHEUS_MULTIPROC_DIR`` where the
-    pod sets one (an emptyDir), else a fresh temporary one removed at exit. ``use_multiprocess``
+def _metrics_directory() -> Iterator[tuple[pathlib.Path, bool]]:
+    """This run's directory for the workers' metric files, and whether it is a scratch one:
+    ``$PROMETHEUS_MULTIPROC_DIR`` where the pod sets one (an emptyDir), else a fresh temporary one
+    removed at exit (by the small supervisor, where ``serve`` execs one). ``use_multiprocess``
     empties it first either way: an earlier run's counts must not add to this run's."""
     given = os.environ.get(metrics.MULTIPROC_ENV)
     if given:
-        yield pathlib.Path(given)
+        yield pathlib.Path(given), False
         return
     with tempfile.TemporaryDirectory(prefix="gpu-admission-metrics-") as scratch:
-        yield pathlib.Path(scratch)
+        yield pathlib.Path(scratch), True
 
 
 async def _serve(

@@ -26,13 +26,15 @@ import argparse
 import ctypes
 import ctypes.util
 import dataclasses
+import json
 import logging
 import os
+import pathlib
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +65,22 @@ def supervise(
     *,
     serve_one: Callable[[argparse.Namespace], int],
     on_exit: Callable[[int], None] = lambda _pid: None,
+    reexec: Sequence[str] | None = None,
+    remove_at_exit: str | None = None,
 ) -> int:
     """Run ``args.workers`` copies of ``serve_one`` on one port until they stop; the exit status.
 
     ``args.metrics_port``, where set, is reserved the same way (every worker serves the merged
     metrics there); ``on_exit`` hears each worker's pid once it is reaped.
+
+    ``reexec``: the command line of this ``serve`` (interpreter first). Given, the supervisor
+    forks the first workers from this process, so that they share the pages of everything
+    imported so far, and then replaces itself (``execv``, same pid, so the workers' parent stays
+    the same) with the small supervisor of ``main`` below, which imports none of the application:
+    the imported heap then lives in the workers only, not a third time in an idle supervisor
+    (about 10 MiB of PSS: bench/README.md). A worker started later is that command line run
+    afresh with ``--workers 1`` and the reserved ports. ``remove_at_exit``: a directory the small
+    supervisor removes when it exits (the metrics files of a run without a directory of its own).
     """
     reserved = _reserve(args.host, args.port)
     port = reserved.getsockname()[1]
@@ -78,13 +91,8 @@ def supervise(
     child_args = argparse.Namespace(
         **{**vars(args), "workers": 1, "reuse_port": True, "port": port, "metrics_port": metrics_port}
     )
-    stopping: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        if signum != signal.SIGHUP:
-            stopping.append(signum)
-        for worker in workers.values():
-            _signal(worker.pid, signum)
+    sockets = [s for s in (reserved, reserved_metrics) if s is not None]
+    supervisor = os.getpid()
 
     def start() -> _Worker:
         sys.stdout.flush()
@@ -93,13 +101,7 @@ def supervise(
         if pid == 0:  # the worker: its own process group, default signal handling, then serve
             status = 1
             try:
-                os.setpgid(0, 0)
-                for signum in _FORWARDED:
-                    signal.signal(signum, signal.SIG_DFL)
-                _stop_with(parent=supervisor)
-                reserved.close()
-                if reserved_metrics is not None:
-                    reserved_metrics.close()
+                _become_worker(parent=supervisor, sockets=sockets)
                 status = _run_worker(serve_one, child_args)
             finally:
                 sys.stdout.flush()
@@ -107,45 +109,109 @@ def supervise(
                 os._exit(status)
         return _Worker(pid=pid, started=time.monotonic())
 
-    workers: dict[int, _Worker] = {}
-    supervisor = os.getpid()
-    previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
-    status = 0
+    tree = _Tree(start=start, on_exit=on_exit)
+    previous = {signum: signal.signal(signum, tree.forward) for signum in _FORWARDED}
     try:
         for _ in range(args.workers):
-            worker = start()
-            workers[worker.pid] = worker
-        log.info("uid=- %d workers on port %d: %s", args.workers, port, " ".join(str(p) for p in workers))
-        while workers:
+            tree.add(start())
+        log.info("uid=- %d workers on port %d: %s", args.workers, port, " ".join(str(p) for p in tree.workers))
+        if reexec is not None:
+            worker_argv = [*reexec, "--workers", "1", "--reuse-port", "--port", str(port)]
+            if metrics_port is not None:
+                worker_argv += ["--metrics-port", str(metrics_port)]
+            _exec_small_supervisor(tree, sockets=sockets, worker_argv=worker_argv, remove_at_exit=remove_at_exit)
+        return tree.watch()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for sock in sockets:
+            sock.close()
+
+
+class _Tree:
+    """The workers of one supervisor, and what it does when one exits or a signal comes."""
+
+    def __init__(self, *, start: Callable[[], _Worker], on_exit: Callable[[int], None]) -> None:
+        self.start = start
+        self.on_exit = on_exit
+        self.workers: dict[int, _Worker] = {}
+        self.stopping: list[int] = []
+        self.status = 0
+
+    def add(self, worker: _Worker) -> None:
+        self.workers[worker.pid] = worker
+
+    def forward(self, signum: int, _frame: object) -> None:
+        if signum != signal.SIGHUP:
+            self.stopping.append(signum)
+        for worker in self.workers.values():
+            _signal(worker.pid, signum)
+
+    def watch(self) -> int:
+        """Reap and replace workers until every one has stopped; the exit status."""
+        while self.workers:
             pid, raw = _reap()
             if pid == 0:
                 time.sleep(_POLL_S)  # a supervisor's idle wait for children; signals interrupt it
                 continue
-            if pid not in workers:
+            if pid not in self.workers:
                 continue
-            worker = workers.pop(pid)
-            on_exit(pid)
+            worker = self.workers.pop(pid)
+            self.on_exit(pid)
             code = os.waitstatus_to_exitcode(raw)
-            if stopping:
-                status = status or (code if code > 0 else 0)
+            if self.stopping:
+                self.status = self.status or (code if code > 0 else 0)
                 continue
             if code > 0 and time.monotonic() - worker.started < FAST_FAILURE_S:
                 log.error("uid=- worker %d failed at start (status %d); stopping the others", pid, code)
-                status = code if code > 0 else 1
-                stopping.append(signal.SIGTERM)
-                for other in workers.values():
+                self.status = code
+                self.stopping.append(signal.SIGTERM)
+                for other in self.workers.values():
                     _signal(other.pid, signal.SIGTERM)
                 continue
             log.warning("uid=- worker %d exited (status %d); starting another", pid, code)
-            replacement = start()
-            workers[replacement.pid] = replacement
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        reserved.close()
-        if reserved_metrics is not None:
-            reserved_metrics.close()
-    return status
+            self.add(self.start())
+        return self.status
+
+
+def _become_worker(*, parent: int, sockets: Sequence[socket.socket]) -> None:
+    """In a forked child: its own process group, default signal handling, stopped with ``parent``,
+    without the supervisor's reserving sockets."""
+    os.setpgid(0, 0)
+    for signum in _FORWARDED:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    _stop_with(parent=parent)
+    for sock in sockets:
+        sock.close()
+
+
+def _exec_small_supervisor(tree: _Tree, *, sockets: Sequence[socket.socket], worker_argv: list[str], remove_at_exit: str | None) -> None:
+    """Replace this process with ``webhook.serving.smallsupervisor``, handing over the workers, the
+    reserved sockets and any stop already asked for. The forwarded signals stay blocked across
+    the exec (the mask is inherited) until the new image handles them, so none is lost between."""
+    fds = [sock.detach() for sock in sockets]
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    root = logging.getLogger()
+    state = {
+        "workers": [[w.pid, w.started] for w in tree.workers.values()],
+        "fds": fds,
+        "stopping": tree.stopping,
+        "argv": worker_argv,
+        "remove_at_exit": remove_at_exit,
+        "metrics_dir": os.environ.get(MULTIPROC_ENV, ""),
+        "log_format": "json" if any(type(h.formatter).__name__ == "JsonFormatter" for h in root.handlers) else "text",
+    }
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    script = str(pathlib.Path(__file__).with_name("smallsupervisor.py"))
+    # -I -S: the standard library only (no site-packages, no environment), the smallest heap.
+    os.execv(sys.executable, [sys.executable, "-I", "-S", script, json.dumps(state)])
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multi-process directory variable
 
 
 def _reserve(host: str, port: int) -> socket.socket:
@@ -196,3 +262,4 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
+

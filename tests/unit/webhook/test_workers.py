@@ -121,3 +121,41 @@ def test_workers_must_be_positive(tls_dir: pathlib.Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 2 and "--workers must be at least 1" in completed.stderr
+
+
+def _maps(pid: int) -> str:
+    return pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_the_supervisor_holds_none_of_the_application_once_its_workers_run(
+    two_workers: tuple[subprocess.Popen[str], pathlib.Path], tls_dir: pathlib.Path
+) -> None:
+    """The first workers are forked (sharing the imported pages); the supervisor then becomes the
+    small one (same pid): no aiohttp or cryptography mapped, only the standard library."""
+    process, out = two_workers
+    workers = _children(process.pid)
+    assert b"smallsupervisor.py" in pathlib.Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    assert "site-packages" not in _maps(process.pid)
+    assert all("site-packages" in _maps(pid) for pid in workers)
+    # A replacement is the serve command run afresh: it answers on the same port.
+    victim = min(workers)
+    os.kill(victim, signal.SIGKILL)
+    childserver.until(lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker", timeout=30)
+    replacement = (_children(process.pid) - workers).pop()
+    assert b"--workers\x001\x00--reuse-port" in pathlib.Path(f"/proc/{replacement}/cmdline").read_bytes()
+    assert set(_ports(out)) == {_ports(out)[0]} and _ready(_ports(out)[0], tls_dir)
+
+
+def test_the_scratch_metrics_directory_goes_with_the_small_supervisor(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "serve.out"
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    process = childserver.serve(tls_dir, "--workers", "2", out=out, env=env)
+    try:
+        childserver.until(lambda: len(_ports(out)) >= 2, what="two workers listening", timeout=30)
+        # The small supervisor was exec'd after serve set the variable: its environment has it.
+        environ = pathlib.Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        directory = pathlib.Path(next(e for e in environ if e.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1].decode())
+        assert directory.is_dir()
+    finally:
+        childserver.stop(process)
+    assert process.returncode == 0 and not directory.exists()

@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from policies import reservations
 from policies import settings as settings_
 from webhook.cmdline import durations, errors, flags
 from webhook.serving import metrics
@@ -191,13 +192,19 @@ class Background:
 
 
 def cluster_job(
-    api: Any, *, settings: settings_.Settings, all_results: bool, clock: Callable[[], float] = time.time
+    api: Any,
+    *,
+    settings: settings_.Settings,
+    all_results: bool,
+    clock: Callable[[], float] = time.time,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> Job:
-    """The real run: audit every namespace and the nodes, and write the reports if still leading."""
+    """The real run: audit every namespace and the nodes (their ledger Leases read in
+    `ledger_namespace`), and write the reports if still leading."""
 
     def job(still_leader: Callable[[], bool]) -> Mapping[str, int]:
         now = clock()
-        audit = sweep.audit_cluster(api, settings=settings, namespace=None, now=now)
+        audit = sweep.audit_cluster(api, settings=settings, namespace=None, now=now, ledger_namespace=ledger_namespace)
         if still_leader():
             _, written = sweep.write_reports(api, audit, all_results=all_results, now=now)
             log.info(
@@ -228,6 +235,7 @@ class BackgroundAudit:
         job: Job | None,
         retry_s: float,
         registry: metrics.Registry | None = None,
+        ledger_namespace: str = reservations.LEDGER_NAMESPACE,
     ) -> None:
         self.settings = settings
         self.interval = interval
@@ -239,6 +247,7 @@ class BackgroundAudit:
         self.registry = registry
         self.job = job
         self.retry_s = retry_s
+        self.ledger_namespace = ledger_namespace
         self.state = State()
 
     async def __call__(self, app: web.Application) -> AsyncIterator[None]:
@@ -263,7 +272,7 @@ class BackgroundAudit:
         background = Background(
             interval=self.interval,
             elector=elector,
-            job=self.job or cluster_job(api, settings=self.settings, all_results=self.all_results),
+            job=self.job or cluster_job(api, settings=self.settings, all_results=self.all_results, ledger_namespace=self.ledger_namespace),
             meters=audit_metrics(registry),
             state=self.state,
         )
@@ -295,6 +304,7 @@ def background_audit(
     job: Job | None = None,
     retry_s: float = leader.DEFAULT_RETRY_S,
     registry: metrics.Registry | None = None,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> BackgroundAudit:
     """An aiohttp `cleanup_ctx` factory: the background audit for the app's lifetime (nothing if interval is 0).
 
@@ -312,4 +322,5 @@ def background_audit(
         job=job,
         retry_s=retry_s,
         registry=registry,
+        ledger_namespace=ledger_namespace,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from policies import reservations
 from webhook import config
 from webhook.cmdline import manifests
 from webhook.cmdline import errors, flags, output
@@ -61,6 +62,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="PATH",
         help="audit manifest files instead of a cluster: file, directory or - for stdin; repeatable",
     )
+    parser.add_argument(
+        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
+        help="where the scheduler extender keeps the nodes' reservation-ledger Leases (default: %(default)s); "
+        "a Lease elsewhere is never read as a ledger",
+    )
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.set_defaults(func=run)
@@ -78,13 +84,18 @@ def run(args: argparse.Namespace) -> int:
         if args.filename:
             documents = manifests.read(args.filename, stdin=sys.stdin)
             scope = sweep.scope_of(args.namespace)
-            audit = scan.run(scan.Inventory.of(d.object for d in documents), settings=settings, scope=scope, now=now)
+            audit = scan.run(
+                scan.Inventory.of(d.object for d in documents), settings=settings, scope=scope, now=now,
+                ledger_namespace=args.ledger_namespace,
+            )
             reports = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope)
             written = None
         else:
             api = kube.api_client(args.kubeconfig, context=args.context)
             try:
-                audit = sweep.audit_cluster(api, settings=settings, namespace=args.namespace, now=now)
+                audit = sweep.audit_cluster(
+                    api, settings=settings, namespace=args.namespace, now=now, ledger_namespace=args.ledger_namespace
+                )
                 if args.write_reports:
                     reports, written = sweep.write_reports(api, audit, all_results=args.all_results, now=now, scope=args.report_scope)
                 else:

@@ -1,4 +1,4 @@
-"""The audit's kubernetes adapter: list what to audit, look up env sources (the webhook too), read and write reports, Leases.
+"""The audit's kubernetes adapter: list what to audit (ledger Leases included), look up env sources (the webhook too), read and write reports, Leases.
 
 Everything here is synchronous (the official `kubernetes` client is); the background audit calls
 it through `asyncio.to_thread`. Every list is paged (`limit`/`continue`, `CHUNK` objects a page),
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from policies import envsources, model
+from policies import envsources, model, reservations
 from webhook import kube
 from webhook.audit import report, scan
 from webhook.kube import client, retry
@@ -150,9 +150,12 @@ def _decode(kind: str, data: bytes) -> dict[str, Any]:
     return page
 
 
-def objects(api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK) -> Iterator[dict[str, Any]]:
-    """What the audit judges, as one stream, Pods last: every Node, the Namespaces, the workloads
-    and the ConfigMaps/Secrets (keys only) of `namespace` (None: all), then its Pods, page by page.
+def objects(
+    api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK, ledger_namespace: str = reservations.LEDGER_NAMESPACE
+) -> Iterator[dict[str, Any]]:
+    """What the audit judges, as one stream, Pods last: every Node, the nodes' ledger Leases (of
+    `ledger_namespace`; whole-cluster audits only), the Namespaces, the workloads and the
+    ConfigMaps/Secrets (keys only) of `namespace` (None: all), then its Pods, page by page.
 
     Pods come last so a caller can judge each page as it arrives, with everything a pod is judged
     against already known, and hold no more of a pod than it chooses to keep.
@@ -162,6 +165,8 @@ def objects(api: client.ApiClient, *, namespace: str | None = None, chunk: int =
     for listing in listings:
         if listing.kind == "Node":
             yield from _pages(listing, namespace=namespace, chunk=chunk)
+    if namespace is None:
+        yield from ledger_leases(api, namespace=ledger_namespace, chunk=chunk)
     yield from _namespaces(api, chunk=chunk)
     for listing in listings:
         if listing.kind not in ("Node", "Pod"):
@@ -171,9 +176,35 @@ def objects(api: client.ApiClient, *, namespace: str | None = None, chunk: int =
         yield from _pages(listing, namespace=namespace, chunk=chunk)
 
 
-def inventory(api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK) -> scan.Inventory:
-    """Pods, workloads (of `namespace`, or all namespaces), every Node, and the Namespaces' labels."""
-    return scan.Inventory.of(objects(api, namespace=namespace, chunk=chunk))
+def inventory(
+    api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK, ledger_namespace: str = reservations.LEDGER_NAMESPACE
+) -> scan.Inventory:
+    """Pods, workloads (of `namespace`, or all namespaces), every Node, the ledger Leases, and the Namespaces' labels."""
+    return scan.Inventory.of(objects(api, namespace=namespace, chunk=chunk, ledger_namespace=ledger_namespace))
+
+
+def ledger_leases(api: client.ApiClient, *, namespace: str = reservations.LEDGER_NAMESPACE, chunk: int = CHUNK) -> list[dict[str, Any]]:
+    """The nodes' ledger Leases in the ledger namespace (by their label), paged.
+
+    Only this namespace is listed: a Lease elsewhere is never a ledger. Whoever may not list them (a
+    403: a role from before the ledger moved off the Node) still gets the audit, with a warning:
+    the ledgers are then the Node annotations' only.
+    """
+    coordination: Any = client.CoordinationV1Api(api)
+    listing = _Listing(
+        kind="Lease", api_version="coordination.k8s.io/v1",
+        all_namespaces=coordination.list_namespaced_lease, namespaced=coordination.list_namespaced_lease,
+    )
+    try:
+        return list(
+            _pages(
+                listing, namespace=namespace, chunk=chunk, label_selector=f"{reservations.LEDGER_LABEL}=true",
+                what=f"cannot list the ledger Leases in namespace {namespace}",
+            )
+        )
+    except kube_errors.KubeError as error:
+        log.warning("reservation ledger Leases not read, GPU203/GPU212 and card states see the Node annotations only: %s", error)
+        return []
 
 
 def env_sources(core: Any, *, namespace: str | None, chunk: int = CHUNK) -> list[dict[str, Any]]:

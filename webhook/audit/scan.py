@@ -28,6 +28,9 @@ Decisions:
 - Scope: with a namespace filter, node-level checks that need every pod of the cluster (GPU202,
   the ledger part of GPU203) and all node results are not run, and the ClusterPolicyReport is
   left alone; pod-level checks against nodes still run.
+- The reservation ledger: a node's is the union of its Node annotation (written by versions before
+  the ledger Lease) and its ledger Lease, trusted only in the ledger namespace and when it names
+  its node (`policies.reservations.lease_node`); node states and the checks count both.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from policies import cards, cel, engine, envsources, model, podspec, policy
+from policies import cards, cel, engine, envsources, model, podspec, policy, reservations
 from policies import settings as settings_
 from webhook.audit import checks, findings
 from webhook.audit.checks import base, facts
@@ -115,6 +118,9 @@ class Inventory:
     # Labels by namespace name, from the Namespace objects seen: namespace overrides select on
     # them exactly as in the webhook. A namespace missing here has only its name label.
     namespace_labels: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    # Leases: the nodes' reservation ledgers (`policies.reservations`). `run` trusts only those in
+    # the ledger namespace that name their node; any other Lease is ignored.
+    leases: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> Inventory:
@@ -124,6 +130,7 @@ class Inventory:
         nodes: list[Mapping[str, Any]] = []
         namespaces: list[Mapping[str, Any]] = []
         env_sources: list[Mapping[str, Any]] = []
+        leases: list[Mapping[str, Any]] = []
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Pod":
@@ -136,12 +143,15 @@ class Inventory:
                 nodes.append(obj)
             elif kind == "Namespace":
                 namespaces.append(obj)
+            elif kind == "Lease":
+                leases.append(obj)
         return cls(
             pods=tuple(pods),
             workloads=tuple(workloads),
             nodes=tuple(nodes),
             env_sources=tuple(env_sources),
             namespace_labels=settings_.labels_by_namespace(namespaces),
+            leases=tuple(leases),
         )
 
     @classmethod
@@ -279,6 +289,10 @@ def evaluate_policies(
             )
         )
     return out
+
+
+def _lease_ref(lease: Mapping[str, Any]) -> findings.ObjectRef:
+    return dataclasses.replace(findings.ObjectRef.of(lease), kind="Lease", api_version="coordination.k8s.io/v1")
 
 
 def _exempt(found: findings.Finding, reason: str) -> findings.Finding:
@@ -430,11 +444,14 @@ def run(
     now: float,
     env_lookup: model.EnvLookup | None = None,
     default_namespace: str = DEFAULT_NAMESPACE,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> Audit:
     """Judge everything in `inventory` that `scope` covers; never raises on odd objects.
 
     The pods are read once, in one pass (`inventory.pods` may be a stream): each is judged whole,
-    then only `kept_for_cluster_checks` of it stays, packed, for the node-level checks.
+    then only `kept_for_cluster_checks` of it stays, packed, for the node-level checks. A node's
+    reservation ledger is its Node annotation's (earlier versions) and its ledger Lease's, a Lease
+    trusted only in `ledger_namespace` (tenants can create Leases in their own namespaces).
     """
     effective = audit_settings(settings)
     moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)  # for exception expiry
@@ -541,6 +558,7 @@ def run(
     states: list[cards.NodeState] = []
     if scope.cluster:
         pods_by_uid = _PodsByUid(kept, uid_index)
+        leases = reservations.leases_by_node(inventory.leases, namespace=ledger_namespace)
         for node in inventory.nodes:
             if not facts.is_gpu_node(node):
                 continue
@@ -548,11 +566,15 @@ def run(
             node_name = facts.name_of(node)
             # This node's pods, decoded once for both lists and dropped after its checks.
             decoded = {i: _unpack(kept[i]) for i in (*grouped.get(node_name, ()), *bound.get(node_name, ()))}
-            state = cards.node_state(node, [decoded[i] for i in grouped.get(node_name, ())], now=now)
+            lease = leases.get(node_name)
+            lease_ledger = reservations.lease_reservations(lease, namespace=ledger_namespace) if lease is not None else {}
+            ledger = {**reservations.node_reservations(node), **lease_ledger}
+            state = cards.node_state(node, [decoded[i] for i in grouped.get(node_name, ())], now=now, reservations=ledger)
             if state.node.cards:
                 states.append(state)
             node_context = base.NodeContext(
-                state=state, now=now, pods=[decoded[i] for i in bound.get(node_name, ())], pods_by_uid=pods_by_uid
+                state=state, now=now, pods=[decoded[i] for i in bound.get(node_name, ())], pods_by_uid=pods_by_uid,
+                lease=_lease_ref(lease) if lease is not None else None, lease_ledger=lease_ledger,
             )
             results.extend(found for check in NODE_CHECKS if (found := check.check_node(node, node_context)) is not None)
         for exception in settings.exceptions:

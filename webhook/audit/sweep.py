@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from policies import reservations
 from policies import settings as settings_
 from webhook.audit import kube, report, scan
 from webhook.kube import envsources as kube_envsources
@@ -35,13 +36,20 @@ def scope_of(namespace: str | None) -> scan.Scope:
 
 
 def audit_cluster(
-    api: client.ApiClient, *, settings: settings_.Settings, namespace: str | None, now: float
+    api: client.ApiClient,
+    *,
+    settings: settings_.Settings,
+    namespace: str | None,
+    now: float,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> scan.Audit:
-    """List what `namespace` (None: every namespace and the nodes) holds and judge it, each page of
-    pods as it arrives (`kube.objects` lists them last; `scan.run` keeps little of each)."""
-    inventory = scan.Inventory.streamed(kube.objects(api, namespace=namespace))
+    """List what `namespace` (None: every namespace and the nodes, with the ledger Leases of
+    `ledger_namespace`) holds and judge it, each page of pods as it arrives (`kube.objects` lists
+    them last; `scan.run` keeps little of each)."""
+    inventory = scan.Inventory.streamed(kube.objects(api, namespace=namespace, ledger_namespace=ledger_namespace))
     return scan.run(
-        inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api)
+        inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api),
+        ledger_namespace=ledger_namespace,
     )
 
 

@@ -28,7 +28,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from policies import cards, model, settings
+from policies import allocation, cards, model, reservations, settings
 from webhook.audit import findings
 
 # A card or node shared by thousands of pods must not make a message or a report result huge
@@ -141,6 +141,21 @@ class NodeContext:
     # keeps them (`scan.kept_for_cluster_checks`): no managedFields, and of the status only the phase.
     pods: Sequence[Mapping[str, Any]] = ()
     pods_by_uid: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    # The node's ledger Lease (`policies.reservations`), where it has one the scan trusts (in the
+    # ledger namespace, naming this node), and the entries it holds.
+    lease: findings.ObjectRef | None = None
+    lease_ledger: Mapping[str, allocation.Allocation] = dataclasses.field(default_factory=dict)
+
+    def ledger(self, node: Mapping[str, Any]) -> dict[str, allocation.Allocation]:
+        """The node's whole reservation ledger: its Node annotation's entries (from earlier versions)
+        and its Lease's, which win where both hold a pod."""
+        return {**reservations.node_reservations(node), **self.lease_ledger}
+
+    def where(self, uid: str) -> str:
+        """Where a ledger entry lives, for a message: " (ledger Lease ns/name)" for the Lease's, else ""."""
+        if self.lease is not None and uid in self.lease_ledger:
+            return f" (ledger Lease {self.lease.namespace}/{self.lease.name})"
+        return ""
 
 
 class NodeCheck(Check):

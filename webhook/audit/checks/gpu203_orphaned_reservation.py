@@ -2,8 +2,10 @@
 
 On a pod: our allocation annotation names another node than the one it is bound to. On a node
 (whole-cluster audits, which see every pod): an unexpired entry of its reservation ledger belongs
-to a pod that no longer exists, has finished, or is bound elsewhere. A lapsed entry holds nothing
-(the extender ignores it) and is not judged.
+to a pod that no longer exists, has finished, or is bound elsewhere. The ledger is the node's
+ledger Lease and, from earlier versions, its Node annotation (`policies.reservations`); an entry
+of the Lease is named with the Lease, which is also related to the finding. A lapsed entry holds
+nothing (the extender ignores it) and is not judged.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, model, podspec, reservations
+from policies import gpu, model, podspec
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 
@@ -46,7 +48,7 @@ class OrphanedReservation(base.PodCheck, base.NodeCheck):
 
         `context.pods_by_uid` must hold every pod of the cluster. None for a node without a ledger.
         """
-        ledger = reservations.node_reservations(node)
+        ledger = context.ledger(node)
         if not ledger:
             return None
         subject = facts.node_ref(node)
@@ -58,17 +60,20 @@ class OrphanedReservation(base.PodCheck, base.NodeCheck):
                 continue  # lapsed: the extender ignores it, nothing is held
             pod = context.pods_by_uid.get(uid)
             held = facts.card_list(entry)
+            where = context.where(uid)
             if pod is None:
-                problems.append(f"{entry.pod_key} (uid {uid}) holds card {held} but no longer exists")
+                problems.append(f"{entry.pod_key} (uid {uid}) holds card {held}{where} but no longer exists")
             elif not facts.active(pod):
-                problems.append(f"{entry.pod_key} holds card {held} but has finished")
+                problems.append(f"{entry.pod_key} holds card {held}{where} but has finished")
             else:
                 bound = podspec.mapping(pod.get("spec")).get("nodeName")
                 if bound and bound != node_name:
-                    problems.append(f"{entry.pod_key} holds card {held} but is bound to {bound}")
+                    problems.append(f"{entry.pod_key} holds card {held}{where} but is bound to {bound}")
                 else:
                     continue
             involved.append(facts.allocation_ref(entry))
+            if where and context.lease is not None and context.lease not in involved:
+                involved.insert(0, context.lease)  # first: `verdict` keeps only the first MAX_RELATED
         return self.verdict(
             subject, base.shortened(problems), passed="every reservation belongs to a pod of this node", related=involved
         )

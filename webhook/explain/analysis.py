@@ -7,9 +7,12 @@ there), and the verdict from `placement.diagnose` (`placement.evaluate`, which t
 filter and bind run, plus the what-ifs for binds in flight and stale allocations). kube-scheduler's
 own node checks, which run before the extender is asked, come from `predicates`.
 
+A node's reservation ledger is its ledger Lease's (in the ledger namespace, naming the node) and,
+from earlier versions, its Node annotation's, as the extender reads it (`policies.reservations`).
+
 Stale allocations: the extender counts a reservation-ledger entry whose pod is not listed for
 `reservations.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
-stops counting it and prunes it from the Node within seconds; a Terminating pod counts until its
+stops counting it and prunes it from the ledger within seconds; a Terminating pod counts until its
 object is gone, as kube-scheduler counts it. `explain` calls both stale while they still hold
 cards: ledger entries of pods that are not listed, and pods past their deletion deadline by more
 than `reasons.STUCK_TERMINATING_S` (their node is likely lost: force-deleting them frees the cards).
@@ -98,8 +101,11 @@ class Cluster:
     def __init__(
         self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float,
         ttl: float = allocation_.DEFAULT_RESERVATION_TTL_S,
+        leases: Iterable[Mapping[str, Any]] = (),
+        ledger_namespace: str = reservations.LEDGER_NAMESPACE,
     ) -> None:
         self.now, self.ttl = now, ttl
+        self.ledger_namespace = ledger_namespace
         self.nodes: dict[str, Mapping[str, Any]] = {}
         for node in nodes:
             name = str(podspec.mapping(node.get("metadata")).get("name", ""))
@@ -107,9 +113,17 @@ class Cluster:
                 self.nodes[name] = node
         listed = list(pods)
         self.pods_by_uid = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in listed}
-        self.store = store_module.Store()
+        # The nodes' ledger Leases: only those in the ledger namespace that name their node count.
+        self.leases = reservations.leases_by_node(leases, namespace=ledger_namespace)
+        self.store = store_module.Store(namespace=ledger_namespace)
         self.store.replace_nodes(self.nodes.values())
         self.store.replace_pods(listed)
+        self.store.replace_leases(self.leases.values())
+
+    def ledger(self, name: str) -> dict[str, allocation_.Allocation]:
+        """A node's reservation ledger: its Node annotation's (earlier versions) and its Lease's."""
+        node = self.nodes.get(name)
+        return reservations.union(node, self.leases.get(name), namespace=self.ledger_namespace) if node is not None else {}
 
     def gpu_nodes(self) -> list[str]:
         """Nodes with a GPU mode label, card labels, or cards the extender can place on; by name."""
@@ -128,7 +142,7 @@ class Cluster:
         node = self.nodes.get(name)
         if node is None:
             return frozenset()
-        gone = {uid for uid in reservations.node_reservations(node) if uid not in self.pods_by_uid}
+        gone = {uid for uid in self.ledger(name) if uid not in self.pods_by_uid}
         for pod in self.store.pods_on(name):
             deadline = _time(podspec.mapping(pod.get("metadata")).get("deletionTimestamp"))
             if deadline is not None and deadline + reasons.STUCK_TERMINATING_S <= self.now:

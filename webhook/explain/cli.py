@@ -1,7 +1,8 @@
 """`gpu-admission explain`, `snapshot` and `simulate`: why a GPU pod is pending, and what a batch would do.
 
-All three read the cluster with the usual flags (`--kubeconfig`, `--context`) or, for explain and
-simulate, a snapshot file (`--snapshot`), and never write to the cluster.
+All three read the cluster with the usual flags (`--kubeconfig`, `--context`; the nodes' ledger
+Leases in `--ledger-namespace`) or, for explain and simulate, a snapshot file (`--snapshot`), and
+never write to the cluster.
 
 Exit statuses: explain 0 (a report, whatever it says), 2 for a pod that does not exist or bad
 input; simulate 0 when every GPU pod lands, 1 when some do not (or are denied), 2 for bad input.
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import reservations
 from webhook import config, kube
 from webhook.commands import dryrun
 from webhook.cmdline import manifests
@@ -97,6 +99,11 @@ def add_parser(subparsers: Any) -> None:
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     flags.add_cluster(parser)
+    parser.add_argument(
+        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
+        help="where the scheduler extender keeps the nodes' reservation-ledger Leases (default: %(default)s; "
+        "a snapshot records its own)",
+    )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +136,30 @@ def read_cluster(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[d
     return nodes, pods, time.time()
 
 
+def read_ledgers(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """The nodes' ledger Leases and their namespace: the snapshot's, or the live cluster's in --ledger-namespace.
+
+    Only that namespace is listed (a Lease elsewhere is never a ledger). Where they cannot be read,
+    a warning says so and the ledgers are the Node annotations' only (versions before the Lease).
+    """
+    if getattr(args, "snapshot", None):
+        taken = snapshot.load(args.snapshot)
+        return taken.leases, taken.ledger_namespace
+    namespace = getattr(args, "ledger_namespace", None) or reservations.LEDGER_NAMESPACE
+    try:
+        leases, _ = _client(args).list(
+            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", label_selector=f"{reservations.LEDGER_LABEL}=true"
+        )
+    except kube_errors.KubeError as error:
+        print(
+            f"gpu-admission: warning: cannot read the ledger Leases in namespace {namespace}, "
+            f"counting the Node annotations' reservations only: {error}",
+            file=sys.stderr,
+        )
+        return [], namespace
+    return leases, namespace
+
+
 def _find_pod(args: argparse.Namespace, pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     for pod in pods:
         metadata = pod.get("metadata") or {}
@@ -154,23 +185,26 @@ def run_explain(args: argparse.Namespace) -> int:
         except kube_errors.KubeError as error:
             raise errors.InputError(f"cannot read pod {args.namespace}/{args.name}: {error}") from error
         nodes, pods, now = read_cluster(args)
-    report = explain_pod(pod, nodes=nodes, pods=pods, now=now, settings=settings)
+    leases, ledger_namespace = read_ledgers(args)
+    report = explain_pod(pod, nodes=nodes, pods=pods, now=now, settings=settings, leases=leases, ledger_namespace=ledger_namespace)
     output.emit(render.render(report, output=args.output), path=args.output_file)
     return 0
 
 
 def explain_pod(
     pod: Mapping[str, Any], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], now: float,
-    settings: Any | None = None,
+    settings: Any | None = None, leases: Sequence[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> analysis.Report:
-    """The report for one pod (admission with `settings`, default settings when None).
+    """The report for one pod (admission with `settings`, default settings when None); `leases`:
+    the nodes' ledger Leases, trusted in `ledger_namespace` only.
 
     The pod is a stored one, so it is judged as the audit judges stored objects: a bound pod's
     nodeName and the extender's allocation annotations are there by design, not a request to refuse.
     """
     loaded = settings if settings is not None else config.load(None)
     decision = decisions.decide(pod, settings=loaded.for_stored_objects())
-    return analysis.explain(pod, cluster=analysis.Cluster(nodes, pods, now=now), admission=decision)
+    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace)
+    return analysis.explain(pod, cluster=cluster, admission=decision)
 
 
 # --- snapshot -------------------------------------------------------------------------------------
@@ -189,11 +223,15 @@ def read_pdbs(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     nodes, pods, now = read_cluster(args)
-    taken = snapshot.take(nodes, pods, now=now, pdbs=read_pdbs(args))
+    leases, ledger_namespace = read_ledgers(args)
+    taken = snapshot.take(nodes, pods, now=now, pdbs=read_pdbs(args), leases=leases, ledger_namespace=ledger_namespace)
     as_json = args.output == "json" or (args.output is None and str(args.output_file or "").endswith(".json"))
     output.emit(snapshot.dumps(taken, as_json=as_json), path=args.output_file)
     if output.to_file(args.output_file):
-        print(f"saved {len(taken.nodes)} nodes and {len(taken.pods)} GPU pods to {args.output_file}", file=sys.stderr)
+        print(
+            f"saved {len(taken.nodes)} nodes, {len(taken.pods)} GPU pods and {len(taken.leases)} ledger Leases to {args.output_file}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -205,7 +243,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     documents = manifests.read(args.filename, stdin=sys.stdin)
     templates = _nodes_file(args.add_nodes) if args.add_nodes else []
     nodes, pods, now = read_cluster(args)
-    result = simulate_batch([d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates)
+    leases, ledger_namespace = read_ledgers(args)
+    result = simulate_batch(
+        [d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates,
+        leases=leases, ledger_namespace=ledger_namespace,
+    )
     output.emit(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes)), path=args.output_file)
     return EXIT_ALL_PLACED if result is not None and not result.unplaced and not _denied(result) else EXIT_NOT_PLACED
 
@@ -213,8 +255,10 @@ def run_simulate(args: argparse.Namespace) -> int:
 def simulate_batch(
     objects: Sequence[Mapping[str, Any]], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
     now: float, settings: Any | None = None, templates: Sequence[Mapping[str, Any]] = (),
+    leases: Sequence[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> simulate.Result | None:
-    """Admit and place the manifests' pods; with `templates`, the fewest added nodes (None: none do)."""
+    """Admit and place the manifests' pods; with `templates`, the fewest added nodes (None: none do).
+    `leases`: the nodes' ledger Leases, trusted in `ledger_namespace` only."""
     loaded = settings if settings is not None else config.load(None)
     expanded = simulate.expand(objects)
     documents = [manifests.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)]
@@ -223,7 +267,7 @@ def simulate_batch(
     for pod, outcome in zip(admitted, outcomes):
         pod.setdefault("metadata", {})["namespace"] = outcome.namespace
     denials = {i: o.decision.denial_message for i, o in enumerate(outcomes) if not o.decision.allowed}
-    cluster = analysis.Cluster(nodes, pods, now=now)
+    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace)
     if templates:
         return simulate.with_added_nodes(admitted, cluster=cluster, templates=templates, denials=denials)
     return simulate.run(admitted, cluster=cluster, denials=denials)
@@ -307,7 +351,9 @@ def make_plan(args: argparse.Namespace) -> defrag.Plan:
         target = wanted[0].patched
         target.setdefault("metadata", {})["namespace"] = wanted[0].namespace
     nodes, pods, now = read_cluster(args)
-    return defrag.plan(analysis.Cluster(nodes, pods, now=now), pdbs=read_pdbs(args), target=target, max_moves=args.max_moves)
+    leases, ledger_namespace = read_ledgers(args)
+    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace)
+    return defrag.plan(cluster, pdbs=read_pdbs(args), target=target, max_moves=args.max_moves)
 
 
 def plan_json(plan: defrag.Plan) -> dict[str, Any]:

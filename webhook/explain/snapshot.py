@@ -1,4 +1,4 @@
-"""A snapshot of the cluster's GPU allocation: nodes, GPU pods and reservations, for offline use.
+"""A snapshot of the cluster's GPU allocation: nodes, GPU pods, ledger Leases and reservations, for offline use.
 
 `gpu-admission snapshot --output-file FILE` writes one, `explain --snapshot` and `simulate --snapshot` read it,
 so a support case can be replayed without the cluster. The shape (YAML or JSON):
@@ -11,7 +11,15 @@ so a support case can be replayed without the cluster. The shape (YAML or JSON):
     pods: [Pod, ...]                          # pods asking for a GPU the extender places or holding an
                                               # allocation: metadata, the scheduling part of spec, phase
     podDisruptionBudgets: [PDB, ...]          # selector and disruptionsAllowed, for defrag plans
-    reservations: {node: {uid: {...}}}        # the ledgers, decoded (for people; nodes carry them)
+    ledgerNamespace: gpu-admission            # where the extender keeps the ledger Leases
+    leases: [Lease, ...]                      # the nodes' ledger Leases (of that namespace only)
+    reservations: {node: {uid: {...}}}        # the ledgers, decoded: each node's Lease and Node
+                                              # annotation together (for people; the objects carry them)
+
+A node's reservation ledger is its ledger Lease's and, from versions before the Lease, its Node
+annotation's (`policies.reservations`); only Leases of the ledger namespace that name their node
+are kept, so a tenant's Lease never enters a snapshot. A snapshot from before the Lease has
+neither key and replays as it did.
 
 Objects are cut to what the card model, kube-scheduler's node checks and the admission policies
 read; environment values, volumes and status conditions are dropped.
@@ -41,12 +49,17 @@ class Snapshot:
     pods: list[Object]
     taken_at: float
     pdbs: list[Object] = dataclasses.field(default_factory=list)
+    leases: list[Object] = dataclasses.field(default_factory=list)  # the nodes' ledger Leases
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE
 
 
 def take(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float, pdbs: Iterable[Mapping[str, Any]] = ()
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float, pdbs: Iterable[Mapping[str, Any]] = (),
+    leases: Iterable[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> Snapshot:
-    """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs."""
+    """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs,
+    and the nodes' ledger Leases (those `ledger_namespace` holds for a node; any other is left out)."""
+    kept_leases = [slim_lease(lease) for lease in reservations.leases_by_node(leases, namespace=ledger_namespace).values()]
     kept_nodes = [slim_node(n) for n in nodes]
     kept_pods = [slim_pod(p) for p in pods if is_gpu_pod(p)]
     kept_pdbs = [
@@ -57,7 +70,9 @@ def take(
         }
         for b in pdbs
     ]
-    return Snapshot(nodes=kept_nodes, pods=kept_pods, taken_at=now, pdbs=kept_pdbs)
+    return Snapshot(
+        nodes=kept_nodes, pods=kept_pods, taken_at=now, pdbs=kept_pdbs, leases=kept_leases, ledger_namespace=ledger_namespace
+    )
 
 
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
@@ -67,12 +82,19 @@ def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def ledgers(snapshot: Snapshot) -> dict[str, dict[str, allocation.Allocation]]:
+    """Each node's reservation ledger (its Lease's and its Node annotation's), nodes without one left out."""
+    leases = reservations.leases_by_node(snapshot.leases, namespace=snapshot.ledger_namespace)
+    found: dict[str, dict[str, allocation.Allocation]] = {}
+    for node in snapshot.nodes:
+        name = str(podspec.mapping(node.get("metadata")).get("name", ""))
+        ledger = reservations.union(node, leases.get(name), namespace=snapshot.ledger_namespace)
+        if ledger:
+            found[name] = ledger
+    return found
+
+
 def document(snapshot: Snapshot) -> Object:
-    ledgers = {
-        str(podspec.mapping(n.get("metadata")).get("name", "")): json.loads(reservations.encode(reservations.node_reservations(n)))
-        for n in snapshot.nodes
-        if reservations.node_reservations(n)
-    }
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -80,7 +102,9 @@ def document(snapshot: Snapshot) -> Object:
         "nodes": snapshot.nodes,
         "pods": snapshot.pods,
         "podDisruptionBudgets": snapshot.pdbs,
-        "reservations": ledgers,
+        "ledgerNamespace": snapshot.ledger_namespace,
+        "leases": snapshot.leases,
+        "reservations": {name: json.loads(reservations.encode(ledger)) for name, ledger in ledgers(snapshot).items()},
     }
 
 
@@ -115,9 +139,16 @@ def load(path: str) -> Snapshot:
     if moment is None:
         raise errors.InputError(f"{path}: takenAt must be an RFC 3339 time")
     pdbs = data.get("podDisruptionBudgets") or []
+    leases = data.get("leases") or []
+    if not isinstance(leases, list):
+        raise errors.InputError(f"{path}: leases must be a list")
+    namespace = data.get("ledgerNamespace", reservations.LEDGER_NAMESPACE)
+    if not isinstance(namespace, str) or not namespace:
+        raise errors.InputError(f"{path}: ledgerNamespace must be a namespace name")
     return Snapshot(
         nodes=[dict(n) for n in nodes if isinstance(n, Mapping)], pods=[dict(p) for p in pods if isinstance(p, Mapping)], taken_at=moment,
         pdbs=[dict(b) for b in pdbs if isinstance(b, Mapping)] if isinstance(pdbs, list) else [],
+        leases=[dict(lease) for lease in leases if isinstance(lease, Mapping)], ledger_namespace=namespace,
     )
 
 
@@ -131,6 +162,21 @@ def slim_node(node: Mapping[str, Any]) -> Object:
         "metadata": {k: metadata[k] for k in ("name", "uid", "resourceVersion", "labels", "annotations") if k in metadata},
         "spec": {k: spec[k] for k in ("unschedulable", "taints") if k in spec},
         "status": {k: status[k] for k in ("capacity", "allocatable", "addresses") if k in status},
+    }
+
+
+def slim_lease(lease: Mapping[str, Any]) -> Object:
+    """A ledger Lease as a snapshot keeps it: identity, labels, the node and ledger annotations, the holder."""
+    metadata = podspec.mapping(lease.get("metadata"))
+    annotations = podspec.mapping(metadata.get("annotations"))
+    kept: Object = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels") if k in metadata}
+    kept["annotations"] = {k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION) if k in annotations}
+    holder = podspec.mapping(lease.get("spec")).get("holderIdentity")
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": kept,
+        "spec": {"holderIdentity": holder} if isinstance(holder, str) else {},
     }
 
 

@@ -27,6 +27,7 @@ def live(monkeypatch: pytest.MonkeyPatch, make_node: Factory, make_placed: Facto
     pods = [make_placed("busy", node_name="a", card=0, mem=4)]
     monkeypatch.setattr(explain_cli, "read_cluster", lambda args: (nodes, pods, NOW))
     monkeypatch.setattr(explain_cli, "read_pdbs", lambda args: [])
+    monkeypatch.setattr(explain_cli, "read_ledgers", lambda args: ([], "gpu-admission"))
     return snapshot.take(nodes, pods, now=NOW, pdbs=[])
 
 
@@ -60,7 +61,7 @@ def test_output_file_gets_the_snapshot_in_the_format_asked(
     target = tmp_path / name
     status, out, err = _run(capsys, *argv, "--output-file", str(target))
     assert status == 0 and out == ""
-    assert err == f"saved 1 nodes and 1 GPU pods to {target}\n"
+    assert err == f"saved 1 nodes, 1 GPU pods and 0 ledger Leases to {target}\n"
     assert target.read_text(encoding="utf-8") == snapshot.dumps(live, as_json=as_json)
     assert snapshot.load(str(target)).nodes == live.nodes  # explain/simulate --snapshot read it back
     assert [p.name for p in tmp_path.iterdir()] == [name]
@@ -84,4 +85,5 @@ def test_the_snapshot_flags_are_the_shared_ones() -> None:
     options = {flag: action for action in commands.choices["snapshot"]._actions for flag in action.option_strings}  # noqa: SLF001
     assert options["-o"] is options["--output"] and tuple(options["-o"].choices or ()) == ("yaml", "json")
     assert options["-o"].default is None and not options["-o"].required
-    assert {"--output-file", "--kubeconfig", "--context"} <= set(options)
+    assert {"--output-file", "--kubeconfig", "--context", "--ledger-namespace"} <= set(options)
+    assert options["--ledger-namespace"].default == "gpu-admission"

@@ -164,11 +164,16 @@ def filter_nodes(
 
 def classify(fits: Mapping[str, Fit | None], names: Iterable[str]) -> Outcome:
     """`filter_nodes` on verdicts already made (`evaluate` with `decide` off; None: the node is not known)."""
-    outcome = Outcome(passed=[], failed={}, unresolvable={})
+    names = names if isinstance(names, (tuple, list)) else tuple(names)
+    get, fitting = fits.get, Verdict.FITS
+    # Most candidates fit: one C-speed pass finds them, the refusals (in the order sent) a second.
+    passed = [name for name in names if (fit := get(name)) is not None and fit.verdict is fitting]
+    outcome = Outcome(passed=passed, failed={}, unresolvable={})
+    if len(passed) == len(names):
+        return outcome
     for name in names:
-        fit = fits.get(name) or _NOT_CACHED
-        if fit.verdict is Verdict.FITS:
-            outcome.passed.append(name)
+        fit = get(name) or _NOT_CACHED
+        if fit.verdict is fitting:
             continue
         (outcome.failed if fit.verdict is Verdict.FULL else outcome.unresolvable)[name] = fit.message
         outcome.reasons[name] = fit.reasons

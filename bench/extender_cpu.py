@@ -1,0 +1,306 @@
+"""The extender's own CPU per scheduled pod, in process: filter and prioritize as kube-scheduler sends them.
+
+No control plane: a `Store` is filled with N synthetic GPU nodes (cgpu, binpack, 4 x 15 GiB, as
+`bench/extender_throughput.py` makes them), and for each of P pods the driver does what the
+scheduler and the watch would do to the extender:
+
+1. the pod's ADDED watch event (`Store.apply`);
+2. `POST /filter` with the Pod as the apiserver serves it (managedFields, status) and the node
+   names the scheduler's own filters passed (nodeCacheCapable: names only; as many as
+   kube-scheduler's adaptive `percentageOfNodesToScore` keeps, from a rotating start);
+3. `POST /prioritize` with the nodes filter passed;
+4. the bind's effect on the cache: the pod MODIFIED with `spec.nodeName` and the allocation
+   annotations on the best-scored node (the card `placement.choose` picks).
+
+Each request goes through the app's own middleware and handler with the body as bytes, so JSON
+decoding, the verdicts, building the answer and encoding it are all counted; the HTTP parsing of
+aiohttp is not (the same for any answer). The bind itself (apiserver calls) is not measured here.
+
+    .venv/bin/python bench/extender_cpu.py --nodes 500 --pods 2000 [--against DIR] [--profile]
+
+`--against DIR` runs this same driver on the source tree in DIR (e.g. a `git worktree` of an older
+commit) in a second process, interleaved round by round with this tree, and prints both and their
+ratio; it also checks that both trees gave byte-identical answers to every request. The last line
+is one JSON object of the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import hashlib
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = 1_800_000_000.0
+T4_GIB = 15
+
+
+def feasible(total: int) -> int:
+    """How many feasible nodes kube-scheduler looks for before it stops filtering (numFeasibleNodesToFind)."""
+    if total < 100:
+        return total
+    percentage = max(5, 50 - total // 125)
+    return max(100, total * percentage // 100)
+
+
+def make_nodes(count: int) -> list[dict[str, Any]]:
+    from policies import gpu, inventory
+
+    listed = inventory.encode_inventory(inventory.Card(index=i, memory_mib=15360, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4))
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"bench-{i:04d}",
+                "uid": f"node-uid-{i}",
+                "resourceVersion": str(100 + i),
+                "labels": {"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "kubernetes.io/hostname": f"bench-{i:04d}"},
+                "annotations": {gpu.INVENTORY_ANNOTATION: listed, "node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {},
+            "status": {
+                "capacity": {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4", "cpu": "32", "memory": "256Gi", "pods": "110"},
+                "allocatable": {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4", "cpu": "32", "memory": "256Gi", "pods": "110"},
+                "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 250}.{i % 250}"}],
+            },
+        }
+        for i in range(count)
+    ]
+
+
+def make_pod(index: int, *, memory: int, version: int) -> dict[str, Any]:
+    """A pod as the apiserver serves it to the scheduler (what the scheduler then sends in `Pod`)."""
+    name = f"bench-{index:05d}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"0000{index:08d}-aaaa-bbbb-cccc-dddddddddddd",
+            "resourceVersion": str(version),
+            "creationTimestamp": "2026-11-26T17:00:00Z",
+            "labels": {"bench": "cpu"},
+            "managedFields": [
+                {
+                    "manager": "python-requests",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-26T17:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:bench": {}}}, "f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}}}}},
+                }
+            ],
+        },
+        "spec": {
+            "schedulerName": "gpu-bench",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/infer:1",
+                    "resources": {"limits": {"aliyun.com/gpu-mem": str(memory)}, "requests": {"aliyun.com/gpu-mem": str(memory)}},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "securityContext": {},
+            "priority": 0,
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ],
+        },
+        "status": {"phase": "Pending", "qosClass": "BestEffort"},
+    }
+
+
+class _Request:
+    """What the app's middleware and verb handlers read of an aiohttp request."""
+
+    def __init__(self, app: Any, path: str, body: bytes) -> None:
+        self.app, self.path, self._body = app, path, body
+        self.charset: str | None = None
+        self.transport = None
+        self.method = "POST"
+
+    async def read(self) -> bytes:
+        return self._body
+
+
+class Driver:
+    """One tree's app and store, stepped pod by pod."""
+
+    def __init__(self, *, nodes: int) -> None:
+        from webhook.extender import app as app_module
+        from webhook.extender import binder
+        from webhook.extender import store as store_module
+
+        self.app_module = app_module
+        self.store = store_module.Store()
+        self.store.replace_nodes(make_nodes(nodes))
+        self.store.replace_pods([])
+        if hasattr(self.store, "replace_leases"):  # the reservation ledger on a Lease per node (later trees)
+            self.store.replace_leases([])
+        self.store.seen("Pod", "1000")
+        assert self.store.synced
+        settings = app_module.Settings(clock=lambda: NOW)
+        self.app = app_module.make_app(cache=self.store, bind=binder.Binder.__new__(binder.Binder), settings=settings)
+        self.names = [f"bench-{i:04d}" for i in range(nodes)]
+        self.feasible = feasible(nodes)
+        self.start = 0
+        self.version = 10_000
+        self.digest = hashlib.sha256()
+        self.loop = asyncio.new_event_loop()
+        self.spent = 0.0  # CPU seconds inside the app and the store (not building bodies, not reading answers)
+
+    def _call(self, path: str, body: bytes, handler: Any) -> bytes:
+        request = _Request(self.app, path, body)
+        started = time.process_time()
+        response = self.loop.run_until_complete(self.app_module._observe(request, handler))  # type: ignore[arg-type]  # what it reads
+        self.spent += time.process_time() - started
+        assert isinstance(response, web.Response) and isinstance(response.body, bytes)
+        return response.body
+
+    def _apply(self, event: str, pod: dict[str, Any]) -> None:
+        started = time.process_time()
+        self.store.apply("Pod", event, pod)
+        self.spent += time.process_time() - started
+
+    def step(self, index: int) -> None:
+        """One pod through ADDED, filter, prioritize and the bind's MODIFIED event."""
+        from policies import allocation, cardrequest
+        from webhook.extender import placement
+
+        memory = (1, 1, 2, 4)[index % 4]
+        self.version += 1
+        pod = make_pod(index, memory=memory, version=self.version)
+        self._apply("ADDED", json.loads(json.dumps(pod)))
+        count = len(self.names)
+        names = [self.names[(self.start + i) % count] for i in range(self.feasible)]
+        self.start = (self.start + self.feasible) % count
+        body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
+        filtered = self._call("/filter", body, self.app_module.filter_nodes)
+        self.digest.update(filtered)
+        passed = json.loads(filtered)["NodeNames"] or []
+        if not passed:
+            return
+        body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed}).encode()
+        scored = self._call("/prioritize", body, self.app_module.prioritize)
+        self.digest.update(scored)
+        best = max(json.loads(scored), key=lambda h: (h["Score"], h["Host"]))["Host"]
+        wanted = cardrequest.pod_request(pod)
+        state = self.store.state(best, now=NOW, ttl=120.0)
+        chosen = placement.choose(wanted, state) if state is not None else None
+        if chosen is None:
+            return
+        held = allocation.Allocation(
+            uid=pod["metadata"]["uid"], namespace="default", name=pod["metadata"]["name"], node=best, cards=chosen, memory_gib=memory, assumed_at=NOW
+        )
+        self.version += 1
+        bound = json.loads(json.dumps(pod))
+        bound["metadata"]["resourceVersion"] = str(self.version)
+        bound["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=T4_GIB)
+        bound["spec"]["nodeName"] = best
+        self._apply("MODIFIED", bound)
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """The child side of `--against` (and of the plain run): prints one JSON line per round."""
+    driver = Driver(nodes=args.nodes)
+    for index in range(args.warmup):
+        driver.step(index)
+    index = args.warmup
+    for _ in range(args.rounds):
+        line = sys.stdin.readline()  # the parent's go: rounds of the two trees alternate
+        if not line:
+            return
+        driver.spent = 0.0
+        for _ in range(args.pods):
+            driver.step(index)
+            index += 1
+        spent = driver.spent
+        print(json.dumps({"ms_per_pod": 1000 * spent / args.pods, "digest": driver.digest.hexdigest()}), flush=True)
+
+
+def profile(args: argparse.Namespace) -> None:
+    driver = Driver(nodes=args.nodes)
+    for index in range(args.warmup):
+        driver.step(index)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for index in range(args.warmup, args.warmup + args.pods):
+        driver.step(index)
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+
+
+def _spawn(tree: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--nodes", str(args.nodes), "--pods", str(args.pods),
+               "--rounds", str(args.rounds), "--warmup", str(args.warmup)]
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    return subprocess.Popen(command, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=1000, help="pods per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=200, help="pods scheduled before measuring")
+    parser.add_argument("--against", type=Path, help="another source tree (a worktree of an older commit) run side by side")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's tables for this tree instead")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        sys.path.insert(0, os.environ.get("PYTHONPATH", str(ROOT)))
+        run_worker(args)
+        return 0
+    if args.profile:
+        sys.path.insert(0, str(ROOT))
+        profile(args)
+        return 0
+    trees = {"after": ROOT} | ({"before": args.against.resolve()} if args.against else {})
+    workers = {label: _spawn(tree, args) for label, tree in trees.items()}
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    for _ in range(args.rounds):
+        for label, worker in workers.items():  # one at a time: the other waits on its stdin
+            assert worker.stdin is not None and worker.stdout is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+            results[label].append(json.loads(worker.stdout.readline()))
+            print(f"{label}: {results[label][-1]['ms_per_pod']:.3f} ms/pod", file=sys.stderr, flush=True)
+    for worker in workers.values():
+        assert worker.stdin is not None
+        worker.stdin.close()
+        worker.wait()
+    best = {label: min(r["ms_per_pod"] for r in rounds) for label, rounds in results.items()}
+    headline: dict[str, Any] = {"nodes": args.nodes, "feasible": feasible(args.nodes), "pods": args.pods * args.rounds}
+    headline |= {f"{label}_ms_per_pod": round(value, 3) for label, value in best.items()}
+    if "before" in best:
+        headline["ratio"] = round(best["after"] / best["before"], 3)
+        headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"]))
+    print(json.dumps(headline))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,11 +26,17 @@ class Api(Protocol):
         later one (the apiserver may answer from its watch cache)."""
         ...
 
-    async def patch_node_annotations(
-        self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]
-    ) -> Object:
-        """Set (or, for None, remove) annotations only if the node is still at `resource_version`;
-        raises Conflict otherwise. Returns the updated node."""
+    async def get_lease(self, namespace: str, name: str) -> Object:
+        """A Lease (a node's reservation ledger, `policies.reservations.lease_body`); NotFound where there is none."""
+        ...
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Object:
+        """Create a Lease; Conflict (409 AlreadyExists) where one of that name exists. Returns it as stored."""
+        ...
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Object:
+        """Replace a Lease (PUT) only if it is still at the `metadata.resourceVersion` the body
+        carries; Conflict (409) otherwise, NotFound where it was deleted. Returns it as stored."""
         ...
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:

@@ -320,8 +320,8 @@ async def healthz(request: web.Request) -> web.Response:
     cache = request.app[STORE]
     if cache.synced:
         return web.Response(text="ok\n")
-    waiting = [kind for kind, done in (("nodes", cache.nodes_synced), ("pods", cache.pods_synced)) if not done]
-    return web.Response(status=503, text=f"loading {' and '.join(waiting)}\n")
+    waiting = [kind for kind, done in (("nodes", cache.nodes_synced), ("pods", cache.pods_synced), ("ledger Leases", cache.leases_synced)) if not done]
+    return web.Response(status=503, text=f"loading {', '.join(waiting[:-1])}{' and ' if len(waiting) > 1 else ''}{waiting[-1]}\n")
 
 
 async def metrics_text(request: web.Request) -> web.Response:
@@ -363,7 +363,7 @@ def _states(
     return {
         name: cards.node_state(
             reality.honour_out_of_band(obj) if settings.honour_out_of_band else obj,
-            cache.pods_on(name), now=now, ttl=settings.ttl, exclude_uid=uid,
+            cache.pods_on(name), now=now, ttl=settings.ttl, exclude_uid=uid, reservations=cache.ledger_with(obj),
         )
         for name, obj in args.nodes.items()
     }

@@ -54,7 +54,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import random
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -78,7 +80,7 @@ _BACKOFF_CAP_S = 0.1
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Decision:
     allocation: allocation_.Allocation | None = None
-    node: dict[str, Any] | None = None
+    node: Mapping[str, Any] | None = None  # as decided upon: the cards' sizes for the annotations
     conflicts: int = 0
     error: str = ""
 
@@ -119,8 +121,12 @@ class Binder:
         cache: store_module.Store | None = None,
         max_attempts: int = MAX_ATTEMPTS,
         honour_out_of_band: bool = False,
+        namespace: str = reservations.LEDGER_NAMESPACE,
+        identity: str = "",
     ) -> None:
         self._api = client
+        self._namespace = namespace  # where the ledger Leases live
+        self._identity = identity or default_identity()  # the Leases' holderIdentity (informational)
         self._honour_out_of_band = honour_out_of_band  # decide on cards less out-of-band use (`reality`)
         self._ttl = ttl
         self._clock = clock
@@ -187,7 +193,7 @@ class Binder:
 
     async def _commit(
         self, request: wire.BindRequest, wanted: cardrequest.Request
-    ) -> tuple[allocation_.Allocation | None, dict[str, Any] | None, int, str]:
+    ) -> tuple[allocation_.Allocation | None, Mapping[str, Any] | None, int, str]:
         """Steps 1-3 of the protocol for this pod, committed together with every other bind to the
         same node that is waiting at that moment. Returns (allocation, committed node, conflicts, error)."""
         queue = self._queues.setdefault(request.node, _NodeQueue())
@@ -226,10 +232,13 @@ class Binder:
         for attempt in range(self._max_attempts):
             started = time.perf_counter()
             read = await self._read(node_name, attempt=attempt)
-            node, pods = read.node, read.pods
+            pods = read.pods
             read_at = time.perf_counter()
             now = self._clock()
-            ledger = await self._live(reservations.node_reservations(node), read=read, node=node_name, now=now)
+            held = self._lease_ledger(read)
+            ledger = await self._live(
+                reservations.union(read.node, read.lease, namespace=self._namespace), read=read, node=node_name, now=now
+            )
             batch_uids = {waiting.request.uid for waiting in batch}
             chosen: dict[str, allocation_.Allocation] = {}
             errors: dict[int, str] = {}
@@ -250,21 +259,19 @@ class Binder:
                 )
             if not chosen:
                 return [_Decision(error=errors[i], conflicts=_first(i, conflicts)) for i in range(len(batch))]
-            kept = reservations.prune(ledger, pods=pods, now=now)  # `ledger` has no gone pods
+            # Only the Lease's entries are written (`ledger` has no gone pods); the Node annotation's,
+            # from an earlier version, count above but stay where they are until they expire.
+            kept = reservations.prune({uid: e for uid, e in ledger.items() if uid in held}, pods=pods, now=now)
             for uid in batch_uids:
                 kept.pop(uid, None)
             kept.update(chosen)
-            version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
             try:
-                committed = await self._api.patch_node_annotations(
-                    node_name, resource_version=version,
-                    annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(kept)},
-                )
-            except kube_errors.Conflict:
+                committed = await self._write(node_name, read, kept)
+            except (kube_errors.Conflict, _LeaseGone):
                 conflicts += 1
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
-            self._committed(read, committed)
+            self._committed(node_name, read, committed)
             log.debug(
                 "committed %d of %d binds on %s (%d pods %s, %d ledger entries): read %.0f ms, decide+write %.0f ms",
                 len(chosen), len(batch), node_name, len(pods), "cached" if read.cached else "listed", len(kept),
@@ -275,78 +282,115 @@ class Binder:
                 if i in errors
                 else _Decision(
                     allocation=dataclasses.replace(chosen[w.request.uid], expires=None, source="allocation"),
-                    node=committed, conflicts=_first(i, conflicts),
+                    node=read.node, conflicts=_first(i, conflicts),
                 )
                 for i, w in enumerate(batch)
             ]
-        message = f"{node_name}: gave up after {conflicts} conflicting updates of the node; will retry"
+        message = f"{node_name}: gave up after {conflicts} conflicting updates of its reservation ledger; will retry"
         return [_Decision(error=message, conflicts=_first(i, conflicts)) for i in range(len(batch))]
 
     async def prune(self, node_name: str) -> bool:
-        """Drop expired ledger entries and those of pods that are gone or placed elsewhere, if there
-        are any. Besides tidying, the Node update is a cluster event, on which kube-scheduler retries
-        the pods the extender turned away while those entries still held cards. True if it wrote."""
+        """Drop expired entries from the node's ledger Lease, and those of pods that are gone or
+        placed elsewhere, if there are any. True if it wrote. (The Node annotation's ledger of an
+        earlier version is never written: its entries stop counting by themselves.)"""
         for attempt in range(self._max_attempts):
             read = await self._read(node_name, attempt=attempt)
-            node, pods = read.node, read.pods
-            now = self._clock()
-            ledger = reservations.node_reservations(node)
-            kept = reservations.prune(await self._live(ledger, read=read, node=node_name, now=now), pods=pods, now=now)
-            if kept.keys() == ledger.keys():
+            if read.lease is None:
                 return False
-            version = str(podspec.mapping(node.get("metadata")).get("resourceVersion", ""))
+            now = self._clock()
+            held = self._lease_ledger(read)
+            kept = reservations.prune(await self._live(held, read=read, node=node_name, now=now), pods=read.pods, now=now)
+            if kept.keys() == held.keys():
+                return False
             try:
-                committed = await self._api.patch_node_annotations(
-                    node_name, resource_version=version,
-                    annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(kept)},
-                )
-            except kube_errors.Conflict:
+                committed = await self._write(node_name, read, kept)
+            except (kube_errors.Conflict, _LeaseGone):
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
-            self._committed(read, committed)
-            log.info("pruned %d ledger entries on %s", len(ledger) - len(kept), node_name)
+            self._committed(node_name, read, committed)
+            log.info("pruned %d ledger entries on %s", len(held) - len(kept), node_name)
             return True
         return False
 
-    async def _read(self, node_name: str, *, attempt: int) -> _Read:
-        """Step 1: the Node and the pods bound to it.
+    def _lease_ledger(self, read: _Read) -> dict[str, allocation_.Allocation]:
+        return reservations.lease_reservations(read.lease, namespace=self._namespace) if read.lease is not None else {}
 
-        From the watch cache when it can vouch for them: the Node is the cache's copy (the
-        compare-and-swap on its resourceVersion R proves it current, else the next attempt GETs
-        it), and the pods are the cache's once the pod watch has delivered every event up to R
-        (waiting up to `POD_CATCH_UP_S` for it). Every entry any commit pruned from the ledger was
-        pruned because its pod was seen bound (or gone) before that commit's write, which is at or
-        before R; so a pod cache complete up to R shows each such pod bound, with its annotations
-        (or gone). Otherwise a GET of the Node (at R') and a LIST of its pods as of R' or later."""
+    async def _write(self, node_name: str, read: _Read, ledger: dict[str, allocation_.Allocation]) -> dict[str, Any]:
+        """Step 3: the node's ledger Lease with `ledger`, created where the read found none (the
+        create fails where one exists by now), else replaced at the read resourceVersion."""
+        node_uid = str(podspec.mapping(read.node.get("metadata")).get("uid", ""))
+        body = reservations.lease_body(node_name, node_uid, ledger, self._identity, namespace=self._namespace)
+        if read.lease is None:
+            try:
+                return await self._api.create_lease(self._namespace, body)
+            except kube_errors.NotFound as error:
+                raise kube_errors.KubeError(
+                    f"creating the reservation ledger Lease of {node_name} in namespace {self._namespace!r}: {error} "
+                    "(does the ledger namespace exist? see --ledger-namespace)", status=404,
+                ) from error
+        body["metadata"]["resourceVersion"] = str(podspec.mapping(read.lease.get("metadata")).get("resourceVersion", ""))
+        try:
+            return await self._api.replace_lease(self._namespace, reservations.lease_name(node_name), body)
+        except kube_errors.NotFound as error:
+            raise _LeaseGone(str(error)) from error  # deleted since the read: read again (and create it)
+
+    async def _read(self, node_name: str, *, attempt: int) -> _Read:
+        """Step 1: the node (its cards, and any ledger an earlier version left on it), its ledger
+        Lease (resourceVersion R), and the pods bound to it.
+
+        From the watch cache when it can vouch for them: the Lease is the cache's copy (the
+        compare-and-swap on R proves it current, else the next attempt GETs it; where the cache has
+        no Lease, R is how far the Lease watch has come, and the create fails if one exists), and
+        the pods are the cache's once the pod watch has delivered every event up to R, and up to the
+        first Node copy with the Node's annotation ledger (waiting up to `POD_CATCH_UP_S`). Every
+        entry any commit pruned was pruned because its pod was seen bound (or gone) before that
+        commit's write, which is at or before R; so a pod cache complete up to R shows each such pod
+        bound, with its annotations (or gone). Otherwise a GET of the Lease (at R') and a LIST of
+        the node's pods as of R' or later (a quorum LIST where there is no Lease)."""
         cache = self._cache
-        cached_node = cache.node(node_name) if cache is not None and cache.synced and attempt == 0 else None
+        if cache is not None and cache.synced and attempt == 0:
+            cached_node = cache.node(node_name)
+            if cached_node is not None:
+                lease = cache.lease(node_name)
+                version = _revision(lease) if lease is not None else cache.leases_version
+                need = max(version, cache.node_ledger_version(node_name))
+                # Our own last commit on this node, decided on this cache: it covers that version
+                # already, with no need to wait for the pod watch to deliver our own Bindings.
+                own = lease is not None and version >= 0 and cache.vouched(node_name) == version and cache.pods_version >= cache.node_ledger_version(node_name)
+                if version >= 0 and (own or await cache.wait_for_pods(need, timeout=POD_CATCH_UP_S)):
+                    view = reality.honour_out_of_band(cached_node) if self._honour_out_of_band and not cache.honours_out_of_band else cached_node
+                    complete = cache.pods_version >= need
+                    return _Read(node=cached_node, lease=lease, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
+        try:
+            lease = await self._api.get_lease(self._namespace, reservations.lease_name(node_name))
+        except kube_errors.NotFound:
+            lease = None
+        cached_node = cache.node(node_name) if cache is not None and cache.nodes_synced else None
         if cache is not None and cached_node is not None:
-            version = _revision(cached_node)
-            # Our own last commit on this node, decided on this cache: it covers that version
-            # already, with no need to wait for the pod watch to deliver our own Bindings.
-            own = version >= 0 and cache.vouched(node_name) == version
-            if own or (version >= 0 and await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S)):
-                view = reality.honour_out_of_band(cached_node) if self._honour_out_of_band and not cache.honours_out_of_band else cached_node
-                complete = cache.pods_version >= version
-                return _Read(node=cached_node, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
-        node = await self._api.get_node(node_name)
-        version = _revision(node)
-        if cache is not None and cache.pods_synced and await cache.wait_for_pods(version, timeout=0.0):
-            # a fresh Node the pod cache is already past
+            node, node_floor = cached_node, cache.node_ledger_version(node_name)
+        else:
+            node = await self._api.get_node(node_name)
+            node_floor = _revision(node) if reservations.node_reservations(node) else -1
+        version = _revision(lease) if lease is not None else -1
+        need = max(version, node_floor)
+        if version >= 0 and cache is not None and cache.pods_synced and await cache.wait_for_pods(need, timeout=0.0):
+            # a fresh Lease the pod cache is already past
             pods, cached, complete = cache.bound_pods(node_name), True, True
         else:
-            # As of the Node's version or later is all the protocol needs (the apiserver's watch
-            # cache can answer that); a version that is no revision gets a quorum read.
-            pods, cached, complete = await self._api.list_node_pods(node_name, at_least=str(version) if version >= 0 else ""), False, False
-        view = reality.honour_out_of_band(node) if self._honour_out_of_band else node
-        return _Read(node=node, view=view, pods=pods, cached=cached, complete=complete)
+            # As of the Lease's version or later is all the protocol needs (the apiserver's watch
+            # cache can answer that); without a Lease (or a version that is no revision), a quorum read.
+            pods, cached, complete = await self._api.list_node_pods(node_name, at_least=str(need) if version >= 0 else ""), False, False
+        if cache is not None and lease is not None:
+            cache.put_lease(lease)
+        view = reality.honour_out_of_band(node) if self._honour_out_of_band and not (cache is not None and node is cached_node and cache.honours_out_of_band) else node
+        return _Read(node=node, lease=lease, view=view, pods=pods, cached=cached, complete=complete)
 
-    def _committed(self, read: _Read, committed: dict[str, Any]) -> None:
-        """Our write is in: the cache takes the Node, and vouches for it where it covered the read."""
+    def _committed(self, node_name: str, read: _Read, committed: dict[str, Any]) -> None:
+        """Our write is in: the cache takes the Lease, and vouches for it where it covered the read."""
         if self._cache is not None:
-            self._cache.put_node(committed)
+            self._cache.put_lease(committed)
             if read.cached:
-                self._cache.vouch(_name(committed), _revision(committed))
+                self._cache.vouch(node_name, _revision(committed))
 
     async def _live(
         self, ledger: dict[str, allocation_.Allocation], *, read: _Read, node: str, now: float
@@ -394,17 +438,23 @@ class Binder:
         return {uid: entry for uid, entry in ledger.items() if uid not in gone}
 
 
+class _LeaseGone(Exception):
+    """The ledger Lease was deleted between the read and the replace: read again."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Read:
-    node: dict[str, Any]  # as stored: its resourceVersion guards the commit
+    node: Mapping[str, Any]  # its cards (and an earlier version's annotation ledger, read-only)
+    lease: Mapping[str, Any] | None  # the ledger Lease as read (its resourceVersion guards the commit); None: none yet
     view: dict[str, Any] | Mapping[str, Any]  # as decided upon (less out-of-band use where asked)
     pods: list[dict[str, Any]]
-    cached: bool  # the pods came from the watch cache, which covers the node's version (see `_read`)
+    cached: bool  # the pods came from the watch cache, which covers the Lease's version (see `_read`)
     complete: bool = False  # ... and has every pod event up to that version
 
 
-def _name(obj: Mapping[str, Any]) -> str:
-    return str(podspec.mapping(obj.get("metadata")).get("name", ""))
+def default_identity() -> str:
+    """This replica's name in the Leases it writes: the host (a pod's name) and the process."""
+    return f"{socket.gethostname()}_{os.getpid()}"
 
 
 def _revision(obj: Mapping[str, Any]) -> int:

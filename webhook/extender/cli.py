@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from policies import allocation
+from policies import allocation, reservations
 from policies import usage as policies_usage
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
@@ -67,6 +67,11 @@ def add_parser(subparsers: Any) -> None:
         help="treat GPU memory held by out-of-band processes (no pod; from the labeler's gpu-admission.io/gpu-usage "
         "summary) as taken when picking a card; off by default: the summary can be up to one labeler interval old",
     )
+    serve.add_argument(
+        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
+        help="the namespace of the reservation ledgers, one Lease per GPU node (default: "
+        f"{reservations.LEDGER_NAMESPACE}); every replica must name the same one",
+    )
     flags.add_logging(serve)
     serve.set_defaults(func=run_extender)
 
@@ -84,6 +89,10 @@ def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_output(parser, INSPECT_OUTPUTS)
     flags.add_output_file(parser)
     flags.add_cluster(parser)
+    parser.add_argument(
+        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
+        help=f"where the extender keeps its reservation ledger Leases (default: {reservations.LEDGER_NAMESPACE})",
+    )
     parser.add_argument("node", nargs="*", help="only these nodes")
 
 
@@ -98,7 +107,23 @@ def run_inspect(args: argparse.Namespace) -> int:
     except kube_errors.KubeError as error:
         print(f"gpu-admission inspect: cannot read nodes and pods: {error}", file=sys.stderr)
         return 1
-    states = cards.cluster_state(nodes, pods, now=time.time())
+    try:
+        leases, _ = client.list(
+            f"/apis/coordination.k8s.io/v1/namespaces/{args.ledger_namespace}/leases", label_selector=f"{reservations.LEDGER_LABEL}=true"
+        )
+    except kube_errors.KubeError as error:  # no access to the ledger namespace: bound pods still show
+        log.warning("cannot read the reservation ledgers in %s (%s); showing bound pods and Node ledgers only", args.ledger_namespace, error)
+        leases = []
+    ledgers = reservations.leases_by_node(leases, namespace=args.ledger_namespace)
+    grouped = cards.pods_by_node(pods)
+    now = time.time()
+    states = {
+        str(node["metadata"]["name"]): cards.node_state(
+            node, grouped.get(str(node["metadata"]["name"]), ()), now=now,
+            reservations=reservations.union(node, ledgers.get(str(node["metadata"]["name"])), namespace=args.ledger_namespace),
+        )
+        for node in nodes
+    }
     if args.node:
         missing = sorted(set(args.node) - set(states))
         if missing:
@@ -148,6 +173,8 @@ def run_extender(args: argparse.Namespace) -> int:
         raise errors.InputError("--tls-cert-file and --tls-private-key-file go together")
     if args.cert_check_interval <= datetime.timedelta(0):
         raise errors.InputError("--cert-check-interval must be positive")
+    if not args.ledger_namespace.strip():
+        raise errors.InputError("--ledger-namespace must name a namespace")
     flags.configure_logging(args)
     if args.tls_client_ca_file and not args.tls_cert_file:
         raise errors.InputError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
@@ -173,6 +200,7 @@ def run_extender(args: argparse.Namespace) -> int:
             ttl=args.reservation_ttl,
             require_client_certificate=bool(args.tls_client_ca_file),
             honour_out_of_band=args.honour_out_of_band_usage,
+            ledger_namespace=args.ledger_namespace,
         )
     )
     return 0
@@ -187,18 +215,19 @@ async def _serve(
     ttl: float,
     require_client_certificate: bool,
     honour_out_of_band: bool = False,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
     kube_api = kube.KubeApi(client)
-    cache = store_module.Store(honour_out_of_band=honour_out_of_band)
+    cache = store_module.Store(honour_out_of_band=honour_out_of_band, namespace=ledger_namespace)
     if honour_out_of_band:
         log.info("honouring out-of-band GPU usage: cards offer their memory less what processes outside any pod hold")
     application = app.make_app(
         cache=cache,
-        bind=binder.Binder(kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band),
+        bind=binder.Binder(kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band, namespace=ledger_namespace),
         settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band),
-        watch=lambda running: kube.Watcher(kube_api, cache, loop=running),
+        watch=lambda running: kube.Watcher(kube_api, cache, loop=running, namespace=ledger_namespace),
         tidy_every=TIDY_EVERY_S,
     )
     server = shell.Shell(

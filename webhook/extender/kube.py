@@ -4,10 +4,12 @@ feeding the `store.Store`.
 Requests go through `ApiClient.param_serialize`/`call_api`, so authentication (client
 certificates, bearer tokens with refresh, exec plugins) is the client's, but bodies stay plain
 JSON: no model classes on the way in or out, which is both faster and keeps `Any` inside this
-module. Blocking calls run in threads (`asyncio.to_thread`); the two watches each own a thread.
+module. Blocking calls run in threads (`asyncio.to_thread`); the three watches (Nodes, Pods, the
+ledger Leases) each own a thread.
 
 Failures are `webhook.kube.errors` types (`KubeError`, `Conflict`, `NotFound`, ...), made by
-`errors.translate` from the raw answer. Reads and the resourceVersion-guarded node patch are
+`errors.translate` from the raw answer. Reads and the guarded ledger writes (a Lease's create,
+its replace at a resourceVersion) are
 retried briefly on 429, 5xx and lost connections (`READS`: the scheduler waits on a bind); the
 Binding's create only on 429. `KubeApi.request` retries GETs only unless told otherwise: a 429 to
 an eviction is a PodDisruptionBudget's refusal, not a busy apiserver.
@@ -26,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from policies import reservations
 from webhook import kube
 from webhook.extender import api
 from webhook.extender import store as store_module
@@ -69,13 +72,19 @@ class KubeApi:
         items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}", at_least=at_least)
         return items
 
-    async def patch_node_annotations(
-        self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]
-    ) -> Object:
-        body = {"metadata": {"resourceVersion": resource_version, "annotations": dict(annotations)}}
-        return await self._request_async(  # guarded by the resourceVersion: a repeat that lost is a 409
-            "PATCH", f"/api/v1/nodes/{_quote(name)}", body=body, content_type=_MERGE_PATCH,
-            query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
+    async def get_lease(self, namespace: str, name: str) -> Object:
+        return await self._request_async("GET", _lease_path(namespace, name), idempotent=True)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Object:
+        # A create is its own precondition: a repeat whose first answer was lost is a 409 AlreadyExists,
+        # which the binder treats as any lost race (read again).
+        return await self._request_async(
+            "POST", _lease_path(namespace, ""), body=body, query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
+        )
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Object:
+        return await self._request_async(  # guarded by the body's resourceVersion: a repeat that lost is a 409
+            "PUT", _lease_path(namespace, name), body=body, query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
         )
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
@@ -141,7 +150,7 @@ class KubeApi:
             raise kube_errors.KubeError(f"{method} {path}: unexpected answer", status=response.status)
         return decoded
 
-    def list(self, path: str, *, field_selector: str = "", at_least: str = "") -> tuple[list[Object], str]:
+    def list(self, path: str, *, field_selector: str = "", label_selector: str = "", at_least: str = "") -> tuple[list[Object], str]:
         """Every item of a collection (paged), and the list's resourceVersion to watch from. With
         `at_least`, as of that resourceVersion or later, in one page (the apiserver's watch cache
         answers it without reading etcd; meant for small selections)."""
@@ -151,6 +160,8 @@ class KubeApi:
             query = [("resourceVersion", at_least), ("resourceVersionMatch", "NotOlderThan")] if at_least else [("limit", str(LIST_PAGE))]
             if field_selector:
                 query.append(("fieldSelector", field_selector))
+            if label_selector:
+                query.append(("labelSelector", label_selector))
             if token:
                 query.append(("continue", token))
             page = self.request("GET", path, query=query)  # each page retried on its own
@@ -160,7 +171,9 @@ class KubeApi:
             if not token:
                 return items, str(metadata.get("resourceVersion", ""))
 
-    def watch(self, path: str, *, resource_version: str, stopped: threading.Event) -> Iterator[tuple[str, Object]]:
+    def watch(
+        self, path: str, *, resource_version: str, stopped: threading.Event, label_selector: str = ""
+    ) -> Iterator[tuple[str, Object]]:
         """Watch events from `resource_version` until the server ends the watch or `stopped` is set."""
         query = [
             ("watch", "true"),
@@ -168,6 +181,8 @@ class KubeApi:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
         ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
         response = self._send("GET", path, query=query, body=None, content_type="application/json", timeout=(10.0, WATCH_TIMEOUT_S + 30.0))
         if not 200 <= response.status < 300:
             raise _error(response, response.read(), f"watch {path}")
@@ -209,38 +224,44 @@ class KubeApi:
 
 
 class Watcher:
-    """Keeps a Store in step with the apiserver: list, then watch, relisting after any failure."""
+    """Keeps a Store in step with the apiserver: list, then watch, relisting after any failure.
+    Three watches, each on its own thread: Nodes, Pods, and the ledger Leases in `namespace`
+    (label `gpu-admission.io/ledger=true`)."""
 
-    def __init__(self, kube: KubeApi, cache: store_module.Store, *, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, kube: KubeApi, cache: store_module.Store, *, loop: asyncio.AbstractEventLoop, namespace: str = reservations.LEDGER_NAMESPACE
+    ) -> None:
         self._kube = kube
         self._store = cache
         self._loop = loop
+        self._namespace = namespace
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
-        for kind, path, replace in (
-            ("Node", "/api/v1/nodes", self._store.replace_nodes),
-            ("Pod", "/api/v1/pods", self._store.replace_pods),
+        for kind, path, replace, selector in (
+            ("Node", "/api/v1/nodes", self._store.replace_nodes, ""),
+            ("Pod", "/api/v1/pods", self._store.replace_pods, ""),
+            ("Lease", _lease_path(self._namespace, ""), self._store.replace_leases, f"{reservations.LEDGER_LABEL}=true"),
         ):
-            thread = threading.Thread(target=self._run, args=(kind, path, replace), name=f"watch-{kind.lower()}s", daemon=True)
+            thread = threading.Thread(target=self._run, args=(kind, path, replace, selector), name=f"watch-{kind.lower()}s", daemon=True)
             thread.start()
             self._threads.append(thread)
 
     def stop(self) -> None:
         self._stopped.set()
 
-    def _run(self, kind: str, path: str, replace: Callable[[list[Object]], None]) -> None:
+    def _run(self, kind: str, path: str, replace: Callable[[list[Object]], None], selector: str) -> None:
         delay = 0.2
         while not self._stopped.is_set():
             try:
-                items, version = self._kube.list(path)
+                items, version = self._kube.list(path, label_selector=selector)
                 if not self._post(replace, items) or not self._post(self._store.seen, kind, version):
                     return
                 log.info("listed %d %ss", len(items), kind.lower())
                 delay = 0.2
                 while not self._stopped.is_set():
-                    version = self._watch_once(kind, path, version)
+                    version = self._watch_once(kind, path, version, selector)
             except _Expired:
                 log.info("%s watch expired; relisting", kind.lower())
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
@@ -248,8 +269,8 @@ class Watcher:
                 self._stopped.wait(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _watch_once(self, kind: str, path: str, version: str) -> str:
-        for event, obj in self._kube.watch(path, resource_version=version, stopped=self._stopped):
+    def _watch_once(self, kind: str, path: str, version: str, selector: str = "") -> str:
+        for event, obj in self._kube.watch(path, resource_version=version, stopped=self._stopped, label_selector=selector):
             if event == "ERROR":
                 failed = _error_event(obj, f"watch {path}")
                 if isinstance(failed, kube_errors.Gone):
@@ -297,6 +318,12 @@ def _error_event(obj: Mapping[str, Any], what: str) -> kube_errors.KubeError:
     code = obj.get("code")
     answer = kube_errors.Answer(status=code if isinstance(code, int) else 0, body=json.dumps(obj), reason=str(obj.get("reason") or ""))
     return kube_errors.translate(answer, what=what)
+
+
+def _lease_path(namespace: str, name: str) -> str:
+    """A Lease's path; with an empty `name`, the namespace's Lease collection."""
+    collection = f"/apis/coordination.k8s.io/v1/namespaces/{_quote(namespace)}/leases"
+    return f"{collection}/{_quote(name)}" if name else collection
 
 
 def _pod_path(namespace: str, name: str) -> str:

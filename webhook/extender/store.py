@@ -1,8 +1,13 @@
-"""The extender's in-memory copy of Nodes and Pods (fed by list+watch), indexed by node.
+"""The extender's in-memory copy of Nodes, Pods and the nodes' ledger Leases (fed by list+watch),
+indexed by node.
+
+A node's reservation ledger is the union of its Lease's (`policies.reservations.lease_body`, in the
+ledger namespace) and, from versions before the Lease, the Node annotation's, which nothing writes
+any more: its entries count until they expire or their pod shows up bound.
 
 Filter and prioritize read it; they are optimistic and may be a moment stale. Bind trusts it only
 as far as it can prove it current: the pod watch's progress (`pods_version`, the etcd revision the
-pod copies are complete up to) must have reached the resourceVersion of the Node whose ledger bind
+pod copies are complete up to) must have reached the resourceVersion of the Lease whose ledger bind
 compare-and-swaps, otherwise bind reads from the apiserver (see `binder`). Objects are slimmed on
 the way in to the fields the card model reads, so a big cluster's pods stay cheap to hold.
 
@@ -18,7 +23,7 @@ import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from policies import allocation, podspec, reservations
+from policies import allocation, gpu, podspec, reservations
 from webhook.extender import reality
 from policies import cards
 
@@ -28,9 +33,12 @@ Object = dict[str, Any]
 class Store:
     """Nodes by name, pods by UID, and the pods each node carries or has reserved."""
 
-    def __init__(self, *, honour_out_of_band: bool = False) -> None:
+    def __init__(self, *, honour_out_of_band: bool = False, namespace: str = reservations.LEDGER_NAMESPACE) -> None:
         self._honour_out_of_band = honour_out_of_band  # see `reality`: cards shrink by out-of-band use
+        self._namespace = namespace  # the ledger namespace: Leases elsewhere are no ledger
         self._nodes: dict[str, Object] = {}
+        self._leases: dict[str, Object] = {}  # node name -> its ledger Lease (slim)
+        self._node_ledger_rv: dict[str, int] = {}  # node -> the revision of the first copy seen with its current annotation ledger
         self._pods: dict[str, Object] = {}
         self._pod_node: dict[str, str] = {}
         self._by_node: dict[str, set[str]] = {}
@@ -39,6 +47,8 @@ class Store:
         self._ledger_refs: dict[str, set[str]] = {}  # pod UID -> nodes whose ledger names it
         self.nodes_synced = False
         self.pods_synced = False
+        self.leases_synced = False
+        self._leases_version = -1  # the revision the Lease watch has delivered every event up to
         self._pods_version = -1  # the revision the pod watch has delivered every event up to; -1: unknown
         self._pod_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tokens: dict[Hashable, int] = {}  # `judged` keys
@@ -60,11 +70,25 @@ class Store:
         """The `kind` watch (or list) has delivered everything up to `version` (a bookmark, a list's version)."""
         if kind == "Pod":
             self._advance_pods(version)
+        elif kind == "Lease" and version.isdigit():
+            self._leases_version = max(self._leases_version, int(version))
+
+    @property
+    def leases_version(self) -> int:
+        """The etcd revision up to which every ledger Lease event has been applied here; -1: unknown.
+        A node without a Lease here had none then (or only one deleted at or before it)."""
+        return self._leases_version
+
+    def node_ledger_version(self, name: str) -> int:
+        """The revision of the first copy of the Node seen here with the annotation ledger it has now
+        (written by an earlier version; -1 where it has none): every entry ever pruned from that
+        ledger was of a pod bound before it, so a pod cache complete up to it shows those pods."""
+        return self._node_ledger_rv.get(name, -1)
 
     def vouch(self, node: str, version: int) -> None:
-        """This process wrote `node` at `version` from a read this cache covered (`binder`): every
-        ledger entry pruned up to that version is of a pod this cache shows bound or gone, though
-        the pod watch may not have reached `version` yet. Forgotten on a relist."""
+        """This process wrote `node`'s ledger Lease at `version` from a read this cache covered
+        (`binder`): every ledger entry pruned up to that version is of a pod this cache shows bound
+        or gone, though the pod watch may not have reached `version` yet. Forgotten on a relist."""
         self._vouched[node] = version
 
     def vouched(self, node: str) -> int:
@@ -103,7 +127,7 @@ class Store:
 
     @property
     def synced(self) -> bool:
-        return self.nodes_synced and self.pods_synced
+        return self.nodes_synced and self.pods_synced and self.leases_synced
 
     # --- reading ---
 
@@ -112,6 +136,21 @@ class Store:
 
     def pod(self, uid: str) -> Object | None:
         return self._pods.get(uid)
+
+    def lease(self, node: str) -> Object | None:
+        """The node's ledger Lease as last seen (slim), None where it has none."""
+        return self._leases.get(node)
+
+    def ledger(self, node: str) -> dict[str, allocation.Allocation]:
+        """The node's whole ledger: its Node annotation's entries (earlier versions) and its Lease's."""
+        held = self._nodes.get(node)
+        if held is None:
+            return {}
+        return self.ledger_with(held)
+
+    def ledger_with(self, node: Mapping[str, Any]) -> dict[str, allocation.Allocation]:
+        """The whole ledger of `node` (a Node object from elsewhere: the scheduler's) with its Lease's here."""
+        return reservations.union(node, self._leases.get(_name(node)), namespace=self._namespace)
 
     def nodes(self) -> list[Object]:
         return list(self._nodes.values())
@@ -150,7 +189,7 @@ class Store:
         if hit is not None and hit.version == version and hit.ttl == ttl and now < hit.valid_until:
             state, uids = hit.state, hit.uids
         else:
-            ledger = reservations.node_reservations(node)
+            ledger = self.ledger(name)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             for uid in ledger:
                 self._ledger_refs.setdefault(uid, set()).add(name)
@@ -160,7 +199,7 @@ class Store:
             uids = frozenset(a.uid for a in (*state.allocations, *state.orphans))
             self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state, uids=uids)
         if exclude_uid and exclude_uid in uids:
-            ledger = reservations.node_reservations(node)
+            ledger = self.ledger(name)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
         return state
@@ -216,11 +255,12 @@ class Store:
         return found
 
     def stale_ledgers(self, *, now: float) -> list[str]:
-        """Nodes whose ledger holds entries that no longer count (expired, or their pod is gone,
-        finished or placed elsewhere): worth a prune."""
+        """Nodes whose ledger Lease holds entries that no longer count (expired, or their pod is
+        gone, finished or placed elsewhere): worth a prune. (A Node annotation's ledger, from an
+        earlier version, is never written: its entries simply stop counting.)"""
         found = []
-        for name, node in self._nodes.items():
-            ledger = reservations.node_reservations(node)
+        for name, lease in self._leases.items():
+            ledger = reservations.lease_reservations(lease, namespace=self._namespace)
             if any((e.expires or 0.0) <= now or not self._plausible(e, node=name, now=now) for e in ledger.values()):
                 found.append(name)
         return found
@@ -240,12 +280,15 @@ class Store:
         return {name: self.state(name, now=now, ttl=ttl, exclude_uid=exclude_uid) for name in names}
 
     def all_states(self, *, now: float, ttl: float) -> dict[str, cards.NodeState]:
-        return {name: cards.node_state(node, self.pods_on(name), now=now, ttl=ttl) for name, node in sorted(self._nodes.items())}
+        return {
+            name: cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=self.ledger(name))
+            for name, node in sorted(self._nodes.items())
+        }
 
     # --- writing ---
 
     def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
-        self._nodes, self._states = {}, {}
+        self._nodes, self._states, self._node_ledger_rv = {}, {}, {}
         for item in items:
             self.put_node(item)
         self.nodes_synced = True
@@ -259,14 +302,37 @@ class Store:
             self.put_pod(item)
         self.pods_synced = True
 
+    def replace_leases(self, items: Iterable[Mapping[str, Any]]) -> None:
+        for name in self._leases:
+            self._touch(name)
+        self._leases, self._states = {}, {}
+        self._leases_version = -1  # the list's version follows (`seen`)
+        self._vouched = {}
+        for item in items:
+            self.put_lease(item)
+        self.leases_synced = True
+
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node` or `Pod`."""
+        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node`, `Pod` or `Lease`."""
         if kind == "Node":
             if event == "DELETED":
                 self._nodes.pop(_name(obj), None)
+                self._node_ledger_rv.pop(_name(obj), None)
                 self._touch(_name(obj))
             else:
                 self.put_node(obj)
+        elif kind == "Lease":
+            if event == "DELETED":
+                node = reservations.lease_node(obj, namespace=self._namespace)
+                if node is not None and not _older(obj, self._leases.get(node)):
+                    self._leases.pop(node, None)
+                    self._vouched.pop(node, None)
+                    self._touch(node)
+            else:
+                self.put_lease(obj)
+            version = podspec.mapping(obj.get("metadata")).get("resourceVersion")
+            if isinstance(version, str):
+                self.seen("Lease", version)
         elif kind == "Pod":
             if event == "DELETED":
                 self._drop_pod(_uid(obj))
@@ -286,8 +352,25 @@ class Store:
             slim = slim_node(obj)
             slim = dict(reality.honour_out_of_band(slim)) if self._honour_out_of_band else slim
             self._nodes[name] = slim
+            if held is None or _node_ledger_text(slim) != _node_ledger_text(held):
+                text = _node_ledger_text(slim)
+                # a ledger at a version that is no revision can never be proven covered: bind reads
+                self._node_ledger_rv[name] = (_revision(slim) if _revision(slim) >= 0 else _UNPROVABLE) if text is not None else -1
             if held is None or not _same_but_version(slim, held):
                 self._touch(name)  # a status heartbeat changes nothing kept here: the cached state stays
+
+    def put_lease(self, obj: Mapping[str, Any]) -> None:
+        """A ledger Lease (ignored unless it is a node's trusted ledger in the ledger namespace)."""
+        node = reservations.lease_node(obj, namespace=self._namespace)
+        if node is None:
+            return
+        held = self._leases.get(node)
+        if held is not None and (_same_version(obj, held) or _older(obj, held)):
+            return  # the watch event of the write bind already put here, or an older copy
+        slim = slim_lease(obj)
+        self._leases[node] = slim
+        if held is None or _lease_ledger_text(slim) != _lease_ledger_text(held):
+            self._touch(node)
 
     def put_pod(self, obj: Mapping[str, Any]) -> None:
         uid = _uid(obj)
@@ -320,6 +403,7 @@ class Store:
 
 
 _T = TypeVar("_T")
+_UNPROVABLE = 1 << 62  # a revision no pod watch reaches
 _MEMO_KEYS = 32  # verdicts remembered per node state (one per request shape that filter or prioritize met)
 _MAX_TOKENS = 4096  # distinct `judged` keys before the memos start over
 
@@ -351,6 +435,16 @@ def slim_node(node: Mapping[str, Any]) -> Object:
     return {
         "metadata": {key: metadata[key] for key in ("name", "uid", "resourceVersion", "labels", "annotations") if key in metadata},
         "status": {key: status[key] for key in ("capacity", "allocatable", "addresses") if key in status},
+    }
+
+
+def slim_lease(lease: Mapping[str, Any]) -> Object:
+    """The parts of a ledger Lease the extender reads: its identity, version and the two annotations."""
+    metadata = podspec.mapping(lease.get("metadata"))
+    annotations = podspec.mapping(metadata.get("annotations"))
+    return {
+        "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in metadata}
+        | {"annotations": {k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION) if k in annotations}},
     }
 
 
@@ -392,6 +486,20 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _uid(obj: Mapping[str, Any]) -> str:
     return str(podspec.mapping(obj.get("metadata")).get("uid", ""))
+
+
+def _node_ledger_text(node: Mapping[str, Any]) -> object:
+    return podspec.mapping(podspec.mapping(node.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
+
+
+def _lease_ledger_text(lease: Mapping[str, Any]) -> object:
+    return podspec.mapping(podspec.mapping(lease.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
+
+
+def _revision(obj: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as an etcd revision; -1 when it is not a number."""
+    version = podspec.mapping(obj.get("metadata")).get("resourceVersion")
+    return int(version) if isinstance(version, str) and version.isdigit() else -1
 
 
 def _same_but_version(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

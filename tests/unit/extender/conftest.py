@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, gpu
+from policies import allocation, gpu, reservations
 from policies import inventory as inventory_  # `inventory` is a factory argument
 from policies import cards
 from webhook.kube import errors as kube_errors
@@ -133,8 +133,10 @@ class FakeApiServer:
         self.nodes: dict[str, Object] = {}
         self.pods: dict[tuple[str, str], Object] = {}
         self._versions = itertools.count(2)
+        self.leases: dict[tuple[str, str], Object] = {}
+        self.namespaces = {reservations.LEDGER_NAMESPACE}
         self.calls: list[str] = []
-        self.node_patches = 0
+        self.lease_writes = 0
         self.conflicts = 0
         self.fail_next_binding: dict[str, Exception] = {}
 
@@ -179,23 +181,51 @@ class FakeApiServer:
         await self._turn("list_node_pods")
         return [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
 
-    async def patch_node_annotations(self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]) -> Object:
-        await self._turn("patch_node_annotations")
-        found = self.nodes.get(name)
+    async def get_lease(self, namespace: str, name: str) -> Object:
+        await self._turn("get_lease")
+        found = self.leases.get((namespace, name))
         if found is None:
-            raise kube_errors.NotFound(f'nodes "{name}" not found', status=404)
-        if found["metadata"]["resourceVersion"] != resource_version:
+            raise kube_errors.NotFound(f'leases.coordination.k8s.io "{name}" not found', status=404)
+        return copy.deepcopy(found)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Object:
+        await self._turn("create_lease")
+        stored = copy.deepcopy(dict(body))
+        name = stored["metadata"]["name"]
+        if stored["metadata"].get("namespace", namespace) != namespace:
+            raise kube_errors.KubeError("the namespace of the object does not match the namespace on the request", status=400)
+        if namespace not in self.namespaces:
+            raise kube_errors.NotFound(f'namespaces "{namespace}" not found', status=404)
+        if (namespace, name) in self.leases:
+            self.conflicts += 1
+            raise kube_errors.Conflict(f'leases.coordination.k8s.io "{name}" already exists', status=409)
+        stored["metadata"].update(namespace=namespace, uid=f"lease-uid-{name}", resourceVersion=self._next())
+        self.leases[(namespace, name)] = stored
+        self.lease_writes += 1
+        return copy.deepcopy(stored)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Object:
+        """PUT: the whole object, only at the resourceVersion it carries (an empty one: 422, as the apiserver)."""
+        await self._turn("replace_lease")
+        found = self.leases.get((namespace, name))
+        if found is None:
+            raise kube_errors.NotFound(f'leases.coordination.k8s.io "{name}" not found', status=404)
+        stored = copy.deepcopy(dict(body))
+        version = stored["metadata"].get("resourceVersion")
+        if not version:
+            raise kube_errors.KubeError("metadata.resourceVersion: Invalid value: 0: must be specified for an update", status=422)
+        if found["metadata"]["resourceVersion"] != version:
             self.conflicts += 1
             raise kube_errors.Conflict("the object has been modified; please apply your changes to the latest version", status=409)
-        notes = found["metadata"].setdefault("annotations", {})
-        for key, value in annotations.items():
-            if value is None:
-                notes.pop(key, None)
-            else:
-                notes[key] = value
-        found["metadata"]["resourceVersion"] = self._next()
-        self.node_patches += 1
-        return copy.deepcopy(found)
+        stored["metadata"].update(namespace=namespace, uid=found["metadata"]["uid"], resourceVersion=self._next())
+        self.leases[(namespace, name)] = stored
+        self.lease_writes += 1
+        return copy.deepcopy(stored)
+
+    def ledger_of(self, node: str) -> dict[str, allocation.Allocation]:
+        """The node's whole ledger as every reader takes it: its Node annotation's and its Lease's."""
+        lease = self.leases.get((reservations.LEDGER_NAMESPACE, reservations.lease_name(node)))
+        return reservations.union(self.nodes[node], lease)
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         """pods/binding: the Binding's annotations land on the pod in the same write as nodeName."""
@@ -228,8 +258,8 @@ def apiserver() -> FakeApiServer:
 
 
 def card_use(server: FakeApiServer, node_name: str, *, now: float, ttl: float = allocation.DEFAULT_RESERVATION_TTL_S) -> list[int]:
-    """GiB used per card of a node, read the way every component reads it."""
-    state = cards.node_state(server.nodes[node_name], list(server.pods.values()), now=now, ttl=ttl)
+    """GiB used per card of a node, read the way every component reads it (Node and Lease ledgers)."""
+    state = cards.node_state(server.nodes[node_name], list(server.pods.values()), now=now, ttl=ttl, reservations=server.ledger_of(node_name))
     return [c.memory_used for c in state.cards]
 
 

@@ -174,6 +174,7 @@ async def client(
     apiserver.add_node(mixed_node(make_node))
     cache = store.Store()
     cache.replace_nodes(list(apiserver.nodes.values()))
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
     settings = app.Settings(clock=lambda: NOW)
     application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings)

@@ -30,6 +30,7 @@ def cache(apiserver: Any, make_node: Factory) -> store.Store:
     apiserver.add_node(make_node("exclusive", mode="default"))
     filled = store.Store()
     filled.replace_nodes(list(apiserver.nodes.values()))
+    filled.replace_leases([])  # no ledger Leases yet
     filled.replace_pods([])
     return filled
 
@@ -125,8 +126,9 @@ async def test_a_filter_before_the_first_list_fails_the_call_and_healthz_says_lo
     status, answer = await _post(client, "/filter", _args(make_gpu_pod(mem=1), ["gpu-0"]))
     assert status == 200 and "still loading" in answer["Error"]
     async with client.get("/healthz") as probe:
-        assert probe.status == 503 and "loading nodes and pods" in await probe.text()
+        assert probe.status == 503 and "loading nodes, pods and ledger Leases" in await probe.text()
     empty.replace_nodes([])
+    empty.replace_leases([])  # no ledger Leases yet
     empty.replace_pods([])
     async with client.get("/healthz") as probe:
         assert probe.status == 200
@@ -197,6 +199,7 @@ def test_the_store_indexes_bound_and_reserved_pods_by_node(make_node: Factory, m
     cache.replace_nodes([make_node("n")])
     note = allocation.bind_annotations(allocation.Allocation(uid="r", namespace="a", name="r", node="n", cards=(1,), memory_gib=2, assumed_at=NOW), card_memory_gib=15)
     reserved = make_gpu_pod("r", uid="r", mem=2, annotations=note)
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([reserved, make_gpu_pod("other", uid="o", mem=1)])
     assert [p["metadata"]["name"] for p in cache.pods_on("n")] == ["r"]
     bound = json.loads(json.dumps(reserved))
@@ -264,6 +267,7 @@ async def test_filter_leaves_out_the_pods_own_interrupted_reservation(client: Cl
 def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Factory, make_gpu_pod: Factory) -> None:
     cache = store.Store()
     cache.replace_nodes([make_node("n")])
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
     first = cache.state("n", now=NOW, ttl=60)
     assert first is not None and cache.state("n", now=NOW + 1, ttl=60) is first, "unchanged node: cached"
@@ -283,10 +287,11 @@ def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Fac
     assert latest is not None and [c.memory_used for c in latest.cards] == [0, 0, 7, 0]
 
 
-def _ledger_node(make_node: Factory, entries: dict[str, allocation.Allocation]) -> dict[str, Any]:
-    obj: dict[str, Any] = make_node("n", annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(entries)})
-    obj["metadata"]["resourceVersion"] = "7"
-    return obj
+def _ledger_lease(entries: dict[str, allocation.Allocation]) -> dict[str, Any]:
+    """Node n's ledger Lease holding `entries`."""
+    lease = reservations.lease_body("n", "uid-n", entries, "another-replica")
+    lease["metadata"]["resourceVersion"] = "7"
+    return lease
 
 
 def _entry(uid: str, *, card: int, assumed: float = NOW) -> allocation.Allocation:
@@ -297,7 +302,8 @@ def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_lo
     cache = store.Store()
     entries = {"elsewhere": _entry("elsewhere", card=0), "done": _entry("done", card=1), "unseen": _entry("unseen", card=2),
                "waiting": _entry("waiting", card=3)}
-    cache.replace_nodes([_ledger_node(make_node, entries)])
+    cache.replace_nodes([make_node("n")])
+    cache.replace_leases([_ledger_lease(entries)])
     cache.replace_pods([
         make_gpu_pod("elsewhere", uid="elsewhere", mem=5, node_name="other"),
         make_gpu_pod("done", uid="done", mem=5, phase="Succeeded"),
@@ -312,8 +318,9 @@ def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_lo
 
 def test_a_ledger_pod_moving_elsewhere_refreshes_the_cached_state(make_node: Factory, make_gpu_pod: Factory) -> None:
     cache = store.Store()
-    cache.replace_nodes([_ledger_node(make_node, {"w": _entry("w", card=0)})])
+    cache.replace_nodes([make_node("n")])
     waiting = make_gpu_pod("w", uid="w", mem=5)
+    cache.replace_leases([_ledger_lease({"w": _entry("w", card=0)})])
     cache.replace_pods([waiting])
     held = cache.state("n", now=NOW + 1, ttl=60)
     assert held is not None and held.cards[0].memory_used == 5
@@ -327,18 +334,47 @@ def test_a_ledger_pod_moving_elsewhere_refreshes_the_cached_state(make_node: Fac
 async def test_the_app_prunes_stale_ledgers_in_the_background(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory
 ) -> None:
-    apiserver.add_node(_ledger_node(make_node, {"gone": _entry("gone", card=0, assumed=NOW - 100)}))
+    apiserver.add_node(make_node("n"))
+    lease = await apiserver.create_lease(reservations.LEDGER_NAMESPACE, _ledger_lease({"gone": _entry("gone", card=0, assumed=NOW - 100)}))
     cache = store.Store()
     cache.replace_nodes(list(apiserver.nodes.values()))
+    cache.replace_leases([lease])
     cache.replace_pods([])
     settings = app.Settings(clock=lambda: NOW)
     application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings, tidy_every=0.01)
     await aiohttp_client(application)
     deadline = asyncio.get_running_loop().time() + 5
-    while reservations.node_reservations(apiserver.nodes["n"]) and asyncio.get_running_loop().time() < deadline:
+    key = (reservations.LEDGER_NAMESPACE, "gpu-ledger.n")
+    while reservations.lease_reservations(apiserver.leases[key]) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
-    assert reservations.node_reservations(apiserver.nodes["n"]) == {}
+    assert reservations.lease_reservations(apiserver.leases[key]) == {}
     assert cache.stale_ledgers(now=NOW) == []
+    assert "annotations" not in apiserver.nodes["n"]["metadata"] or gpu.RESERVATIONS_ANNOTATION not in apiserver.nodes["n"]["metadata"]["annotations"]
+
+
+def test_the_cache_counts_an_earlier_versions_node_ledger_with_the_lease_but_never_tidies_it(
+    make_node: Factory, make_gpu_pod: Factory
+) -> None:
+    """Upgrade: entries on the Node annotation (written before the Lease) hold their cards next to
+    the Lease's until they expire; the Lease's entry wins for a pod in both; only Leases get pruned."""
+    old = {"old": _entry("old", card=0, assumed=NOW - 100), "both": _entry("both", card=1)}
+    node = make_node("n", annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode(old)})
+    cache = store.Store()
+    cache.replace_nodes([node])
+    cache.replace_leases([_ledger_lease({"both": _entry("both", card=2), "new": _entry("new", card=3)})])
+    cache.replace_pods([make_gpu_pod(uid, uid=uid, mem=5) for uid in ("old", "both", "new")])  # waiting to be bound
+    state = cache.state("n", now=NOW - 50, ttl=60)
+    assert state is not None and [c.memory_used for c in state.cards] == [5, 0, 5, 5]
+    assert cache.stale_ledgers(now=NOW - 50) == []
+    expired = cache.state("n", now=NOW - 39, ttl=60)  # the old entry expired (60 s after it was made)
+    assert expired is not None and [c.memory_used for c in expired.cards] == [0, 0, 5, 5]
+    assert cache.stale_ledgers(now=NOW - 39) == [], "the Node annotation is never written: nothing to prune"
+    elsewhere = store.Store(namespace="tenant")  # a Lease outside the ledger namespace is no ledger
+    elsewhere.replace_nodes([make_node("n")])
+    elsewhere.replace_leases([_ledger_lease({"new": _entry("new", card=3)})])
+    elsewhere.replace_pods([])
+    ignored = elsewhere.state("n", now=NOW, ttl=60)
+    assert ignored is not None and [c.memory_used for c in ignored.cards] == [0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("path", ["/filter", "/prioritize", "/bind"])

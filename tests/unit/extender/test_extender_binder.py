@@ -28,6 +28,12 @@ def _request(obj: dict[str, Any], node: str) -> wire.BindRequest:
     return wire.BindRequest(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], node=node)
 
 
+def _lease_ledger(apiserver: Any, node: str) -> dict[str, allocation.Allocation]:
+    """The ledger the node's Lease carries (what this version writes)."""
+    lease = apiserver.leases.get((reservations.LEDGER_NAMESPACE, reservations.lease_name(node)))
+    return reservations.lease_reservations(lease) if lease is not None else {}
+
+
 def _pods(apiserver: Any, make_gpu_pod: Factory, count: int, *, prefix: str = "p", **kwargs: Any) -> list[dict[str, Any]]:
     return [apiserver.add_pod(make_gpu_pod(f"{prefix}{i}", **kwargs)) for i in range(count)]
 
@@ -54,7 +60,10 @@ async def test_binding_annotates_the_pod_then_binds_it(apiserver: Any, make_node
     notes = stored["metadata"]["annotations"]
     assert notes["ALIYUN_COM_GPU_MEM_IDX"] == "0" and notes["ALIYUN_COM_GPU_MEM_POD"] == "4" and notes["ALIYUN_COM_GPU_MEM_DEV"] == "15"
     assert json.loads(notes[gpu.ALLOCATION_ANNOTATION])["cards"] == [0]
-    assert apiserver.calls.index("patch_node_annotations") < apiserver.calls.index("bind")
+    assert apiserver.calls.index("create_lease") < apiserver.calls.index("bind")
+    lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, "gpu-ledger.gpu-0")]
+    assert lease["spec"]["holderIdentity"] and lease["metadata"]["ownerReferences"][0]["name"] == "gpu-0"
+    assert gpu.RESERVATIONS_ANNOTATION not in apiserver.nodes["gpu-0"]["metadata"].get("annotations", {}), "the Node is never written"
     assert "patch_pod_annotations" not in apiserver.calls, "the Binding carries the annotations"
 
 
@@ -84,25 +93,46 @@ async def test_two_replicas_binding_at_once_never_over_commit(
     assert sum(1 for r in results if not r.error) == 24  # 3 x 5 GiB per card, 8 cards
     assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 15, 15, 15]
     assert used_per_card(apiserver, "gpu-1", now=NOW) == [15, 15, 15, 15]
-    assert apiserver.conflicts > 0, "the replicas should have raced on the node's resourceVersion"
+    assert apiserver.conflicts > 0, "the replicas should have raced on the Lease's resourceVersion"
     assert sum(r.conflicts for r in results) == apiserver.conflicts
 
 
-async def test_unrelated_node_updates_only_cost_a_retry(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_node_heartbeats_no_longer_conflict_with_commits(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
     apiserver.add_node(make_node("gpu-0"))
-    (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
+    first, second = _pods(apiserver, make_gpu_pod, 2, mem=4)
     real_get = apiserver.get_node
-    beats = iter(range(3))
 
     async def get_then_heartbeat(name: str) -> dict[str, Any]:
         found = await real_get(name)
-        if next(beats, None) is not None:
-            apiserver.touch_node(name)  # a kubelet status update lands between our read and our write
+        apiserver.touch_node(name)  # a kubelet status update lands between our read and our write
         return dict(found)
 
     apiserver.get_node = get_then_heartbeat
-    result = await binder.Binder(apiserver, clock=Clock()).bind(_request(obj, "gpu-0"))
-    assert result.error == "" and result.conflicts == 3
+    one = binder.Binder(apiserver, clock=Clock())
+    for obj in (first, second):  # a create, then a replace of the Lease
+        result = await one.bind(_request(obj, "gpu-0"))
+        assert result.error == "" and result.conflicts == 0
+
+
+async def test_a_lease_written_between_read_and_write_costs_a_retry(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    first, second = _pods(apiserver, make_gpu_pod, 2, mem=4)
+    one = binder.Binder(apiserver, clock=Clock())
+    assert (await one.bind(_request(first, "gpu-0"))).error == ""
+    real_list = apiserver.list_node_pods
+    bumps = iter(range(2))
+
+    async def list_then_bump(node: str, *, at_least: str = "") -> list[dict[str, Any]]:
+        found = await real_list(node, at_least=at_least)
+        if next(bumps, None) is not None:  # another replica commits between our read and our write
+            key = (reservations.LEDGER_NAMESPACE, reservations.lease_name(node))
+            apiserver.leases[key]["metadata"]["resourceVersion"] = apiserver._next()
+        return list(found)
+
+    apiserver.list_node_pods = list_then_bump
+    result = await one.bind(_request(second, "gpu-0"))
+    assert result.error == "" and result.conflicts == 2
+    assert result.allocation is not None and result.allocation.cards == (0,)
 
 
 async def test_a_restarted_extender_sees_what_the_previous_one_allocated(
@@ -139,7 +169,7 @@ async def test_an_unbound_reservation_expires_after_the_ttl(apiserver: Any, make
     clock.now += 61
     result = await one.bind(_request(later, "gpu-0"))
     assert result.error == "" and result.allocation is not None
-    ledger = reservations.node_reservations(apiserver.nodes["gpu-0"])
+    ledger = _lease_ledger(apiserver, "gpu-0")
     assert list(ledger) == [later["metadata"]["uid"]], "the expired entry is pruned on the next commit"
 
 
@@ -149,7 +179,7 @@ async def test_bound_pods_leave_the_ledger_on_the_next_commit(apiserver: Any, ma
     one = binder.Binder(apiserver, clock=Clock())
     for p in pods:
         await one.bind(_request(p, "gpu-0"))
-    assert list(reservations.node_reservations(apiserver.nodes["gpu-0"])) == [pods[-1]["metadata"]["uid"]]
+    assert list(_lease_ledger(apiserver, "gpu-0")) == [pods[-1]["metadata"]["uid"]]
 
 
 async def test_errors_come_back_as_binding_results_not_exceptions(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -194,7 +224,7 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
     clock.now += reservations.IN_FLIGHT_GRACE_S
     result = await one.bind(_request(later, "gpu-0"))
     assert result.error == "" and result.allocation is not None
-    assert list(reservations.node_reservations(apiserver.nodes["gpu-0"])) == [later["metadata"]["uid"]]
+    assert list(_lease_ledger(apiserver, "gpu-0")) == [later["metadata"]["uid"]]
 
 
 async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -221,8 +251,8 @@ async def test_binds_waiting_for_one_node_are_committed_together(
     results = await asyncio.gather(*(one.bind(_request(p, "gpu-0")) for p in pods))
     assert all(r.error == "" for r in results)
     assert used_per_card(apiserver, "gpu-0", now=NOW) == [15, 15, 15, 15]
-    assert apiserver.node_patches < 5, f"{apiserver.node_patches} commits for 20 binds: they should batch"
-    assert len(reservations.node_reservations(apiserver.nodes["gpu-0"])) <= 20
+    assert apiserver.lease_writes < 5, f"{apiserver.lease_writes} commits for 20 binds: they should batch"
+    assert len(_lease_ledger(apiserver, "gpu-0")) <= 20
 
 
 async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
@@ -235,10 +265,11 @@ async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
         "deleted": allocation.Allocation(uid="deleted", namespace="team-a", name="gone", node="gpu-0", cards=(1,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
         alive["metadata"]["uid"]: allocation.Allocation(uid=alive["metadata"]["uid"], namespace="team-a", name="alive", node="gpu-0", cards=(2,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
     }
-    apiserver.nodes["gpu-0"]["metadata"]["annotations"][gpu.RESERVATIONS_ANNOTATION] = reservations.encode(entries)
     one = binder.Binder(apiserver, clock=Clock())
+    assert await one.prune("gpu-0") is False, "no Lease: nothing to prune"
+    await apiserver.create_lease(reservations.LEDGER_NAMESPACE, reservations.lease_body("gpu-0", "uid-gpu-0", entries, "other"))
     assert await one.prune("gpu-0") is True
-    assert list(reservations.node_reservations(apiserver.nodes["gpu-0"])) == [alive["metadata"]["uid"]]
+    assert list(_lease_ledger(apiserver, "gpu-0")) == [alive["metadata"]["uid"]]
     assert await one.prune("gpu-0") is False
 
 
@@ -267,3 +298,59 @@ async def test_a_node_keeps_its_queue_while_binds_to_it_wait(apiserver: Any, mak
     assert frozenset({"gpu-0"}) in seen, "the bind waited in its node's queue"
     assert (await pending).error == ""
     assert one.nodes_committing == frozenset()
+
+
+async def test_an_earlier_versions_node_ledger_entry_still_holds_its_card_until_it_expires(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any
+) -> None:
+    """Upgrade: an entry the Node-ledger version committed (pod still unbound) holds its card for
+    the new version too, and the new version never writes the Node annotation."""
+    old = allocation.Allocation(
+        uid="old-uid", namespace="team-a", name="in-flight", node="gpu-0", cards=(0,), memory_gib=12,
+        assumed_at=NOW - 5, expires=NOW + 60, source="reservation",
+    )
+    written_before = reservations.encode({"old-uid": old})
+    apiserver.add_node(make_node("gpu-0", annotations={gpu.RESERVATIONS_ANNOTATION: written_before}))
+    apiserver.add_pod(make_gpu_pod("in-flight", mem=12, uid="old-uid"))
+    first, second = _pods(apiserver, make_gpu_pod, 2, mem=12)
+    clock = Clock()
+    one = binder.Binder(apiserver, clock=clock)
+    result = await one.bind(_request(first, "gpu-0"))
+    assert result.allocation is not None and result.allocation.cards == (1,), "card 0 has 3 GiB free, not 12"
+    assert used_per_card(apiserver, "gpu-0", now=NOW) == [12, 12, 0, 0]
+    assert apiserver.nodes["gpu-0"]["metadata"]["annotations"][gpu.RESERVATIONS_ANNOTATION] == written_before
+    assert "old-uid" not in _lease_ledger(apiserver, "gpu-0"), "the new version copies nothing of the old ledger"
+    clock.now += 61  # the old entry expired: card 0 is free again
+    result = await one.bind(_request(second, "gpu-0"))
+    assert result.allocation is not None and result.allocation.cards == (0,)
+
+
+async def test_a_missing_ledger_namespace_is_a_clear_bind_error(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
+    result = await binder.Binder(apiserver, clock=Clock(), namespace="no-such-namespace").bind(_request(obj, "gpu-0"))
+    assert "namespace 'no-such-namespace'" in result.error and "--ledger-namespace" in result.error
+    assert "nodeName" not in apiserver.pods[("team-a", "p0")]["spec"]
+
+
+async def test_a_ledger_lease_deleted_between_read_and_write_is_created_again(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any
+) -> None:
+    apiserver.add_node(make_node("gpu-0"))
+    first, second = _pods(apiserver, make_gpu_pod, 2, mem=4)
+    one = binder.Binder(apiserver, clock=Clock())
+    assert (await one.bind(_request(first, "gpu-0"))).error == ""
+    real_list = apiserver.list_node_pods
+    deletions = iter(range(1))
+
+    async def list_then_delete(node: str, *, at_least: str = "") -> list[dict[str, Any]]:
+        found = await real_list(node, at_least=at_least)
+        if next(deletions, None) is not None:
+            del apiserver.leases[(reservations.LEDGER_NAMESPACE, reservations.lease_name(node))]
+        return list(found)
+
+    apiserver.list_node_pods = list_then_delete
+    result = await one.bind(_request(second, "gpu-0"))
+    assert result.error == "" and result.conflicts == 1
+    assert list(_lease_ledger(apiserver, "gpu-0")) == [second["metadata"]["uid"]]
+    assert used_per_card(apiserver, "gpu-0", now=NOW) == [8, 0, 0, 0], "p0 is bound: its annotation counts"

@@ -26,6 +26,7 @@ async def test_filter_counts_the_reason_codes_of_the_nodes_it_turns_away(
         apiserver.add_node(node)
     cache = store.Store()
     cache.replace_nodes(list(apiserver.nodes.values()))
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
     application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW), settings=app.Settings(clock=lambda: NOW))
     client = await aiohttp_client(application)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import pathlib
+import time
 from collections.abc import Callable
 from typing import Any
+
 
 import pytest
 import yaml
 
+from policies import allocation, reservations
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube
 
@@ -18,13 +21,24 @@ from webhook.extender import kube as extender_kube
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch, make_node: Callable[..., dict[str, Any]], make_gpu_pod: Callable[..., dict[str, Any]]) -> None:
     """The apiserver inspect lists from: one 4 x 15 GiB node, one pod running on it."""
-    listed = {"/api/v1/nodes": [make_node("gpu-0")], "/api/v1/pods": [make_gpu_pod("trainer", mem=3, node_name="gpu-0", phase="Running")]}
+    entry = allocation.Allocation(
+        uid="u-waiting", namespace="team-a", name="waiting", node="gpu-0", cards=(1,), memory_gib=5,
+        assumed_at=time.time(), expires=time.time() + 600, source="reservation",
+    )
+    listed = {
+        "/api/v1/nodes": [make_node("gpu-0")],
+        "/api/v1/pods": [make_gpu_pod("trainer", mem=3, node_name="gpu-0", phase="Running")],
+        f"/apis/coordination.k8s.io/v1/namespaces/{reservations.LEDGER_NAMESPACE}/leases": [
+            reservations.lease_body("gpu-0", "", {entry.uid: entry}, "a-replica")
+        ],
+    }
 
     class Api:
         def __init__(self, _client: Any) -> None:
             pass
 
-        def list(self, path: str) -> tuple[list[Any], str]:
+        def list(self, path: str, *, label_selector: str = "") -> tuple[list[Any], str]:
+            assert label_selector == ("gpu-admission.io/ledger=true" if "leases" in path else "")
             return listed[path], "1"
 
     monkeypatch.setattr(extender_kube, "KubeApi", Api)
@@ -46,3 +60,4 @@ def test_output_file_gets_the_same_report_stdout_would(
     else:
         document = json.loads(printed) if fmt == "json" else yaml.safe_load(printed)
         assert [(n["name"], n["totalGPU"], len(n["devs"])) for n in document["nodes"]] == [("gpu-0", 60, 4)]
+        assert [d["usedGPU"] for d in document["nodes"][0]["devs"]] == [0, 5, 0, 0], "the Lease's reservation counts (the trainer has no allocation annotation)"

@@ -27,6 +27,7 @@ def _bound(make_gpu_pod: Factory, name: str, *, node: str, card: int, gib: int) 
 def _store(make_node: Factory, count: int) -> store_module.Store:
     cache = store_module.Store()
     cache.replace_nodes([make_node(f"gpu-{i}", placement="spread" if i % 2 else "binpack") for i in range(count)])
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
     return cache
 

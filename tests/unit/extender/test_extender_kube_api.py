@@ -81,11 +81,22 @@ async def test_a_binding_is_retried_on_429_and_a_conflict_is_the_binders_to_hand
     assert str(raised.value) == "POST /api/v1/namespaces/a/pods/p/binding: 409 Conflict: pod p is already assigned to node n1"
 
 
-async def test_a_stale_node_patch_is_a_conflict_at_once() -> None:
+async def test_a_stale_lease_replace_or_a_lease_that_exists_is_a_conflict_at_once() -> None:
     client = Client(Raw(409, status(409, "the object has been modified"), reason="Conflict"), Raw(200, {}))
     with pytest.raises(errors.Conflict):
-        await kube.KubeApi(client).patch_node_annotations("n", resource_version="7", annotations={"a": "b"})  # type: ignore[arg-type]  # a stand-in client
-    assert len(client.sent) == 1
+        await kube.KubeApi(client).replace_lease("gpu-admission", "gpu-ledger.n", {"metadata": {"resourceVersion": "7"}})  # type: ignore[arg-type]  # a stand-in client
+    assert client.sent == [("PUT", "/apis/coordination.k8s.io/v1/namespaces/gpu-admission/leases/gpu-ledger.n")]
+    client = Client(Raw(409, status(409, 'leases.coordination.k8s.io "gpu-ledger.n" already exists'), reason="Conflict"), Raw(201, {}))
+    with pytest.raises(errors.Conflict):
+        await kube.KubeApi(client).create_lease("gpu-admission", {"metadata": {"name": "gpu-ledger.n"}})  # type: ignore[arg-type]  # a stand-in client
+    assert client.sent == [("POST", "/apis/coordination.k8s.io/v1/namespaces/gpu-admission/leases")]
+
+
+async def test_a_lease_that_is_not_there_is_not_found() -> None:
+    client = Client(Raw(404, status(404, 'leases.coordination.k8s.io "gpu-ledger.n" not found'), reason="Not Found"))
+    with pytest.raises(errors.NotFound):
+        await kube.KubeApi(client).get_lease("gpu-admission", "gpu-ledger.n")  # type: ignore[arg-type]  # a stand-in client
+    assert client.sent == [("GET", "/apis/coordination.k8s.io/v1/namespaces/gpu-admission/leases/gpu-ledger.n")]
 
 
 def test_a_transport_failure_is_unreachable() -> None:
@@ -108,7 +119,7 @@ class Watching:
     def __init__(self, *events: tuple[str, dict[str, Any]]) -> None:
         self.events = events
 
-    def watch(self, path: str, *, resource_version: str, stopped: Any) -> Any:
+    def watch(self, path: str, *, resource_version: str, stopped: Any, label_selector: str = "") -> Any:
         yield from self.events
 
 

@@ -162,7 +162,7 @@ def test_the_trusted_client_ca_bundle_follows_its_file_on_sighup(pki: Pki, start
 
 def test_sigterm_turns_readiness_false_for_the_drain_then_exits_0(pki: Pki, start: Callable[..., Started]) -> None:
     process, port = start("--drain-seconds", "1h")
-    assert get(port, "/readyz", pki=pki)[:2] == (503, b"loading nodes and pods\n")
+    assert get(port, "/readyz", pki=pki)[:2] == (503, b"loading nodes, pods and ledger Leases\n")
     process.send_signal(signal.SIGTERM)
     until(lambda: get(port, "/readyz", pki=pki)[:2] == (503, b"not ready: shutting down\n"), what="readyz: shutting down")
     assert process.poll() is None, "still draining"
@@ -186,6 +186,7 @@ async def test_the_extender_apps_readiness_is_false_during_a_drain_and_its_liven
 ) -> None:
     cache = store.Store()
     cache.replace_nodes([make_node("gpu-0")])
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
     application = app.make_app(cache=cache, bind=binder.Binder(apiserver, cache=cache))
     d = pki.directory

@@ -35,6 +35,7 @@ def cache(apiserver: Any, make_node: Factory) -> store.Store:
     apiserver.add_node(make_node("one-card", count=1, gib=15))
     filled = store.Store()
     filled.replace_nodes(list(apiserver.nodes.values()))
+    filled.replace_leases([])  # no ledger Leases yet
     filled.replace_pods([])
     return filled
 
@@ -146,6 +147,7 @@ async def test_bind_from_the_watch_cache_allocates_the_summed_amount(
     client: Client, apiserver: Any, cache: store.Store, make_gpu_pod: Factory
 ) -> None:
     stored = apiserver.add_pod(with_sidecar(make_gpu_pod("cached", mem=4), 4))
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([stored])
     meta = stored["metadata"]
 

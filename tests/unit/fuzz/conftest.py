@@ -34,6 +34,7 @@ def extender_server(server_ssl: ssl.SSLContext) -> Iterator[ThreadServer]:
     nodes = {name: gpu_node(name) for name in ("gpu-0", "gpu-1")}
     cache = store.Store()
     cache.replace_nodes(list(nodes.values()))
+    cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
     application = extender_app.make_app(cache=cache, bind=binder.Binder(MemoryApi(nodes), max_attempts=3))
     server = ThreadServer(application, context=server_ssl)

@@ -154,7 +154,13 @@ class MemoryApi:
     async def list_node_pods(self, node: str, *, at_least: str = "") -> list[dict[str, Any]]:
         return []
 
-    async def patch_node_annotations(self, name: str, *, resource_version: str, annotations: Mapping[str, str | None]) -> dict[str, Any]:
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any]:
+        raise kube_errors.NotFound(f"leases {namespace}/{name} not found", status=404)
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        raise kube_errors.Conflict("the fuzz apiserver refuses every write", status=409)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         raise kube_errors.Conflict("the fuzz apiserver refuses every write", status=409)
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:

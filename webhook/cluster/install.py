@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from policies import gpu
+from policies import gpu, reservations
 from webhook.cluster import controlplane, incluster, nodes, realnode
 
 WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"
@@ -119,6 +119,8 @@ def start_extender(state: controlplane.State, *, timeout: float = 30.0) -> dict[
     port = state.ports.get("extender") or controlplane.free_port()
     state.ports["extender"] = port
     command = [executable(), "extender", "--port", str(port), "--host", "127.0.0.1", "--kubeconfig", str(state.kubeconfig)]
+    # Its reservation ledgers are Leases in the ledger namespace, which deploy/ creates (exists already: fine).
+    controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
     controlplane.start(state, "extender", command=command)
     controlplane.wait_for(
         lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), what="the extender /healthz", timeout=timeout, state=state, component="extender"

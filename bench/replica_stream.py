@@ -224,13 +224,13 @@ def stream(args: argparse.Namespace) -> list[Create]:
 
 
 def _decide(cache: decisioncache.Cache | None, create: Create, config: settings.Settings) -> None:
-    common: dict[str, Any] = {"settings": config, "namespace": create.namespace, "operation": "CREATE", "old_object": None,
-                              "user": "system:serviceaccount:kube-system:controller", "groups": ("system:serviceaccounts",),
-                              "subresource": "", "dry_run": False, "namespace_labels": None, "env_lookup": None, "node_labels": None}
+    question = decisions.Question(
+        object=create.pod, namespace=create.namespace, user="system:serviceaccount:kube-system:controller", groups=("system:serviceaccounts",)
+    )
     if cache is None:
-        decisions.decide(create.pod, **common)
+        decisions.answer(question, settings=config)
     else:
-        cache.decide(create.pod, env_sources=(), **common)
+        cache.decide(question, settings=config)
 
 
 def main() -> int:
@@ -279,10 +279,10 @@ def main() -> int:
     # The key alone, over every create: what a miss adds to an evaluation.
     cache = decisioncache.Cache()
     cache._adopt(config)  # noqa: SLF001 - timing the key without deciding
+    questions = [decisions.Question(object=create.pod, namespace=create.namespace) for create in creates]
     started = time.process_time()
-    for create in creates:
-        cache._key(create.pod, namespace=create.namespace, operation="CREATE", user="", groups=(), dry_run=False,  # noqa: SLF001
-                   namespace_labels=None, env_lookup=None, env_sources=())
+    for question in questions:
+        cache._key(question, obj=question.object or {}, env_sources=())  # noqa: SLF001
     key_us = (time.process_time() - started) / len(creates) * 1e6
     print(f"engine CPU per review over the stream (median of {args.rounds}): cache off {off:.1f} µs, "
           f"cache on ({decisioncache.DEFAULT_MAX_ENTRIES} entries) {on:.1f} µs ({on / off:.2f}x); the key costs {key_us:.1f} µs a review")

@@ -95,81 +95,42 @@ class Cache:
         return len(self._entries)
 
     def decide(
-        self,
-        obj: Mapping[str, Any] | None,
-        *,
-        settings: settings.Settings,
-        namespace: str,
-        operation: str,
-        old_object: Mapping[str, Any] | None,
-        user: str,
-        groups: tuple[str, ...],
-        subresource: str,
-        dry_run: bool,
-        namespace_labels: Mapping[str, str] | None,
-        env_lookup: model.EnvLookup | None,
-        env_sources: Iterable[model.EnvSource],
-        node_labels: Mapping[str, str] | None,
-        now: datetime.datetime | None = None,
+        self, question: decisions.Question, *, settings: settings.Settings, env_sources: Iterable[model.EnvSource] = ()
     ) -> model.Decision:
-        """``decisions.decide`` with the same arguments (``env_sources``: the sources
-        ``env_lookup`` was asked to fetch), answered from the cache where the key was seen."""
-        now = now if now is not None else datetime.datetime.now(datetime.UTC)
-
-        def compute() -> model.Decision:
-            return decisions.decide(
-                obj,
-                settings=settings,
-                namespace=namespace,
-                operation=operation,
-                old_object=old_object,
-                user=user,
-                groups=groups,
-                subresource=subresource,
-                dry_run=dry_run,
-                namespace_labels=namespace_labels,
-                env_lookup=env_lookup,
-                node_labels=node_labels,
-                now=now,
-            )
-
+        """``decisions.answer(question, settings=settings)``, from the cache where the key was seen
+        (``env_sources``: the sources ``question.env_lookup`` was asked to fetch)."""
+        if question.now is None:
+            question = dataclasses.replace(question, now=datetime.datetime.now(datetime.UTC))
+        now = question.now
+        assert now is not None  # set just above
+        obj = question.object
         if (
             self.max_entries <= 0
             or obj is None
-            or operation != "CREATE"
-            or subresource
-            or node_labels is not None
+            or question.operation != "CREATE"
+            or question.subresource
+            or question.node_labels is not None
             or settings.user_policies
             or obj.get("kind") not in podspec.SUPPORTED_KINDS
         ):
             self.bypassed += 1
             self.on_outcome("bypass")
-            return compute()
+            return decisions.answer(question, settings=settings)
         if settings is not self._settings:
             self._adopt(settings)
         try:
-            key, volatile = self._key(
-                obj,
-                namespace=namespace or decisions.object_namespace(obj) or decisions.DEFAULT_NAMESPACE,
-                operation=operation,
-                user=user,
-                groups=groups,
-                dry_run=dry_run,
-                namespace_labels=namespace_labels,
-                env_lookup=env_lookup,
-                env_sources=env_sources,
-            )
+            key, volatile = self._key(question, obj=obj, env_sources=env_sources)
         except (TypeError, ValueError):  # an input JSON cannot hold (looked-up data not text): not cached
             self.bypassed += 1
             self.on_outcome("bypass")
-            return compute()
+            return decisions.answer(question, settings=settings)
         entry = self._entries.get(key)
         if entry is not None and (entry.valid_until is None or now < entry.valid_until):
             self._entries.move_to_end(key)
             self.hits += 1
             self.on_outcome("hit")
             return entry.decision
-        decision = compute()
+        decision = decisions.answer(question, settings=settings)
         self.misses += 1
         self.on_outcome("miss")
         if volatile and _mentions(decision, volatile):
@@ -188,35 +149,27 @@ class Cache:
         self._expiries = tuple(sorted(e.expires for e in current.exceptions if e.expires is not None))
 
     def _key(
-        self,
-        obj: Mapping[str, Any],
-        *,
-        namespace: str,
-        operation: str,
-        user: str,
-        groups: tuple[str, ...],
-        dry_run: bool,
-        namespace_labels: Mapping[str, str] | None,
-        env_lookup: model.EnvLookup | None,
-        env_sources: Iterable[model.EnvSource],
+        self, question: decisions.Question, *, obj: Mapping[str, Any], env_sources: Iterable[model.EnvSource]
     ) -> tuple[bytes, list[str]]:
         """The digest, and the values left out of it (a decision naming one of them is not kept)."""
-        obj, volatile = _normalized(obj, keeps_names=self._keeps_names)
+        normalized, volatile = _normalized(obj, keeps_names=self._keeps_names)
         sources: list[Any] | None = None
+        env_lookup = question.env_lookup
         if env_lookup is not None:
             sources = []
             for source in sorted(set(env_sources), key=lambda s: (s.kind, s.namespace, s.name)):
                 data = env_lookup(source)
                 sources.append([source.kind, source.namespace, source.name, None if data is None else sorted(data.items())])
+        labels = question.namespace_labels
         document = [
-            operation,
-            namespace,
-            None if namespace_labels is None else sorted(namespace_labels.items()),
-            user,
-            list(groups),
-            dry_run,
+            question.operation,
+            question.judged_namespace,
+            None if labels is None else sorted(labels.items()),
+            question.user,
+            list(question.groups),
+            question.dry_run,
             sources,
-            obj,
+            normalized,
         ]
         return hashlib.blake2b(jsoncodec.dumps(document), digest_size=16).digest(), volatile
 

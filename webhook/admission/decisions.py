@@ -6,6 +6,7 @@ settings give the same verdict and the same patch wherever it is evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Mapping
@@ -16,48 +17,68 @@ from policies import engine, model, settings
 DEFAULT_NAMESPACE = "default"
 
 
-def decide(
-    obj: Mapping[str, Any] | None,
-    *,
-    settings: settings.Settings,
-    namespace: str = "",
-    operation: str = "CREATE",
-    old_object: Mapping[str, Any] | None = None,
-    user: str = "",
-    groups: tuple[str, ...] = (),
-    subresource: str = "",
-    dry_run: bool = False,
-    namespace_labels: Mapping[str, str] | None = None,
-    env_lookup: model.EnvLookup | None = None,
-    now: datetime.datetime | None = None,
-    node_labels: Mapping[str, str] | None = None,
-) -> model.Decision:
-    """Evaluate ``obj`` with the engine and return its decision.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Question:
+    """Everything a decision depends on but the settings: what ``decide`` takes, as one value
+    (the webhook builds one per review; ``decisioncache.Cache`` keys and answers it).
 
-    The namespace is ``namespace`` when given (the webhook passes the request's), else the object's
-    ``metadata.namespace``, else ``default`` (what kubectl would use). A request without an object
-    (DELETE, CONNECT) has nothing for the policies to look at and is allowed with that reason.
-    ``namespace_labels`` feed namespace overrides and exceptions by label selector (unknown: only
-    ``kubernetes.io/metadata.name`` is assumed); ``now`` (default: the clock) decides exception expiry. ``env_lookup`` gives GPU001 the
-    ConfigMap/Secret data (already fetched: the engine does no I/O); without it, offline judgement.
-    ``node_labels`` are the labels of the pod's Node for GPU009 (unknown: it fails closed).
+    ``namespace``: the request's, else the object's ``metadata.namespace``, else ``default``
+    (what kubectl would use). ``namespace_labels`` feed namespace overrides and exceptions by
+    label selector (unknown: only ``kubernetes.io/metadata.name`` is assumed). ``env_lookup``
+    gives GPU001 the ConfigMap/Secret data (already fetched: the engine does no I/O); without it,
+    offline judgement. ``node_labels``: the labels of the pod's Node for GPU009 (unknown: it fails
+    closed). ``now`` (default: the clock) decides exception expiry.
     """
-    if obj is None:
-        return model.Decision(allowed=True, exempt_reason=f"{operation} request carries no object to evaluate")
+
+    object: Mapping[str, Any] | None
+    namespace: str = ""
+    operation: str = "CREATE"
+    old_object: Mapping[str, Any] | None = None
+    user: str = ""
+    groups: tuple[str, ...] = ()
+    subresource: str = ""
+    dry_run: bool = False
+    namespace_labels: Mapping[str, str] | None = None
+    env_lookup: model.EnvLookup | None = None
+    node_labels: Mapping[str, str] | None = None
+    now: datetime.datetime | None = None
+
+    @property
+    def judged_namespace(self) -> str:
+        """The namespace the engine judges in (see the class docstring)."""
+        if self.namespace:
+            return self.namespace
+        return (object_namespace(self.object) if self.object is not None else "") or DEFAULT_NAMESPACE
+
+
+def decide(obj: Mapping[str, Any] | None, *, settings: settings.Settings, **question: Any) -> model.Decision:
+    """Evaluate ``obj`` with the engine and return its decision; ``question``: the other fields of
+    ``Question`` (each optional, as there)."""
+    return answer(Question(object=obj, **question), settings=settings)
+
+
+def answer(question: Question, *, settings: settings.Settings) -> model.Decision:
+    """The engine's decision on ``question`` under ``settings``.
+
+    A request without an object (DELETE, CONNECT) has nothing for the policies to look at and is
+    allowed with that reason.
+    """
+    if question.object is None:
+        return model.Decision(allowed=True, exempt_reason=f"{question.operation} request carries no object to evaluate")
     return engine.evaluate(
         model.Request(
-            operation=operation,
-            object=obj,
-            old_object=old_object,
-            namespace=namespace or object_namespace(obj) or DEFAULT_NAMESPACE,
-            user=user,
-            groups=groups,
-            subresource=subresource,
-            dry_run=dry_run,
-            namespace_labels=namespace_labels,
-            env_lookup=env_lookup,
-            node_labels=node_labels,
-            now=now if now is not None else datetime.datetime.now(datetime.timezone.utc),
+            operation=question.operation,
+            object=question.object,
+            old_object=question.old_object,
+            namespace=question.judged_namespace,
+            user=question.user,
+            groups=question.groups,
+            subresource=question.subresource,
+            dry_run=question.dry_run,
+            namespace_labels=question.namespace_labels,
+            env_lookup=question.env_lookup,
+            node_labels=question.node_labels,
+            now=question.now if question.now is not None else datetime.datetime.now(datetime.timezone.utc),
             clock=time.monotonic,
         ),
         settings=settings,

@@ -7,6 +7,7 @@ always gets HTTP 200 with the verdict in ``response`` (denials carry ``status.co
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 import time
 from collections.abc import Collection, Mapping
@@ -82,9 +83,8 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     try:
         namespace_labels, env_lookup, env_sources = await _cluster_context(request, checked)
         node_labels = await _node_labels(request, checked)
-        decision = request.app[keys.DECISIONS].decide(
-            checked.object,
-            settings=request.app[keys.LIVE_SETTINGS].current,
+        question = decisions.Question(
+            object=checked.object,
             namespace=checked.namespace,
             operation=checked.operation,
             old_object=checked.old_object,
@@ -94,9 +94,10 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
             dry_run=checked.dry_run,
             namespace_labels=namespace_labels,
             env_lookup=env_lookup,
-            env_sources=env_sources,
             node_labels=node_labels,
+            now=datetime.datetime.now(datetime.UTC),
         )
+        decision = request.app[keys.DECISIONS].decide(question, settings=request.app[keys.LIVE_SETTINGS].current, env_sources=env_sources)
         if endpoint == "mutate":
             decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)
@@ -124,7 +125,9 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     )
     if not answer["response"]["allowed"] and not checked.dry_run and keys.EVENTS in request.app:
         _record_denial(request.app[keys.EVENTS], checked, decision, answer)
-    return web.json_response(answer, dumps=jsoncodec.dumps_text)
+    # The JSON bytes straight into the body: what json_response(dumps=jsoncodec.dumps_text) sent,
+    # headers included, without decoding the bytes to text and encoding them back.
+    return web.Response(body=jsoncodec.dumps(answer), content_type="application/json", charset="utf-8")
 
 
 def _marked_for_review(request: web.Request, checked: review.Review, decision: model.Decision) -> model.Decision:

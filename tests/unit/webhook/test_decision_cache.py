@@ -246,22 +246,9 @@ def test_an_exception_by_name_keeps_names_in_the_key() -> None:
 
 
 def decide(cache: decisioncache.Cache, obj: Mapping[str, Any], config: settings.Settings, *, now: datetime.datetime = NOW, **overrides: Any) -> model.Decision:
-    arguments: dict[str, Any] = {
-        "settings": config,
-        "namespace": "team-a",
-        "operation": "CREATE",
-        "old_object": None,
-        "user": "u",
-        "groups": (),
-        "subresource": "",
-        "dry_run": False,
-        "namespace_labels": None,
-        "env_lookup": None,
-        "env_sources": (),
-        "node_labels": None,
-        "now": now,
-    }
-    return cache.decide(obj, **{**arguments, **overrides})
+    env_sources = overrides.pop("env_sources", ())
+    question = decisions.Question(object=obj, namespace="team-a", user="u", now=now, **overrides)
+    return cache.decide(question, settings=config, env_sources=env_sources)
 
 
 def test_an_entry_lives_until_the_next_exception_expiry() -> None:
@@ -366,11 +353,10 @@ def test_the_bench_stream_hits_on_replicas_only_and_every_answer_matches_the_eng
     config, cache = settings.Settings(), decisioncache.Cache()
     hits: dict[str, int] = {}
     for create in bench.stream(args):
-        arguments = {"namespace": create.namespace, "operation": "CREATE", "old_object": None, "user": "u", "groups": (), "subresource": "",
-                     "dry_run": False, "namespace_labels": None, "env_lookup": None, "node_labels": None, "now": NOW}
+        question = decisions.Question(object=create.pod, namespace=create.namespace, user="u", now=NOW)
         before = cache.hits
-        cached = cache.decide(create.pod, settings=config, env_sources=(), **arguments)
-        assert cached == decisions.decide(create.pod, settings=config, **arguments)
+        cached = cache.decide(question, settings=config)
+        assert cached == decisions.answer(question, settings=config)
         hits[create.source] = hits.get(create.source, 0) + cache.hits - before
     assert hits["deployment"] > 0 and hits["job"] > 0
     assert all(hits.get(source, 0) == 0 for source in ("bare", "daemonset", "indexed-job", "statefulset")), hits

@@ -269,7 +269,7 @@ async def test_an_internal_error_still_answers_the_review(
         raise RuntimeError("boom")
 
     client = await webhook_client()
-    monkeypatch.setattr(decisions, "decide", broken)
+    monkeypatch.setattr(decisions, "answer", broken)
     status, validated = await _post(client, "/validate", make_review(make_pod(), uid="u-err"))
     assert status == 200
     assert validated["response"]["uid"] == "u-err" and validated["response"]["allowed"] is False

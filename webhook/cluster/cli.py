@@ -51,6 +51,11 @@ def add_parser(subparsers: Any) -> None:
         help="with --real-node: build the image and install gpu-admission from deploy/ as containers on the real node",
     )
     up.add_argument("--image", default=None, metavar="IMAGE", help="with --in-cluster: a local image built from the Dockerfile, instead of building one")
+    up.add_argument(
+        "--mutating-admission-policies", action="store_true",
+        help="enable kube-apiserver's MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1 "
+        "(for `policies export-map`)",
+    )
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", help="stop every process of the cluster and remove its state")
@@ -74,6 +79,7 @@ def _up(args: argparse.Namespace) -> int:
     state = install.bring_up(
         args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config, real_node=args.real_node,
         in_cluster=args.in_cluster, image=args.image,
+        apiserver_flags=controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.mutating_admission_policies else (),
     )
     real = f", real node {realnode.NODE_NAME} Ready at {state.node_ip}" if args.real_node else ""
     print(f"cluster up: {len(fake_nodes)} fake nodes Ready{real}{'' if args.no_install else ', gpu-admission installed'}")

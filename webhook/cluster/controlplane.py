@@ -120,6 +120,14 @@ def _bindable(port: int) -> bool:
         return True
 
 
+# Kubernetes 1.34: MutatingAdmissionPolicy is beta, off by default; its gate and API version are
+# opt-in (`cluster up --mutating-admission-policies`), so every other run keeps the default apiserver.
+MUTATING_ADMISSION_POLICY_FLAGS = (
+    "--feature-gates=MutatingAdmissionPolicy=true",
+    "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+)
+
+
 def up(
     directory: Path,
     *,
@@ -128,13 +136,15 @@ def up(
     before_scheduler: Callable[[State], Mapping[str, Any] | None] | None = None,
     prepare: Callable[[State], Mapping[str, Sequence[str]]] | None = None,
     timeout: float = 120.0,
+    apiserver_flags: Sequence[str] = (),
 ) -> State:
     """Start every component, create the fake nodes and wait until all of them are Ready.
 
     `before_scheduler` runs once the apiserver is ready and before kube-scheduler starts; it may
     start processes the scheduler calls (the extender) and return the scheduler configuration.
     `prepare` runs once the key material is written and before anything starts; it returns flags
-    to append per component (the real node's, `realnode.prepare`).
+    to append per component (the real node's, `realnode.prepare`). `apiserver_flags` are appended to
+    kube-apiserver's (opt-in API groups and feature gates: `MUTATING_ADMISSION_POLICY_FLAGS`).
     """
     directory = directory.resolve()
     existing = State.load(directory)
@@ -152,6 +162,8 @@ def up(
     pki.write_all(directory / "pki")
     if prepare is not None:
         state.extra_args = {name: list(flags) for name, flags in prepare(state).items()}
+    if apiserver_flags:
+        state.extra_args.setdefault("kube-apiserver", []).extend(apiserver_flags)
     _write_kubeconfig(state)
     write_scheduler_config(state)
     deadline = time.monotonic() + timeout

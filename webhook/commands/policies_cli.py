@@ -17,7 +17,7 @@ import yaml
 from policies import cel, engine
 from webhook import config
 from webhook.cmdline import flags, output
-from webhook.commands import vap
+from webhook.commands import mutating_policy, vap
 
 
 EXPORT_OUTPUTS = ("yaml", "json")
@@ -36,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Write the built-in validate rules CEL can express (GPU001-GPU004) and the user policies as "
         "ValidatingAdmissionPolicies with Deny bindings: a fail-closed layer inside kube-apiserver under the webhook.",
     )
+    mutating_policy.add_parser(commands)  # export-map: GPU104 as a MutatingAdmissionPolicy
     listing = commands.add_parser("list", help="the policies the engine runs, with their actions and sources")
     for sub in (export, listing):
         sub.add_argument("--policies-dir", metavar="DIR", help="directory of GpuAdmissionPolicy YAML files")

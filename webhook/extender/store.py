@@ -280,20 +280,33 @@ class Store:
         return {name: self.state(name, now=now, ttl=ttl, exclude_uid=exclude_uid) for name in names}
 
     def all_states(self, *, now: float, ttl: float) -> dict[str, cards.NodeState]:
-        return {
-            name: cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=self.ledger(name))
-            for name, node in sorted(self._nodes.items())
-        }
+        return {name: state for name in sorted(self._nodes) if (state := self.inspect_state(name, now=now, ttl=ttl)) is not None}
+
+    def inspect_state(self, name: str, *, now: float, ttl: float) -> cards.NodeState | None:
+        """One node of `all_states` (what inspect and the metrics show: the whole ledger); None when unknown."""
+        node = self._nodes.get(name)
+        if node is None:
+            return None
+        return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=self.ledger(name))
+
+    def version(self, name: str) -> int:
+        """Moves whenever the node, its pods or its ledger change (what `state` and `inspect_state`
+        read), relists included: callers keep per-node results under it (`overview`)."""
+        return self._versions.get(name, 0)
 
     # --- writing ---
 
     def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
+        for name in self._nodes:
+            self._touch(name)  # a node gone from the list: its version must still move
         self._nodes, self._states, self._node_ledger_rv = {}, {}, {}
         for item in items:
             self.put_node(item)
         self.nodes_synced = True
 
     def replace_pods(self, items: Iterable[Mapping[str, Any]]) -> None:
+        for name in self._by_node:
+            self._touch(name)  # a node may hold none of the listed pods: its version must still move
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
         self._pods_version = -1  # the list's version follows (`seen`)
         self._vouched = {}  # the list may predate a binding this cache had from its own bind
@@ -377,6 +390,10 @@ class Store:
         if not uid or _older(obj, self._pods.get(uid)):
             return
         slim = slim_pod(obj)
+        held = self._pods.get(uid)
+        if held is not None and _same_but_version(slim, held):
+            self._pods[uid] = slim  # a status update that changes nothing kept here: the node's cached state stays
+            return
         self._drop_pod(uid)
         self._pods[uid] = slim
         node = cards.pod_node(slim)
@@ -503,8 +520,8 @@ def _revision(obj: Mapping[str, Any]) -> int:
 
 
 def _same_but_version(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Whether two slim Nodes differ in their resourceVersion only."""
-    if new.get("status") != old.get("status"):
+    """Whether two slim Nodes (or Pods) differ in their resourceVersion only."""
+    if new.get("status") != old.get("status") or new.get("spec") != old.get("spec"):
         return False
     a, b = dict(podspec.mapping(new.get("metadata"))), dict(podspec.mapping(old.get("metadata")))
     a.pop("resourceVersion", None)

@@ -36,7 +36,7 @@ import yaml
 
 from tests import resources
 from tests.e2e.harness import Cluster, eventually, webhook_settings
-from policies import gpu, inventory
+from policies import gpu, inventory, reservations
 from webhook.cluster import controlplane, install, nodes
 
 pytestmark = pytest.mark.e2e
@@ -427,6 +427,13 @@ def test_two_extender_replicas_binding_onto_the_same_cards_never_over_commit(
             second.metric("gpu_admission_extender_requests_total", verb="bind", result="ok") - before[1],
         ]
         assert all(b > 0 for b in binds), f"both replicas should have bound pods: {binds}"
+        # Their compare-and-swap was on each node's ledger Lease; neither wrote a ledger onto a Node.
+        leases = json.loads(cluster.kubectl(
+            "get", "leases", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{reservations.LEDGER_LABEL}=true", "-o", "json"
+        ).stdout)["items"]
+        assert set(pool.nodes) <= set(reservations.leases_by_node(leases)), "every node bound to has its ledger Lease"
+        for name in pool.nodes:
+            assert gpu.RESERVATIONS_ANNOTATION not in cluster.get("node", name, namespace="default")["metadata"].get("annotations", {})
     finally:
         second.stop()
 

@@ -9,7 +9,8 @@ own (four 15 GiB cards, tainted so that only these pods land there).
 
 What must hold, read from what the apiserver stores and not from the extender's memory: the
 allocation annotations of bound pods never sum past a card; reservations of binds that died
-(the node's ledger ``gpu-admission.io/reservations``, allocation annotations on unbound pods) hold
+(the node's ledger Lease, ``gpu-admission.io/reservations`` on a Node as an earlier version wrote
+it, allocation annotations on unbound pods) hold
 their card until they expire and free it afterwards; the extender and the labelers pick up where
 they were once the apiserver is back.
 
@@ -212,10 +213,20 @@ def created_in_background(cluster: Cluster, pods: list[dict[str, Any]], *, names
         raise failures[0]
 
 
+def ledger_leases(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    """The extender's ledger Leases by node, as the apiserver stores them."""
+    completed = cluster.kubectl("get", "leases", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{reservations.LEDGER_LABEL}=true", "-o", "json")
+    assert completed.returncode == 0, completed.stderr
+    return {node: dict(lease) for node, lease in reservations.leases_by_node(json.loads(completed.stdout)["items"]).items()}
+
+
 def held(cluster: Cluster, node: str, *, ttl: float) -> list[int]:
     """GiB per card as the allocation model counts it now: bound pods, unbound pods with a fresh
-    allocation annotation, unexpired ledger entries. Never past a card either."""
-    state = cards.node_state(cluster.get("node", node, namespace="default"), all_pods(cluster), now=time.time(), ttl=ttl)
+    allocation annotation, unexpired ledger entries (the node's Lease, and the Node annotation an
+    earlier version wrote). Never past a card either."""
+    obj = cluster.get("node", node, namespace="default")
+    ledger = reservations.union(obj, ledger_leases(cluster).get(node))
+    state = cards.node_state(obj, all_pods(cluster), now=time.time(), ttl=ttl, reservations=ledger)
     used = [card.memory_used for card in state.cards]
     assert all(gib <= CARD_GIB for gib in used), f"{node} over-committed counting reservations: {used}"
     return used
@@ -352,8 +363,8 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
     restart_extender(throwaway, ttl=SHORT_TTL_S)
     namespace = throwaway.namespace()
 
-    # Leftovers of binds that died, written as the binder writes them (see webhook/extender/binder.py),
-    # each for 10 GiB of one card. The pods ask for a scheduler nobody runs, so no retry replaces them.
+    # Leftovers of binds that died, written as the earlier version's binder wrote them (the ledger on
+    # the Node: the upgrade case; this version reads it and never writes it), each for 10 GiB of one card. The pods ask for a scheduler nobody runs, so no retry replaces them.
     # - card 0, killed after the ledger commit (step 3): a ledger entry for a pending pod;
     # - card 1, killed after annotating the pod too (step 4): the entry plus the pod's allocation annotations;
     # - card 2, an entry for a pod that is gone: the binder may drop it at once, it must not hold the card.
@@ -462,8 +473,12 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
             kill_extender(throwaway)
             extender_e2e.card_use(throwaway, pool, namespace)
             unbound = {p["metadata"]["uid"] for p in throwaway.pods(namespace=namespace) if not p["spec"].get("nodeName")}
-            ledgers = json.loads(throwaway.kubectl("get", "nodes", "-l", f"{extender_e2e.POOL_LABEL}={pool.name}", "-o", "json").stdout)["items"]
-            seen["entries of unbound pods at the kill"] = sum(1 for node in ledgers for uid in reservations.node_reservations(node) if uid in unbound)
+            leases = ledger_leases(throwaway)
+            ledgers = [reservations.lease_reservations(leases[name]) for name in pool.nodes if name in leases]
+            seen["entries of unbound pods at the kill"] = sum(1 for ledger in ledgers for uid in ledger if uid in unbound)
+            assert not any(reservations.node_reservations(n) for n in json.loads(
+                throwaway.kubectl("get", "nodes", "-l", f"{extender_e2e.POOL_LABEL}={pool.name}", "-o", "json").stdout)["items"]
+            ), "this version writes no ledger onto a Node"
             restart_extender(throwaway, ttl=SHORT_TTL_S)
         seen["faults over after s"] = round(time.monotonic() - started)
 

@@ -16,8 +16,11 @@ counted). Both schedulers get `clientConnection.qps/burst` 5000, as scheduler_pe
 default client rate limit (50 qps) is not what is measured. Filter and bind latency come from the
 extender's own `/metrics` (estimated from its latency histogram as PromQL's histogram_quantile
 does). Apiserver requests per bound pod come from the apiserver's own `apiserver_request_total`
-(by verb, resource and subresource), read before and after each round; the extender's CPU per pod
-from /proc. The last line of output is one JSON object of the headline figures.
+(by verb, resource and subresource), read before and after each round, with the reservation
+ledger's writes split by where they go (`node_writes_per_pod`: the Node annotation of versions
+before the Lease ledger; `lease_writes_per_pod`: the node's ledger Lease, and
+`ledger_lease_writes_per_pod` counted exactly from a watch on those Leases); the extender's CPU per
+pod from /proc. The last line of output is one JSON object of the headline figures.
 
     .venv/bin/python bench/extender_throughput.py --nodes 500 --pods 1000 --rounds 2 [--against REF]
 
@@ -50,7 +53,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from policies import gpu, inventory  # noqa: E402 - after the path fix above
+from policies import gpu, inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
 
@@ -241,9 +244,43 @@ def apiserver_requests(state: controlplane.State) -> dict[tuple[str, str, str], 
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 # What a bind can cost the apiserver, by (verb, resource, subresource): the Binding, the ledger's
-# compare-and-swap on the Node, and the reads bind may make (the Node, the pods on it, a pod).
-BIND_WRITES = (("POST", "pods", "binding"), ("PATCH", "nodes", ""))
-BIND_READS = (("GET", "nodes", ""), ("LIST", "pods", ""), ("GET", "pods", ""))
+# compare-and-swap (on the Node before issue 19's Lease ledger, on the node's Lease since), and the
+# reads bind may make (the Node, the Lease, the pods on it, a pod). KWOK renews its node Leases
+# with PUTs too: the plain rounds' rate of those is taken off (`headline`), and the ledger Leases'
+# own writes are also counted exactly, from a watch on them (`LedgerWatch`).
+NODE_WRITES = (("PATCH", "nodes", ""),)
+LEASE_WRITES = (("POST", "leases", ""), ("PUT", "leases", ""), ("PATCH", "leases", ""))
+BIND_WRITES = (("POST", "pods", "binding"), *NODE_WRITES, *LEASE_WRITES)
+BIND_READS = (("GET", "nodes", ""), ("GET", "leases", ""), ("LIST", "pods", ""), ("GET", "pods", ""))
+
+
+class LedgerWatch:
+    """Counts the successful writes of the extender's ledger Leases (one watch event each)."""
+
+    def __init__(self, api: kube.KubeApi) -> None:
+        self.api = api
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{reservations.LEDGER_NAMESPACE}/leases"
+        self.selector = f"{reservations.LEDGER_LABEL}=true"
+        self.writes = 0
+        self.stopped = threading.Event()
+        _, self.version = api.list(self.path, label_selector=self.selector)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                for event, obj in self.api.watch(self.path, resource_version=self.version, stopped=self.stopped, label_selector=self.selector):
+                    self.version = str((obj.get("metadata") or {}).get("resourceVersion", self.version))
+                    if event in ("ADDED", "MODIFIED"):
+                        self.writes += 1
+            except Exception:  # noqa: BLE001 - a dropped watch is resumed from the last version
+                time.sleep(0.2)
+
+    def stop(self) -> int:
+        time.sleep(1.0)  # the last events of the round
+        self.stopped.set()
+        return self.writes
 
 
 @dataclasses.dataclass
@@ -253,6 +290,7 @@ class Round:
     cpu: dict[str, float]
     requests: dict[tuple[str, str, str], float]
     extender: dict[str, float]  # its /metrics at the end of the round (latency buckets, conflicts)
+    ledger_writes: int = 0  # successful writes of the ledger Leases (events of `LedgerWatch`)
 
 
 def one_round(
@@ -268,6 +306,7 @@ def one_round(
         config = scheduler_config(state, name=name, extender_port=port)
         batch = pods(count, scheduler=name, prefix=name)
         watch = BindWatch(api, label=name)
+        ledger = LedgerWatch(api)
         for start in range(0, count, 250):
             controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start:start + 250]}))
         watched = ["kube-apiserver", "etcd", "extender"] if port is not None else ["kube-apiserver", "etcd"]
@@ -282,6 +321,7 @@ def one_round(
             seconds = time.monotonic() - began
         finally:
             controlplane.stop(state, [name])
+        ledger_writes = ledger.stop()
         scraped = extender_metrics(port) if port is not None else {}
     finally:
         if port is not None:
@@ -296,8 +336,15 @@ def one_round(
     )
     requests = {key: requests_after[key] - requests_before.get(key, 0.0) for key in requests_after}
     bind_path = {"/".join(k for k in key if k): requests.get(key, 0.0) / count for key in (*BIND_WRITES, *BIND_READS) if requests.get(key)}
-    print(f"    apiserver requests per pod on the bind path: {json.dumps({k: round(v, 2) for k, v in bind_path.items()})}", flush=True)
-    return Round(rate=rate, seconds=seconds, cpu={k: after[k] - before.get(k, 0.0) for k in after}, requests=requests, extender=scraped)
+    print(
+        f"    apiserver requests per pod on the bind path: {json.dumps({k: round(v, 2) for k, v in bind_path.items()})}; "
+        f"ledger Lease writes (watched) {ledger_writes / count:.2f}/pod",
+        flush=True,
+    )
+    return Round(
+        rate=rate, seconds=seconds, cpu={k: after[k] - before.get(k, 0.0) for k in after}, requests=requests, extender=scraped,
+        ledger_writes=ledger_writes,
+    )
 
 
 def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int) -> dict[str, float]:
@@ -324,7 +371,12 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int) 
         "bind_p50_ms": round(latency.get("bind p50", 0.0), 1),
         "bind_p99_ms": round(latency.get("bind p99", 0.0), 1),
         "writes_per_pod": round(extender_only(BIND_WRITES), 2),
+        "node_writes_per_pod": round(extender_only(NODE_WRITES), 2),
+        "lease_writes_per_pod": round(extender_only(LEASE_WRITES), 2),
+        "ledger_lease_writes_per_pod": round(sum(r.ledger_writes for r in ext) / total, 2),  # exact, successful only
         "reads_per_pod": round(extender_only(BIND_READS), 2),
+        "node_reads_per_pod": round(extender_only((("GET", "nodes", ""),)), 2),
+        "lease_reads_per_pod": round(extender_only((("GET", "leases", ""),)), 2),
         "extender_cpu_ms_per_pod": round(sum(r.cpu.get("extender", 0.0) for r in ext) * 1000 / total, 2),
         "apiserver_cpu_ms_per_pod": round(sum(r.cpu.get("kube-apiserver", 0.0) for r in ext) * 1000 / total, 2),
         "filter_p50_ms": round(latency.get("filter p50", 0.0), 2),
@@ -373,6 +425,8 @@ def main() -> int:
             )
         print(f"  up in {time.monotonic() - started:.0f} s; nproc {os.cpu_count()}; load {os.getloadavg()[0]:.1f}", flush=True)
         controlplane.stop(state, ["kube-scheduler"])  # the stock one would race for nothing; ours start per round
+        # The extender's ledger Leases live in its namespace (deploy/ makes it; here, we do).
+        controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
         kinds: dict[str, Path | None | bool] = {"plain": False, **({"before": older} if older else {}), "extender": None}
         rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}

@@ -1,47 +1,48 @@
-"""Bind: choose the card(s) from provably current state, commit by compare-and-swap on the Node,
-create the Binding that carries the allocation annotations.
+"""Bind: choose the card(s) from provably current state, commit by compare-and-swap on the node's
+ledger Lease, create the Binding that carries the allocation annotations.
 
 Why this cannot over-commit a card, not under a burst, not across a restart, not with several
-extender replicas:
+extender replicas (docs/architecture.md has the argument in full):
 
-1. Read: the Node (its `resourceVersion` R and its reservation ledger, the annotation
-   `gpu-admission.io/reservations`) and the pods bound to it. From the watch cache when it is
-   provably current: its Node copy is (step 3 fails on any other version), and its pods are once
-   the pod watch has delivered every event up to revision R (resourceVersions are etcd revisions,
-   one sequence for all objects). Otherwise GET the Node (a quorum read, at R) and LIST its pods
-   as of R or later.
-2. Decide: `cards.node_state` (bound pods' allocation annotations plus unexpired ledger entries,
-   the pod being bound left out) and `placement.evaluate` pick the card(s).
-3. Commit: write the ledger with this pod's entry added (expiring after the reservation TTL), as
-   a merge patch carrying `metadata.resourceVersion: R`. The apiserver applies it only if the
-   Node is still at R, else answers 409 and we go back to 1.
+1. Read: the node's ledger Lease (`policies.reservations.lease_body`: one per node in the ledger
+   namespace; its `resourceVersion` R and its ledger), the Node (its cards, and the ledger an
+   earlier version kept in its annotation `gpu-admission.io/reservations`, read only), and the
+   pods bound to it. From the watch cache when it is provably current: its Lease copy is (step 3
+   fails on any other version), and its pods are once the pod watch has delivered every event up
+   to revision R (resourceVersions are etcd revisions, one sequence for all objects). Otherwise
+   GET the Lease (a quorum read, at R) and LIST its pods as of R or later.
+2. Decide: `cards.node_state` (bound pods' allocation annotations plus unexpired entries of both
+   ledgers, the pod being bound left out) and `placement.evaluate` pick the card(s).
+3. Commit: write the Lease's ledger with this pod's entry added (expiring after the reservation
+   TTL): a create where there was no Lease (409 AlreadyExists if one appeared), else a replace
+   carrying `metadata.resourceVersion: R` (409 if the Lease moved on). Either way a 409 goes back
+   to 1. Node heartbeats do not touch the Lease, so they no longer make a commit fail.
 4. Create the Binding, carrying the annotations (gpushare keys plus `gpu-admission.io/allocation`):
    the apiserver copies a Binding's annotations onto the pod in the same write that sets
    `spec.nodeName`, so a pod is never bound without them (and never annotated but unbound). The
    pod's UID is the Binding's precondition.
 
-Every successful commit on a node happened at a distinct resourceVersion, so the commits form a
-sequence. Each commit read the ledger at the version just before it, so it saw every earlier
-commit: either as its ledger entry, or — when a later commit pruned that entry — as a pod bound to
-the node, which carries its annotation (bound and annotated in one write). A commit prunes an
-entry only for a pod it saw bound (or gone) before its own write, so at a revision below that
-write's, which is at or below R of any later commit: a LIST at R or later, or a pod cache complete
-up to R, shows that pod bound (or gone) too.
+Every successful commit on a node happened at a distinct resourceVersion of its Lease, so the
+commits form a sequence. Each commit read the ledger at the version just before it, so it saw
+every earlier commit: either as its ledger entry, or — when a later commit pruned that entry — as
+a pod bound to the node, which carries its annotation (bound and annotated in one write). A commit
+prunes an entry only for a pod it saw bound (or gone) before its own write, so at a revision below
+that write's, which is at or below R of any later commit: a LIST at R or later, or a pod cache
+complete up to R, shows that pod bound (or gone) too.
 Pruning drops only entries of pods listed as bound there, expired ones, and ones whose pod a GET
 shows deleted, replaced, finished or bound to another node: none of those hold a card of this
-node. So no commit can choose memory another
-commit already took, whichever process made it. Nothing lives only in memory: a restarted (or a
-second) extender reads the same annotations. A bind that dies after step 3 leaves a ledger entry
-that holds the card until it expires (or, sooner, until a later commit finds the pod deleted); the
-scheduler retries the pod, and the retry replaces the entry (entries are keyed by pod UID, and the
-pod is left out of its own state).
+node. So no commit can choose memory another commit already took, whichever process made it.
+Nothing lives only in memory: a restarted (or a second) extender reads the same Lease and
+annotations. A bind that dies after step 3 leaves a ledger entry that holds the card until it
+expires (or, sooner, until a later commit finds the pod deleted); the scheduler retries the pod,
+and the retry replaces the entry (entries are keyed by pod UID, and the pod is left out of its own
+state). The Node annotation's ledger is never written: its entries count until they expire.
 
 Inside one process, binds to the same node do not race each other: they queue per node, and one
 task commits whatever is waiting as a batch — one read, a card choice per pod in arrival order
-(each seeing the choices before it), one CAS — then every pod goes on to step 4 in parallel.
-Under binpack, where the scheduler sends a burst of pods to the same busiest node, this is what
-keeps bind throughput up. The CAS retries are for other replicas and for unrelated Node updates
-(status heartbeats also move the resourceVersion).
+(each seeing the choices before it), one CAS — then every pod goes on to step 4 in parallel. A
+bind to an idle node starts its commit at once; only binds that arrive while one is in flight
+wait, and then they share the next write. The CAS retries are for other replicas.
 
 Ledger entries of pods that are gone (deleted, replaced, finished, bound elsewhere) are dropped at
 the next commit once they are older than a few seconds (one GET per such entry), rather than

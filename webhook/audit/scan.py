@@ -45,7 +45,7 @@ import orjson
 
 from policies import cards, cel, engine, envsources, model, podspec, policy, reservations
 from policies import settings as settings_
-from webhook.audit import checks, findings
+from webhook.audit import checks, findings, verdicts
 from webhook.audit.checks import base, facts
 
 DEFAULT_NAMESPACE = "default"
@@ -445,6 +445,7 @@ def run(
     env_lookup: model.EnvLookup | None = None,
     default_namespace: str = DEFAULT_NAMESPACE,
     ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    remember: bool = True,
 ) -> Audit:
     """Judge everything in `inventory` that `scope` covers; never raises on odd objects.
 
@@ -464,12 +465,17 @@ def run(
     namespaces: set[str] = set()
     described = {item.id: describe(item) for item in (*VALIDATORS, *settings.user_policies)}
     objects = 0
+    memo = verdicts.Memo(settings) if remember else None
+    if memo is not None and not memo.enabled:
+        memo = None
 
-    def judge(obj: Mapping[str, Any], extra: Sequence[findings.Finding | None]) -> None:
-        nonlocal objects
-        namespace = namespace_of(obj, default=default_namespace)
-        placed = _with_namespace(obj, namespace)
-        results = evaluate_policies(
+    def placed_in(found: findings.Finding, namespace: str) -> findings.Finding:
+        if found.subject.namespace == namespace:
+            return found
+        return dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))
+
+    def policy_results(placed: Mapping[str, Any], namespace: str) -> list[findings.Finding]:
+        return evaluate_policies(
             placed,
             namespace=namespace,
             configured=settings,
@@ -479,12 +485,33 @@ def run(
             namespace_labels=inventory.namespace_labels.get(namespace),
             described=described,
         )
-        results += [
-            found if found.subject.namespace == namespace
-            else dataclasses.replace(found, subject=dataclasses.replace(found.subject, namespace=namespace))
-            for found in extra
-            if found is not None
+
+    def template_results(obj: Mapping[str, Any], placed: Mapping[str, Any], namespace: str) -> list[findings.Finding]:
+        """A pod's policy and template-check results: what depends on the object alone (`verdicts`)."""
+        keyed = memo.key(placed) if memo is not None else None
+        subject = findings.ObjectRef.of(placed)
+        if keyed is not None and memo is not None:
+            remembered = memo.get(keyed[0], subject)
+            if remembered is not None:
+                return remembered
+        results = policy_results(placed, namespace) + [
+            placed_in(found, namespace) for check in TEMPLATE_CHECKS if (found := check.check_template(obj)) is not None
         ]
+        if keyed is not None and memo is not None:
+            memo.put(keyed[0], keyed[1], subject, results)
+        return results
+
+    def judge(obj: Mapping[str, Any], extra: Sequence[findings.Finding | None], *, pod: base.PodContext | None = None) -> None:
+        """Judge a workload (`extra`: its template checks' results) or, with `pod`, a pod."""
+        nonlocal objects
+        namespace = namespace_of(obj, default=default_namespace)
+        placed = _with_namespace(obj, namespace)
+        if pod is None:
+            results = policy_results(placed, namespace)
+        else:
+            results = template_results(obj, placed, namespace)
+            extra = [check.check_pod(obj, pod) for check in POD_CHECKS]
+        results += [placed_in(found, namespace) for found in extra if found is not None]
         if namespace in settings.exempt_namespaces:
             reason = f"namespace {namespace} is exempt"
             results = [_exempt(found, reason) for found in results]
@@ -514,14 +541,7 @@ def run(
         namespace = namespace_of(pod, default=default_namespace)
         if scope.covers(namespace):
             node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
-            context = base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models)
-            judge(
-                pod,
-                [
-                    *(check.check_template(pod) for check in TEMPLATE_CHECKS),
-                    *(check.check_pod(pod, context) for check in POD_CHECKS),
-                ],
-            )
+            judge(pod, (), pod=base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models))
         if _takes_by_env_from(pod):
             consumers.setdefault(namespace, []).append(kept_for_cluster_checks(pod))
         if not scope.cluster:

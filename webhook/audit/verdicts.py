@@ -1,0 +1,151 @@
+"""Verdicts remembered by everything they depend on, so the replicas of one pod template are judged once.
+
+A Deployment's pods, a Job's completions and a DaemonSet's pods are copies of one template; the
+audit judges each through the whole engine. Within one run everything else a policy's result
+depends on is fixed (the settings, the clock, each namespace's labels, the looked-up ConfigMaps
+and Secrets, which `webhook.kube.envsources.env_lookup` reads once a run), so two pods that differ
+only in what no policy reads get the same results, bar the object they name. `Memo` keeps those
+results by a digest of the pod less those fields and gives them back re-aimed at the next pod.
+
+**What is left out of the key** (`normalized`): the metadata a controller sets differently on
+each replica and that no built-in policy or template check reads (`VOLATILE_METADATA`: name,
+generateName, uid, creationTimestamp, resourceVersion, managedFields; name and generateName stay
+in where a settings exception matches by name), every status field but `phase` (the one the GPU
+model reads, `allocation.is_terminal`), and the random five characters of the ServiceAccount
+token volume (`kube-api-access-xxxxx`, where a pod has exactly one such projected volume: the
+volume and its mounts are renamed one placeholder no real volume can have). Everything else,
+`spec.nodeName` and the annotations included, is in the key. The object is dumped in its own key
+order: equal dumps mean equal objects; the same object with its keys in another order is a miss,
+never a wrong answer.
+
+**Never remembered**: with user (CEL) policies in the settings (CEL may read any field, the name
+and uid included); a result whose subject is not the object itself; a set of results whose
+message or related objects contain the pod's name, generateName, uid or token volume name: it is
+right for that pod only. Bounded: `MAX_ENTRIES` digests, oldest out first.
+
+`tests/unit/audit/test_audit_memo.py` holds every finding and every rendering of a run with the
+memo equal, byte for byte, to those of a run without it, on generated replicas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from policies import settings as settings_
+from webhook.audit import findings
+
+VOLATILE_METADATA = frozenset({"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "managedFields"})
+_NAMES = frozenset({"name", "generateName"})
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+TOKEN_VOLUME = TOKEN_VOLUME_PREFIX + "*"
+MAX_ENTRIES = 16_384
+
+
+def normalized(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[dict[str, Any], list[str]]:
+    """``obj`` without what its replicas differ in (see the module docstring), and the values taken out."""
+    volatile: list[str] = []
+    out = {key: value for key, value in obj.items() if key != "status"}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        dropped = VOLATILE_METADATA - _NAMES if keeps_names else VOLATILE_METADATA
+        for field in ("name", "generateName", "uid"):
+            value = metadata.get(field)
+            if isinstance(value, str) and value:
+                volatile.append(value)  # kept ones too: a message naming the pod is never shared
+        out["metadata"] = {key: value for key, value in metadata.items() if key not in dropped}
+    status = obj.get("status")
+    if isinstance(status, Mapping):
+        out["status"] = {"phase": status["phase"]} if "phase" in status else {}
+    elif "status" in obj:
+        out["status"] = status
+    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
+    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
+        return out, volatile
+    tokens = [
+        v["name"]
+        for v in volumes
+        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(TOKEN_VOLUME_PREFIX)
+    ]
+    if len(tokens) != 1:
+        return out, volatile
+    token = tokens[0]
+    renamed: dict[str, Any] = {
+        **spec,
+        "volumes": [{**v, "name": TOKEN_VOLUME} if isinstance(v, Mapping) and v.get("name") == token else v for v in volumes],
+    }
+    for field in ("containers", "initContainers", "ephemeralContainers"):
+        containers = spec.get(field)
+        if isinstance(containers, list):
+            renamed[field] = [_mounts_renamed(c, token) for c in containers]
+    out["spec"] = renamed
+    volatile.append(token)
+    return out, volatile
+
+
+def _mounts_renamed(container: Any, token: str) -> Any:
+    mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+    if not isinstance(mounts, list):
+        return container
+    return {
+        **container,
+        "volumeMounts": [{**m, "name": TOKEN_VOLUME} if isinstance(m, Mapping) and m.get("name") == token else m for m in mounts],
+    }
+
+
+def retarget(found: findings.Finding, subject: findings.ObjectRef) -> findings.Finding:
+    """``dataclasses.replace(found, subject=subject)``, without re-running the dataclass' init."""
+    copied: findings.Finding = object.__new__(findings.Finding)
+    copied.__dict__.update(found.__dict__)
+    copied.__dict__["subject"] = subject
+    return copied
+
+
+class Memo:
+    """The remembered results of one audit run under one ``Settings`` (see the module docstring)."""
+
+    def __init__(self, settings: settings_.Settings, *, max_entries: int = MAX_ENTRIES) -> None:
+        self.enabled = not settings.user_policies and max_entries > 0
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._keeps_names = any(e.names for e in settings.exceptions)
+        self._entries: dict[bytes, tuple[findings.Finding, ...]] = {}
+
+    def key(self, obj: Mapping[str, Any]) -> tuple[bytes, list[str]] | None:
+        """The digest of ``obj`` less its volatile fields, and those fields' values; None: not to be remembered."""
+        if not self.enabled:
+            return None
+        slim, volatile = normalized(obj, keeps_names=self._keeps_names)
+        try:
+            dumped = orjson.dumps(slim)
+        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer past 64 bits
+            return None
+        return hashlib.blake2b(dumped, digest_size=16).digest(), volatile
+
+    def get(self, digest: bytes, subject: findings.ObjectRef) -> list[findings.Finding] | None:
+        """The results remembered under ``digest``, about ``subject``; None when there are none."""
+        found = self._entries.get(digest)
+        if found is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return [retarget(f, subject) for f in found]
+
+    def put(self, digest: bytes, volatile: Sequence[str], subject: findings.ObjectRef, results: Sequence[findings.Finding]) -> None:
+        """Remember ``results`` (all about ``subject``) unless one of them is about something else or names a volatile value."""
+        for found in results:
+            if found.subject != subject:
+                return
+            if volatile and (
+                any(value in found.message for value in volatile)
+                or any(value in ref.name or value == ref.uid for ref in found.related for value in volatile)
+            ):
+                return
+        if len(self._entries) >= self.max_entries:
+            del self._entries[next(iter(self._entries))]
+        self._entries[digest] = tuple(results)

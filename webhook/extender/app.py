@@ -22,7 +22,7 @@ from aiohttp import web
 
 from policies import allocation, cardrequest, podspec
 from webhook.serving import metrics
-from webhook.extender import binder, occupancy, placement, reality, wire
+from webhook.extender import binder, occupancy, overview, placement, reality, wire
 from policies import cards, inspection
 from webhook.extender import store as store_module
 
@@ -110,6 +110,7 @@ SETTINGS = web.AppKey("settings", Settings)
 METERS = web.AppKey("meters", Meters)
 WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("watch")
 TIDY_EVERY = web.AppKey("tidy_every", float)
+OVERVIEW = web.AppKey("overview", overview.Overview)
 
 
 def make_app(
@@ -128,13 +129,11 @@ def make_app(
     app[BINDER] = bind
     app[SETTINGS] = settings or Settings()
     app[METERS] = make_meters()
-    live = app[SETTINGS]
-    app[METERS].registry.register_collector(
-        occupancy.Collector(lambda: cache.all_states(now=live.clock(), ttl=live.ttl).values()), names=occupancy.NAMES
-    )
-    app[METERS].registry.register_collector(
-        occupancy.UsageCollector(lambda: inspection.node_usages(cache.nodes())), names=occupancy.USAGE_NAMES
-    )
+    # The occupancy families (`occupancy.Collector`, `occupancy.UsageCollector`) are written by
+    # `overview` from per-node parts after the registry's text (issue 19: 5 s per scrape at 5,000
+    # nodes otherwise); the registry only knows their names.
+    app[OVERVIEW] = overview.Overview(cache)
+    app[METERS].registry.register_collector(overview.Names(), names=(*occupancy.NAMES, *occupancy.USAGE_NAMES))
     if watch is not None:
         app[WATCH] = watch
         app.cleanup_ctx.append(_watching)
@@ -301,9 +300,8 @@ async def bind_pod(request: web.Request) -> web.Response:
 
 
 async def inspect_all(request: web.Request) -> web.Response:
-    cache, settings = request.app[STORE], request.app[SETTINGS]
-    states = cache.all_states(now=settings.clock(), ttl=settings.ttl)
-    return web.json_response(inspection.as_json(states.values(), usage=inspection.node_usages(cache.nodes())))
+    settings = request.app[SETTINGS]
+    return _json_answer(request.app[OVERVIEW].inspect_json(now=settings.clock(), ttl=settings.ttl))
 
 
 async def inspect_node(request: web.Request) -> web.Response:
@@ -325,8 +323,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics_text(request: web.Request) -> web.Response:
-    meters = request.app[METERS]
+    meters, settings = request.app[METERS], request.app[SETTINGS]
     body = meters.registry.render()
+    if metrics.multiprocess_directory() is None:  # in multi-process mode the registry exports no collector either
+        body += request.app[OVERVIEW].metrics_text(now=settings.clock(), ttl=settings.ttl)
     return web.Response(body=body.encode(), headers={"Content-Type": metrics.CONTENT_TYPE})
 
 

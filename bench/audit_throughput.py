@@ -34,6 +34,8 @@ JSON line of headline figures. `--table` adds the older in-process table (kubect
 list, list + judge, judge, offline `-f`, report writes), which holds every pod in this process.
 
     .venv/bin/python bench/audit_throughput.py --pods 100000 --nodes 5000
+    BASE=$(mktemp -d) && git archive REF | tar -x -C "$BASE"   # a baseline tree, run in turns with this one
+    .venv/bin/python bench/audit_throughput.py --pods 10000 --nodes 5000 --against "$BASE"
     DIR=$(mktemp -d)
     .venv/bin/python bench/audit_throughput.py --pods 10000 --nodes 5000 --dir "$DIR" --keep
     .venv/bin/python bench/audit_throughput.py --pods 30000 --nodes 5000 --dir "$DIR" --keep --reuse
@@ -472,6 +474,11 @@ def main() -> int:
         "--audit-source", type=pathlib.Path, metavar="DIR",
         help="run the audit from another source tree (PYTHONPATH=DIR for the audit only): a baseline, e.g. `git archive` of a commit",
     )
+    parser.add_argument(
+        "--against", type=pathlib.Path, metavar="DIR",
+        help="also run the audit from this baseline tree, in turns with this checkout (or --audit-source) on the same "
+        "cluster, and print both with after/before ratios",
+    )
     parser.add_argument("--table", action="store_true", help="also the in-process table (holds every pod in this process)")
     args = parser.parse_args()
     if (args.keep or args.reuse) and args.dir is None:
@@ -502,6 +509,8 @@ def main() -> int:
 def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
     timings = fill(state, args)
     print(f"# cluster ready: {json.dumps({k: round(v, 1) for k, v in timings.items()})}", file=sys.stderr, flush=True)
+    if args.against is not None:
+        return _bench_against(state, args, timings)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = pathlib.Path(scratch_dir)
@@ -519,13 +528,7 @@ def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
         "when": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
         "pods": args.pods,
         "audit_source": str(args.audit_source or "this checkout"),
-        "nodes": args.nodes,
-        "namespaces": args.namespaces,
-        "nproc": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "python": platform.python_version(),
-        "load_avg_before": [round(x, 2) for x in load_before],
-        "load_avg_after": [round(x, 2) for x in load_after],
+        **_machine(args, load_before, load_after),
         "first_wall_s": first["wall_s"],
         "first_max_rss_mib": first["max_rss_mib"],
         "first_writes": first["writes"],
@@ -539,6 +542,78 @@ def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
         "goal_rss_under_1gib": all(r["max_rss_mib"] < 1024 for r in runs),
         "goal_every_list_paged": not any(r["list_calls_without_limit"] for r in runs),
         "goal_unchanged_writes_nothing": all(r["writes"] == 0 for r in again),
+        **{k: round(v, 1) for k, v in timings.items()},
+    }
+    print(json.dumps(headline))
+    return 0
+
+
+def _machine(args: argparse.Namespace, load_before: tuple[float, ...], load_after: tuple[float, ...]) -> dict[str, Any]:
+    return {
+        "nodes": args.nodes,
+        "namespaces": args.namespaces,
+        "nproc": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in load_after],
+    }
+
+
+def _bench_against(state: controlplane.State, args: argparse.Namespace, timings: dict[str, float]) -> int:
+    """`--against DIR`: the baseline tree and this checkout (or `--audit-source`) in turns on one cluster.
+
+    Round 0 runs the baseline first: it writes the reports (unless a previous run left them); every
+    later run, this checkout's first included, finds them as its own output would be and must write
+    nothing, which holds the two trees' reports equal. Each tree's table output is compared too.
+    """
+    sources = {"before": args.against, "after": args.audit_source}
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in sources}
+    outputs: dict[str, list[bytes]] = {label: [] for label in sources}
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = pathlib.Path(scratch_dir)
+        for index in range(1 + args.repeat):
+            for label, source in sources.items():
+                found = run_audit(state, scratch=scratch, label=f"{label}-{index}", source=source)
+                runs[label].append(found)
+                outputs[label].append((scratch / f"{label}-{index}.out").read_bytes())
+                print(f"# {label} run {index}: {json.dumps(found)}", file=sys.stderr, flush=True)
+    load_after = os.getloadavg()
+
+    def figures(label: str) -> dict[str, Any]:
+        mine = runs[label]
+        return {
+            "wall_s": [r["wall_s"] for r in mine],
+            "cpu_s": [r["cpu_s"] for r in mine],
+            "median_wall_s": statistics.median(r["wall_s"] for r in mine),
+            "median_cpu_s": statistics.median(r["cpu_s"] for r in mine),
+            "max_rss_mib": max(r["max_rss_mib"] for r in mine),
+            "list_calls": mine[0]["list_calls"],
+            "list_calls_by_resource": mine[0]["list_calls_by_resource"],
+            "list_calls_without_limit": sorted({uri for r in mine for uri in r["list_calls_without_limit"]}),
+            "writes": [r["writes"] for r in mine],
+        }
+
+    before, after = figures("before"), figures("after")
+    later = [r for label in sources for r in runs[label]][1:]  # every run but the very first
+    headline = {
+        "when": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        "pods": args.pods,
+        "before_source": str(args.against),
+        "after_source": str(args.audit_source or "this checkout"),
+        **_machine(args, load_before, load_after),
+        "before": before,
+        "after": after,
+        "wall_ratio": round(after["median_wall_s"] / before["median_wall_s"], 3),
+        "cpu_ratio": round(after["median_cpu_s"] / before["median_cpu_s"], 3),
+        "rss_ratio": round(after["max_rss_mib"] / before["max_rss_mib"], 3),
+        "table_output_identical": all(o == outputs["before"][0] for label in sources for o in outputs[label]),
+        "after_max_wall_s": max(after["wall_s"]),
+        "goal_wall_under_30s": all(w < 30 for w in after["wall_s"]),
+        "goal_rss_under_1gib": after["max_rss_mib"] < 1024,
+        "goal_every_list_paged": not after["list_calls_without_limit"],
+        "goal_unchanged_writes_nothing": all(r["writes"] == 0 for r in later),
         **{k: round(v, 1) for k, v in timings.items()},
     }
     print(json.dumps(headline))

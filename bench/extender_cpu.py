@@ -184,18 +184,19 @@ class Driver:
         self.store.apply("Pod", event, pod)
         self.spent += time.process_time() - started
 
-    def step(self, index: int) -> None:
-        """One pod through ADDED, filter, prioritize and the bind's MODIFIED event."""
-        from policies import allocation, cardrequest
-        from webhook.extender import placement
-
-        memory = (1, 1, 2, 4)[index % 4]
+    def next_pod(self, index: int) -> tuple[dict[str, Any], list[str]]:
+        """The pod of step `index` and the node names the scheduler sends for it."""
         self.version += 1
-        pod = make_pod(index, memory=memory, version=self.version)
-        self._apply("ADDED", json.loads(json.dumps(pod)))
+        pod = make_pod(index, memory=(1, 1, 2, 4)[index % 4], version=self.version)
         count = len(self.names)
         names = [self.names[(self.start + i) % count] for i in range(self.feasible)]
         self.start = (self.start + self.feasible) % count
+        return pod, names
+
+    def step(self, index: int) -> None:
+        """One pod through ADDED, filter, prioritize and the bind's MODIFIED event."""
+        pod, names = self.next_pod(index)
+        self._apply("ADDED", json.loads(json.dumps(pod)))
         body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
         filtered = self._call("/filter", body, self.app_module.filter_nodes)
         self.digest.update(filtered)
@@ -206,20 +207,30 @@ class Driver:
         scored = self._call("/prioritize", body, self.app_module.prioritize)
         self.digest.update(scored)
         best = max(json.loads(scored), key=lambda h: (h["Score"], h["Host"]))["Host"]
+        bound = self.bound(pod, best)
+        if bound is not None:
+            self._apply("MODIFIED", bound)
+
+    def bound(self, pod: dict[str, Any], best: str) -> dict[str, Any] | None:
+        """The pod as its watch event shows it once bind placed it on `best` (None: it does not fit there)."""
+        from policies import allocation, cardrequest
+        from webhook.extender import placement
+
+        memory = cardrequest.pod_request(pod).memory_gib
         wanted = cardrequest.pod_request(pod)
         state = self.store.state(best, now=NOW, ttl=120.0)
         chosen = placement.choose(wanted, state) if state is not None else None
         if chosen is None:
-            return
+            return None
         held = allocation.Allocation(
             uid=pod["metadata"]["uid"], namespace="default", name=pod["metadata"]["name"], node=best, cards=chosen, memory_gib=memory, assumed_at=NOW
         )
         self.version += 1
-        bound = json.loads(json.dumps(pod))
+        bound: dict[str, Any] = json.loads(json.dumps(pod))
         bound["metadata"]["resourceVersion"] = str(self.version)
         bound["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=T4_GIB)
         bound["spec"]["nodeName"] = best
-        self._apply("MODIFIED", bound)
+        return bound
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -238,6 +249,130 @@ def run_worker(args: argparse.Namespace) -> None:
             index += 1
         spent = driver.spent
         print(json.dumps({"ms_per_pod": 1000 * spent / args.pods, "digest": driver.digest.hexdigest()}), flush=True)
+
+
+def run_server(args: argparse.Namespace) -> None:
+    """The child side of `--http`: the app served on a local port; the parent sends filter and
+    prioritize over HTTP (keep-alive, as kube-scheduler does) and steers the pod events on stdin:
+    `next` (the next pod's ADDED event; answers the filter body), `bind NODE` (the MODIFIED event
+    of the pod bound there), `cpu` (CPU seconds of this process so far, less what the steering
+    itself spent: building the pods, choosing the card). Applying the events counts, as a watch's would."""
+    import threading
+
+    driver = Driver(nodes=args.nodes)
+    for index in range(args.warmup):
+        driver.step(index)
+    loop = driver.loop
+    runner = web.AppRunner(driver.app, access_log=None)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    steering = [0.0]
+
+    def on_loop(event: str, pod: dict[str, Any]) -> None:
+        done = threading.Event()
+
+        def apply() -> None:
+            driver.store.apply("Pod", event, pod)
+            done.set()
+
+        loop.call_soon_threadsafe(apply)
+        done.wait()
+
+    def steer() -> None:
+        index, pod = args.warmup, None
+        for line in sys.stdin:
+            started = time.thread_time()
+            command, _, rest = line.strip().partition(" ")
+            if command == "next":
+                pod, names = driver.next_pod(index)
+                index += 1
+                added = json.loads(json.dumps(pod))
+                body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+                steering[0] += time.thread_time() - started
+                on_loop("ADDED", added)
+                print(body, flush=True)
+                continue
+            if command == "bind" and pod is not None:
+                bound = driver.bound(pod, rest)
+                steering[0] += time.thread_time() - started
+                if bound is not None:
+                    on_loop("MODIFIED", bound)
+                print("ok", flush=True)
+                continue
+            if command == "cpu":
+                print(json.dumps({"cpu": time.process_time() - steering[0] - (time.thread_time() - started)}), flush=True)
+                steering[0] += time.thread_time() - started
+        loop.call_soon_threadsafe(loop.stop)
+
+    print(json.dumps({"port": port}), flush=True)
+    threading.Thread(target=steer, daemon=True).start()
+    loop.run_forever()
+
+
+class _Remote:
+    """The parent's end of one `--http` server."""
+
+    def __init__(self, tree: Path, args: argparse.Namespace) -> None:
+        import http.client
+
+        command = [sys.executable, str(Path(__file__).resolve()), "--serve", "--nodes", str(args.nodes), "--warmup", str(args.warmup)]
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+        self.process = subprocess.Popen(command, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        port = json.loads(self._read())["port"]
+        self.http = http.client.HTTPConnection("127.0.0.1", port)
+        self.digest = hashlib.sha256()
+
+    def _read(self) -> str:
+        assert self.process.stdout is not None
+        return self.process.stdout.readline()
+
+    def _say(self, line: str) -> str:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def _post(self, path: str, body: bytes) -> bytes:
+        self.http.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        answer = self.http.getresponse().read()
+        self.digest.update(answer)
+        return answer
+
+    def cpu(self) -> float:
+        return float(json.loads(self._say("cpu"))["cpu"])
+
+    def step(self) -> None:
+        body = self._say("next").strip()
+        pod = json.loads(body)["Pod"]
+        passed = json.loads(self._post("/filter", body.encode()))["NodeNames"] or []
+        if not passed:
+            return
+        scored = json.loads(self._post("/prioritize", json.dumps({"Pod": pod, "Nodes": None, "NodeNames": passed}).encode()))
+        best = max(scored, key=lambda h: (h["Score"], h["Host"]))["Host"]
+        self._say(f"bind {best}")
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def run_http(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
+    remotes = {label: _Remote(tree, args) for label, tree in trees.items()}
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
+    for _ in range(args.rounds):
+        for label, remote in remotes.items():  # one at a time
+            before = remote.cpu()
+            for _ in range(args.pods):
+                remote.step()
+            spent = remote.cpu() - before
+            results[label].append({"ms_per_pod": 1000 * spent / args.pods, "digest": remote.digest.hexdigest()})
+            print(f"{label} (http): {results[label][-1]['ms_per_pod']:.3f} ms/pod", file=sys.stderr, flush=True)
+    for remote in remotes.values():
+        remote.close()
+    return results
 
 
 def profile(args: argparse.Namespace) -> None:
@@ -268,17 +403,34 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=200, help="pods scheduled before measuring")
     parser.add_argument("--against", type=Path, help="another source tree (a worktree of an older commit) run side by side")
     parser.add_argument("--profile", action="store_true", help="print cProfile's tables for this tree instead")
+    parser.add_argument("--http", action="store_true", help="serve the app on a local port in the child and send the verbs over HTTP")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
+    if args.worker or args.serve:
         sys.path.insert(0, os.environ.get("PYTHONPATH", str(ROOT)))
-        run_worker(args)
+        (run_server if args.serve else run_worker)(args)
         return 0
     if args.profile:
         sys.path.insert(0, str(ROOT))
         profile(args)
         return 0
     trees = {"after": ROOT} | ({"before": args.against.resolve()} if args.against else {})
+    if args.http:
+        results = run_http(args, trees)
+    else:
+        results = run_direct(args, trees)
+    best = {label: min(r["ms_per_pod"] for r in rounds) for label, rounds in results.items()}
+    headline: dict[str, Any] = {"nodes": args.nodes, "feasible": feasible(args.nodes), "pods": args.pods * args.rounds, "http": args.http}
+    headline |= {f"{label}_ms_per_pod": round(value, 3) for label, value in best.items()}
+    if "before" in best:
+        headline["ratio"] = round(best["after"] / best["before"], 3)
+        headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"]))
+    print(json.dumps(headline))
+    return 0
+
+
+def run_direct(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     workers = {label: _spawn(tree, args) for label, tree in trees.items()}
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
     for _ in range(args.rounds):
@@ -292,14 +444,7 @@ def main() -> int:
         assert worker.stdin is not None
         worker.stdin.close()
         worker.wait()
-    best = {label: min(r["ms_per_pod"] for r in rounds) for label, rounds in results.items()}
-    headline: dict[str, Any] = {"nodes": args.nodes, "feasible": feasible(args.nodes), "pods": args.pods * args.rounds}
-    headline |= {f"{label}_ms_per_pod": round(value, 3) for label, value in best.items()}
-    if "before" in best:
-        headline["ratio"] = round(best["after"] / best["before"], 3)
-        headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"]))
-    print(json.dumps(headline))
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ kube-scheduler only reads the message of a 200, and nothing here answers 500.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -242,9 +243,9 @@ async def filter_nodes(request: web.Request) -> web.Response:
         return web.json_response(wire.filter_error(f"internal error in the GPU extender: {error}"))
     for name, count in (("passed", len(outcome.passed)), ("failed", len(outcome.failed)), ("unresolvable", len(outcome.unresolvable))):
         meters.nodes.inc(count, outcome=name)
-    for found in outcome.reasons.values():
-        for reason in found:
-            meters.reasons.inc(code=str(reason.code))
+    if outcome.reasons:  # one increment per code, not per node: a full cluster refuses hundreds of nodes per pod
+        for code, count in collections.Counter(str(reason.code) for found in outcome.reasons.values() for reason in found).items():
+            meters.reasons.inc(count, code=code)
     meters.requests.inc(verb="filter", result="ok")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("filter %s: %d of %d nodes fit", args.pod_key, len(outcome.passed), len(args.node_names))

@@ -207,3 +207,16 @@ async def test_bodies_decode_as_json_decodes_them(client: Client, make_gpu_pod: 
         async with client.post("/filter", data=bad) as answer:
             assert answer.status == 400
             assert message in (await answer.json())["Error"]
+
+
+async def test_refusal_reasons_are_counted_once_per_node(client: Client, make_gpu_pod: Factory) -> None:
+    names = ["n-00", "n-06", "n-12", "n-18", "n-03", "not-cached"]  # four 4 x 15 GiB nodes, an exclusive one, an unknown one
+    filtered, _ = await _raw(client, "/filter", make_gpu_pod("huge", mem=20), names)
+    answer = json.loads(filtered)
+    assert answer["NodeNames"] == [] and len(answer["FailedAndUnresolvableNodes"]) == 5
+    async with client.get("/metrics") as scraped:
+        text = await scraped.text()
+    assert 'gpu_admission_extender_filter_reasons_total{code="INSUFFICIENT_MEMORY"} 4.0' in text
+    assert 'gpu_admission_extender_filter_reasons_total{code="MODE_MISMATCH"} 1.0' in text
+    assert 'gpu_admission_extender_filter_reasons_total{code="NOT_CACHED"} 1.0' in text
+    assert 'gpu_admission_extender_filtered_nodes_total{outcome="unresolvable"} 5.0' in text

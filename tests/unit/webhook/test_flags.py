@@ -262,7 +262,7 @@ def test_inspect_reads_the_cluster_of_the_chosen_context(tmp_path: pathlib.Path,
         def __init__(self, client: Any) -> None:
             seen.append(client.configuration.host)
 
-        def list(self, path: str) -> tuple[list[Any], str]:
+        def list(self, path: str, *, label_selector: str = "") -> tuple[list[Any], str]:
             return [], "1"
 
     monkeypatch.setattr(extender_kube, "KubeApi", Api)

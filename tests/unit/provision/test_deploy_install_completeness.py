@@ -58,6 +58,27 @@ def test_the_extender_may_write_only_its_two_secrets_in_its_namespace() -> None:
     assert all("secrets" not in r["resources"] for r in cluster_rules), "no Secret anywhere else"
 
 
+def test_the_extender_keeps_its_ledger_leases_in_its_own_namespace_and_nowhere_else() -> None:
+    """The reservation ledger is a Lease per node in the extender's namespace: a Role there (never a
+    ClusterRole: a Lease elsewhere is a tenant's, never a ledger) with what the compare-and-swap needs."""
+    objects = extender_objects()
+    role = objects[("Role", "gpu-admission-extender-ledger")]
+    assert role["metadata"]["namespace"] == "gpu-admission"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update"]}
+    ]
+    binding = objects[("RoleBinding", "gpu-admission-extender-ledger")]
+    assert binding["metadata"]["namespace"] == "gpu-admission"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-admission-extender-ledger"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": extendercerts.SERVICE, "namespace": "gpu-admission"}]
+    cluster_rules = objects[("ClusterRole", extendercerts.SERVICE)]["rules"]
+    assert all("leases" not in r["resources"] for r in cluster_rules), "no Lease in any other namespace"
+    # The extender is told that namespace: its own, whatever it is installed into.
+    [container] = objects[("Deployment", extendercerts.SERVICE)]["spec"]["template"]["spec"]["containers"]
+    assert cli.make_parser().parse_args(container["args"]).ledger_namespace == "$(POD_NAMESPACE)"
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in container["env"]
+
+
 def test_the_base_does_not_carry_the_shared_policy_report_crds() -> None:
     base = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
     assert not [entry for entry in base["resources"] if "crds" in entry]

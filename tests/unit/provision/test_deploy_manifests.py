@@ -364,6 +364,12 @@ def test_the_background_audit_component_turns_the_audit_on_with_exactly_its_rbac
     assert verbs[("wgpolicyk8s.io", "policyreports")] == verbs[("wgpolicyk8s.io", "clusterpolicyreports")] == ["create", "delete", "get", "list", "update"]
     assert set(verbs) == listed | {("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports")}
     lease_rules = objects[("Role", "gpu-admission-webhook-audit")]["rules"]
-    assert {tuple(r.get("resourceNames", ())): r["verbs"] for r in lease_rules} == {(): ["create"], ("gpu-admission-audit",): ["get", "update"]}
+    assert {(tuple(r.get("resourceNames", ())), tuple(r["verbs"])) for r in lease_rules} == {
+        ((), ("create",)),
+        (("gpu-admission-audit",), ("get", "update")),
+        ((), ("list",)),  # the extender's reservation ledgers, in this namespace only
+    }
+    assert all(r["resources"] == ["leases"] and r["apiGroups"] == ["coordination.k8s.io"] for r in lease_rules)
+    assert objects[("Role", "gpu-admission-webhook-audit")]["metadata"]["namespace"] == "gpu-admission"
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         assert objects[(kind, "gpu-admission-webhook-audit")]["subjects"][0]["name"] == "gpu-admission-webhook"

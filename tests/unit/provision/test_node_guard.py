@@ -238,10 +238,11 @@ def test_the_labeler_rbac_writes_nothing_but_nodes_and_their_status() -> None:
     assert not any(writes.values()), writes
 
 
-def test_the_extender_rbac_has_no_node_status_and_no_pod_writes() -> None:
+def test_the_extender_rbac_writes_no_node_and_no_pod() -> None:
+    """The ledger left the Node for a Lease per node: no node writes at all (the old annotation is only read)."""
     [role] = [d for d in documents(DEPLOY / "extender.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: sorted(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
-    assert verbs == {"nodes": ["get", "list", "patch", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"]}
+    assert verbs == {"nodes": ["get", "list", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"]}
 
 
 # --- the labeler: its own writes pass ----------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -133,11 +134,16 @@ def template(obj: object) -> Template | None:
         metadata = mapping(metadata).get(token)
     return Template(
         kind=kind,
-        spec_path=patching.pointer(*tokens),
+        spec_path=_pointer(tokens),
         spec=node,
-        metadata_path=patching.pointer(*metadata_tokens),
+        metadata_path=_pointer(metadata_tokens),
         metadata=mapping(metadata),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _pointer(tokens: tuple[str, ...]) -> str:
+    return patching.pointer(*tokens)
 
 
 def pod_spec(obj: object) -> tuple[str, Mapping[str, Any]] | None:
@@ -159,12 +165,13 @@ def iter_containers(
     for kind in kinds:
         for index, container in enumerate(sequence(spec.get(kind))):
             if type(container) is dict or isinstance(container, Mapping):
-                yield ContainerRef(
-                    kind=kind,
-                    index=index,
-                    path=patching.join(spec_path, kind, str(index)),
-                    container=container,
-                )
+                yield ContainerRef(kind=kind, index=index, path=_container_path(spec_path, kind, index), container=container)
+
+
+@functools.lru_cache(maxsize=4096)
+def _container_path(spec_path: str, kind: str, index: int) -> str:
+    # The same few paths for every pod (`/spec/containers/0`): built once, not per policy and pod.
+    return patching.join(spec_path, kind, str(index))
 
 
 def containers(obj: object) -> Iterator[ContainerRef]:

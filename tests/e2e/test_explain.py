@@ -134,20 +134,31 @@ def test_a_cordoned_node_is_unschedulable(cluster: Cluster, pools: list[str], ca
     assert report["suggestion"]["node"] == node and "uncordon" in report["suggestion"]["change"]
 
 
+def write_ledger_lease(cluster: Cluster, node: str, entry: allocation_.Allocation, *, namespace: str = reservations.LEDGER_NAMESPACE) -> None:
+    """The node's ledger Lease holding `entry`, as the extender writes it (in `namespace`)."""
+    uid = cluster.get("node", node, namespace="default")["metadata"]["uid"]
+    body = reservations.lease_body(node, uid, {entry.uid: entry}, "e2e", namespace=namespace)
+    applied = cluster.apply(body, namespace=namespace)
+    assert applied.returncode == 0, applied.stderr
+
+
+def lease_ledger(cluster: Cluster, node: str) -> dict[str, allocation_.Allocation]:
+    found = cluster.kubectl("get", "lease", reservations.lease_name(node), "-n", reservations.LEDGER_NAMESPACE, "-o", "json")
+    return reservations.lease_reservations(json.loads(found.stdout)) if found.returncode == 0 else {}
+
+
 def test_a_stale_reservation_is_reported_then_released_by_the_extender(
     cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     pool = make_pool(cluster, pools, gpus=(GIB16,))
     (node,) = pool.nodes
-    # A bind that committed its ledger entry and whose pod was deleted before the Binding.
+    # A bind that committed its ledger entry (in the node's ledger Lease) and whose pod was deleted before the Binding.
     now = time.time()
     entry = allocation_.Allocation(
         uid=str(uuid.uuid4()), namespace="gone", name="deleted-mid-bind", node=node, cards=(0,), memory_gib=16,
         assumed_at=now + 15, expires=now + 60, source="reservation",  # in flight a while: time to explain
     )
-    patch = {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: reservations.encode({entry.uid: entry})}}}
-    patched = cluster.kubectl("patch", "node", node, "--type", "merge", "-p", json.dumps(patch))
-    assert patched.returncode == 0, patched.stderr
+    write_ledger_lease(cluster, node, entry)
     ns = cluster.namespace()
     create(cluster, [pod("blocked", pool=pool, mem=8)], namespace=ns)
     report = explain(cluster, capsys, "blocked", namespace=ns)
@@ -156,11 +167,25 @@ def test_a_stale_reservation_is_reported_then_released_by_the_extender(
     assert "gone/deleted-mid-bind" in [n for n in report["nodes"] if n["node"] == node][0]["reasons"][0]["message"]
     # the extender stops counting it, prunes the ledger, and the pod lands
     wait_bound(cluster, ns, 1)
-    eventually(
-        lambda: gpu.RESERVATIONS_ANNOTATION not in cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
-        or entry.uid not in cluster.get("node", node, namespace="default")["metadata"]["annotations"][gpu.RESERVATIONS_ANNOTATION],
-        what="the stale ledger entry pruned", timeout=90,
+    eventually(lambda: entry.uid not in lease_ledger(cluster, node), what="the stale ledger entry pruned", timeout=90)
+
+
+def test_a_tenants_forged_ledger_lease_holds_no_card(cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A tenant may create Leases in its own namespace: one dressed as the node's ledger (label, node
+    annotation, the ledger's name) holding the only card must block neither explain nor the extender."""
+    pool = make_pool(cluster, pools, gpus=(GIB16,))
+    (node,) = pool.nodes
+    ns = cluster.namespace()
+    now = time.time()
+    entry = allocation_.Allocation(
+        uid=str(uuid.uuid4()), namespace=ns, name="squatter", node=node, cards=(0,), memory_gib=16,
+        assumed_at=now + 300, expires=now + 600, source="reservation",  # would hold the card for minutes
     )
+    write_ledger_lease(cluster, node, entry, namespace=ns)
+    create(cluster, [pod("wanted", pool=pool, mem=8)], namespace=ns)
+    wait_bound(cluster, ns, 1)
+    report = explain(cluster, capsys, "wanted", namespace=ns)
+    assert report["bound"]["node"] == node and report["bound"]["cards"] == [0]
 
 
 def test_simulate_agrees_with_the_scheduler_and_extender(
@@ -247,7 +272,9 @@ def test_a_stale_reservation_does_not_survive_an_extender_restart(
 ) -> None:
     pool = make_pool(cluster, pools, gpus=(GIB16,))
     (node,) = pool.nodes
-    controlplane.stop(cluster.state, ["extender"])  # the extender dies with a bind committed and its pod then deleted
+    # The extender dies with a bind committed and its pod then deleted. The entry is in the Node
+    # annotation, where versions before the ledger Lease kept it: an upgrade, too.
+    controlplane.stop(cluster.state, ["extender"])
     try:
         now = time.time()
         entry = allocation_.Allocation(
@@ -262,6 +289,8 @@ def test_a_stale_reservation_does_not_survive_an_extender_restart(
         assert codes(report, node) == ["STALE_ALLOCATION", "INSUFFICIENT_MEMORY"]
     finally:
         install.start_extender(cluster.state)  # same port: the scheduler configuration still points at it
-    wait_bound(cluster, ns, 1)  # the restarted extender counts the entry only for the in-flight grace, then prunes it
-    annotations = cluster.get("node", node, namespace="default")["metadata"].get("annotations", {})
-    assert entry.uid not in annotations.get(gpu.RESERVATIONS_ANNOTATION, "")
+    # The restarted extender counts the entry only for the in-flight grace, then the pod lands on its card.
+    # (It no longer writes the Node annotation: the entry stays there, holding nothing, until it expires.)
+    wait_bound(cluster, ns, 1)
+    (placed,) = bound(cluster, ns)
+    assert allocation(placed)["cards"] == [0]

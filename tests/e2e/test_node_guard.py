@@ -214,18 +214,41 @@ def test_a_token_without_a_node_claim_is_refused_everything(cluster: Cluster, ac
     assert plain.call("GET", f"/api/v1/nodes/{two_nodes[0]}", {}) == (200, "Node"), "reading is RBAC's, still allowed"
 
 
-def test_the_extender_may_change_only_its_ledger_on_nodes(cluster: Cluster, accounts: None, two_nodes: tuple[str, str]) -> None:
+def test_the_extender_may_change_no_node_and_the_guard_narrows_a_broader_role_to_its_old_ledger(
+    cluster: Cluster, accounts: None, two_nodes: tuple[str, str]
+) -> None:
+    """The ledger is a Lease per node now: deploy's RBAC gives the extender no node write at all. The
+    guard still holds if a broader role is bound to its account: only the old ledger annotation."""
     extender = As(cluster, token(cluster, EXTENDER))
-    current = node(cluster, two_nodes[1])["metadata"]["resourceVersion"]
-    code, output = extender.patch(two_nodes[1], {"metadata": {"resourceVersion": current, "annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}})
-    assert code == 200, output
-    for body, expected in (
-        (labels_patch({gpu.CARD_COUNT_LABEL: "8"}), "may not change Node labels"),
-        ({"metadata": {"annotations": {gpu.INVENTORY_ANNOTATION: "[]"}}}, f"not {gpu.INVENTORY_ANNOTATION}"),
-        ({"spec": {"unschedulable": True}}, "spec or status"),
-    ):
-        code, output = extender.patch(two_nodes[1], body)
-        assert code == 403 and REFUSED in output and expected in output, output
+    ledger = {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}}
+    code, output = extender.patch(two_nodes[1], ledger)
+    assert code == 403 and REFUSED not in output and 'cannot patch resource "nodes"' in output, output
+
+    broader = f"e2e-extender-node-patch-{uuid.uuid4().hex[:6]}"
+    grant = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": broader},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": broader},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": broader},
+         "subjects": [{"kind": "ServiceAccount", "name": EXTENDER, "namespace": NAMESPACE}]},
+    ]
+    applied = cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": grant}))
+    assert applied.returncode == 0, applied.stderr
+    try:
+        as_extender = f"--as=system:serviceaccount:{NAMESPACE}:{EXTENDER}"
+        eventually(lambda: cluster.kubectl("auth", "can-i", "patch", "nodes", as_extender).stdout.strip() == "yes", what="the broader role")
+        current = node(cluster, two_nodes[1])["metadata"]["resourceVersion"]
+        code, output = extender.patch(two_nodes[1], {"metadata": {"resourceVersion": current, **ledger["metadata"]}})
+        assert code == 200, output
+        for body, expected in (
+            (labels_patch({gpu.CARD_COUNT_LABEL: "8"}), "may not change Node labels"),
+            ({"metadata": {"annotations": {gpu.INVENTORY_ANNOTATION: "[]"}}}, f"not {gpu.INVENTORY_ANNOTATION}"),
+            ({"spec": {"unschedulable": True}}, "spec or status"),
+        ):
+            code, output = extender.patch(two_nodes[1], body)
+            assert code == 403 and REFUSED in output and expected in output, output
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", broader, "--ignore-not-found")
 
 
 def test_the_extenders_binding_carries_only_the_allocation_annotations(

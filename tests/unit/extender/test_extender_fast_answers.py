@@ -4,6 +4,7 @@ nodes and pods, cold and remembered, before and after the cluster changes under 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections.abc import Awaitable, Callable
@@ -220,3 +221,46 @@ async def test_refusal_reasons_are_counted_once_per_node(client: Client, make_gp
     assert 'gpu_admission_extender_filter_reasons_total{code="MODE_MISMATCH"} 1.0' in text
     assert 'gpu_admission_extender_filter_reasons_total{code="NOT_CACHED"} 1.0' in text
     assert 'gpu_admission_extender_filtered_nodes_total{outcome="unresolvable"} 5.0' in text
+
+
+async def test_node_states_are_computed_before_the_first_filter_once_the_lists_are_in(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory, make_gpu_pod: Factory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from policies import cards
+
+    computed: list[str] = []
+    real = cards.node_state
+
+    def counting(node: Any, *args: Any, **kwargs: Any) -> Any:
+        computed.append(node["metadata"]["name"])
+        return real(node, *args, **kwargs)
+
+    monkeypatch.setattr(cards, "node_state", counting)
+    cache = store.Store()
+    names = [f"w-{i:03d}" for i in range(600)]  # more than one warming batch
+
+    class Lists:
+        """A watch whose first lists arrive as it starts."""
+
+        def start(self) -> None:
+            cache.replace_nodes([make_node(name) for name in names])
+            if hasattr(cache, "replace_leases"):
+                cache.replace_leases([])
+            cache.replace_pods([])
+
+        def stop(self) -> None:
+            pass
+
+    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
+                               settings=app.Settings(clock=lambda: NOW), watch=lambda loop: Lists())
+    client = await aiohttp_client(application)
+    for _ in range(200):
+        if len(computed) >= len(names):
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(computed) == names, "every node's state computed once, in the background"
+    computed.clear()
+    filtered, _ = await _raw(client, "/filter", make_gpu_pod("first", mem=2), names)
+    assert json.loads(filtered)["NodeNames"] == names
+    assert computed == [], "the first filter found every state ready"

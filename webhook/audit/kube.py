@@ -129,6 +129,10 @@ def _pages(
                 # List items carry no kind/apiVersion of their own; the engine and reports need both.
                 item.setdefault("kind", listing.kind)
                 item.setdefault("apiVersion", listing.api_version)
+                # No policy or check reads managedFields (often half a pod's bytes): dropped on arrival.
+                metadata = item.get("metadata")
+                if type(metadata) is dict:
+                    metadata.pop("managedFields", None)
                 yield item
             if upcoming is None:
                 return

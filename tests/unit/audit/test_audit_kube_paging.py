@@ -76,3 +76,22 @@ def test_one_namespace_lists_that_namespace_only_and_no_cluster_report(custom: F
 
     assert list(found) == ["team"]
     assert [(plural, kwargs["limit"]) for plural, kwargs in custom.calls] == [("policyreports/team", kube.CHUNK)]
+
+
+def test_listed_objects_arrive_without_managed_fields_and_with_their_kind() -> None:
+    calls: list[dict[str, Any]] = []
+
+    def list_pods(**kwargs: Any) -> Response:
+        calls.append(kwargs)
+        managed = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+        pod = {"metadata": {"name": f"p{len(calls)}", "managedFields": managed, "labels": {"a": "b"}}, "spec": {}}
+        return Response({"metadata": {"continue": "next"} if len(calls) == 1 else {}, "items": [pod]})
+
+    listing = kube._Listing(kind="Pod", api_version="v1", all_namespaces=list_pods, namespaced=None)
+
+    found = list(kube._pages(listing, namespace=None, chunk=1))
+
+    assert found == [
+        {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name, "labels": {"a": "b"}}, "spec": {}} for name in ("p1", "p2")
+    ]
+    assert [c.get("_continue") for c in calls] == [None, "next"] and all(c["limit"] == 1 for c in calls)

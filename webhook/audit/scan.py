@@ -95,6 +95,12 @@ def describe(item: policy.Policy) -> Describer:
 TEMPLATE_CHECKS: tuple[base.TemplateCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.TemplateCheck))
 POD_CHECKS: tuple[base.PodCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.PodCheck))
 NODE_CHECKS: tuple[base.NodeCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.NodeCheck))
+# Pod checks whose result depends on the pod only through what `verdicts` keys a template by (not
+# its name or uid) and on what is fixed for a run (its node by spec.nodeName, every node, the
+# clock): remembered with the policies' results for the replicas of one template. The others read
+# the pod's uid (GPU203: the ledger's entries; GPU214: a card's usage by pod) and run on each pod.
+# Results come in another order than POD_CHECKS'; `_sorted` orders them all the same.
+SHARED_POD_CHECK_IDS: frozenset[str] = frozenset({"GPU201", "GPU204", "GPU210"})
 ENV_SOURCE_CHECKS: tuple[base.EnvSourceCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.EnvSourceCheck))
 EXCEPTION_CHECKS: tuple[base.ExceptionCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.ExceptionCheck))
 
@@ -466,6 +472,8 @@ def run(
     described = {item.id: describe(item) for item in (*VALIDATORS, *settings.user_policies)}
     objects = 0
     memo = verdicts.Memo(settings) if remember else None
+    shared_pod_checks = tuple(c for c in POD_CHECKS if c.id in SHARED_POD_CHECK_IDS)
+    own_pod_checks = tuple(c for c in POD_CHECKS if c.id not in SHARED_POD_CHECK_IDS)
     if memo is not None and not memo.enabled:
         memo = None
 
@@ -486,20 +494,27 @@ def run(
             described=described,
         )
 
-    def template_results(obj: Mapping[str, Any], placed: Mapping[str, Any], namespace: str) -> list[findings.Finding]:
-        """A pod's policy and template-check results: what depends on the object alone (`verdicts`)."""
+    def pod_results(obj: Mapping[str, Any], placed: Mapping[str, Any], namespace: str, context: base.PodContext) -> list[findings.Finding]:
+        """A pod's results: the policies', the template checks' and the pod checks'. All but those of
+        the pod checks that read the pod's identity are remembered per template (`verdicts`)."""
+        own = [placed_in(found, namespace) for check in own_pod_checks if (found := check.check_pod(obj, context)) is not None]
         keyed = memo.key(placed) if memo is not None else None
         subject = findings.ObjectRef.of(placed)
         if keyed is not None and memo is not None:
             remembered = memo.get(keyed[0], subject)
             if remembered is not None:
-                return remembered
-        results = policy_results(placed, namespace) + [
-            placed_in(found, namespace) for check in TEMPLATE_CHECKS if (found := check.check_template(obj)) is not None
+                return remembered + own
+        shared = policy_results(placed, namespace) + [
+            placed_in(found, namespace)
+            for found in (
+                *(check.check_template(obj) for check in TEMPLATE_CHECKS),
+                *(check.check_pod(obj, context) for check in shared_pod_checks),
+            )
+            if found is not None
         ]
         if keyed is not None and memo is not None:
-            memo.put(keyed[0], keyed[1], subject, results)
-        return results
+            memo.put(keyed[0], keyed[1], subject, shared)
+        return shared + own
 
     def judge(obj: Mapping[str, Any], extra: Sequence[findings.Finding | None], *, pod: base.PodContext | None = None) -> None:
         """Judge a workload (`extra`: its template checks' results) or, with `pod`, a pod."""
@@ -508,10 +523,9 @@ def run(
         placed = _with_namespace(obj, namespace)
         if pod is None:
             results = policy_results(placed, namespace)
+            results += [placed_in(found, namespace) for found in extra if found is not None]
         else:
-            results = template_results(obj, placed, namespace)
-            extra = [check.check_pod(obj, pod) for check in POD_CHECKS]
-        results += [placed_in(found, namespace) for found in extra if found is not None]
+            results = pod_results(obj, placed, namespace, pod)
         if namespace in settings.exempt_namespaces:
             reason = f"namespace {namespace} is exempt"
             results = [_exempt(found, reason) for found in results]

@@ -6,6 +6,9 @@ depends on is fixed (the settings, the clock, each namespace's labels, the looke
 and Secrets, which `webhook.kube.envsources.env_lookup` reads once a run), so two pods that differ
 only in what no policy reads get the same results, bar the object they name. `Memo` keeps those
 results by a digest of the pod less those fields and gives them back re-aimed at the next pod.
+What is remembered (`scan.run`): every policy's result, the template checks' and the pod checks'
+of `scan.SHARED_POD_CHECK_IDS` (their context, the pod's node by `spec.nodeName` and every node,
+is fixed for a run); the pod checks that read the uid run on each pod.
 
 **What is left out of the key** (`normalized`): the metadata a controller sets differently on
 each replica and that no built-in policy or template check reads (`VOLATILE_METADATA`: name,

@@ -418,6 +418,13 @@ class _PodsByUid(Mapping[str, Mapping[str, Any]]):
 def _takes_by_env_from(obj: Mapping[str, Any]) -> bool:
     """Whether a container of the object takes a ConfigMap or Secret whole (`envFrom`): only such
     objects can deliver a source's keys, so only they are GPU211's consumers."""
+    spec = obj.get("spec")
+    if obj.get("kind") == "Pod" and type(spec) is dict:  # a Pod's template is its spec: no paths built
+        return any(
+            isinstance(container, Mapping) and podspec.sequence(container.get("envFrom"))
+            for kind in podspec.CONTAINER_KINDS
+            for container in podspec.sequence(spec.get(kind))
+        )
     template = podspec.template(obj)
     return template is not None and any(
         podspec.sequence(ref.container.get("envFrom")) for ref in podspec.iter_containers(template.spec, spec_path="")

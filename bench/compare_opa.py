@@ -27,8 +27,9 @@ suffix for the three rules only, an ``nc`` suffix for the decision cache off
 (``serve --decision-cache-entries 0``: every review evaluated, the cost of a first-seen pod;
 the load repeats one body, so with the cache on every review after the first is a hit, the cost of
 a replica of a template already seen: ``bench/replica_stream.py`` says how often that happens),
-and ``opa``. ``--against REF`` also starts every ``ours*`` server but the ``nc`` ones from a git worktree
-of REF (shown as ``<name>@REF``), measured in the same interleaved order: before and after in one run.
+and ``opa``. ``--against REF`` also starts every ``ours*`` server from a git worktree of REF (shown as
+``<name>@REF``), measured in the same interleaved order: before and after in one run (``nc`` ones
+too, unless ``--no-against-nc``: a REF from before the decision cache has no such server).
 ``--rounds N`` repeats everything N times, server order alternating, and reports medians.
 
 Memory is PSS summed over the server's whole process tree (``/proc/PID/smaps_rollup``): for
@@ -410,7 +411,7 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
         f"{before['date']}; load average {before['loadavg']:.1f} → {after_load:.1f}.",
         f"Command: `.venv/bin/python bench/compare_opa.py --servers {args.servers} --duration {args.duration:g} "
         f"--connections {args.connections}" + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
-        + (f" --against {args.against}" if args.against else "") + "`" + (f"; medians of {args.rounds} rounds" if args.rounds > 1 else ""),
+        + (f" --against {args.against}" if args.against else "") + ("" if args.against_nc else " --no-against-nc") + "`" + (f"; medians of {args.rounds} rounds" if args.rounds > 1 else ""),
         "",
     ]
     header = "| body | server | saturation req/s (p99 ms) [server / others' cores] | " + " | ".join(
@@ -461,11 +462,20 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every measurement, server order alternating; medians (default 1)")
     parser.add_argument("--against", metavar="REF", help="also run every ours* server from a git worktree of REF (named <server>@REF)")
+    parser.add_argument(
+        "--against-nc",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --against, also run the nc servers from REF (needs a REF with the decision cache; default: on)",
+    )
     args = parser.parse_args()
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     if args.against:
-        # An nc twin would be the same server as its plain one (REF may predate the cache): none.
-        names = [m for n in names for m in ((n, f"{n}@{args.against}") if n.startswith("ours") and not n.endswith("nc") else (n,))]
+        # An nc twin needs a REF that knows --decision-cache-entries; --against-nc off: no nc twins.
+        names = [
+            m for n in names
+            for m in ((n, f"{n}@{args.against}") if n.startswith("ours") and (args.against_nc or not n.endswith("nc")) else (n,))
+        ]
     opa = opa_binary() if "opa" in names else None
     loadgen.binary()
     before = loadgen.machine()

@@ -383,3 +383,28 @@ async def test_an_unknown_charset_or_a_body_nested_too_deep_is_a_400(client: Cli
         assert answer.status == 400 and "unknown charset 'no-such-codec'" in (await answer.json())["Error"]
     async with client.post(path, data=b"[" * 100_000 + b"]" * 100_000, headers={"Content-Type": "application/json"}) as answer:
         assert answer.status == 400 and "nested too deeply" in (await answer.json())["Error"]
+
+
+def test_the_cache_follows_the_ledger_lease_watch(make_node: Factory, make_gpu_pod: Factory) -> None:
+    """Lease events: a newer version replaces the held one, an older one arriving late changes
+    nothing, a deletion frees the node's entries, and the watch's progress is recorded."""
+    cache = store.Store()
+    cache.replace_nodes([make_node("n")])
+    cache.replace_leases([])
+    cache.replace_pods([make_gpu_pod(uid, uid=uid, mem=5) for uid in ("a", "b")])
+    cache.seen("Lease", "6")
+    assert cache.lease("n") is None and cache.leases_version == 6
+    first = _ledger_lease({"a": _entry("a", card=0)})  # resourceVersion 7
+    cache.apply("Lease", "ADDED", first)
+    newer = _ledger_lease({"a": _entry("a", card=0), "b": _entry("b", card=1)})
+    newer["metadata"]["resourceVersion"] = "9"
+    cache.apply("Lease", "MODIFIED", newer)
+    cache.put_lease(first)  # our own write's answer, older than the event already here
+    state = cache.state("n", now=NOW + 1, ttl=60)
+    assert state is not None and [c.memory_used for c in state.cards] == [5, 5, 0, 0]
+    assert cache.leases_version == 9 and cache.lease("n") == store.slim_lease(newer)
+    gone = {**newer, "metadata": {**newer["metadata"], "resourceVersion": "11"}}
+    cache.apply("Lease", "DELETED", gone)
+    freed = cache.state("n", now=NOW + 1, ttl=60)
+    assert cache.lease("n") is None and freed is not None and [c.memory_used for c in freed.cards] == [0, 0, 0, 0]
+    assert cache.leases_version == 11

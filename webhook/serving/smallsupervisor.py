@@ -29,6 +29,7 @@ _POLL_S = 0.2
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _LIVE_GAUGE_PREFIX = "gauge_live"  # prometheus_client's live* gauge files, one per process
+_LOGGER = "webhook.serving.workers"  # the lines read as the forking supervisor's did
 
 
 class Supervisor:
@@ -47,10 +48,10 @@ class Supervisor:
         now = time.time()
         if self.log_json:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}+00:00"
-            line = json.dumps({"time": stamp, "level": level.lower(), "logger": __name__, "message": message, "uid": "-"})
+            line = json.dumps({"time": stamp, "level": level.lower(), "logger": _LOGGER, "message": message, "uid": "-"})
         else:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
-            line = f"{stamp} {level} webhook.serving.workers {message}"
+            line = f"{stamp} {level} {_LOGGER} {message}"
         print(line, file=sys.stderr, flush=True)
 
     def forward(self, signum: int, _frame: object) -> None:

@@ -18,6 +18,11 @@ SIGTERM: PR_SET_PDEATHSIG). A worker that dies while no stop was asked for is st
 error status within ``FAST_FAILURE_S`` of its start (bad certificate, port taken: a restart would
 fail the same way); then the others are stopped and the supervisor exits with the worker's status.
 A worker killed by a signal (an OOM kill) is always replaced.
+
+Memory: run as the ``serve`` command, the supervisor forks the first workers (they share the pages
+of everything imported) and then execs ``webhook.serving.smallsupervisor`` in its place (same pid),
+which does all of the above with the standard library alone; a replacement worker is then the
+``serve`` command run afresh. Called from within another program, it stays the forking supervisor.
 """
 
 from __future__ import annotations

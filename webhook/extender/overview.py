@@ -78,6 +78,16 @@ class Overview:
             parts.extend(e.usage[index] for e in entries)
         return "".join(parts)
 
+    def prepare(self, name: str, *, now: float, ttl: float) -> None:
+        """Compute `name`'s parts now, where they are missing or stale (the app warms every node
+        after a start, so the first scrape does not compute them all at once)."""
+        version = self._source.version(name)
+        entry = self._kept.get(name)
+        if entry is None or entry.version != version or entry.ttl != ttl or not entry.computed_at <= now < entry.valid_until:
+            fresh = _entry(self._source, name, version=version, now=now, ttl=ttl)
+            if fresh is not None:
+                self._kept[name] = fresh
+
     def _entries(self, *, now: float, ttl: float) -> list[_Entry]:
         """Every node's parts, by name, refreshed where the node changed or a time limit passed."""
         source, kept = self._source, self._kept

@@ -200,10 +200,12 @@ async def _tidying(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _tidy(app: web.Application) -> None:
-    """Prune ledgers holding entries that no longer count. Without this, a card held by a bind
-    that never completed would look taken until some other bind touched the node, and the pods
-    the extender turned away meanwhile would wait for the scheduler's periodic retry (minutes):
-    the prune's Node update is the cluster event that makes kube-scheduler retry them at once."""
+    """Prune ledgers holding entries that no longer count (expired, or of pods gone, finished or
+    placed elsewhere). Filter and bind already leave such entries out, but they stay in the ledger
+    Lease until a prune or the node's next bind rewrites it; pruned, the Lease stays small to read
+    and write, and `inspect`, `explain` and the audit show only what counts. The prune writes the
+    Lease alone, which kube-scheduler does not watch: pods turned away while such an entry still
+    counted are retried on the scheduler's next cluster event or its periodic retry."""
     cache, bind, settings = app[STORE], app[BINDER], app[SETTINGS]
     while True:
         await asyncio.sleep(app[TIDY_EVERY])

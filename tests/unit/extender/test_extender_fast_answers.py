@@ -266,3 +266,22 @@ async def test_node_states_are_computed_before_the_first_filter_once_the_lists_a
     async with client.get("/metrics") as scraped:
         assert f'gpu_admission_extender_node_gpu_memory_total_bytes{{mode="cgpu",node="{names[-1]}"}}' in await scraped.text()
     assert computed == [], "the first filter and the first scrape found every state ready"
+
+
+def test_remembered_verdicts_end_when_a_time_limited_allocation_stops_counting(filled: store.Store, make_gpu_pod: Factory) -> None:
+    for card in range(4):  # reserved by binds that never completed, assumed 100 s ago: they count until NOW + 20 (TTL 120)
+        hog = make_gpu_pod(f"unbound-{card}", mem=14)
+        held = allocation.Allocation(uid=hog["metadata"]["uid"], namespace="team-a", name=hog["metadata"]["name"], node="n-00",
+                                     cards=(card,), memory_gib=14, assumed_at=NOW - 100)
+        hog["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
+        filled.put_pod(hog)
+    wanted = cardrequest.pod_request(make_gpu_pod("probe", mem=8))
+
+    def verdicts(now: float, ttl: float = 120.0) -> dict[str, Any]:
+        found = filled.judged(["n-00", "n-06"], now=now, ttl=ttl, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False).verdict)
+        return {name: str(verdict) for name, verdict in found.items()}
+
+    assert verdicts(NOW) == verdicts(NOW + 19) == {"n-00": "full", "n-06": "fits"}
+    assert verdicts(NOW + 21) == {"n-00": "fits", "n-06": "fits"}, "the reservations expired: judged afresh"
+    assert verdicts(NOW, ttl=60.0) == {"n-00": "fits", "n-06": "fits"}, "another TTL setting is another judgement"
+    assert verdicts(NOW + 21, ttl=120.0) == {"n-00": "fits", "n-06": "fits"}

@@ -5,8 +5,10 @@ Synchronous throughout (the kube adapter is); the background audit runs it in a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+import gc
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from policies import reservations
@@ -47,10 +49,31 @@ def audit_cluster(
     `ledger_namespace`) holds and judge it, each page of pods as it arrives (`kube.objects` lists
     them last; `scan.run` keeps little of each)."""
     inventory = scan.Inventory.streamed(kube.objects(api, namespace=namespace, ledger_namespace=ledger_namespace))
-    return scan.run(
-        inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api),
-        ledger_namespace=ledger_namespace,
-    )
+    with collector_paused():
+        return scan.run(
+            inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api),
+            ledger_namespace=ledger_namespace,
+        )
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while the pages are decoded and judged, back on after.
+
+    Decoding a page of 500 pods makes some 100,000 objects, and the collector, triggered by
+    allocations, walks the young ones again and again and every so often the whole heap (by then
+    a million findings): measured on a live 100,000-pod audit, 9.5 of 10.8 s in `orjson.loads` were
+    the collector's, not the decoder's. What a run makes is acyclic (decoded JSON, frozen findings),
+    so nothing is left for the collector to find; cyclic garbage made meanwhile (in `serve`, by the
+    other threads too: the switch is per process) waits until the run ends. No-op where it was off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def owned(audit: scan.Audit) -> set[str]:

@@ -8,6 +8,7 @@ and every rendering and report the CLI prints, equal byte for byte.
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import itertools
 import json
@@ -232,3 +233,22 @@ def test_a_result_about_another_object_is_not_remembered() -> None:
     memo.put(keyed[0], keyed[1], subject, [found])
 
     assert memo.get(keyed[0], subject) is None
+
+
+def test_the_collector_is_paused_while_a_run_judges_and_restored_after_even_on_error() -> None:
+    assert gc.isenabled()
+    with sweep.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+    with pytest.raises(RuntimeError, match="listing failed"), sweep.collector_paused():
+        raise RuntimeError("listing failed")
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        with sweep.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off: left off
+    finally:
+        gc.enable()

@@ -5,14 +5,22 @@ manager, scheduler, KWOK nodes; no gpu-admission), then drives ``POST /api/v1/na
 with the Go load generator (admin client certificate, kept-alive HTTP/1.1 connections) for a GPU pod
 asking for ``aliyun.com/gpu-mem: 3`` with ``generateName`` (every request a new pod; ``--pods cpu,gpu``
 adds an ordinary CPU pod, measured in the same phases, whose validating call the match condition
-``pod-create-not-ordinary`` skips; the run ends with one JSON line of the with/without ratios):
+``pod-create-not-ordinary`` skips). The run ends with one JSON line of headline figures,
+``{"gpu_ratio": …, "cpu_ratio": …, …}``: per pod kind the ratio, creates/s with and without, the
+webhook calls per create as the apiserver counts them; and the load average.
 
 1. without the webhook: saturation (closed loop, ``--connections``), then open-loop arrivals at
    each ``--rates`` (p50/p99, achieved rate, errors);
 2. the webhook installed as ``deploy/`` registers it (mutating + validating, ``failurePolicy:
    Fail``; ``gpu-admission serve`` as a local process, ``--webhook-workers`` of them): the same runs.
 
-The two alternate for ``--rounds`` rounds (the registrations deleted and applied again in between),
+3. with ``--map``: GPU104 as the MutatingAdmissionPolicy ``policies export-map`` writes (the cluster
+   is started with the MutatingAdmissionPolicy feature gate and ``admissionregistration.k8s.io/v1beta1``),
+   the webhook registered as in 2 but its mutating webhook given the ordinary-pod match condition
+   too, so that an ordinary pod costs no webhook call at all ("policy" rows; a GPU pod is still
+   reviewed twice).
+
+The phases alternate for ``--rounds`` rounds (the registrations deleted and applied again in between),
 so that load from other work on a shared machine falls on both; "added" is the difference of the
 rounds' means.
 
@@ -30,6 +38,7 @@ own view of the webhook (``apiserver_admission_webhook_admission_duration_second
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import pathlib
@@ -42,10 +51,14 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
 
+from policies import settings as settings_  # noqa: E402
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
+from webhook.commands import mutating_policy  # noqa: E402
 
 NAMESPACE = "default"
 # --real stores its pods with a scheduler nobody runs; GPU008 refuses extender-managed resources for
@@ -86,7 +99,7 @@ def webhook_metrics(state: controlplane.State) -> dict[str, tuple[float, float]]
     found: dict[str, list[float]] = {}
     for line in text.splitlines():
         match = re.match(r'apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)', line)
-        if match and 'rejected="false"' in match.group(2):
+        if match:
             name = re.search(r'name="([^"]+)"', match.group(2))
             key = name.group(1) if name else "?"
             entry = found.setdefault(key, [0.0, 0.0])
@@ -112,6 +125,10 @@ def phase(
         "apiserver_cpu_per_1k": api_meter.cpu_s / max(saturation["ok"], 1) * 1000,
         "webhook_cpu_per_1k": hook_meter.cpu_s / max(saturation["ok"], 1) * 1000 if webhook else 0.0,
         "webhook_mean_ms": {name: s / c * 1000 for name, (s, c) in calls.items() if c},
+        # The apiserver's count of webhook calls (any webhook, any verdict) during the saturation
+        # run, per create it answered: an ordinary pod whose validating call the match condition
+        # skips reads 1.0, a GPU pod 2.0.
+        "webhook_calls_per_create": sum(c for _, c in calls.values()) / max(saturation["ok"], 1),
         "rates": {},
     }
     print(f"  {label:<16} saturation {saturation['achieved_rate']:7.1f}/s p50 {saturation['p50_ms']:7.2f} p99 {saturation['p99_ms']:8.2f} "
@@ -148,6 +165,35 @@ def start_webhook(state: controlplane.State, *, workers: int) -> None:
     install.register(state)
 
 
+def apply_policy(state: controlplane.State) -> None:
+    """GPU104's MutatingAdmissionPolicy, and the mutating webhook skipping ordinary pods; returns once
+    an ordinary pod gets the variable from the policy (the webhook no longer sees it)."""
+    exported = mutating_policy.export(settings_.Settings(), now=datetime.datetime.now(datetime.timezone.utc))
+    controlplane.kubectl(state, "apply", "-f", "-", stdin=mutating_policy.render(exported.manifests))
+    with open(install.deploy_dir() / install.WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
+        documents = [d for d in yaml.safe_load_all(stream) if d and d.get("kind") == "MutatingWebhookConfiguration"]
+    items = install.local_registrations(
+        documents, base_url=f"https://127.0.0.1:{state.ports['webhook']}", ca_bundle=(state.directory / "webhook" / "ca.crt").read_bytes()
+    )
+    items = [mutating_policy.with_webhook_condition(item) for item in items]
+    controlplane.kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-map-probe"}, "spec": {"containers": [{"name": "p", "image": "p"}]}}
+
+    def mutated() -> bool:
+        done = controlplane.kubectl(state, "create", "--dry-run=server", "-n", NAMESPACE, "-o", "json", "-f", "-", stdin=json.dumps(probe), check=False)
+        return done.returncode == 0 and json.loads(done.stdout)["spec"]["containers"][0].get("env") == [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+        ]
+
+    controlplane.wait_for(mutated, what="the MutatingAdmissionPolicy to act", timeout=60)
+    time.sleep(2)  # the registration change reaches the apiserver's informer within about a second
+
+
+def delete_policy(state: controlplane.State) -> None:
+    for kind in ("mutatingadmissionpolicybindings", "mutatingadmissionpolicies"):
+        controlplane.kubectl(state, "delete", kind, mutating_policy.NAME, "--ignore-not-found")
+
+
 def unregister(state: controlplane.State) -> None:
     """Delete the webhook configurations of deploy/ and wait until a bypass pod is admitted again."""
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
@@ -173,7 +219,7 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
         f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}; {mode}; webhook workers {args.webhook_workers}.",
         f"Command: `.venv/bin/python bench/e2e_pod_creates.py --duration {args.duration:g} --connections {args.connections}"
-        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers} --pods {','.join(args.pods)}`",
+        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers} --pods {','.join(args.pods)}{' --map' if args.map else ''}`",
         "",
         "| | creates/s at saturation (p99 ms) | " + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in args.rates)
         + " | apiserver CPU s / 1k | webhook CPU s / 1k | webhook call, mean ms (apiserver's view) |",
@@ -202,16 +248,44 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
     cpu = mean("with", lambda r: r["apiserver_cpu_per_1k"]) - mean("without", lambda r: r["apiserver_cpu_per_1k"])
     cells += [f"{cpu:+.2f}", "", ""]
     lines.append(f"| **added by the webhook** (mean of {args.rounds} rounds) | " + " | ".join(cells) + " |")
+    if any(name.startswith("policy ") for name in results):
+        ratio = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean("without", lambda r: r["saturation"]["achieved_rate"])
+        versus = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean("with", lambda r: r["saturation"]["achieved_rate"])
+        lines.append(f"| **policy ÷ without; policy ÷ webhook** | {ratio:.2f}×; {versus:.2f}× |" + " |" * (len(args.rates) + 3))
     return "\n".join(lines)
 
 
-def _ratio(results: dict[str, dict[str, Any]]) -> float:
-    """Creates/s at saturation with the webhook ÷ without, means over the rounds."""
+def _ratio(results: dict[str, dict[str, Any]], *, side: str = "with", base: str = "without") -> float:
+    """Creates/s at saturation of one side ÷ another (with the webhook ÷ without), means over the rounds."""
     def mean(kind: str) -> float:
         values = [float(r["saturation"]["achieved_rate"]) for name, r in results.items() if name.startswith(kind + " ")]
         return sum(values) / len(values)
 
-    return mean("with") / mean("without")
+    return mean(side) / mean(base)
+
+
+def _headline(kind: str, results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """One pod kind's figures for the closing JSON line: the ratio, both rates, the webhook calls
+    per create and the p99 at saturation with the webhook."""
+    def mean(side: str, pick: Callable[[dict[str, Any]], float]) -> float:
+        values = [pick(r) for name, r in results.items() if name.startswith(side + " ")]
+        return sum(values) / len(values)
+
+    figures = {
+        f"{kind}_ratio": round(_ratio(results), 3),
+        f"{kind}_with_per_s": round(mean("with", lambda r: r["saturation"]["achieved_rate"]), 1),
+        f"{kind}_without_per_s": round(mean("without", lambda r: r["saturation"]["achieved_rate"]), 1),
+        f"{kind}_webhook_calls_per_create": round(mean("with", lambda r: r.get("webhook_calls_per_create", 0.0)), 2),
+        f"{kind}_with_p99_ms": round(mean("with", lambda r: r["saturation"]["p99_ms"]), 1),
+    }
+    if any(name.startswith("policy ") for name in results):
+        figures.update({
+            f"{kind}_policy_ratio": round(_ratio(results, side="policy"), 3),
+            f"{kind}_policy_vs_webhook": round(_ratio(results, side="policy", base="with"), 3),
+            f"{kind}_policy_per_s": round(mean("policy", lambda r: r["saturation"]["achieved_rate"]), 1),
+            f"{kind}_policy_webhook_calls_per_create": round(mean("policy", lambda r: r.get("webhook_calls_per_create", 0.0)), 2),
+        })
+    return figures
 
 
 def main() -> int:
@@ -229,6 +303,11 @@ def main() -> int:
         help="pod kinds, comma list of gpu (aliyun.com/gpu-mem) and cpu (an ordinary pod); each is measured "
         "in every phase of the same run (default gpu)",
     )
+    parser.add_argument(
+        "--map", action="store_true",
+        help="also a third phase per round: GPU104 as a MutatingAdmissionPolicy (feature gate on) and the mutating "
+        "webhook skipping ordinary pods (rows 'policy')",
+    )
     args = parser.parse_args()
     if not args.pods or any(k not in POD_KINDS for k in args.pods):
         parser.error(f"--pods: a comma list of {', '.join(POD_KINDS)}")
@@ -239,7 +318,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-admission-e2e-bench-") as tmp:
         directory = pathlib.Path(tmp) / "cluster"
         started = time.monotonic()
-        state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), with_install=False)
+        state = install.bring_up(
+            directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), with_install=False,
+            apiserver_flags=controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.map else (),
+        )
         print(f"control plane up in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         try:
             bodies = {kind: pathlib.Path(tmp) / f"pod-{kind}.json" for kind in args.pods}
@@ -249,17 +331,27 @@ def main() -> int:
             suffix = "" if args.real else "?dryRun=All"
             url = f"{state.server}/api/v1/namespaces/{namespace}/pods{suffix}"
             registered = False
+            policy = False
             for round_ in range(1, args.rounds + 1):
-                for with_webhook in (False, True):
+                for mode in ("without", "with", "policy") if args.map else ("without", "with"):
+                    with_webhook = mode != "without"
+                    if policy and mode != "policy":
+                        delete_policy(state)
+                        policy = False
                     if with_webhook and not registered:
                         if "webhook" not in state.pids:
                             start_webhook(state, workers=args.webhook_workers)
                         else:
                             install.register(state)
                         registered = True
+                    elif with_webhook and mode == "with":
+                        install.register(state)  # deploy/'s registrations again: no skip on the mutating webhook
                     elif not with_webhook and registered:
                         unregister(state)
                         registered = False
+                    if mode == "policy":
+                        apply_policy(state)
+                        policy = True
                     if args.real:
                         controlplane.kubectl(state, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true")
                         controlplane.kubectl(state, "create", "namespace", namespace)
@@ -268,7 +360,7 @@ def main() -> int:
                             what="the bench namespace's ServiceAccount", timeout=60,
                         )
                     for kind, body in bodies.items():
-                        label = f"{'with' if with_webhook else 'without'} webhook #{round_}"
+                        label = f"{mode} webhook #{round_}" if mode != "policy" else f"policy #{round_}"
                         results[kind][label] = phase(state, body, url=url, args=args, label=f"{label} ({kind} pod)")
         finally:
             controlplane.down(directory)
@@ -276,7 +368,9 @@ def main() -> int:
     for kind, figures in results.items():
         print(f"\n{kind.upper()} pod\n")
         print(render(figures, args=args, machine=machine))
-        headline[f"ratio_{kind}"] = round(_ratio(figures), 3)
+        headline.update(_headline(kind, figures))
+    headline["loadavg_start"] = round(float(machine["loadavg"]), 1)
+    headline["loadavg_end"] = round(os.getloadavg()[0], 1)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2, default=str))
     print(json.dumps(headline))

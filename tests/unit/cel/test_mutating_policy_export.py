@@ -319,3 +319,52 @@ def test_export_map_with_gpu104_off_writes_an_empty_stream(tmp_path: Path, capsy
     assert cli.main(["policies", "export-map", "--config", str(config), "-o", "json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["items"] == [] and "GPU104: left out" in err
+
+
+# --- with the policy, skipping the mutating webhook for ordinary pods changes nothing ------------
+
+
+def test_an_ordinary_pod_the_mutating_webhook_would_skip_gets_from_the_policy_exactly_its_patch() -> None:
+    """Generated pods (the ordinary-pod proof's generator), before any mutation, as the mutating
+    webhook's match condition sees them: for every pod the condition skips, the webhook's whole
+    patch applied gives the very pod the policy gives, under the default settings and every other
+    setting skip_reasons() allows."""
+    from tests.unit.policies.test_ordinary import SOUND_SETTINGS, mixed_pods  # the same generator as the proof
+
+    env = cel.environment()
+    condition = cel.compile_expression(env, ordinary.condition_expression(), field=ordinary.CONDITION_NAME)
+    variants = []
+    for document in SOUND_SETTINGS:
+        parsed = settings.from_mapping(document)
+        if mutating_policy.skip_reasons(parsed) != ():
+            continue
+        [policy, _] = mutating_policy.export(parsed, now=NOW).manifests
+        needs = cel.compile_expression(env, policy["spec"]["matchConditions"][1]["expression"], field="needs")
+        lists = {v["name"].removesuffix("NeedingVoid"): cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]) for v in policy["spec"]["variables"]}
+        variants.append((parsed, needs, lists))
+    assert variants, "at least the defaults allow the skip"
+    counts = {"skipped": 0, "sent": 0}
+
+    @hypothesis.settings(max_examples=400, deadline=None, suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(obj=mixed_pods(), index=st.integers(0, len(variants) - 1))
+    def check(obj: dict[str, Any], index: int) -> None:
+        activation = {"request": CREATE, "object": obj, "oldObject": None}
+        if cel.evaluate(condition, activation):
+            counts["sent"] += 1
+            return
+        counts["skipped"] += 1
+        parsed, needs, lists = variants[index]
+        decision = engine.evaluate(model.Request(operation="CREATE", object=obj, namespace="team-a"), settings=parsed)
+        assert decision.allowed, decision.violations
+        by_hook: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(obj), list(decision.patch)) if decision.patch else obj
+        after = copy.deepcopy(obj)
+        if cel.evaluate(needs, activation):
+            for kind, expression in lists.items():
+                names = {c["name"] for c in cel.evaluate(expression, activation)}
+                for container in after["spec"].get(kind, []):
+                    if container.get("name") in names:
+                        container.setdefault("env", []).append({"name": "NVIDIA_VISIBLE_DEVICES", "value": parsed.visible_devices_neutral_value})
+        assert after == by_hook
+
+    check()
+    assert counts["skipped"] >= 40 and counts["sent"] >= 40, counts

@@ -27,7 +27,7 @@ import yaml
 
 from policies import settings as settings_
 from tests.e2e.harness import Cluster, eventually
-from webhook.cluster import binaries, controlplane, install, nodes
+from webhook.cluster import controlplane, install, nodes
 from webhook.commands import mutating_policy
 
 pytestmark = pytest.mark.e2e
@@ -36,15 +36,10 @@ NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 @pytest.fixture(scope="module")
-def map_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    import os
-    import shutil
-
-    if shutil.which("go") is None and not os.environ.get(binaries.ENV_BIN_DIR):
-        pytest.skip("no Go toolchain: the e2e tier builds kube-apiserver and friends with go")
+def map_cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("map-cluster")
     state = install.bring_up(
-        directory, bin_dir=binaries.ensure(), fake_nodes=nodes.load(None)[:2],
+        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:2],
         apiserver_flags=controlplane.MUTATING_ADMISSION_POLICY_FLAGS,
     )
     try:
@@ -159,7 +154,7 @@ def webhook_calls(cluster: Cluster, *, name: str, namespace: str) -> dict[str, i
     }
 
 
-def test_with_the_policy_an_ordinary_pod_costs_no_webhook_call(map_cluster: Cluster, tmp_path: Path) -> None:
+def test_with_the_policy_an_ordinary_pod_costs_no_webhook_call(map_cluster: Cluster) -> None:
     cluster = map_cluster
     ns = cluster.namespace()
     apply_policy(cluster)

@@ -16,12 +16,15 @@ Each request goes through the app's own middleware and handler with the body as 
 decoding, the verdicts, building the answer and encoding it are all counted; the HTTP parsing of
 aiohttp is not (the same for any answer). The bind itself (apiserver calls) is not measured here.
 
-    .venv/bin/python bench/extender_cpu.py --nodes 500 --pods 2000 [--against DIR] [--profile]
+    .venv/bin/python bench/extender_cpu.py --nodes 500 --pods 1000 [--against DIR] [--http] [--profile]
 
-`--against DIR` runs this same driver on the source tree in DIR (e.g. a `git worktree` of an older
-commit) in a second process, interleaved round by round with this tree, and prints both and their
-ratio; it also checks that both trees gave byte-identical answers to every request. The last line
-is one JSON object of the headline figures.
+`--against DIR` runs this same driver on the source tree in DIR (`git archive REF | tar -x -C DIR`
+of an older commit, with this file copied into DIR/bench) in a second process, interleaved round by
+round with this tree, and prints both and their ratio; it also checks that both trees gave
+byte-identical answers to every request. `--http` serves the app on a local port in the child
+instead and sends the verbs over keep-alive HTTP, counting the child's whole CPU less what steering
+the pod events costs. `--profile` prints cProfile's tables for this tree. The last line is one JSON
+object of the headline figures (ms per pod from each tree's quietest round, filter CPU p50/p99).
 """
 
 from __future__ import annotations

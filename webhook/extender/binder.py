@@ -341,7 +341,8 @@ class Binder:
 
         From the watch cache when it can vouch for them: the Lease is the cache's copy (the
         compare-and-swap on R proves it current, else the next attempt GETs it; where the cache has
-        no Lease, R is how far the Lease watch has come, and the create fails if one exists), and
+        no Lease, R is the revision of the Lease list or of the deletion of the node's Lease the
+        watch delivered, whichever is later, and the create fails if one exists), and
         the pods are the cache's once the pod watch has delivered every event up to R, and up to the
         first Node copy with the Node's annotation ledger (waiting up to `POD_CATCH_UP_S`). Every
         entry any commit pruned was pruned because its pod was seen bound (or gone) before that
@@ -353,7 +354,7 @@ class Binder:
             cached_node = cache.node(node_name)
             if cached_node is not None:
                 lease = cache.lease(node_name)
-                version = _revision(lease) if lease is not None else cache.leases_version
+                version = _revision(lease) if lease is not None else cache.lease_floor(node_name)
                 need = max(version, cache.node_ledger_version(node_name))
                 # Our own last commit on this node, decided on this cache: it covers that version
                 # already, with no need to wait for the pod watch to deliver our own Bindings.

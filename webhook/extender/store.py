@@ -49,6 +49,8 @@ class Store:
         self.pods_synced = False
         self.leases_synced = False
         self._leases_version = -1  # the revision the Lease watch has delivered every event up to
+        self._leases_listed = -1  # the revision of the last Lease list
+        self._lease_deleted: dict[str, int] = {}  # node -> the revision its Lease's deletion was seen at
         self._pods_version = -1  # the revision the pod watch has delivered every event up to; -1: unknown
         self._pod_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tokens: dict[Hashable, int] = {}  # `judged` keys
@@ -71,6 +73,8 @@ class Store:
         if kind == "Pod":
             self._advance_pods(version)
         elif kind == "Lease" and version.isdigit():
+            if self._leases_listed < 0:
+                self._leases_listed = int(version)  # the list's own version comes first
             self._leases_version = max(self._leases_version, int(version))
 
     @property
@@ -78,6 +82,13 @@ class Store:
         """The etcd revision up to which every ledger Lease event has been applied here; -1: unknown.
         A node without a Lease here had none then (or only one deleted at or before it)."""
         return self._leases_version
+
+    def lease_floor(self, node: str) -> int:
+        """For a node without a Lease here: a revision at or after every prune its Lease ledger ever
+        had. A Lease deleted before the last list was pruned before that list's revision; one deleted
+        since, at its deletion's revision (its DELETED event came, or the Lease would still be here).
+        -1: unknown (not listed yet)."""
+        return max(self._leases_listed, self._lease_deleted.get(node, -1)) if self._leases_listed >= 0 else -1
 
     def node_ledger_version(self, name: str) -> int:
         """The revision of the first copy of the Node seen here with the annotation ledger it has now
@@ -318,8 +329,8 @@ class Store:
     def replace_leases(self, items: Iterable[Mapping[str, Any]]) -> None:
         for name in self._leases:
             self._touch(name)
-        self._leases, self._states = {}, {}
-        self._leases_version = -1  # the list's version follows (`seen`)
+        self._leases, self._states, self._lease_deleted = {}, {}, {}
+        self._leases_version = self._leases_listed = -1  # the list's version follows (`seen`)
         self._vouched = {}
         for item in items:
             self.put_lease(item)
@@ -340,6 +351,7 @@ class Store:
                 if node is not None and not _older(obj, self._leases.get(node)):
                     self._leases.pop(node, None)
                     self._vouched.pop(node, None)
+                    self._lease_deleted[node] = _revision(obj) if _revision(obj) >= 0 else _UNPROVABLE
                     self._touch(node)
             else:
                 self.put_lease(obj)

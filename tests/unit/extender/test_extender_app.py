@@ -408,3 +408,19 @@ def test_the_cache_follows_the_ledger_lease_watch(make_node: Factory, make_gpu_p
     freed = cache.state("n", now=NOW + 1, ttl=60)
     assert cache.lease("n") is None and freed is not None and [c.memory_used for c in freed.cards] == [0, 0, 0, 0]
     assert cache.leases_version == 11
+
+
+def test_a_node_without_a_lease_needs_the_pod_cache_only_up_to_the_lease_list_or_its_leases_deletion(make_node: Factory) -> None:
+    cache = store.Store()
+    cache.replace_nodes([make_node("n"), make_node("m")])
+    cache.replace_leases([])
+    assert cache.lease_floor("n") == -1, "not listed yet: nothing is provable"
+    cache.seen("Lease", "5")
+    cache.apply("Lease", "ADDED", _ledger_lease({"a": _entry("a", card=0)}))  # n's Lease at 7
+    cache.seen("Lease", "20")  # other nodes' Lease writes move the watch on ...
+    assert cache.lease_floor("m") == 5, "... but a node that never had a Lease needs only the list's revision"
+    cache.apply("Lease", "DELETED", {**_ledger_lease({}), "metadata": {**_ledger_lease({})["metadata"], "resourceVersion": "23"}})
+    assert cache.lease("n") is None and cache.lease_floor("n") == 23, "its entries were pruned at or before the deletion"
+    cache.replace_leases([])  # a relist
+    cache.seen("Lease", "30")
+    assert cache.lease_floor("n") == 30

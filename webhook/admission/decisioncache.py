@@ -9,12 +9,14 @@ from it exactly as before, per request (uid, name, review mark).
 **The key** is a 128-bit BLAKE2b digest of a JSON document holding every input of the verdict:
 
 - the object, less the metadata that differs between replicas and that no built-in policy reads
-  (``VOLATILE_METADATA``: name, generateName, uid, creationTimestamp, resourceVersion,
+  (``replicas.VOLATILE_METADATA``: name, generateName, uid, creationTimestamp, resourceVersion,
   managedFields), and with the ServiceAccount token volume's random name (``kube-api-access-``
-  and five characters, added to every pod before the webhooks run) made one placeholder. Where an
-  exception of the settings matches by name, name and generateName stay in. The object is dumped
-  in its own key order: equal dumps mean equal objects, and the same object with its keys in
-  another order is only a miss, never a wrong answer;
+  and five characters, added to every pod before the webhooks run) made one placeholder
+  (``policies.replicas.replica_form``, shared with the audit's verdict memo). Where an
+  exception of the settings matches by name, name and generateName stay in. Unlike the audit's
+  key, the whole ``status`` stays in (a CREATE's is whatever the client sent). The object is
+  dumped in its own key order: equal dumps mean equal objects, and the same object with its keys
+  in another order is only a miss, never a wrong answer;
 - the operation, the namespace the engine judges in, and that namespace's labels (or that they
   are unknown);
 - the username, groups and dryRun (no built-in reads them today; a replica's creator is the same
@@ -51,21 +53,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from policies import model, podspec, settings
+from policies import model, podspec, replicas, settings
 from webhook.admission import decisions, jsoncodec
 
 DEFAULT_MAX_ENTRIES = 1024
-# Fields a controller sets differently on each replica. No built-in policy reads them (a pod's
-# name reaches a decision only through an exception's `names`, handled below).
-VOLATILE_METADATA = frozenset({"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "managedFields"})
-_NAMES = frozenset({"name", "generateName"})
-TOKEN_VOLUME_PREFIX = "kube-api-access-"
-TOKEN_VOLUME = TOKEN_VOLUME_PREFIX + "*"
 
 Outcome = Literal["hit", "miss", "bypass"]
 
@@ -152,7 +147,7 @@ class Cache:
         self, question: decisions.Question, *, obj: Mapping[str, Any], env_sources: Iterable[model.EnvSource]
     ) -> tuple[bytes, list[str]]:
         """The digest, and the values left out of it (a decision naming one of them is not kept)."""
-        normalized, volatile = _normalized(obj, keeps_names=self._keeps_names)
+        form = replicas.replica_form(obj, keeps_names=self._keeps_names)  # the status stays in: see the module docstring
         sources: list[Any] | None = None
         env_lookup = question.env_lookup
         if env_lookup is not None:
@@ -169,52 +164,9 @@ class Cache:
             list(question.groups),
             question.dry_run,
             sources,
-            normalized,
+            form.object,
         ]
-        return hashlib.blake2b(jsoncodec.dumps(document), digest_size=16).digest(), volatile
-
-
-def _normalized(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[Mapping[str, Any], list[str]]:
-    """``obj`` without what replicas differ in, and the values taken out.
-
-    Besides ``VOLATILE_METADATA``: kube-apiserver's ServiceAccount admission plugin, which runs
-    before the webhooks, gives every pod a projected token volume ``kube-api-access-<5 random
-    characters>`` mounted in each container. Where a pod has exactly one such volume, its name
-    becomes ``kube-api-access-*`` (no real volume can be named so) in the volume and the mounts.
-    """
-    volatile: list[str] = []
-    metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping):
-        dropped = VOLATILE_METADATA - _NAMES if keeps_names else VOLATILE_METADATA
-        volatile += [v for f in ("name", "generateName", "uid") if f in dropped and isinstance(v := metadata.get(f), str) and v]
-        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k not in dropped}}
-    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
-    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
-    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
-        return obj, volatile
-    tokens = [
-        v["name"] for v in volumes
-        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(TOKEN_VOLUME_PREFIX)
-    ]
-    if len(tokens) != 1:
-        return obj, volatile
-    token = tokens[0]
-    renamed: dict[str, Any] = {**spec, "volumes": [{**v, "name": TOKEN_VOLUME} if isinstance(v, Mapping) and v.get("name") == token else v for v in volumes]}
-    for field in ("containers", "initContainers", "ephemeralContainers"):
-        containers = spec.get(field)
-        if isinstance(containers, list):
-            renamed[field] = [_mounts_renamed(c, token) for c in containers]
-    return {**obj, "spec": renamed}, [*volatile, token]
-
-
-def _mounts_renamed(container: Any, token: str) -> Any:
-    mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
-    if not isinstance(mounts, list):
-        return container
-    return {
-        **container,
-        "volumeMounts": [{**m, "name": TOKEN_VOLUME} if isinstance(m, Mapping) and m.get("name") == token else m for m in mounts],
-    }
+        return replicas.digest(jsoncodec.dumps(document)), form.volatile
 
 
 def _mentions(decision: model.Decision, values: list[str]) -> bool:

@@ -10,8 +10,9 @@ What is remembered (`scan.run`): every policy's result, the template checks' and
 of `scan.SHARED_POD_CHECK_IDS` (their context, the pod's node by `spec.nodeName` and every node,
 is fixed for a run); the pod checks that read the uid run on each pod.
 
-**What is left out of the key** (`normalized`): the metadata a controller sets differently on
-each replica and that no built-in policy or template check reads (`VOLATILE_METADATA`: name,
+**What is left out of the key** (`normalized`, on top of `policies.replicas.replica_form`, which
+the webhook's decision cache shares): the metadata a controller sets differently on each replica
+and that no built-in policy or template check reads (`replicas.VOLATILE_METADATA`: name,
 generateName, uid, creationTimestamp, resourceVersion, managedFields; name and generateName stay
 in where a settings exception matches by name), every status field but `phase` (the one the GPU
 model reads, `allocation.is_terminal`), and the random five characters of the ServiceAccount
@@ -32,72 +33,37 @@ memo equal, byte for byte, to those of a run without it, on generated replicas.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from policies import settings as settings_
+from policies import replicas, settings as settings_
 from webhook.audit import findings
 
-VOLATILE_METADATA = frozenset({"name", "generateName", "uid", "creationTimestamp", "resourceVersion", "managedFields"})
-_NAMES = frozenset({"name", "generateName"})
-TOKEN_VOLUME_PREFIX = "kube-api-access-"
-TOKEN_VOLUME = TOKEN_VOLUME_PREFIX + "*"
 MAX_ENTRIES = 16_384
 
 
 def normalized(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[dict[str, Any], list[str]]:
-    """``obj`` without what its replicas differ in (see the module docstring), and the values taken out."""
-    volatile: list[str] = []
-    out = {key: value for key, value in obj.items() if key != "status"}
-    metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping):
-        dropped = VOLATILE_METADATA - _NAMES if keeps_names else VOLATILE_METADATA
-        for field in ("name", "generateName", "uid"):
-            value = metadata.get(field)
-            if isinstance(value, str) and value:
-                volatile.append(value)  # kept ones too: a message naming the pod is never shared
-        out["metadata"] = {key: value for key, value in metadata.items() if key not in dropped}
+    """``obj`` without what its replicas differ in (see the module docstring), and the values taken out.
+
+    ``replicas.replica_form`` plus the audit's own part: every status field but ``phase`` goes too
+    (``status`` moved last), and the pod's name, generateName and uid count as taken out even where
+    they stay in the key, so that a result naming the pod is never shared."""
+    form = replicas.replica_form(obj, keeps_names=keeps_names)
+    out = {key: value for key, value in form.object.items() if key != "status"}
     status = obj.get("status")
     if isinstance(status, Mapping):
         out["status"] = {"phase": status["phase"]} if "phase" in status else {}
     elif "status" in obj:
         out["status"] = status
-    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
-    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
-    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
-        return out, volatile
-    tokens = [
-        v["name"]
-        for v in volumes
-        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(TOKEN_VOLUME_PREFIX)
-    ]
-    if len(tokens) != 1:
-        return out, volatile
-    token = tokens[0]
-    renamed: dict[str, Any] = {
-        **spec,
-        "volumes": [{**v, "name": TOKEN_VOLUME} if isinstance(v, Mapping) and v.get("name") == token else v for v in volumes],
-    }
-    for field in ("containers", "initContainers", "ephemeralContainers"):
-        containers = spec.get(field)
-        if isinstance(containers, list):
-            renamed[field] = [_mounts_renamed(c, token) for c in containers]
-    out["spec"] = renamed
-    volatile.append(token)
+    metadata = obj.get("metadata")
+    volatile: list[str] = []
+    if isinstance(metadata, Mapping):
+        volatile = [v for f in replicas.IDENTITY_FIELDS if isinstance(v := metadata.get(f), str) and v]
+    if form.token_volume is not None:
+        volatile.append(form.token_volume)
     return out, volatile
-
-
-def _mounts_renamed(container: Any, token: str) -> Any:
-    mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
-    if not isinstance(mounts, list):
-        return container
-    return {
-        **container,
-        "volumeMounts": [{**m, "name": TOKEN_VOLUME} if isinstance(m, Mapping) and m.get("name") == token else m for m in mounts],
-    }
 
 
 def retarget(found: findings.Finding, subject: findings.ObjectRef) -> findings.Finding:
@@ -128,7 +94,7 @@ class Memo:
             dumped = orjson.dumps(slim)
         except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer past 64 bits
             return None
-        return hashlib.blake2b(dumped, digest_size=16).digest(), volatile
+        return replicas.digest(dumped), volatile
 
     def get(self, digest: bytes, subject: findings.ObjectRef) -> list[findings.Finding] | None:
         """The results remembered under ``digest``, about ``subject``; None when there are none."""

@@ -273,6 +273,11 @@ RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
 # and carrying the ledger in RESERVATIONS_ANNOTATION, the same JSON as on the Node.
 LEDGER_LABEL = "gpu-admission.io/ledger"  # "true" on every ledger Lease (list/watch selector)
 LEDGER_NODE_ANNOTATION = "gpu-admission.io/node"  # the node whose ledger a Lease is
+# The one Node write the extender still makes: when cards it alone knew were held come free (a
+# ledger entry dropped, a pod it counted gone) while pods it turned away may be waiting, it stamps
+# this annotation (the time) so that kube-scheduler, which retries such pods on Node updates, tries
+# them again (`webhook.extender.nudge`).
+LEDGER_FREED_ANNOTATION = "gpu-admission.io/ledger-freed"
 
 
 class AnnotationError(ValueError):

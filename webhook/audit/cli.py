@@ -62,11 +62,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="PATH",
         help="audit manifest files instead of a cluster: file, directory or - for stdin; repeatable",
     )
-    parser.add_argument(
-        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
-        help="where the scheduler extender keeps the nodes' reservation-ledger Leases (default: %(default)s); "
-        "a Lease elsewhere is never read as a ledger",
-    )
+    flags.add_ledger_namespace(parser)
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     parser.set_defaults(func=run)

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from policies import reservations
 from webhook.cmdline import durations
 
 if TYPE_CHECKING:
@@ -116,6 +117,16 @@ def _output_format(formats: tuple[str, ...]) -> Any:
         raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(formats)})")
 
     return output_format
+
+
+def add_ledger_namespace(parser: _Container, *, note: str = "") -> None:
+    """`--ledger-namespace`: where the scheduler extender keeps the nodes' reservation-ledger Leases.
+    Every command that writes or reads the ledgers takes it; a Lease elsewhere is never a ledger."""
+    parser.add_argument(
+        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
+        help="where the scheduler extender keeps the nodes' reservation-ledger Leases, one per GPU node "
+        f"(default: %(default)s; a Lease elsewhere is never read as a ledger{note})",
+    )
 
 
 def add_output_file(parser: _Container) -> None:

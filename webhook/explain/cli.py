@@ -99,11 +99,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     flags.add_cluster(parser)
-    parser.add_argument(
-        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
-        help="where the scheduler extender keeps the nodes' reservation-ledger Leases (default: %(default)s; "
-        "a snapshot records its own)",
-    )
+    flags.add_ledger_namespace(parser, note="; a snapshot records its own")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

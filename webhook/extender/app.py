@@ -23,7 +23,7 @@ from aiohttp import web
 
 from policies import allocation, cardrequest, podspec
 from webhook.serving import metrics
-from webhook.extender import binder, occupancy, overview, placement, reality, wire
+from webhook.extender import binder, nudge, occupancy, overview, placement, reality, wire
 from policies import cards, inspection
 from webhook.extender import store as store_module
 
@@ -112,6 +112,7 @@ METERS = web.AppKey("meters", Meters)
 WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("watch")
 TIDY_EVERY = web.AppKey("tidy_every", float)
 OVERVIEW = web.AppKey("overview", overview.Overview)
+NUDGER = web.AppKey("nudger", nudge.Nudger)
 
 
 def make_app(
@@ -121,10 +122,13 @@ def make_app(
     settings: Settings | None = None,
     watch: Callable[[asyncio.AbstractEventLoop], Watch] | None = None,
     tidy_every: float | None = None,
+    nudger: nudge.Nudger | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> web.Application:
     """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up;
-    `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background."""
+    `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background;
+    `nudger`, when given, hears of turned-away pods and freed cards and stamps Nodes for
+    kube-scheduler (`nudge`)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[STORE] = cache
     app[BINDER] = bind
@@ -142,6 +146,10 @@ def make_app(
     if tidy_every is not None:
         app[TIDY_EVERY] = tidy_every
         app.cleanup_ctx.append(_tidying)
+    if nudger is not None:
+        app[NUDGER] = nudger
+        cache.on_freed = nudger.freed
+        app.cleanup_ctx.append(_nudging)
     app.router.add_post("/filter", filter_nodes)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
@@ -191,6 +199,14 @@ async def _warm(app: web.Application) -> None:
             sliced = time.perf_counter() + WARM_SLICE_S
 
 
+async def _nudging(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(app[NUDGER].run(), name="stamp nodes whose cards came free")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 async def _tidying(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(_tidy(app), name="tidy reservation ledgers")
     yield
@@ -204,14 +220,18 @@ async def _tidy(app: web.Application) -> None:
     placed elsewhere). Filter and bind already leave such entries out, but they stay in the ledger
     Lease until a prune or the node's next bind rewrites it; pruned, the Lease stays small to read
     and write, and `inspect`, `explain` and the audit show only what counts. The prune writes the
-    Lease alone, which kube-scheduler does not watch: pods turned away while such an entry still
-    counted are retried on the scheduler's next cluster event or its periodic retry."""
+    Lease alone, which kube-scheduler does not watch: the store tells the nudger of the freed cards
+    (as it does of reservations that simply lapsed, which this pass notices), and the nudger stamps
+    the Node when pods were turned away (`nudge`)."""
     cache, bind, settings = app[STORE], app[BINDER], app[SETTINGS]
     while True:
         await asyncio.sleep(app[TIDY_EVERY])
         if not cache.synced:
             continue
-        for name in cache.stale_ledgers(now=settings.clock()):
+        now = settings.clock()
+        for name in cache.lapsed(now=now):
+            cache.state(name, now=now, ttl=settings.ttl)  # a free that no event brought reaches the nudger
+        for name in cache.stale_ledgers(now=now):
             try:
                 await bind.prune(name)
             except Exception:  # noqa: BLE001 - tidying is best effort; the next pass tries again
@@ -277,6 +297,8 @@ async def filter_nodes(request: web.Request) -> web.Response:
         return web.json_response(wire.filter_error(f"internal error in the GPU extender: {error}"))
     for name, count in (("passed", len(outcome.passed)), ("failed", len(outcome.failed)), ("unresolvable", len(outcome.unresolvable))):
         meters.nodes.inc(count, outcome=name)
+    if (outcome.failed or outcome.unresolvable) and NUDGER in request.app:
+        request.app[NUDGER].refused()
     if outcome.reasons:  # one increment per code, not per node: a full cluster refuses hundreds of nodes per pod
         for code, count in collections.Counter(str(reason.code) for found in outcome.reasons.values() for reason in found).items():
             meters.reasons.inc(count, code=code)

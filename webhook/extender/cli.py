@@ -20,7 +20,7 @@ from policies import allocation, reservations
 from policies import usage as policies_usage
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
-from webhook.extender import app, binder, kube
+from webhook.extender import app, binder, kube, nudge
 from policies import cards, inspection
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
@@ -67,11 +67,7 @@ def add_parser(subparsers: Any) -> None:
         help="treat GPU memory held by out-of-band processes (no pod; from the labeler's gpu-admission.io/gpu-usage "
         "summary) as taken when picking a card; off by default: the summary can be up to one labeler interval old",
     )
-    serve.add_argument(
-        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
-        help="the namespace of the reservation ledgers, one Lease per GPU node (default: "
-        f"{reservations.LEDGER_NAMESPACE}); every replica must name the same one",
-    )
+    flags.add_ledger_namespace(serve, note="; every replica must name the same one")
     flags.add_logging(serve)
     serve.set_defaults(func=run_extender)
 
@@ -89,10 +85,7 @@ def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_output(parser, INSPECT_OUTPUTS)
     flags.add_output_file(parser)
     flags.add_cluster(parser)
-    parser.add_argument(
-        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
-        help=f"where the extender keeps its reservation ledger Leases (default: {reservations.LEDGER_NAMESPACE})",
-    )
+    flags.add_ledger_namespace(parser)
     parser.add_argument("node", nargs="*", help="only these nodes")
 
 
@@ -229,6 +222,7 @@ async def _serve(
         settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band),
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running, namespace=ledger_namespace),
         tidy_every=TIDY_EVERY_S,
+        nudger=nudge.Nudger(kube_api.stamp_node),
     )
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain

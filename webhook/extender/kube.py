@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from policies import reservations
+from policies import gpu, reservations
 from webhook import kube
 from webhook.extender import api
 from webhook.extender import store as store_module
@@ -85,6 +85,15 @@ class KubeApi:
     async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Object:
         return await self._request_async(  # guarded by the body's resourceVersion: a repeat that lost is a 409
             "PUT", _lease_path(namespace, name), body=body, query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
+        )
+
+    async def stamp_node(self, node: str, stamp: str) -> None:
+        """Set the Node's `gpu-admission.io/ledger-freed` annotation (`nudge`): a merge patch of that
+        one key, the only Node write the extender makes."""
+        body = {"metadata": {"annotations": {gpu.LEDGER_FREED_ANNOTATION: stamp}}}
+        await self._request_async(  # the same stamp twice is harmless
+            "PATCH", f"/api/v1/nodes/{_quote(node)}", body=body, content_type="application/merge-patch+json",
+            query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
         )
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:

@@ -55,6 +55,9 @@ class Store:
         self._pod_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._tokens: dict[Hashable, int] = {}  # `judged` keys
         self._vouched: dict[str, int] = {}  # node -> the version of this process's last commit whose pods this cache covers
+        # Called with a node's name when cards may have come free there: a counted pod deleted,
+        # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
+        self.on_freed: Callable[[str], None] | None = None
 
     @property
     def honours_out_of_band(self) -> bool:
@@ -200,6 +203,9 @@ class Store:
         if hit is not None and hit.version == version and hit.ttl == ttl and now < hit.valid_until:
             state, uids = hit.state, hit.uids
         else:
+            # Something time-limited stopped counting (a reservation expired, an in-flight entry's
+            # pod never showed up): cards came free without any watch event.
+            lapsed = hit is not None and hit.version == version and hit.ttl == ttl
             ledger = self.ledger(name)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             for uid in ledger:
@@ -209,6 +215,8 @@ class Store:
             valid_until = min([_valid_until(state, ttl=ttl), *unseen])
             uids = frozenset(a.uid for a in (*state.allocations, *state.orphans))
             self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state, uids=uids)
+            if lapsed:
+                self._freed(name)
         if exclude_uid and exclude_uid in uids:
             ledger = self.ledger(name)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
@@ -275,6 +283,11 @@ class Store:
             if any((e.expires or 0.0) <= now or not self._plausible(e, node=name, now=now) for e in ledger.values()):
                 found.append(name)
         return found
+
+    def lapsed(self, *, now: float) -> list[str]:
+        """Nodes whose remembered state holds something time-limited that has stopped counting by
+        `now`; `state` on them notices the free (and tells `on_freed`)."""
+        return [name for name, hit in self._states.items() if hit.valid_until <= now]
 
     def _plausible(self, entry: allocation.Allocation, *, node: str, now: float) -> bool:
         """Whether a ledger entry may still stand for a card in use, by what this cache knows."""
@@ -349,7 +362,9 @@ class Store:
             if event == "DELETED":
                 node = reservations.lease_node(obj, namespace=self._namespace)
                 if node is not None and not _older(obj, self._leases.get(node)):
-                    self._leases.pop(node, None)
+                    dropped = self._leases.pop(node, None)
+                    if dropped is not None and _lease_uids(dropped):
+                        self._freed(node)
                     self._vouched.pop(node, None)
                     self._lease_deleted[node] = _revision(obj) if _revision(obj) >= 0 else _UNPROVABLE
                     self._touch(node)
@@ -360,7 +375,12 @@ class Store:
                 self.seen("Lease", version)
         elif kind == "Pod":
             if event == "DELETED":
-                self._drop_pod(_uid(obj))
+                uid = _uid(obj)
+                held = self._pods.get(uid)
+                node = self._pod_node.get(uid)
+                self._drop_pod(uid)
+                if held is not None and node and not allocation.is_terminal(held):
+                    self._freed(node)
             else:
                 self.put_pod(obj)
             # Events come in revision order: everything up to this one is applied now.
@@ -396,6 +416,8 @@ class Store:
         self._leases[node] = slim
         if held is None or _lease_ledger_text(slim) != _lease_ledger_text(held):
             self._touch(node)
+            if held is not None and _lease_uids(held) - _lease_uids(slim):
+                self._freed(node)  # entries dropped (pruned, expired): cards only the ledger held
 
     def put_pod(self, obj: Mapping[str, Any]) -> None:
         uid = _uid(obj)
@@ -406,6 +428,7 @@ class Store:
         if held is not None and _same_but_version(slim, held):
             self._pods[uid] = slim  # a status update that changes nothing kept here: the node's cached state stays
             return
+        was_on = self._pod_node.get(uid) if held is not None and not allocation.is_terminal(held) else None
         self._drop_pod(uid)
         self._pods[uid] = slim
         node = cards.pod_node(slim)
@@ -413,6 +436,12 @@ class Store:
             self._pod_node[uid] = node
             self._by_node.setdefault(node, set()).add(uid)
             self._touch(node)
+        if was_on and (was_on != node or allocation.is_terminal(slim)):
+            self._freed(was_on)  # finished, or no longer on that node
+
+    def _freed(self, node: str) -> None:
+        if self.on_freed is not None:
+            self.on_freed(node)
 
     def _touch(self, node: str) -> None:
         self._versions[node] = self._versions.get(node, 0) + 1
@@ -519,6 +548,11 @@ def _uid(obj: Mapping[str, Any]) -> str:
 
 def _node_ledger_text(node: Mapping[str, Any]) -> object:
     return podspec.mapping(podspec.mapping(node.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
+
+
+def _lease_uids(lease: Mapping[str, Any]) -> set[str]:
+    text = _lease_ledger_text(lease)
+    return set(reservations.read(text)) if isinstance(text, str) else set()
 
 
 def _lease_ledger_text(lease: Mapping[str, Any]) -> object:

@@ -205,11 +205,11 @@ def test_the_labeler_policy_lists_exactly_the_labels_annotations_and_resources_t
         assert set(labels.capacity(INVENTORY, mode=mode)) <= set(gpu.Resource), mode
 
 
-def test_the_extender_policy_lists_exactly_the_ledger_and_the_annotations_bind_writes(
+def test_the_extender_policy_lists_exactly_the_stamp_and_the_annotations_bind_writes(
     guard: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     spec = policy(guard, EXTENDER)["spec"]
-    assert literal_list(spec, "ledgerAnnotations") == [gpu.RESERVATIONS_ANNOTATION]
+    assert literal_list(spec, "nodeAnnotations") == [gpu.LEDGER_FREED_ANNOTATION]
     shared = allocation_.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0,), memory_gib=4)
     whole = allocation_.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0, 1), whole=True)
     written = set(allocation_.bind_annotations(shared, card_memory_gib=15)) | set(allocation_.bind_annotations(whole, card_memory_gib=15))
@@ -238,11 +238,12 @@ def test_the_labeler_rbac_writes_nothing_but_nodes_and_their_status() -> None:
     assert not any(writes.values()), writes
 
 
-def test_the_extender_rbac_writes_no_node_and_no_pod() -> None:
-    """The ledger left the Node for a Lease per node: no node writes at all (the old annotation is only read)."""
+def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> None:
+    """The ledger left the Node for a Lease per node; the one Node write left is the ledger-freed
+    stamp (`nudge`), which the node guard narrows to that key."""
     [role] = [d for d in documents(DEPLOY / "extender.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: sorted(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
-    assert verbs == {"nodes": ["get", "list", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"]}
+    assert verbs == {"nodes": ["get", "list", "patch", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"]}
 
 
 # --- the labeler: its own writes pass ----------------------------------------------------------------
@@ -370,13 +371,18 @@ def test_creating_or_deleting_a_node_is_refused(labeler_policy: Policy) -> None:
 # --- the extender ------------------------------------------------------------------------------------
 
 
-def test_the_extenders_ledger_patch_passes_and_nothing_else_on_a_node(extender_policy: Policy) -> None:
+def test_the_extenders_stamp_passes_and_nothing_else_on_a_node(extender_policy: Policy) -> None:
     before = node()
-    ledger = {gpu.RESERVATIONS_ANNOTATION: '{"u1":{"cards":[0]}}'}
-    after = merged(before, {"metadata": {"resourceVersion": "41", "annotations": ledger}})
+    stamp = {gpu.LEDGER_FREED_ANNOTATION: "2026-11-26T18:00:00.000Z"}
+    after = merged(before, {"metadata": {"annotations": stamp}})
     assert extender_policy.review(request=request(user=EXTENDER_USER, claim=None), obj=after, old=before).allowed
-    cleared = merged(after, {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: None}}})
-    assert extender_policy.review(request=request(user=EXTENDER_USER, claim=None), obj=cleared, old=after).allowed
+    restamped = merged(after, {"metadata": {"annotations": {gpu.LEDGER_FREED_ANNOTATION: "2026-11-26T18:00:01.000Z"}}})
+    assert extender_policy.review(request=request(user=EXTENDER_USER, claim=None), obj=restamped, old=after).allowed
+    # An earlier version's ledger write (an old replica beside a new one during an upgrade) is refused:
+    # the two must never commit to different objects at once.
+    ledger = {gpu.RESERVATIONS_ANNOTATION: '{"u1":{"cards":[0]}}'}
+    old_commit = merged(before, {"metadata": {"resourceVersion": "41", "annotations": ledger}})
+    assert gpu.RESERVATIONS_ANNOTATION in denied(extender_policy, obj=old_commit, old=before, user=EXTENDER_USER, claim=None)
     cases: list[tuple[dict[str, Any], str]] = [
         ({"metadata": {"labels": {gpu.CARD_COUNT_LABEL: "8"}}}, gpu.CARD_COUNT_LABEL),
         ({"metadata": {"labels": {gpu.SCHEDULE_LABEL: "share"}}}, gpu.SCHEDULE_LABEL),
@@ -424,8 +430,8 @@ def test_the_extenders_messages_name_what_it_may_change(extender_policy: Policy)
     after = merged(before, {"metadata": {"annotations": {"example.com/x": "1"}}})
     message = denied(extender_policy, obj=after, old=before, user=EXTENDER_USER, claim=None)
     assert message == (
-        "gpu-admission node guard: the extender may change only its reservation ledger "
-        f"({gpu.RESERVATIONS_ANNOTATION}) on Nodes, not example.com/x"
+        "gpu-admission node guard: the extender may change only its ledger-freed stamp "
+        f"({gpu.LEDGER_FREED_ANNOTATION}) on Nodes, not example.com/x"
     )
 
 

@@ -220,12 +220,14 @@ async def test_the_lagging_replica_test_catches_a_cache_trusted_blindly(
     server: WatchedApiServer, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The check above has teeth: a binder that trusted its pod cache without comparing versions
-    over-commits on the same burst."""
+    over-commits on the same burst. Conflict backoffs are event-loop turns here, not wall-clock
+    sleeps, so the interleaving (and the over-commit) does not depend on the machine's load."""
 
     async def always(self: store_module.Store, version: int, *, timeout: float) -> bool:
         return True
 
     monkeypatch.setattr(store_module.Store, "wait_for_pods", always)
+    monkeypatch.setattr(binder, "_BACKOFF_S", 0.0)
     server.add_node(make_node("gpu-0"))
     pods = [server.add_pod(make_gpu_pod(f"p{i}", mem=5)) for i in range(40)]
     with Feed(server, rng=random.Random(3), lag=0.3) as a, Feed(server, rng=random.Random(4), lag=0.95) as b:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -184,6 +185,17 @@ class NodeState:
             if card.index == index:
                 return card
         return None
+
+
+def valid_until(state: NodeState, *, ttl: float) -> float:
+    """When the first time-limited allocation counted in `state` stops counting (a ledger entry's
+    expiry, or an unbound allocation's assumed time plus the reservation TTL); inf if none."""
+    ends = [
+        a.expires if a.expires is not None else (a.assumed_at or 0.0) + ttl
+        for a in (*state.allocations, *state.orphans)
+        if a.expires is not None or not a.bound
+    ]
+    return min(ends, default=math.inf)
 
 
 def pods_by_node(pods: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:

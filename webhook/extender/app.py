@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -142,14 +142,14 @@ def make_app(
     if watch is not None:
         app[WATCH] = watch
         app.cleanup_ctx.append(_watching)
-        app.cleanup_ctx.append(_warming)
+        app.cleanup_ctx.append(_background("warm the node states", _warm))
     if tidy_every is not None:
         app[TIDY_EVERY] = tidy_every
-        app.cleanup_ctx.append(_tidying)
+        app.cleanup_ctx.append(_background("tidy reservation ledgers", _tidy))
     if nudger is not None:
         app[NUDGER] = nudger
         cache.on_freed = nudger.freed
-        app.cleanup_ctx.append(_nudging)
+        app.cleanup_ctx.append(_background("stamp nodes whose cards came free", lambda app: app[NUDGER].run()))
     app.router.add_post("/filter", filter_nodes)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
@@ -161,6 +161,21 @@ def make_app(
     return app
 
 
+def _background(
+    name: str, work: Callable[[web.Application], Coroutine[Any, Any, None]]
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context that runs `work(app)` as a task while the app runs and cancels it after."""
+
+    async def running(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(work(app), name=name)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return running
+
+
 async def _watching(app: web.Application) -> AsyncIterator[None]:
     watcher = app[WATCH](asyncio.get_running_loop())
     watcher.start()
@@ -169,14 +184,6 @@ async def _watching(app: web.Application) -> AsyncIterator[None]:
 
 
 WARM_SLICE_S = 0.002  # CPU the warming takes between two turns of the event loop: a filter waits at most this long
-
-
-async def _warming(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(_warm(app), name="warm the node states")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def _warm(app: web.Application) -> None:
@@ -197,22 +204,6 @@ async def _warm(app: web.Application) -> None:
         if time.perf_counter() >= sliced:
             await asyncio.sleep(0)
             sliced = time.perf_counter() + WARM_SLICE_S
-
-
-async def _nudging(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(app[NUDGER].run(), name="stamp nodes whose cards came free")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-async def _tidying(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(_tidy(app), name="tidy reservation ledgers")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def _tidy(app: web.Application) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Protocol
 
 from prometheus_client import exposition
@@ -126,22 +125,12 @@ def _entry(source: Source, name: str, *, version: int, now: float, ttl: float) -
         version=version,
         ttl=ttl,
         computed_at=now,
-        valid_until=_valid_until(state, ttl=ttl),
+        valid_until=cards.valid_until(state, ttl=ttl),
         node_json=node_json,
         table=table,
         occupancy=occupancy_lines,
         usage=_usage_lines(name, summary),
     )
-
-
-def _valid_until(state: cards.NodeState, *, ttl: float) -> float:
-    """When the first time-limited allocation counted in `state` stops counting (as the store's cache)."""
-    ends = [
-        a.expires if a.expires is not None else (a.assumed_at or 0.0) + ttl
-        for a in (*state.allocations, *state.orphans)
-        if a.expires is not None or not a.bound
-    ]
-    return min(ends, default=math.inf)
 
 
 def _label(value: str) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -212,7 +211,7 @@ class Store:
                 self._ledger_refs.setdefault(uid, set()).add(name)
             state = cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live)
             unseen = [(e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
-            valid_until = min([_valid_until(state, ttl=ttl), *unseen])
+            valid_until = min([cards.valid_until(state, ttl=ttl), *unseen])
             uids = frozenset(a.uid for a in (*state.allocations, *state.orphans))
             self._states[name] = _Cached(version=version, ttl=ttl, valid_until=valid_until, state=state, uids=uids)
             if lapsed:
@@ -474,16 +473,6 @@ class _Cached:
     state: cards.NodeState
     uids: frozenset[str]  # the pods the state counts (allocations and orphans)
     judged: dict[int, object] = dataclasses.field(default_factory=dict)  # `Store.judged`'s memo, by key token
-
-
-def _valid_until(state: cards.NodeState, *, ttl: float) -> float:
-    """When the first time-limited allocation counted in `state` stops counting."""
-    ends = [
-        a.expires if a.expires is not None else (a.assumed_at or 0.0) + ttl
-        for a in (*state.allocations, *state.orphans)
-        if a.expires is not None or not a.bound
-    ]
-    return min(ends, default=math.inf)
 
 
 def slim_node(node: Mapping[str, Any]) -> Object:

@@ -320,11 +320,17 @@ def _write(custom: Any, step: report.Step) -> None:
     body: dict[str, Any] = json.loads(json.dumps(step.body))
     if step.verb is report.Verb.CREATE:
         if step.namespace:
-            _call(
-                f"cannot create {where}",
-                lambda: custom.create_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, body),
-                idempotent=False,
-            )
+            try:
+                _call(
+                    f"cannot create {where}",
+                    lambda: custom.create_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, body),
+                    idempotent=False,
+                )
+            except kube_errors.KubeError as error:
+                if not _terminating(error):
+                    raise
+                # A namespace being deleted takes no new objects; its pods (and our report) go with it.
+                log.warning("not writing %s: the namespace is being deleted", where)
         else:
             _call(f"cannot create {where}", lambda: custom.create_cluster_custom_object(report.GROUP, report.VERSION, plural, body), idempotent=False)
         return
@@ -336,6 +342,12 @@ def _write(custom: Any, step: report.Step) -> None:
         )
     else:
         _call(f"cannot replace {where}", lambda: custom.replace_cluster_custom_object(report.GROUP, report.VERSION, plural, name, body))
+
+
+def _terminating(error: kube_errors.KubeError) -> bool:
+    """Whether the apiserver refused a create because the namespace is being deleted (403,
+    NamespaceTerminating), which a cluster-wide audit meets whenever a namespace goes away."""
+    return error.status == 403 and "because it is being terminated" in str(error)
 
 
 def apply(api: client.ApiClient, steps: list[report.Step]) -> int:

@@ -439,6 +439,8 @@ def stored(value: object) -> Quantity | None:
     """
     if type(value) is str:
         return _stored_text(value)
+    if type(value) is int:  # a manifest's bare number (dry-run, a hand-made review): as cacheable
+        return _stored_int(value)
     return _stored(value)
 
 
@@ -447,6 +449,11 @@ def stored(value: object) -> Quantity | None:
 # Quantity is frozen, so one parsed value can be shared; the cache is bounded.
 @functools.lru_cache(maxsize=1024)
 def _stored_text(value: str) -> Quantity | None:
+    return _stored(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_int(value: int) -> Quantity | None:
     return _stored(value)
 
 

@@ -204,7 +204,9 @@ def cluster_job(
 
     def job(still_leader: Callable[[], bool]) -> Mapping[str, int]:
         now = clock()
-        audit = sweep.audit_cluster(api, settings=settings, namespace=None, now=now, ledger_namespace=ledger_namespace)
+        audit = sweep.audit_cluster(
+            api, settings=settings, namespace=None, now=now, ledger_namespace=ledger_namespace, pause_collector=False
+        )
         if still_leader():
             _, written = sweep.write_reports(api, audit, all_results=all_results, now=now)
             log.info(

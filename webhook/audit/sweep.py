@@ -44,12 +44,14 @@ def audit_cluster(
     namespace: str | None,
     now: float,
     ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    pause_collector: bool = True,
 ) -> scan.Audit:
     """List what `namespace` (None: every namespace and the nodes, with the ledger Leases of
     `ledger_namespace`) holds and judge it, each page of pods as it arrives (`kube.objects` lists
-    them last; `scan.run` keeps little of each)."""
+    them last; `scan.run` keeps little of each). `pause_collector=False` leaves Python's cyclic
+    collector on: `serve`'s background audit shares its process with the webhook's handlers."""
     inventory = scan.Inventory.streamed(kube.objects(api, namespace=namespace, ledger_namespace=ledger_namespace))
-    with collector_paused():
+    with collector_paused() if pause_collector else contextlib.nullcontext():
         return scan.run(
             inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api),
             ledger_namespace=ledger_namespace,
@@ -64,8 +66,9 @@ def collector_paused() -> Iterator[None]:
     allocations, walks the young ones again and again and every so often the whole heap (by then
     a million findings): measured on a live 100,000-pod audit, 9.5 of 10.8 s in `orjson.loads` were
     the collector's, not the decoder's. What a run makes is acyclic (decoded JSON, frozen findings),
-    so nothing is left for the collector to find; cyclic garbage made meanwhile (in `serve`, by the
-    other threads too: the switch is per process) waits until the run ends. No-op where it was off.
+    so nothing is left for the collector to find. The switch is per process, so `serve`'s background
+    audit does not use it (the webhook's handlers there would keep their cyclic garbage for the
+    length of a run). No-op where it was off.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -252,3 +252,25 @@ def test_the_collector_is_paused_while_a_run_judges_and_restored_after_even_on_e
         assert not gc.isenabled()  # it was off: left off
     finally:
         gc.enable()
+
+
+def test_the_cli_audit_pauses_the_collector_and_serves_background_audit_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch is per process: `serve`'s background audit shares its process with the webhook's
+    handlers, whose cyclic garbage must not wait for a whole run."""
+    from webhook.audit import background, kube as audit_kube, scan
+    from policies import settings as settings_
+
+    seen: list[bool] = []
+
+    def run(*args: object, **kwargs: object) -> scan.Audit:
+        seen.append(gc.isenabled())
+        raise RuntimeError("judged")
+
+    monkeypatch.setattr(audit_kube, "objects", lambda *args, **kwargs: iter(()))
+    monkeypatch.setattr(scan, "run", run)
+    with pytest.raises(RuntimeError, match="judged"):
+        sweep.audit_cluster(None, settings=settings_.Settings(), namespace=None, now=0.0)  # type: ignore[arg-type]  # never called
+    job = background.cluster_job(None, settings=settings_.Settings(), all_results=False)
+    with pytest.raises(RuntimeError, match="judged"):
+        job(lambda: True)
+    assert seen == [False, True] and gc.isenabled()

@@ -11,6 +11,8 @@ node guard's ValidatingAdmissionPolicies, ConfigMaps, the namespace, the CRDs.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import subprocess
 from collections.abc import Iterator
@@ -39,10 +41,14 @@ CLUSTER_KINDS = (
 @pytest.fixture(scope="module")
 def bare(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A local cluster with no gpu-admission objects: only the extender (before kube-scheduler,
-    which calls it) and the labelers run, as local processes."""
+    which calls it) and the labelers run, as local processes. Not even the extender's ledger
+    namespace: the chart creates and owns it (Helm adopts no namespace it did not make)."""
     directory = tmp_path_factory.mktemp("helm-cluster")
     fake = nodes.load(None)
-    state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=fake, before_scheduler=install.start_extender)
+    state = controlplane.up(
+        directory, bin_dir=bin_dir, fake_nodes=fake,
+        before_scheduler=functools.partial(install.start_extender, create_ledger_namespace=False),
+    )
     try:
         install.start_labelers(state, fake)
         yield Cluster(state)

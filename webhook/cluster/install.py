@@ -108,9 +108,11 @@ def local_scheduler_configuration(document: Mapping[str, Any], *, base_url: str)
     return changed
 
 
-def start_extender(state: controlplane.State, *, timeout: float = 30.0) -> dict[str, Any] | None:
+def start_extender(state: controlplane.State, *, timeout: float = 30.0, create_ledger_namespace: bool = True) -> dict[str, Any] | None:
     """Start `gpu-admission extender` under the cluster and return the scheduler configuration
-    that calls it (None while `deploy/` has no scheduler configuration)."""
+    that calls it (None while `deploy/` has no scheduler configuration). Its reservation ledgers
+    are Leases in the ledger namespace, created here unless `create_ledger_namespace` is False
+    (a Helm install must own that namespace; until it exists binds are refused, naming it)."""
     source = deploy_dir() / SCHEDULER_CONFIGURATION
     if not source.exists():
         return None
@@ -119,8 +121,8 @@ def start_extender(state: controlplane.State, *, timeout: float = 30.0) -> dict[
     port = state.ports.get("extender") or controlplane.free_port()
     state.ports["extender"] = port
     command = [executable(), "extender", "--port", str(port), "--host", "127.0.0.1", "--kubeconfig", str(state.kubeconfig)]
-    # Its reservation ledgers are Leases in the ledger namespace, which deploy/ creates (exists already: fine).
-    controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
+    if create_ledger_namespace:  # deploy/ creates it too (exists already: fine)
+        controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
     controlplane.start(state, "extender", command=command)
     controlplane.wait_for(
         lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), what="the extender /healthz", timeout=timeout, state=state, component="extender"

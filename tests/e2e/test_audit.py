@@ -310,9 +310,11 @@ def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster
 
 
 def test_the_audit_reads_the_ledger_lease_in_the_ledger_namespace_and_never_a_tenants(cluster: Cluster) -> None:
-    """GPU203 on a real apiserver: an orphaned entry in node A's ledger Lease (gpu-admission) is named
-    with its Lease; the same entry in a Lease a tenant forged for node B in its own namespace is no
-    ledger at all."""
+    """GPU203 on a real apiserver: an orphaned entry in node A's ledger Lease (in the ledger namespace
+    the audit is told) is named with its Lease; the same entry in a Lease a tenant forged for node B
+    in its own namespace is no ledger at all. The ledger namespace is this test's own: the local
+    cluster's extender watches gpu-admission and would prune the orphan within seconds (its tidy
+    pass), racing the audit."""
     suffix = uuid.uuid4().hex[:6]
     node_a, node_b = f"ledger-a-{suffix}", f"ledger-b-{suffix}"
     fake: list[Mapping[str, Any]] = [
@@ -320,7 +322,7 @@ def test_the_audit_reads_the_ledger_lease_in_the_ledger_namespace_and_never_a_te
     ]
     assert cluster.apply(fake, namespace="default").returncode == 0
     tenant = cluster.namespace()
-    cluster.kubectl("create", "namespace", reservations.LEDGER_NAMESPACE)  # exists already where the extender runs
+    ledger_namespace = cluster.namespace()
     now = time.time()
 
     def orphan(node: str) -> allocation_.Allocation:
@@ -329,22 +331,22 @@ def test_the_audit_reads_the_ledger_lease_in_the_ledger_namespace_and_never_a_te
             assumed_at=now - 60, expires=now + 600, source="reservation",
         )
 
-    leases = [(node_a, reservations.LEDGER_NAMESPACE), (node_b, tenant)]
+    leases = [(node_a, ledger_namespace), (node_b, tenant)]
     try:
         for node, namespace in leases:
             uid = cluster.get("node", node, namespace="default")["metadata"]["uid"]
             entry = orphan(node)
             body = reservations.lease_body(node, uid, {entry.uid: entry}, "e2e", namespace=namespace)
             assert cluster.apply(body, namespace=namespace).returncode == 0
-        completed = audit(cluster, "-o", "json")
+        completed = audit(cluster, "-o", "json", "--ledger-namespace", ledger_namespace)
         assert completed.returncode in (0, 1), completed.stderr
         results = [r for item in json.loads(completed.stdout)["items"] if item["kind"] == "ClusterPolicyReport" for r in item["results"]]
         found = {r["resources"][0]["name"]: r for r in results if r["policy"] == "GPU203"}
         assert found[node_a]["result"] == "warn", found[node_a]  # GPU203 fails at warn level
         assert f"gone-{node_a}" in found[node_a]["message"]
-        assert f"(ledger Lease {reservations.LEDGER_NAMESPACE}/{reservations.lease_name(node_a)})" in found[node_a]["message"]
+        assert f"(ledger Lease {ledger_namespace}/{reservations.lease_name(node_a)})" in found[node_a]["message"]
         assert node_b not in found  # no ledger: not judged
         assert f"gone-{node_b}" not in completed.stdout
     finally:
-        cluster.kubectl("delete", "lease", reservations.lease_name(node_a), "-n", reservations.LEDGER_NAMESPACE, "--ignore-not-found")
+        cluster.kubectl("delete", "lease", reservations.lease_name(node_a), "-n", ledger_namespace, "--ignore-not-found")
         cluster.kubectl("delete", "node", node_a, node_b, "--ignore-not-found")

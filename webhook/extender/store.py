@@ -378,7 +378,7 @@ class Store:
                 held = self._pods.get(uid)
                 node = self._pod_node.get(uid)
                 self._drop_pod(uid)
-                if held is not None and node and not allocation.is_terminal(held):
+                if held is not None and node and _holds_cards(held):
                     self._freed(node)
             else:
                 self.put_pod(obj)
@@ -427,7 +427,7 @@ class Store:
         if held is not None and _same_but_version(slim, held):
             self._pods[uid] = slim  # a status update that changes nothing kept here: the node's cached state stays
             return
-        was_on = self._pod_node.get(uid) if held is not None and not allocation.is_terminal(held) else None
+        was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) else None
         self._drop_pod(uid)
         self._pods[uid] = slim
         node = cards.pod_node(slim)
@@ -537,6 +537,11 @@ def _uid(obj: Mapping[str, Any]) -> str:
 
 def _node_ledger_text(node: Mapping[str, Any]) -> object:
     return podspec.mapping(podspec.mapping(node.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
+
+
+def _holds_cards(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod holds cards by its annotations (a pod of no card frees none when it goes)."""
+    return allocation.pod_allocation(pod, now=0.0) is not None
 
 
 def _lease_uids(lease: Mapping[str, Any]) -> set[str]:

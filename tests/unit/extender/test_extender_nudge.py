@@ -129,6 +129,10 @@ def test_the_store_reports_a_free_when_a_counted_pod_is_deleted_or_finishes_not_
     assert freed == ["gpu-0", "gpu-1"]
     cache.apply("Pod", "DELETED", pod("never-bound", mem=4))
     assert freed == ["gpu-0", "gpu-1"], "an unbound pod held no card"
+    cpu = pod("cpu-only", node_name="gpu-1")
+    cache.apply("Pod", "ADDED", cpu)
+    cache.apply("Pod", "DELETED", {**cpu, "metadata": {**cpu["metadata"], "resourceVersion": "12"}})
+    assert freed == ["gpu-0", "gpu-1"], "a pod of no card frees none: the node is not stamped for it"
 
 
 def test_the_store_reports_a_free_when_ledger_entries_leave_the_lease() -> None:

@@ -143,9 +143,7 @@ def read_ledgers(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
         return taken.leases, taken.ledger_namespace
     namespace = getattr(args, "ledger_namespace", None) or reservations.LEDGER_NAMESPACE
     try:
-        leases, _ = _client(args).list(
-            f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", label_selector=f"{reservations.LEDGER_LABEL}=true"
-        )
+        leases = extender_kube.list_ledger_leases(_client(args), namespace)
     except kube_errors.KubeError as error:
         print(
             f"gpu-admission: warning: cannot read the ledger Leases in namespace {namespace}, "

@@ -101,9 +101,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(f"gpu-admission inspect: cannot read nodes and pods: {error}", file=sys.stderr)
         return 1
     try:
-        leases, _ = client.list(
-            f"/apis/coordination.k8s.io/v1/namespaces/{args.ledger_namespace}/leases", label_selector=f"{reservations.LEDGER_LABEL}=true"
-        )
+        leases = kube.list_ledger_leases(client, args.ledger_namespace)
     except kube_errors.KubeError as error:  # no access to the ledger namespace: bound pods still show
         log.warning("cannot read the reservation ledgers in %s (%s); showing bound pods and Node ledgers only", args.ledger_namespace, error)
         leases = []

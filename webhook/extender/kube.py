@@ -251,7 +251,7 @@ class Watcher:
         for kind, path, replace, selector in (
             ("Node", "/api/v1/nodes", self._store.replace_nodes, ""),
             ("Pod", "/api/v1/pods", self._store.replace_pods, ""),
-            ("Lease", _lease_path(self._namespace, ""), self._store.replace_leases, f"{reservations.LEDGER_LABEL}=true"),
+            ("Lease", _lease_path(self._namespace, ""), self._store.replace_leases, LEDGER_SELECTOR),
         ):
             thread = threading.Thread(target=self._run, args=(kind, path, replace, selector), name=f"watch-{kind.lower()}s", daemon=True)
             thread.start()
@@ -327,6 +327,15 @@ def _error_event(obj: Mapping[str, Any], what: str) -> kube_errors.KubeError:
     code = obj.get("code")
     answer = kube_errors.Answer(status=code if isinstance(code, int) else 0, body=json.dumps(obj), reason=str(obj.get("reason") or ""))
     return kube_errors.translate(answer, what=what)
+
+
+LEDGER_SELECTOR = f"{reservations.LEDGER_LABEL}=true"
+
+
+def list_ledger_leases(client: KubeApi, namespace: str) -> list[Object]:
+    """The ledger Leases in `namespace` (by their label; `reservations.lease_node` says which to trust)."""
+    items, _ = client.list(_lease_path(namespace, ""), label_selector=LEDGER_SELECTOR)
+    return items
 
 
 def _lease_path(namespace: str, name: str) -> str:

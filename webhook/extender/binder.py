@@ -360,16 +360,19 @@ class Binder:
                 # already, with no need to wait for the pod watch to deliver our own Bindings.
                 own = lease is not None and version >= 0 and cache.vouched(node_name) == version and cache.pods_version >= cache.node_ledger_version(node_name)
                 if version >= 0 and (own or await cache.wait_for_pods(need, timeout=POD_CATCH_UP_S)):
-                    view = reality.honour_out_of_band(cached_node) if self._honour_out_of_band and not cache.honours_out_of_band else cached_node
+                    # The cache may hold the node less out-of-band use (what to decide on); the
+                    # Binding's card sizes are the real cards' (`real_node`).
+                    real = cache.real_node(node_name) or cached_node
+                    view = cached_node if cache.honours_out_of_band else reality.honour_out_of_band(real) if self._honour_out_of_band else real
                     complete = cache.pods_version >= need
-                    return _Read(node=cached_node, lease=lease, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
+                    return _Read(node=real, lease=lease, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
         try:
             lease = await self._api.get_lease(self._namespace, reservations.lease_name(node_name))
         except kube_errors.NotFound:
             lease = None
         cached_node = cache.node(node_name) if cache is not None and cache.nodes_synced else None
         if cache is not None and cached_node is not None:
-            node, node_floor = cached_node, cache.node_ledger_version(node_name)
+            node, node_floor = cache.real_node(node_name) or cached_node, cache.node_ledger_version(node_name)
         else:
             node = await self._api.get_node(node_name)
             node_floor = _revision(node) if reservations.node_reservations(node) else -1
@@ -384,7 +387,10 @@ class Binder:
             pods, cached, complete = await self._api.list_node_pods(node_name, at_least=str(need) if version >= 0 else ""), False, False
         if cache is not None and lease is not None:
             cache.put_lease(lease)
-        view = reality.honour_out_of_band(node) if self._honour_out_of_band and not (cache is not None and node is cached_node and cache.honours_out_of_band) else node
+        if cache is not None and cached_node is not None and cache.honours_out_of_band:
+            view = cached_node  # the cache's copy, already less out-of-band use
+        else:
+            view = reality.honour_out_of_band(node) if self._honour_out_of_band else node
         return _Read(node=node, lease=lease, view=view, pods=pods, cached=cached, complete=complete)
 
     def _committed(self, node_name: str, read: _Read, committed: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ class Store:
         self._honour_out_of_band = honour_out_of_band  # see `reality`: cards shrink by out-of-band use
         self._namespace = namespace  # the ledger namespace: Leases elsewhere are no ledger
         self._nodes: dict[str, Object] = {}
+        self._real_nodes: dict[str, Object] = {}  # node name -> its slim copy as written, where `_nodes` holds it less out-of-band use
         self._leases: dict[str, Object] = {}  # node name -> its ledger Lease (slim)
         self._node_ledger_rv: dict[str, int] = {}  # node -> the revision of the first copy seen with its current annotation ledger
         self._pods: dict[str, Object] = {}
@@ -145,7 +146,13 @@ class Store:
     # --- reading ---
 
     def node(self, name: str) -> Object | None:
+        """The node as the card model should judge it (less out-of-band use with `honour_out_of_band`)."""
         return self._nodes.get(name)
+
+    def real_node(self, name: str) -> Object | None:
+        """The node's cards as they are (what gpushare's card-size annotation must carry), even
+        where `node` shrinks them by out-of-band use."""
+        return self._real_nodes.get(name) or self._nodes.get(name)
 
     def pod(self, uid: str) -> Object | None:
         return self._pods.get(uid)
@@ -322,7 +329,7 @@ class Store:
     def replace_nodes(self, items: Iterable[Mapping[str, Any]]) -> None:
         for name in self._nodes:
             self._touch(name)  # a node gone from the list: its version must still move
-        self._nodes, self._states, self._node_ledger_rv = {}, {}, {}
+        self._nodes, self._real_nodes, self._states, self._node_ledger_rv = {}, {}, {}, {}
         for item in items:
             self.put_node(item)
         self.nodes_synced = True
@@ -353,6 +360,7 @@ class Store:
         if kind == "Node":
             if event == "DELETED":
                 self._nodes.pop(_name(obj), None)
+                self._real_nodes.pop(_name(obj), None)
                 self._node_ledger_rv.pop(_name(obj), None)
                 self._touch(_name(obj))
             else:
@@ -393,9 +401,14 @@ class Store:
         if held is not None and _same_version(obj, held):
             return  # the watch event of the write bind already put here: the cached state stays
         if name and not _older(obj, held):
-            slim = slim_node(obj)
-            slim = dict(reality.honour_out_of_band(slim)) if self._honour_out_of_band else slim
+            real = slim_node(obj)
+            seen = reality.honour_out_of_band(real) if self._honour_out_of_band else real
+            slim = real if seen is real else dict(seen)
             self._nodes[name] = slim
+            if slim is real:
+                self._real_nodes.pop(name, None)
+            else:
+                self._real_nodes[name] = real
             if held is None or _node_ledger_text(slim) != _node_ledger_text(held):
                 text = _node_ledger_text(slim)
                 # a ledger at a version that is no revision can never be proven covered: bind reads

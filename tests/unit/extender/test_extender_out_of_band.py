@@ -111,6 +111,31 @@ async def test_bind_decides_on_the_fresh_node_less_out_of_band_use(apiserver: An
     assert stored["ALIYUN_COM_GPU_MEM_DEV"] == "15", "gpushare's card size stays the real one"
 
 
+@pytest.mark.parametrize("pods_synced", [True, False], ids=["from-the-cache", "pods-from-the-apiserver"])
+async def test_bind_from_the_cache_annotates_the_real_card_size(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory, pods_synced: bool
+) -> None:
+    """The cache holds Nodes less out-of-band use; the Binding's card size must still be the real card's."""
+    node = apiserver.add_node(make_node("gpu-0", count=2, inventory=[15360, 15360], annotations=OOB_ON_0))
+    obj = apiserver.add_pod(make_gpu_pod("p0", mem=4))
+    cache = store_module.Store(honour_out_of_band=True)
+    cache.replace_nodes([node])
+    cache.replace_leases([])
+    cache.seen("Lease", obj["metadata"]["resourceVersion"])
+    if pods_synced:
+        cache.replace_pods([obj])
+        cache.seen("Pod", obj["metadata"]["resourceVersion"])
+    request = wire.BindRequest(name="p0", namespace="team-a", uid=obj["metadata"]["uid"], node="gpu-0")
+    one = binder.Binder(apiserver, clock=lambda: NOW, cache=cache, honour_out_of_band=True)
+    result = await one.bind(request)
+    assert result.error == "" and result.allocation is not None
+    assert result.allocation.cards == (0,), "4 GiB fit in the 9 GiB card 0 has left in reality"
+    assert ("get_node" in apiserver.calls, "list_node_pods" in apiserver.calls) == (False, not pods_synced)
+    stored = apiserver.pods[("team-a", "p0")]["metadata"]["annotations"]
+    assert stored["ALIYUN_COM_GPU_MEM_DEV"] == "15", "gpushare's card size is the real card's, not the card less out-of-band use"
+    assert [c.memory_gib for c in cards.node_cards(cache.node("gpu-0") or {}).cards] == [9, 15], "filter still sees the shrunk card"
+
+
 async def test_bind_without_the_flag_keeps_binpacking_onto_card_0(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
     apiserver.add_node(make_node("gpu-0", count=2, inventory=[15360, 15360], annotations=OOB_ON_0))
     obj = apiserver.add_pod(make_gpu_pod("p0", mem=10))

@@ -223,10 +223,12 @@ def test_a_kubelets_own_mirror_pod_is_still_skipped(cluster: Cluster) -> None:
         "-f", "-", stdin=json.dumps(mirror),
     )
 
-    # GPU003 would refuse the /dev hostPath: admitted means the webhooks skipped the kubelet's mirror pod.
+    # GPU003 would refuse the /dev hostPath: admitted means the validating webhook skipped the kubelet's
+    # mirror pod; no NVIDIA_VISIBLE_DEVICES=void (GPU104) means the mutating webhook answered it unchanged.
     assert completed.returncode == 0, completed.stderr
     stored = cluster.get("pod", "node-agent-cpu-0", namespace=ns)
     assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/dev"
+    assert "env" not in stored["spec"]["containers"][0]
 
 
 def test_the_resize_subresource_cannot_add_a_gpu_to_a_running_pod(cluster: Cluster) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from policies import lookups, model, ordinary, podspec
 from webhook.serving import metrics
-from webhook.admission import decisions, events, jsoncodec, keys, response, review
+from webhook.admission import decisions, events, jsoncodec, keys, mirror, response, review
 
 log = logging.getLogger(__name__)
 
@@ -81,23 +81,27 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     request[keys.UID] = checked.uid
 
     try:
-        namespace_labels, env_lookup, env_sources = await _cluster_context(request, checked)
-        node_labels = await _node_labels(request, checked)
-        question = decisions.Question(
-            object=checked.object,
-            namespace=checked.namespace,
-            operation=checked.operation,
-            old_object=checked.old_object,
-            user=checked.user,
-            groups=checked.groups,
-            subresource=checked.subresource,
-            dry_run=checked.dry_run,
-            namespace_labels=namespace_labels,
-            env_lookup=env_lookup,
-            node_labels=node_labels,
-            now=datetime.datetime.now(datetime.UTC),
-        )
-        decision = request.app[keys.DECISIONS].decide(question, settings=request.app[keys.LIVE_SETTINGS].current, env_sources=env_sources)
+        # A kubelet's mirror pod: allowed, unchanged and unjudged, as the registrations' match
+        # condition skipped it before the mutating webhook lost that condition (mirror.py).
+        decision = mirror.decision(checked)
+        if decision is None:
+            namespace_labels, env_lookup, env_sources = await _cluster_context(request, checked)
+            node_labels = await _node_labels(request, checked)
+            question = decisions.Question(
+                object=checked.object,
+                namespace=checked.namespace,
+                operation=checked.operation,
+                old_object=checked.old_object,
+                user=checked.user,
+                groups=checked.groups,
+                subresource=checked.subresource,
+                dry_run=checked.dry_run,
+                namespace_labels=namespace_labels,
+                env_lookup=env_lookup,
+                node_labels=node_labels,
+                now=datetime.datetime.now(datetime.UTC),
+            )
+            decision = request.app[keys.DECISIONS].decide(question, settings=request.app[keys.LIVE_SETTINGS].current, env_sources=env_sources)
         if endpoint == "mutate":
             decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)

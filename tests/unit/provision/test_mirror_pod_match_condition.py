@@ -115,7 +115,7 @@ def test_the_condition_is_the_one_the_policy_exports_use() -> None:
     "username",
     ["alice", "system:serviceaccount:team-a:deployer", "system:nodes", "system:node", "node:system:node:x", "System:node:x"],
 )
-def test_a_mirror_annotated_pod_from_anyone_but_a_kubelet_is_sent_and_judged(username: str) -> None:
+def test_a_mirror_annotated_pod_from_anyone_but_a_kubelet_is_sent(username: str) -> None:
     ((_, expression),) = conditions()
     body = pod_review(username=username, annotations=MIRROR)
     assert sent_by(expression, body)

@@ -56,10 +56,11 @@ action, with the message `engine error: ...`.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from policies import builtin, model, patching, podspec, policy
+from policies import applicability, builtin, model, patching, podspec, policy
 from policies import settings as settings_
 
 POLICIES: tuple[policy.Policy, ...] = builtin.POLICIES
@@ -87,20 +88,30 @@ class _Outcome:
 
     def decision(self, *, ordered: Sequence[policy.Policy] = POLICIES) -> model.Decision:
         allowed = not any(v.action is model.Action.ENFORCE for v in self.violations)
-        order = {p.id: i for i, p in enumerate(ordered)}
+        results = self.results
+        if len(results) == len(ordered) and all(p.id in results for p in ordered):
+            in_order = tuple(results[p.id] for p in ordered)  # the sort below, without the sort
+        else:
+            order = {p.id: i for i, p in enumerate(ordered)}
+            in_order = tuple(sorted(results.values(), key=lambda r: order.get(r.policy, 0)))
         return model.Decision(
             allowed=allowed,
-            results=tuple(sorted(self.results.values(), key=lambda r: order.get(r.policy, 0))),
+            results=in_order,
             violations=tuple(self.violations),
             warnings=tuple(self.warnings),
             patch=tuple(self.patch) if allowed else (),
         )
 
 
-def evaluate(request: model.Request, *, settings: settings_.Settings) -> model.Decision:
-    """The decision for one request; never raises."""
+def evaluate(request: model.Request, *, settings: settings_.Settings, prechecks: bool = True) -> model.Decision:
+    """The decision for one request; never raises.
+
+    ``prechecks=False`` runs every policy even where its pre-check (``relevant``, over the facts of
+    ``policies.applicability``) says it has nothing to find: the same decision, slower; the tests
+    hold the two equal.
+    """
     try:
-        return _evaluate(request, settings=settings)
+        return _evaluate(request, settings=settings, prechecks=prechecks)
     except Exception as exc:  # noqa: BLE001 - the engine's promise is to never raise
         action = settings.error_action(model.PolicyKind.VALIDATE)
         message = f"engine error: {type(exc).__name__}: {exc}"
@@ -176,6 +187,32 @@ def _context(
     )
 
 
+# Pod spec fields the mutators add to that no template, container or pre-check fact is read from.
+_SCHEDULING_FIELDS: frozenset[str] = frozenset({"nodeSelector", "affinity", "schedulerName"})
+
+
+def _scheduling_only(operations: Sequence[patching.Operation], context: policy.Context) -> bool:
+    """Whether `operations`, applied in place to the context's object, left the context as it was.
+
+    `patching.apply` adds in place: an `add` at or below `<spec>/nodeSelector`, `<spec>/affinity` or
+    `<spec>/schedulerName` changes that key of the spec mapping the context already holds, and
+    nothing `_context` or `applicability.of` builds (the template's paths and metadata, the
+    containers and their paths, the facts) is read from those keys; policies read the keys
+    themselves through `context.template.spec`, which is the same mapping.
+    """
+    spec_path = context.template.spec_path
+    if not context.template.is_pod and not spec_path:
+        return False
+    prefix = spec_path + "/"
+    for operation in operations:
+        path = operation.get("path")
+        if not isinstance(path, str) or not path.startswith(prefix):
+            return False
+        if path[len(prefix):].split("/", 1)[0] not in _SCHEDULING_FIELDS:
+            return False
+    return True
+
+
 def _message(item: policy.Policy, detail: str) -> str:
     return f"{item.id}: {item.summary}: {detail}"
 
@@ -190,7 +227,8 @@ def _error(
 
 def _report(outcome: _Outcome, item: policy.Policy, action: model.Action, findings: list[policy.Finding]) -> None:
     if not findings:
-        outcome.results[item.id] = model.PolicyResult(policy=item.id, result=model.Result.PASS)
+        passed = _PASSED.get(item.id)
+        outcome.results[item.id] = passed if passed is not None else model.PolicyResult(policy=item.id, result=model.Result.PASS)
         return
     for finding in findings:
         effective = action if finding.certain else model.milder(action, model.Action.WARN)
@@ -232,12 +270,38 @@ def _mutate(
         if action is model.Action.WARN:
             outcome.warnings.append(_message(item, message))
     previous = outcome.results[item.id]
-    outcome.results[item.id] = dataclasses.replace(
-        previous, message="; ".join(m for m in (previous.message, message) if m)
+    outcome.results[item.id] = model.PolicyResult(
+        policy=previous.policy, result=previous.result, message="; ".join(m for m in (previous.message, message) if m)
     )
 
 
-def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.Decision:
+_Plan = tuple[tuple[policy.Policy, ...], tuple[tuple[policy.Policy, bool], ...]]
+
+
+def _plan(policies: Sequence[policy.Policy], kind: object, *, pod_update: bool) -> _Plan:
+    """The policies that judge `kind` in registry order, and the order they run in (mutators
+    first, each flagged as one)."""
+    registered = tuple(p for p in policies if policy.judges(p, kind) and (not pod_update or policy.judges_pod_updates(p)))
+    mutators = tuple((p, True) for p in registered if isinstance(p, policy.Mutator))
+    return registered, mutators + tuple((p, False) for p in registered if not isinstance(p, policy.Mutator))
+
+
+# The built-ins' plans for every kind some built-in judges, worked out once: `_evaluate` would
+# otherwise filter and split the registry (ABC isinstance checks) on every request.
+_PLANS: Mapping[tuple[str, bool], _Plan] = types.MappingProxyType(
+    {
+        (kind, pod_update): _plan(POLICIES, kind, pod_update=pod_update)
+        for kind in podspec.SUPPORTED_KINDS | _TEMPLATELESS_KINDS
+        for pod_update in (False, True)
+    }
+)
+# A policy that passes says nothing else: one shared (frozen) result per built-in.
+_PASSED: Mapping[str, model.PolicyResult] = types.MappingProxyType(
+    {p.id: model.PolicyResult(policy=p.id, result=model.Result.PASS) for p in POLICIES}
+)
+
+
+def _evaluate(request: model.Request, *, settings: settings_.Settings, prechecks: bool = True) -> model.Decision:
     reason = _short_circuit(request, settings=settings)
     if reason:
         return model.Decision(allowed=True, exempt_reason=reason)
@@ -249,58 +313,69 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings) -> model.
     thawed: dict[str, Any] | None = None
     outcome = _Outcome()
     kind = working.get("kind")
-    registered = tuple(p for p in (*POLICIES, *settings.user_policies) if policy.judges(p, kind))
-    if request.operation == "UPDATE" and kind == "Pod" and not request.subresource:
-        registered = tuple(p for p in registered if policy.judges_pod_updates(p))
-    ordered = [p for p in registered if isinstance(p, policy.Mutator)] + [
-        p for p in registered if not isinstance(p, policy.Mutator)
-    ]
+    pod_update = request.operation == "UPDATE" and kind == "Pod" and not request.subresource
+    user_policies = settings.user_policies
+    planned = None if user_policies or not isinstance(kind, str) else _PLANS.get((kind, pod_update))
+    registered, steps = planned or _plan((*POLICIES, *user_policies), kind, pod_update=pod_update)
     namespace = _namespace(request)
-    user_ids = {p.id for p in settings.user_policies}
+    namespace_labels = request.namespace_labels
+    user_ids = {p.id for p in user_policies}
+    exceptions = bool(settings.exceptions)
+    results = outcome.results
     budget_started: float | None = None
     # The context (template, containers with their paths) only changes when a mutator's additions
     # land in `working`, which is exactly when the patch grows; rebuilt then, not per policy, and
-    # only for a policy that runs: one that is off or under an exception never needs it.
+    # only for a policy that runs: one that is off or under an exception never needs it. The
+    # pre-checks' facts (policies.applicability) follow the context.
     context: policy.Context | None = None
+    facts: applicability.Facts | None = None
     context_at = -1
-    for item in ordered:
-        action = settings.action(item.id, namespace=namespace, namespace_labels=request.namespace_labels)
+    for item, mutator in steps:
+        item_id = item.id
+        action = settings.action(item_id, namespace=namespace, namespace_labels=namespace_labels)
         if action is model.Action.OFF:
-            outcome.results[item.id] = model.PolicyResult(
-                policy=item.id, result=model.Result.SKIP, message="off"
-            )
+            results[item_id] = model.PolicyResult(policy=item_id, result=model.Result.SKIP, message="off")
             continue
-        exception = settings.exception(
-            item.id,
-            namespace=namespace,
-            namespace_labels=request.namespace_labels,
-            obj=request.object,
-            now=request.now,
-        )
-        if exception is not None:
-            outcome.results[item.id] = model.PolicyResult(
-                policy=item.id, result=model.Result.SKIP, message=f"exception {exception.name}"
+        if exceptions:
+            exception = settings.exception(
+                item_id, namespace=namespace, namespace_labels=namespace_labels, obj=request.object, now=request.now
             )
-            continue
-        if thawed is None and isinstance(item, policy.Mutator):
+            if exception is not None:
+                results[item_id] = model.PolicyResult(
+                    policy=item_id, result=model.Result.SKIP, message=f"exception {exception.name}"
+                )
+                continue
+        if thawed is None and mutator:
             working = thawed = patching.thaw(request.object)
             context = None
-        if context is None or context_at != len(outcome.patch):
+        if context is None or (context_at != len(outcome.patch) and not _scheduling_only(outcome.patch[context_at:], context)):
             context = _context(request, settings=settings, working=working, ephemeral_only=ephemeral_only)
-            context_at = len(outcome.patch)
+            facts = None
+        context_at = len(outcome.patch)
         try:
             enabled = item.enabled(context)
         except Exception as exc:  # noqa: BLE001 - see _mutate
             _error(outcome, item, action=action, settings=settings, exc=exc)
             continue
         if not enabled:
-            outcome.results[item.id] = model.PolicyResult(
-                policy=item.id, result=model.Result.SKIP, message="not configured"
-            )
+            results[item_id] = model.PolicyResult(policy=item_id, result=model.Result.SKIP, message="not configured")
             continue
-        if isinstance(item, policy.Mutator):
+        relevant = getattr(item, "relevant", None) if prechecks else None
+        if relevant is not None:
+            # Nothing here for the policy to find or add: the PASS that running it would give.
+            if facts is None:
+                facts = applicability.of(context)
+            try:
+                needed = relevant(context, facts)
+            except Exception as exc:  # noqa: BLE001 - see _mutate
+                _error(outcome, item, action=action, settings=settings, exc=exc)
+                continue
+            if not needed:
+                _report(outcome, item, action, [])
+                continue
+        if mutator:
             assert thawed is not None  # copied above, before this mutator's context was built
-            _mutate(outcome, item, action=action, context=context, working=thawed)
+            _mutate(outcome, cast(policy.Mutator, item), action=action, context=context, working=thawed)
         elif isinstance(item, policy.Validator):
             if item.id in user_ids and request.clock is not None:
                 # CEL cannot be interrupted mid-expression; what can be bounded is how long the

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import envsources, gpu, model, podspec, policy
+from policies import applicability, envsources, gpu, model, podspec, policy
 
 _VALUE_FROM_FIELDS = ("configMapKeyRef", "secretKeyRef", "fieldRef", "resourceFieldRef")
 SOURCE_GUARD = "GPU007"  # the policy that keeps guarded keys out of ConfigMaps and Secrets
@@ -48,6 +48,11 @@ class VisibleDevices(policy.ContainerValidator):
 
     id = "GPU001"
     summary = "containers must not set the environment that chooses GPUs or switches off their isolation"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where a container in scope has envFrom or an env entry with a guarded name."""
+        del context
+        return facts.scope_guarded_env
 
     def check_container(
         self, context: policy.Context, container: podspec.ContainerRef

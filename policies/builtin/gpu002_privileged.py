@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, nodeaffinity, podspec, policy
+from policies import applicability, gpu, nodeaffinity, podspec, policy
 
 
 class PrivilegedOnGpu(policy.ContainerValidator):
@@ -39,6 +39,11 @@ class PrivilegedOnGpu(policy.ContainerValidator):
 
     id = "GPU002"
     summary = "privileged containers are not allowed in pods that use GPUs"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where a container in scope has a securityContext to be privileged by."""
+        del context
+        return facts.scope_security_context
 
     def applies(self, context: policy.Context) -> bool:
         """Only pods that request a GPU or target GPU nodes."""

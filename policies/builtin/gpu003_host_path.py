@@ -92,7 +92,7 @@ from __future__ import annotations
 import types
 from collections.abc import Iterable, Mapping
 
-from policies import hostpaths, podspec, policy
+from policies import applicability, hostpaths, podspec, policy
 
 
 class HostPathDevices(policy.PodValidator):
@@ -100,6 +100,11 @@ class HostPathDevices(policy.PodValidator):
 
     id = "GPU003"
     summary = "hostPath volumes must not reach the node's devices, container runtimes or control state"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where the pod has volumes (both parts judge hostPath volumes)."""
+        del context
+        return facts.volumes
 
     def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
         """The volumes' findings (whole pods only), then writable mounts of read-only-only host paths.

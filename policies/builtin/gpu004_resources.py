@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, podspec, policy, quantity
+from policies import applicability, gpu, podspec, policy, quantity
 
 
 def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
@@ -92,6 +92,11 @@ class WellFormedResources(policy.PodValidator):
 
     id = "GPU004"
     summary = "GPU resources must be positive integers in limits, of one family per pod"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where some container mentions a GPU resource."""
+        del context
+        return facts.requests_gpu
 
     def check_pod(self, context: policy.Context) -> Iterable[policy.Finding]:
         """Per-container findings, then one for a pod mixing families."""

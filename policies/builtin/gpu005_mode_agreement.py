@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from policies import gpu, nodeaffinity, policy
+from policies import applicability, gpu, nodeaffinity, policy
 
 
 def _describe(modes: frozenset[str]) -> str:
@@ -25,6 +25,11 @@ class ModeAgreement(policy.PodValidator):
 
     id = "GPU005"
     summary = "the GPU scheduling mode a pod selects must serve the GPU resource it requests"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where some container mentions a GPU resource (no family, no finding)."""
+        del context
+        return facts.requests_gpu
 
     def check_pod(self, context: policy.Context) -> Iterable[policy.Finding]:
         """A finding when no allowed mode serves the pod's resource family."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 
-from policies import podspec, policy
+from policies import applicability, podspec, policy
 
 # The toolkit's DeviceListAsVolumeMountsRoot, and the same directory through the /var/run link.
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
@@ -59,6 +59,11 @@ class DeviceListMounts(policy.ContainerValidator):
 
     id = "GPU006"
     summary = "no container may mount anything at the NVIDIA device-list path /var/run/nvidia-container-devices"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where a container in scope has volumeMounts or volumeDevices."""
+        del context
+        return facts.scope_mounts
 
     def check_container(self, context: policy.Context, container: podspec.ContainerRef) -> Iterable[policy.Finding]:
         """A finding per mount or device entry at the device-list path."""

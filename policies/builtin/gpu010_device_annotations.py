@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import gpu, podspec, policy
+from policies import applicability, gpu, podspec, policy
 
 _INSTEAD = (
     "ask for GPUs as resources (nvidia.com/gpu, aliyun.com/gpu-mem) so the scheduler and the device "
@@ -68,6 +68,11 @@ class DeviceAnnotations(policy.Validator):
     id = "GPU010"
     summary = "pod annotations must not ask the container runtime for devices (CDI or NRI device injection)"
     pod_updates = True
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where the pod has annotations."""
+        del context
+        return facts.annotations
 
     def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
         """An UPDATE of the pod itself: the keys added or changed; anything else: every such key."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from policies import gpu, nodeaffinity, patching, policy
+from policies import applicability, gpu, nodeaffinity, patching, policy
 
 
 class ScheduleMode(policy.PodMutator):
@@ -22,6 +22,11 @@ class ScheduleMode(policy.PodMutator):
 
     id = "GPU101"
     summary = "GPU-sharing and topology pods are pinned to nodes of the matching scheduling mode"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where some container mentions a GPU resource (no family, nothing to pin)."""
+        del context
+        return facts.requests_gpu
 
     def mutate_pod(self, context: policy.Context) -> policy.Mutation:
         """The nodeSelector entry, where the pod has none for the label."""

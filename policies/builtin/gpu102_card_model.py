@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import cardmodel, gpu, nodeaffinity, policy
+from policies import applicability, cardmodel, gpu, nodeaffinity, policy
 
 # The families whose every card the extender picks; a pod asking only these gets no node affinity.
 _EXTENDER_FAMILIES = frozenset({gpu.Family.SHARED, gpu.Family.SHARED_CORE, gpu.Family.TOPOLOGY})
@@ -43,6 +43,11 @@ class CardModel(policy.PodMutator):
 
     id = "GPU102"
     summary = "card-model annotations constrain the card a pod gets"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where the pod has annotations (without a card-model one it asks for any card)."""
+        del context
+        return facts.annotations
 
     def mutate_pod(self, context: policy.Context) -> policy.Mutation:
         """The problems of the annotations, or the affinity expressions they ask for, where missing."""

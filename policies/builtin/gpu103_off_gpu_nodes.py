@@ -15,7 +15,7 @@ refuse, a non-privileged one asked for GPU nodes on purpose.
 
 from __future__ import annotations
 
-from policies import gpu, nodeaffinity, podspec, policy
+from policies import applicability, gpu, nodeaffinity, podspec, policy
 
 
 class OffGpuNodes(policy.PodMutator):
@@ -23,6 +23,10 @@ class OffGpuNodes(policy.PodMutator):
 
     id = "GPU103"
     summary = "privileged pods that use no GPU are kept off GPU nodes"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only pods without GPU resources that have a securityContext, or all of them under keepNonGpuPodsOffGpuNodes."""
+        return not facts.requests_gpu and (facts.security_context or context.settings.keep_non_gpu_pods_off_gpu_nodes)
 
     def mutate_pod(self, context: policy.Context) -> policy.Mutation:
         """The DoesNotExist requirement, where the pod qualifies and lacks it."""

@@ -9,7 +9,7 @@ every container kind present (init, regular, ephemeral).
 
 from __future__ import annotations
 
-from policies import gpu, patching, podspec, policy
+from policies import applicability, gpu, patching, podspec, policy
 
 
 class VoidDevices(policy.ContainerMutator):
@@ -17,6 +17,11 @@ class VoidDevices(policy.ContainerMutator):
 
     id = "GPU104"
     summary = "containers that request no GPU get NVIDIA_VISIBLE_DEVICES=void"
+
+    def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
+        """Only where a container in scope mentions no GPU resource."""
+        del context
+        return facts.scope_without_gpu
 
     def mutate_container(
         self, context: policy.Context, container: podspec.ContainerRef

@@ -188,7 +188,8 @@ def test_crashing_mutator_warns_and_the_other_mutators_still_apply(
 ) -> None:
     monkeypatch.setattr(gpu104_void_devices.VoidDevices, "mutate_container", boom)
 
-    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 1})))
+    # The sidecar requests no GPU, so GPU104 has work here (its pre-check lets it run) and crashes.
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 1}), container("sidecar")))
 
     assert decision.allowed
     assert result(decision, "GPU104") is model.Result.ERROR

@@ -1,0 +1,99 @@
+"""What a pod holds that the built-in policies act on, read in one pass: the engine's pre-checks.
+
+Most pods carry none of what most policies look for: no `securityContext`, no hostPath, no
+`NVIDIA_*` variable, no annotation. A policy whose `relevant(context, facts)` says False is
+recorded as a PASS without being run, which is what running it would give. That promise is what
+makes a pre-check safe, so each one is the negation of the very first thing its policy needs to
+find anything, read the way the policy reads it (`podspec.mapping`/`podspec.sequence` tolerance
+included), and it only ever errs towards running the policy:
+
+- a fact is "the field is there and not empty", never "the field holds something bad";
+- container facts cover exactly the containers the policy sees (`Context.containers`: all of them,
+  or the new ephemeral ones on the `ephemeralcontainers` subresource); pod facts every container
+  of the spec, as `gpu.pod_requests_gpu` reads them.
+
+The facts describe one context; the engine reads them again after a mutator changes the pod
+(GPU104's `NVIDIA_VISIBLE_DEVICES=void` is an env entry GPU001 must then see).
+`tests/unit/policies/test_prechecks.py` runs generated pods through the engine with and without the
+pre-checks and requires identical decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from policies import gpu, podspec, policy
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Facts:
+    """One pass over a pod (template) in a context; True means "a policy may have work here"."""
+
+    # Pod level (every container of the spec, whatever the context's scope).
+    requests_gpu: bool  # some container mentions a GPU resource: `gpu.pod_requests_gpu`
+    security_context: bool  # some container has a non-empty securityContext
+    volumes: bool  # spec.volumes is a non-empty list
+    annotations: bool  # the template's metadata.annotations is a non-empty mapping
+    # The containers in scope (`Context.containers`).
+    scope_security_context: bool  # some container in scope has a non-empty securityContext
+    scope_guarded_env: bool  # envFrom, or an env entry named like one of gpu.GUARDED_ENV
+    scope_mounts: bool  # volumeMounts or volumeDevices entries
+    scope_without_gpu: bool  # some container in scope mentions no GPU resource
+
+
+def _privileged_hint(container: Mapping[str, object]) -> bool:
+    # podspec.gpu_privilege reads `mapping(container.get("securityContext"))`: any falsy value
+    # (absent, None, {}, "", 0, []) reads as {} there, and {} holds nothing privileged.
+    return bool(container.get("securityContext"))
+
+
+def _guarded_env(container: Mapping[str, object]) -> bool:
+    # GPU001 walks envFrom whenever it is a non-empty list or tuple, and an env entry only when it
+    # is a mapping whose name is a string in GUARDED_ENV (exact case: the kernel's names are).
+    if podspec.sequence(container.get("envFrom")):
+        return True
+    for entry in podspec.sequence(container.get("env")):
+        if isinstance(entry, Mapping):
+            name = entry.get("name")
+            if isinstance(name, str) and name in gpu.GUARDED_ENV:
+                return True
+    return False
+
+
+def _mounts(container: Mapping[str, object]) -> bool:
+    return bool(podspec.sequence(container.get("volumeMounts")) or podspec.sequence(container.get("volumeDevices")))
+
+
+def of(context: policy.Context) -> Facts:
+    """The facts of the pod in `context`."""
+    spec = context.template.spec
+    if context.whole_pod:
+        scope = pod = context.containers
+    else:
+        scope = context.containers
+        pod = tuple(podspec.iter_containers(spec, spec_path=context.template.spec_path))
+    requests_gpu = security_context = False
+    for ref in pod:
+        container = ref.container
+        if not requests_gpu and gpu.container_gpu_resources(container):
+            requests_gpu = True
+        if not security_context and _privileged_hint(container):
+            security_context = True
+    scope_security_context = scope_guarded_env = scope_mounts = scope_without_gpu = False
+    for ref in scope:
+        container = ref.container
+        scope_security_context = scope_security_context or _privileged_hint(container)
+        scope_guarded_env = scope_guarded_env or _guarded_env(container)
+        scope_mounts = scope_mounts or _mounts(container)
+        scope_without_gpu = scope_without_gpu or not gpu.container_gpu_resources(container)
+    return Facts(
+        requests_gpu=requests_gpu,
+        security_context=security_context,
+        volumes=bool(podspec.sequence(spec.get("volumes"))),
+        annotations=bool(context.template.annotations),
+        scope_security_context=scope_security_context,
+        scope_guarded_env=scope_guarded_env,
+        scope_mounts=scope_mounts,
+        scope_without_gpu=scope_without_gpu,
+    )

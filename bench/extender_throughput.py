@@ -53,6 +53,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import apiserver_probe  # noqa: E402 - the bench helpers, after the path fix above
 from policies import gpu, inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
@@ -291,19 +294,25 @@ class Round:
     requests: dict[tuple[str, str, str], float]
     extender: dict[str, float]  # its /metrics at the end of the round (latency buckets, conflicts)
     ledger_writes: int = 0  # successful writes of the ledger Leases (events of `LedgerWatch`)
+    probe: apiserver_probe.Snapshot | None = None  # the apiserver's request and watch counters over the round
+    profile_ms_per_pod: float | None = None  # apiserver CPU in the profile's window / pods bound in it
 
 
 def one_round(
-    state: controlplane.State, api: kube.KubeApi, *, kind: str, index: int, count: int, source: Path | None | bool, log_level: str
+    state: controlplane.State, api: kube.KubeApi, *, kind: str, index: int, count: int, source: Path | None | bool, log_level: str,
+    consulted: bool = True, profile_seconds: int = 0, profile_dir: Path | None = None,
 ) -> Round:
     """One backlog of `count` pods drained by a fresh kube-scheduler; `source` False: no extender,
     None: the extender of this tree, a path: the extender of that exported tree. The extender is
     started (and has listed everything) before the scheduler, and stopped after the round, so
-    each round's extender costs only its own round."""
+    each round's extender costs only its own round. `consulted` False: the extender runs (its
+    watches, its background work) but the scheduler does not call it. `profile_seconds`: a
+    kube-apiserver CPU profile of that many seconds, from the tenth bound pod on, into
+    `profile_dir`."""
     name = f"bench-{kind}-{index}"
     port = None if source is False else start_extender(state, log_level=log_level, source=source if isinstance(source, Path) else None)
     try:
-        config = scheduler_config(state, name=name, extender_port=port)
+        config = scheduler_config(state, name=name, extender_port=port if consulted else None)
         batch = pods(count, scheduler=name, prefix=name)
         watch = BindWatch(api, label=name)
         ledger = LedgerWatch(api)
@@ -311,6 +320,12 @@ def one_round(
             controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start:start + 250]}))
         watched = ["kube-apiserver", "etcd", "extender"] if port is not None else ["kube-apiserver", "etcd"]
         requests_before = apiserver_requests(state)
+        probe_before = apiserver_probe.snapshot(state)
+        profile = None
+        if profile_seconds and profile_dir is not None:
+            profile = apiserver_probe.Profile(
+                state, profile_dir / f"apiserver-{kind}-{index}.pprof", seconds=profile_seconds, ready=lambda: len(watch.bound) >= max(1, count // 10),
+            )
         began = time.monotonic()
         start_scheduler(state, name=name, config=config)
         before = cpu_of(state, [*watched, name])
@@ -318,7 +333,10 @@ def one_round(
             watch.wait(count, timeout=900)
             after = cpu_of(state, [*watched, name])
             requests_after = apiserver_requests(state)
+            probe = apiserver_probe.snapshot(state).minus(probe_before)
             seconds = time.monotonic() - began
+            if profile is not None:
+                profile.join()
         finally:
             controlplane.stop(state, [name])
         ledger_writes = ledger.stop()
@@ -341,14 +359,32 @@ def one_round(
         f"ledger Lease writes (watched) {ledger_writes / count:.2f}/pod",
         flush=True,
     )
+    print(f"    all apiserver requests per pod: {json.dumps(apiserver_probe.per_pod(probe.requests, count, top=16))}", flush=True)
+    print(
+        f"    watch events per pod: {json.dumps(apiserver_probe.per_pod(probe.watch_events, count))}; "
+        f"watch kB per pod: {json.dumps({k: round(v / 1000, 2) for k, v in apiserver_probe.per_pod(probe.watch_bytes, count).items()})}; "
+        f"watches open: {json.dumps({k: v for k, v in sorted(probe.watches_open.items()) if v})}",
+        flush=True,
+    )
+    profiled = None
+    if profile is not None and profile.window is not None:
+        inside = sum(1 for t in times if profile.window[0] <= t <= profile.window[1])
+        cpu = apiserver_probe.profile_cpu_seconds(profile.path)
+        if cpu is not None and inside:
+            profiled = cpu * 1000 / inside
+        print(f"    apiserver profile {profile.path.name}: {cpu} CPU s over {inside} binds -> {profiled and round(profiled, 2)} ms/pod", flush=True)
+    elif profile is not None:
+        print(f"    apiserver profile not taken: {profile.error or 'the round ended first'}", flush=True)
     return Round(
         rate=rate, seconds=seconds, cpu={k: after[k] - before.get(k, 0.0) for k in after}, requests=requests, extender=scraped,
-        ledger_writes=ledger_writes,
+        ledger_writes=ledger_writes, probe=probe, profile_ms_per_pod=profiled,
     )
 
 
-def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int) -> dict[str, float]:
-    """The figures of the `kind` extender rounds against the plain ones."""
+def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, idle: dict[str, float] | None = None) -> dict[str, float]:
+    """The figures of the `kind` extender rounds against the plain ones. `idle`: the apiserver's
+    CPU cores with nothing scheduled, taken off each round's CPU for as long as the round lasted
+    (a slower round pays more of that background per pod)."""
     plain, ext = rounds["plain"], rounds[kind]
     total = float(pods_per_round * len(ext))
     latency = quantiles([r.extender for r in ext])
@@ -383,7 +419,32 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int) 
         "filter_p99_ms": round(latency.get("filter p99", 0.0), 2),
         "prioritize_p99_ms": round(latency.get("prioritize p99", 0.0), 2),
         "conflicts": latency["conflicts"],
+        **_apiserver_cpu(plain, ext, pods_per_round=pods_per_round, idle=idle or {}),
     }
+
+
+def _apiserver_cpu(plain: list[Round], ext: list[Round], *, pods_per_round: int, idle: dict[str, float]) -> dict[str, float]:
+    """kube-apiserver CPU per pod, plain against `ext`: whole rounds, above the idle background,
+    and inside the profiles' windows (when taken)."""
+    background = idle.get("kube-apiserver", 0.0)
+
+    def per_pod(values: list[Round], *, above_idle: bool) -> float:
+        used = sum(r.cpu.get("kube-apiserver", 0.0) - (background * r.seconds if above_idle else 0.0) for r in values)
+        return round(used * 1000 / (pods_per_round * len(values)), 2)
+
+    found = {
+        "plain_apiserver_cpu_ms_per_pod": per_pod(plain, above_idle=False),
+        "apiserver_cpu_ms_per_pod_above_idle": per_pod(ext, above_idle=True),
+        "plain_apiserver_cpu_ms_per_pod_above_idle": per_pod(plain, above_idle=True),
+        "apiserver_idle_cores": background,
+    }
+    profiled = [r.profile_ms_per_pod for r in ext if r.profile_ms_per_pod is not None]
+    plain_profiled = [r.profile_ms_per_pod for r in plain if r.profile_ms_per_pod is not None]
+    if profiled:
+        found["apiserver_profile_ms_per_pod"] = round(statistics.median(profiled), 2)
+    if plain_profiled:
+        found["plain_apiserver_profile_ms_per_pod"] = round(statistics.median(plain_profiled), 2)
+    return found
 
 
 def export(ref: str) -> Path:
@@ -405,6 +466,14 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a temporary one)")
     parser.add_argument("--extender-log-level", default="info", choices=("debug", "info", "warning"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster directory (logs) in place")
+    parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
+                        help="take a kube-apiserver CPU profile of SECONDS in each round (from the tenth bound pod on); "
+                             "figures per pod inside its window, files under the cluster directory's profiles/")
+    parser.add_argument("--idle", type=float, default=10.0, metavar="SECONDS",
+                        help="measure the apiserver's idle CPU (KWOK heartbeats, controllers) for SECONDS before the rounds (0: not)")
+    parser.add_argument("--watching", action="store_true",
+                        help="also rounds 'watching': the plain scheduler while this tree's extender runs unconsulted "
+                             "(its watches and background work only)")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="extender-bench-"))
     older = export(args.against) if args.against else None
@@ -428,14 +497,24 @@ def main() -> int:
         # The extender's ledger Leases live in its namespace (deploy/ makes it; here, we do).
         controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
-        kinds: dict[str, Path | None | bool] = {"plain": False, **({"before": older} if older else {}), "extender": None}
+        idle = apiserver_probe.idle_cores(state, ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"], seconds=args.idle) if args.idle else {}
+        if idle:
+            print(f"  idle CPU cores over {args.idle:.0f} s: {json.dumps(idle)}", flush=True)
+        profile_dir = directory / "profiles"
+        profile_dir.mkdir(exist_ok=True)
+        kinds: dict[str, Path | None | bool] = {
+            "plain": False, **({"watching": None} if args.watching else {}), **({"before": older} if older else {}), "extender": None,
+        }
         rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
         for index in range(args.rounds):
             for kind, source in kinds.items():
                 rounds[kind].append(
-                    one_round(state, api, kind=kind, index=index, count=args.pods, source=source, log_level=args.extender_log_level)
+                    one_round(
+                        state, api, kind=kind, index=index, count=args.pods, source=source, log_level=args.extender_log_level,
+                        consulted=kind != "watching", profile_seconds=args.profile, profile_dir=profile_dir,
+                    )
                 )
-        figures = {kind: headline(rounds, kind, pods_per_round=args.pods) for kind in kinds if kind != "plain"}
+        figures = {kind: headline(rounds, kind, pods_per_round=args.pods, idle=idle) for kind in kinds if kind != "plain"}
         print(f"\n{args.nodes} nodes, {args.pods} pods per round, {args.rounds} rounds each, load {os.getloadavg()[0]:.1f}")
         print("| scheduler | pods/s per round | median pods/s |")
         print("|---|---|---:|")
@@ -446,6 +525,24 @@ def main() -> int:
         line: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, **figures["extender"]}
         if "before" in figures:
             line["before"] = {"ref": args.against, **figures["before"]}
+        if "watching" in figures:
+            line["watching"] = {k: figures["watching"][k] for k in ("ratio", "extender_cpu_ms_per_pod", "apiserver_cpu_ms_per_pod",
+                                                                   "apiserver_cpu_ms_per_pod_above_idle", "apiserver_profile_ms_per_pod")
+                                if k in figures["watching"]}
+        if args.profile:
+            print(f"apiserver profiles: {profile_dir} (go tool pprof -top FILE)", flush=True)
+            profiled = {kind: [(r.profile_ms_per_pod, profile_dir / f"apiserver-{kind}-{i}.pprof") for i, r in enumerate(values)] for kind, values in rounds.items()}
+            columns = [(kind, i, path, per_pod) for kind, found in profiled.items() for i, (per_pod, path) in enumerate(found) if per_pod and path.exists()]
+            if columns and apiserver_probe.go_binary():
+                # CPU ms per bound pod in each profile's window, by where it went (cumulative; rows overlap).
+                table = {(kind, i): apiserver_probe.buckets(path) for kind, i, path, _ in columns}
+                totals = {(kind, i): apiserver_probe.profile_cpu_seconds(path) or 0.0 for kind, i, path, _ in columns}
+                print("\n| apiserver CPU ms per bound pod (profile window, cumulative) | " + " | ".join(f"{k} {i}" for k, i, _, _ in columns) + " |")
+                print("|---|" + "---:|" * len(columns))
+                per = {(kind, i): per_pod / (totals[(kind, i)] * 1000) if totals[(kind, i)] else 0.0 for kind, i, _, per_pod in columns}
+                print("| all | " + " | ".join(f"{per_pod:.2f}" for _, _, _, per_pod in columns) + " |")
+                for label, _ in apiserver_probe.BUCKETS:
+                    print(f"| {label} | " + " | ".join(f"{table[(k, i)][label] * 1000 * per[(k, i)]:.2f}" for k, i, _, _ in columns) + " |")
         print(json.dumps(line), flush=True)
     finally:
         with contextlib.suppress(Exception):

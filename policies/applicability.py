@@ -68,25 +68,24 @@ def _mounts(container: Mapping[str, object]) -> bool:
 def of(context: policy.Context) -> Facts:
     """The facts of the pod in `context`."""
     spec = context.template.spec
-    if context.whole_pod:
-        scope = pod = context.containers
-    else:
-        scope = context.containers
-        pod = tuple(podspec.iter_containers(spec, spec_path=context.template.spec_path))
-    requests_gpu = security_context = False
-    for ref in pod:
-        container = ref.container
-        if not requests_gpu and gpu.container_gpu_resources(container):
-            requests_gpu = True
-        if not security_context and _privileged_hint(container):
-            security_context = True
+    scope = context.containers
     scope_security_context = scope_guarded_env = scope_mounts = scope_without_gpu = False
+    scope_gpu = False
     for ref in scope:
         container = ref.container
         scope_security_context = scope_security_context or _privileged_hint(container)
         scope_guarded_env = scope_guarded_env or _guarded_env(container)
         scope_mounts = scope_mounts or _mounts(container)
-        scope_without_gpu = scope_without_gpu or not gpu.container_gpu_resources(container)
+        if gpu.container_gpu_resources(container):
+            scope_gpu = True
+        else:
+            scope_without_gpu = True
+    if context.whole_pod:  # the containers in scope are every container of the spec
+        requests_gpu, security_context = scope_gpu, scope_security_context
+    else:
+        pod = tuple(podspec.iter_containers(spec, spec_path=context.template.spec_path))
+        requests_gpu = any(gpu.container_gpu_resources(ref.container) for ref in pod)
+        security_context = any(_privileged_hint(ref.container) for ref in pod)
     return Facts(
         requests_gpu=requests_gpu,
         security_context=security_context,

@@ -96,13 +96,18 @@ class Template:
 
 def mapping(value: object) -> Mapping[str, Any]:
     """`value` if it is a mapping, else an empty one."""
-    # A decoded review holds plain dicts: the exact-type test spares the hot path the ABC check.
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
+    # A decoded review holds plain dicts, and an absent field reads as None: the exact tests spare
+    # the hot path the ABC check.
+    if type(value) is dict:
+        return value
+    if value is None:
+        return {}
+    return value if isinstance(value, Mapping) else {}
 
 
 def sequence(value: object) -> Sequence[Any]:
     """`value` if it is a list or tuple, else an empty sequence (a string is not a sequence here)."""
-    return value if isinstance(value, (list, tuple)) else ()
+    return value if type(value) is list or isinstance(value, (list, tuple)) else ()
 
 
 def whole_number(value: object) -> int | None:

@@ -27,11 +27,14 @@ from typing import Any
 from policies import applicability, gpu, podspec, policy, quantity
 
 
-def _check_container(container: podspec.ContainerRef) -> list[policy.Finding]:
+def _check_container(container: podspec.ContainerRef, mentioned: frozenset[str]) -> list[policy.Finding]:
+    """The findings on one container's GPU resources (`mentioned`: gpu.container_gpu_resources of it)."""
+    if not mentioned:
+        return []
     resources = podspec.mapping(container.container.get("resources"))
     limits: Mapping[str, Any] = podspec.mapping(resources.get("limits"))
     requests: Mapping[str, Any] = podspec.mapping(resources.get("requests"))
-    named = sorted(gpu.container_gpu_resources(container.container))
+    named = sorted(mentioned)
     findings: list[policy.Finding] = []
     who = container.label
     for name in named:
@@ -104,8 +107,9 @@ class WellFormedResources(policy.PodValidator):
         findings: list[policy.Finding] = []
         by_family: dict[gpu.Family, list[str]] = {}
         for container in podspec.iter_containers(spec, spec_path=context.template.spec_path):
-            findings.extend(_check_container(container))
-            for name in gpu.container_gpu_resources(container.container):
+            mentioned = gpu.container_gpu_resources(container.container)
+            findings.extend(_check_container(container, mentioned))
+            for name in mentioned:
                 family = gpu.family_of(name)
                 if family is not None:
                     by_family.setdefault(family, []).append(container.label)

@@ -20,7 +20,7 @@ from policies import allocation, reservations
 from policies import usage as policies_usage
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
-from webhook.extender import app, binder, kube, nudge
+from webhook.extender import app, binder, kube, native, nudge
 from policies import cards, inspection
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
@@ -210,7 +210,8 @@ async def _serve(
 ) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
-    kube_api = kube.KubeApi(client)
+    # The bind path's requests on the event loop where the client's settings allow (`native`).
+    kube_api = kube.KubeApi(client, session=native.Session.of(client.configuration, limit=kube.POOL_SIZE))
     cache = store_module.Store(honour_out_of_band=honour_out_of_band, namespace=ledger_namespace)
     if honour_out_of_band:
         log.info("honouring out-of-band GPU usage: cards offer their memory less what processes outside any pod hold")
@@ -225,7 +226,10 @@ async def _serve(
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain
     )
-    await server.run()
+    try:
+        await server.run()
+    finally:
+        await kube_api.close()
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for running without the console script

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +31,7 @@ import orjson
 
 from policies import gpu, reservations
 from webhook import kube
-from webhook.extender import api
+from webhook.extender import api, native
 from webhook.extender import store as store_module
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
@@ -56,9 +57,19 @@ def load_client(kubeconfig: str | None, *, context: str | None = None) -> kube_c
 class KubeApi:
     """`api.Api` against a real apiserver, plus the blocking list/watch calls the watcher uses."""
 
-    def __init__(self, client: kube_client.ApiClient, *, timeout: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self, client: kube_client.ApiClient, *, timeout: float = REQUEST_TIMEOUT_S, session: native.Session | None = None
+    ) -> None:
         self._client = client
         self._timeout = timeout
+        # With a session, the bind path's requests (`api.Api`) run on the event loop (`native`);
+        # lists and watches stay on the client's blocking path, in threads.
+        self._session = session
+
+    async def close(self) -> None:
+        """Close the event-loop session, if any (the blocking client's pool stays the caller's)."""
+        if self._session is not None:
+            await self._session.close()
 
     # --- api.Api ---
 
@@ -116,10 +127,42 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
     ) -> Object:
-        return await retry.call_async(
-            lambda: self._request_once(method, path, query=query, body=body, content_type=content_type),
-            what=f"{method} {path}", idempotent=idempotent, backoff=READS,
-        )
+        if self._session is None:
+            return await retry.call_async(
+                lambda: self._request_once(method, path, query=query, body=body, content_type=content_type),
+                what=f"{method} {path}", idempotent=idempotent, backoff=READS,
+            )
+        # `retry.call_async`'s rule, each try on the event loop.
+        what = f"{method} {path}"
+        encoded = orjson.dumps(body) if body is not None else None
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self._native_once(method, path, query=query, body=encoded, content_type=content_type, what=what)
+            except kube_errors.KubeError as error:
+                wait = READS.wait_s(tries, error, jitter=random.random()) if tries < READS.attempts and retry.retryable(error, idempotent=idempotent) else None  # noqa: S311 - jitter
+                if wait is None:
+                    raise
+                log.info("uid=- %s; try %d of %d in %.2f s", error, tries + 1, READS.attempts, wait)
+            await asyncio.sleep(wait)
+
+    async def _native_once(
+        self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: bytes | None, content_type: str, what: str
+    ) -> Object:
+        assert self._session is not None
+        answer = await self._session.request(method, path, query=query, body=body, content_type=content_type, timeout=self._timeout, what=what)
+        if not 200 <= answer.status < 300:
+            raise kube_errors.translate(
+                kube_errors.Answer(status=answer.status, body=answer.body, reason=answer.reason, headers=answer.headers), what=what,
+            )
+        try:
+            decoded = _loads(answer.body)
+        except ValueError as error:
+            raise kube_errors.KubeError(f"{what}: the apiserver answered something that is not JSON", status=answer.status) from error
+        if not isinstance(decoded, dict):
+            raise kube_errors.KubeError(f"{what}: unexpected answer", status=answer.status)
+        return decoded
 
     # --- blocking calls ---
 

@@ -1,0 +1,234 @@
+"""The bind path's requests on the event loop (`native`, issue 19): the same requests, credentials,
+TLS and errors as through the `kubernetes` client, against a local server."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import ssl
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import test_utils, web
+
+from certs import authority
+from webhook.certificates import certfiles
+from webhook.extender import kube, native
+from webhook.kube import client as kube_client
+from webhook.kube import errors
+
+NOW = datetime.datetime.now(datetime.UTC)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Recorder:
+    """A stand-in apiserver: answers from a script (status, body, headers) per request, records each request."""
+
+    def __init__(self, *answers: tuple[int, dict[str, Any], dict[str, str]]) -> None:
+        self.answers = list(answers)
+        self.seen: list[dict[str, Any]] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        self.seen.append({
+            "method": request.method, "path": request.path, "query": list(request.query.items()), "headers": dict(request.headers),
+            "body": json.loads(body) if body else None, "peer": peer,
+        })
+        status, answer, headers = self.answers.pop(0)
+        return web.Response(status=status, body=json.dumps(answer).encode(), content_type="application/json", headers=headers)
+
+    def app(self) -> web.Application:
+        application = web.Application()
+        application.router.add_route("*", "/{tail:.*}", self.handle)
+        return application
+
+
+def configuration(host: str, **settings: Any) -> Any:
+    found = kube_client.Configuration()
+    found.host = host
+    for key, value in settings.items():
+        setattr(found, key, value)
+    return found
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Callable[..., Awaitable[tuple[Recorder, str]]]]:
+    servers: list[test_utils.TestServer] = []
+
+    async def start(*answers: tuple[int, dict[str, Any], dict[str, str]], context: ssl.SSLContext | None = None) -> tuple[Recorder, str]:
+        recorder = Recorder(*answers)
+        server = test_utils.TestServer(recorder.app(), host="127.0.0.1", scheme="https" if context else "http")
+        await server.start_server(ssl=context)
+        servers.append(server)
+        return recorder, f"{'https' if context else 'http'}://127.0.0.1:{server.port}"
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+def status(code: int, message: str, *, reason: str = "") -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
+
+
+OK_BINDING: tuple[int, dict[str, Any], dict[str, str]] = (201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, {})
+
+
+async def test_a_binding_is_the_same_request_as_through_the_client(served: Any) -> None:
+    recorder, host = await served(OK_BINDING)
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(host, api_key={"authorization": "Bearer tok"})))
+    try:
+        await api.bind("team-a", "p0", uid="u-1", node="gpu-0", annotations={"ALIYUN_COM_GPU_MEM_IDX": "1"})
+    finally:
+        await api.close()
+    (sent,) = recorder.seen
+    assert (sent["method"], sent["path"]) == ("POST", "/api/v1/namespaces/team-a/pods/p0/binding")
+    assert sent["headers"]["Authorization"] == "Bearer tok"
+    assert sent["headers"]["Content-Type"] == "application/json"
+    assert sent["body"] == {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "p0", "namespace": "team-a", "uid": "u-1", "annotations": {"ALIYUN_COM_GPU_MEM_IDX": "1"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-0"},
+    }
+
+
+async def test_a_lease_replace_carries_its_field_manager_and_returns_the_stored_object(served: Any) -> None:
+    stored = {"metadata": {"name": "gpu-0", "resourceVersion": "8"}}
+    recorder, host = await served((200, stored, {}))
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(host)))
+    try:
+        assert await api.replace_lease("ledger", "gpu-0", {"metadata": {"name": "gpu-0", "resourceVersion": "7"}}) == stored
+    finally:
+        await api.close()
+    (sent,) = recorder.seen
+    assert (sent["method"], sent["path"], sent["query"]) == ("PUT", "/apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0", [("fieldManager", "gpu-admission-extender")])
+    assert "Authorization" not in sent["headers"], "no credentials configured: none sent"
+
+
+async def test_refusals_become_the_kube_layers_errors_and_a_conflict_is_not_retried(served: Any) -> None:
+    recorder, host = await served(
+        (409, status(409, "the object has been modified"), {}),
+        (404, status(404, 'pods "p" not found', reason="NotFound"), {}),
+    )
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(host)))
+    try:
+        with pytest.raises(errors.Conflict):
+            await api.replace_lease("ledger", "gpu-0", {"metadata": {"resourceVersion": "7"}})
+        with pytest.raises(errors.NotFound) as raised:
+            await api.get_pod("a", "p")
+    finally:
+        await api.close()
+    assert str(raised.value) == 'GET /api/v1/namespaces/a/pods/p: 404 Not Found: pods "p" not found'
+    assert len(recorder.seen) == 2
+
+
+async def test_a_read_is_tried_again_after_a_5xx_but_a_binding_only_after_a_429(served: Any) -> None:
+    again = {"Retry-After": "0"}
+    recorder, host = await served(
+        (503, status(503, "busy"), again), (200, {"metadata": {"name": "p"}}, {}),  # GET: retried
+        (429, status(429, "slow down"), again), OK_BINDING,  # Binding: a 429 is retried (refused before it ran)
+        (503, status(503, "busy"), again),  # Binding: a 5xx is not (it may have been made)
+    )
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(host)))
+    try:
+        assert await api.get_pod("a", "p") == {"metadata": {"name": "p"}}
+        await api.bind("a", "p", uid="u", node="n", annotations={})
+        with pytest.raises(errors.ServerError):
+            await api.bind("a", "p", uid="u", node="n", annotations={})
+    finally:
+        await api.close()
+    assert [s["method"] for s in recorder.seen] == ["GET", "GET", "POST", "POST", "POST"]
+
+
+async def test_no_answer_is_unreachable() -> None:
+    with socket_nobody_listens_on() as port:
+        api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{port}")))
+        try:
+            with pytest.raises(errors.Unreachable) as raised:
+                await api.bind("a", "p", uid="u", node="n", annotations={})
+        finally:
+            await api.close()
+    assert str(raised.value).startswith("POST /api/v1/namespaces/a/pods/p/binding: ")
+
+
+def socket_nobody_listens_on() -> Any:
+    import contextlib
+    import socket
+
+    @contextlib.contextmanager
+    def held() -> Any:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))  # bound, never listening: a connect is refused
+        try:
+            yield sock.getsockname()[1]
+        finally:
+            sock.close()
+
+    return held()
+
+
+async def test_tls_with_the_kubeconfigs_ca_and_client_certificate(served: Any, tmp_path: pathlib.Path) -> None:
+    server_ca, client_ca = authority.issue_ca(now=NOW), authority.issue_ca(now=NOW)
+    serving = authority.issue_serving(server_ca, hosts=["127.0.0.1"], now=NOW)
+    user = authority.issue_client(client_ca, common_name="gpu-admission-extender", now=NOW)
+    for name, data in (("ca.crt", server_ca.certificate_pem), ("client-ca.crt", client_ca.certificate_pem), ("tls.crt", serving.certificate_pem),
+                       ("tls.key", serving.key_pem), ("user.crt", user.certificate_pem), ("user.key", user.key_pem)):
+        certfiles.write_atomically(tmp_path / name, data, mode=0o600)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tmp_path / "client-ca.crt"))
+    context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    context.verify_mode = ssl.CERT_REQUIRED  # as the apiserver with a client CA: no certificate, no handshake
+    recorder, host = await served((200, {"metadata": {"name": "gpu-0"}}, {}), context=context)
+    settings = configuration(host, ssl_ca_cert=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "user.crt"), key_file=str(tmp_path / "user.key"))
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(settings))
+    try:
+        assert await api.get_lease("ledger", "gpu-0") == {"metadata": {"name": "gpu-0"}}
+    finally:
+        await api.close()
+    subject = dict(pair[0] for pair in recorder.seen[0]["peer"]["subject"])
+    assert subject["commonName"] == "gpu-admission-extender"
+
+    # A server certificate from another CA is refused, as the client would.
+    wrong = configuration(host, ssl_ca_cert=str(tmp_path / "client-ca.crt"), cert_file=str(tmp_path / "user.crt"), key_file=str(tmp_path / "user.key"))
+    stranger = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(wrong))
+    try:
+        with pytest.raises(errors.Unreachable):
+            await stranger.get_lease("ledger", "gpu-0")
+    finally:
+        await stranger.close()
+
+
+async def test_a_refreshing_credential_is_asked_off_the_event_loop_and_not_on_every_request(served: Any) -> None:
+    recorder, host = await served((200, {}, {}), (200, {}, {}))
+    calls: list[str] = []
+
+    def refresh(config: Any) -> None:
+        calls.append(threading.current_thread().name)
+        config.api_key = {"authorization": f"Bearer t{len(calls)}"}
+
+    settings = configuration(host, api_key={"authorization": "Bearer old"}, refresh_api_key_hook=refresh)
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(settings))
+    try:
+        await api.get_pod("a", "p")
+        await api.get_pod("a", "q")
+    finally:
+        await api.close()
+    assert [s["headers"]["Authorization"] for s in recorder.seen] == ["Bearer t1", "Bearer t1"]
+    assert len(calls) == 1 and calls[0] != threading.current_thread().name
+
+
+@pytest.mark.parametrize(
+    ("settings", "supported"),
+    [
+        ({}, True),
+        ({"verify_ssl": False}, True),
+        ({"proxy": "http://proxy.example:3128"}, False),
+        ({"assert_hostname": "apiserver.example"}, False),
+    ],
+    ids=["plain", "insecure-skip-tls-verify", "proxy", "asserted-hostname"],
+)
+def test_configurations_it_does_not_reproduce_keep_the_clients_path(settings: dict[str, Any], supported: bool) -> None:
+    assert (native.Session.of(configuration("https://127.0.0.1:6443", **settings)) is not None) == supported

@@ -24,7 +24,7 @@ import logging
 import random
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -254,6 +254,30 @@ class KubeApi:
             with contextlib.suppress(Exception):
                 raw.release_conn()
 
+    @property
+    def streams_on_the_loop(self) -> bool:
+        """Whether `watch_async` is available (the event-loop session exists)."""
+        return self._session is not None
+
+    async def watch_async(
+        self, path: str, *, resource_version: str, label_selector: str = ""
+    ) -> AsyncGenerator[tuple[str, Object], None]:
+        """`watch` on the event loop (needs the session): each event decoded as it comes, no thread."""
+        assert self._session is not None
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        lines = self._session.lines(path, query=query, read_timeout=WATCH_TIMEOUT_S + 30.0, what=f"watch {path}")
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                event = _loads(line)
+                yield str(event.get("type", "")), event.get("object") or {}
+
     def _send(
         self,
         method: str,
@@ -277,8 +301,11 @@ class KubeApi:
 
 class Watcher:
     """Keeps a Store in step with the apiserver: list, then watch, relisting after any failure.
-    Three watches, each on its own thread: Nodes, Pods, and the ledger Leases in `namespace`
-    (label `gpu-admission.io/ledger=true`)."""
+    Three watches: Nodes, Pods, and the ledger Leases in `namespace` (label
+    `gpu-admission.io/ledger=true`). With the event-loop session (`KubeApi.streams_on_the_loop`)
+    each watch is a task on the loop, which applies its events as they are decoded (issue 19: no
+    hand-over between threads per event, and aiohttp's C parser for the chunked stream); the lists
+    still run in a worker thread, a page at a time. Without it, each watch owns a thread."""
 
     def __init__(
         self, kube: KubeApi, cache: store_module.Store, *, loop: asyncio.AbstractEventLoop, namespace: str = reservations.LEDGER_NAMESPACE
@@ -289,6 +316,7 @@ class Watcher:
         self._namespace = namespace
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         for kind, path, replace, selector in (
@@ -296,12 +324,53 @@ class Watcher:
             ("Pod", "/api/v1/pods", self._store.replace_pods, ""),
             ("Lease", _lease_path(self._namespace, ""), self._store.replace_leases, LEDGER_SELECTOR),
         ):
+            if self._kube.streams_on_the_loop:
+                self._tasks.append(self._loop.create_task(self._run_async(kind, path, replace, selector), name=f"watch {kind.lower()}s"))
+                continue
             thread = threading.Thread(target=self._run, args=(kind, path, replace, selector), name=f"watch-{kind.lower()}s", daemon=True)
             thread.start()
             self._threads.append(thread)
 
     def stop(self) -> None:
         self._stopped.set()
+        for task in self._tasks:
+            task.cancel()
+
+    async def _run_async(self, kind: str, path: str, replace: Callable[[list[Object]], None], selector: str) -> None:
+        """`_run` as a task on the loop: the store is written directly, in the same order."""
+        delay = 0.2
+        while not self._stopped.is_set():
+            try:
+                items, version = await asyncio.to_thread(self._kube.list, path, label_selector=selector)
+                replace(items)
+                self._store.seen(kind, version)
+                log.info("listed %d %ss", len(items), kind.lower())
+                delay = 0.2
+                while not self._stopped.is_set():
+                    version = await self._watch_once_async(kind, path, version, selector)
+            except _Expired:
+                log.info("%s watch expired; relisting", kind.lower())
+            except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
+                log.warning("%s watch failed (%s); relisting in %.1f s", kind.lower(), error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _watch_once_async(self, kind: str, path: str, version: str, selector: str = "") -> str:
+        store = self._store
+        events = self._kube.watch_async(path, resource_version=version, label_selector=selector)
+        async with contextlib.aclosing(events):
+            async for event, obj in events:
+                if event == "ERROR":
+                    failed = _error_event(obj, f"watch {path}")
+                    if isinstance(failed, kube_errors.Gone):
+                        raise _Expired
+                    raise failed
+                version = str((obj.get("metadata") or {}).get("resourceVersion", version))
+                if event == "BOOKMARK":
+                    store.seen(kind, version)  # how far the store is complete
+                    continue
+                store.apply(kind, event, obj)
+        return version
 
     def _run(self, kind: str, path: str, replace: Callable[[list[Object]], None], selector: str) -> None:
         delay = 0.2

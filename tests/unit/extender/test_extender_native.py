@@ -3,6 +3,7 @@ TLS and errors as through the `kubernetes` client, against a local server."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import pathlib
@@ -16,7 +17,7 @@ from aiohttp import test_utils, web
 
 from certs import authority
 from webhook.certificates import certfiles
-from webhook.extender import kube, native
+from webhook.extender import kube, native, store
 from webhook.kube import client as kube_client
 from webhook.kube import errors
 
@@ -232,3 +233,113 @@ async def test_a_refreshing_credential_is_asked_off_the_event_loop_and_not_on_ev
 )
 def test_configurations_it_does_not_reproduce_keep_the_clients_path(settings: dict[str, Any], supported: bool) -> None:
     assert (native.Session.of(configuration("https://127.0.0.1:6443", **settings)) is not None) == supported
+
+
+# --- watches on the event loop ----------------------------------------------------------------------
+
+
+class Streaming:
+    """A stand-in apiserver for list + watch: each list answers the next of `lists` (the last one
+    again and again); each watch streams the next of `streams` (one chunk per event) and ends."""
+
+    def __init__(self, lists: dict[str, list[list[dict[str, Any]]]], streams: dict[str, list[list[dict[str, Any]]]]) -> None:
+        self.lists, self.streams = lists, streams
+        self.calls: list[tuple[str, str]] = []  # (path, "list" or the watch's resourceVersion)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            self.calls.append((request.path, "list"))
+            answers = self.lists.get(request.path, [[]])
+            items = answers.pop(0) if len(answers) > 1 else answers[0]
+            return web.json_response({"metadata": {"resourceVersion": "10"}, "items": items})
+        self.calls.append((request.path, request.query["resourceVersion"]))
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        streams = self.streams.get(request.path, [])
+        for event in streams.pop(0) if streams else []:
+            await response.write(json.dumps(event).encode() + b"\n")
+        if not streams:
+            await asyncio.sleep(5)  # nothing more: an idle watch
+        await response.write_eof()
+        return response
+
+    def app(self) -> web.Application:
+        application = web.Application()
+        application.router.add_route("*", "/{tail:.*}", self.handle)
+        return application
+
+
+class Recording(store.Store):
+    """A Store that records what the watcher did to it, and on which thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[tuple[str, str, object]] = []
+        self.threads: set[str] = set()
+
+    def replace_pods(self, items: Any) -> None:
+        items = list(items)
+        self.steps.append(("Pod", "replace", len(items)))
+        self.threads.add(threading.current_thread().name)
+        super().replace_pods(items)
+
+    def seen(self, kind: str, version: str) -> None:
+        self.steps.append((kind, "seen", version))
+        super().seen(kind, version)
+
+    def apply(self, kind: str, event: str, obj: Any) -> None:
+        self.steps.append((kind, event, obj["metadata"]["resourceVersion"]))
+        self.threads.add(threading.current_thread().name)
+        super().apply(kind, event, obj)
+
+
+def watched_pod(name: str, version: str, *, node: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "a", "uid": f"uid-{name}", "resourceVersion": version},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": "1"}}}]},
+    }
+
+
+async def test_the_watches_run_on_the_event_loop_and_fill_the_store(make_node: Any) -> None:
+    big = make_node("gpu-0", count=2, annotations={"example.com/large": "x" * 200_000})  # one line far past 64 KiB
+    source = Streaming(
+        lists={"/api/v1/pods": [[watched_pod("p0", "9")], [watched_pod("p0", "12", node="gpu-0"), watched_pod("p1", "16")]]},
+        streams={
+            "/api/v1/nodes": [[{"type": "ADDED", "object": {**big, "metadata": {**big["metadata"], "resourceVersion": "11"}}}]],
+            "/api/v1/pods": [
+                [{"type": "MODIFIED", "object": watched_pod("p0", "12", node="gpu-0")}, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],
+                [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}}],
+            ],
+        },
+    )
+    server = test_utils.TestServer(source.app(), host="127.0.0.1")
+    await server.start_server()
+    settings = configuration(f"http://127.0.0.1:{server.port}")
+    api = kube.KubeApi(kube_client.ApiClient(settings), session=native.Session.of(settings))
+    cache = Recording()
+    watcher = kube.Watcher(api, cache, loop=asyncio.get_running_loop())
+    try:
+        assert api.streams_on_the_loop
+        watcher.start()
+        assert not watcher._threads, "no watch thread"
+        for _ in range(1000):
+            if cache.pod("uid-p1") is not None and cache.node("gpu-0") is not None:
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        watcher.stop()
+        await api.close()
+        await server.close()
+    assert cache.synced
+    assert cache.node("gpu-0") is not None, "the 200 kB Node event arrived whole"
+    assert [step for step in cache.steps if step[0] == "Pod"][:4] == [
+        ("Pod", "replace", 1), ("Pod", "seen", "10"), ("Pod", "MODIFIED", "12"), ("Pod", "seen", "15"),
+    ], "listed, then the watch's event and its bookmark, in order, on the loop"
+    assert ("Pod", "replace", 2) in cache.steps, "the 410 relisted"
+    assert threading.current_thread().name in cache.threads and len(cache.threads) == 1, "every store write on the loop's thread"
+    pods = [call for path, call in source.calls if path == "/api/v1/pods"]
+    # listed at 10, watched from 10; resumed from the bookmark's 15 when that stream ended; the 410 relisted
+    assert pods[:4] == ["list", "10", "15", "list"]
+    assert cache.pod("uid-p1") is not None, "the relist's pods are in"

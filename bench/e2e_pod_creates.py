@@ -20,6 +20,12 @@ webhook calls per create as the apiserver counts them; and the load average.
    too, so that an ordinary pod costs no webhook call at all ("policy" rows; a GPU pod is still
    reviewed twice).
 
+4. with ``--against REF``: the webhook and its registrations as they were at REF (a git worktree of
+   REF, its ``gpu-admission serve`` started beside this tree's on the same certificates and settings,
+   its ``deploy/`` registrations pointed at it): rows "against", before and after in one run; and
+   rows "regs": this tree's webhook with REF's registrations, which tells the registrations' share
+   of the difference from the server's.
+
 The phases alternate for ``--rounds`` rounds (the registrations deleted and applied again in between),
 so that load from other work on a shared machine falls on both; "added" is the difference of the
 rounds' means.
@@ -44,6 +50,7 @@ import os
 import pathlib
 import re
 import ssl
+import subprocess
 import sys
 import tempfile
 import time
@@ -108,12 +115,12 @@ def webhook_metrics(state: controlplane.State) -> dict[str, tuple[float, float]]
 
 
 def phase(
-    state: controlplane.State, body: pathlib.Path, *, url: str, args: argparse.Namespace, label: str
+    state: controlplane.State, body: pathlib.Path, *, url: str, args: argparse.Namespace, label: str, webhook_name: str = "webhook"
 ) -> dict[str, Any]:
     pki = state.directory / "pki"
     common = {"url": url, "body": body, "ca": pki / "ca.crt", "client_cert": pki / "admin.crt", "client_key": pki / "admin.key"}
     apiserver = state.pids["kube-apiserver"]
-    webhook = state.pids.get("webhook")
+    webhook = state.pids.get(webhook_name)
     loadgen.run(seconds=args.warmup, connections=args.connections, **common)  # type: ignore[arg-type]
     before = webhook_metrics(state)
     with loadgen.Meter(apiserver) as api_meter, loadgen.Meter(webhook or apiserver) as hook_meter:
@@ -139,6 +146,26 @@ def phase(
         print(f"  {label:<16} {rate:5.0f}/s -> {run['achieved_rate']:7.1f}/s p50 {run['p50_ms']:7.2f} p99 {run['p99_ms']:8.2f} "
               f"errors {run['errors']} late {run['late']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     return result
+
+
+def start_reference_webhook(state: controlplane.State, tree: pathlib.Path, *, workers: int) -> None:
+    """REF's ``gpu-admission serve`` from its worktree (``-m webhook.cli`` with the tree first on the
+    path), on the certificates and settings of this tree's webhook, recorded as ``webhook-ref``."""
+    certs = state.directory / "webhook"
+    port = controlplane.free_port()
+    state.ports["webhook-ref"] = port
+    command = [
+        sys.executable, "-m", "webhook.cli", "serve", "--port", str(port), "--host", "127.0.0.1",
+        "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+        "--kubeconfig", str(state.kubeconfig), "--config", str((state.directory / "bench-config.yaml").resolve()),
+    ]
+    if workers != 1:
+        command += ["--workers", str(workers)]
+    controlplane.start(state, "webhook-ref", command=command, env={"PYTHONPATH": str(tree)})
+    ca = certs / "ca.crt"
+    controlplane.wait_for(
+        lambda: _ok(f"https://127.0.0.1:{port}/readyz", ca), what="REF's webhook /readyz", timeout=60, state=state, component="webhook-ref"
+    )
 
 
 def start_webhook(state: controlplane.State, *, workers: int) -> None:
@@ -219,7 +246,8 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
         f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}; {mode}; webhook workers {args.webhook_workers}.",
         f"Command: `.venv/bin/python bench/e2e_pod_creates.py --duration {args.duration:g} --connections {args.connections}"
-        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers} --pods {','.join(args.pods)}{' --map' if args.map else ''}`",
+        f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers} --pods {','.join(args.pods)}{' --map' if args.map else ''}"
+        f"{' --against ' + args.against if args.against else ''}`",
         "",
         "| | creates/s at saturation (p99 ms) | " + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in args.rates)
         + " | apiserver CPU s / 1k | webhook CPU s / 1k | webhook call, mean ms (apiserver's view) |",
@@ -252,6 +280,11 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         ratio = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean("without", lambda r: r["saturation"]["achieved_rate"])
         versus = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean("with", lambda r: r["saturation"]["achieved_rate"])
         lines.append(f"| **policy ÷ without; policy ÷ webhook** | {ratio:.2f}×; {versus:.2f}× |" + " |" * (len(args.rates) + 3))
+    for side, what in (("against", f"{args.against}"), ("regs", f"this webhook, {args.against}'s registrations,")):
+        if any(name.startswith(side + " ") for name in results):
+            ratio = mean(side, lambda r: r["saturation"]["achieved_rate"]) / mean("without", lambda r: r["saturation"]["achieved_rate"])
+            cpu = mean(side, lambda r: r["apiserver_cpu_per_1k"]) - mean("without", lambda r: r["apiserver_cpu_per_1k"])
+            lines.append(f"| **{what} ÷ without; apiserver CPU added** | {ratio:.2f}×; {cpu:+.2f} s / 1k |" + " |" * (len(args.rates) + 3))
     return "\n".join(lines)
 
 
@@ -278,6 +311,18 @@ def _headline(kind: str, results: dict[str, dict[str, Any]]) -> dict[str, float]
         f"{kind}_webhook_calls_per_create": round(mean("with", lambda r: r.get("webhook_calls_per_create", 0.0)), 2),
         f"{kind}_with_p99_ms": round(mean("with", lambda r: r["saturation"]["p99_ms"]), 1),
     }
+    if any(name.startswith("against ") for name in results):
+        figures.update({
+            f"{kind}_against_ratio": round(_ratio(results, side="against"), 3),
+            f"{kind}_against_per_s": round(mean("against", lambda r: r["saturation"]["achieved_rate"]), 1),
+            f"{kind}_with_vs_against": round(_ratio(results, side="with", base="against"), 3),
+            f"{kind}_apiserver_ms_with": round(mean("with", lambda r: r["apiserver_cpu_per_1k"]), 2),
+            f"{kind}_apiserver_ms_against": round(mean("against", lambda r: r["apiserver_cpu_per_1k"]), 2),
+            f"{kind}_apiserver_ms_without": round(mean("without", lambda r: r["apiserver_cpu_per_1k"]), 2),
+            f"{kind}_regs_ratio": round(_ratio(results, side="regs"), 3),
+            f"{kind}_with_vs_regs": round(_ratio(results, side="with", base="regs"), 3),
+            f"{kind}_apiserver_ms_regs": round(mean("regs", lambda r: r["apiserver_cpu_per_1k"]), 2),
+        })
     if any(name.startswith("policy ") for name in results):
         figures.update({
             f"{kind}_policy_ratio": round(_ratio(results, side="policy"), 3),
@@ -308,7 +353,13 @@ def main() -> int:
         help="also a third phase per round: GPU104 as a MutatingAdmissionPolicy (feature gate on) and the mutating "
         "webhook skipping ordinary pods (rows 'policy')",
     )
+    parser.add_argument(
+        "--against", metavar="REF",
+        help="also a phase per round with the webhook and its registrations from a git worktree of REF (rows 'against')",
+    )
     args = parser.parse_args()
+    if args.map and args.against:
+        parser.error("--map and --against: one at a time")
     if not args.pods or any(k not in POD_KINDS for k in args.pods):
         parser.error(f"--pods: a comma list of {', '.join(POD_KINDS)}")
     loadgen.binary()
@@ -332,20 +383,32 @@ def main() -> int:
             url = f"{state.server}/api/v1/namespaces/{namespace}/pods{suffix}"
             registered = False
             policy = False
+            tree = pathlib.Path(tmp) / "against"
+            if args.against:
+                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "add", "--detach", str(tree), args.against], check=True, capture_output=True)
+            modes = ("without", "with", "policy") if args.map else ("without", "with", "against", "regs") if args.against else ("without", "with")
             for round_ in range(1, args.rounds + 1):
-                for mode in ("without", "with", "policy") if args.map else ("without", "with"):
+                # Every other round the phases with a webhook run in reverse order, so that neither
+                # side always follows the other (a registration switch, a cold server).
+                for mode in modes if round_ % 2 else (modes[0], *reversed(modes[1:])):
                     with_webhook = mode != "without"
                     if policy and mode != "policy":
                         delete_policy(state)
                         policy = False
-                    if with_webhook and not registered:
-                        if "webhook" not in state.pids:
-                            start_webhook(state, workers=args.webhook_workers)
-                        else:
-                            install.register(state)
+                    if with_webhook and "webhook" not in state.pids:
+                        start_webhook(state, workers=args.webhook_workers)
                         registered = True
-                    elif with_webhook and mode == "with":
+                    if mode == "against":
+                        if "webhook-ref" not in state.pids:
+                            start_reference_webhook(state, tree, workers=args.webhook_workers)
+                        install.register(state, deploy=tree / "deploy", port=state.ports["webhook-ref"])
+                        registered = True
+                    elif mode == "regs":
+                        install.register(state, deploy=tree / "deploy")
+                        registered = True
+                    elif with_webhook:
                         install.register(state)  # deploy/'s registrations again: no skip on the mutating webhook
+                        registered = True
                     elif not with_webhook and registered:
                         unregister(state)
                         registered = False
@@ -360,10 +423,15 @@ def main() -> int:
                             what="the bench namespace's ServiceAccount", timeout=60,
                         )
                     for kind, body in bodies.items():
-                        label = f"{mode} webhook #{round_}" if mode != "policy" else f"policy #{round_}"
-                        results[kind][label] = phase(state, body, url=url, args=args, label=f"{label} ({kind} pod)")
+                        label = f"{mode} webhook #{round_}" if mode not in ("policy", "regs") else f"{mode} #{round_}"
+                        results[kind][label] = phase(
+                            state, body, url=url, args=args, label=f"{label} ({kind} pod)",
+                            webhook_name="webhook-ref" if mode == "against" else "webhook",
+                        )
         finally:
             controlplane.down(directory)
+            if args.against:
+                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
     headline: dict[str, float] = {}
     for kind, figures in results.items():
         print(f"\n{kind.upper()} pod\n")

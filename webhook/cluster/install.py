@@ -87,12 +87,13 @@ def start_webhook(state: controlplane.State, *, config: Path | None = None, time
     controlplane.wait_for(ready, what="the webhook /readyz", timeout=timeout, state=state, component="webhook")
 
 
-def register(state: controlplane.State, *, timeout: float = 60.0) -> None:
-    """Apply the registrations from `deploy/` and wait until the apiserver calls the webhook."""
-    with open(deploy_dir() / WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
+def register(state: controlplane.State, *, timeout: float = 60.0, deploy: Path | None = None, port: int | None = None) -> None:
+    """Apply the registrations from `deploy/` (or another copy of it, `deploy`: a benchmark's older
+    tree) pointed at the webhook (or at `port`), and wait until the apiserver calls it."""
+    with open((deploy or deploy_dir()) / WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
         documents = [d for d in yaml.safe_load_all(stream) if d]
     ca_bundle = (state.directory / "webhook" / "ca.crt").read_bytes()
-    port = state.ports["webhook"]
+    port = port or state.ports["webhook"]
     items = local_registrations(documents, base_url=f"https://127.0.0.1:{port}", ca_bundle=ca_bundle)
     controlplane.kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     controlplane.wait_for(lambda: _webhook_effective(state), what="the apiserver to call the webhook", timeout=timeout, state=state, component="webhook")

@@ -151,6 +151,8 @@ def test_a_crashing_policy_is_an_error_result_not_a_crash(monkeypatch: pytest.Mo
         raise RuntimeError("kaboom")
 
     monkeypatch.setattr(gpu003_host_path.HostPathDevices, "check_pod", boom)
+    # The pod has no volumes, which GPU003's pre-check would skip it for: make it run and crash.
+    monkeypatch.setattr(gpu003_host_path.HostPathDevices, "relevant", lambda self, context, facts: True)
     (found,) = of(run(pod("p")), "p", "GPU003")
     assert found.result is model.Result.ERROR
     assert found.action is model.Action.ENFORCE  # validate errors fail closed by default

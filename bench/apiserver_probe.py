@@ -32,12 +32,17 @@ _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def fetch(state: controlplane.State, path: str, *, timeout: float = 120.0) -> bytes:
-    """GET `path` from the cluster's apiserver as the admin user (client certificate)."""
+def fetch(state: controlplane.State, path: str, *, timeout: float = 120.0, server: str = "") -> bytes:
+    """GET `path` from the cluster's apiserver as the admin user (client certificate); from
+    `server` instead (a component's own port, e.g. kube-scheduler's, whose serving certificate is
+    self-signed and not checked) when given."""
     pki = state.directory / "pki"
     context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    if server:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    with urllib.request.urlopen(state.server + path, context=context, timeout=timeout) as answer:
+    with urllib.request.urlopen((server or state.server) + path, context=context, timeout=timeout) as answer:
         return bytes(answer.read())
 
 
@@ -115,11 +120,12 @@ def per_pod(counts: dict[str, float], pods: int, *, top: int = 12, floor: float 
 
 
 class Profile:
-    """A kube-apiserver CPU profile of `seconds`, started in a thread once `ready()` is true (polled
-    every 50 ms); `window` is when it ran (monotonic), to count what happened inside it."""
+    """A kube-apiserver CPU profile of `seconds` (of another component's, at `server`), started in
+    a thread once `ready()` is true (polled every 50 ms); `window` is when it ran (monotonic), to
+    count what happened inside it."""
 
-    def __init__(self, state: controlplane.State, path: Path, *, seconds: int, ready: Callable[[], bool]) -> None:
-        self.state, self.path, self.seconds, self.ready = state, path, seconds, ready
+    def __init__(self, state: controlplane.State, path: Path, *, seconds: int, ready: Callable[[], bool], server: str = "") -> None:
+        self.state, self.path, self.seconds, self.ready, self.server = state, path, seconds, ready, server
         self.window: tuple[float, float] | None = None
         self.error = ""
         self.stopped = threading.Event()
@@ -132,7 +138,7 @@ class Profile:
                 return
         began = time.monotonic()
         try:
-            data = fetch(self.state, f"/debug/pprof/profile?seconds={self.seconds}", timeout=self.seconds + 60)
+            data = fetch(self.state, f"/debug/pprof/profile?seconds={self.seconds}", timeout=self.seconds + 60, server=self.server)
         except Exception as error:  # noqa: BLE001 - a bench figure, reported, not fatal
             self.error = str(error)
             return
@@ -183,8 +189,26 @@ BUCKETS: tuple[tuple[str, str], ...] = (
 )
 
 
-def buckets(path: Path) -> dict[str, float]:
-    """CPU seconds per `BUCKETS` entry (cumulative), from `go tool pprof -top -cum`."""
+# The same for kube-scheduler: its scheduling cycle, the extender calls, its binding.
+SCHEDULER_BUCKETS: tuple[tuple[str, str], ...] = (
+    ("scheduling cycle", r"scheduler\.\(\*Scheduler\)\.schedulingCycle$"),
+    ("  in-tree filters (findNodesThatPassFilters)", r"\.\(\*Scheduler\)\.findNodesThatPassFilters$"),
+    ("  in-tree scores (RunScorePlugins)", r"runtime\.\(\*frameworkImpl\)\.RunScorePlugins$"),
+    ("  extender filter call", r"scheduler\.\(\*HTTPExtender\)\.Filter$"),
+    ("  extender prioritize call", r"scheduler\.\(\*HTTPExtender\)\.Prioritize$"),
+    ("binding cycle", r"scheduler\.\(\*Scheduler\)\.bindingCycle$"),
+    ("  extender bind call", r"scheduler\.\(\*HTTPExtender\)\.Bind$"),
+    ("extender HTTP (send: encode, round trip, decode)", r"scheduler\.\(\*HTTPExtender\)\.send$"),
+    ("JSON encode (encoding/json)", r"encoding/json\.\(\*Encoder\)\.Encode$"),
+    ("JSON decode (encoding/json)", r"encoding/json\.\(\*Decoder\)\.Decode$"),
+    ("informer event handling (pods, nodes)", r"cache\.\(\*processorListener\)\.run$"),
+    ("GC mark (background)", r"runtime\.gcBgMarkWorker$"),
+    ("malloc", r"runtime\.mallocgc$"),
+)
+
+
+def buckets(path: Path, table: tuple[tuple[str, str], ...] = BUCKETS) -> dict[str, float]:
+    """CPU seconds per `table` entry (cumulative), from `go tool pprof -top -cum`."""
     listing = pprof_top(path, cumulative=True, count=100000)
     units = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1.0, "mins": 60.0}
     rows: list[tuple[str, float]] = []
@@ -197,7 +221,7 @@ def buckets(path: Path) -> dict[str, float]:
             continue
         rows.append((fields[5].removesuffix(" (inline)"), float(match[1]) * units[match[2]]))
     found: dict[str, float] = {}
-    for label, pattern in BUCKETS:
+    for label, pattern in table:
         compiled = re.compile(pattern)
         found[label] = sum(seconds for name, seconds in rows if compiled.search(name))
     return found

@@ -146,14 +146,14 @@ def scheduler_config(state: controlplane.State, *, name: str, extender_port: int
     return path
 
 
-def start_scheduler(state: controlplane.State, *, name: str, config: Path) -> None:
+def start_scheduler(state: controlplane.State, *, name: str, config: Path, port: int) -> None:
     kubeconfig = str(state.kubeconfig)
     controlplane.start(
         state, name,
         command=[
             str(state.bin_dir / "kube-scheduler"), f"--config={config}",
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={controlplane.free_port()}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
         ],
     )
 
@@ -321,13 +321,18 @@ def one_round(
         watched = ["kube-apiserver", "etcd", "extender"] if port is not None else ["kube-apiserver", "etcd"]
         requests_before = apiserver_requests(state)
         probe_before = apiserver_probe.snapshot(state)
-        profile = None
+        profile = scheduler_profile = None
+        scheduler_port = controlplane.free_port()
         if profile_seconds and profile_dir is not None:
             profile = apiserver_probe.Profile(
                 state, profile_dir / f"apiserver-{kind}-{index}.pprof", seconds=profile_seconds, ready=lambda: len(watch.bound) >= max(1, count // 10),
             )
+            scheduler_profile = apiserver_probe.Profile(  # the same window, kube-scheduler's side
+                state, profile_dir / f"scheduler-{kind}-{index}.pprof", seconds=profile_seconds, ready=lambda: len(watch.bound) >= max(1, count // 10),
+                server=f"https://127.0.0.1:{scheduler_port}",
+            )
         began = time.monotonic()
-        start_scheduler(state, name=name, config=config)
+        start_scheduler(state, name=name, config=config, port=scheduler_port)
         before = cpu_of(state, [*watched, name])
         try:
             watch.wait(count, timeout=900)
@@ -335,8 +340,9 @@ def one_round(
             requests_after = apiserver_requests(state)
             probe = apiserver_probe.snapshot(state).minus(probe_before)
             seconds = time.monotonic() - began
-            if profile is not None:
-                profile.join()
+            for taken in (profile, scheduler_profile):
+                if taken is not None:
+                    taken.join()
         finally:
             controlplane.stop(state, [name])
         ledger_writes = ledger.stop()
@@ -373,6 +379,11 @@ def one_round(
         if cpu is not None and inside:
             profiled = cpu * 1000 / inside
         print(f"    apiserver profile {profile.path.name}: {cpu} CPU s over {inside} binds -> {profiled and round(profiled, 2)} ms/pod", flush=True)
+        if scheduler_profile is not None and scheduler_profile.window is not None:
+            inside = sum(1 for t in times if scheduler_profile.window[0] <= t <= scheduler_profile.window[1])
+            cpu = apiserver_probe.profile_cpu_seconds(scheduler_profile.path)
+            print(f"    kube-scheduler profile {scheduler_profile.path.name}: {cpu} CPU s over {inside} binds"
+                  f" -> {cpu and inside and round(cpu * 1000 / inside, 2)} ms/pod", flush=True)
     elif profile is not None:
         print(f"    apiserver profile not taken: {profile.error or 'the round ended first'}", flush=True)
     return Round(
@@ -447,6 +458,29 @@ def _apiserver_cpu(plain: list[Round], ext: list[Round], *, pods_per_round: int,
     return found
 
 
+def print_profiles(rounds: dict[str, list[Round]], directory: Path, *, component: str, table: tuple[tuple[str, str], ...]) -> None:
+    """CPU ms per bound pod in each round's profile window, by where it went (cumulative: rows overlap).
+    The binds inside a window are those the apiserver profile counted; both profiles share it."""
+    columns = []
+    for kind, values in rounds.items():
+        for index, one in enumerate(values):
+            path = directory / f"{component}-{kind}-{index}.pprof"
+            apiserver_total = apiserver_probe.profile_cpu_seconds(directory / f"apiserver-{kind}-{index}.pprof")
+            if not path.exists() or not one.profile_ms_per_pod or not apiserver_total:
+                continue
+            binds = apiserver_total * 1000 / one.profile_ms_per_pod
+            columns.append((f"{kind} {index}", path, binds))
+    if not columns or not apiserver_probe.go_binary():
+        return
+    print(f"\n| {component} CPU ms per bound pod (profile window, cumulative) | " + " | ".join(c[0] for c in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    totals = [apiserver_probe.profile_cpu_seconds(path) or 0.0 for _, path, _ in columns]
+    print("| all | " + " | ".join(f"{total * 1000 / binds:.2f}" for total, (_, _, binds) in zip(totals, columns)) + " |")
+    spent = [apiserver_probe.buckets(path, table) for _, path, _ in columns]
+    for label, _ in table:
+        print(f"| {label} | " + " | ".join(f"{one[label] * 1000 / binds:.2f}" for one, (_, _, binds) in zip(spent, columns)) + " |")
+
+
 def export(ref: str) -> Path:
     """The Python packages of commit `ref`, exported to a temporary directory (nothing in this
     checkout changes); the extender runs from there with it first on PYTHONPATH."""
@@ -463,6 +497,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per scheduler (alternating)")
     parser.add_argument("--against", metavar="REF", default=None,
                         help="also run the extender of this commit (rounds 'before'), interleaved with the others")
+    parser.add_argument("--extender-ref", metavar="REF", default=None,
+                        help="the rounds 'extender' (and 'watching') run the extender of this commit instead of the working "
+                             "tree (a figure of a commit, whatever is being edited meanwhile)")
     parser.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a temporary one)")
     parser.add_argument("--extender-log-level", default="info", choices=("debug", "info", "warning"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster directory (logs) in place")
@@ -477,6 +514,7 @@ def main() -> int:
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="extender-bench-"))
     older = export(args.against) if args.against else None
+    current = export(args.extender_ref) if args.extender_ref else None
     bin_dir = binaries.ensure()
     print(f"control plane with {args.nodes} KWOK nodes in {directory} ...", flush=True)
     started = time.monotonic()
@@ -503,7 +541,7 @@ def main() -> int:
         profile_dir = directory / "profiles"
         profile_dir.mkdir(exist_ok=True)
         kinds: dict[str, Path | None | bool] = {
-            "plain": False, **({"watching": None} if args.watching else {}), **({"before": older} if older else {}), "extender": None,
+            "plain": False, **({"watching": current} if args.watching else {}), **({"before": older} if older else {}), "extender": current,
         }
         rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
         for index in range(args.rounds):
@@ -514,6 +552,11 @@ def main() -> int:
                         consulted=kind != "watching", profile_seconds=args.profile, profile_dir=profile_dir,
                     )
                 )
+        if args.idle:
+            time.sleep(min(args.idle, 10.0))  # KWOK's catching up with the last round's pods
+            later = apiserver_probe.idle_cores(state, ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"], seconds=args.idle)
+            print(f"  idle CPU cores after the rounds, over {args.idle:.0f} s: {json.dumps(later)}", flush=True)
+            idle = {name: round((idle.get(name, 0.0) + value) / 2, 3) for name, value in later.items()}
         figures = {kind: headline(rounds, kind, pods_per_round=args.pods, idle=idle) for kind in kinds if kind != "plain"}
         print(f"\n{args.nodes} nodes, {args.pods} pods per round, {args.rounds} rounds each, load {os.getloadavg()[0]:.1f}")
         print("| scheduler | pods/s per round | median pods/s |")
@@ -522,7 +565,8 @@ def main() -> int:
             print(f"| {kind} | {', '.join(f'{r.rate:.0f}' for r in values)} | {statistics.median(r.rate for r in values):.0f} |")
         for kind, found in figures.items():
             print(f"\n{kind}: {json.dumps(found)}")
-        line: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, **figures["extender"]}
+        line: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, **({"ref": args.extender_ref} if current else {}),
+                                **figures["extender"]}
         if "before" in figures:
             line["before"] = {"ref": args.against, **figures["before"]}
         if "watching" in figures:
@@ -531,24 +575,14 @@ def main() -> int:
                                 if k in figures["watching"]}
         if args.profile:
             print(f"apiserver profiles: {profile_dir} (go tool pprof -top FILE)", flush=True)
-            profiled = {kind: [(r.profile_ms_per_pod, profile_dir / f"apiserver-{kind}-{i}.pprof") for i, r in enumerate(values)] for kind, values in rounds.items()}
-            columns = [(kind, i, path, per_pod) for kind, found in profiled.items() for i, (per_pod, path) in enumerate(found) if per_pod and path.exists()]
-            if columns and apiserver_probe.go_binary():
-                # CPU ms per bound pod in each profile's window, by where it went (cumulative; rows overlap).
-                table = {(kind, i): apiserver_probe.buckets(path) for kind, i, path, _ in columns}
-                totals = {(kind, i): apiserver_probe.profile_cpu_seconds(path) or 0.0 for kind, i, path, _ in columns}
-                print("\n| apiserver CPU ms per bound pod (profile window, cumulative) | " + " | ".join(f"{k} {i}" for k, i, _, _ in columns) + " |")
-                print("|---|" + "---:|" * len(columns))
-                per = {(kind, i): per_pod / (totals[(kind, i)] * 1000) if totals[(kind, i)] else 0.0 for kind, i, _, per_pod in columns}
-                print("| all | " + " | ".join(f"{per_pod:.2f}" for _, _, _, per_pod in columns) + " |")
-                for label, _ in apiserver_probe.BUCKETS:
-                    print(f"| {label} | " + " | ".join(f"{table[(k, i)][label] * 1000 * per[(k, i)]:.2f}" for k, i, _, _ in columns) + " |")
-        print(json.dumps(line), flush=True)
+            for component, table in (("apiserver", apiserver_probe.BUCKETS), ("scheduler", apiserver_probe.SCHEDULER_BUCKETS)):
+                print_profiles(rounds, profile_dir, component=component, table=table)
     finally:
         with contextlib.suppress(Exception):
             controlplane.down(directory)
-        if older is not None:
-            shutil.rmtree(older, ignore_errors=True)
+        for exported in (older, current):
+            if exported is not None:
+                shutil.rmtree(exported, ignore_errors=True)
         if args.keep:
             print(f"logs: {directory / 'logs'}")
     return 0

@@ -268,6 +268,40 @@ async def test_node_states_are_computed_before_the_first_filter_once_the_lists_a
     assert computed == [], "the first filter and the first scrape found every state ready"
 
 
+async def test_once_warmed_the_listed_state_is_frozen_out_of_the_collectors_full_passes(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory
+) -> None:
+    import gc
+
+    cache = store.Store()
+
+    class Lists:
+        def start(self) -> None:
+            cache.replace_nodes([make_node(f"f-{i:02d}") for i in range(20)])
+            cache.replace_leases([])
+            cache.replace_pods([])
+
+        def stop(self) -> None:
+            pass
+
+    gc.unfreeze()
+    try:
+        application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
+                                   settings=app.Settings(clock=lambda: NOW), watch=lambda loop: Lists())
+        await aiohttp_client(application)
+        for _ in range(500):
+            if gc.get_freeze_count():
+                break
+            await asyncio.sleep(0.01)
+        held = cache.node("f-07")
+        assert held is not None and gc.is_tracked(held)
+        assert not any(obj is held for obj in gc.get_objects()), "the store's Node is in the permanent generation"
+        fresh = {"metadata": {"name": "later"}}
+        assert any(obj is fresh for obj in gc.get_objects()), "what comes later is collected as usual"
+    finally:
+        gc.unfreeze()
+
+
 def test_remembered_verdicts_end_when_a_time_limited_allocation_stops_counting(filled: store.Store, make_gpu_pod: Factory) -> None:
     for card in range(4):  # reserved by binds that never completed, assumed 100 s ago: they count until NOW + 20 (TTL 120)
         hog = make_gpu_pod(f"unbound-{card}", mem=14)

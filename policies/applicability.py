@@ -7,7 +7,8 @@ makes a pre-check safe, so each one is the negation of the very first thing its 
 find anything, read the way the policy reads it (`podspec.mapping`/`podspec.sequence` tolerance
 included), and it only ever errs towards running the policy:
 
-- a fact is "the field is there and not empty", never "the field holds something bad";
+- a fact is "the field is there and not empty" (for mount paths: "names the device-list
+  directory", GPU006's own first test), never "the field holds something bad";
 - container facts cover exactly the containers the policy sees (`Context.containers`: all of them,
   or the new ephemeral ones on the `ephemeralcontainers` subresource); pod facts every container
   of the spec, as `gpu.pod_requests_gpu` reads them.
@@ -33,12 +34,12 @@ class Facts:
     # Pod level (every container of the spec, whatever the context's scope).
     requests_gpu: bool  # some container mentions a GPU resource: `gpu.pod_requests_gpu`
     security_context: bool  # some container has a non-empty securityContext
-    volumes: bool  # spec.volumes is a non-empty list
+    host_path_volumes: bool  # some volume has a non-empty hostPath
     annotations: bool  # the template's metadata.annotations is a non-empty mapping
     # The containers in scope (`Context.containers`).
     scope_security_context: bool  # some container in scope has a non-empty securityContext
     scope_guarded_env: bool  # envFrom, or an env entry named like one of gpu.GUARDED_ENV
-    scope_mounts: bool  # volumeMounts or volumeDevices entries
+    scope_device_list_mounts: bool  # a volumeMount or volumeDevice path naming DEVICE_LIST_NAME
     scope_without_gpu: bool  # some container in scope mentions no GPU resource
 
 
@@ -61,21 +62,37 @@ def _guarded_env(container: Mapping[str, object]) -> bool:
     return False
 
 
-def _mounts(container: Mapping[str, object]) -> bool:
-    return bool(podspec.sequence(container.get("volumeMounts")) or podspec.sequence(container.get("volumeDevices")))
+# The directory name in the NVIDIA toolkit's device-list path (GPU006): a mount path that does
+# not contain it cannot request a device, however it is cleaned.
+DEVICE_LIST_NAME = "nvidia-container-devices"
+
+
+def _device_list_mounts(container: Mapping[str, object]) -> bool:
+    # GPU006 reads `mapping(entry).get(key)` of every entry and judges only a string path.
+    for field, key in (("volumeMounts", "mountPath"), ("volumeDevices", "devicePath")):
+        for entry in podspec.sequence(container.get(field)):
+            path = podspec.mapping(entry).get(key)
+            if isinstance(path, str) and DEVICE_LIST_NAME in path:
+                return True
+    return False
+
+
+def _host_path_volumes(spec: Mapping[str, object]) -> bool:
+    # GPU003 judges only mapping volumes whose `mapping(volume.get("hostPath"))` holds a path.
+    return any(isinstance(volume, Mapping) and volume.get("hostPath") for volume in podspec.sequence(spec.get("volumes")))
 
 
 def of(context: policy.Context) -> Facts:
     """The facts of the pod in `context`."""
     spec = context.template.spec
     scope = context.containers
-    scope_security_context = scope_guarded_env = scope_mounts = scope_without_gpu = False
+    scope_security_context = scope_guarded_env = scope_device_list_mounts = scope_without_gpu = False
     scope_gpu = False
     for ref in scope:
         container = ref.container
         scope_security_context = scope_security_context or _privileged_hint(container)
         scope_guarded_env = scope_guarded_env or _guarded_env(container)
-        scope_mounts = scope_mounts or _mounts(container)
+        scope_device_list_mounts = scope_device_list_mounts or _device_list_mounts(container)
         if gpu.container_gpu_resources(container):
             scope_gpu = True
         else:
@@ -89,10 +106,10 @@ def of(context: policy.Context) -> Facts:
     return Facts(
         requests_gpu=requests_gpu,
         security_context=security_context,
-        volumes=bool(podspec.sequence(spec.get("volumes"))),
+        host_path_volumes=_host_path_volumes(spec),
         annotations=bool(context.template.annotations),
         scope_security_context=scope_security_context,
         scope_guarded_env=scope_guarded_env,
-        scope_mounts=scope_mounts,
+        scope_device_list_mounts=scope_device_list_mounts,
         scope_without_gpu=scope_without_gpu,
     )

@@ -102,9 +102,9 @@ class HostPathDevices(policy.PodValidator):
     summary = "hostPath volumes must not reach the node's devices, container runtimes or control state"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only where the pod has volumes (both parts judge hostPath volumes)."""
+        """Only where a volume has a hostPath (both parts judge hostPath volumes only)."""
         del context
-        return facts.volumes
+        return facts.host_path_volumes
 
     def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
         """The volumes' findings (whole pods only), then writable mounts of read-only-only host paths.

@@ -35,7 +35,7 @@ from policies import applicability, podspec, policy
 # The toolkit's DeviceListAsVolumeMountsRoot, and the same directory through the /var/run link.
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 DEVICE_LIST_PREFIXES: tuple[str, ...] = (DEVICE_LIST_ROOT, "/run/nvidia-container-devices")
-_NAME = "nvidia-container-devices"
+_NAME = applicability.DEVICE_LIST_NAME  # "nvidia-container-devices", one definition for the pre-check too
 
 
 def clean(path: str) -> str:
@@ -61,9 +61,9 @@ class DeviceListMounts(policy.ContainerValidator):
     summary = "no container may mount anything at the NVIDIA device-list path /var/run/nvidia-container-devices"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only where a container in scope has volumeMounts or volumeDevices."""
+        """Only where a container in scope mounts a path that names the device-list directory."""
         del context
-        return facts.scope_mounts
+        return facts.scope_device_list_mounts
 
     def check_container(self, context: policy.Context, container: podspec.ContainerRef) -> Iterable[policy.Finding]:
         """A finding per mount or device entry at the device-list path."""

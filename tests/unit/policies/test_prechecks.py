@@ -35,6 +35,9 @@ SETTINGS = [
     )
 ]
 OPERATIONS = ["CREATE", "ephemeral", "UPDATE"]
+# What the apiserver adds to every pod with a ServiceAccount: a projected volume and its mount.
+TOKEN_VOLUMES = [{"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
+TOKEN_MOUNTS = [{"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}]
 
 
 def both(obj: Mapping[str, Any], parsed: settings.Settings, *, operation: str = "CREATE", lookup: Any = None) -> model.Decision:
@@ -79,7 +82,9 @@ def test_pods_one_field_from_ordinary_get_the_same_decision(obj: dict[str, Any],
 
 
 def test_an_ordinary_gpu_pod_skips_the_policies_with_nothing_to_find() -> None:
-    obj = build_pod(build_container(gpu={"aliyun.com/gpu-mem": 3}))
+    # As the apiserver sends it: the ServiceAccount token volume and its mount (no hostPath, no
+    # device-list path), which GPU003 and GPU006 have nothing to find in.
+    obj = build_pod(build_container(gpu={"aliyun.com/gpu-mem": 3}, volumeMounts=TOKEN_MOUNTS), volumes=TOKEN_VOLUMES)
     request = model.Request(operation="CREATE", object=obj, namespace="team-a")
     ran: list[str] = []
     defaults = settings.Settings()
@@ -130,6 +135,12 @@ def denied_by(decision: model.Decision) -> set[str]:
         ("device-list mount in an init container", build_pod(
             build_container(), init=[build_container("setup", volumeMounts=[{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}])]
         ), "GPU006"),
+        ("hostPath after the token volume and an emptyDir", build_pod(build_container(), volumes=[
+            *TOKEN_VOLUMES, {"name": "e", "emptyDir": {}}, {"name": "h", "hostPath": {"path": "/run/../dev/nvidia0"}}
+        ]), "GPU003"),
+        ("device-list mount beside the token mount, spelled oddly", build_pod(build_container(volumeMounts=[
+            *TOKEN_MOUNTS, {"name": "d", "mountPath": "/run//./nvidia-container-devices/../nvidia-container-devices/0"}
+        ]), volumes=TOKEN_VOLUMES), "GPU006"),
         ("volumeDevices only", build_pod(
             build_container(volumeDevices=[{"name": "v", "devicePath": "/run/nvidia-container-devices/0"}])
         ), "GPU006"),

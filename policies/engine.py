@@ -34,6 +34,11 @@ How a request is evaluated:
    CEL policies, `policies.cel`), so every caller of `evaluate` gets the same user policies. A
    finding is a Violation carrying the policy's action; an uncertain finding (see
    policy.Finding) carries at most `warn`.
+   Before a built-in runs, its pre-check (`relevant`, over `policies.applicability` facts read in
+   one pass over the pod) may say it has nothing to find or add there; it is then recorded as the
+   PASS running it would give. The facts are read again after a mutator's additions, unless
+   those only touch `nodeSelector`, `affinity` or `schedulerName`. `evaluate(..., prechecks=False)`
+   runs every policy; tests hold the two decisions equal.
 4. `allowed` is False exactly when some violation acts `enforce`; `warnings` are the messages of
    `warn` violations and of `warn`-mode mutators; `patch` is empty when the request is denied.
 

@@ -28,7 +28,8 @@ How a request is evaluated:
    the dry-run verdict matches reality. The webhook only registers Pods for mutation and so never
    sends it back for a workload.
    Each policy's action is `settings.action(id, namespace=..., namespace_labels=...)`: a namespace
-   override, else the configured action, else the default. A policy under an active exception for
+   override, else the configured action, else the default (read from `settings.actions_in`, the
+   same answers worked out once per namespace). A policy under an active exception for
    the object (`settings.exception`) is `Result.SKIP` with the message `exception <name>`.
 3. Validators run on the mutated object: the built-ins, then `settings.user_policies` (compiled
    CEL policies, `policies.cel`), so every caller of `evaluate` gets the same user policies. A
@@ -324,6 +325,7 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings, prechecks
     registered, steps = planned or _plan((*POLICIES, *user_policies), kind, pod_update=pod_update)
     namespace = _namespace(request)
     namespace_labels = request.namespace_labels
+    actions = settings.actions_in(namespace, namespace_labels)  # worked out once per namespace and settings
     user_ids = {p.id for p in user_policies}
     exceptions = bool(settings.exceptions)
     results = outcome.results
@@ -337,7 +339,9 @@ def _evaluate(request: model.Request, *, settings: settings_.Settings, prechecks
     context_at = -1
     for item, mutator in steps:
         item_id = item.id
-        action = settings.action(item_id, namespace=namespace, namespace_labels=namespace_labels)
+        action = actions.get(item_id)
+        if action is None:
+            action = settings.action(item_id, namespace=namespace, namespace_labels=namespace_labels)
         if action is model.Action.OFF:
             results[item_id] = model.PolicyResult(policy=item_id, result=model.Result.SKIP, message="off")
             continue

@@ -93,6 +93,10 @@ DEFAULT_SCHEDULER = gpu105_scheduler_name.DEFAULT_SCHEDULER
 MAX_USER_POLICY_BUDGET_S = 30.0
 
 
+# How many per-namespace action tables one Settings keeps (`Settings.actions_in`).
+_ACTION_TABLES = 1024
+
+
 class InvalidSettings(ValueError):
     """A settings document that cannot be used; the message is one line naming the field."""
 
@@ -250,6 +254,42 @@ class Settings:
             if item.id == policy_id:
                 return item.default_action
         return model.Action.OFF
+
+    def actions_in(
+        self, namespace: str | None = None, namespace_labels: Mapping[str, str] | None = None
+    ) -> Mapping[str, model.Action]:
+        """`action` of every built-in, user policy and configured id in one namespace, as one table.
+
+        The engine asks for each policy's action on every request; the table is worked out once per
+        namespace and labels (one table for all namespaces when there are no namespace overrides)
+        and kept on these settings, which never change, so a new settings version starts afresh. At
+        most `_ACTION_TABLES` tables are kept; past that the oldest are dropped. An id not in the
+        table is asked of `action` (it is OFF there unless configured).
+        """
+        tables = self._action_tables
+        if namespace is None or not self.namespace_overrides:
+            key: object = None
+        else:
+            try:
+                key = (namespace, frozenset(namespace_labels.items()) if namespace_labels else frozenset())
+            except TypeError:  # an unhashable label value: answer without keeping the table
+                return self._action_table(namespace, namespace_labels)
+        found = tables.get(key)
+        if found is None:
+            found = self._action_table(namespace if key is not None else None, namespace_labels)
+            if len(tables) >= _ACTION_TABLES:
+                for stale in list(tables)[: _ACTION_TABLES // 2]:
+                    tables.pop(stale, None)
+            tables[key] = found
+        return found
+
+    def _action_table(self, namespace: str | None, namespace_labels: Mapping[str, str] | None) -> Mapping[str, model.Action]:
+        ids = dict.fromkeys([*(p.id for p in builtin.POLICIES), *(p.id for p in self.user_policies), *self.actions])
+        return {policy_id: self.action(policy_id, namespace=namespace, namespace_labels=namespace_labels) for policy_id in ids}
+
+    @functools.cached_property
+    def _action_tables(self) -> dict[object, Mapping[str, model.Action]]:
+        return {}
 
     def switched_off(self, policy_ids: Iterable[str]) -> Settings:
         """These settings with the named policies off everywhere: no namespace override turns them back on."""

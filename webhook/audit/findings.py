@@ -99,7 +99,7 @@ class Finding:
     @property
     def enforced(self) -> bool:
         """Whether this is a failure at enforce level (what makes `audit` exit 1)."""
-        return self.action is model.Action.ENFORCE and self.result in (model.Result.FAIL, model.Result.ERROR)
+        return is_enforced(self.result, self.action)
 
     @property
     def resources(self) -> tuple[ObjectRef, ...]:
@@ -109,6 +109,11 @@ class Finding:
     def identity(self) -> tuple[str, str, str, str]:
         """What makes a result on a controlled object the same as its controller's."""
         return (self.policy, self.rule, str(self.result), self.message)
+
+
+def is_enforced(result: model.Result, action: model.Action) -> bool:
+    """`Finding.enforced` of a result with this result and action."""
+    return action is model.Action.ENFORCE and result in (model.Result.FAIL, model.Result.ERROR)
 
 
 def sort_key(finding: Finding) -> tuple[Any, ...]:

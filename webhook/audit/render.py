@@ -20,8 +20,10 @@ _BAR_WIDTH = 20
 
 
 def selected(audit: scan.Audit, *, all_results: bool) -> list[findings.Finding]:
-    """The findings to show: what a report stores."""
-    return [f for f in audit.findings if report.stored(f, all_results=all_results)]
+    """The findings to show: what a report stores (`report.stored`)."""
+    if all_results:
+        return list(audit.findings)
+    return [f for f in audit.findings if f.result is not model.Result.PASS]
 
 
 def grouped(items: Iterable[findings.Finding]) -> dict[str, list[findings.Finding]]:
@@ -34,8 +36,7 @@ def grouped(items: Iterable[findings.Finding]) -> dict[str, list[findings.Findin
 
 def summary_line(audit: scan.Audit) -> str:
     """One line: what was audited and how it came out (all results, whatever is shown)."""
-    tally = report.counts(audit.findings)
-    enforced = sum(1 for f in audit.findings if f.enforced)
+    tally, enforced = report.tallied(audit.findings)
     parts = ", ".join(f"{tally[name]} {name}" for name in ("fail", "warn", "error", "skip", "pass"))
     folded = f"; {audit.folded} repeated on controlled objects left out" if audit.folded else ""
     verdict = f"{enforced} at enforce level" if enforced else "nothing at enforce level"

@@ -33,6 +33,7 @@ Lifecycle (the decisions, in one place):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import json
@@ -106,10 +107,14 @@ def timestamp(now: float) -> Timestamp:
 
 def result_of(finding: findings.Finding) -> ResultName:
     """The result a report writes: a failure of a warn-level policy is `warn`, as Kyverno's unscored policies."""
-    if finding.result is model.Result.FAIL and finding.action is model.Action.WARN:
+    return _result_name(finding.result, finding.action)
+
+
+def _result_name(result: model.Result, action: model.Action) -> ResultName:
+    if result is model.Result.FAIL and action is model.Action.WARN:
         return "warn"
-    result: ResultName = finding.result.value
-    return result
+    name: ResultName = result.value
+    return name
 
 
 def wire_result(finding: findings.Finding, *, at: Timestamp) -> WireResult:
@@ -137,10 +142,22 @@ def stored(finding: findings.Finding, *, all_results: bool) -> bool:
 
 def counts(results: Iterable[findings.Finding]) -> Counts:
     """How many results of each kind."""
+    return tallied(results)[0]
+
+
+def tallied(results: Iterable[findings.Finding]) -> tuple[Counts, int]:
+    """`counts` and how many results are `enforced`, in one pass.
+
+    A cluster audit has a million results: they are counted by (result, action) pair, a few
+    distinct pairs, and each pair named once (`result_of`, `findings.Finding.enforced`)."""
+    pairs = collections.Counter((finding.result, finding.action) for finding in results)
     tally: Counts = {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}
-    for finding in results:
-        tally[result_of(finding)] += 1
-    return tally
+    enforced = 0
+    for (result, action), number in pairs.items():
+        tally[_result_name(result, action)] += number
+        if findings.is_enforced(result, action):
+            enforced += number
+    return tally, enforced
 
 
 def _key(result: Mapping[str, Any]) -> str:

@@ -196,6 +196,7 @@ def parse_time(value: object) -> float | None:
 
 
 @functools.lru_cache(maxsize=65536)  # pure and immutable: one entry per allocated pod
+@functools.lru_cache(maxsize=4096)  # a pure function of an immutable string: every reader of one pod, and the extender's re-reads, share one json.loads
 def _read(text: str | None) -> Fields | None:
     if not text:
         return None

@@ -253,8 +253,9 @@ def desired_by_resource(
     previous = previous or {}
     owned = set(namespaces)
     by_subject: dict[findings.ObjectRef, list[findings.Finding]] = {}
+    skip = None if all_results else model.Result.PASS  # `stored`, inlined as in `desired`
     for finding in audited:
-        if finding.namespace in owned and stored(finding, all_results=all_results):
+        if finding.result is not skip and finding.subject.namespace in owned:
             by_subject.setdefault(finding.subject, []).append(finding)
     wanted: dict[Key, WireReport | None] = {
         key: None for key in previous if isinstance(key, tuple) and key[0] in owned
@@ -281,9 +282,11 @@ def desired(
     previous = previous or {}
     owned = set(namespaces)
     by_namespace: dict[str, list[findings.Finding]] = {key: [] for key in owned}
+    # `stored` and `Finding.namespace` inlined: a cluster audit has a million results, most of them passes.
+    skip = None if all_results else model.Result.PASS
     for finding in audited:
-        if finding.namespace in owned and stored(finding, all_results=all_results):
-            by_namespace[finding.namespace].append(finding)
+        if finding.result is not skip and (namespace := finding.subject.namespace) in owned:
+            by_namespace[namespace].append(finding)
     return {
         key: build(selected, namespace=key, now=now, previous=previous.get(key)) if selected else None
         for key, selected in sorted(by_namespace.items())

@@ -343,6 +343,9 @@ def _fold(
             inherited.update(f.identity() for f in per_object[owner])
             seen.add(owner)
             current = owners.get(owner)
+        if not inherited:  # most objects: no audited controller, nothing to fold
+            kept.extend(results)
+            continue
         for found in results:
             if found.identity() in inherited:
                 folded += 1

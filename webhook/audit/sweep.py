@@ -69,6 +69,13 @@ def collector_paused() -> Iterator[None]:
     so nothing is left for the collector to find. The switch is per process, so `serve`'s background
     audit does not use it (the webhook's handlers there would keep their cyclic garbage for the
     length of a run). No-op where it was off.
+
+    Turned back on, the collector would find every object the run made in its youngest generation
+    and walk them all at its first collections (a million findings at 100,000 pods: seconds of the
+    reports and the table that follow, measured 1.1 s at 20,000 pods for the next 200,000
+    allocations). They are moved to the permanent generation first (`gc.freeze`), so it walks only
+    what is made after the run; reference counting still frees them, and a process that audits
+    once (the CLI) has nothing else to lose.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -76,6 +83,7 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            gc.freeze()
             gc.enable()
 
 

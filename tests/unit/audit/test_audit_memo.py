@@ -254,6 +254,21 @@ def test_the_collector_is_paused_while_a_run_judges_and_restored_after_even_on_e
         gc.enable()
 
 
+def test_what_a_paused_run_made_is_not_walked_by_the_collector_after_it() -> None:
+    """Back on, the collector starts from an empty youngest generation: the run's objects are frozen."""
+    assert gc.isenabled()
+    frozen_before = gc.get_freeze_count()
+    try:
+        with sweep.collector_paused():
+            made = [[index] for index in range(50_000)]  # lists: always tracked by the collector
+        assert gc.isenabled()
+        assert gc.get_count()[0] < 1_000  # not 50,000 young objects waiting for a collection
+        assert gc.get_freeze_count() >= frozen_before + len(made)
+        assert all(gc.is_tracked(item) for item in made[:10])  # still tracked, only set aside
+    finally:
+        gc.unfreeze()
+
+
 def test_the_cli_audit_pauses_the_collector_and_serves_background_audit_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """The switch is per process: `serve`'s background audit shares its process with the webhook's
     handlers, whose cyclic garbage must not wait for a whole run."""

@@ -4,8 +4,10 @@ feeding the `store.Store`.
 Requests go through `ApiClient.param_serialize`/`call_api`, so authentication (client
 certificates, bearer tokens with refresh, exec plugins) is the client's, but bodies stay plain
 JSON: no model classes on the way in or out, which is both faster and keeps `Any` inside this
-module. Blocking calls run in threads (`asyncio.to_thread`); the three watches (Nodes, Pods, the
-ledger Leases) each own a thread.
+module. Where `native.Session.of` reproduces the client's configuration (the usual case), the
+bind path's requests and the three watches (Nodes, Pods, the ledger Leases) run on the event loop
+over that aiohttp session instead (issue 19); lists still page through the client in a worker
+thread. Otherwise blocking calls run in threads (`asyncio.to_thread`) and each watch owns a thread.
 
 Failures are `webhook.kube.errors` types (`KubeError`, `Conflict`, `NotFound`, ...), made by
 `errors.translate` from the raw answer. Reads and the guarded ledger writes (a Lease's create,

@@ -7,7 +7,9 @@ but a webhook with match conditions makes kube-apiserver convert the whole pod f
 create, and again in the reinvocation round that our own patch triggers: answering the rare mirror
 pod here is cheaper than testing every pod there.
 
-The test is the condition's, term for term: the review's object is a Pod, it carries the
+The test is the condition's: the request is for a Pod (the condition reads
+``request.resource.resource == 'pods'``; the registrations send Pods only as that resource and its
+``ephemeralcontainers`` subresource, both of kind Pod), its object carries the
 ``kubernetes.io/config.mirror`` annotation (any value), and the request's user is a kubelet
 (``system:node:<name>``). Anyone may write the annotation (the apiserver does not refuse it on
 create); only the user name, which the apiserver sets from the credentials, makes it a mirror pod.

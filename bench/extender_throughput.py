@@ -577,6 +577,7 @@ def main() -> int:
             print(f"apiserver profiles: {profile_dir} (go tool pprof -top FILE)", flush=True)
             for component, table in (("apiserver", apiserver_probe.BUCKETS), ("scheduler", apiserver_probe.SCHEDULER_BUCKETS)):
                 print_profiles(rounds, profile_dir, component=component, table=table)
+        print(json.dumps(line), flush=True)  # the last line: the headline figures
     finally:
         with contextlib.suppress(Exception):
             controlplane.down(directory)

@@ -61,7 +61,8 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
+import apiserver_probe  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
+import loadgen  # noqa: E402
 
 from policies import settings as settings_  # noqa: E402
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
@@ -75,6 +76,19 @@ BENCH_SCHEDULER = "gpu-admission-bench-nobody"
 
 
 POD_KINDS = ("gpu", "cpu")
+
+# --profile: where kube-apiserver's CPU per create goes around the webhooks (cumulative: a row
+# includes what it calls, and rows overlap).
+ADMISSION_BUCKETS: tuple[tuple[str, str], ...] = (
+    ("mutating webhooks (dispatch, both rounds)", r"mutating\.\(\*mutatingDispatcher\)\.Dispatch$"),
+    ("  the call (encode, HTTP, decode, patch)", r"mutating\.\(\*mutatingDispatcher\)\.callAttrMutatingHook$"),
+    ("validating webhooks (dispatch)", r"validating\.\(\*validatingDispatcher\)\.Dispatch$"),
+    ("  the call", r"validating\.\(\*validatingDispatcher\)\.callHook$"),
+    ("whether to call (ShouldCallHook)", r"generic\.\(\*Webhook\)\.ShouldCallHook$"),
+    ("  match conditions (CEL activation and evaluation)", r"matchconditions\.\(\*matcher\)\.Match$"),
+    ("  pod to unstructured for CEL", r"cel\.convertObjectToUnstructured$"),
+    ("versioned copy of the pod", r"\.\(\*versionedAttributeAccessor\)\.VersionedAttribute$"),
+)
 
 
 def pod(*, real: bool, kind: str = "gpu") -> dict[str, Any]:
@@ -140,9 +154,21 @@ def phase(
     }
     print(f"  {label:<16} saturation {saturation['achieved_rate']:7.1f}/s p50 {saturation['p50_ms']:7.2f} p99 {saturation['p99_ms']:8.2f} "
           f"errors {saturation['errors']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
-    for rate in args.rates:
+    for index, rate in enumerate(args.rates):
+        profile = None
+        if args.profile and index == 0:
+            path = state.directory / f"profile-{re.sub(r'[^a-z0-9]+', '-', label)}.pprof"
+            profile = apiserver_probe.Profile(state, path, seconds=max(int(args.duration) - 2, 1), ready=lambda: True)
         run = loadgen.run(seconds=args.duration, rate=rate, connections=args.connections, **common)  # type: ignore[arg-type]
         result["rates"][rate] = run
+        if profile is not None:
+            profile.join()
+            creates = run["achieved_rate"] * profile.seconds
+            sampled = apiserver_probe.profile_cpu_seconds(profile.path)
+            result["profile_ms_per_create"] = {
+                "sampled": (sampled or 0.0) / creates * 1000,
+                **{k: v / creates * 1000 for k, v in apiserver_probe.buckets(profile.path, ADMISSION_BUCKETS).items()},
+            }
         print(f"  {label:<16} {rate:5.0f}/s -> {run['achieved_rate']:7.1f}/s p50 {run['p50_ms']:7.2f} p99 {run['p99_ms']:8.2f} "
               f"errors {run['errors']} late {run['late']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     return result
@@ -263,6 +289,15 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         calls = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(r["webhook_mean_ms"].items())) or "—"
         cells += [f"{r['apiserver_cpu_per_1k']:.2f}", f"{r['webhook_cpu_per_1k']:.2f}" if r["webhook_cpu_per_1k"] else "—", calls]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    profiled = [name for name in results if "profile_ms_per_create" in results[name]]
+    if profiled:
+        lines += ["", f"kube-apiserver CPU per create at {args.rates[0]:.0f}/s (ms, from its CPU profile; cumulative, rows overlap):", ""]
+        rows = list(results[profiled[0]]["profile_ms_per_create"])
+        lines.append("| | " + " | ".join(profiled) + " |")
+        lines.append("|---|" + "---:|" * len(profiled))
+        for row in rows:
+            lines.append(f"| {row} | " + " | ".join(f"{results[n]['profile_ms_per_create'][row]:.3f}" for n in profiled) + " |")
+        lines.append("")
 
     def mean(kind: str, pick: Callable[[dict[str, Any]], float]) -> float:
         values = [pick(r) for name, r in results.items() if name.startswith(kind + " ")]
@@ -323,6 +358,13 @@ def _headline(kind: str, results: dict[str, dict[str, Any]]) -> dict[str, float]
             f"{kind}_with_vs_regs": round(_ratio(results, side="with", base="regs"), 3),
             f"{kind}_apiserver_ms_regs": round(mean("regs", lambda r: r["apiserver_cpu_per_1k"]), 2),
         })
+    for side in ("with", "against", "regs"):
+        profiled = [r["profile_ms_per_create"] for name, r in results.items() if name.startswith(side + " ") and "profile_ms_per_create" in r]
+        if profiled:
+            figures[f"{kind}_apiserver_profile_ms_{side}"] = round(sum(p["sampled"] for p in profiled) / len(profiled), 3)
+            figures[f"{kind}_should_call_hook_ms_{side}"] = round(
+                sum(p["whether to call (ShouldCallHook)"] for p in profiled) / len(profiled), 3
+            )
     if any(name.startswith("policy ") for name in results):
         figures.update({
             f"{kind}_policy_ratio": round(_ratio(results, side="policy"), 3),
@@ -356,6 +398,10 @@ def main() -> int:
     parser.add_argument(
         "--against", metavar="REF",
         help="also a phase per round with the webhook and its registrations from a git worktree of REF (rows 'against')",
+    )
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="a kube-apiserver CPU profile over the first --rates run of every phase: CPU per create around the webhooks",
     )
     args = parser.parse_args()
     if args.map and args.against:

@@ -229,14 +229,7 @@ class KubeApi:
         self, path: str, *, resource_version: str, stopped: threading.Event, label_selector: str = ""
     ) -> Iterator[tuple[str, Object]]:
         """Watch events from `resource_version` until the server ends the watch or `stopped` is set."""
-        query = [
-            ("watch", "true"),
-            ("resourceVersion", resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
-        ]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
+        query = _watch_query(resource_version, label_selector)
         response = self._send("GET", path, query=query, body=None, content_type="application/json", timeout=(10.0, WATCH_TIMEOUT_S + 30.0))
         if not 200 <= response.status < 300:
             raise _error(response, response.read(), f"watch {path}")
@@ -266,14 +259,7 @@ class KubeApi:
     ) -> AsyncGenerator[tuple[str, Object], None]:
         """`watch` on the event loop (needs the session): each event decoded as it comes, no thread."""
         assert self._session is not None
-        query = [
-            ("watch", "true"),
-            ("resourceVersion", resource_version),
-            ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
-        ]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
+        query = _watch_query(resource_version, label_selector)
         lines = self._session.lines(path, query=query, read_timeout=WATCH_TIMEOUT_S + 30.0, what=f"watch {path}")
         async with contextlib.aclosing(lines):
             async for line in lines:
@@ -464,3 +450,17 @@ def _pod_path(namespace: str, name: str) -> str:
 
 def _quote(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
+
+
+def _watch_query(resource_version: str, label_selector: str) -> list[tuple[str, str]]:
+    """A watch's query from `resource_version` (bookmarks on, the server's timeout), the same for
+    the threaded and the event-loop watch."""
+    query = [
+        ("watch", "true"),
+        ("resourceVersion", resource_version),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", str(WATCH_TIMEOUT_S)),
+    ]
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    return query

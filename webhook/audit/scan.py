@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from policies import cards, cel, engine, envsources, model, podspec, policy, reservations
+from policies import cards, cel, engine, envsources, model, podparse, podspec, policy, reservations
 from policies import settings as settings_
 from webhook.audit import checks, findings, verdicts
 from webhook.audit.checks import base, facts
@@ -561,11 +561,12 @@ def run(
     uid_index: dict[str, int] = {}
     grouped: dict[str, list[int]] = {}  # by the node a pod occupies or reserves (`cards.pod_node`)
     bound: dict[str, list[int]] = {}  # by `spec.nodeName`
+    parses = podparse.PodParses()  # each pod's request and allocation, read once by all pod checks
     for pod in inventory.pods:
         namespace = namespace_of(pod, default=default_namespace)
         if scope.covers(namespace):
             node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
-            judge(pod, (), pod=base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models))
+            judge(pod, (), pod=base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models, parses=parses))
         if _takes_by_env_from(pod):
             consumers.setdefault(namespace, []).append(kept_for_cluster_checks(pod))
         if not scope.cluster:

@@ -28,7 +28,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from policies import allocation, cards, model, reservations, settings
+from policies import allocation, cards, model, podparse, reservations, settings
 from webhook.audit import findings
 
 # A card or node shared by thousands of pods must not make a message or a report result huge
@@ -121,6 +121,8 @@ class PodContext:
     nodes: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # every node, by name
     # Each node's card model, read once per audit and shared by every pod context of the run.
     models: dict[str, cards.NodeCards] = dataclasses.field(default_factory=dict)
+    # The pod's card request and allocation, parsed once for all pod checks (one per audit run).
+    parses: podparse.PodParses = dataclasses.field(default_factory=podparse.PodParses)
 
 
 class PodCheck(Check):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, cards, model
+from policies import cards, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 
@@ -26,7 +26,7 @@ class MissingCard(base.PodCheck):
 
     def check_pod(self, pod: Mapping[str, Any], context: base.PodContext) -> findings.Finding | None:
         """None for a pod holding no allocation; `context.models` caches each node's card model."""
-        held = allocation.pod_allocation(pod, now=context.now)
+        held = context.parses.allocation(pod, now=context.now)
         if held is None:
             return None
         subject = findings.ObjectRef.of(pod)

@@ -69,14 +69,14 @@ class UnaccountedGpuPod(base.PodCheck):
         bound = podspec.mapping(pod.get("spec")).get("nodeName")
         if not isinstance(bound, str) or not bound or not facts.active(pod):
             return None
-        request = cardrequest.pod_request(pod)
+        request = context.parses.request(pod)
         if request.problem or not request.managed:
             return None
         reserved = facts.annotated_node(pod)
         if reserved and reserved != bound:
             return None
         subject = findings.ObjectRef.of(pod)
-        found = allocation.pod_allocation(pod, now=context.now)
+        found = context.parses.allocation(pod, now=context.now)
         if found is None:
             return self.finding(
                 subject,

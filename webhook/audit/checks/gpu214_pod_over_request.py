@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, cardrequest, gpu, model, podspec
+from policies import gpu, model, podspec
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 
@@ -41,8 +41,8 @@ class PodExceedsRequest(base.PodCheck):
             return None
         subject = findings.ObjectRef.of(pod)
         spec = podspec.mapping(pod.get("spec"))
-        found = allocation.pod_allocation(pod, now=context.now)
-        request = cardrequest.pod_request(pod)
+        found = context.parses.allocation(pod, now=context.now)
+        request = context.parses.request(pod)
         node_mode = facts.mode(node)
         problems: list[str] = []
         if found is not None and found.node == facts.name_of(node):

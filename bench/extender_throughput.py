@@ -219,17 +219,8 @@ def _bucket_quantile(q: float, series: list[tuple[float, float]], total: float) 
     return lower
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its reaped children, from /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_of(state: controlplane.State, names: list[str]) -> dict[str, float]:
-    return {name: cpu_seconds(state.pids[name]) for name in names if name in state.pids}
+    return {name: apiserver_probe.cpu_seconds(state.pids[name]) for name in names if name in state.pids}
 
 
 def apiserver_requests(state: controlplane.State) -> dict[tuple[str, str, str], float]:

@@ -360,11 +360,9 @@ class Binder:
                 # already, with no need to wait for the pod watch to deliver our own Bindings.
                 own = lease is not None and version >= 0 and cache.vouched(node_name) == version and cache.pods_version >= cache.node_ledger_version(node_name)
                 if version >= 0 and (own or await cache.wait_for_pods(need, timeout=POD_CATCH_UP_S)):
-                    # The cache may hold the node less out-of-band use (what to decide on); the
-                    # Binding's card sizes are the real cards' (`real_node`).
                     real = cache.real_node(node_name) or cached_node
-                    view = cached_node if cache.honours_out_of_band else reality.honour_out_of_band(real) if self._honour_out_of_band else real
                     complete = cache.pods_version >= need
+                    view = self._view(real, cached_node if cache.honours_out_of_band else None)
                     return _Read(node=real, lease=lease, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
         try:
             lease = await self._api.get_lease(self._namespace, reservations.lease_name(node_name))
@@ -387,11 +385,16 @@ class Binder:
             pods, cached, complete = await self._api.list_node_pods(node_name, at_least=str(need) if version >= 0 else ""), False, False
         if cache is not None and lease is not None:
             cache.put_lease(lease)
-        if cache is not None and cached_node is not None and cache.honours_out_of_band:
-            view = cached_node  # the cache's copy, already less out-of-band use
-        else:
-            view = reality.honour_out_of_band(node) if self._honour_out_of_band else node
+        view = self._view(node, cached_node if cache is not None and cache.honours_out_of_band else None)
         return _Read(node=node, lease=lease, view=view, pods=pods, cached=cached, complete=complete)
+
+    def _view(self, node: Mapping[str, Any], shrunk: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        """The node's cards as the bind decides on them: less out-of-band use with
+        `--honour-out-of-band-usage` (the cache's copy `shrunk` where it already is), else `node`.
+        `node` itself stays the real one: the Binding's card sizes are the real cards'."""
+        if shrunk is not None:
+            return shrunk
+        return reality.honour_out_of_band(node) if self._honour_out_of_band else node
 
     def _committed(self, node_name: str, read: _Read, committed: dict[str, Any]) -> None:
         """Our write is in: the cache takes the Lease, and vouches for it where it covered the read."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import pytest
 from policies import allocation as allocation_  # `allocation` names a pod's allocation elsewhere
 from policies import gpu, reservations
 from tests.e2e.harness import Cluster, deployment, eventually
-from webhook.cluster import controlplane, install, nodes
+from webhook.cluster import install, nodes
 
 pytestmark = pytest.mark.e2e
 
@@ -248,64 +249,86 @@ def _metric(url: str, context: ssl.SSLContext, name: str) -> float | None:
     return None
 
 
+class _Replica:
+    """One `serve` process on a port of its own choosing (``--port 0``), read from its log."""
+
+    def __init__(self, cluster: Cluster, log: Path) -> None:
+        certs = cluster.state.directory / "webhook"
+        self.context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        self.log = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [install.executable(), "serve", "--host", "127.0.0.1", "--port", "0",
+                 "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+                 "--audit-interval", "1s", "--kubeconfig", str(cluster.state.kubeconfig)],
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAMESPACE": "default"},
+            )
+        self.port = 0
+
+    def listening(self) -> bool:
+        """True once the process has said where it listens; a process that died says why."""
+        text = self.log.read_text(errors="replace")
+        found = re.search(r"listening on https://127\.0\.0\.1:(\d+)", text)
+        assert found or self.process.poll() is None, f"serve exited with {self.process.returncode}:\n{text}"
+        self.port = int(found.group(1)) if found else 0
+        return found is not None
+
+    def metric(self, name: str) -> float | None:
+        try:
+            return _metric(f"https://127.0.0.1:{self.port}/metrics", self.context, name)
+        except OSError:
+            assert self.process.poll() is None, f"serve exited with {self.process.returncode}:\n{self.log.read_text(errors='replace')}"
+            raise
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
 def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster, crds: None, tmp_path: Path) -> None:
     ns = cluster.namespace()
     with webhook_unregistered(cluster):
         created = cluster.apply(pod("sneaky", env=BYPASS_ENV), namespace=ns)
         assert created.returncode == 0, created.stderr
-    certs = cluster.state.directory / "webhook"
-    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    replicas: list[tuple[subprocess.Popen[bytes], int]] = []
+    replicas: list[_Replica] = []
     try:
-        for index in range(2):
-            port = controlplane.free_port()
-            log = open(tmp_path / f"serve-{index}.log", "wb")  # noqa: SIM115 - closed with the process below
-            process = subprocess.Popen(
-                [install.executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
-                 "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                 "--audit-interval", "1s", "--kubeconfig", str(cluster.state.kubeconfig)],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAMESPACE": "default"},
-            )
-            log.close()
-            replicas.append((process, port))
+        replicas.extend(_Replica(cluster, tmp_path / f"serve-{index}.log") for index in range(2))
+        # Both must be serving before their metrics are read: under load one can write the report
+        # while the other is still starting.
+        eventually(lambda: all([replica.listening() for replica in replicas]), what="both replicas listening", timeout=60)
         eventually(lambda: ("Pod", "sneaky", "GPU001") in failing(report(cluster, ns)), what="a background-written report", timeout=60)
 
         def leaders() -> list[float | None]:
-            return [_metric(f"https://127.0.0.1:{port}/metrics", context, "gpu_admission_audit_leader") for _, port in replicas]
+            return [replica.metric("gpu_admission_audit_leader") for replica in replicas]
 
         eventually(lambda: sorted(value or 0.0 for value in leaders()) == [0.0, 1.0], what="exactly one leader", timeout=30)
         holder = json.loads(cluster.kubectl("get", "lease", "gpu-admission-audit", "-n", "default", "-o", "json").stdout)["spec"]["holderIdentity"]
         assert holder
         # Under load a Lease renewal can miss and leadership move; judge the replica that leads now,
         # once it has finished a run of its own.
-        current: list[tuple[subprocess.Popen[bytes], int]] = []
+        current: list[_Replica] = []
 
         def leader_has_run() -> bool:
             current[:] = [r for r, value in zip(replicas, leaders(), strict=True) if value == 1.0]
             if len(current) != 1:
                 return False
-            runs = _metric(f"https://127.0.0.1:{current[0][1]}/metrics", context, 'gpu_admission_audit_runs_total{result="ok"}')
+            runs = current[0].metric('gpu_admission_audit_runs_total{result="ok"}')
             return runs is not None and runs >= 1
 
         eventually(leader_has_run, what="the leader to finish a run", timeout=30)
-        ((leader_process, leader_port),) = current
-        assert (_metric(f"https://127.0.0.1:{leader_port}/metrics", context, "gpu_admission_audit_last_run_timestamp_seconds") or 0) > 0
+        (leader,) = current
+        assert (leader.metric("gpu_admission_audit_last_run_timestamp_seconds") or 0) > 0
 
         # The leader stops (releasing the Lease); the other replica takes over and keeps the report current.
-        leader_process.terminate()
-        leader_process.wait(timeout=30)
-        (follower_process, follower_port), = [r for r in replicas if r[0] is not leader_process]
-        eventually(
-            lambda: _metric(f"https://127.0.0.1:{follower_port}/metrics", context, "gpu_admission_audit_leader") == 1.0,
-            what="the other replica to take over", timeout=30,
-        )
+        leader.stop()
+        (follower,) = [r for r in replicas if r is not leader]
+        eventually(lambda: follower.metric("gpu_admission_audit_leader") == 1.0, what="the other replica to take over", timeout=30)
         cluster.kubectl("delete", "pod", "sneaky", "-n", ns, "--wait=true", "--timeout=60s")
         eventually(lambda: report(cluster, ns) is None, what="the fixed namespace's report to go", timeout=60)
     finally:
-        for process, _ in replicas:
-            if process.poll() is None:
-                process.terminate()
-                process.wait(timeout=30)
+        for replica in replicas:
+            replica.stop()
         cluster.kubectl("delete", "namespace", ns, "--wait=false")
 
 

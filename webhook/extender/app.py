@@ -13,8 +13,10 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import itertools
 import json
 import logging
+import operator
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
 from typing import Any, Protocol, TypeVar
@@ -285,8 +287,8 @@ async def filter_nodes(request: web.Request) -> web.Response:
     try:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
-            fits = _judged(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
-            outcome = placement.classify(fits, args.node_names)
+            fits = _judged_list(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
+            outcome = placement.classify_in_order(fits, args.node_names)
         else:
             outcome = placement.filter_nodes(wanted, states=_states(cache, args, settings=settings), names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
@@ -318,12 +320,14 @@ async def prioritize(request: web.Request) -> web.Response:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:
             # Each node's answer entry, encoded, remembered with its state: a hit costs a lookup (issue 19).
-            found = _judged(
+            entries = _judged_list(
                 cache, args, settings=settings, key=("score-json", wanted),
                 judge=lambda s: wire.host_priority_json(s.name, placement.score(wanted, s)),
             )
-            unknown = wire.host_priority_json
-            body = wire.priorities_json([entry if (entry := found.get(name)) is not None else unknown(name, 0) for name in args.node_names])
+            if any(map(operator.is_, entries, itertools.repeat(None))):  # nodes not in the cache score 0
+                unknown = wire.host_priority_json
+                entries = [unknown(name, 0) if entry is None else entry for name, entry in zip(args.node_names, entries)]
+            body = wire.priorities_json(entries)  # type: ignore[arg-type]  # no None left (checked above)
             meters.requests.inc(verb="prioritize", result="ok")
             return _json_answer(body)
         scores = placement.scores(wanted, states=_states(cache, args, settings=settings), names=args.node_names)
@@ -400,11 +404,11 @@ def _json_answer(answer: object) -> web.Response:
     return web.Response(body=body, content_type="application/json", charset="utf-8")
 
 
-def _judged(
+def _judged_list(
     cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings, key: Hashable, judge: Callable[[cards.NodeState], _T]
-) -> dict[str, _T | None]:
+) -> list[_T | None]:
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
-    return cache.judged(args.node_names, now=settings.clock(), ttl=settings.ttl, exclude_uid=uid, key=key, judge=judge)
+    return cache.judged_list(args.node_names, now=settings.clock(), ttl=settings.ttl, exclude_uid=uid, key=key, judge=judge)
 
 
 def _states(

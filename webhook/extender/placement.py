@@ -29,7 +29,7 @@ import dataclasses
 import enum
 import functools
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from policies import cardmodel, cardrequest, gpu, inventory
 from webhook.extender import topology, wire
@@ -177,6 +177,22 @@ def classify(fits: Mapping[str, Fit | None], names: Iterable[str]) -> Outcome:
             continue
         (outcome.failed if fit.verdict is Verdict.FULL else outcome.unresolvable)[name] = fit.message
         outcome.reasons[name] = fit.reasons
+    return outcome
+
+
+def classify_in_order(fits: Sequence[Fit | None], names: Sequence[str]) -> Outcome:
+    """`classify` with the verdicts in the order of `names` (`Store.judged_list`): one pass, no
+    lookup by name (a filter at 5,000 nodes, issue 19); the same answer."""
+    fitting = Verdict.FITS
+    outcome = Outcome(passed=[], failed={}, unresolvable={})
+    passed, failed, unresolvable, found = outcome.passed.append, outcome.failed, outcome.unresolvable, outcome.reasons
+    for name, fit in zip(names, fits):
+        if fit is not None and fit.verdict is fitting:
+            passed(name)
+            continue
+        fit = fit or _NOT_CACHED
+        (failed if fit.verdict is Verdict.FULL else unresolvable)[name] = fit.message
+        found[name] = fit.reasons
     return outcome
 
 

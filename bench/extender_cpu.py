@@ -275,6 +275,17 @@ def run_server(args: argparse.Namespace) -> None:
     for index in range(args.warmup):
         driver.step(index)
     loop = driver.loop
+    # What the app's middleware records per verb (`_observe`: from the handler's start, body read
+    # included), kept exactly rather than as the histogram's buckets.
+    observed: dict[str, list[float]] = {}
+    duration = driver.app[driver.app_module.METERS].duration
+    recording = duration.observe
+
+    def observe(value: float, **labels: str) -> None:
+        observed.setdefault(labels.get("verb", ""), []).append(value)
+        recording(value, **labels)
+
+    duration.observe = observe  # a bench hook (the histogram instance keeps recording)
     runner = web.AppRunner(driver.app, access_log=None)
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -314,7 +325,9 @@ def run_server(args: argparse.Namespace) -> None:
                 print("ok", flush=True)
                 continue
             if command == "cpu":
-                print(json.dumps({"cpu": time.process_time() - steering[0] - (time.thread_time() - started)}), flush=True)
+                seen = {verb: list(values) for verb, values in observed.items()}
+                observed.clear()
+                print(json.dumps({"cpu": time.process_time() - steering[0] - (time.thread_time() - started), "observed": seen}), flush=True)
                 steering[0] += time.thread_time() - started
         loop.call_soon_threadsafe(loop.stop)
 
@@ -336,6 +349,8 @@ class _Remote:
         port = json.loads(self._read())["port"]
         self.http = http.client.HTTPConnection("127.0.0.1", port)
         self.digest = hashlib.sha256()
+        self.walls: dict[str, list[float]] = {}  # per verb: seconds from sending the request to the answer read, as the client sees it
+        self.observed: dict[str, list[float]] = {}  # per verb: what the server's middleware recorded
 
     def _read(self) -> str:
         assert self.process.stdout is not None
@@ -348,13 +363,17 @@ class _Remote:
         return self._read()
 
     def _post(self, path: str, body: bytes) -> bytes:
+        started = time.perf_counter()
         self.http.request("POST", path, body=body, headers={"Content-Type": "application/json"})
         answer = self.http.getresponse().read()
+        self.walls.setdefault(path.strip("/"), []).append(time.perf_counter() - started)
         self.digest.update(answer)
         return answer
 
     def cpu(self) -> float:
-        return float(json.loads(self._say("cpu"))["cpu"])
+        answer = json.loads(self._say("cpu"))
+        self.observed = answer.get("observed") or {}
+        return float(answer["cpu"])
 
     def step(self) -> None:
         body = self._say("next").strip()
@@ -372,17 +391,27 @@ class _Remote:
         self.process.wait(timeout=30)
 
 
+def _quantile(values: list[float], q: int) -> float:
+    ordered = sorted(values)
+    return round(1000 * ordered[min(len(ordered) - 1, len(ordered) * q // 100)], 3) if ordered else 0.0
+
+
 def run_http(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, list[dict[str, Any]]]:
     remotes = {label: _Remote(tree, args) for label, tree in trees.items()}
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in trees}
     for _ in range(args.rounds):
         for label, remote in remotes.items():  # one at a time
             before = remote.cpu()
+            remote.walls = {}
             for _ in range(args.pods):
                 remote.step()
             spent = remote.cpu() - before
-            results[label].append({"ms_per_pod": 1000 * spent / args.pods, "digest": remote.digest.hexdigest()})
-            print(f"{label} (http): {results[label][-1]['ms_per_pod']:.3f} ms/pod", file=sys.stderr, flush=True)
+            tails = {f"{verb}_{where}_p{q}_ms": _quantile(values, q)
+                     for where, found in (("wall", remote.walls), ("observed", remote.observed))
+                     for verb, values in found.items() if verb in ("filter", "prioritize") for q in (50, 99)}
+            results[label].append({"ms_per_pod": 1000 * spent / args.pods, "digest": remote.digest.hexdigest()} | tails)
+            shown = ", ".join(f"{key} {value}" for key, value in tails.items() if key.startswith("filter"))
+            print(f"{label} (http): {results[label][-1]['ms_per_pod']:.3f} ms/pod; {shown}", file=sys.stderr, flush=True)
     for remote in remotes.values():
         remote.close()
     return results
@@ -441,9 +470,9 @@ def main() -> int:
     best = {label: min(r["ms_per_pod"] for r in rounds) for label, rounds in results.items()}
     headline: dict[str, Any] = {"nodes": args.nodes, "feasible": feasible(args.nodes, args.percentage), "pods": args.pods * args.rounds, "http": args.http}
     headline |= {f"{label}_ms_per_pod": round(value, 3) for label, value in best.items()}
-    for label, rounds in results.items():  # the direct mode's filter CPU per call, from its quietest round
+    for label, rounds in results.items():  # filter CPU per call (direct) or wall times (http), from the quietest round
         quietest = min(rounds, key=lambda r: r["ms_per_pod"])
-        headline |= {f"{label}_{key}": value for key, value in quietest.items() if key.startswith("filter_p")}
+        headline |= {f"{label}_{key}": value for key, value in quietest.items() if key.startswith(("filter_", "prioritize_"))}
     if "before" in best:
         headline["ratio"] = round(best["after"] / best["before"], 3)
         headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"]))

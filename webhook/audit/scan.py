@@ -97,10 +97,12 @@ POD_CHECKS: tuple[base.PodCheck, ...] = tuple(c for c in checks.CHECKS if isinst
 NODE_CHECKS: tuple[base.NodeCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.NodeCheck))
 # Pod checks whose result depends on the pod only through what `verdicts` keys a template by (not
 # its name or uid) and on what is fixed for a run (its node by spec.nodeName, every node, the
-# clock): remembered with the policies' results for the replicas of one template. The others read
-# the pod's uid (GPU203: the ledger's entries; GPU214: a card's usage by pod) and run on each pod.
-# Results come in another order than POD_CHECKS'; `_sorted` orders them all the same.
-SHARED_POD_CHECK_IDS: frozenset[str] = frozenset({"GPU201", "GPU204", "GPU210"})
+# clock): remembered with the policies' results for the replicas of one template. GPU203's pod
+# part reads the allocation annotation, spec.nodeName and status.phase, all in the key (its node
+# part, which reads the ledger's uids, runs per node). The other reads the pod's uid (GPU214: a
+# card's usage by pod) and runs on each pod. Results come in another order than POD_CHECKS';
+# `_sorted` orders them all the same.
+SHARED_POD_CHECK_IDS: frozenset[str] = frozenset({"GPU201", "GPU203", "GPU204", "GPU210"})
 ENV_SOURCE_CHECKS: tuple[base.EnvSourceCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.EnvSourceCheck))
 EXCEPTION_CHECKS: tuple[base.ExceptionCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.ExceptionCheck))
 
@@ -283,16 +285,7 @@ def evaluate_policies(
                 if result is model.Result.WARN:
                     action = model.milder(action, model.Action.WARN)
         out.append(
-            findings.Finding(
-                policy=item.id,
-                rule=description.rule,
-                result=result,
-                action=action,
-                severity=description.severity,
-                category=description.category,
-                message=message,
-                subject=subject,
-            )
+            findings.finding(item.id, description.rule, result, action, description.severity, description.category, message, subject)
         )
     return out
 
@@ -404,9 +397,14 @@ class _PodsByUid(Mapping[str, Mapping[str, Any]]):
     def __init__(self, kept: Sequence[_Packed], index: Mapping[str, int]) -> None:
         self._kept = kept
         self._index = index
+        # The pods of the node being judged, already decoded (by position in `kept`): a check that
+        # looks up one of them by uid gets that copy instead of decoding it again.
+        self.decoded: Mapping[int, Mapping[str, Any]] = {}
 
     def __getitem__(self, uid: str) -> Mapping[str, Any]:
-        return _unpack(self._kept[self._index[uid]])
+        position = self._index[uid]
+        found = self.decoded.get(position)
+        return found if found is not None else _unpack(self._kept[position])
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._index
@@ -562,11 +560,17 @@ def run(
     grouped: dict[str, list[int]] = {}  # by the node a pod occupies or reserves (`cards.pod_node`)
     bound: dict[str, list[int]] = {}  # by `spec.nodeName`
     parses = podparse.PodParses()  # each pod's request and allocation, read once by all pod checks
+    contexts: dict[str, base.PodContext] = {}  # one per node a pod names: they differ in the node only
     for pod in inventory.pods:
         namespace = namespace_of(pod, default=default_namespace)
         if scope.covers(namespace):
-            node = nodes_by_name.get(str(podspec.mapping(pod.get("spec")).get("nodeName") or ""))
-            judge(pod, (), pod=base.PodContext(now=now, node=node, nodes=nodes_by_name, models=models, parses=parses))
+            bound_to = str(podspec.mapping(pod.get("spec")).get("nodeName") or "")
+            context = contexts.get(bound_to)
+            if context is None:
+                context = contexts[bound_to] = base.PodContext(
+                    now=now, node=nodes_by_name.get(bound_to), nodes=nodes_by_name, models=models, parses=parses
+                )
+            judge(pod, (), pod=context)
         if _takes_by_env_from(pod):
             consumers.setdefault(namespace, []).append(kept_for_cluster_checks(pod))
         if not scope.cluster:
@@ -611,6 +615,7 @@ def run(
             node_name = facts.name_of(node)
             # This node's pods, decoded once for both lists and dropped after its checks.
             decoded = {i: _unpack(kept[i]) for i in (*grouped.get(node_name, ()), *bound.get(node_name, ()))}
+            pods_by_uid.decoded = decoded
             lease = leases.get(node_name)
             lease_ledger = reservations.lease_reservations(lease, namespace=ledger_namespace) if lease is not None else {}
             ledger = {**reservations.node_reservations(node), **lease_ledger}

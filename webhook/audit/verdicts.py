@@ -66,12 +66,101 @@ def normalized(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[dict[str, 
     return out, volatile
 
 
+def dumped_in_place(obj: Mapping[str, Any], *, keeps_names: bool) -> tuple[bytes, list[str]] | None:
+    """``orjson.dumps`` of ``normalized(obj)[0]`` and ``normalized(obj)[1]``, byte for byte, without
+    copying the pod: its token volume and the mounts of it are renamed in place for the dump and
+    named back after it (so ``obj`` is left as it was, key order included); only the top level,
+    metadata and status are new, small dicts. ``(b"", volatile)`` where orjson cannot write the
+    object; None where ``obj`` or a part to rename is not plain decoded JSON (a dict, a list):
+    then ``normalized`` is the way.
+
+    The key is as discriminating as ``normalized``'s because it is the same bytes
+    (``tests/unit/audit/test_audit_memo.py`` holds them equal over generated pods and odd shapes)."""
+    if type(obj) is not dict:
+        return None
+    metadata = obj.get("metadata")
+    volatile: list[str] = []
+    slim_metadata: Any = metadata
+    if isinstance(metadata, Mapping):
+        if type(metadata) is not dict:
+            return None
+        volatile = [v for f in replicas.IDENTITY_FIELDS if isinstance(v := metadata.get(f), str) and v]
+        left_out = _LEFT_OUT_KEEPING_NAMES if keeps_names else replicas.VOLATILE_METADATA
+        slim_metadata = {k: v for k, v in metadata.items() if k not in left_out}
+    renamed = _token_parts(obj)
+    if renamed is None:
+        return None
+    token, parts = renamed
+    if token is not None:
+        volatile.append(token)
+    out = {key: (slim_metadata if key == "metadata" else value) for key, value in obj.items() if key != "status"}
+    if "status" in obj:
+        status = obj["status"]
+        if isinstance(status, Mapping):
+            status = {"phase": status["phase"]} if "phase" in status else {}
+        out["status"] = status
+    for part in parts:
+        part["name"] = replicas.TOKEN_VOLUME
+    try:
+        dumped = orjson.dumps(out)
+    except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer past 64 bits
+        dumped = b""
+    finally:
+        if token is not None:
+            for part in parts:
+                part["name"] = token
+    return dumped, volatile
+
+
+_LEFT_OUT_KEEPING_NAMES = replicas.VOLATILE_METADATA - replicas.NAMES
+
+
+def _token_parts(obj: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]] | None:
+    """The pod's one token volume name (``replicas.token_volume_renamed``'s rule) and the volumes
+    and mounts that ``token_volume_renamed`` renames; None where one of them is not a dict."""
+    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
+    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
+        return None, []
+    tokens = [
+        v["name"]
+        for v in volumes
+        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(replicas.TOKEN_VOLUME_PREFIX)
+    ]
+    if len(tokens) != 1:
+        return None, []
+    token = tokens[0]
+    if type(spec) is not dict or type(volumes) is not list:
+        return None
+    parts: list[dict[str, Any]] = []
+    for volume in volumes:
+        if isinstance(volume, Mapping) and volume.get("name") == token:
+            if type(volume) is not dict:
+                return None
+            parts.append(volume)
+    for field in ("containers", "initContainers", "ephemeralContainers"):
+        containers = spec.get(field)
+        if not isinstance(containers, list):
+            continue
+        if type(containers) is not list:
+            return None
+        for container in containers:
+            mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+            if not isinstance(mounts, list):
+                continue
+            if type(container) is not dict or type(mounts) is not list:
+                return None
+            for mount in mounts:
+                if isinstance(mount, Mapping) and mount.get("name") == token:
+                    if type(mount) is not dict:
+                        return None
+                    parts.append(mount)
+    return token, parts
+
+
 def retarget(found: findings.Finding, subject: findings.ObjectRef) -> findings.Finding:
     """``dataclasses.replace(found, subject=subject)``, without re-running the dataclass' init."""
-    copied: findings.Finding = object.__new__(findings.Finding)
-    copied.__dict__.update(found.__dict__)
-    copied.__dict__["subject"] = subject
-    return copied
+    return findings.retargeted(found, subject)
 
 
 class Memo:
@@ -89,12 +178,16 @@ class Memo:
         """The digest of ``obj`` less its volatile fields, and those fields' values; None: not to be remembered."""
         if not self.enabled:
             return None
-        slim, volatile = normalized(obj, keeps_names=self._keeps_names)
-        try:
-            dumped = orjson.dumps(slim)
-        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer past 64 bits
+        keyed = dumped_in_place(obj, keeps_names=self._keeps_names)
+        if keyed is None:  # not plain decoded JSON: the reference path
+            slim, volatile = normalized(obj, keeps_names=self._keeps_names)
+            try:
+                keyed = orjson.dumps(slim), volatile
+            except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer past 64 bits
+                return None
+        elif not keyed[0]:
             return None
-        return replicas.digest(dumped), volatile
+        return replicas.digest(keyed[0]), keyed[1]
 
     def get(self, digest: bytes, subject: findings.ObjectRef) -> list[findings.Finding] | None:
         """The results remembered under ``digest``, about ``subject``; None when there are none."""
@@ -110,10 +203,13 @@ class Memo:
         for found in results:
             if found.subject != subject:
                 return
-            if volatile and (
-                any(value in found.message for value in volatile)
-                or any(value in ref.name or value == ref.uid for ref in found.related for value in volatile)
-            ):
+            if volatile and found.related and any(value in ref.name or value == ref.uid for ref in found.related for value in volatile):
+                return
+        if volatile:
+            # Every message at once: joined, a value found across two messages only keeps a set out
+            # that could have been kept; one found in a message is always found in the join.
+            messages = "\n".join(found.message for found in results)
+            if any(value in messages for value in volatile):
                 return
         if len(self._entries) >= self.max_entries:
             del self._entries[next(iter(self._entries))]

@@ -64,17 +64,7 @@ class Check(abc.ABC):
             message = f"{self.id}: {self.summary}: {detail}" if detail else f"{self.id}: {self.summary}"
         else:
             message = detail
-        return findings.Finding(
-            policy=self.id,
-            rule=self.rule,
-            result=result,
-            action=action,
-            severity=self.severity,
-            category=self.category,
-            message=message,
-            subject=subject,
-            related=tuple(related),
-        )
+        return findings.finding(self.id, self.rule, result, action, self.severity, self.category, message, subject, tuple(related))
 
     def verdict(
         self,

@@ -61,6 +61,8 @@ class Store:
         # holds that token in its memo: a filter over 5,000 nodes reads them at C speed instead of
         # checking each node's state in Python (issue 19). An entry goes whenever its node's
         # state stops being current (`_forget`), so it never outlives the memo it copies.
+        self._held: dict[str, tuple[Object, bool, bool, allocation.Allocation | None]] = {}  # uid -> (pod copy, finished, bound, what it holds if bound)
+        self._node_cards: dict[str, tuple[Object, cards.NodeCards]] = {}  # name -> (node copy, its cards)
         self._current: dict[int, dict[str, object]] = {}
         self._current_ttl: float | None = None  # the ttl `_current` was judged with
         self._lapses: list[tuple[float, str]] = []  # (valid_until, node) of remembered states that lapse in time
@@ -226,7 +228,7 @@ class Store:
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             for uid in ledger:
                 self._ledger_refs.setdefault(uid, set()).add(name)
-            state = cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live)
+            state = self._node_state(name, node, now=now, ttl=ttl, reservations=live)
             unseen = [(e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
             valid_until = min([cards.valid_until(state, ttl=ttl), *unseen])
             uids = frozenset(a.uid for a in (*state.allocations, *state.orphans))
@@ -240,8 +242,44 @@ class Store:
         if exclude_uid and exclude_uid in uids:
             ledger = self.ledger(name)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
-            return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
+            return self._node_state(name, node, now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
         return state
+
+    def _node_state(
+        self, name: str, node: Object, *, now: float, ttl: float, reservations: Mapping[str, allocation.Allocation], exclude_uid: str = ""
+    ) -> cards.NodeState:
+        """`cards.node_state(node, self.pods_on(name), ...)`, with what each pod holds read once per
+        copy of the pod rather than on every recompute of its node (issue 19: a bind changes its
+        node two or three times, kubelet status updates too, and each recompute read every pod's
+        allocation annotation again: ~7 us a pod, 60 pods on a full binpack node). A bound pod's
+        allocation does not depend on the time or the TTL (`allocation.pod_allocation`), so only
+        those are kept; the counting is `cards.node_state`'s, line for line (unit tests compare the
+        two on generated clusters)."""
+        kept = self._node_cards.get(name)
+        if kept is None or kept[0] is not node:
+            kept = self._node_cards[name] = (node, cards.node_cards(node))
+        node_cards = kept[1]
+        counted: dict[str, allocation.Allocation] = {}
+        finished: set[str] = set()
+        held_by = self._held
+        for uid in self._by_node.get(name, ()):
+            pod = self._pods[uid]
+            memo = held_by.get(uid)
+            if memo is None or memo[0] is not pod:
+                terminal = allocation.is_terminal(pod)
+                bound = bool(allocation.bound_node(pod))
+                memo = held_by[uid] = (pod, terminal, bound, None if terminal or not bound else allocation.pod_allocation(pod, now=now, ttl=ttl))
+            if memo[1]:
+                finished.add(uid)
+                continue
+            held = memo[3] if memo[2] else allocation.pod_allocation(pod, now=now, ttl=ttl)
+            if held is not None and held.node == node_cards.name and held.uid != exclude_uid:
+                counted[held.uid or f"{held.pod_key}"] = held
+        for uid, entry in reservations.items():
+            if uid in counted or uid in finished or uid == exclude_uid or (entry.expires or 0.0) <= now or entry.node != node_cards.name:
+                continue
+            counted[uid] = entry
+        return cards.occupy(node_cards, counted.values())
 
     def judged(
         self,
@@ -388,7 +426,7 @@ class Store:
         node = self._nodes.get(name)
         if node is None:
             return None
-        return cards.node_state(node, self.pods_on(name), now=now, ttl=ttl, reservations=self.ledger(name))
+        return self._node_state(name, node, now=now, ttl=ttl, reservations=self.ledger(name))
 
     def version(self, name: str) -> int:
         """Moves whenever the node, its pods or its ledger change (what `state` and `inspect_state`
@@ -401,6 +439,7 @@ class Store:
         for name in self._nodes:
             self._touch(name)  # a node gone from the list: its version must still move
         self._nodes, self._real_nodes, self._states, self._node_ledger_rv = {}, {}, {}, {}
+        self._node_cards = {}
         self._forget_all()
         for item in items:
             self.put_node(item)
@@ -410,6 +449,7 @@ class Store:
         for name in self._by_node:
             self._touch(name)  # a node may hold none of the listed pods: its version must still move
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
+        self._held = {}
         self._forget_all()
         self._pods_version = -1  # the list's version follows (`seen`)
         self._vouched = {}  # the list may predate a binding this cache had from its own bind
@@ -435,6 +475,7 @@ class Store:
             if event == "DELETED":
                 self._nodes.pop(_name(obj), None)
                 self._real_nodes.pop(_name(obj), None)
+                self._node_cards.pop(_name(obj), None)
                 self._node_ledger_rv.pop(_name(obj), None)
                 self._touch(_name(obj))
             else:
@@ -537,6 +578,7 @@ class Store:
         for referring in self._ledger_refs.pop(uid, set()):
             self._touch(referring)  # a ledger entry of this pod may count differently now
         self._pods.pop(uid, None)
+        self._held.pop(uid, None)
         node = self._pod_node.pop(uid, None)
         if node is not None:
             self._touch(node)

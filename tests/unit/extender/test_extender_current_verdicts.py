@@ -40,7 +40,7 @@ class _World:
         self.pods: dict[str, dict[str, Any]] = {}
         self.leases: dict[str, dict[str, Any]] = {}
         self.cache = store_module.Store()
-        self.cache.replace_nodes(list(self.nodes.values()))
+        self.cache.replace_nodes(json.loads(json.dumps(list(self.nodes.values()))))  # copies, as a list decodes them
         self.cache.replace_leases([])
         self.cache.replace_pods([])
         self.count = 0
@@ -80,6 +80,21 @@ class _World:
                                      whole=bool(wanted.cards), assumed_at=self.now)
         pod["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
         pod["spec"]["nodeName"] = name
+        pod["metadata"]["resourceVersion"] = self._next()
+        self.cache.apply("Pod", "MODIFIED", json.loads(json.dumps(pod)))
+
+    def annotate_only(self) -> None:
+        """A pod that carries an allocation annotation but is not bound (an interrupted bind of an
+        older version): it counts until its assumed time plus the TTL, so what it holds depends on the time."""
+        pending = [p for p in self.pods.values() if not p["spec"].get("nodeName")]
+        if not pending:
+            return
+        pod = self.rng.choice(pending)
+        name = self.rng.choice(sorted(self.nodes))
+        wanted = cardrequest.pod_request(pod)
+        held = allocation.Allocation(uid=pod["metadata"]["uid"], namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"],
+                                     node=name, cards=(0,), memory_gib=max(1, wanted.memory_gib), assumed_at=self.now - self.rng.choice([0, 100]))
+        pod["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
         pod["metadata"]["resourceVersion"] = self._next()
         self.cache.apply("Pod", "MODIFIED", json.loads(json.dumps(pod)))
 
@@ -125,9 +140,11 @@ class _World:
             cache.apply("Pod", "DELETED", pod)
         elif roll < 0.75 and self.pods:
             pod = self.pods[rng.choice(sorted(self.pods))]
-            pod["status"]["phase"] = "Succeeded"
+            pod["status"]["phase"] = rng.choice(["Succeeded", "Running", "Running", "Failed"])  # Running: a kubelet status update
             pod["metadata"]["resourceVersion"] = self._next()
             cache.apply("Pod", "MODIFIED", json.loads(json.dumps(pod)))
+        elif roll < 0.78:
+            self.annotate_only()
         elif roll < 0.82:
             node = self.nodes[rng.choice(sorted(self.nodes))]
             if rng.random() < 0.3:  # a mode change: another verdict for every request
@@ -218,3 +235,27 @@ def test_the_pods_own_ledger_entry_is_left_out_on_every_node_that_lists_it(make_
     assert cache.judged_list(["a", "b", "c"], now=NOW, ttl=120, exclude_uid=uid, key=key, judge=judge_own) == [True, True, True]
     # Once its entries lapse, the other pod fits everywhere too.
     assert cache.judged_list(["c", "a", "b"], now=NOW + 61, ttl=120, exclude_uid="other-uid", key=key, judge=judge_other) == [True, True, True]
+
+
+def test_the_stores_node_states_are_those_of_cards_node_state_through_random_changes(make_node: Factory, make_gpu_pod: Factory) -> None:
+    """The store reads what each bound pod holds once per copy of the pod (`Store._node_state`):
+    its states must be `cards.node_state`'s over the same node, pods and ledger."""
+    rng = random.Random(2019)
+    world = _World(make_node, make_gpu_pod, rng)
+    compared = counted = 0
+    for _ in range(700):
+        world.step()
+        cache, now, ttl = world.cache, world.now, world.ttl
+        uid = rng.choice([*world.pods, ""]) if world.pods else ""
+        for name in sorted(world.nodes):
+            node = cache.node(name)
+            assert node is not None
+            live = {u: e for u, e in cache.ledger(name).items() if cache._plausible(e, node=name, now=now)}
+            expected = cards.node_state(node, cache.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=uid)
+            assert cache.state(name, now=now, ttl=ttl, exclude_uid=uid) == expected, name
+            assert cache.inspect_state(name, now=now, ttl=ttl) == cards.node_state(
+                node, cache.pods_on(name), now=now, ttl=ttl, reservations=cache.ledger(name)
+            ), name
+            compared += 1
+            counted += len(expected.allocations)
+    assert compared == 700 * len(world.nodes) and counted > 2000, "states with pods and ledger entries in them"

@@ -230,13 +230,13 @@ async def test_node_states_are_computed_before_the_first_filter_once_the_lists_a
     from policies import cards
 
     computed: list[str] = []
-    real = cards.node_state
+    real = cards.occupy  # what every state the store computes ends in (`Store._node_state`)
 
     def counting(node: Any, *args: Any, **kwargs: Any) -> Any:
-        computed.append(node["metadata"]["name"])
+        computed.append(node.name)
         return real(node, *args, **kwargs)
 
-    monkeypatch.setattr(cards, "node_state", counting)
+    monkeypatch.setattr(cards, "occupy", counting)
     cache = store.Store()
     names = [f"w-{i:03d}" for i in range(600)]  # more than one warming slice
 

@@ -4,7 +4,9 @@ Everything here is synchronous (the official `kubernetes` client is); the backgr
 it through `asyncio.to_thread`. Every list is paged (`limit`/`continue`, `CHUNK` objects a page),
 the next page fetched on a helper thread while this one is decoded and judged, and decoded straight
 from JSON (`_preload_content=False`, orjson): the engine wants the camelCase wire shape anyway, and
-the client's model deserialisation is the slowest part of listing 10,000 pods. `objects` streams
+the client's model deserialisation is the slowest part of listing 10,000 pods. The lists are plain
+GETs through the client's configuration and pool (`_Raw`), not its API classes, whose model classes
+take most of a second to load. `objects` streams
 what the audit judges, Pods last, so that 100,000 pods never need to be held at once.
 Every failure surfaces as a `webhook.kube.errors.KubeError` with one line naming what was being
 done. Reads (and the resourceVersion-guarded replaces, and deletes) are retried with backoff on
@@ -21,6 +23,7 @@ import functools
 import json
 import logging
 import re
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -29,7 +32,7 @@ import orjson
 from policies import envsources, model, reservations
 from webhook import kube
 from webhook.audit import report, scan
-from webhook.kube import client, retry
+from webhook.kube import client, client_exceptions, retry
 from webhook.kube import errors as kube_errors
 
 log = logging.getLogger(__name__)
@@ -64,25 +67,76 @@ class _Listing:
     namespaced: Callable[..., Any] | None
 
 
+class _Raw:
+    """The audit's list calls as plain GETs through the client: its configuration, authentication
+    (``param_serialize`` applies the bearer token and its refresh hook) and connection pool, with
+    the keywords of the API classes' ``list_*`` methods (``limit``, ``_continue``,
+    ``label_selector``; always ``_preload_content=False``), answering what they answer: the raw
+    response, or the client's ``ApiException`` for a failing status. The API classes are not
+    imported: CoreV1Api, AppsV1Api and BatchV1Api load the client's model classes, about 0.8 s of
+    CPU at the start of every run (issue 19)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api: Any = api
+
+    def lister(self, path: str) -> Callable[..., Any]:
+        """``list_*_for_all_namespaces`` (or a cluster-scoped list) of ``path``."""
+        return functools.partial(self.get, path)
+
+    def namespaced(self, kind_path: str, *, prefix: str) -> Callable[..., Any]:
+        """``list_namespaced_*``: ``prefix/namespaces/<namespace>/kind_path``."""
+
+        def call(namespace: str, **kwargs: Any) -> Any:
+            return self.get(f"{prefix}/namespaces/{urllib.parse.quote(namespace, safe='')}/{kind_path}", **kwargs)
+
+        return call
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        query = [(name, kwargs[key]) for key, name in _QUERY if kwargs.get(key) is not None]
+        serialized = self._api.param_serialize(
+            method="GET", resource_path=path, query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(*serialized, _request_timeout=kwargs.get("_request_timeout"))
+        if not 200 <= response.status <= 299:  # as the API classes do without preloading
+            response.read()
+            raise client_exceptions.ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
+
+_QUERY = (("_continue", "continue"), ("label_selector", "labelSelector"), ("limit", "limit"))
+
+
+class _RawCore:
+    """The four CoreV1Api list methods `env_sources` calls, as raw GETs (`_Raw`)."""
+
+    def __init__(self, raw: _Raw) -> None:
+        self.list_config_map_for_all_namespaces = raw.lister("/api/v1/configmaps")
+        self.list_namespaced_config_map = raw.namespaced("configmaps", prefix="/api/v1")
+        self.list_secret_for_all_namespaces = raw.lister("/api/v1/secrets")
+        self.list_namespaced_secret = raw.namespaced("secrets", prefix="/api/v1")
+
+
+def _listing(raw: _Raw, kind: str, api_version: str, plural: str, *, namespaced: bool = True) -> _Listing:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return _Listing(
+        kind=kind, api_version=api_version, all_namespaces=raw.lister(f"{prefix}/{plural}"),
+        namespaced=raw.namespaced(plural, prefix=prefix) if namespaced else None,
+    )
+
+
 def _listings(api: client.ApiClient) -> list[_Listing]:
-    core: Any = client.CoreV1Api(api)
-    apps: Any = client.AppsV1Api(api)
-    batch: Any = client.BatchV1Api(api)
+    raw = _Raw(api)
     return [
-        _Listing(kind="Node", api_version="v1", all_namespaces=core.list_node, namespaced=None),
-        _Listing(kind="Pod", api_version="v1", all_namespaces=core.list_pod_for_all_namespaces, namespaced=core.list_namespaced_pod),
-        _Listing(kind="Deployment", api_version="apps/v1", all_namespaces=apps.list_deployment_for_all_namespaces, namespaced=apps.list_namespaced_deployment),
-        _Listing(kind="StatefulSet", api_version="apps/v1", all_namespaces=apps.list_stateful_set_for_all_namespaces, namespaced=apps.list_namespaced_stateful_set),
-        _Listing(kind="DaemonSet", api_version="apps/v1", all_namespaces=apps.list_daemon_set_for_all_namespaces, namespaced=apps.list_namespaced_daemon_set),
-        _Listing(kind="ReplicaSet", api_version="apps/v1", all_namespaces=apps.list_replica_set_for_all_namespaces, namespaced=apps.list_namespaced_replica_set),
-        _Listing(
-            kind="ReplicationController",
-            api_version="v1",
-            all_namespaces=core.list_replication_controller_for_all_namespaces,
-            namespaced=core.list_namespaced_replication_controller,
-        ),
-        _Listing(kind="Job", api_version="batch/v1", all_namespaces=batch.list_job_for_all_namespaces, namespaced=batch.list_namespaced_job),
-        _Listing(kind="CronJob", api_version="batch/v1", all_namespaces=batch.list_cron_job_for_all_namespaces, namespaced=batch.list_namespaced_cron_job),
+        _listing(raw, "Node", "v1", "nodes", namespaced=False),
+        _listing(raw, "Pod", "v1", "pods"),
+        _listing(raw, "Deployment", "apps/v1", "deployments"),
+        _listing(raw, "StatefulSet", "apps/v1", "statefulsets"),
+        _listing(raw, "DaemonSet", "apps/v1", "daemonsets"),
+        _listing(raw, "ReplicaSet", "apps/v1", "replicasets"),
+        _listing(raw, "ReplicationController", "v1", "replicationcontrollers"),
+        _listing(raw, "Job", "batch/v1", "jobs"),
+        _listing(raw, "CronJob", "batch/v1", "cronjobs"),
     ]
 
 
@@ -175,7 +229,7 @@ def objects(
     for listing in listings:
         if listing.kind not in ("Node", "Pod"):
             yield from _pages(listing, namespace=namespace, chunk=chunk)
-    yield from env_sources(client.CoreV1Api(api), namespace=namespace, chunk=chunk)
+    yield from env_sources(_RawCore(_Raw(api)), namespace=namespace, chunk=chunk)
     for listing in pods:
         yield from _pages(listing, namespace=namespace, chunk=chunk)
 
@@ -240,8 +294,7 @@ def _namespaces(api: client.ApiClient, *, chunk: int) -> list[dict[str, Any]]:
     Whoever may list pods but not Namespaces still gets the audit, with a warning: each namespace
     then has only its name label, as in the webhook without its cluster context.
     """
-    core: Any = client.CoreV1Api(api)
-    listing = _Listing(kind="Namespace", api_version="v1", all_namespaces=core.list_namespace, namespaced=None)
+    listing = _listing(_Raw(api), "Namespace", "v1", "namespaces", namespaced=False)
     try:
         return list(_pages(listing, namespace=None, chunk=chunk))
     except kube_errors.KubeError as error:

@@ -614,7 +614,7 @@ def run(
             objects += 1
             node_name = facts.name_of(node)
             # This node's pods, decoded once for both lists and dropped after its checks.
-            decoded = {i: _unpack(kept[i]) for i in (*grouped.get(node_name, ()), *bound.get(node_name, ()))}
+            decoded = {i: _unpack(kept[i]) for i in dict.fromkeys((*grouped.get(node_name, ()), *bound.get(node_name, ())))}
             pods_by_uid.decoded = decoded
             lease = leases.get(node_name)
             lease_ledger = reservations.lease_reservations(lease, namespace=ledger_namespace) if lease is not None else {}

@@ -202,8 +202,19 @@ def quantiles(scraped: list[dict[str, float]]) -> dict[str, float]:
         total = series[-1][1]
         for q in (0.5, 0.9, 0.99):
             found[f"{verb} p{round(q * 100)}"] = _bucket_quantile(q, series, total) * 1000
+        # The same estimate from the bounds every version has (15, 20, 30 and 40 ms came later):
+        # what compares with an older extender's figure.
+        coarse = [(bound, count) for bound, count in series if bound in COARSE_BOUNDS]
+        found[f"{verb} p99 coarse"] = _bucket_quantile(0.99, coarse, total) * 1000
+        at_20 = dict(series).get(0.02)
+        if at_20 is not None and total > 0:
+            found[f"{verb} over 20ms"] = (total - at_20) / total  # exact: a bucket bound
     found["conflicts"] = summed.get("conflicts", 0.0)
     return found
+
+
+# The extender's latency bounds before 15, 20, 30 and 40 ms were added (and +Inf).
+COARSE_BOUNDS = frozenset({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf")})
 
 
 def _bucket_quantile(q: float, series: list[tuple[float, float]], total: float) -> float:
@@ -419,6 +430,8 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, 
         "apiserver_cpu_ms_per_pod": round(sum(r.cpu.get("kube-apiserver", 0.0) for r in ext) * 1000 / total, 2),
         "filter_p50_ms": round(latency.get("filter p50", 0.0), 2),
         "filter_p99_ms": round(latency.get("filter p99", 0.0), 2),
+        "filter_p99_coarse_ms": round(latency.get("filter p99 coarse", 0.0), 2),  # from the bounds older versions have too
+        **({"filter_over_20ms": round(latency["filter over 20ms"], 4)} if "filter over 20ms" in latency else {}),
         "prioritize_p99_ms": round(latency.get("prioritize p99", 0.0), 2),
         "conflicts": latency["conflicts"],
         **_apiserver_cpu(plain, ext, pods_per_round=pods_per_round, idle=idle or {}),

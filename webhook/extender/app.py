@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 
 # A filter body carries one Pod and the node names (or, without nodeCacheCapable, every Node).
 MAX_BODY_BYTES = 16 * 1024 * 1024
-FINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# 15, 20, 30 and 40 ms (issue 19): the filter's p99 goal is 20 ms at 5,000 nodes, and between 10 and
+# 50 ms histogram_quantile's linear estimate could be off by up to 25 ms.
+FINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class Watch(Protocol):

@@ -243,10 +243,13 @@ class Binder:
             batch_uids = {waiting.request.uid for waiting in batch}
             chosen: dict[str, allocation_.Allocation] = {}
             errors: dict[int, str] = {}
+            # `cards.node_state`; the cache's version reads what each of its own pod copies holds
+            # once per copy (the same state: tests), a listed pod afresh.
+            node_state = self._cache.node_state_of if self._cache is not None else cards.node_state
             for position, waiting in enumerate(batch):
                 request = waiting.request
                 others = {uid: entry for uid, entry in ledger.items() if uid not in batch_uids}
-                state = cards.node_state(
+                state = node_state(
                     read.view, pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid,
                 )
                 fit = placement.evaluate(waiting.wanted, state)

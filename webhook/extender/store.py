@@ -251,28 +251,45 @@ class Store:
         """`cards.node_state(node, self.pods_on(name), ...)`, with what each pod holds read once per
         copy of the pod rather than on every recompute of its node (issue 19: a bind changes its
         node two or three times, kubelet status updates too, and each recompute read every pod's
-        allocation annotation again: ~7 us a pod, 60 pods on a full binpack node). A bound pod's
-        allocation does not depend on the time or the TTL (`allocation.pod_allocation`), so only
-        those are kept; the counting is `cards.node_state`'s, line for line (unit tests compare the
-        two on generated clusters)."""
-        kept = self._node_cards.get(name)
-        if kept is None or kept[0] is not node:
-            kept = self._node_cards[name] = (node, cards.node_cards(node))
-        node_cards = kept[1]
+        allocation annotation again: ~7 us a pod, 60 pods on a full binpack node)."""
+        return self.node_state_of(node, [self._pods[uid] for uid in self._by_node.get(name, ())], now=now, ttl=ttl,
+                                  reservations=reservations, exclude_uid=exclude_uid)
+
+    def node_state_of(
+        self, node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float,
+        reservations: Mapping[str, allocation.Allocation], exclude_uid: str = "",
+    ) -> cards.NodeState:
+        """`cards.node_state(node, pods, now=now, ttl=ttl, reservations=reservations, exclude_uid=exclude_uid)`,
+        reading what a pod held here holds once per copy of it (a bound pod's allocation depends on
+        neither the time nor the TTL: `allocation.pod_allocation`), and a held Node's cards once per
+        copy of it. Other pods and nodes (a list's, another view of the node) are read afresh. The
+        counting is `cards.node_state`'s, line for line (unit tests compare the two on generated
+        clusters); bind decides on it too when its read came from this cache."""
+        name = _name(node)
+        if node is self._nodes.get(name):
+            kept = self._node_cards.get(name)
+            if kept is None or kept[0] is not node:
+                kept = self._node_cards[name] = (node, cards.node_cards(node))
+            node_cards = kept[1]
+        else:
+            node_cards = cards.node_cards(node)
         counted: dict[str, allocation.Allocation] = {}
         finished: set[str] = set()
-        held_by = self._held
-        for uid in self._by_node.get(name, ()):
-            pod = self._pods[uid]
-            memo = held_by.get(uid)
-            if memo is None or memo[0] is not pod:
-                terminal = allocation.is_terminal(pod)
-                bound = bool(allocation.bound_node(pod))
-                memo = held_by[uid] = (pod, terminal, bound, None if terminal or not bound else allocation.pod_allocation(pod, now=now, ttl=ttl))
-            if memo[1]:
+        held_by, ours = self._held, self._pods
+        for pod in pods:
+            uid = _uid(pod)
+            if ours.get(uid) is pod:
+                memo = held_by.get(uid)
+                if memo is None or memo[0] is not pod:
+                    terminal = allocation.is_terminal(pod)
+                    bound = bool(allocation.bound_node(pod))
+                    memo = held_by[uid] = (pod, terminal, bound, None if terminal or not bound else allocation.pod_allocation(pod, now=now, ttl=ttl))
+                terminal, held = memo[1], memo[3] if memo[2] else allocation.pod_allocation(pod, now=now, ttl=ttl)
+            else:
+                terminal, held = allocation.is_terminal(pod), allocation.pod_allocation(pod, now=now, ttl=ttl)
+            if terminal:
                 finished.add(uid)
                 continue
-            held = memo[3] if memo[2] else allocation.pod_allocation(pod, now=now, ttl=ttl)
             if held is not None and held.node == node_cards.name and held.uid != exclude_uid:
                 counted[held.uid or f"{held.pod_key}"] = held
         for uid, entry in reservations.items():

@@ -256,6 +256,12 @@ def test_the_stores_node_states_are_those_of_cards_node_state_through_random_cha
             assert cache.inspect_state(name, now=now, ttl=ttl) == cards.node_state(
                 node, cache.pods_on(name), now=now, ttl=ttl, reservations=cache.ledger(name)
             ), name
+            # As bind asks: the node's bound pods (the cache's copies, or a list's) and a ledger of its choosing.
+            bound = cache.bound_pods(name)
+            for pods in (bound, json.loads(json.dumps(bound))):
+                assert cache.node_state_of(node, pods, now=now, ttl=ttl, reservations=live, exclude_uid=uid) == cards.node_state(
+                    node, pods, now=now, ttl=ttl, reservations=live, exclude_uid=uid
+                ), name
             compared += 1
             counted += len(expected.allocations)
     assert compared == 700 * len(world.nodes) and counted > 2000, "states with pods and ledger entries in them"

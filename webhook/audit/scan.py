@@ -567,8 +567,10 @@ def run(
             bound_to = str(podspec.mapping(pod.get("spec")).get("nodeName") or "")
             context = contexts.get(bound_to)
             if context is None:
+                node = nodes_by_name.get(bound_to)
                 context = contexts[bound_to] = base.PodContext(
-                    now=now, node=nodes_by_name.get(bound_to), nodes=nodes_by_name, models=models, parses=parses
+                    now=now, node=node, nodes=nodes_by_name, models=models, parses=parses,
+                    gpu_node=node is not None and facts.is_gpu_node(node),
                 )
             judge(pod, (), pod=context)
         if _takes_by_env_from(pod):

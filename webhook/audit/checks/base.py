@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from policies import allocation, cards, model, podparse, reservations, settings
 from webhook.audit import findings
+from webhook.audit.checks import facts
 
 # A card or node shared by thousands of pods must not make a message or a report result huge
 # (reports live in etcd): name this many pods, then say how many more there are.
@@ -113,6 +114,14 @@ class PodContext:
     models: dict[str, cards.NodeCards] = dataclasses.field(default_factory=dict)
     # The pod's card request and allocation, parsed once for all pod checks (one per audit run).
     parses: podparse.PodParses = dataclasses.field(default_factory=podparse.PodParses)
+    # `facts.is_gpu_node(node)`, where the scan worked it out once for the node; None: not known.
+    gpu_node: bool | None = None
+
+    def node_has_gpus(self) -> bool:
+        """`facts.is_gpu_node` of `node` (False without a node)."""
+        if self.node is None:
+            return False
+        return self.gpu_node if self.gpu_node is not None else facts.is_gpu_node(self.node)
 
 
 class PodCheck(Check):

@@ -102,8 +102,11 @@ def annotated_node(pod: Mapping[str, Any]) -> str:
     then leaves it alone) rather than calling it unaccounted.
     """
     text = annotations_of(pod).get(gpu.ALLOCATION_ANNOTATION)
-    if not isinstance(text, str):
-        return ""
+    return _annotated_node(text) if isinstance(text, str) else ""
+
+
+@functools.lru_cache(maxsize=4096)  # by value: GPU203 and GPU210 both read it, and replicas share it
+def _annotated_node(text: str) -> str:
     try:
         document = json.loads(text)
     except ValueError:

@@ -60,7 +60,7 @@ class GpuAccessWithoutRequest(base.PodCheck):
         """None unless the pod runs (or will) on a known GPU node."""
         node = context.node
         spec = podspec.mapping(pod.get("spec"))
-        if node is None or not spec.get("nodeName") or not facts.active(pod) or not facts.is_gpu_node(node):
+        if node is None or not spec.get("nodeName") or not facts.active(pod) or not context.node_has_gpus():
             return None
         subject = findings.ObjectRef.of(pod)
         if gpu.pod_requests_gpu(spec):

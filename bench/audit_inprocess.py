@@ -76,18 +76,29 @@ def apiserver_pod(index: int, namespace: str, layout: Any, rng: random.Random, r
     pod = audit_throughput.pod(index, namespace, layout)
     created = json.loads(json.dumps(pod))
     token = f"kube-api-access-{_token(rng)}"
-    metadata = pod["metadata"]
-    metadata.update(uid=_uid(rng), resourceVersion=str(resource_version), creationTimestamp=STAMP)
-    spec = pod["spec"]
-    for container in spec["containers"]:
-        container.update(
+    given = pod["metadata"]
+    metadata = {"name": given["name"], "namespace": given["namespace"], "uid": _uid(rng), "resourceVersion": str(resource_version),
+                "generation": 1, "creationTimestamp": STAMP, "labels": dict(sorted(given["labels"].items()))}
+    if "annotations" in given:
+        metadata["annotations"] = dict(sorted(given["annotations"].items()))
+    containers = []
+    for container in pod["spec"]["containers"]:
+        limits = container["resources"].get("limits", {})
+        requests = {**{k: v for k, v in limits.items()}, **container["resources"].get("requests", {})}  # requests default to limits
+        made = {"name": container["name"], "image": container["image"]}
+        if "env" in container:
+            made["env"] = container["env"]
+        made.update(
+            resources={"limits": dict(sorted(limits.items())), "requests": dict(sorted(requests.items()))},
+            volumeMounts=[{"name": token, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
             terminationMessagePath="/dev/termination-log",
             terminationMessagePolicy="File",
             imagePullPolicy="IfNotPresent",
-            volumeMounts=[{"name": token, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
         )
-    spec.update(
-        volumes=[
+        containers.append(made)
+    given_spec = pod["spec"]
+    spec: dict[str, Any] = {
+        "volumes": [
             {
                 "name": token,
                 "projected": {
@@ -100,10 +111,17 @@ def apiserver_pod(index: int, namespace: str, layout: Any, rng: random.Random, r
                 },
             }
         ],
-        restartPolicy="Always",
-        dnsPolicy="ClusterFirst",
+        "containers": containers,
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": given_spec["terminationGracePeriodSeconds"],
+        "dnsPolicy": "ClusterFirst",
+    }
+    if "nodeSelector" in given_spec:
+        spec["nodeSelector"] = given_spec["nodeSelector"]
+    spec.update(
         serviceAccountName="default",
         serviceAccount="default",
+        nodeName=given_spec["nodeName"],
         securityContext={},
         schedulerName="default-scheduler",
         tolerations=[
@@ -114,8 +132,9 @@ def apiserver_pod(index: int, namespace: str, layout: Any, rng: random.Random, r
         enableServiceLinks=True,
         preemptionPolicy="PreemptLowerPriority",
     )
+    pod = {"metadata": metadata, "spec": spec}
     status = audit_throughput.running_status(index, pod, now=STAMP)["status"]
-    status["qosClass"] = "Burstable"
+    status = {"phase": status.pop("phase"), **status, "qosClass": "Burstable"}
     pod["status"] = status
     metadata["managedFields"] = [
         {"manager": "audit-throughput-bench", "operation": "Update", "apiVersion": "v1", "time": STAMP, "fieldsType": "FieldsV1",
@@ -283,6 +302,16 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     api = kubernetes.client.ApiClient(configuration)
     api.rest_client.pool_manager = pool  # type: ignore[assignment]  # answers like a urllib3 pool
     settings = settings_.Settings()
+    from webhook.audit import verdicts
+
+    memos: list[Any] = []
+    made = verdicts.Memo.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        memos.append(self)
+
+    verdicts.Memo.__init__ = counted  # type: ignore[method-assign]  # to read its hits and misses after the run
     profiler = None
     if args.profile:
         import cProfile
@@ -314,6 +343,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "findings_digest": findings_digest,
         "table_digest": hashlib.sha256(table.encode()).hexdigest()[:16],
         "reports_digest": reports_digest,
+        "memo_hits": sum(m.hits for m in memos),
+        "memo_misses": sum(m.misses for m in memos),
         "list_calls": sum(1 for c in pool.calls if c.startswith("GET")),
         "list_calls_without_limit": sum(1 for c in pool.calls if c.startswith("GET") and "limit=" not in c),
     }

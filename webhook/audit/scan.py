@@ -39,7 +39,7 @@ import dataclasses
 import datetime
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -298,8 +298,7 @@ def _exempt(found: findings.Finding, reason: str) -> findings.Finding:
     return dataclasses.replace(found, result=model.Result.SKIP, message=reason, related=())
 
 
-@dataclasses.dataclass(frozen=True)
-class _Key:
+class _Key(NamedTuple):  # a tuple: made and hashed several times per judged object
     namespace: str
     kind: str
     name: str

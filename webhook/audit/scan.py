@@ -511,7 +511,15 @@ def run(
             remembered = memo.get(keyed[0], subject)
             if remembered is not None:
                 return remembered + own
-        shared = policy_results(placed, namespace) + [
+        judged: list[findings.Finding] | None = None
+        policies_keyed = memo.policies_key(placed) if keyed is not None and memo is not None else None
+        if policies_keyed is not None and memo is not None:
+            judged = memo.get_policies(policies_keyed[0], subject)
+        if judged is None:
+            judged = policy_results(placed, namespace)
+            if policies_keyed is not None and memo is not None:
+                memo.put_policies(policies_keyed[0], policies_keyed[1], subject, judged)
+        shared = judged + [
             placed_in(found, namespace)
             for found in (
                 *(check.check_template(obj) for check in TEMPLATE_CHECKS),

@@ -22,6 +22,12 @@ volume and its mounts are renamed one placeholder no real volume can have). Ever
 order: equal dumps mean equal objects; the same object with its keys in another order is a miss,
 never a wrong answer.
 
+**The policies' results alone** are also remembered under a second key (`policies_form`): the
+pod less `spec.nodeName` and the allocation annotations, which no validator the audit runs reads
+(see `policies_form`). Replicas of a GPU template differ in just those (each is bound to its own
+node and card), so on a miss of the whole key the engine usually need not run: at 100,000 bench
+pods, 30,900 distinct whole keys but 2,000 policies keys. The checks still run on each such miss.
+
 **Never remembered**: with user (CEL) policies in the settings (CEL may read any field, the name
 and uid included); a result whose subject is not the object itself; a set of results whose
 message or related objects contain the pod's name, generateName, uid or token volume name: it is
@@ -38,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from policies import replicas, settings as settings_
+from policies import gpu, replicas, settings as settings_
 from webhook.audit import findings
 
 MAX_ENTRIES = 16_384
@@ -163,6 +169,40 @@ def retarget(found: findings.Finding, subject: findings.ObjectRef) -> findings.F
     return findings.retargeted(found, subject)
 
 
+# What the extender's bind adds to a pod and no validator the audit runs reads (`policies_form`).
+BOUND_ANNOTATIONS = frozenset(gpu.ALLOCATION_ANNOTATIONS)
+
+
+def policies_form(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]] | None:
+    """``obj`` less ``spec.nodeName`` and the allocation annotations (``gpu.ALLOCATION_ANNOTATIONS``),
+    and the values taken out; None where ``obj``, its metadata or spec is not a plain dict.
+
+    The key of the policies' results alone (`Memo.policies_key`): a bound pod's node and card
+    allocation are what makes most replicas of a GPU template differ (each holds its own card), and
+    none of the validators the audit runs reads them. GPU008, which judges them, is left out of the
+    audit (`Policy.stored_objects`); GPU009 reads nodeName on the ephemeralcontainers subresource
+    only, never on the CREATE the audit judges; GPU010 reads device-request annotation keys, no
+    allocation key among them; settings exceptions match by namespace, name and labels.
+    `tests/unit/audit/test_audit_memo_key.py` holds every policy's result equal for generated pods
+    and the same pods with these fields changed or gone, under several settings."""
+    if type(obj) is not dict:
+        return None
+    metadata, spec = obj.get("metadata"), obj.get("spec")
+    if type(metadata) is not dict or type(spec) is not dict:
+        return None
+    dropped: list[str] = []
+    annotations = metadata.get("annotations")
+    if type(annotations) is dict and not BOUND_ANNOTATIONS.isdisjoint(annotations):
+        dropped.extend(v for k, v in annotations.items() if k in BOUND_ANNOTATIONS and isinstance(v, str) and v)
+        metadata = {**metadata, "annotations": {k: v for k, v in annotations.items() if k not in BOUND_ANNOTATIONS}}
+    if "nodeName" in spec:
+        node = spec["nodeName"]
+        if isinstance(node, str) and node:
+            dropped.append(node)
+        spec = {k: v for k, v in spec.items() if k != "nodeName"}
+    return {**obj, "metadata": metadata, "spec": spec}, dropped
+
+
 class Memo:
     """The remembered results of one audit run under one ``Settings`` (see the module docstring)."""
 
@@ -173,6 +213,8 @@ class Memo:
         self.misses = 0
         self._keeps_names = any(e.names for e in settings.exceptions)
         self._entries: dict[bytes, tuple[findings.Finding, ...]] = {}
+        self._policy_entries: dict[bytes, tuple[findings.Finding, ...]] = {}
+        self.policy_hits = 0
 
     def key(self, obj: Mapping[str, Any]) -> tuple[bytes, list[str]] | None:
         """The digest of ``obj`` less its volatile fields, and those fields' values; None: not to be remembered."""
@@ -189,6 +231,31 @@ class Memo:
             return None
         return replicas.digest(keyed[0]), keyed[1]
 
+    def policies_key(self, obj: Mapping[str, Any]) -> tuple[bytes, list[str]] | None:
+        """`key` of `policies_form(obj)`, for the policies' results alone; its volatile values include
+        the node and annotation values taken out (a message quoting one is right for this pod only)."""
+        if not self.enabled:
+            return None
+        form = policies_form(obj)
+        if form is None:
+            return None
+        keyed = self.key(form[0])
+        return None if keyed is None else (keyed[0], [*keyed[1], *form[1]])
+
+    def get_policies(self, digest: bytes, subject: findings.ObjectRef) -> list[findings.Finding] | None:
+        """The policies' results remembered under ``digest`` (`policies_key`), about ``subject``."""
+        found = self._policy_entries.get(digest)
+        if found is None:
+            return None
+        self.policy_hits += 1
+        return [retarget(f, subject) for f in found]
+
+    def put_policies(
+        self, digest: bytes, volatile: Sequence[str], subject: findings.ObjectRef, results: Sequence[findings.Finding]
+    ) -> None:
+        """`put` for the policies' results under their own key."""
+        self._remember(self._policy_entries, digest, volatile, subject, results)
+
     def get(self, digest: bytes, subject: findings.ObjectRef) -> list[findings.Finding] | None:
         """The results remembered under ``digest``, about ``subject``; None when there are none."""
         found = self._entries.get(digest)
@@ -200,6 +267,16 @@ class Memo:
 
     def put(self, digest: bytes, volatile: Sequence[str], subject: findings.ObjectRef, results: Sequence[findings.Finding]) -> None:
         """Remember ``results`` (all about ``subject``) unless one of them is about something else or names a volatile value."""
+        self._remember(self._entries, digest, volatile, subject, results)
+
+    def _remember(
+        self,
+        entries: dict[bytes, tuple[findings.Finding, ...]],
+        digest: bytes,
+        volatile: Sequence[str],
+        subject: findings.ObjectRef,
+        results: Sequence[findings.Finding],
+    ) -> None:
         for found in results:
             if found.subject != subject:
                 return
@@ -211,6 +288,6 @@ class Memo:
             messages = "\n".join(found.message for found in results)
             if any(value in messages for value in volatile):
                 return
-        if len(self._entries) >= self.max_entries:
-            del self._entries[next(iter(self._entries))]
-        self._entries[digest] = tuple(results)
+        if len(entries) >= self.max_entries:
+            del entries[next(iter(entries))]
+        entries[digest] = tuple(results)

@@ -221,3 +221,91 @@ def test_the_fast_constructors_make_the_same_instances_as_the_dataclasses_own() 
     plain = held(lambda: findings.Finding(**fields))  # type: ignore[arg-type]
     assert held(lambda: findings.finding(**fields)) <= plain * 1.1  # type: ignore[arg-type]
     assert held(lambda: verdicts.retarget(fast, other)) <= plain * 1.1, "no attribute dict of its own (twice the bytes)"
+
+
+# --- the policies' results keyed without the node and the allocation (`verdicts.policies_form`) ------
+
+BOUND_VALUES = st.one_of(st.sampled_from(["0", "1", "true", "false", "cgpu-0", "{\"node\": \"cgpu-0\", \"cards\": [1]}", ""]), garbage)
+
+
+@st.composite
+def bound_variants(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A generated Pod, and the same Pod with its nodeName and allocation annotations changed, added or gone."""
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": copy.deepcopy(draw(test_properties.metadata)),
+                           "spec": copy.deepcopy(draw(test_properties.pod_spec))}
+    pod["metadata"].update(namespace=draw(st.sampled_from(["team-a", "team-b", "kube-system"])), name=draw(st.sampled_from(["leak-0001", "app"])))
+    if draw(st.booleans()):
+        pod["metadata"]["labels"] = {"tier": draw(st.sampled_from(["dev", "prod"]))}
+    pod = test_properties.unaliased(pod)
+    other = copy.deepcopy(pod)
+    for one in (pod, other):
+        annotations = one["metadata"].get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = {} if draw(st.booleans()) else annotations
+            if isinstance(annotations, dict):
+                one["metadata"]["annotations"] = annotations
+        if isinstance(annotations, dict):
+            for key in sorted(verdicts.BOUND_ANNOTATIONS):
+                if draw(st.booleans()):
+                    annotations[key] = draw(BOUND_VALUES)
+                else:
+                    annotations.pop(key, None)
+        node = draw(st.one_of(st.none(), st.sampled_from(["", "cgpu-0", "cpu-0", "exclusive-0"]), garbage))
+        if node is None:
+            one["spec"].pop("nodeName", None)
+        else:
+            one["spec"]["nodeName"] = node
+    return pod, other
+
+
+@hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=400)
+@hypothesis.given(pair=bound_variants(), name=st.sampled_from(list(SETTINGS)))
+def test_no_policy_result_depends_on_the_node_or_the_allocation_annotations(pair: tuple[dict[str, Any], dict[str, Any]], name: str) -> None:
+    settings = settings_.from_mapping(SETTINGS[name])
+    effective = scan.audit_settings(settings)
+    pod, other = pair
+    form, other_form = verdicts.policies_form(pod), verdicts.policies_form(other)
+    assert form is not None and other_form is not None
+
+    def judged(obj: dict[str, Any]) -> list[Any]:
+        namespace = obj["metadata"]["namespace"]
+        return scan.evaluate_policies(obj, namespace=namespace, configured=settings, effective=effective, now=None,
+                                      namespace_labels={"tier": "dev"} if namespace == "team-b" else None)
+
+    assert judged(pod) == judged(other)
+    annotations = form[0]["metadata"].get("annotations")
+    assert "nodeName" not in form[0]["spec"]
+    assert not isinstance(annotations, dict) or not verdicts.BOUND_ANNOTATIONS & set(annotations)
+
+
+def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_their_own_checks() -> None:
+    made: list[verdicts.Memo] = []
+    original = verdicts.Memo.__init__
+
+    def counted(self: verdicts.Memo, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    base = build_pod("s", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"})
+    pods = []
+    for i, (node, card) in enumerate([("cgpu-0", 0), ("cgpu-0", 1), ("cgpu-1", 2), ("cgpu-1", 3), ("nowhere", 0)]):
+        pod = _listed(base, i)
+        pod["spec"]["nodeName"] = "cgpu-1" if node == "nowhere" else node
+        pod["metadata"]["annotations"] = allocation(node, [card], mem=2)
+        pods.append(pod)
+    leak = _listed(build_pod("leak", namespace="team-a", node_name="cpu-0", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), 9)
+    leak["metadata"]["annotations"] = allocation("cpu-0", [0], mem=2)  # forged: GPU001 must still fail it
+    objects = [build_node("cgpu-0"), build_node("cgpu-1"), build_node("cpu-0", mode=None), *pods, leak]
+    try:
+        verdicts.Memo.__init__ = counted  # type: ignore[method-assign]
+        fast = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW)
+    finally:
+        verdicts.Memo.__init__ = original  # type: ignore[method-assign]
+    plain = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW, remember=False)
+
+    assert _everything(fast) == _everything(plain)
+    assert _outputs(fast) == _outputs(plain)
+    (memo,) = made
+    assert memo.policy_hits == 4, "five replicas on other nodes and cards: the policies judged once"
+    assert any(f.policy == "GPU203" and f.result is model.Result.FAIL and f.subject.name == "s-0004" for f in plain.findings)
+    assert any(f.policy == "GPU001" and f.result is model.Result.FAIL and f.subject.name == "leak-0009" for f in plain.findings)

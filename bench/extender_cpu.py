@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import hashlib
 import json
 import os
@@ -178,6 +179,14 @@ class Driver:
         self.spent = 0.0  # CPU seconds inside the app and the store (not building bodies, not reading answers)
         self.filter_times: list[float] = []
 
+    def warm(self, pods: int) -> None:
+        """The first `pods` steps, then what the app does once its node states are warm: the
+        collector's full passes stop walking what is here now (`gc.freeze`, as `app._warm`)."""
+        for index in range(pods):
+            self.step(index)
+        gc.collect()
+        gc.freeze()
+
     def _call(self, path: str, body: bytes, handler: Any) -> bytes:
         request = _Request(self.app, path, body)
         started = time.process_time()
@@ -246,8 +255,7 @@ class Driver:
 def run_worker(args: argparse.Namespace) -> None:
     """The child side of `--against` (and of the plain run): prints one JSON line per round."""
     driver = Driver(nodes=args.nodes, percentage=args.percentage)
-    for index in range(args.warmup):
-        driver.step(index)
+    driver.warm(args.warmup)
     index = args.warmup
     for _ in range(args.rounds):
         line = sys.stdin.readline()  # the parent's go: rounds of the two trees alternate
@@ -272,8 +280,7 @@ def run_server(args: argparse.Namespace) -> None:
     import threading
 
     driver = Driver(nodes=args.nodes, percentage=args.percentage)
-    for index in range(args.warmup):
-        driver.step(index)
+    driver.warm(args.warmup)
     loop = driver.loop
     # What the app's middleware records per verb (`_observe`: from the handler's start, body read
     # included), kept exactly rather than as the histogram's buckets.
@@ -419,8 +426,7 @@ def run_http(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, list
 
 def profile(args: argparse.Namespace) -> None:
     driver = Driver(nodes=args.nodes, percentage=args.percentage)
-    for index in range(args.warmup):
-        driver.step(index)
+    driver.warm(args.warmup)
     profiler = cProfile.Profile()
     profiler.enable()
     for index in range(args.warmup, args.warmup + args.pods):

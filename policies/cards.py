@@ -233,21 +233,39 @@ def node_state(
     else:
         cards = node_cards(node)
         ledger = dict(reservations) if reservations is not None else _ledger(node)
+    return count(cards, (holding(pod, now=now, ttl=ttl) for pod in pods), ledger=ledger, now=now, exclude_uid=exclude_uid)
+
+
+Holding = tuple[str, bool, allocation.Allocation | None]
+"""What one pod means for its node's cards: its uid, whether it has finished, and what it holds
+(`allocation.pod_allocation`; None where nothing)."""
+
+
+def holding(pod: Mapping[str, Any], *, now: float, ttl: float = allocation.DEFAULT_RESERVATION_TTL_S) -> Holding:
+    """One pod's `Holding`."""
+    return _uid(pod), allocation.is_terminal(pod), allocation.pod_allocation(pod, now=now, ttl=ttl)
+
+
+def count(
+    node: NodeCards, holdings: Iterable[Holding], *, ledger: Mapping[str, allocation.Allocation], now: float, exclude_uid: str = ""
+) -> NodeState:
+    """The occupation of `node`'s cards from its pods' `Holding`s and its ledger: what `node_state`
+    counts. A pod that holds something here counts once; a ledger entry counts while it has not
+    expired, unless its pod is counted already, has finished, or is `exclude_uid`. Callers that
+    keep holdings between calls (the extender's cache) count through here too."""
     counted: dict[str, allocation.Allocation] = {}
     finished: set[str] = set()
-    for pod in pods:
-        uid = _uid(pod)
-        if allocation.is_terminal(pod):
+    for uid, terminal, held in holdings:
+        if terminal:
             finished.add(uid)
             continue
-        held = allocation.pod_allocation(pod, now=now, ttl=ttl)
-        if held is not None and held.node == cards.name and held.uid != exclude_uid:
+        if held is not None and held.node == node.name and held.uid != exclude_uid:
             counted[held.uid or f"{held.pod_key}"] = held
     for uid, entry in ledger.items():
-        if uid in counted or uid in finished or uid == exclude_uid or (entry.expires or 0.0) <= now or entry.node != cards.name:
+        if uid in counted or uid in finished or uid == exclude_uid or (entry.expires or 0.0) <= now or entry.node != node.name:
             continue
         counted[uid] = entry
-    return _occupy(cards, counted.values())
+    return _occupy(node, counted.values())
 
 
 def _ledger(node: Mapping[str, Any]) -> dict[str, allocation.Allocation]:

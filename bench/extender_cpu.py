@@ -7,7 +7,9 @@ scheduler and the watch would do to the extender:
 1. the pod's ADDED watch event (`Store.apply`);
 2. `POST /filter` with the Pod as the apiserver serves it (managedFields, status) and the node
    names the scheduler's own filters passed (nodeCacheCapable: names only; as many as
-   kube-scheduler's adaptive `percentageOfNodesToScore` keeps, from a rotating start);
+   kube-scheduler's adaptive `percentageOfNodesToScore` keeps, from a rotating start, or with
+   `--percentage 100` every node, as the shipped `scheduler-config-second.yaml` and
+   `extender_throughput.py` have it);
 3. `POST /prioritize` with the nodes filter passed;
 4. the bind's effect on the cache: the pod MODIFIED with `spec.nodeName` and the allocation
    annotations on the best-scored node (the card `placement.choose` picks).

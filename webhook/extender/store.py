@@ -22,7 +22,7 @@ import dataclasses
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from policies import allocation, gpu, podspec, reservations
@@ -61,7 +61,7 @@ class Store:
         # holds that token in its memo: a filter over 5,000 nodes reads them at C speed instead of
         # checking each node's state in Python (issue 19). An entry goes whenever its node's
         # state stops being current (`_forget`), so it never outlives the memo it copies.
-        self._held: dict[str, tuple[Object, bool, bool, allocation.Allocation | None]] = {}  # uid -> (pod copy, finished, bound, what it holds if bound)
+        self._held: dict[str, tuple[Object, bool, cards.Holding]] = {}  # uid -> (pod copy, bound, its holding: kept where bound)
         self._node_cards: dict[str, tuple[Object, cards.NodeCards]] = {}  # name -> (node copy, its cards)
         self._current: dict[int, dict[str, object]] = {}
         self._current_ttl: float | None = None  # the ttl `_current` was judged with
@@ -260,11 +260,12 @@ class Store:
         reservations: Mapping[str, allocation.Allocation], exclude_uid: str = "",
     ) -> cards.NodeState:
         """`cards.node_state(node, pods, now=now, ttl=ttl, reservations=reservations, exclude_uid=exclude_uid)`,
-        reading what a pod held here holds once per copy of it (a bound pod's allocation depends on
-        neither the time nor the TTL: `allocation.pod_allocation`), and a held Node's cards once per
-        copy of it. Other pods and nodes (a list's, another view of the node) are read afresh. The
-        counting is `cards.node_state`'s, line for line (unit tests compare the two on generated
-        clusters); bind decides on it too when its read came from this cache."""
+        with each of the cache's own pod copies' `cards.Holding` (whether it finished, what it
+        holds) made once per copy where the pod is bound (then it depends on neither the time nor
+        the TTL: `allocation.pod_allocation`), and a held Node's cards once per copy of it. Other
+        pods and nodes (a list's, another view of the node) are read afresh. The counting is
+        `cards.count`, `cards.node_state`'s own (unit tests compare the two on generated clusters);
+        bind decides on it too when its read came from this cache."""
         name = _name(node)
         if node is self._nodes.get(name):
             kept = self._node_cards.get(name)
@@ -273,30 +274,19 @@ class Store:
             node_cards = kept[1]
         else:
             node_cards = cards.node_cards(node)
-        counted: dict[str, allocation.Allocation] = {}
-        finished: set[str] = set()
+        return cards.count(node_cards, self._holdings(pods, now=now, ttl=ttl), ledger=reservations, now=now, exclude_uid=exclude_uid)
+
+    def _holdings(self, pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float) -> Iterator[cards.Holding]:
         held_by, ours = self._held, self._pods
         for pod in pods:
             uid = _uid(pod)
-            if ours.get(uid) is pod:
-                memo = held_by.get(uid)
-                if memo is None or memo[0] is not pod:
-                    terminal = allocation.is_terminal(pod)
-                    bound = bool(allocation.bound_node(pod))
-                    memo = held_by[uid] = (pod, terminal, bound, None if terminal or not bound else allocation.pod_allocation(pod, now=now, ttl=ttl))
-                terminal, held = memo[1], memo[3] if memo[2] else allocation.pod_allocation(pod, now=now, ttl=ttl)
-            else:
-                terminal, held = allocation.is_terminal(pod), allocation.pod_allocation(pod, now=now, ttl=ttl)
-            if terminal:
-                finished.add(uid)
+            if ours.get(uid) is not pod:
+                yield cards.holding(pod, now=now, ttl=ttl)
                 continue
-            if held is not None and held.node == node_cards.name and held.uid != exclude_uid:
-                counted[held.uid or f"{held.pod_key}"] = held
-        for uid, entry in reservations.items():
-            if uid in counted or uid in finished or uid == exclude_uid or (entry.expires or 0.0) <= now or entry.node != node_cards.name:
-                continue
-            counted[uid] = entry
-        return cards.occupy(node_cards, counted.values())
+            memo = held_by.get(uid)
+            if memo is None or memo[0] is not pod:
+                memo = held_by[uid] = (pod, bool(allocation.bound_node(pod)), cards.holding(pod, now=now, ttl=ttl))
+            yield memo[2] if memo[1] else cards.holding(pod, now=now, ttl=ttl)
 
     def judged(
         self,

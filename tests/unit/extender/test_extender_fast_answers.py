@@ -230,13 +230,13 @@ async def test_node_states_are_computed_before_the_first_filter_once_the_lists_a
     from policies import cards
 
     computed: list[str] = []
-    real = cards.occupy  # what every state the store computes ends in (`Store._node_state`)
+    real = cards.count  # what every state the store computes ends in (`Store.node_state_of`)
 
     def counting(node: Any, *args: Any, **kwargs: Any) -> Any:
         computed.append(node.name)
         return real(node, *args, **kwargs)
 
-    monkeypatch.setattr(cards, "occupy", counting)
+    monkeypatch.setattr(cards, "count", counting)
     cache = store.Store()
     names = [f"w-{i:03d}" for i in range(600)]  # more than one warming slice
 

@@ -345,6 +345,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "reports_digest": reports_digest,
         "memo_hits": sum(m.hits for m in memos),
         "memo_misses": sum(m.misses for m in memos),
+        "memo_policy_hits": sum(getattr(m, "policy_hits", 0) for m in memos),  # misses the policies' results served (trees since 39cc164)
         "list_calls": sum(1 for c in pool.calls if c.startswith("GET")),
         "list_calls_without_limit": sum(1 for c in pool.calls if c.startswith("GET") and "limit=" not in c),
     }

@@ -9,6 +9,7 @@ it back; equal bytes mean the key is exactly as discriminating as before.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -22,7 +23,7 @@ from policies import settings as settings_
 from tests.unit.audit.conftest import NOW, allocation, build_node, build_pod
 from tests.unit.audit.test_audit_memo import SETTINGS, _everything, _listed, _outputs
 from tests.unit.policies import test_properties
-from webhook.audit import scan, verdicts
+from webhook.audit import findings, scan, verdicts
 
 TOKEN = "kube-api-access-q7x2k"
 MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -260,7 +261,7 @@ def bound_variants(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=400)
 @hypothesis.given(pair=bound_variants(), name=st.sampled_from(list(SETTINGS)))
-def test_no_policy_result_depends_on_the_node_or_the_allocation_annotations(pair: tuple[dict[str, Any], dict[str, Any]], name: str) -> None:
+def test_no_policy_or_template_check_result_depends_on_the_node_or_the_allocation_annotations(pair: tuple[dict[str, Any], dict[str, Any]], name: str) -> None:
     settings = settings_.from_mapping(SETTINGS[name])
     effective = scan.audit_settings(settings)
     pod, other = pair
@@ -272,7 +273,11 @@ def test_no_policy_result_depends_on_the_node_or_the_allocation_annotations(pair
         return scan.evaluate_policies(obj, namespace=namespace, configured=settings, effective=effective, now=None,
                                       namespace_labels={"tier": "dev"} if namespace == "team-b" else None)
 
+    def template_checks(obj: dict[str, Any]) -> list[Any]:  # remembered under the same key (`scan.run`)
+        return [check.check_template(obj) for check in scan.TEMPLATE_CHECKS]
+
     assert judged(pod) == judged(other)
+    assert template_checks(pod) == template_checks(other)
     annotations = form[0]["metadata"].get("annotations")
     assert "nodeName" not in form[0]["spec"]
     assert not isinstance(annotations, dict) or not verdicts.BOUND_ANNOTATIONS & set(annotations)
@@ -309,3 +314,113 @@ def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_t
     assert memo.policy_hits == 4, "five replicas on other nodes and cards: the policies judged once"
     assert any(f.policy == "GPU203" and f.result is model.Result.FAIL and f.subject.name == "s-0004" for f in plain.findings)
     assert any(f.policy == "GPU001" and f.result is model.Result.FAIL and f.subject.name == "leak-0009" for f in plain.findings)
+
+
+def test_gpu207_is_remembered_with_the_policies_and_a_tenant_cannot_borrow_a_pinned_replicas_pass() -> None:
+    """GPU207 (a template check) is judged once per policies key: replicas of an unpinned gpu-mem
+    template on other nodes and cards all fail it; a tenant's pod that differs only in pinning a mode
+    (or only in its node and a forged allocation) gets its own verdict, as without the memo."""
+    made: list[verdicts.Memo] = []
+    original = verdicts.Memo.__init__
+
+    def counted(self: verdicts.Memo, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    unpinned = build_pod("free", namespace="team-a", node_name="cgpu-0", gpu_mem=2)
+    pinned = build_pod("free", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"})
+    pods = []
+    for i, (node, card) in enumerate([("cgpu-0", 0), ("cgpu-1", 1), ("cgpu-1", 2)]):
+        pod = _listed(unpinned, i)
+        pod["spec"]["nodeName"] = node
+        pod["metadata"]["annotations"] = allocation(node, [card], mem=2)
+        pods.append(pod)
+    tenant = _listed(pinned, 7)  # pinned: a PASS that the unpinned replicas must not borrow, nor lend their FAIL to
+    tenant["metadata"]["annotations"] = allocation("cgpu-0", [3], mem=2)
+    forged = _listed(unpinned, 8)  # unpinned on a CPU node with a forged allocation: still fails GPU207
+    forged["spec"]["nodeName"] = "cpu-0"
+    forged["metadata"]["annotations"] = allocation("cgpu-1", [0], mem=2)
+    objects = [build_node("cgpu-0"), build_node("cgpu-1"), build_node("cpu-0", mode=None), *pods, tenant, forged]
+    try:
+        verdicts.Memo.__init__ = counted  # type: ignore[method-assign]
+        fast = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW)
+    finally:
+        verdicts.Memo.__init__ = original  # type: ignore[method-assign]
+    plain = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW, remember=False)
+
+    assert _everything(fast) == _everything(plain)
+    assert _outputs(fast) == _outputs(plain)
+    (memo,) = made
+    assert memo.policy_hits == 3, "three more unpinned replicas: policies and GPU207 judged once for four pods"
+    gpu207 = {f.subject.name: f.result for f in fast.findings if f.policy == "GPU207"}
+    assert gpu207 == {"free-0000": model.Result.FAIL, "free-0001": model.Result.FAIL, "free-0002": model.Result.FAIL,
+                      "free-0007": model.Result.PASS, "free-0008": model.Result.FAIL}
+
+
+def test_a_value_found_only_in_a_failures_policy_id_does_not_keep_the_set_out_and_one_in_its_detail_does() -> None:
+    memo = verdicts.Memo(settings_.Settings())
+    subject = findings.ObjectRef(namespace="team-a", kind="Pod", name="free-0000", uid="uid-0")
+    other = findings.ObjectRef(namespace="team-a", kind="Pod", name="free-0001", uid="uid-1")
+
+    def failing(detail: str) -> findings.Finding:
+        return findings.finding("GPU207", "mode-selector", model.Result.FAIL, model.Action.WARN, findings.Severity.MEDIUM,
+                                "GPU Scheduling", f"GPU207: summary: {detail}", subject)
+
+    memo.put_policies(b"id-only", ["2", "0"], subject, [failing("no nodeSelector")])
+    memo.put_policies(b"in-detail", ["2", "0"], subject, [failing("card 2 of node cgpu-0")])
+    memo.put_policies(b"prefix-only", ["GPU207"], subject, [failing("no nodeSelector")])
+    memo.put_policies(b"no-prefix", ["GPU207"], subject, [dataclasses.replace(failing("x"), message="see GPU207")])
+    remembered = memo.get_policies(b"id-only", other)
+    assert remembered is not None and [f.subject for f in remembered] == [other]
+    assert remembered[0].message == "GPU207: summary: no nodeSelector"
+    assert memo.get_policies(b"in-detail", other) is None
+    assert memo.get_policies(b"prefix-only", other) is not None
+    assert memo.get_policies(b"no-prefix", other) is None
+
+
+@hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=400)
+@hypothesis.given(pair=bound_variants(), shuffled=st.booleans(), keeps_names=st.booleans())
+def test_both_keys_from_one_dump_tell_apart_exactly_the_objects_the_separate_keys_do(
+    pair: tuple[dict[str, Any], dict[str, Any]], shuffled: bool, keeps_names: bool
+) -> None:
+    """`Memo.keys` (the whole key made of the policies key's document and the places of what it
+    leaves out) against `Memo.key` and `Memo.policies_key`: equal whole keys exactly where the
+    reference keys are equal (the same pod, on another node or card, or with its annotations or
+    spec in another order), the same policies key and the same volatile values."""
+    settings = settings_.from_mapping({"exceptions": [{"name": "legacy", "policies": ["GPU001"], "match": {"namespaces": ["team-a"], "names": ["app"]}}]} if keeps_names else {})
+    memo = verdicts.Memo(settings)
+    pod, other = pair
+    if shuffled:  # the same pod with the allocation annotations or nodeName moved: a miss, never a share
+        annotations = other["metadata"].get("annotations")
+        if isinstance(annotations, dict):
+            other["metadata"]["annotations"] = dict(reversed(list(annotations.items())))
+        other["spec"] = dict(reversed(list(other["spec"].items())))
+    before = [json.dumps(pod), json.dumps(other)]
+    both = [memo.keys(pod), memo.keys(other)]
+    alone = [memo.key(pod), memo.key(other)]
+    policies = [memo.policies_key(pod), memo.policies_key(other)]
+    assert [json.dumps(pod), json.dumps(other)] == before
+    for keyed, reference, policies_reference in zip(both, alone, policies, strict=True):
+        assert (keyed is None) == (reference is None)
+        if keyed is None or reference is None:
+            continue
+        assert keyed.volatile == reference[1]
+        assert policies_reference is not None and keyed.policies_document is not None
+        assert (memo.policies_digest(keyed.policies_document), keyed.policies_volatile) == policies_reference
+    if both[0] is not None and both[1] is not None and alone[0] is not None and alone[1] is not None:
+        assert (both[0].digest == both[1].digest) == (alone[0][0] == alone[1][0])
+        assert both[0].digest == memo.keys(copy.deepcopy(pod)).digest  # type: ignore[union-attr]
+
+
+@hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=300)
+@hypothesis.given(obj=listed_objects())
+def test_both_keys_of_any_listed_object_agree_with_the_separate_keys(obj: dict[str, Any]) -> None:
+    memo = verdicts.Memo(settings_.Settings())
+    keyed, reference, policies = memo.keys(obj), memo.key(obj), memo.policies_key(obj)
+    assert (keyed is None) == (reference is None)
+    if keyed is not None and reference is not None:
+        assert keyed.volatile == reference[1]
+        if keyed.policies_document is None:
+            assert policies is None
+        else:
+            assert (memo.policies_digest(keyed.policies_document), keyed.policies_volatile) == policies

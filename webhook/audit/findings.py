@@ -51,22 +51,25 @@ class ObjectRef:
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
         """The reference to a decoded object (tolerant of missing fields)."""
-        metadata = podspec.mapping(obj.get("metadata"))
-        fields = {
-            "namespace": _text(metadata.get("namespace")),
-            "kind": _text(obj.get("kind")),
-            "name": _text(metadata.get("name")) or _text(metadata.get("generateName")),
-            "api_version": _text(obj.get("apiVersion")),
-            "uid": _text(metadata.get("uid")),
-        }
+        metadata = obj.get("metadata")
+        if type(metadata) is not dict:
+            metadata = podspec.mapping(metadata)
+        get = metadata.get
+        namespace, kind, name, api_version, uid = get("namespace"), obj.get("kind"), get("name"), obj.get("apiVersion"), get("uid")
+        if not isinstance(name, str) or not name:
+            name = get("generateName")
         if cls is not ObjectRef:
-            return cls(**fields)
+            return cls(namespace=_text(namespace), kind=_text(kind), name=_text(name), api_version=_text(api_version), uid=_text(uid))
         # The dataclass' keyword __init__ costs more than the object; the audit makes one reference
-        # per judged object and result. Set field by field, in field order, as __init__ does: the
-        # same instance, with the same compact attribute dict (see `finding`).
+        # per judged object and several per miss of the verdict memo. Set field by field, in field
+        # order, as __init__ does: the same instance, with the same compact attribute dict (see
+        # `finding`); the text checks inline (`_text`).
         ref: ObjectRef = object.__new__(ObjectRef)
-        for name, value in fields.items():
-            _set(ref, name, value)
+        _set(ref, "namespace", namespace if isinstance(namespace, str) else "")
+        _set(ref, "kind", kind if isinstance(kind, str) else "")
+        _set(ref, "name", name if isinstance(name, str) else "")
+        _set(ref, "api_version", api_version if isinstance(api_version, str) else "")
+        _set(ref, "uid", uid if isinstance(uid, str) else "")
         return ref
 
     def wire(self) -> dict[str, str]:

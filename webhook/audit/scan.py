@@ -505,30 +505,29 @@ def run(
         """A pod's results: the policies', the template checks' and the pod checks'. All but those of
         the pod checks that read the pod's identity are remembered per template (`verdicts`)."""
         own = [placed_in(found, namespace) for check in own_pod_checks if (found := check.check_pod(obj, context)) is not None]
-        keyed = memo.keys(placed) if memo is not None else None
+        keyed = memo.key(placed) if memo is not None else None
         subject = findings.ObjectRef.of(placed)
         if keyed is not None and memo is not None:
-            remembered = memo.get(keyed.digest, subject)
+            remembered = memo.get(keyed[0], subject)
             if remembered is not None:
                 return remembered + own
         judged: list[findings.Finding] | None = None
-        policies_digest = None
-        if keyed is not None and keyed.policies_document is not None and memo is not None:
-            policies_digest = memo.policies_digest(keyed.policies_document)
-            judged = memo.get_policies(policies_digest, subject)
+        policies_keyed = memo.policies_key(placed) if keyed is not None and memo is not None else None
+        if policies_keyed is not None and memo is not None:
+            judged = memo.get_policies(policies_keyed[0], subject)
         if judged is None:
             # The template checks' results go with the policies': like the validators, they read
             # neither spec.nodeName nor an allocation annotation (`verdicts.policies_form`).
             judged = policy_results(placed, namespace) + [
                 placed_in(found, namespace) for check in TEMPLATE_CHECKS if (found := check.check_template(obj)) is not None
             ]
-            if policies_digest is not None and keyed is not None and memo is not None:
-                memo.put_policies(policies_digest, keyed.policies_volatile, subject, judged)
+            if policies_keyed is not None and memo is not None:
+                memo.put_policies(policies_keyed[0], policies_keyed[1], subject, judged)
         shared = judged + [
             placed_in(found, namespace) for check in shared_pod_checks if (found := check.check_pod(obj, context)) is not None
         ]
         if keyed is not None and memo is not None:
-            memo.put(keyed.digest, keyed.volatile, subject, shared)
+            memo.put(keyed[0], keyed[1], subject, shared)
         return shared + own
 
     def judge(obj: Mapping[str, Any], extra: Sequence[findings.Finding | None], *, pod: base.PodContext | None = None) -> None:

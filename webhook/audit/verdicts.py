@@ -28,10 +28,8 @@ pod less `spec.nodeName` and the allocation annotations, which no validator the 
 node and card), so on a miss of the whole key the engine usually need not run: at 100,000 bench
 pods, 30,900 distinct whole keys but 2,000 policies keys. The template checks' results (GPU207,
 which reads the template's resources and mode selectors) are remembered with them; the pod checks
-still run on each such miss. Both keys come from one dump (`Memo.keys`): the whole key is the
-policies key's document plus where its left-out parts were, so it tells apart exactly the objects
-the whole object's own dump does. A failure's message opens with its policy's ID, which is not
-searched for volatile values (a card index "0" is in "GPU207").
+still run on each such miss. A failure's message opens with its policy's ID, which is not searched
+for volatile values (a card index "0" is in "GPU207").
 
 **Never remembered**: with user (CEL) policies in the settings (CEL may read any field, the name
 and uid included); a result whose subject is not the object itself; a set of results whose
@@ -45,7 +43,7 @@ memo equal, byte for byte, to those of a run without it, on generated replicas.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -190,45 +188,22 @@ def policies_form(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]] | 
     allocation key among them; settings exceptions match by namespace, name and labels.
     `tests/unit/audit/test_audit_memo_key.py` holds every policy's result equal for generated pods
     and the same pods with these fields changed or gone, under several settings."""
-    taken = _taken_out(obj)
-    return None if taken is None else (taken[0], taken[1])
-
-
-def _taken_out(obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[Any]] | None:
-    """`policies_form(obj)` and where its parts were: ``[nodeName's index in spec and value, or None,
-    [[index in the annotations, key, value], ...]]``. With the places the original can be put back
-    together, key order included, so a key made of the form's document and the places is exactly as
-    discriminating as one of the whole object's (`Memo.keys`)."""
     if type(obj) is not dict:
         return None
     metadata, spec = obj.get("metadata"), obj.get("spec")
     if type(metadata) is not dict or type(spec) is not dict:
         return None
     dropped: list[str] = []
-    annotation_places: list[Any] = []
     annotations = metadata.get("annotations")
     if type(annotations) is dict and not BOUND_ANNOTATIONS.isdisjoint(annotations):
         dropped.extend(v for k, v in annotations.items() if k in BOUND_ANNOTATIONS and isinstance(v, str) and v)
-        annotation_places = [[i, k, v] for i, (k, v) in enumerate(annotations.items()) if k in BOUND_ANNOTATIONS]
         metadata = {**metadata, "annotations": {k: v for k, v in annotations.items() if k not in BOUND_ANNOTATIONS}}
-    node_place: list[Any] | None = None
     if "nodeName" in spec:
         node = spec["nodeName"]
         if isinstance(node, str) and node:
             dropped.append(node)
-        node_place = [list(spec).index("nodeName"), node]
         spec = {k: v for k, v in spec.items() if k != "nodeName"}
-    return {**obj, "metadata": metadata, "spec": spec}, dropped, [node_place, annotation_places]
-
-
-class Keys(NamedTuple):
-    """Both keys of one object (`Memo.keys`): the whole key's digest and volatile values, and the
-    policies key's document (digested only when needed, `Memo.policies_digest`) and volatile values."""
-
-    digest: bytes
-    volatile: list[str]
-    policies_document: bytes | None  # None: the policies' results are not remembered for this object
-    policies_volatile: list[str]
+    return {**obj, "metadata": metadata, "spec": spec}, dropped
 
 
 class Memo:
@@ -248,47 +223,6 @@ class Memo:
         """The digest of ``obj`` less its volatile fields, and those fields' values; None: not to be remembered."""
         if not self.enabled:
             return None
-        keyed = self._document(obj)
-        return None if keyed is None else (replicas.digest(keyed[0]), keyed[1])
-
-    def keys(self, obj: Mapping[str, Any]) -> Keys | None:
-        """Both keys of ``obj`` from one dump; None: not to be remembered.
-
-        The whole key is the digest of the policies key's document (`policies_form` less what
-        `key` leaves out), a NUL byte (never in orjson's output, which escapes control characters)
-        and the dumped places of what the form took out (`_taken_out`): from both, the whole
-        object's document is put back together, so two objects share this key exactly when they
-        share `key`'s (held over generated pods in ``tests/unit/audit/test_audit_memo_key.py``).
-        One dump of the pod serves both keys; objects the form or orjson cannot take get `key`
-        and `policies_key` as they are."""
-        if not self.enabled:
-            return None
-        taken = _taken_out(obj)
-        if taken is not None:
-            form, dropped, places = taken
-            document = self._document(form)
-            if document is not None:
-                try:
-                    tail = orjson.dumps(places)
-                except (TypeError, orjson.JSONEncodeError):  # a lone surrogate, an integer past 64 bits
-                    tail = b""
-                if tail:
-                    return Keys(replicas.digest(document[0] + b"\0" + tail), document[1], document[0], [*document[1], *dropped])
-        whole = self.key(obj)
-        if whole is None:
-            return None
-        policies = self._document(taken[0]) if taken is not None else None
-        if policies is None or taken is None:
-            return Keys(whole[0], whole[1], None, [])
-        return Keys(whole[0], whole[1], policies[0], [*policies[1], *taken[1]])
-
-    @staticmethod
-    def policies_digest(document: bytes) -> bytes:
-        """The policies key of `Keys.policies_document`."""
-        return replicas.digest(document)
-
-    def _document(self, obj: Mapping[str, Any]) -> tuple[bytes, list[str]] | None:
-        """The dumped document `key` digests, and the volatile values; None: not to be remembered."""
         keyed = dumped_in_place(obj, keeps_names=self._keeps_names)
         if keyed is None:  # not plain decoded JSON: the reference path
             slim, volatile = normalized(obj, keeps_names=self._keeps_names)
@@ -298,7 +232,7 @@ class Memo:
                 return None
         elif not keyed[0]:
             return None
-        return keyed
+        return replicas.digest(keyed[0]), keyed[1]
 
     def policies_key(self, obj: Mapping[str, Any]) -> tuple[bytes, list[str]] | None:
         """`key` of `policies_form(obj)`, for the policies' results alone; its volatile values include

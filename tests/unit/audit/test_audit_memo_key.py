@@ -378,49 +378,32 @@ def test_a_value_found_only_in_a_failures_policy_id_does_not_keep_the_set_out_an
     assert memo.get_policies(b"no-prefix", other) is None
 
 
-@hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=400)
-@hypothesis.given(pair=bound_variants(), shuffled=st.booleans(), keeps_names=st.booleans())
-def test_both_keys_from_one_dump_tell_apart_exactly_the_objects_the_separate_keys_do(
-    pair: tuple[dict[str, Any], dict[str, Any]], shuffled: bool, keeps_names: bool
-) -> None:
-    """`Memo.keys` (the whole key made of the policies key's document and the places of what it
-    leaves out) against `Memo.key` and `Memo.policies_key`: equal whole keys exactly where the
-    reference keys are equal (the same pod, on another node or card, or with its annotations or
-    spec in another order), the same policies key and the same volatile values."""
-    settings = settings_.from_mapping({"exceptions": [{"name": "legacy", "policies": ["GPU001"], "match": {"namespaces": ["team-a"], "names": ["app"]}}]} if keeps_names else {})
-    memo = verdicts.Memo(settings)
-    pod, other = pair
-    if shuffled:  # the same pod with the allocation annotations or nodeName moved: a miss, never a share
-        annotations = other["metadata"].get("annotations")
-        if isinstance(annotations, dict):
-            other["metadata"]["annotations"] = dict(reversed(list(annotations.items())))
-        other["spec"] = dict(reversed(list(other["spec"].items())))
-    before = [json.dumps(pod), json.dumps(other)]
-    both = [memo.keys(pod), memo.keys(other)]
-    alone = [memo.key(pod), memo.key(other)]
-    policies = [memo.policies_key(pod), memo.policies_key(other)]
-    assert [json.dumps(pod), json.dumps(other)] == before
-    for keyed, reference, policies_reference in zip(both, alone, policies, strict=True):
-        assert (keyed is None) == (reference is None)
-        if keyed is None or reference is None:
-            continue
-        assert keyed.volatile == reference[1]
-        assert policies_reference is not None and keyed.policies_document is not None
-        assert (memo.policies_digest(keyed.policies_document), keyed.policies_volatile) == policies_reference
-    if both[0] is not None and both[1] is not None and alone[0] is not None and alone[1] is not None:
-        assert (both[0].digest == both[1].digest) == (alone[0][0] == alone[1][0])
-        assert both[0].digest == memo.keys(copy.deepcopy(pod)).digest  # type: ignore[union-attr]
+identity_values = st.one_of(st.sampled_from(["", "app-0001", "app-", "team-a", "Pod", "v1", "u1"]), garbage)
 
 
 @hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=300)
-@hypothesis.given(obj=listed_objects())
-def test_both_keys_of_any_listed_object_agree_with_the_separate_keys(obj: dict[str, Any]) -> None:
-    memo = verdicts.Memo(settings_.Settings())
-    keyed, reference, policies = memo.keys(obj), memo.key(obj), memo.policies_key(obj)
-    assert (keyed is None) == (reference is None)
-    if keyed is not None and reference is not None:
-        assert keyed.volatile == reference[1]
-        if keyed.policies_document is None:
-            assert policies is None
-        else:
-            assert (memo.policies_digest(keyed.policies_document), keyed.policies_volatile) == policies
+@hypothesis.given(
+    fields=st.dictionaries(st.sampled_from(["namespace", "name", "generateName", "uid"]), identity_values),
+    top=st.dictionaries(st.sampled_from(["kind", "apiVersion"]), identity_values),
+    metadata_shape=st.sampled_from(["dict", "missing", "garbage"]),
+)
+def test_a_reference_made_field_by_field_is_the_dataclass_reference_of_any_object(
+    fields: dict[str, Any], top: dict[str, Any], metadata_shape: str
+) -> None:
+    obj: dict[str, Any] = dict(top)
+    if metadata_shape == "dict":
+        obj["metadata"] = fields
+    elif metadata_shape == "garbage":
+        obj["metadata"] = ["odd"]
+    metadata: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+
+    def text(value: object) -> str:
+        return value if isinstance(value, str) else ""
+
+    expected = findings.ObjectRef(
+        namespace=text(metadata.get("namespace")), kind=text(obj.get("kind")),
+        name=text(metadata.get("name")) or text(metadata.get("generateName")),
+        api_version=text(obj.get("apiVersion")), uid=text(metadata.get("uid")),
+    )
+    made = findings.ObjectRef.of(obj)
+    assert made == expected and repr(made) == repr(expected) and made.__dict__ == expected.__dict__

@@ -283,7 +283,8 @@ def test_no_policy_or_template_check_result_depends_on_the_node_or_the_allocatio
     assert not isinstance(annotations, dict) or not verdicts.BOUND_ANNOTATIONS & set(annotations)
 
 
-def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_their_own_checks() -> None:
+def _with_and_without_memo(objects: list[dict[str, Any]]) -> tuple[scan.Audit, scan.Audit, verdicts.Memo]:
+    """The scan of ``objects`` with the verdict memo and without it (every output held equal), and the run's memo."""
     made: list[verdicts.Memo] = []
     original = verdicts.Memo.__init__
 
@@ -291,6 +292,19 @@ def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_t
         original(self, *args, **kwargs)
         made.append(self)
 
+    try:
+        verdicts.Memo.__init__ = counted  # type: ignore[method-assign]
+        fast = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW)
+    finally:
+        verdicts.Memo.__init__ = original  # type: ignore[method-assign]
+    plain = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW, remember=False)
+    assert _everything(fast) == _everything(plain)
+    assert _outputs(fast) == _outputs(plain)
+    (memo,) = made
+    return fast, plain, memo
+
+
+def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_their_own_checks() -> None:
     base = build_pod("s", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"})
     pods = []
     for i, (node, card) in enumerate([("cgpu-0", 0), ("cgpu-0", 1), ("cgpu-1", 2), ("cgpu-1", 3), ("nowhere", 0)]):
@@ -301,16 +315,7 @@ def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_t
     leak = _listed(build_pod("leak", namespace="team-a", node_name="cpu-0", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), 9)
     leak["metadata"]["annotations"] = allocation("cpu-0", [0], mem=2)  # forged: GPU001 must still fail it
     objects = [build_node("cgpu-0"), build_node("cgpu-1"), build_node("cpu-0", mode=None), *pods, leak]
-    try:
-        verdicts.Memo.__init__ = counted  # type: ignore[method-assign]
-        fast = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW)
-    finally:
-        verdicts.Memo.__init__ = original  # type: ignore[method-assign]
-    plain = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW, remember=False)
-
-    assert _everything(fast) == _everything(plain)
-    assert _outputs(fast) == _outputs(plain)
-    (memo,) = made
+    fast, plain, memo = _with_and_without_memo(objects)
     assert memo.policy_hits == 4, "five replicas on other nodes and cards: the policies judged once"
     assert any(f.policy == "GPU203" and f.result is model.Result.FAIL and f.subject.name == "s-0004" for f in plain.findings)
     assert any(f.policy == "GPU001" and f.result is model.Result.FAIL and f.subject.name == "leak-0009" for f in plain.findings)
@@ -320,13 +325,6 @@ def test_gpu207_is_remembered_with_the_policies_and_a_tenant_cannot_borrow_a_pin
     """GPU207 (a template check) is judged once per policies key: replicas of an unpinned gpu-mem
     template on other nodes and cards all fail it; a tenant's pod that differs only in pinning a mode
     (or only in its node and a forged allocation) gets its own verdict, as without the memo."""
-    made: list[verdicts.Memo] = []
-    original = verdicts.Memo.__init__
-
-    def counted(self: verdicts.Memo, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        made.append(self)
-
     unpinned = build_pod("free", namespace="team-a", node_name="cgpu-0", gpu_mem=2)
     pinned = build_pod("free", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"})
     pods = []
@@ -341,16 +339,7 @@ def test_gpu207_is_remembered_with_the_policies_and_a_tenant_cannot_borrow_a_pin
     forged["spec"]["nodeName"] = "cpu-0"
     forged["metadata"]["annotations"] = allocation("cgpu-1", [0], mem=2)
     objects = [build_node("cgpu-0"), build_node("cgpu-1"), build_node("cpu-0", mode=None), *pods, tenant, forged]
-    try:
-        verdicts.Memo.__init__ = counted  # type: ignore[method-assign]
-        fast = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW)
-    finally:
-        verdicts.Memo.__init__ = original  # type: ignore[method-assign]
-    plain = scan.run(scan.Inventory.of(copy.deepcopy(objects)), settings=settings_.Settings(), now=NOW, remember=False)
-
-    assert _everything(fast) == _everything(plain)
-    assert _outputs(fast) == _outputs(plain)
-    (memo,) = made
+    fast, plain, memo = _with_and_without_memo(objects)
     assert memo.policy_hits == 3, "three more unpinned replicas: policies and GPU207 judged once for four pods"
     gpu207 = {f.subject.name: f.result for f in fast.findings if f.policy == "GPU207"}
     assert gpu207 == {"free-0000": model.Result.FAIL, "free-0001": model.Result.FAIL, "free-0002": model.Result.FAIL,

@@ -228,7 +228,7 @@ class Store:
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
             for uid in ledger:
                 self._ledger_refs.setdefault(uid, set()).add(name)
-            state = self._node_state(name, node, now=now, ttl=ttl, reservations=live)
+            state = self.node_state_of(node, self.pods_on(name), now=now, ttl=ttl, reservations=live)
             unseen = [(e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S for e in live.values() if e.uid not in self._pods]
             valid_until = min([cards.valid_until(state, ttl=ttl), *unseen])
             uids = frozenset(a.uid for a in (*state.allocations, *state.orphans))
@@ -242,18 +242,8 @@ class Store:
         if exclude_uid and exclude_uid in uids:
             ledger = self.ledger(name)
             live = {uid: entry for uid, entry in ledger.items() if self._plausible(entry, node=name, now=now)}
-            return self._node_state(name, node, now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
+            return self.node_state_of(node, self.pods_on(name), now=now, ttl=ttl, reservations=live, exclude_uid=exclude_uid)
         return state
-
-    def _node_state(
-        self, name: str, node: Object, *, now: float, ttl: float, reservations: Mapping[str, allocation.Allocation], exclude_uid: str = ""
-    ) -> cards.NodeState:
-        """`cards.node_state(node, self.pods_on(name), ...)`, with what each pod holds read once per
-        copy of the pod rather than on every recompute of its node (issue 19: a bind changes its
-        node two or three times, kubelet status updates too, and each recompute read every pod's
-        allocation annotation again: ~7 us a pod, 60 pods on a full binpack node)."""
-        return self.node_state_of(node, [self._pods[uid] for uid in self._by_node.get(name, ())], now=now, ttl=ttl,
-                                  reservations=reservations, exclude_uid=exclude_uid)
 
     def node_state_of(
         self, node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float,
@@ -433,7 +423,7 @@ class Store:
         node = self._nodes.get(name)
         if node is None:
             return None
-        return self._node_state(name, node, now=now, ttl=ttl, reservations=self.ledger(name))
+        return self.node_state_of(node, self.pods_on(name), now=now, ttl=ttl, reservations=self.ledger(name))
 
     def version(self, name: str) -> int:
         """Moves whenever the node, its pods or its ledger change (what `state` and `inspect_state`

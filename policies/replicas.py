@@ -66,21 +66,29 @@ def replica_form(obj: Mapping[str, Any], *, keeps_names: bool) -> ReplicaForm:
     return ReplicaForm(object=renamed, dropped=tuple(dropped), token_volume=token)
 
 
-def token_volume_renamed(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None]:
-    """``obj`` with its one ServiceAccount token volume (and the mounts of it) named ``TOKEN_VOLUME``,
-    and the name it had; ``obj`` itself and None where it is no Pod or has not exactly one."""
+def token_volume_name(obj: Mapping[str, Any]) -> str | None:
+    """The name of ``obj``'s one ServiceAccount token volume (a projected volume named
+    ``TOKEN_VOLUME_PREFIX``...); None where ``obj`` is no Pod with a volume list or has not exactly one."""
     spec = obj.get("spec") if obj.get("kind") == "Pod" else None
     volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
-    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
-        return obj, None
+    if not isinstance(volumes, list):
+        return None
     tokens = [
         v["name"]
         for v in volumes
         if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(TOKEN_VOLUME_PREFIX)
     ]
-    if len(tokens) != 1:
+    return tokens[0] if len(tokens) == 1 else None
+
+
+def token_volume_renamed(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str | None]:
+    """``obj`` with its one ServiceAccount token volume (and the mounts of it) named ``TOKEN_VOLUME``,
+    and the name it had; ``obj`` itself and None where it is no Pod or has not exactly one."""
+    token = token_volume_name(obj)
+    if token is None:
         return obj, None
-    token = tokens[0]
+    spec: Mapping[str, Any] = obj["spec"]
+    volumes: list[Any] = spec["volumes"]
     renamed: dict[str, Any] = {
         **spec,
         "volumes": [{**v, "name": TOKEN_VOLUME} if isinstance(v, Mapping) and v.get("name") == token else v for v in volumes],

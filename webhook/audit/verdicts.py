@@ -125,20 +125,12 @@ _LEFT_OUT_KEEPING_NAMES = replicas.VOLATILE_METADATA - replicas.NAMES
 
 
 def _token_parts(obj: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]] | None:
-    """The pod's one token volume name (``replicas.token_volume_renamed``'s rule) and the volumes
-    and mounts that ``token_volume_renamed`` renames; None where one of them is not a dict."""
-    spec = obj.get("spec") if obj.get("kind") == "Pod" else None
-    volumes = spec.get("volumes") if isinstance(spec, Mapping) else None
-    if not isinstance(spec, Mapping) or not isinstance(volumes, list):
+    """The pod's one token volume name (``replicas.token_volume_name``) and the volumes and mounts
+    that ``replicas.token_volume_renamed`` renames; None where one of them is not a dict."""
+    token = replicas.token_volume_name(obj)
+    if token is None:
         return None, []
-    tokens = [
-        v["name"]
-        for v in volumes
-        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(replicas.TOKEN_VOLUME_PREFIX)
-    ]
-    if len(tokens) != 1:
-        return None, []
-    token = tokens[0]
+    spec, volumes = obj["spec"], obj["spec"]["volumes"]
     if type(spec) is not dict or type(volumes) is not list:
         return None
     parts: list[dict[str, Any]] = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from policies import gpu, podspec, policy
+from policies import gpu, podspec, policy, trustzone
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,6 +35,10 @@ class Facts:
     requests_gpu: bool  # some container mentions a GPU resource: `gpu.pod_requests_gpu`
     security_context: bool  # some container has a non-empty securityContext
     host_path_volumes: bool  # some volume has a non-empty hostPath
+    # Some volume has a source outside trustzone.DEFAULT_VOLUME_TYPES (a hostPath among them).
+    unsafe_volumes: bool
+    # The pod sets hostNetwork, hostPID or hostIPC (any truthy value), or has a pod securityContext.
+    pod_privilege: bool
     annotations: bool  # the template's metadata.annotations is a non-empty mapping
     # The containers in scope (`Context.containers`).
     scope_security_context: bool  # some container in scope has a non-empty securityContext
@@ -82,6 +86,22 @@ def _host_path_volumes(spec: Mapping[str, object]) -> bool:
     return any(isinstance(volume, Mapping) and volume.get("hostPath") for volume in podspec.sequence(spec.get("volumes")))
 
 
+_SAFE_VOLUME_KEYS = trustzone.DEFAULT_VOLUME_TYPES | {"name"}
+
+
+def _unsafe_volumes(spec: Mapping[str, object]) -> bool:
+    # trustzone.pod_power judges every key of a mapping volume but its name; settings only add types.
+    return any(
+        isinstance(volume, Mapping) and any(key not in _SAFE_VOLUME_KEYS for key in volume)
+        for volume in podspec.sequence(spec.get("volumes"))
+    )
+
+
+def _pod_privilege(spec: Mapping[str, object]) -> bool:
+    # trustzone.pod_power reads `is True` of each host namespace and mapping(securityContext).
+    return any(spec.get(field) for field in trustzone.HOST_NAMESPACES) or bool(spec.get("securityContext"))
+
+
 def of(context: policy.Context) -> Facts:
     """The facts of the pod in `context`."""
     spec = context.template.spec
@@ -107,6 +127,8 @@ def of(context: policy.Context) -> Facts:
         requests_gpu=requests_gpu,
         security_context=security_context,
         host_path_volumes=_host_path_volumes(spec),
+        unsafe_volumes=_unsafe_volumes(spec),
+        pod_privilege=_pod_privilege(spec),
         annotations=bool(context.template.annotations),
         scope_security_context=scope_security_context,
         scope_guarded_env=scope_guarded_env,

@@ -240,8 +240,9 @@ def _runtime() -> Any:
     return cel
 
 
-def environment() -> Any:
-    """A CEL environment with the variables and libraries user policies may use."""
+def environment(*, extra: Sequence[str] = ()) -> Any:
+    """A CEL environment with the variables and libraries user policies may use (and `extra` names,
+    such as `variables` for tests that evaluate exported policies' variables)."""
     from cel_expr_python.ext import (  # type: ignore[import-untyped]  # noqa: PLC0415
         ext_math,
         ext_optional,
@@ -264,7 +265,7 @@ def environment() -> Any:
         ],
     )
     return cel_runtime.NewEnv(
-        variables={name: cel_runtime.Type.DYN for name in VARIABLES},
+        variables={name: cel_runtime.Type.DYN for name in (*VARIABLES, *extra)},
         extensions=[
             ext_strings.ExtStrings(),
             ext_optional.ExtOptional(),

@@ -270,6 +270,7 @@ def _mutate(
     described = "; ".join(mutation.changes)
     if action is model.Action.ENFORCE:
         outcome.patch.extend(mutation.operations)
+        outcome.warnings.extend(_message(item, notice) for notice in mutation.notices)
         message = described
     else:
         message = f"would have {described}" if described else "would have changed the pod"

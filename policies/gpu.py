@@ -10,7 +10,7 @@ The relation that matters most:
 
 | resource family (what the pod asks for)        | modes (`ack.node.gpu.schedule`) that serve it |
 |------------------------------------------------|-----------------------------------------------|
-| `nvidia.com/gpu` (and any other `nvidia.com/*`) | default (also: label absent)                  |
+| `nvidia.com/gpu` (`.shared`, MIG `nvidia.com/mig-*`) | default (also: label absent)             |
 | `aliyun.com/gpu-mem`                           | cgpu, share, mps, core_mem                    |
 | `aliyun.com/gpu-mem` + `gpu-core.percentage`   | core_mem                                      |
 | `aliyun.com/gpu`                               | topology                                      |
@@ -100,18 +100,25 @@ class Resource(enum.StrEnum):
 
 
 GPU_RESOURCES: frozenset[str] = frozenset(Resource)
-# Every extended resource in NVIDIA's domain is a GPU device request: NVIDIA's device plugin names
-# MIG slices `nvidia.com/mig-<profile>` (the mixed MIG strategy), renamed shared cards
-# `nvidia.com/gpu.shared` (time-slicing or MPS with renameByDefault) or whatever its config renames
-# them to, and KubeVirt's GPU device plugin uses the card's PCI name. All of them come from the
-# NVIDIA device plugin on `default`-mode nodes, so they belong to the exclusive family (one family
-# per pod: `nvidia.com/gpu` beside a MIG slice is fine, beside `aliyun.com/gpu-mem` it is not).
+# The GPU resources of NVIDIA's device plugin besides `nvidia.com/gpu`, by an explicit list: renamed
+# shared cards `nvidia.com/gpu.shared` (time-slicing or MPS with renameByDefault) and MIG slices
+# `nvidia.com/mig-<profile>` (the mixed MIG strategy). They come from the device plugin on
+# `default`-mode nodes, so they belong to the exclusive family (one family per pod: `nvidia.com/gpu`
+# beside a MIG slice is fine, beside `aliyun.com/gpu-mem` it is not). Not every `nvidia.com/` name
+# is a GPU: the NVIDIA Network Operator publishes NICs there (`nvidia.com/hostdev`,
+# `nvidia.com/rdma_shared_device_a`, whatever its `resourcePrefix` and names say), so a prefix rule
+# would call a NIC a GPU and leave its container without `NVIDIA_VISIBLE_DEVICES=void` (GPU104).
+# A device plugin renamed to anything else is named in the settings (`trustZone.gpuResources`).
 NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
+NVIDIA_GPU_RESOURCES: frozenset[str] = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+NVIDIA_MIG_PREFIX = "nvidia.com/mig-"
 
 
 def is_gpu_resource(name: object) -> bool:
-    """Whether a resource name asks for a GPU: one of `Resource`, or any `nvidia.com/*` name."""
-    return isinstance(name, str) and (name in GPU_RESOURCES or name.startswith(NVIDIA_RESOURCE_PREFIX))
+    """Whether a resource name asks for a GPU: one of `Resource`, `nvidia.com/gpu.shared` or a MIG slice."""
+    return isinstance(name, str) and (
+        name in GPU_RESOURCES or name in NVIDIA_GPU_RESOURCES or name.startswith(NVIDIA_MIG_PREFIX)
+    )
 
 # The resources the scheduler extender places (DESIGN section 3), in one order (memory, core
 # percentage, whole cards) for the extender's request arithmetic; `nvidia.com/gpu` is not one of
@@ -318,6 +325,24 @@ ALLOCATION_ANNOTATIONS: tuple[str, ...] = (
 #   `cdi-devices.nri.io`.
 # - `devices.noderesource.dev`, `devices.nri.io`, `mounts.noderesource.dev`, `mounts.nri.io`: NRI's
 #   device-injector plugin adds any host device node or mount such a key names.
+# Other GPU schedulers' node agents turn their scheduler's allocation, read from the pod's own
+# annotations, into the container's devices; a tenant who writes one on their pod picks a card:
+# - koordinator's `scheduling.koordinator.sh/device-allocated` (apis/extension/device_share.go):
+#   koordlet's GPU hook sets NVIDIA_VISIBLE_DEVICES from it, its RDMA hook adds the listed
+#   InfiniBand devices (pkg/koordlet/runtimehooks/hooks/gpu, hooks/rdma);
+# - HAMi's device plugin decodes `hami.io/vgpu-devices-to-allocate` (and reads
+#   `hami.io/vgpu-devices-allocated`, `hami.io/vgpu-mig-allocations`) of the pending pod its
+#   `hami.io/vgpu-node` names (pkg/util/util.go GetPendingPod, plugin/util.go GetNextDeviceRequest);
+# - Volcano: `volcano.sh/gpu-index` becomes NVIDIA_VISIBLE_DEVICES in its GPU-share device plugin
+#   (volcano-sh/devices pkg/plugin/nvidia), `volcano.sh/devices-to-allocate` and
+#   `volcano.sh/vgpu-ids-new` are its vGPU plugin's (volcano-vgpu-device-plugin pkg/util);
+# - Intel's GPU plugin picks cards from `gas-container-cards` and `gas-container-tiles`;
+# - node runtimes that act on pod annotations where the admin let them through: systemd unit
+#   properties (`org.systemd.property.DeviceAllow=...` opens a device in the cgroup; runc and
+#   crun read `org.systemd.property.*`), and Kata's `io.katacontainers.config.*` (VFIO hot and cold
+#   plug, the hypervisor's binaries, kernel parameters, guest seccomp off).
+# An entry ending in `.` is a prefix of plain keys; any other is a domain (`d` or `d/...`) or, with a
+# `/` in it, one exact key.
 DEVICE_ANNOTATION_DOMAINS: tuple[str, ...] = (
     "cdi.k8s.io",
     "nvidia.cdi.k8s.io",
@@ -327,6 +352,17 @@ DEVICE_ANNOTATION_DOMAINS: tuple[str, ...] = (
     "devices.nri.io",
     "mounts.noderesource.dev",
     "mounts.nri.io",
+    "scheduling.koordinator.sh/device-allocated",
+    "hami.io/vgpu-devices-to-allocate",
+    "hami.io/vgpu-devices-allocated",
+    "hami.io/vgpu-mig-allocations",
+    "volcano.sh/gpu-index",
+    "volcano.sh/devices-to-allocate",
+    "volcano.sh/vgpu-ids-new",
+    "gas-container-cards",
+    "gas-container-tiles",
+    "org.systemd.property.",
+    "io.katacontainers.config.",
 )
 
 
@@ -334,8 +370,9 @@ def is_device_annotation(key: object) -> bool:
     """Whether a pod annotation key asks the node for devices: a `DEVICE_ANNOTATION_DOMAINS` key."""
     if not isinstance(key, str):
         return False
-    domain, _, _ = key.partition("/")
-    return domain in DEVICE_ANNOTATION_DOMAINS
+    return any(
+        key == d or key.startswith(d + "/") or (d.endswith(".") and key.startswith(d)) for d in DEVICE_ANNOTATION_DOMAINS
+    )
 
 
 # CRI-O's devices annotation (cri-o/cri-o, pkg/annotations/v2 `Devices` and its v1 spelling), read

@@ -39,8 +39,9 @@ def node_to_look_up(
 ) -> str:
     """The Node whose labels GPU009 needs for this request (`Request.node_labels`), or "" when it needs none.
 
-    Only an ephemeralcontainers update that adds a container privileged for GPU purposes to a
-    bound pod needs it, so ordinary reviews cost nothing more than this check.
+    Only an ephemeralcontainers update that adds a container with a securityContext (the superset
+    of those with a privilege GPU nodes do not allow) to a bound pod needs it, so ordinary reviews
+    cost nothing more than this check.
     """
     if subresource != podspec.EPHEMERAL_SUBRESOURCE or obj is None:
         return ""
@@ -51,4 +52,4 @@ def node_to_look_up(
     if not isinstance(node, str) or not node:
         return ""
     added = podspec.new_ephemeral_containers(obj, old_object=old_object)
-    return node if any(podspec.is_privileged_for_gpus(ref.container) for ref in added) else ""
+    return node if any(podspec.mapping(ref.container.get("securityContext")) for ref in added) else ""

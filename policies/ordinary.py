@@ -9,9 +9,12 @@ subresource) where every one of these holds:
 - no container of any kind (regular, init and sidecar; ephemeral containers must be absent) names
   a resource under `nvidia.com/` or `aliyun.com/` in limits or requests (GPU002, GPU004, GPU005,
   GPU008: each judges only pods that request a GPU or an extender-managed resource);
-- no container is `privileged: true` or adds any capability (GPU002, GPU009: SYS_ADMIN and ALL in
-  any spelling; every added capability sends the review, the simplest superset);
-- no hostPath volume (GPU003);
+- no container is `privileged: true`, adds any capability, or sets a procMount other than
+  `Default`, seLinuxOptions or windowsOptions, and the pod sets no host namespace and no
+  seLinuxOptions or windowsOptions in its securityContext (GPU002, GPU009: the trust zone's
+  privileges; every added capability sends the review, the simplest superset);
+- every volume is of a type the trust zone allows by default (`trustzone.DEFAULT_VOLUME_TYPES`): no
+  hostPath, gitRepo, flexVolume, ... (GPU003);
 - no volumeMount or volumeDevice path holding `nvidia-container-devices` (GPU006 reads no path
   without that name);
 - every environment entry with a guarded name (`gpu.GUARDED_ENV`) is `NVIDIA_VISIBLE_DEVICES` with
@@ -45,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import builtin, gpu, model, nodeaffinity, policy
+from policies import builtin, gpu, model, nodeaffinity, policy, trustzone
 from policies import settings as settings_
 from policies.builtin import gpu006_device_list_mounts
 
@@ -63,8 +66,20 @@ DEVICE_LIST_NAME = gpu006_device_list_mounts.DEVICE_LIST_ROOT.rsplit("/", 1)[1]
 NEUTRAL_VALUES: tuple[str, ...] = tuple(sorted(gpu.VISIBLE_DEVICES_SAFE_VALUES))
 NODE_LABELS: tuple[str, ...] = tuple(sorted(nodeaffinity.GPU_NODE_LABELS | nodeaffinity.GPU_NODE_TRUE_LABELS))
 NODE_LABEL_PREFIXES: tuple[str, ...] = tuple(nodeaffinity.GPU_NODE_LABEL_PREFIXES)
-ANNOTATION_KEYS: tuple[str, ...] = (*gpu.ALLOCATION_ANNOTATIONS, *gpu.CRIO_DEVICES_ANNOTATIONS)
-ANNOTATION_PREFIXES: tuple[str, ...] = (gpu.OWN_PREFIX,)
+# Supersets, kept short (the condition has a length budget): the allocation keys by their common
+# prefix, the device-annotation entries that are not CDI/NRI domains by their domain or prefix.
+_ALLOCATION_PREFIX = "ALIYUN_COM_GPU_MEM_"
+DEVICE_DOMAINS: tuple[str, ...] = tuple(d for d in gpu.DEVICE_ANNOTATION_DOMAINS if "/" not in d and not d.endswith("."))
+ANNOTATION_KEYS: tuple[str, ...] = gpu.CRIO_DEVICES_ANNOTATIONS
+ANNOTATION_PREFIXES: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [
+            gpu.OWN_PREFIX,
+            _ALLOCATION_PREFIX,
+            *(d.split("/", 1)[0] + "/" if "/" in d else d for d in gpu.DEVICE_ANNOTATION_DOMAINS if d not in DEVICE_DOMAINS),
+        ]
+    )
+)
 
 
 def _list(values: Iterable[str]) -> str:
@@ -89,7 +104,9 @@ def _container_ok(c: str) -> str:
     sc = f"{c}.securityContext"
     security = (
         f"(!has({sc}) || ((!has({sc}.privileged) || {sc}.privileged != true) && (!has({sc}.capabilities) || "
-        f"!has({sc}.capabilities.add) || size({sc}.capabilities.add) == 0)))"
+        f"!has({sc}.capabilities.add) || size({sc}.capabilities.add) == 0) && "
+        f"(!has({sc}.procMount) || {sc}.procMount == 'Default') && !has({sc}.seLinuxOptions) && "
+        f"!has({sc}.windowsOptions)))"
     )
     env = _optional_all(
         f"{c}.env",
@@ -124,12 +141,15 @@ def ordinary_expression() -> str:
     spec = "object.spec"
     annotation_ok = (
         f"!(k in {_list(ANNOTATION_KEYS)}) && !{_list(ANNOTATION_PREFIXES)}.exists(p, k.startsWith(p)) && "
-        f"!{_list(gpu.DEVICE_ANNOTATION_DOMAINS)}.exists(d, k == d || k.startsWith(d + '/'))"
+        f"!{_list(DEVICE_DOMAINS)}.exists(d, k == d || k.startsWith(d + '/'))"
     )
     parts = (
         f"(!has({spec}.ephemeralContainers) || size({spec}.ephemeralContainers) == 0)",
         f"(!has({spec}.nodeName) || {spec}.nodeName == '')",
-        _optional_all(f"{spec}.volumes", "v", "!has(v.hostPath)"),
+        _optional_all(f"{spec}.volumes", "v", " || ".join(f"has(v.{kind})" for kind in sorted(trustzone.DEFAULT_VOLUME_TYPES))),
+        *(f"(!has({spec}.{field}) || {spec}.{field} != true)" for field in trustzone.HOST_NAMESPACES),
+        f"(!has({spec}.securityContext) || (!has({spec}.securityContext.seLinuxOptions) && "
+        f"!has({spec}.securityContext.windowsOptions)))",
         _optional_all("object.metadata.annotations", "k", annotation_ok),
         _optional_all(f"{spec}.nodeSelector", "k", f"!{_gpu_label('k')}"),
         _affinity_ok(),

@@ -66,6 +66,9 @@ class Mutation:
     operations: tuple[patching.Operation, ...] = ()
     changes: tuple[str, ...] = ()  # "added nodeSelector ack.node.gpu.schedule=cgpu"
     problems: tuple[Finding, ...] = ()  # e.g. an annotation that is not a number
+    # Said to the user as an admission warning when the additions are applied (GPU103: why the pod
+    # is kept off GPU nodes), so nobody wonders why it never lands on one.
+    notices: tuple[str, ...] = ()
 
 
 class Policy(abc.ABC):
@@ -198,4 +201,5 @@ def join(parts: Sequence[Mutation]) -> Mutation:
         operations=tuple(op for part in parts for op in part.operations),
         changes=tuple(change for part in parts for change in part.changes),
         problems=tuple(problem for part in parts for problem in part.problems),
+        notices=tuple(notice for part in parts for notice in part.notices),
     )

@@ -35,11 +35,23 @@ visibleDevicesNeutralValue: void   # what GPU104 writes and GPU001 accepts: void
 userPolicyBudgetSeconds: 1        # CPU time all user policies of one request may take together;
                                    #   the ones left when it is spent are errors (see policies.cel)
 keepNonGpuPodsOffGpuNodes: false   # GPU103 for every pod without GPUs, not only privileged ones
-hostPaths:                         # GPU003 beyond its built-in protected roots (absolute paths,
-  protect: [/srv/kubelet]          #   resolved like a pod's): more roots, e.g. a kubelet root or
-  allow: [/run/xtables.lock]       #   staticPodPath elsewhere; allowed paths (and what lies under
-                                   #   them) inside a protected root; never a protected root itself
-                                   #   or a parent of one: give such namespaces an exception
+trustZone:                         # what a pod that can reach a GPU node may have (policies.trustzone)
+  strict: false                    # true: every pod is judged so, not only those that can reach one
+  gpuResources: [example.com/gpu]  # GPU resources besides the built-in list (a trailing * is a prefix)
+  gpuNodeTaints: [dedicated]       # taint keys of GPU nodes besides nvidia.com/gpu and the GPU names
+  allow:                           # added to the built-in allowances, in every namespace:
+    hostPaths: [/opt/models, {path: /scratch, readOnly: false}]  # read-only unless readOnly: false
+    capabilities: [NET_ADMIN]      #   beside baseline's and IPC_LOCK, SYS_NICE, SYS_RESOURCE, SYS_PTRACE
+    volumeTypes: [iscsi]           #   beside restricted's, nfs and image
+    hostNetwork: false             #   hostNetwork, hostPID, hostIPC: false unless said
+  namespaces:                      # more in some namespaces, anchored as exceptions are
+    - name: nccl-jobs              #   (namespace names, or a selector with a positive requirement)
+      namespaces: [training]
+      allow: {hostIPC: true, hostNetwork: true}
+hostPaths:                         # earlier versions' host-path settings, still read:
+  allow: [/run/xtables.lock]       #   each entry is a writable trustZone.allow.hostPaths entry;
+  protect: [/srv/kubelet]          #   protect only names the root in messages (every path that is
+                                   #   not allowed is refused on GPU nodes anyway)
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
   mutate: warn                     # a crashing mutator must not block pods; it is reported
@@ -78,7 +90,7 @@ import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, gpu, hostpaths, model, policy
+from policies import builtin, gpu, hostpaths, model, podspec, policy, trustzone
 from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
@@ -208,6 +220,15 @@ class PolicyException:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ZoneAllowance:
+    """More of what pods that can reach a GPU node may have, in the namespaces `match` selects."""
+
+    name: str
+    match: NamespaceMatch
+    allowance: trustzone.Allowance
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything the engine can be told; the defaults are the documented built-in behaviour."""
 
@@ -225,6 +246,10 @@ class Settings:
     user_policy_budget_s: float = DEFAULT_USER_POLICY_BUDGET_S
     namespace_overrides: tuple[NamespaceOverride, ...] = ()
     exceptions: tuple[PolicyException, ...] = ()
+    # The trust zone (`trustZone`): which pods can reach a GPU node, and what they may have there.
+    trust_zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE
+    zone_allowance: trustzone.Allowance = trustzone.DEFAULT_ALLOWANCE
+    zone_namespaces: tuple[ZoneAllowance, ...] = ()
     # Validators from outside the built-ins (compiled CEL policies, see policies.cel), evaluated
     # after the built-in validators by every caller of the engine.
     user_policies: tuple[policy.Policy, ...] = ()
@@ -337,6 +362,25 @@ class Settings:
             names.add(self.gpu_scheduler_name)
         return frozenset(names)
 
+    def allowance(self, namespace: str, namespace_labels: Mapping[str, str] | None = None) -> trustzone.Allowance:
+        """What a pod that can reach a GPU node may have in `namespace`: the cluster's allowances and
+        those of every `trustZone.namespaces` entry that matches it."""
+        found = self.zone_allowance
+        if self.zone_namespaces:
+            labels = labels_of_namespace(namespace, namespace_labels)
+            for entry in self.zone_namespaces:
+                if entry.match.matches(namespace, labels):
+                    found = found.widened(entry.allowance)
+        return found
+
+    @functools.cached_property
+    def widest_allowance(self) -> trustzone.Allowance:
+        """The allowances of every namespace together (for exports that cannot tell namespaces apart)."""
+        found = self.zone_allowance
+        for entry in self.zone_namespaces:
+            found = found.widened(entry.allowance)
+        return found
+
     def error_action(self, kind: model.PolicyKind) -> model.Action:
         """The most a crashing policy of this kind may do."""
         return self.error_actions.get(kind, model.Action.ENFORCE)
@@ -385,6 +429,7 @@ _KEYS = (
     "visibleDevicesNeutralValue",
     "userPolicyBudgetSeconds",
     "keepNonGpuPodsOffGpuNodes",
+    "trustZone",
     "hostPaths",
     "errorActions",
 )
@@ -619,7 +664,7 @@ def _timestamp(value: object, *, field: str) -> datetime.datetime:
     raise InvalidSettings(f"{field}: must be an RFC 3339 time like 2026-12-31T00:00:00Z, got {value!r}")
 
 
-def _anchored(namespaces: NamespaceMatch | None, *, field: str, name: str) -> None:
+def _anchored(namespaces: NamespaceMatch | None, *, field: str, name: str, what: str = "exception") -> None:
     """Refuse an exception a pod's author could match: one not tied to namespaces tenants cannot label.
 
     `names` and `objectSelector` are written by whoever writes the pod, so on their own they let a
@@ -639,8 +684,8 @@ def _anchored(namespaces: NamespaceMatch | None, *, field: str, name: str) -> No
     if namespaces is not None and (namespaces.names or positive):
         return
     raise InvalidSettings(
-        f"{field}: exception {name!r} is not anchored to namespaces: give match.namespaces, or a "
-        "match.namespaceSelector with matchLabels, In or Exists (names and objectSelector are set by the "
+        f"{field}: {what} {name!r} is not anchored to namespaces: give namespaces, or a "
+        "namespaceSelector with matchLabels, In or Exists (names and objectSelector are set by the "
         "pod's author, so they may only narrow an exception within its namespaces)"
     )
 
@@ -707,6 +752,104 @@ def _host_paths(value: object) -> hostpaths.HostPathRules:
         raise InvalidSettings(f"hostPaths.{error}") from None
 
 
+_ALLOW_KEYS = ("hostPaths", "capabilities", "volumeTypes", *trustzone.HOST_NAMESPACES)
+_ZONE_KEYS = ("strict", "gpuResources", "gpuNodeTaints", "allow", "namespaces")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\*?$")
+
+
+def _allowed_host_path(entry: object, *, field: str) -> trustzone.HostPath:
+    if isinstance(entry, str):
+        entry = {"path": entry}
+    if not isinstance(entry, Mapping):
+        raise InvalidSettings(f"{field}: must be an absolute path or {{path: ..., readOnly: false}}, got {entry!r}")
+    _keys(entry, field=field, known=("path", "readOnly", "reason"))
+    path = entry.get("path")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise InvalidSettings(f"{field}.path: must be an absolute path, got {path!r}")
+    resolved = hostpaths.resolve(path)
+    if resolved == "/":
+        raise InvalidSettings(f"{field}.path: {path!r} is the node's whole filesystem; give the namespaces that need it an exception")
+    read_only = entry.get("readOnly", True)
+    if not isinstance(read_only, bool):
+        raise InvalidSettings(f"{field}.readOnly: must be true or false, got {read_only!r}")
+    reason = entry.get("reason", "")
+    if not isinstance(reason, str):
+        raise InvalidSettings(f"{field}.reason: must be a string, got {reason!r}")
+    return trustzone.HostPath(path=resolved, read_only=read_only, reason=reason or "allowed by the settings")
+
+
+def _allow(value: object, *, field: str) -> trustzone.Allowance:
+    """The additions of one `allow` mapping, as an Allowance holding only them."""
+    if value is None:
+        return trustzone.Allowance(capabilities=frozenset(), host_paths=(), volume_types=frozenset())
+    if not isinstance(value, Mapping):
+        raise InvalidSettings(f"{field}: must be a mapping with {', '.join(_ALLOW_KEYS)}, got {value!r}")
+    _keys(value, field=field, known=_ALLOW_KEYS)
+    paths = value.get("hostPaths") or []
+    if not isinstance(paths, list):
+        raise InvalidSettings(f"{field}.hostPaths: must be a list, got {paths!r}")
+    capabilities = _strings(value.get("capabilities") or [], field=f"{field}.capabilities", allow_empty_list=True)
+    names = frozenset(podspec.capability_name(c) for c in capabilities)
+    if "ALL" in names or "SYS_ADMIN" in names:
+        raise InvalidSettings(
+            f"{field}.capabilities: ALL and SYS_ADMIN cannot be allowed (the NVIDIA toolkit treats SYS_ADMIN as "
+            "privileged); give the namespaces that need them an exception"
+        )
+    types_ = _strings(value.get("volumeTypes") or [], field=f"{field}.volumeTypes", allow_empty_list=True)
+    if "hostPath" in types_:
+        raise InvalidSettings(f"{field}.volumeTypes: hostPath volumes are allowed by path (hostPaths), not as a type")
+    namespaces = frozenset(name for name in trustzone.HOST_NAMESPACES if _flag(value.get(name), field=f"{field}.{name}"))
+    return trustzone.Allowance(
+        capabilities=names,
+        host_paths=tuple(_allowed_host_path(p, field=f"{field}.hostPaths[{i}]") for i, p in enumerate(paths)),
+        volume_types=frozenset(types_),
+        host_namespaces=namespaces,
+    )
+
+
+def _zone(value: object, legacy: object) -> tuple[trustzone.TrustZone, trustzone.Allowance, tuple[ZoneAllowance, ...]]:
+    legacy_paths = tuple(
+        trustzone.HostPath(path=p, read_only=False, reason="allowed by the settings (hostPaths.allow)")
+        for p in _legacy_allow(legacy)
+    )
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise InvalidSettings(f"trustZone: must be a mapping with {', '.join(_ZONE_KEYS)}, got {value!r}")
+    _keys(value, field="trustZone", known=_ZONE_KEYS)
+    resources = _strings(value.get("gpuResources") or [], field="trustZone.gpuResources", allow_empty_list=True)
+    for index, name in enumerate(resources):
+        if not _RESOURCE_NAME.match(name):
+            raise InvalidSettings(f"trustZone.gpuResources[{index}]: {name!r} is not a resource name (a trailing * is a prefix)")
+    zone = trustzone.TrustZone(
+        strict=_flag(value.get("strict"), field="trustZone.strict"),
+        gpu_resources=resources,
+        gpu_node_taints=_strings(value.get("gpuNodeTaints") or [], field="trustZone.gpuNodeTaints", allow_empty_list=True),
+    )
+    added = _allow(value.get("allow"), field="trustZone.allow")
+    added = dataclasses.replace(added, host_paths=(*added.host_paths, *legacy_paths))
+    allowance = trustzone.DEFAULT_ALLOWANCE.widened(added)
+    entries: list[ZoneAllowance] = []
+    for field, entry in _entries(
+        value.get("namespaces") or [], field="trustZone.namespaces", known=("name", "namespaces", "namespaceSelector", "allow")
+    ):
+        name = entry.get("name", field)
+        if not isinstance(name, str) or not name:
+            raise InvalidSettings(f"{field}.name: must be a non-empty string, got {name!r}")
+        match = _namespace_match(entry, field=field)
+        _anchored(match, field=field, name=name, what="entry")
+        assert match is not None  # _anchored refuses None
+        entries.append(ZoneAllowance(name=name, match=match, allowance=_allow(entry.get("allow"), field=f"{field}.allow")))
+    return zone, allowance, tuple(entries)
+
+
+def _legacy_allow(value: object) -> tuple[str, ...]:
+    if not isinstance(value, Mapping):
+        return ()
+    found = value.get("allow")
+    return tuple(hostpaths.resolve(p) for p in found) if isinstance(found, list) else ()
+
+
 def _user_policies(extra: Iterable[policy.Policy]) -> tuple[policy.Policy, ...]:
     seen = {p.id for p in builtin.POLICIES}
     out = []
@@ -751,6 +894,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         exceptions=_exception_list(data.get("exceptions"), known=known),
         host_paths=_host_paths(data.get("hostPaths")),
         user_policies=extra,
+        **dict(zip(("trust_zone", "zone_allowance", "zone_namespaces"), _zone(data.get("trustZone"), data.get("hostPaths")), strict=True)),
     )
 
 

@@ -1,76 +1,81 @@
-"""GPU002: no container privileged for GPU purposes in a pod that uses GPUs (seed `003_c28dd89f5a652d9c.txt`).
+"""GPU002: a pod that can reach a GPU node has only the privileges GPU nodes allow (`policies.trustzone`).
 
-A privileged container sees every device node of the host, so it can use cards the scheduler gave
-to others. Privileged for GPU purposes (`podspec.gpu_privilege`) is `securityContext.privileged:
-true`, or `capabilities.add` holding SYS_ADMIN or ALL in any spelling the runtimes accept
-(`sys_admin`, `CAP_SYS_ADMIN`). The NVIDIA container toolkit itself treats CAP_SYS_ADMIN as
-privileged (NVIDIA/nvidia-container-toolkit, cmd/nvidia-container-runtime-hook/container_config.go
-`isPrivileged`: CAP_SYS_ADMIN in the bounding set): such a container gets the cards its
-NVIDIA_VISIBLE_DEVICES names even where the toolkit is set to ignore that variable in unprivileged
-containers, may reconfigure MIG (NVIDIA_MIG_CONFIG_DEVICES), and can mount what the device cgroup
-does not stop. Ordinary capabilities (NET_ADMIN, NET_BIND_SERVICE, SYS_PTRACE, CHOWN) pass.
+GPU nodes are a trust zone. A pod that can reach one (it requests a GPU resource, claims devices
+through Dynamic Resource Allocation, selects, prefers, tolerates its way onto or names a GPU node,
+or has nothing that keeps it off GPU nodes: `trustzone.reach`) may have only what is known to be
+safe there, and this policy refuses the rest of what a container or the pod can do to the node:
 
-Every container kind counts: init containers, sidecars, regular and ephemeral ones (an ephemeral
-container added through `pods/ephemeralcontainers` to a GPU pod is judged here too), in Pods and
-workload templates.
+- a privileged container (it sees every device node of the host, every card among them);
+- any added capability outside the allowlist: Pod Security `baseline`'s set plus `IPC_LOCK`,
+  `SYS_NICE`, `SYS_RESOURCE` and `SYS_PTRACE` (not with `hostPID`), each with its reason in
+  `trustzone.GPU_WORKLOAD_CAPABILITIES`, and what the settings add (`trustZone.allow.capabilities`,
+  per namespace in `trustZone.namespaces`). So `SYS_ADMIN` and `ALL` (which the NVIDIA toolkit
+  treats as privileged: NVIDIA/nvidia-container-toolkit, container_config.go `isPrivileged`),
+  `SYS_MODULE`, `DAC_READ_SEARCH` (`open_by_handle_at`), `SYS_RAWIO`, `BPF`, `PERFMON`,
+  `SYS_BOOT`, `NET_ADMIN`, ... are refused whatever the seccomp profile, in any spelling the
+  runtimes accept (`sys_module`, `CAP_SYS_MODULE`), and so is any name nobody has thought of yet;
+- `hostNetwork`, `hostPID`, `hostIPC` (unless a namespace's allowance names them, for MPS or NCCL
+  jobs), `procMount: Unmasked`, SELinux options beyond `baseline`'s types, Windows host processes.
 
-"Uses GPUs" means the pod requests a GPU resource in any container, or its nodeSelector or node
-affinity asks for GPU-labelled nodes (see nodeaffinity.targets_gpu_nodes), or it claims devices
-through Dynamic Resource Allocation (`spec.resourceClaims`, GA and on by default in Kubernetes
-1.34; ResourceClaims and ResourceClaimTemplates are namespaced, so a tenant writes them). A claim
-names a DeviceClass inside the ResourceClaim or its template, which the pod does not show, and
-NVIDIA's DRA driver (`gpu.nvidia.com`) hands out whole cards and MIG devices that way: a
-privileged container beside such a claim sees every card of the node, exactly as beside
-`nvidia.com/gpu`. Any claim counts, the stricter reading. Privileged pods that
-use no GPU are GPU103's business (kept off GPU nodes), and privileged ephemeral containers added
-to them later are GPU009's.
+Every container kind counts: init containers, sidecars, regular and ephemeral ones, in Pods and
+workload templates (an ephemeral container added later through `pods/ephemeralcontainers` is
+GPU009's, by the same rule). A pod that asks for no GPU and does not target GPU nodes is not refused for any of this:
+GPU103 keeps it off GPU nodes, and then it cannot reach one. GPU103 acting anything but `enforce`
+leaves such a pod able to reach a GPU node, and then it is judged here like any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
-from policies import applicability, gpu, nodeaffinity, podspec, policy
+from policies import applicability, policy, trustzone
 
 
-class PrivilegedOnGpu(policy.ContainerValidator):
-    """Refuses privileged containers in pods that request GPUs or target GPU nodes."""
+def reach(context: policy.Context) -> trustzone.Reach:
+    """Whether the pod in `context` can reach a GPU node (the request's node labels where known)."""
+    return trustzone.reach(
+        context.template.spec, context.settings.trust_zone, node_labels=context.request.node_labels
+    )
+
+
+def power(context: policy.Context, kind: str) -> list[trustzone.Power]:
+    """What the pod in `context` has of `kind` that GPU nodes do not allow in its namespace."""
+    allowance = context.settings.allowance(context.namespace, context.request.namespace_labels)
+    found = trustzone.node_power(
+        context.template.spec, context.containers, allowance, whole_pod=context.whole_pod
+    )
+    return [p for p in found if p.kind == kind]
+
+
+def findings(context: policy.Context, kind: str, *, instead: str) -> list[policy.Finding]:
+    """The findings of GPU002 (`kind` privilege) or GPU003 (volume): what the pod has, and why it is judged."""
+    found = power(context, kind)
+    if not found:
+        return []
+    why = reach(context)
+    if not why:
+        return []
+    return [policy.Finding(detail=f"{item.detail}; {why.why}; {instead}") for item in found]
+
+
+class PrivilegedOnGpu(policy.Validator):
+    """Refuses privileges GPU nodes do not allow in pods that can reach a GPU node."""
 
     id = "GPU002"
-    summary = "privileged containers are not allowed in pods that use GPUs"
+    summary = "a pod that can reach a GPU node may have only the privileges GPU nodes allow"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only where a container in scope has a securityContext to be privileged by."""
+        """Only where a container in scope has a securityContext, or the pod host namespaces or security options."""
         del context
-        return facts.scope_security_context
+        return facts.scope_security_context or facts.pod_privilege
 
-    def applies(self, context: policy.Context) -> bool:
-        """Only pods that request a GPU or target GPU nodes."""
-        spec = context.template.spec
-        return gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec) or _claims_devices(spec)
-
-    def check_container(
-        self, context: policy.Context, container: podspec.ContainerRef
-    ) -> Iterable[policy.Finding]:
-        """A finding for a container privileged for GPU purposes."""
-        why = podspec.gpu_privilege(container.container)
-        if why:
-            spec = context.template.spec
-            claims = (
-                " (the pod claims devices through resourceClaims, which may be GPUs)"
-                if not (gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec))
-                else ""
-            )
-            return [
-                policy.Finding(
-                    detail=f"{container.label} {why}{claims}; drop privileged and SYS_ADMIN/ALL from it, or run "
-                    "the privileged part in a pod that requests no GPU"
-                )
-            ]
-        return ()
-
-
-def _claims_devices(spec: Mapping[str, Any]) -> bool:
-    """Whether the pod claims devices through Dynamic Resource Allocation (`spec.resourceClaims`)."""
-    return any(isinstance(claim, Mapping) for claim in podspec.sequence(spec.get("resourceClaims")))
+    def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
+        """A finding per privilege the pod has and GPU nodes do not allow (GPU009 judges ephemeral containers added later)."""
+        if not context.whole_pod:
+            return ()
+        return findings(
+            context,
+            trustzone.PRIVILEGE,
+            instead="drop it, run the privileged part in a pod that asks for no GPU (it is kept off GPU nodes), "
+            "or ask an admin to allow it for the namespace (trustZone)",
+        )

@@ -1,52 +1,68 @@
-"""GPU103: keep privileged pods that use no GPU off GPU nodes (seeds `000_…`, `003_…`).
+"""GPU103: keep pods that ask for no GPU but have node power off GPU nodes (seeds `000_…`, `003_…`).
 
-A privileged container on a GPU node can open every card; if the pod asks for no GPU, the simplest
-safe place for it is a node without cards. Privileged means privileged for GPU purposes
-(`podspec.gpu_privilege`): `privileged: true`, or SYS_ADMIN or ALL added in any container (init,
-sidecar, regular), which the NVIDIA toolkit treats as privileged too (see GPU002). It gets the required node affinity
-`aliyun.accelerator/nvidia_name DoesNotExist` from seed `000_2d8695719794de07.txt`, added to every
-required term. With `keepNonGpuPodsOffGpuNodes: true` every pod that asks for no GPU gets it (note:
-that includes DaemonSet pods outside the exempt namespaces, which then skip GPU nodes).
+GPU nodes are a trust zone (`policies.trustzone`): a pod that can reach one may have only what is
+known to be safe there (GPU002, GPU003). A pod that asks for no GPU and does not target GPU nodes
+may have anything else, a privileged Docker-in-Docker CI runner, an exporter with the container
+runtime's socket, a node agent with `hostPID`, because this policy gives it the required node
+affinity `aliyun.accelerator/nvidia_name DoesNotExist` (seed `000_2d8695719794de07.txt`), added to
+every required term, and with it the pod cannot reach a GPU node (the scheduler places by it, and
+the kubelet refuses a pod whose node does not match it, `spec.nodeName` or not). The admission
+response carries a warning that says why.
 
-Pods that target GPU nodes themselves (a nodeSelector or affinity on GPU labels) are left alone:
-the added affinity would contradict theirs and leave them Pending; a privileged one is GPU002's to
-refuse, a non-privileged one asked for GPU nodes on purpose.
+"Node power" is whatever GPU002 and GPU003 would refuse on a GPU node in the pod's namespace
+(`trustzone.node_power`). With `keepNonGpuPodsOffGpuNodes: true` every pod that asks for no GPU gets
+the affinity (note: that includes DaemonSet pods outside the exempt namespaces, which then skip
+GPU nodes).
+
+Pods that ask for GPUs, target GPU nodes, tolerate a GPU node taint by key, or run on a node known
+to be a GPU node are left alone (`trustzone.Reach.intent`): the affinity would contradict what
+they asked for and leave them Pending; their node power is GPU002's and GPU003's to refuse.
 """
 
 from __future__ import annotations
 
-from policies import applicability, gpu, nodeaffinity, podspec, policy
+from policies import applicability, gpu, nodeaffinity, podspec, policy, trustzone
 
 
 class OffGpuNodes(policy.PodMutator):
-    """Adds nvidia_name DoesNotExist affinity to privileged (optionally: all) non-GPU pods."""
+    """Adds nvidia_name DoesNotExist affinity to non-GPU pods with node power (optionally: all of them)."""
 
     id = "GPU103"
-    summary = "privileged pods that use no GPU are kept off GPU nodes"
+    summary = "pods that use no GPU but have node power are kept off GPU nodes"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only pods without GPU resources that have a securityContext, or all of them under keepNonGpuPodsOffGpuNodes."""
-        return not facts.requests_gpu and (facts.security_context or context.settings.keep_non_gpu_pods_off_gpu_nodes)
+        """Only pods without GPU resources that have a securityContext, host namespaces or a volume of an unsafe type."""
+        return not facts.requests_gpu and (
+            facts.security_context
+            or facts.pod_privilege
+            or facts.unsafe_volumes
+            or context.settings.keep_non_gpu_pods_off_gpu_nodes
+        )
 
     def mutate_pod(self, context: policy.Context) -> policy.Mutation:
         """The DoesNotExist requirement, where the pod qualifies and lacks it."""
         spec = context.template.spec
-        if gpu.pod_requests_gpu(spec) or nodeaffinity.targets_gpu_nodes(spec):
+        settings = context.settings
+        reach = trustzone.reach(spec, settings.trust_zone, node_labels=context.request.node_labels)
+        if not reach or reach.intent:
             return policy.Mutation()
-        privileged = any(
-            podspec.is_privileged_for_gpus(ref.container)
-            for ref in podspec.iter_containers(spec, spec_path=context.template.spec_path)
+        allowance = settings.allowance(context.namespace, context.request.namespace_labels)
+        found = trustzone.node_power(
+            spec, podspec.iter_containers(spec, spec_path=context.template.spec_path), allowance
         )
-        if not (privileged or context.settings.keep_non_gpu_pods_off_gpu_nodes):
+        if not (found or settings.keep_non_gpu_pods_off_gpu_nodes):
             return policy.Mutation()
         requirement = nodeaffinity.expression(gpu.CARD_NAME_LABEL, "DoesNotExist")
-        operations = nodeaffinity.require(
-            spec, spec_path=context.template.spec_path, requirements=[requirement]
-        )
+        operations = nodeaffinity.require(spec, spec_path=context.template.spec_path, requirements=[requirement])
         if not operations:
             return policy.Mutation()
-        why = "privileged pod" if privileged else "pod"
+        added = f"required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist"
+        if not found:
+            return policy.Mutation(operations=tuple(operations), changes=(f"{added} for a pod without GPUs",))
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        why = f"{found[0].detail}{more}, which GPU nodes do not allow"
         return policy.Mutation(
             operations=tuple(operations),
-            changes=(f"required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist for a {why} without GPUs",),
+            changes=(f"{added} for a pod without GPUs: {why}",),
+            notices=(f"kept off GPU nodes ({added}): {why}",),
         )

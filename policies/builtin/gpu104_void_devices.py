@@ -1,7 +1,10 @@
 """GPU104: containers that request no GPU get `NVIDIA_VISIBLE_DEVICES=void` (seed `003_…`).
 
 Many CUDA images default the variable to `all`; on a GPU node the NVIDIA runtime would then hand
-such a container every card without the scheduler knowing. `void` overrides the image default and,
+such a container every card without the scheduler knowing. A GPU is one of the names of the
+explicit list (`gpu.is_gpu_resource`) or `trustZone.gpuResources`: a container that asks only for
+another extended resource, a NIC of the NVIDIA Network Operator (`nvidia.com/hostdev`,
+`nvidia.com/rdma_shared_device_a`) for one, gets `void` too. `void` overrides the image default and,
 because `env` takes precedence over `envFrom`, any ConfigMap that might set it. Added only where the
 container's `env` does not name the variable at all (a user's own value is GPU001's to judge), to
 every container kind present (init, regular, ephemeral).
@@ -27,7 +30,7 @@ class VoidDevices(policy.ContainerMutator):
         self, context: policy.Context, container: podspec.ContainerRef
     ) -> policy.Mutation:
         """The env entry, where the container requests no GPU and does not name the variable."""
-        if gpu.requests_gpu(container.container):
+        if context.settings.trust_zone.requests_gpu(container.container):
             return policy.Mutation()
         if podspec.has_env(container.container, gpu.VISIBLE_DEVICES_ENV):
             return policy.Mutation()

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from policies import builtin, gpu, model, ordinary
+from policies import builtin, gpu, model, ordinary, trustzone
 from policies import settings as settings_
 from webhook import config
 from webhook.cmdline import flags, output
@@ -51,10 +51,9 @@ _LISTS = ("containers", "initContainers")
 _POD_CREATE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}
 
 
-def needs_void(c: str) -> str:
+def needs_void(c: str, zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE) -> str:
     """CEL over container `c`: true when GPU104 adds the entry (no GPU resource, variable not named)."""
-    names = sorted(str(r) for r in gpu.GPU_RESOURCES if not str(r).startswith(gpu.NVIDIA_RESOURCE_PREFIX))
-    is_gpu = f"r in {vap._lit(names)} || r.startsWith({vap._lit(gpu.NVIDIA_RESOURCE_PREFIX)})"
+    is_gpu = vap._is_gpu_resource("r", zone)
     mentions_gpu = " || ".join(f"{c}.?resources.?{part}.orValue({{}}).exists(r, {is_gpu})" for part in ("limits", "requests"))
     return f"!({mentions_gpu}) && !{c}.?env.orValue([]).exists(e, e.name == {vap._lit(gpu.VISIBLE_DEVICES_ENV)})"
 
@@ -63,10 +62,10 @@ def _variable(name: str) -> str:
     return f"{name}NeedingVoid"
 
 
-def variables() -> list[dict[str, str]]:
+def variables(zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE) -> list[dict[str, str]]:
     """Per container list, the containers that need the entry (the mutation reads these)."""
     return [
-        {"name": _variable(name), "expression": f"object.spec.?{name}.orValue([]).filter(c, {needs_void('c')})"}
+        {"name": _variable(name), "expression": f"object.spec.?{name}.orValue([]).filter(c, {needs_void('c', zone)})"}
         for name in _LISTS
     ]
 
@@ -87,10 +86,10 @@ def mutation_expression(neutral: str) -> str:
     return "Object{spec: Object.spec{" + ", ".join(fields) + "}}"
 
 
-def condition() -> str:
+def condition(zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE) -> str:
     """Match condition: some regular or init container of the pod needs the entry (match conditions
     see no variables, so the test is spelled out)."""
-    return " || ".join(f"object.spec.?{name}.orValue([]).exists(c, {needs_void('c')})" for name in _LISTS)
+    return " || ".join(f"object.spec.?{name}.orValue([]).exists(c, {needs_void('c', zone)})" for name in _LISTS)
 
 
 def export(settings: settings_.Settings, *, now: datetime.datetime) -> vap.Export:
@@ -101,7 +100,7 @@ def export(settings: settings_.Settings, *, now: datetime.datetime) -> vap.Expor
     notes: list[str] = []
     conditions: list[dict[str, str]] = [
         {"name": "not-a-mirror-pod", "expression": vap.MIRROR_POD},
-        {"name": "a-container-needs-the-neutral-value", "expression": condition()},
+        {"name": "a-container-needs-the-neutral-value", "expression": condition(settings.trust_zone)},
     ]
     if enforced != "true":
         conditions.append({"name": "enforced-in-this-namespace", "expression": enforced})
@@ -136,7 +135,7 @@ def export(settings: settings_.Settings, *, now: datetime.datetime) -> vap.Expor
             "matchConstraints": {"resourceRules": [dict(_POD_CREATE)]},
             "matchConditions": conditions,
             "reinvocationPolicy": "IfNeeded",
-            "variables": variables(),
+            "variables": variables(settings.trust_zone),
             "mutations": [
                 {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": mutation_expression(settings.visible_devices_neutral_value)}}
             ],

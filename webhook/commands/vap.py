@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from policies import builtin, cel, gpu, hostpaths, model, nodeaffinity, podspec
+from policies import builtin, cel, gpu, hostpaths, model, nodeaffinity, podspec, trustzone
 from policies import settings as settings_
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -61,6 +61,8 @@ MIRROR_POD = (
     "!request.userInfo.username.startsWith('system:node:')"
 )
 _POSITIVE_OPERATORS = ("In", "Exists", "Gt", "Lt")
+# The variable GPU002's and GPU003's validations read: whether the pod can reach a GPU node.
+REACH = "reachesGpuNodes"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
@@ -72,6 +74,8 @@ class Rule:
     name: str  # the VAP name, gpu-admission-<...>
     resource_rules: tuple[Mapping[str, Any], ...]
     validations: tuple[Mapping[str, Any], ...]
+    # Named expressions the validations read as `variables.<name>` (VAP spec.variables).
+    variables: tuple[Mapping[str, str], ...] = ()
     match_conditions: tuple[Mapping[str, str], ...] = ()
     namespace_selector: Mapping[str, Any] | None = None
     object_selector: Mapping[str, Any] | None = None
@@ -148,6 +152,7 @@ def _manifests(rule: Rule, *, conditions: Sequence[Mapping[str, str]], exempt: f
             "failurePolicy": "Fail",
             "matchConstraints": constraints,
             "matchConditions": [dict(c) for c in conditions],
+            **({"variables": [dict(v) for v in rule.variables]} if rule.variables else {}),
             "validations": [dict(v) for v in rule.validations],
         },
     }
@@ -216,35 +221,51 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             ),
         ]
     elif policy_id == "GPU002":
-        # Privileged for GPU purposes, as podspec.gpu_privilege: privileged, or SYS_ADMIN/ALL added
-        # in any spelling (case, a CAP_ prefix, surrounding spaces).
-        spellings = sorted(f"{prefix}{name.lower()}" for name in podspec.GPU_PRIVILEGE_CAPABILITIES for prefix in ("", "cap_"))
-        privileged = (
+        allowance = settings.widest_allowance
+        capability = "x.trim().upperAscii()"
+        named = f"({capability}.startsWith('CAP_') ? {capability}.substring(4) : {capability})"
+        container = (
             "!(has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged) && "
-            f"!dyn(c).?securityContext.?capabilities.?add.orValue([]).exists(x, x.trim().lowerAscii() in {_lit(spellings)})"
+            f"dyn(c).?securityContext.?capabilities.?add.orValue([]).all(x, {named} in {_lit(sorted(allowance.capabilities))}"
+            + ") && dyn(c).?securityContext.?procMount.orValue('Default') == 'Default' && "
+            "!dyn(c).?securityContext.?windowsOptions.?hostProcess.orValue(false) && "
+            f"{_selinux_ok('dyn(c).?securityContext.?seLinuxOptions')}"
+        )
+        if "hostPID" not in allowance.host_namespaces:
+            traced = sorted(trustzone.NEEDS_OWN_PID_NAMESPACE)
+            container += (
+                " && (!object.spec.?hostPID.orValue(false) || "
+                f"!dyn(c).?securityContext.?capabilities.?add.orValue([]).exists(x, {named} in {_lit(traced)}))"
+            )
+        pod = " && ".join(
+            [f"!object.spec.?{field}.orValue(false)" for field in trustzone.HOST_NAMESPACES if field not in allowance.host_namespaces]
+            + ["!object.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false)", _selinux_ok("object.spec.?securityContext.?seLinuxOptions")]
         )
         validations = [
             validation(
-                f"!({_requests_gpu()} || {_targets_gpu_nodes()}) || {_every_container(privileged)}",
-                "a container is privileged or adds the SYS_ADMIN or ALL capability",
+                f"!variables.{REACH} || ({pod} && {_every_container(container)})",
+                "a pod that can reach a GPU node has a privilege GPU nodes do not allow (privileged, a capability "
+                "outside the allowlist, a host namespace, procMount, SELinux options or a Windows host process)",
             )
         ]
     elif policy_id == "GPU003":
+        allowance = settings.widest_allowance
+        safe = " || ".join(f"has(v.{kind})" for kind in sorted(allowance.volume_types))
+        paths = [entry.path for entry in allowance.host_paths]
+        allowed = _LEAD + "(?:" + "|".join(a for entry in paths for a in _spellings(entry)) + ")" + _UNDER
         validations = [
             validation(
-                f"!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || "
-                f"({_host_path_allowed(settings.host_paths, 'v.hostPath.path')}))",
-                "a hostPath volume lies in, or contains, a protected root (devices, /proc, /sys, /run, the "
-                "kubelet's and the container runtimes' state and configuration, the NVIDIA toolkit's and CDI's "
-                "configuration); use an emptyDir, a PersistentVolumeClaim or a ConfigMap, or ask an admin to "
-                "allow the path (hostPaths.allow)",
+                f"!variables.{REACH} || !has(object.spec.volumes) || object.spec.volumes.all(v, {safe} || "
+                f"(has(v.hostPath) && v.hostPath.path.matches({_lit(allowed)})))",
+                "a pod that can reach a GPU node mounts a host path or a volume type GPU nodes do not allow; use an "
+                "emptyDir, a PersistentVolumeClaim or a ConfigMap, or ask an admin to allow the path (trustZone)",
             )
         ]
     else:  # GPU004
         limits, requests = "dyn(c).?resources.?limits.orValue({})", "dyn(c).?resources.?requests.orValue({})"
         core, mem, count = _lit(gpu.Resource.GPU_CORE_PERCENTAGE), _lit(gpu.Resource.GPU_MEM), _lit(gpu.Resource.GPU_COUNT)
         families = (
-            f"[{_any_container(_names_any([gpu.Resource.NVIDIA_GPU], prefix=gpu.NVIDIA_RESOURCE_PREFIX))}, "
+            f"[{_any_container(_names_any(sorted({gpu.Resource.NVIDIA_GPU, *gpu.NVIDIA_GPU_RESOURCES}), prefix=gpu.NVIDIA_MIG_PREFIX))}, "
             f"{_any_container(_names_any([gpu.Resource.GPU_MEM, gpu.Resource.GPU_CORE_PERCENTAGE]))}, "
             f"{_any_container(_names_any([gpu.Resource.ALIYUN_GPU]))}].filter(x, x).size() <= 1"
         )
@@ -276,8 +297,13 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             ),
             validation(families, "the pod mixes GPU resource families (one of nvidia.com/gpu, aliyun.com/gpu-mem, aliyun.com/gpu)"),
         ]
+    variables = ({"name": REACH, "expression": _reach(settings)},) if policy_id in ("GPU002", "GPU003") else ()
     return Rule(
-        id=policy_id, name=PREFIX + policy_id.lower(), resource_rules=_POD_RULES, validations=tuple(validations)
+        id=policy_id,
+        name=PREFIX + policy_id.lower(),
+        resource_rules=_POD_RULES,
+        validations=tuple(validations),
+        variables=variables,
     )
 
 
@@ -431,13 +457,53 @@ def _names_any(resources: Sequence[str], *, prefix: str = "") -> str:
     )
 
 
-def _is_gpu_resource(key: str) -> str:
-    """CEL for `gpu.is_gpu_resource`: one of the model's resources or any `nvidia.com/*` name."""
-    return f"({key} in {_lit(sorted(gpu.GPU_RESOURCES))} || {key}.startsWith({_lit(gpu.NVIDIA_RESOURCE_PREFIX)}))"
+def _is_gpu_resource(key: str, zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE) -> str:
+    """CEL for `gpu.is_gpu_resource` (with `zone`'s extra names): the explicit list and the MIG prefix."""
+    names, prefixes = _gpu_names(zone)
+    return "(" + " || ".join([f"{key} in {_lit(names)}", *(f"{key}.startsWith({_lit(p)})" for p in prefixes)]) + ")"
 
 
-def _requests_gpu() -> str:
-    return _any_container(_names_any(sorted(gpu.GPU_RESOURCES), prefix=gpu.NVIDIA_RESOURCE_PREFIX))
+def _gpu_names(zone: trustzone.TrustZone) -> tuple[list[str], list[str]]:
+    """The GPU resource names and name prefixes, built-in and `zone`'s."""
+    names = sorted({*gpu.GPU_RESOURCES, *gpu.NVIDIA_GPU_RESOURCES, *(n for n in zone.gpu_resources if not n.endswith("*"))})
+    prefixes = sorted({gpu.NVIDIA_MIG_PREFIX, *(n[:-1] for n in zone.gpu_resources if n.endswith("*"))})
+    return names, prefixes
+
+
+def _requests_gpu(zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE) -> str:
+    names, prefixes = _gpu_names(zone)
+    test = " || ".join([f"k in {_lit(names)}", *(f"k.startsWith({_lit(p)})" for p in prefixes)])
+    return _any_container(
+        f"dyn(c).?resources.?limits.orValue({{}}).exists(k, {test}) || "
+        f"dyn(c).?resources.?requests.orValue({{}}).exists(k, {test})"
+    )
+
+
+def _reach(settings: settings_.Settings) -> str:
+    """CEL for `trustzone.reach` as far as the object shows it: true where the pod can reach a GPU node.
+
+    The webhook also knows a bound pod's node on the ephemeralcontainers subresource; here, on that
+    subresource, only a pod that asks for GPUs or GPU nodes counts, so the export never refuses
+    what the webhook admits.
+    """
+    if settings.trust_zone.strict:
+        return "true"
+    asked = f"({_requests_gpu(settings.trust_zone)} || object.spec.?resourceClaims.orValue([]).size() > 0 || {_targets_gpu_nodes()})"
+    terms = "object.spec.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms.orValue([])"
+    stays_off = (
+        f"({terms}.size() > 0 && {terms}.all(t, t.?matchExpressions.orValue([]).exists(e, "
+        f"e.key == {_lit(gpu.CARD_NAME_LABEL)} && e.operator == 'DoesNotExist')))"
+    )
+    return f"({asked} || (!{stays_off} && request.?subResource.orValue('') != {_lit(podspec.EPHEMERAL_SUBRESOURCE)}))"
+
+
+def _selinux_ok(options: str) -> str:
+    """CEL: the SELinux options at `options` (an optional) are within Pod Security baseline's."""
+    types = _lit(sorted(trustzone.BASELINE_SELINUX_TYPES))
+    return (
+        f"!{options}.?user.hasValue() && !{options}.?role.hasValue() && "
+        f"{options}.?type.orValue('') in {types}"
+    )
 
 
 def _is_gpu_label(key: str) -> str:

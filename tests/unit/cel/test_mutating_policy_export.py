@@ -29,12 +29,16 @@ from webhook.commands import mutating_policy
 NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.timezone.utc)
 CREATE = {"operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "pods"}, "userInfo": {"username": "alice"}}
 
-# The per-container test, written out once: no GPU resource named in limits or requests, and the
-# variable not named in env.
-GPU_NAMES = "['aliyun.com/gpu', 'aliyun.com/gpu-core.percentage', 'aliyun.com/gpu-count', 'aliyun.com/gpu-mem']"
+# The per-container test, written out once: no GPU resource named in limits or requests (the
+# explicit list and MIG slices: a NIC under nvidia.com/ is no GPU), and the variable not named in env.
+GPU_NAMES = (
+    "['aliyun.com/gpu', 'aliyun.com/gpu-core.percentage', 'aliyun.com/gpu-count', 'aliyun.com/gpu-mem', "
+    "'nvidia.com/gpu', 'nvidia.com/gpu.shared']"
+)
+IS_GPU = f"(r in {GPU_NAMES} || r.startsWith('nvidia.com/mig-'))"
 NEEDS = (
-    f"!(c.?resources.?limits.orValue({{}}).exists(r, r in {GPU_NAMES} || r.startsWith('nvidia.com/')) || "
-    f"c.?resources.?requests.orValue({{}}).exists(r, r in {GPU_NAMES} || r.startsWith('nvidia.com/'))) && "
+    f"!(c.?resources.?limits.orValue({{}}).exists(r, {IS_GPU}) || "
+    f"c.?resources.?requests.orValue({{}}).exists(r, {IS_GPU})) && "
     "!c.?env.orValue([]).exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES')"
 )
 MIRROR = (

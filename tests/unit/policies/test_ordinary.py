@@ -71,6 +71,12 @@ def test_the_condition_is_on_the_validating_webhook_only() -> None:
 
 
 def test_the_lists_cover_the_python_predicates() -> None:
+    for key in [*gpu.ALLOCATION_ANNOTATIONS, *gpu.CRIO_DEVICES_ANNOTATIONS, *gpu.DEVICE_ANNOTATION_DOMAINS, "org.systemd.property.DeviceAllow"]:
+        written = key if not key.endswith(".") else key + "x"
+        assert gpu.is_device_annotation(written) or written in gpu.ALLOCATION_ANNOTATIONS or written in gpu.CRIO_DEVICES_ANNOTATIONS
+        assert written in ordinary.ANNOTATION_KEYS or written.startswith(ordinary.ANNOTATION_PREFIXES) or any(
+            written == d or written.startswith(d + "/") for d in ordinary.DEVICE_DOMAINS
+        ), written
     for name in [*gpu.GPU_RESOURCES, "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared"]:
         assert gpu.is_gpu_resource(name) and name.startswith(ordinary.RESOURCE_PREFIXES)
     for label in [*nodeaffinity.GPU_NODE_LABELS, *nodeaffinity.GPU_NODE_TRUE_LABELS, "aliyun.accelerator/nvidia_name"]:

@@ -1,0 +1,448 @@
+"""GPU nodes are a trust zone: a pod that can reach one gets only what is known to be safe there.
+
+A list of what is dangerous on a node is always one entry short (another path that gives root,
+another capability that unlocks a syscall, another spelling of the same directory), and applied to
+every pod it also refuses the CI runners, exporters and log shippers that never touch a GPU. So the
+rule has two sides:
+
+1. **A pod that can reach a GPU node** (`reach`) gets only what the allowances (`Allowance`) name:
+   host paths from a short allowlist (read-only unless an admin says otherwise), capabilities from
+   Pod Security `baseline`'s set plus the few that GPU workloads need and that open no route out,
+   volume types from Pod Security `restricted`'s set plus NFS, and no privileged container, host
+   namespace, unmasked /proc, SELinux label or Windows host process. Everything else is refused,
+   however it is spelled (`node_power`). GPU002 refuses the privilege, GPU003 the volumes.
+2. **A pod that asks for no GPU and does not target GPU nodes** may have any of that: GPU103 gives
+   it the required node affinity `aliyun.accelerator/nvidia_name DoesNotExist`, and with it the pod
+   cannot reach a GPU node, so rule 1 has nothing to say about it.
+
+"Can reach a GPU node" (`reach`), in this order:
+- it requests a GPU resource (the explicit list in `gpu.is_gpu_resource`, plus `gpuResources` the
+  admin adds), or claims devices through Dynamic Resource Allocation (`spec.resourceClaims`: the
+  class is not visible in the pod, so any claim counts);
+- its nodeSelector or node affinity asks for GPU-labelled nodes (`nodeaffinity.targets_gpu_nodes`);
+- otherwise, when every required node-affinity term holds `nvidia_name DoesNotExist`
+  (`stays_off_gpu_nodes`), it cannot: the scheduler and, for a pod that names its node, the
+  kubelet's own admission check (node affinity is one of its general predicates) keep it off;
+- it tolerates a GPU node taint by key (`nvidia.com/gpu`, a GPU resource or GPU node label key, or
+  `gpuNodeTaints`): it asks to be let onto GPU nodes;
+- it names its node (`spec.nodeName`, which skips the scheduler) and the node's labels are known:
+  a GPU node's labels make it an intent, others keep it off (the webhook looks them up for an
+  ephemeral container added to a running pod); unknown labels leave it to the next point, where
+  GPU103's affinity settles it: the kubelet refuses a pod whose required node affinity its node
+  does not match (node affinity is one of the kubelet's admission predicates);
+- otherwise it *may* reach one: nothing keeps it off. That is the case GPU103 settles by adding the
+  affinity (`Reach.intent` is False then); when GPU103 does not act `enforce`, the pod stays a pod
+  that may reach a GPU node, and rule 1 refuses its node power.
+
+A wildcard toleration (`operator: Exists` without a key, what generic node agents carry) is not an
+intent: such a pod gets the affinity like any other. `trustZone.strict: true` judges every pod by
+rule 1, for clusters that want no node power anywhere.
+
+Pure data and functions: no settings object (its `TrustZone` part is built in `policies.settings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from policies import gpu, hostpaths, nodeaffinity, podspec
+
+# --- capabilities -------------------------------------------------------------------------------
+
+# Pod Security Standards `baseline`: the capabilities a container may add (Kubernetes docs, "Pod
+# Security Standards", Capabilities; the default set of container runtimes). containerd's default
+# seccomp profile unlocks no syscall for any of them except SYS_CHROOT (`chroot`, inside the
+# container's own mount namespace).
+BASELINE_CAPABILITIES: frozenset[str] = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+# What real GPU workloads add beyond baseline, each with why it opens no route to the node or to
+# another tenant's card (checked against containerd's default seccomp profile, contrib/seccomp,
+# and against an Unconfined profile, which profiling workloads run with):
+GPU_WORKLOAD_CAPABILITIES: Mapping[str, str] = types.MappingProxyType(
+    {
+        "IPC_LOCK": "pinned (page-locked) host memory for CUDA and RDMA memory registration; it only lifts the "
+        "container's own mlock limit and unlocks no syscall in the default seccomp profile",
+        "SYS_NICE": "NUMA placement and thread priorities of data loaders and NCCL (mbind, set_mempolicy, "
+        "sched_setaffinity); it acts on processes the container can see, which without hostPID are its own",
+        "SYS_RESOURCE": "raising the container's own resource limits (open files, locked memory) for large "
+        "jobs; unlocks no syscall in the default seccomp profile",
+        "SYS_PTRACE": "profilers and debuggers (Nsight Systems, py-spy, cuda-gdb); ptrace and process_vm_* "
+        "reach only processes in the container's PID namespace, so it is allowed only without hostPID",
+    }
+)
+DEFAULT_CAPABILITIES: frozenset[str] = BASELINE_CAPABILITIES | frozenset(GPU_WORKLOAD_CAPABILITIES)
+# Allowed only where the pod does not share the host's PID namespace.
+NEEDS_OWN_PID_NAMESPACE: frozenset[str] = frozenset({"SYS_PTRACE"})
+
+# --- volumes --------------------------------------------------------------------------------------
+
+# Pod Security Standards `restricted`'s volume types, plus NFS (datasets of real ML jobs; the
+# kernel's NFS client mounts it for the kubelet, with nothing of the node exposed) and the image
+# volume. gitRepo (runs git on the node: CVE-2018-11235, CVE-2024-10220), flexVolume (the node's
+# driver runs as root with the pod's options), iscsi, rbd, cephfs, glusterfs and the other
+# in-tree network filesystems (the node mounts what the pod names) are not in it.
+DEFAULT_VOLUME_TYPES: frozenset[str] = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "image",
+        "nfs",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
+HOST_PATH = "hostPath"
+# A volume's keys that are not its source.
+_VOLUME_FIELDS = frozenset({"name"})
+
+# --- host paths -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HostPath:
+    """One allowed host path (resolved) and what lies under it; read-only unless `read_only` is False."""
+
+    path: str
+    read_only: bool = True
+    reason: str = ""
+
+
+# The built-in allowlist: read-only paths that real GPU workloads mount and that give no route.
+DEFAULT_HOST_PATHS: tuple[HostPath, ...] = (
+    HostPath(
+        path="/var/lib/lxcfs",
+        reason="lxcfs's FUSE views of /proc/meminfo, cpuinfo, stat, uptime, ... sized to the container "
+        "(what ACK's lxcfs-admission-webhook mounts): files computed for the reader, nothing of the node",
+    ),
+    HostPath(path="/etc/localtime", reason="the node's time zone, so logs and schedules agree with the node"),
+    HostPath(path="/usr/share/zoneinfo", reason="the time zone database, read-only data"),
+)
+
+# Pod Security `baseline`'s SELinux types a container may run as.
+BASELINE_SELINUX_TYPES: frozenset[str] = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+HOST_NAMESPACES: tuple[str, ...] = ("hostNetwork", "hostPID", "hostIPC")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Allowance:
+    """What a pod that can reach a GPU node may have (in one namespace)."""
+
+    capabilities: frozenset[str] = DEFAULT_CAPABILITIES
+    host_paths: tuple[HostPath, ...] = DEFAULT_HOST_PATHS
+    volume_types: frozenset[str] = DEFAULT_VOLUME_TYPES
+    host_namespaces: frozenset[str] = frozenset()  # of HOST_NAMESPACES
+
+    def widened(self, other: Allowance) -> Allowance:
+        """This allowance with `other`'s additions (a namespace's allowances over the cluster's)."""
+        return Allowance(
+            capabilities=self.capabilities | other.capabilities,
+            host_paths=tuple(dict.fromkeys((*self.host_paths, *other.host_paths))),
+            volume_types=self.volume_types | other.volume_types,
+            host_namespaces=self.host_namespaces | other.host_namespaces,
+        )
+
+    def host_path(self, path: str) -> HostPath | None:
+        """The allowed entry that `path` (as written in a pod) lies in; None when it is not allowed.
+
+        A writable entry wins over a read-only one for the same path.
+        """
+        resolved = hostpaths.resolve(path)
+        found = [entry for entry in self.host_paths if hostpaths.within(resolved, entry.path)]
+        if not found:
+            return None
+        return next((entry for entry in found if not entry.read_only), found[0])
+
+
+DEFAULT_ALLOWANCE = Allowance()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrustZone:
+    """The trust-zone settings other than the per-namespace allowances (those need a namespace)."""
+
+    strict: bool = False
+    gpu_resources: tuple[str, ...] = ()  # extra GPU resource names; a trailing * is a prefix
+    gpu_node_taints: tuple[str, ...] = ()  # extra toleration keys that let a pod onto GPU nodes
+
+    def is_gpu_resource(self, name: object) -> bool:
+        """Whether a resource name asks for a GPU: the built-in list or one of `gpu_resources`."""
+        return gpu.is_gpu_resource(name) or (isinstance(name, str) and any(_matches(name, p) for p in self.gpu_resources))
+
+    def requests_gpu(self, container: Mapping[str, Any]) -> bool:
+        """Whether a container mentions a GPU resource in its limits or requests."""
+        if gpu.requests_gpu(container):
+            return True
+        if not self.gpu_resources:
+            return False
+        resources = podspec.mapping(container.get("resources"))
+        return any(
+            self.is_gpu_resource(name)
+            for section in (resources.get("limits"), resources.get("requests"))
+            for name in podspec.mapping(section)
+        )
+
+    def pod_requests_gpu(self, spec: Mapping[str, Any]) -> str:
+        """The first GPU resource any container of the pod mentions; "" when none does."""
+        for ref in podspec.iter_containers(spec, spec_path=""):
+            resources = podspec.mapping(ref.container.get("resources"))
+            for section in (resources.get("limits"), resources.get("requests")):
+                for name in podspec.mapping(section):
+                    if self.is_gpu_resource(name):
+                        return str(name)
+        return ""
+
+    def is_gpu_taint(self, key: object) -> bool:
+        """Whether a taint key marks GPU nodes: `nvidia.com/gpu`, a GPU resource or node label, or configured."""
+        return isinstance(key, str) and bool(key) and (
+            self.is_gpu_resource(key) or nodeaffinity.is_gpu_node_label(key) or key in self.gpu_node_taints
+        )
+
+
+DEFAULT_ZONE = TrustZone()
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+
+
+# --- can the pod reach a GPU node ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Reach:
+    """Why a pod can reach a GPU node ("" when it cannot), and whether it asked to."""
+
+    why: str = ""
+    intent: bool = False  # True: it asks for GPUs or GPU nodes; False: nothing keeps it off
+
+    def __bool__(self) -> bool:
+        return bool(self.why)
+
+
+UNREACHABLE = Reach()
+
+
+def stays_off_gpu_nodes(spec: Mapping[str, Any]) -> bool:
+    """Whether every required node-affinity term holds `nvidia_name DoesNotExist` (GPU103's affinity)."""
+    terms = list(nodeaffinity.required_terms(spec))
+    return bool(terms) and all(
+        any(
+            e.get("key") == gpu.CARD_NAME_LABEL and e.get("operator") == "DoesNotExist"
+            for e in nodeaffinity.expressions(term)
+        )
+        for term in terms
+    )
+
+
+def claims_devices(spec: Mapping[str, Any]) -> bool:
+    """Whether the pod claims devices through Dynamic Resource Allocation (`spec.resourceClaims`)."""
+    return any(isinstance(claim, Mapping) for claim in podspec.sequence(spec.get("resourceClaims")))
+
+
+def gpu_toleration(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE) -> str:
+    """The first toleration key that lets the pod onto GPU nodes; "" when none does."""
+    for entry in podspec.sequence(spec.get("tolerations")):
+        key = podspec.mapping(entry).get("key")
+        if zone.is_gpu_taint(key):
+            return str(key)
+    return ""
+
+
+def intent(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE) -> str:
+    """Why the pod asks for GPUs or GPU nodes, in words; "" when it does not."""
+    resource = zone.pod_requests_gpu(spec)
+    if resource:
+        return f"the pod requests the GPU resource {resource}"
+    if claims_devices(spec):
+        return "the pod claims devices through resourceClaims, which may be GPUs"
+    if nodeaffinity.targets_gpu_nodes(spec):
+        return "the pod's nodeSelector or node affinity asks for GPU nodes"
+    return ""
+
+
+def reach(
+    spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE, *, node_labels: Mapping[str, str] | None = None
+) -> Reach:
+    """Whether (and why) a pod with this spec can reach a GPU node; see the module docstring."""
+    if zone.strict:
+        return Reach(why="strict mode (trustZone.strict) judges every pod as if on a GPU node", intent=True)
+    asked = intent(spec, zone)
+    if asked:
+        return Reach(why=asked, intent=True)
+    if stays_off_gpu_nodes(spec):
+        return UNREACHABLE
+    toleration = gpu_toleration(spec, zone)
+    if toleration:
+        return Reach(why=f"the pod tolerates the GPU node taint {toleration}", intent=True)
+    node = spec.get("nodeName")
+    if isinstance(node, str) and node and node_labels is not None:
+        found = sorted(k for k, v in node_labels.items() if nodeaffinity.is_gpu_node_label(k, v))
+        if found:
+            return Reach(why=f"the pod runs on the GPU node {node} (label {found[0]})", intent=True)
+        return UNREACHABLE
+    return Reach(
+        why=f"nothing keeps the pod off GPU nodes (required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist)"
+    )
+
+
+# --- what the zone does not allow ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Power:
+    """One thing a pod has that GPU nodes do not allow."""
+
+    kind: str  # "privilege" (GPU002) or "volume" (GPU003)
+    detail: str  # names the container, volume or field
+
+
+PRIVILEGE = "privilege"
+VOLUME = "volume"
+
+
+def container_power(container: podspec.ContainerRef, allowance: Allowance, *, host_pid: bool) -> Iterator[Power]:
+    """What one container has that GPU nodes do not allow."""
+    body = container.container
+    security = podspec.mapping(body.get("securityContext"))
+    label = container.label
+    if not security:
+        return
+    if security.get("privileged") is True:
+        yield Power(kind=PRIVILEGE, detail=f"{label} is privileged")
+    refused = []
+    for entry in podspec.added_capabilities(body):
+        name = podspec.capability_name(entry)
+        if name not in allowance.capabilities or (host_pid and name in NEEDS_OWN_PID_NAMESPACE):
+            refused.append(entry)
+    if refused:
+        extra = " (SYS_PTRACE with hostPID reaches every process of the node)" if host_pid and any(
+            podspec.capability_name(c) in NEEDS_OWN_PID_NAMESPACE for c in refused
+        ) else ""
+        yield Power(kind=PRIVILEGE, detail=f"{label} adds capability {', '.join(refused)}{extra}")
+    proc_mount = security.get("procMount")
+    if proc_mount is not None and proc_mount != "Default":
+        yield Power(kind=PRIVILEGE, detail=f"{label} sets procMount {proc_mount!s} (the node's /proc unmasked)")
+    yield from _security_options(security, where=label)
+
+
+def _security_options(security: Mapping[str, Any], *, where: str) -> Iterator[Power]:
+    selinux = podspec.mapping(security.get("seLinuxOptions"))
+    if selinux.get("user") or selinux.get("role") or selinux.get("type", "") not in BASELINE_SELINUX_TYPES:
+        yield Power(kind=PRIVILEGE, detail=f"{where} sets seLinuxOptions {dict(selinux)!r} (a label of the node's)")
+    if podspec.mapping(security.get("windowsOptions")).get("hostProcess") is True:
+        yield Power(kind=PRIVILEGE, detail=f"{where} runs as a Windows host process")
+
+
+def pod_power(spec: Mapping[str, Any], allowance: Allowance) -> Iterator[Power]:
+    """What the pod as a whole (host namespaces, pod security context, volumes) has that GPU nodes do not allow."""
+    for field in HOST_NAMESPACES:
+        if spec.get(field) is True and field not in allowance.host_namespaces:
+            yield Power(kind=PRIVILEGE, detail=f"the pod sets {field}: true")
+    yield from _security_options(podspec.mapping(spec.get("securityContext")), where="the pod")
+    for index, volume in podspec.volumes(spec):
+        name = volume.get("name") if isinstance(volume.get("name"), str) else f"volumes[{index}]"
+        sources = [key for key in volume if key not in _VOLUME_FIELDS]
+        for source in sources:
+            if source == HOST_PATH:
+                path = podspec.mapping(volume.get(HOST_PATH)).get("path")
+                if isinstance(path, str) and allowance.host_path(path) is None:
+                    yield Power(kind=VOLUME, detail=f'volume "{name}" mounts hostPath {_shown(path)}, {_not_allowed(path)}')
+            elif source not in allowance.volume_types:
+                yield Power(kind=VOLUME, detail=f'volume "{name}" is a {source} volume, a type GPU nodes do not allow')
+
+
+def _shown(path: str) -> str:
+    resolved = hostpaths.resolve(path)
+    return resolved if resolved == path else f"{resolved} (written {path!r})"
+
+
+def _not_allowed(path: str) -> str:
+    verdict = hostpaths.DEFAULT_RULES.judge(path)
+    if verdict is None:
+        return "which is not an allowed host path"
+    where = "contains" if verdict.contains else "lies in"
+    return f"which is not an allowed host path ({where} {verdict.root}: {verdict.reason})"
+
+
+def writable_mounts(
+    spec: Mapping[str, Any], containers: Iterable[podspec.ContainerRef], allowance: Allowance
+) -> Iterator[Power]:
+    """Mounts, by `containers`, of an allowed read-only host path that are not read-only.
+
+    Under `/sys/fs/cgroup` read-only must be recursive (`recursiveReadOnly: Enabled`): cgroup v1
+    mounts each controller as a submount that a plain read-only bind leaves writable, and a
+    writable cgroup hierarchy lets a container leave its device cgroup.
+    """
+    guarded: dict[str, str] = {}
+    for _, volume in podspec.volumes(spec):
+        path = podspec.mapping(volume.get(HOST_PATH)).get("path")
+        name = volume.get("name")
+        if not isinstance(path, str) or not isinstance(name, str):
+            continue
+        entry = allowance.host_path(path)
+        if entry is not None and entry.read_only:
+            guarded[name] = hostpaths.resolve(path)
+    if not guarded:
+        return
+    for container in containers:
+        for item in podspec.sequence(container.container.get("volumeMounts")):
+            mount = podspec.mapping(item)
+            name = mount.get("name")
+            if not isinstance(name, str) or name not in guarded:
+                continue
+            path = guarded[name]
+            recursive = any(hostpaths.within(path, r) and rec for r, rec in hostpaths.READ_ONLY_PATHS.items())
+            if mount.get("readOnly") is True and (not recursive or mount.get("recursiveReadOnly") == "Enabled"):
+                continue
+            needs = "readOnly: true and recursiveReadOnly: Enabled" if recursive else "readOnly: true"
+            yield Power(
+                kind=VOLUME,
+                detail=f'{container.label} mounts volume "{name}" (hostPath {path}) without {needs}; the allowed '
+                "host paths are read-only",
+            )
+
+
+def node_power(
+    spec: Mapping[str, Any],
+    containers: Iterable[podspec.ContainerRef],
+    allowance: Allowance,
+    *,
+    whole_pod: bool = True,
+) -> list[Power]:
+    """Everything the pod (or, with `whole_pod` False, only `containers`) has that GPU nodes do not allow."""
+    scope = tuple(containers)
+    host_pid = spec.get("hostPID") is True
+    found: list[Power] = []
+    if whole_pod:
+        found.extend(pod_power(spec, allowance))
+    for ref in scope:
+        found.extend(container_power(ref, allowance, host_pid=host_pid))
+    found.extend(writable_mounts(spec, scope, allowance))
+    return found
+
+
+def has_node_power(spec: Mapping[str, Any], allowance: Allowance = DEFAULT_ALLOWANCE) -> bool:
+    """Whether any part of the pod has what GPU nodes do not allow."""
+    return bool(node_power(spec, podspec.iter_containers(spec, spec_path=""), allowance))

@@ -48,7 +48,7 @@ class Facts:
 
 
 def _privileged_hint(container: Mapping[str, object]) -> bool:
-    # podspec.gpu_privilege reads `mapping(container.get("securityContext"))`: any falsy value
+    # trustzone.container_power reads `mapping(container.get("securityContext"))`: any falsy value
     # (absent, None, {}, "", 0, []) reads as {} there, and {} holds nothing privileged.
     return bool(container.get("securityContext"))
 

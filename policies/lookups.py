@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import envsources, model, podspec
+from policies import envsources, model, podspec, trustzone
 
 
 def env_sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:
@@ -39,9 +39,9 @@ def node_to_look_up(
 ) -> str:
     """The Node whose labels GPU009 needs for this request (`Request.node_labels`), or "" when it needs none.
 
-    Only an ephemeralcontainers update that adds a container with a securityContext (the superset
-    of those with a privilege GPU nodes do not allow) to a bound pod needs it, so ordinary reviews
-    cost nothing more than this check.
+    Only an ephemeralcontainers update that adds a container with a privilege GPU nodes do not allow
+    (by the built-in allowances, which a namespace's only widen: a superset) to a bound pod needs
+    it, so ordinary reviews cost nothing more than this check.
     """
     if subresource != podspec.EPHEMERAL_SUBRESOURCE or obj is None:
         return ""
@@ -52,4 +52,8 @@ def node_to_look_up(
     if not isinstance(node, str) or not node:
         return ""
     added = podspec.new_ephemeral_containers(obj, old_object=old_object)
-    return node if any(podspec.mapping(ref.container.get("securityContext")) for ref in added) else ""
+    host_pid = found.spec.get("hostPID") is True
+    powered = any(
+        next(trustzone.container_power(ref, trustzone.DEFAULT_ALLOWANCE, host_pid=host_pid), None) is not None for ref in added
+    )
+    return node if powered else ""

@@ -221,15 +221,6 @@ def is_privileged(container: Mapping[str, Any]) -> bool:
     return mapping(container.get("securityContext")).get("privileged") is True
 
 
-# Added capabilities that make a container privileged for GPU purposes. The NVIDIA container
-# toolkit's hook calls a container privileged when CAP_SYS_ADMIN is in its bounding set
-# (NVIDIA/nvidia-container-toolkit, cmd/nvidia-container-runtime-hook/container_config.go
-# `isPrivileged`, and internal/config/image/privileged.go): such a container gets the devices its
-# NVIDIA_VISIBLE_DEVICES names even where the toolkit refuses that variable from unprivileged
-# containers, and may set NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES. `ALL` adds it too.
-GPU_PRIVILEGE_CAPABILITIES: frozenset[str] = frozenset({"SYS_ADMIN", "ALL"})
-
-
 def capability_name(value: object) -> str:
     """A `capabilities.add` entry as the runtimes read it: upper case, without a `CAP_` prefix.
 
@@ -249,26 +240,6 @@ def added_capabilities(container: Mapping[str, Any]) -> tuple[str, ...]:
     """The container's `securityContext.capabilities.add` entries as written (strings only)."""
     capabilities = mapping(mapping(container.get("securityContext")).get("capabilities"))
     return tuple(entry for entry in sequence(capabilities.get("add")) if isinstance(entry, str))
-
-
-def gpu_privilege(container: Mapping[str, Any]) -> str:
-    """Why the container counts as privileged for GPU purposes, in words; "" when it does not.
-
-    Privileged for GPU purposes: `privileged: true`, or `capabilities.add` holding SYS_ADMIN or ALL
-    in any spelling the runtimes accept. Ordinary capabilities (NET_ADMIN, NET_BIND_SERVICE,
-    SYS_PTRACE, CHOWN, ...) do not count.
-    """
-    if is_privileged(container):
-        return "is privileged"
-    granted = [c for c in added_capabilities(container) if capability_name(c) in GPU_PRIVILEGE_CAPABILITIES]
-    if granted:
-        return f"adds capability {', '.join(granted)}"
-    return ""
-
-
-def is_privileged_for_gpus(container: Mapping[str, Any]) -> bool:
-    """Whether the container is privileged for GPU purposes (see gpu_privilege)."""
-    return bool(gpu_privilege(container))
 
 
 def volumes(spec: Mapping[str, Any]) -> Iterator[tuple[int, Mapping[str, Any]]]:

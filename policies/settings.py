@@ -683,9 +683,10 @@ def _anchored(namespaces: NamespaceMatch | None, *, field: str, name: str, what:
     )
     if namespaces is not None and (namespaces.names or positive):
         return
+    where = "match." if what == "exception" else ""
     raise InvalidSettings(
-        f"{field}: {what} {name!r} is not anchored to namespaces: give namespaces, or a "
-        "namespaceSelector with matchLabels, In or Exists (names and objectSelector are set by the "
+        f"{field}: {what} {name!r} is not anchored to namespaces: give {where}namespaces, or a "
+        f"{where}namespaceSelector with matchLabels, In or Exists (names and objectSelector are set by the "
         "pod's author, so they may only narrow an exception within its namespaces)"
     )
 
@@ -754,7 +755,7 @@ def _host_paths(value: object) -> hostpaths.HostPathRules:
 
 _ALLOW_KEYS = ("hostPaths", "capabilities", "volumeTypes", *trustzone.HOST_NAMESPACES)
 _ZONE_KEYS = ("strict", "gpuResources", "gpuNodeTaints", "allow", "namespaces")
-_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\*?$")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def _allowed_host_path(entry: object, *, field: str) -> trustzone.HostPath:
@@ -819,7 +820,7 @@ def _zone(value: object, legacy: object) -> tuple[trustzone.TrustZone, trustzone
     _keys(value, field="trustZone", known=_ZONE_KEYS)
     resources = _strings(value.get("gpuResources") or [], field="trustZone.gpuResources", allow_empty_list=True)
     for index, name in enumerate(resources):
-        if not _RESOURCE_NAME.match(name):
+        if not _RESOURCE_NAME.match(name.removesuffix("*").rstrip("-_.") or "-"):
             raise InvalidSettings(f"trustZone.gpuResources[{index}]: {name!r} is not a resource name (a trailing * is a prefix)")
     zone = trustzone.TrustZone(
         strict=_flag(value.get("strict"), field="trustZone.strict"),
@@ -878,6 +879,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
             raise InvalidSettings(f"{key}: unknown key; known: {', '.join(_KEYS)}")
     defaults = {**_default_actions(), **{p.id: p.default_action for p in extra}}
     known = sorted(defaults)
+    zone, allowance, zone_namespaces = _zone(data.get("trustZone"), data.get("hostPaths"))
     return Settings(
         actions=_policies(data.get("policies"), defaults=defaults),
         exempt_namespaces=_namespaces(data.get("exemptNamespaces")),
@@ -894,7 +896,9 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         exceptions=_exception_list(data.get("exceptions"), known=known),
         host_paths=_host_paths(data.get("hostPaths")),
         user_policies=extra,
-        **dict(zip(("trust_zone", "zone_allowance", "zone_namespaces"), _zone(data.get("trustZone"), data.get("hostPaths")), strict=True)),
+        trust_zone=zone,
+        zone_allowance=allowance,
+        zone_namespaces=zone_namespaces,
     )
 
 

@@ -302,9 +302,9 @@ def reach(
         if found:
             return Reach(why=f"the pod runs on the GPU node {node} (label {found[0]})", intent=True)
         return UNREACHABLE
-    return Reach(
-        why=f"nothing keeps the pod off GPU nodes (required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist)"
-    )
+    # The same words whether or not the pod names a node whose labels are not known: the audit
+    # remembers verdicts under a key without spec.nodeName (webhook/audit/verdicts.py).
+    return Reach(why=f"nothing keeps the pod off GPU nodes (required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist)")
 
 
 # --- what the zone does not allow ----------------------------------------------------------------

@@ -36,7 +36,7 @@ from policies.builtin import gpu002_privileged
 
 EPHEMERAL_SUBRESOURCE = podspec.EPHEMERAL_SUBRESOURCE
 _INSTEAD = (
-    "use a debug profile without privilege (kubectl debug --profile=general, baseline or netadmin), "
+    "use a debug profile without privilege (kubectl debug --profile=general or baseline), "
     "or debug a copy of the pod on a node without GPUs"
 )
 

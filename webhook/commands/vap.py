@@ -250,12 +250,11 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
         ]
     elif policy_id == "GPU003":
         allowance = settings.widest_allowance
-        safe = " || ".join(f"has(v.{kind})" for kind in sorted(allowance.volume_types))
-        paths = [entry.path for entry in allowance.host_paths]
-        allowed = _LEAD + "(?:" + "|".join(a for entry in paths for a in _spellings(entry)) + ")" + _UNDER
+        kinds = " || ".join(f"has(v.{kind})" for kind in sorted(allowance.volume_types))
+        allowed = _LEAD + "(?:" + "|".join(a for entry in allowance.host_paths for a in _spellings(entry.path)) + ")" + _UNDER
         validations = [
             validation(
-                f"!variables.{REACH} || !has(object.spec.volumes) || object.spec.volumes.all(v, {safe} || "
+                f"!variables.{REACH} || !has(object.spec.volumes) || object.spec.volumes.all(v, {kinds} || "
                 f"(has(v.hostPath) && v.hostPath.path.matches({_lit(allowed)})))",
                 "a pod that can reach a GPU node mounts a host path or a volume type GPU nodes do not allow; use an "
                 "emptyDir, a PersistentVolumeClaim or a ConfigMap, or ask an admin to allow the path (trustZone)",
@@ -379,38 +378,6 @@ def _spellings(path: str) -> list[str]:
         elif tuple(target[: len(parts)]) == tuple(parts):  # above it: all of /var/lock lies in /run
             spelled.append(list(link))
     return [_SEP.join(re.escape(p) for p in parts) for parts in spelled]
-
-
-def _host_path_allowed(rules: hostpaths.HostPathRules, path: str) -> str:
-    """CEL that holds when GPU003 admits `path` (as written): its very rule for every path without `..`."""
-    if "/" in rules.protect:
-        protected = "^.*$"
-    else:
-        protected = _LEAD + "(?:" + "|".join(a for root in rules.protect for a in _spellings(root)) + ")" + _UNDER
-    parents = sorted(
-        {
-            _SEP.join(alternative.split(_SEP)[:cut])
-            for root in rules.protect
-            for alternative in _spellings(root)
-            for cut in range(len(alternative.split(_SEP)))
-        }
-    )
-    above = _LEAD + r"(?:\.?|(?:" + "|".join(p for p in parents if p) + ")" + _END + ")$"
-    expression = f"!{path}.matches({_lit(above)}) && (!{path}.matches({_lit(protected)})"
-    if rules.allow:
-        allowed = _LEAD + "(?:" + "|".join(a for entry in rules.allow for a in _spellings(entry)) + ")" + _UNDER
-        expression += f" || {path}.matches({_lit(allowed)})"
-    expression += ")"
-    if rules.leaves:
-        # A leaf's parents pass; only an allowed path at or below the leaf lets it through.
-        leaves = _LEAD + "(?:" + "|".join(a for leaf in rules.leaves for a in _spellings(leaf)) + ")" + _UNDER
-        expression += f" && (!{path}.matches({_lit(leaves)})"
-        inside = [entry for entry in rules.allow if any(hostpaths.within(entry, leaf) for leaf in rules.leaves)]
-        if inside:
-            allowed = _LEAD + "(?:" + "|".join(a for entry in inside for a in _spellings(entry)) + ")" + _UNDER
-            expression += f" || {path}.matches({_lit(allowed)})"
-        expression += ")"
-    return expression
 
 
 def _lit(value: Any) -> str:

@@ -39,7 +39,7 @@ def test_gpu201_a_privileged_debug_container_added_to_a_running_pod_fails(node: 
 
 def test_gpu201_ordinary_capabilities_pass(node: NodeFactory, pod: PodFactory) -> None:
     found_pod = pod("web", node_name="cgpu-0", env=VOID)
-    found_pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_BIND_SERVICE", "NET_ADMIN"]}}
+    found_pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_BIND_SERVICE", "IPC_LOCK"]}}
 
     found = judge_pod(GPU201, found_pod, node=node())
 

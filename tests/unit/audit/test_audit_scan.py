@@ -150,7 +150,7 @@ def test_a_crashing_policy_is_an_error_result_not_a_crash(monkeypatch: pytest.Mo
     def boom(self: object, context: object) -> list[object]:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(gpu003_host_path.HostPathDevices, "check_pod", boom)
+    monkeypatch.setattr(gpu003_host_path.HostPathDevices, "validate", boom)
     # The pod has no volumes, which GPU003's pre-check would skip it for: make it run and crash.
     monkeypatch.setattr(gpu003_host_path.HostPathDevices, "relevant", lambda self, context, facts: True)
     (found,) = of(run(pod("p")), "p", "GPU003")

@@ -355,10 +355,10 @@ def test_gpu002_follows_a_namespace_allowance_only_as_widely_as_it_can_tell() ->
     # admit what the webhook refuses, never the reverse).
     document = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["training"], "allow": {"hostIPC": True, "capabilities": ["NET_ADMIN"]}}]}}
     gpu002 = policy_named(exported(document), "gpu-admission-gpu002")
-    pod = {"metadata": {"name": "p"}, "spec": {"hostIPC": True, "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}}
+    spec: dict[str, Any] = {"hostIPC": True, "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}
 
-    assert admits(gpu002, pod)
-    assert not admits(gpu002, {**pod, "spec": {**pod["spec"], "hostPID": True}})
+    assert admits(gpu002, {"metadata": {"name": "p"}, "spec": spec})
+    assert not admits(gpu002, {"metadata": {"name": "p"}, "spec": {**spec, "hostPID": True}})
 
 
 @pytest.mark.parametrize("resource", ["nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared"])

@@ -179,7 +179,7 @@ def test_a_decision_that_names_the_pod_is_not_kept() -> None:
         async with Pair(settings.Settings()) as pair:
             for index in range(2):
                 name = f"exporter-{index}"
-                named = pod(name, volumeMounts=[{"name": name, "mountPath": "/host-dev"}])
+                named = pod(name, volumeMounts=[{"name": name, "mountPath": "/host-dev"}], resources={"limits": {"nvidia.com/gpu": 1}})
                 named["spec"]["volumes"] = [{"name": name, "hostPath": {"path": "/dev"}}]
                 answer = (await pair.same(named))["validate"]["response"]
                 assert answer["allowed"] is False and name in answer["status"]["message"]

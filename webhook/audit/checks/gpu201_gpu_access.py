@@ -1,8 +1,10 @@
 """GPU201: a pod on a GPU node that requests no GPU must not be able to reach the cards.
 
-It can when a container is privileged (or adds SYS_ADMIN/ALL; ephemeral debug containers
-included), mounts a hostPath on the node's devices or sockets, or sets NVIDIA_VISIBLE_DEVICES to
-anything but void/none (by value or through valueFrom): a certain failure, enforced. A container
+It can when it has node power GPU nodes do not allow (`trustzone.node_power` with the built-in
+allowances: a privileged container or a capability outside the allowlist, ephemeral debug
+containers included, a host namespace, a host path outside the allowlist, a volume type with host
+side effects), or sets NVIDIA_VISIBLE_DEVICES to anything but void/none (by value or through
+valueFrom): a certain failure, enforced. A container
 that does not set NVIDIA_VISIBLE_DEVICES=void at all is an uncertain one (warn): an image that
 defaults it to `all` would see every card. Judged only for pods bound to a known GPU node and not
 finished.
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, hostpaths, model, podspec
+from policies import gpu, model, podspec, trustzone
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 
@@ -23,9 +25,6 @@ def access_reasons(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     certain: list[str] = []
     uncertain: list[str] = []
     for ref in podspec.iter_containers(spec, spec_path=""):
-        privilege = podspec.gpu_privilege(ref.container)  # privileged, or SYS_ADMIN/ALL added
-        if privilege:
-            certain.append(f"{ref.label} {privilege}")
         entries = [e for e in podspec.env_entries(ref.container) if e.get("name") == gpu.VISIBLE_DEVICES_ENV]
         if not entries:
             if ref.kind is not podspec.ContainerKind.EPHEMERAL:
@@ -36,13 +35,8 @@ def access_reasons(spec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
                 certain.append(f"{ref.label} sets {gpu.VISIBLE_DEVICES_ENV} through valueFrom")
             elif not gpu.is_safe_visible_devices(entry.get("value", "")):
                 certain.append(f"{ref.label} sets {gpu.VISIBLE_DEVICES_ENV}={entry.get('value')}")
-    for index, volume in podspec.volumes(spec):
-        path = podspec.mapping(volume.get("hostPath")).get("path")
-        if isinstance(path, str):
-            protected = hostpaths.exposes_gpu(path)
-            if protected is not None:
-                volume_name = volume.get("name") if isinstance(volume.get("name"), str) else f"volumes[{index}]"
-                certain.append(f'volume "{volume_name}" mounts hostPath {path}, covering {protected}')
+    containers = podspec.iter_containers(spec, spec_path="")
+    certain[:0] = [power.detail for power in trustzone.node_power(spec, containers, trustzone.DEFAULT_ALLOWANCE)]
     return certain, uncertain
 
 

@@ -52,8 +52,8 @@ def node_to_look_up(
     if not isinstance(node, str) or not node:
         return ""
     added = podspec.new_ephemeral_containers(obj, old_object=old_object)
-    host_pid = found.spec.get("hostPID") is True
+    shared = trustzone.shared_namespaces(found.spec)
     powered = any(
-        next(trustzone.container_power(ref, trustzone.DEFAULT_ALLOWANCE, host_pid=host_pid), None) is not None for ref in added
+        next(trustzone.container_power(ref, trustzone.DEFAULT_ALLOWANCE, shared=shared), None) is not None for ref in added
     )
     return node if powered else ""

@@ -86,19 +86,30 @@ GPU_WORKLOAD_CAPABILITIES: Mapping[str, str] = types.MappingProxyType(
         "jobs; unlocks no syscall in the default seccomp profile",
         "SYS_PTRACE": "profilers and debuggers (Nsight Systems, py-spy, cuda-gdb); ptrace and process_vm_* "
         "reach only processes in the container's PID namespace, so it is allowed only without hostPID",
+        "NET_ADMIN": "network debugging and tuning of the pod's own interfaces (kubectl debug --profile=netadmin, "
+        "tcpdump of NCCL traffic); unlocks no syscall in the default seccomp profile and reaches only the pod's "
+        "network namespace, so it is allowed only without hostNetwork",
+        "NET_RAW": "raw sockets for ping and packet capture in the pod's own network namespace (the netadmin "
+        "debug profile); allowed only without hostNetwork",
     }
 )
 DEFAULT_CAPABILITIES: frozenset[str] = BASELINE_CAPABILITIES | frozenset(GPU_WORKLOAD_CAPABILITIES)
-# Allowed only where the pod does not share the host's PID namespace.
-NEEDS_OWN_PID_NAMESPACE: frozenset[str] = frozenset({"SYS_PTRACE"})
+# Allowed only where the pod does not share this namespace of the host.
+NEEDS_OWN_NAMESPACE: Mapping[str, str] = types.MappingProxyType(
+    {"SYS_PTRACE": "hostPID", "NET_ADMIN": "hostNetwork", "NET_RAW": "hostNetwork"}
+)
+_SHARED_WITH_HOST = {
+    "hostPID": "reaches every process of the node",
+    "hostNetwork": "reaches the node's network stack and its local daemons",
+}
 
 # --- volumes --------------------------------------------------------------------------------------
 
-# Pod Security Standards `restricted`'s volume types, plus NFS (datasets of real ML jobs; the
-# kernel's NFS client mounts it for the kubelet, with nothing of the node exposed) and the image
-# volume. gitRepo (runs git on the node: CVE-2018-11235, CVE-2024-10220), flexVolume (the node's
-# driver runs as root with the pod's options), iscsi, rbd, cephfs, glusterfs and the other
-# in-tree network filesystems (the node mounts what the pod names) are not in it.
+# Pod Security Standards `restricted`'s volume types (image among them), plus NFS (datasets of real
+# ML jobs; the kernel's NFS client mounts it for the kubelet, with nothing of the node exposed).
+# gitRepo (runs git on the node: CVE-2018-11235, CVE-2024-10220), flexVolume (the node's driver
+# runs as root with the pod's options), iscsi, rbd, cephfs, glusterfs and the other in-tree network
+# filesystems (the node mounts what the pod names) are not in it.
 DEFAULT_VOLUME_TYPES: frozenset[str] = frozenset(
     {
         "configMap",
@@ -322,8 +333,10 @@ PRIVILEGE = "privilege"
 VOLUME = "volume"
 
 
-def container_power(container: podspec.ContainerRef, allowance: Allowance, *, host_pid: bool) -> Iterator[Power]:
-    """What one container has that GPU nodes do not allow."""
+def container_power(
+    container: podspec.ContainerRef, allowance: Allowance, *, shared: frozenset[str] = frozenset()
+) -> Iterator[Power]:
+    """What one container has that GPU nodes do not allow; `shared`: the host namespaces the pod shares."""
     body = container.container
     security = podspec.mapping(body.get("securityContext"))
     label = container.label
@@ -332,14 +345,17 @@ def container_power(container: podspec.ContainerRef, allowance: Allowance, *, ho
     if security.get("privileged") is True:
         yield Power(kind=PRIVILEGE, detail=f"{label} is privileged")
     refused = []
+    beside: list[str] = []
     for entry in podspec.added_capabilities(body):
         name = podspec.capability_name(entry)
-        if name not in allowance.capabilities or (host_pid and name in NEEDS_OWN_PID_NAMESPACE):
+        namespace = NEEDS_OWN_NAMESPACE.get(name)
+        if name not in allowance.capabilities:
             refused.append(entry)
+        elif namespace in shared:
+            refused.append(entry)
+            beside.append(f"{name} with {namespace} {_SHARED_WITH_HOST[namespace]}")
     if refused:
-        extra = " (SYS_PTRACE with hostPID reaches every process of the node)" if host_pid and any(
-            podspec.capability_name(c) in NEEDS_OWN_PID_NAMESPACE for c in refused
-        ) else ""
+        extra = f" ({'; '.join(beside)})" if beside else ""
         yield Power(kind=PRIVILEGE, detail=f"{label} adds capability {', '.join(refused)}{extra}")
     proc_mount = security.get("procMount")
     if proc_mount is not None and proc_mount != "Default":
@@ -424,6 +440,11 @@ def writable_mounts(
             )
 
 
+def shared_namespaces(spec: Mapping[str, Any]) -> frozenset[str]:
+    """The host namespaces the pod shares (`hostPID: true`, ...)."""
+    return frozenset(field for field in HOST_NAMESPACES if spec.get(field) is True)
+
+
 def node_power(
     spec: Mapping[str, Any],
     containers: Iterable[podspec.ContainerRef],
@@ -433,12 +454,12 @@ def node_power(
 ) -> list[Power]:
     """Everything the pod (or, with `whole_pod` False, only `containers`) has that GPU nodes do not allow."""
     scope = tuple(containers)
-    host_pid = spec.get("hostPID") is True
+    shared = shared_namespaces(spec)
     found: list[Power] = []
     if whole_pod:
         found.extend(pod_power(spec, allowance))
     for ref in scope:
-        found.extend(container_power(ref, allowance, host_pid=host_pid))
+        found.extend(container_power(ref, allowance, shared=shared))
     found.extend(writable_mounts(spec, scope, allowance))
     return found
 

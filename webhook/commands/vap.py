@@ -231,11 +231,12 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             "!dyn(c).?securityContext.?windowsOptions.?hostProcess.orValue(false) && "
             f"{_selinux_ok('dyn(c).?securityContext.?seLinuxOptions')}"
         )
-        if "hostPID" not in allowance.host_namespaces:
-            traced = sorted(trustzone.NEEDS_OWN_PID_NAMESPACE)
+        # Where an allowance lets a host namespace in, the capabilities that need the pod's own are refused beside it.
+        for namespace in sorted(set(trustzone.NEEDS_OWN_NAMESPACE.values()) & allowance.host_namespaces):
+            needing = sorted(c for c, n in trustzone.NEEDS_OWN_NAMESPACE.items() if n == namespace)
             container += (
-                " && (!object.spec.?hostPID.orValue(false) || "
-                f"!dyn(c).?securityContext.?capabilities.?add.orValue([]).exists(x, {named} in {_lit(traced)}))"
+                f" && (!object.spec.?{namespace}.orValue(false) || "
+                f"!dyn(c).?securityContext.?capabilities.?add.orValue([]).exists(x, {named} in {_lit(needing)}))"
             )
         pod = " && ".join(
             [f"!object.spec.?{field}.orValue(false)" for field in trustzone.HOST_NAMESPACES if field not in allowance.host_namespaces]

@@ -322,8 +322,8 @@ def test_the_cli_lists_every_policy_with_action_and_source(capsys: pytest.Captur
     ("added", "allowed"),
     [(["SYS_ADMIN"], False), (["cap_sys_admin"], False), ([" ALL "], False), (["NET_ADMIN", "all"], False),
      (["SYS_MODULE"], False), (["dac_read_search"], False), (["CAP_SYS_RAWIO"], False), (["BPF"], False), (["PERFMON"], False),
-     (["NET_ADMIN"], False), (["MADE_UP_LATER"], False),
-     (["NET_BIND_SERVICE", "SYS_PTRACE"], True), (["ipc_lock", "CAP_SYS_NICE", " sys_resource "], True), ([], True)],
+     (["SYS_TIME"], False), (["MADE_UP_LATER"], False),
+     (["NET_BIND_SERVICE", "SYS_PTRACE"], True), (["NET_ADMIN", "NET_RAW"], True), (["ipc_lock", "CAP_SYS_NICE", " sys_resource "], True), ([], True)],
 )
 def test_gpu002_admits_only_allowed_capabilities_as_the_webhook_does(added: list[str], allowed: bool) -> None:
     (gpu002,) = [m for m in exported().manifests if m["metadata"]["name"] == "gpu-admission-gpu002" and m["kind"] == "ValidatingAdmissionPolicy"]
@@ -353,12 +353,16 @@ def test_gpu002_refuses_host_namespaces_and_node_security_options_in_pods_that_c
 def test_gpu002_follows_a_namespace_allowance_only_as_widely_as_it_can_tell() -> None:
     # The export cannot tell namespaces apart: an allowance anywhere is admitted everywhere (it may
     # admit what the webhook refuses, never the reverse).
-    document = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["training"], "allow": {"hostIPC": True, "capabilities": ["NET_ADMIN"]}}]}}
+    document = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["training"], "allow": {"hostNetwork": True, "capabilities": ["SYS_TIME"]}}]}}
     gpu002 = policy_named(exported(document), "gpu-admission-gpu002")
-    spec: dict[str, Any] = {"hostIPC": True, "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}]}
+    spec: dict[str, Any] = {"hostNetwork": True, "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["SYS_TIME"]}}}]}
 
     assert admits(gpu002, {"metadata": {"name": "p"}, "spec": spec})
     assert not admits(gpu002, {"metadata": {"name": "p"}, "spec": {**spec, "hostPID": True}})
+    # NET_ADMIN needs the pod's own network namespace, allowance or not (as trustzone.NEEDS_OWN_NAMESPACE).
+    tuned = {"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["net_admin"]}}}
+    assert not admits(gpu002, {"metadata": {"name": "p"}, "spec": {**spec, "containers": [tuned]}})
+    assert admits(gpu002, {"metadata": {"name": "p"}, "spec": {"containers": [tuned]}})
 
 
 @pytest.mark.parametrize("resource", ["nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared"])

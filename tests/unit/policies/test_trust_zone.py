@@ -269,7 +269,7 @@ def test_the_earlier_host_path_allow_setting_still_allows_writable_paths() -> No
 
 ESCAPING_CAPABILITIES = [
     ["SYS_ADMIN"], ["ALL"], ["sys_module"], ["CAP_DAC_READ_SEARCH"], [" sys_rawio "], ["BPF"], ["PERFMON"],
-    ["SYS_BOOT"], ["SYSLOG"], ["SYS_TIME"], ["NET_ADMIN"], ["NET_RAW"], ["MAC_ADMIN"], ["LINUX_IMMUTABLE"],
+    ["SYS_BOOT"], ["SYSLOG"], ["SYS_TIME"], ["MAC_ADMIN"], ["LINUX_IMMUTABLE"], ["WAKE_ALARM"],
     ["CHECKPOINT_RESTORE"], ["A_CAPABILITY_ADDED_NEXT_YEAR"], ["CHOWN", "SYS_MODULE"],
 ]
 
@@ -285,7 +285,7 @@ def test_a_capability_outside_the_allowlist_is_refused_in_a_gpu_pod_whatever_its
 
 
 @pytest.mark.parametrize(
-    "added", [["IPC_LOCK"], ["SYS_NICE", "sys_resource"], ["CAP_SYS_PTRACE"], ["NET_BIND_SERVICE", "CHOWN", "SETUID", "MKNOD"], []]
+    "added", [["IPC_LOCK"], ["SYS_NICE", "sys_resource"], ["CAP_SYS_PTRACE"], ["NET_ADMIN", "net_raw"], ["NET_BIND_SERVICE", "CHOWN", "SETUID", "MKNOD"], []]
 )
 def test_baseline_and_gpu_workload_capabilities_pass_in_a_gpu_pod(added: list[str]) -> None:
     decision = run_engine(pod(gpu_main(securityContext={"capabilities": {"add": added}})))
@@ -301,6 +301,16 @@ def test_sys_ptrace_is_refused_beside_the_host_pid_namespace_even_where_host_pid
     decision = run_engine(traced, config=config, namespace="mps")
     assert refused_by(decision) == ["GPU002"]
     assert "SYS_PTRACE with hostPID reaches every process of the node" in messages(decision, "GPU002")[0]
+
+
+def test_net_admin_is_refused_beside_the_host_network_even_where_host_network_is_allowed() -> None:
+    config = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["nccl"], "allow": {"hostNetwork": True}}]}}
+    tuned = pod(gpu_main(securityContext={"capabilities": {"add": ["NET_ADMIN"]}}), hostNetwork=True)
+
+    assert run_engine(pod(gpu_main(), hostNetwork=True), config=config, namespace="nccl").allowed
+    decision = run_engine(tuned, config=config, namespace="nccl")
+    assert refused_by(decision) == ["GPU002"]
+    assert "NET_ADMIN with hostNetwork reaches the node's network stack" in messages(decision, "GPU002")[0]
 
 
 @pytest.mark.parametrize(

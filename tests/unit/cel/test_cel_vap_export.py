@@ -9,10 +9,13 @@ import itertools
 import pathlib
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 
 from policies import builtin, cel, settings
+from policies import engine as policies_engine
+from policies import model as policies_model
 from tests import bypasses
 from webhook import config
 from webhook.commands import policies_cli, vap
@@ -377,3 +380,35 @@ def test_mig_slices_and_shared_cards_are_gpu_requests_in_the_export_as_in_the_we
     assert admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
     assert not admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"aliyun.com/gpu-mem": 2}}}]}})
     assert not admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "resources": {"limits": {resource: "0"}}}]}})
+
+
+TRUST_ZONE = REPO / "tests" / "data" / "manifests" / "trustzone"
+
+
+def _zone_pods() -> list[tuple[str, dict[str, Any]]]:
+    """Every pod-bearing manifest of the trust-zone fixtures as a Pod, as written and asking for a GPU."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for path in sorted(TRUST_ZONE.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            if not document or document["kind"] not in ("Pod", "Deployment", "DaemonSet", "Job"):
+                continue
+            as_written = as_pod(document)
+            found.append((path.name, as_written))
+            asking = copy.deepcopy(as_written)
+            asking["spec"]["containers"][0].setdefault("resources", {}).setdefault("limits", {})["nvidia.com/gpu"] = 1
+            found.append((f"{path.name}+gpu", asking))
+    return found
+
+
+@pytest.mark.parametrize(("name", "pod"), _zone_pods(), ids=[name for name, _ in _zone_pods()])
+def test_the_export_never_refuses_what_the_webhook_admits_and_refuses_the_same_gpu_pods(name: str, pod: dict[str, Any]) -> None:
+    # The apiserver runs the VAPs on the pod after the mutating webhook: the engine's patch applied.
+    decision = policies_engine.evaluate(policies_model.Request(operation="CREATE", object=pod, namespace="team-a"), settings=settings.Settings())
+    manifests = {m["metadata"]["name"]: m for m in exported().manifests if m["kind"] == "ValidatingAdmissionPolicy"}
+    if decision.allowed:
+        mutated = jsonpatch.apply_patch(copy.deepcopy(pod), list(decision.patch))
+        assert all(admits(m, mutated) for m in manifests.values()), name
+    refused = {v.policy for v in decision.violations if v.action is policies_model.Action.ENFORCE}
+    for policy_id in ("GPU002", "GPU003"):
+        if policy_id in refused:  # the webhook's GPU002/GPU003 refusals hold in the apiserver too
+            assert not admits(manifests[f"gpu-admission-{policy_id.lower()}"], pod), name

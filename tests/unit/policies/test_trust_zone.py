@@ -293,24 +293,24 @@ def test_baseline_and_gpu_workload_capabilities_pass_in_a_gpu_pod(added: list[st
     assert decision.allowed, decision.denial_message
 
 
-def test_sys_ptrace_is_refused_beside_the_host_pid_namespace_even_where_host_pid_is_allowed() -> None:
-    config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps"], "allow": {"hostPID": True}}]}}
-    traced = pod(gpu_main(securityContext={"capabilities": {"add": ["SYS_PTRACE"]}}), hostPID=True)
+@pytest.mark.parametrize(
+    ("capability", "namespace", "why"),
+    [
+        ("SYS_PTRACE", "hostPID", "SYS_PTRACE with hostPID reaches every process of the node"),
+        ("NET_ADMIN", "hostNetwork", "NET_ADMIN with hostNetwork reaches the node's network stack"),
+        ("net_raw", "hostNetwork", "NET_RAW with hostNetwork reaches the node's network stack"),
+    ],
+)
+def test_a_capability_that_needs_the_pods_own_namespace_is_refused_beside_the_hosts_even_where_that_is_allowed(
+    capability: str, namespace: str, why: str
+) -> None:
+    config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps"], "allow": {namespace: True}}]}}
+    shared = pod(gpu_main(securityContext={"capabilities": {"add": [capability]}}), **{namespace: True})
 
-    assert run_engine(pod(gpu_main(), hostPID=True), config=config, namespace="mps").allowed
-    decision = run_engine(traced, config=config, namespace="mps")
+    assert run_engine(pod(gpu_main(), **{namespace: True}), config=config, namespace="mps").allowed
+    decision = run_engine(shared, config=config, namespace="mps")
     assert refused_by(decision) == ["GPU002"]
-    assert "SYS_PTRACE with hostPID reaches every process of the node" in messages(decision, "GPU002")[0]
-
-
-def test_net_admin_is_refused_beside_the_host_network_even_where_host_network_is_allowed() -> None:
-    config = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["nccl"], "allow": {"hostNetwork": True}}]}}
-    tuned = pod(gpu_main(securityContext={"capabilities": {"add": ["NET_ADMIN"]}}), hostNetwork=True)
-
-    assert run_engine(pod(gpu_main(), hostNetwork=True), config=config, namespace="nccl").allowed
-    decision = run_engine(tuned, config=config, namespace="nccl")
-    assert refused_by(decision) == ["GPU002"]
-    assert "NET_ADMIN with hostNetwork reaches the node's network stack" in messages(decision, "GPU002")[0]
+    assert why in messages(decision, "GPU002")[0]
 
 
 @pytest.mark.parametrize(

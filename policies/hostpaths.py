@@ -1,9 +1,9 @@
 """Which host paths reach a node's devices, container runtimes or control state, read as the node reads them.
 
-The protected roots and leaves, the built-in allowed paths, the paths that pass only read-only, the
-host's symbolic links, and the admin's additions (`configured`). GPU003 judges pods' hostPath
-volumes with these rules (its docstring says why each root is protected); the settings parse
-`hostPaths` into them, the audit and the generated ValidatingAdmissionPolicy read them too.
+The protected roots and leaves, the paths that pass only read-only, the host's symbolic links, and
+the admin's additions (`configured`). Since GPU nodes became a trust zone (`policies.trustzone`)
+what GPU003 refuses is every path its allowlist does not name; these roots only say, in its
+messages, what a refused path lies in, and `resolve` reads a path as the node does.
 Pure data and functions: nothing here knows a policy.
 """
 
@@ -197,9 +197,3 @@ def _entry(value: object, *, field: str) -> str:
     if not isinstance(value, str) or not value.startswith("/"):
         raise ValueError(f"{field}: must be an absolute path, got {value!r}")
     return resolve(value)
-
-
-def exposes_gpu(path: str, rules: HostPathRules = DEFAULT_RULES) -> str | None:
-    """The protected root that `path` lies in or contains; None if it is safe (used by the audit)."""
-    verdict = rules.judge(path)
-    return None if verdict is None else verdict.root

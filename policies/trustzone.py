@@ -371,7 +371,9 @@ def _security_options(security: Mapping[str, Any], *, where: str) -> Iterator[Po
         yield Power(kind=PRIVILEGE, detail=f"{where} runs as a Windows host process")
 
 
-def pod_power(spec: Mapping[str, Any], allowance: Allowance) -> Iterator[Power]:
+def pod_power(
+    spec: Mapping[str, Any], allowance: Allowance, rules: hostpaths.HostPathRules = hostpaths.DEFAULT_RULES
+) -> Iterator[Power]:
     """What the pod as a whole (host namespaces, pod security context, volumes) has that GPU nodes do not allow."""
     for field in HOST_NAMESPACES:
         if spec.get(field) is True and field not in allowance.host_namespaces:
@@ -384,7 +386,7 @@ def pod_power(spec: Mapping[str, Any], allowance: Allowance) -> Iterator[Power]:
             if source == HOST_PATH:
                 path = podspec.mapping(volume.get(HOST_PATH)).get("path")
                 if isinstance(path, str) and allowance.host_path(path) is None:
-                    yield Power(kind=VOLUME, detail=f'volume "{name}" mounts hostPath {_shown(path)}, {_not_allowed(path)}')
+                    yield Power(kind=VOLUME, detail=f'volume "{name}" mounts hostPath {_shown(path)}, {_not_allowed(path, rules)}')
             elif source not in allowance.volume_types:
                 yield Power(kind=VOLUME, detail=f'volume "{name}" is a {source} volume, a type GPU nodes do not allow')
 
@@ -394,8 +396,9 @@ def _shown(path: str) -> str:
     return resolved if resolved == path else f"{resolved} (written {path!r})"
 
 
-def _not_allowed(path: str) -> str:
-    verdict = hostpaths.DEFAULT_RULES.judge(path)
+def _not_allowed(path: str, rules: hostpaths.HostPathRules) -> str:
+    """Why a path is not allowed, in words: where it lies in one of the roots `rules` know, which root."""
+    verdict = rules.judge(path)
     if verdict is None:
         return "which is not an allowed host path"
     where = "contains" if verdict.contains else "lies in"
@@ -451,13 +454,18 @@ def node_power(
     allowance: Allowance,
     *,
     whole_pod: bool = True,
+    rules: hostpaths.HostPathRules = hostpaths.DEFAULT_RULES,
 ) -> list[Power]:
-    """Everything the pod (or, with `whole_pod` False, only `containers`) has that GPU nodes do not allow."""
+    """Everything the pod (or, with `whole_pod` False, only `containers`) has that GPU nodes do not allow.
+
+    `rules` only name, in a message, the protected root a refused host path lies in (the settings'
+    `hostPaths.protect` among them); what is refused is all that `allowance` does not allow.
+    """
     scope = tuple(containers)
     shared = shared_namespaces(spec)
     found: list[Power] = []
     if whole_pod:
-        found.extend(pod_power(spec, allowance))
+        found.extend(pod_power(spec, allowance, rules))
     for ref in scope:
         found.extend(container_power(ref, allowance, shared=shared))
     found.extend(writable_mounts(spec, scope, allowance))

@@ -43,7 +43,11 @@ def power(context: policy.Context, kind: str) -> list[trustzone.Power]:
     """What the pod in `context` has of `kind` that GPU nodes do not allow in its namespace."""
     allowance = context.settings.allowance(context.namespace, context.request.namespace_labels)
     found = trustzone.node_power(
-        context.template.spec, context.containers, allowance, whole_pod=context.whole_pod
+        context.template.spec,
+        context.containers,
+        allowance,
+        whole_pod=context.whole_pod,
+        rules=context.settings.host_paths,
     )
     return [p for p in found if p.kind == kind]
 

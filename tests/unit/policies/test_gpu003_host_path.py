@@ -1,4 +1,4 @@
-"""GPU003: no hostPath volume reaches the node's devices, container runtimes or control state."""
+"""GPU003: a pod that can reach a GPU node mounts only the host paths GPU nodes allow (the trust zone)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,27 @@ from typing import Any
 import pytest
 
 from policies import hostpaths, model, settings
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty
 
-PREFIX = "GPU003: hostPath volumes must not reach the node's devices, container runtimes or control state: "
+PREFIX = "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
 INSTEAD = (
-    "; use an emptyDir, a PersistentVolumeClaim or a ConfigMap, request GPUs as resources, "
-    "or ask an admin to allow the path (hostPaths.allow)"
+    "; the pod requests the GPU resource nvidia.com/gpu; use an emptyDir, a PersistentVolumeClaim or a ConfigMap, "
+    "mount an allowed path read-only, run the part that needs the node in a pod that asks for no GPU (it is kept "
+    "off GPU nodes), or ask an admin to allow the path for the namespace (trustZone)"
 )
+GPU = {"nvidia.com/gpu": 1}
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+OFF_GPU_NODES = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]}}}
 
 
-def with_host_path(pod: PodFactory, container: ContainerFactory, path: str, **extra: Any) -> dict[str, Any]:
-    return pod(container(), volumes=[{"name": "host", "hostPath": {"path": path, **extra}}])
+def with_host_path(pod: PodFactory, container: ContainerFactory, path: str, *, gpu: bool = True, **extra: Any) -> dict[str, Any]:
+    """A pod (asking for a card unless `gpu` is False) mounting `path` read-only."""
+    main = container(gpu=GPU if gpu else None, volumeMounts=[{"name": "host", "mountPath": "/host", "readOnly": True}])
+    return pod(main, volumes=[{"name": "host", "hostPath": {"path": path, **extra}}])
 
 
-# --- the attack side ---------------------------------------------------------------------------
+# --- the attack side: a pod that asks for a card ----------------------------------------------------
 
 RUNTIME_SOCKETS = [
     "/run/containerd/containerd.sock",
@@ -59,12 +66,14 @@ CONTROL_STATE = [
     "/usr/local/nvidia/toolkit",
     "/usr/lib/x86_64-linux-gnu",
 ]
-DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dri", "/dev/dri/card0", "/dev/null", "/dev/fuse"]
-WHOLE_HOST = ["/proc", "/proc/1/root", "/sys", "/sys/bus/pci/devices", "/run/nvidia/driver", "/var/run/nvidia-persistenced/socket"]
+DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dri", "/dev/dri/card0", "/dev/null", "/dev/fuse", "/dev/shm"]
+WHOLE_HOST = ["/proc", "/proc/1/root", "/sys", "/sys/bus/pci/devices", "/sys/fs/cgroup", "/run/nvidia/driver", "/var/run/nvidia-persistenced/socket"]
+# Paths no list of protected roots ever named: refused all the same, since only the allowlist passes.
+UNLISTED = ["/var/log", "/var/log/pods", "/tmp", "/data", "/etc/ssl/certs", "/var/lib/container/kubelet", "/etc/ld.so.preload", "/opt/nri/plugins"]
 
 
-@pytest.mark.parametrize("path", RUNTIME_SOCKETS + CONTROL_STATE + DEVICES + WHOLE_HOST)
-def test_host_path_in_a_protected_root_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
+@pytest.mark.parametrize("path", RUNTIME_SOCKETS + CONTROL_STATE + DEVICES + WHOLE_HOST + UNLISTED)
+def test_host_path_outside_the_allowlist_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
     decision = evaluate(with_host_path(pod, container, path))
 
     assert not decision.allowed
@@ -76,8 +85,8 @@ def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(pod: PodF
     decision = evaluate(with_host_path(pod, container, "/run/containerd/containerd.sock"))
 
     assert decision.denial_message == (
-        PREFIX + 'volume "host" mounts hostPath /run/containerd/containerd.sock, which lies in the protected /run '
-        "(container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories)" + INSTEAD
+        PREFIX + 'volume "host" mounts hostPath /run/containerd/containerd.sock, which is not an allowed host path (lies in '
+        "/run: container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories)" + INSTEAD
     )
 
 
@@ -97,7 +106,7 @@ def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod: PodFactory, co
     decision = evaluate(with_host_path(pod, container, path))
 
     assert not decision.allowed
-    assert f"mounts hostPath {path}, which contains the protected {root} (" in decision.denial_message
+    assert f"mounts hostPath {path}, which is not an allowed host path (contains {root}: " in decision.denial_message
 
 
 @pytest.mark.parametrize(
@@ -116,6 +125,9 @@ def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod: PodFactory, co
         ("/var/run/../etc/kubernetes", "/etc/kubernetes"),
         ("/var/log/../lib/./kubelet//pods", "/var/lib/kubelet/pods"),
         ("dev", "/dev"),
+        # out of an allowed path, back up into the node
+        ("/etc/localtime/../kubernetes", "/etc/kubernetes"),
+        ("/usr/share/zoneinfo/../../bin", "/usr/bin"),
     ],
 )
 def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, written: str, resolved: str) -> None:
@@ -128,21 +140,21 @@ def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod: 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob", "StatefulSet"])
 def test_a_runtime_socket_in_a_workload_template_is_denied(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, kind: str) -> None:
     template = pod(
-        container(volumeMounts=[{"name": "sock", "mountPath": "/run/containerd/containerd.sock"}]),
+        container(gpu=GPU, volumeMounts=[{"name": "sock", "mountPath": "/run/containerd/containerd.sock"}]),
         init=[container("setup")],
         volumes=[{"name": "sock", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}}],
     )
     decision = evaluate(workload(kind, template))
 
     assert not decision.allowed
-    assert 'volume "sock" mounts hostPath /run/containerd/containerd.sock, which lies in the protected /run' in (
+    assert 'volume "sock" mounts hostPath /run/containerd/containerd.sock, which is not an allowed host path (lies in /run' in (
         decision.denial_message
     )
 
 
 def test_a_host_path_used_only_by_an_init_container_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     spec_pod = pod(
-        container(),
+        container(gpu=GPU),
         init=[container("copy", volumeMounts=[{"name": "pki", "mountPath": "/pki"}])],
         volumes=[{"name": "pki", "hostPath": {"path": "/var/lib/kubelet/pki"}}],
     )
@@ -158,15 +170,25 @@ def test_every_offending_volume_is_named(pod: PodFactory, container: ContainerFa
         {"name": "logs", "hostPath": {"path": "/var/log"}},
         {"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}},
         {"name": "proc", "hostPath": {"path": "/proc"}},
+        {"name": "tz", "hostPath": {"path": "/etc/localtime"}},
     ]
-    decision = evaluate(pod(container(), volumes=volumes))
+    decision = evaluate(pod(container(gpu=GPU), volumes=volumes))
 
-    docker, proc = violation_messages(decision, "GPU003")
+    logs, docker, proc = violation_messages(decision, "GPU003")
+    assert logs.startswith(PREFIX + 'volume "logs" mounts hostPath /var/log, which is not an allowed host path;')
     assert docker.startswith(PREFIX + 'volume "docker" mounts hostPath /run/docker.sock (written ')
-    assert proc.startswith(PREFIX + 'volume "proc" mounts hostPath /proc, which lies in the protected /proc')
+    assert proc.startswith(PREFIX + 'volume "proc" mounts hostPath /proc, which is not an allowed host path (lies in /proc')
 
 
-# --- ordinary pods keep working ------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/etc/localtime", "/usr/share/zoneinfo", "/usr/share/zoneinfo/Asia/Shanghai", "/var/lib/lxcfs/proc/meminfo"])
+def test_the_allowed_paths_pass_read_only_in_a_gpu_pod(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str) -> None:
+    decision = evaluate(with_host_path(pod, container, path, type="File"))
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+
+
+# --- pods without GPUs keep working, off GPU nodes --------------------------------------------------
 
 ORDINARY = [
     "/var/log",
@@ -192,18 +214,27 @@ ORDINARY = [
     "/runner",
     "/procedures",
     "/etc/kubernetes-backup",
+    "/var/run/docker.sock",
+    "/proc",
 ]
 
 
 @pytest.mark.parametrize("path", ORDINARY)
-def test_host_path_outside_every_protected_root_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str) -> None:
-    decision = evaluate(with_host_path(pod, container, path, type="DirectoryOrCreate"))
+def test_any_host_path_in_a_pod_without_gpus_is_allowed_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, patched: Patched, path: str
+) -> None:
+    obj = with_host_path(pod, container, path, gpu=False, type="DirectoryOrCreate")
+    decision = evaluate(obj)
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
+    allowed = ("/etc/localtime", "/usr/share/zoneinfo")  # the allowlist: nothing to keep off GPU nodes
+    affinity = {"op": "add", "path": "/spec/affinity", "value": OFF_GPU_NODES}
+    assert (affinity in decision.patch) is (path not in allowed)
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_a_log_agent_daemonset_is_allowed(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf) -> None:
+def test_a_log_agent_daemonset_is_allowed_off_gpu_nodes(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf) -> None:
     template = pod(
         container("fluent-bit", volumeMounts=[{"name": "varlog", "mountPath": "/var/log", "readOnly": True}]),
         volumes=[
@@ -215,6 +246,7 @@ def test_a_log_agent_daemonset_is_allowed(pod: PodFactory, container: ContainerF
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
+    assert {"op": "add", "path": "/spec/template/spec/affinity", "value": OFF_GPU_NODES} in decision.patch
 
 
 @pytest.mark.parametrize(
@@ -229,26 +261,24 @@ def test_a_log_agent_daemonset_is_allowed(pod: PodFactory, container: ContainerF
     ],
 )
 def test_malformed_or_other_volumes_are_ignored(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, volume: object) -> None:
-    decision = evaluate(pod(container(), volumes=[volume]))
+    decision = evaluate(pod(container(gpu=GPU), volumes=[volume]))
 
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-# --- settings: hostPaths.protect and hostPaths.allow --------------------------------------------
+# --- settings: trustZone.allow, and hostPaths of earlier versions ----------------------------------
 
 
-def test_an_extra_protected_root_refuses_the_path_and_its_parents(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_an_extra_protected_root_only_names_the_root_in_the_message(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/srv/kubelet"]}}
 
     inside = evaluate(with_host_path(pod, container, "/srv/kubelet/pods"), config=config)
-    parent = evaluate(with_host_path(pod, container, "/srv"), config=config)
     beside = evaluate(with_host_path(pod, container, "/srv/www"), config=config)
 
-    assert "which lies in the protected /srv/kubelet (protected by the settings (hostPaths.protect))" in (
+    assert "which is not an allowed host path (lies in /srv/kubelet: protected by the settings (hostPaths.protect))" in (
         inside.denial_message
     )
-    assert "mounts hostPath /srv, which contains the protected /srv/kubelet" in parent.denial_message
-    assert beside.allowed
+    assert "mounts hostPath /srv/www, which is not an allowed host path;" in beside.denial_message
 
 
 @pytest.mark.parametrize("written", ["/run/xtables.lock", "/var/run/xtables.lock", "//run/./xtables.lock/"])
@@ -264,7 +294,7 @@ def test_an_allowed_path_passes_in_any_spelling(pod: PodFactory, container: Cont
     "path", ["/run", "/run/flannel/../containerd", "/run/flannel/../../etc/kubernetes", "/run/flannelx", "/run/cni"]
 )
 def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
-    config = {"hostPaths": {"allow": ["/run/flannel"]}}
+    config = {"trustZone": {"allow": {"hostPaths": ["/run/flannel"]}}}
 
     decision = evaluate(with_host_path(pod, container, path), config=config)
 
@@ -272,11 +302,11 @@ def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod: PodFactory, co
     assert evaluate(with_host_path(pod, container, "/run/flannel/subnet.env"), config=config).allowed
 
 
-def test_protecting_dev_shm_takes_its_built_in_allowance_away(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    config = {"hostPaths": {"protect": ["/dev/shm"]}}
+def test_dev_shm_is_refused_in_a_gpu_pod_until_an_admin_allows_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+    config = {"trustZone": {"allow": {"hostPaths": ["/dev/shm"]}}}
 
-    assert not evaluate(with_host_path(pod, container, "/dev/shm"), config=config).allowed
-    assert evaluate(with_host_path(pod, container, "/dev/shm")).allowed
+    assert not evaluate(with_host_path(pod, container, "/dev/shm")).allowed
+    assert evaluate(with_host_path(pod, container, "/dev/shm"), config=config).allowed
 
 
 @pytest.mark.parametrize(
@@ -317,20 +347,11 @@ def test_empty_host_path_settings_are_the_built_in_rules() -> None:
     assert settings.from_mapping({"hostPaths": {}}).host_paths == hostpaths.DEFAULT_RULES
     assert settings.from_mapping({"hostPaths": {"protect": [], "allow": None}}).host_paths == hostpaths.DEFAULT_RULES
     assert settings.Settings().host_paths is hostpaths.DEFAULT_RULES
+    assert settings.from_mapping({"hostPaths": {}}).zone_allowance == settings.Settings().zone_allowance
 
 
-def test_protecting_everything_makes_allow_an_allow_list(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_the_allowlist_holds_whatever_hostpaths_protect_says(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/"], "allow": ["/var/log"]}}
 
     assert evaluate(with_host_path(pod, container, "/var/log/pods"), config=config).allowed
     assert not evaluate(with_host_path(pod, container, "/data"), config=config).allowed
-
-
-# --- the helpers other modules use --------------------------------------------------------------
-
-
-def test_exposes_gpu_names_the_protected_root_for_the_audit() -> None:
-    assert hostpaths.exposes_gpu("/dev") == "/dev"
-    assert hostpaths.exposes_gpu("/var/run/docker.sock") == "/run"
-    assert hostpaths.exposes_gpu("/") == "/dev"
-    assert hostpaths.exposes_gpu("/var/log") is None

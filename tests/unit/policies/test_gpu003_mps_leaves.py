@@ -1,6 +1,7 @@
-"""GPU003's protected leaves: the CUDA MPS pipe and log directories are refused in any spelling and
-kind of pod, while their parents (`/tmp`, `/var/log`) stay open; allowing a leaf is possible, and
-allowing a parent uncovers no leaf; the exported ValidatingAdmissionPolicy agrees path by path."""
+"""The CUDA MPS pipe and log directories in the trust zone: refused in any spelling and kind of pod that
+can reach a GPU node (together with their parents `/tmp` and `/var/log`, which no longer pass there);
+an admin may allow the pipe directory for MPS jobs, and allowing it uncovers nothing beside it; the
+exported ValidatingAdmissionPolicy agrees path by path."""
 
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ from typing import Any
 import pytest
 
 from policies import cel, hostpaths, model, settings
+from tests.unit.cel.test_cel_vap_export import admits
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, WorkloadFactory
 from webhook.commands import vap
 
-PREFIX = "GPU003: hostPath volumes must not reach the node's devices, container runtimes or control state: "
+PREFIX = "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
 INSTEAD = (
-    "; use an emptyDir, a PersistentVolumeClaim or a ConfigMap, request GPUs as resources, "
-    "or ask an admin to allow the path (hostPaths.allow)"
+    "; the pod requests the GPU resource aliyun.com/gpu-mem; use an emptyDir, a PersistentVolumeClaim or a ConfigMap, "
+    "mount an allowed path read-only, run the part that needs the node in a pod that asks for no GPU (it is kept "
+    "off GPU nodes), or ask an admin to allow the path for the namespace (trustZone)"
 )
 PIPES = "the CUDA MPS control daemon's pipes, which run work in and reconfigure every tenant's MPS server"
+SHARE = {"aliyun.com/gpu-mem": 2}
 
 
-def with_host_path(pod: PodFactory, container: ContainerFactory, path: str) -> dict[str, Any]:
-    return pod(container(), volumes=[{"name": "mps", "hostPath": {"path": path}}])
+def with_host_path(pod: PodFactory, container: ContainerFactory, path: str, *, gpu: bool = True) -> dict[str, Any]:
+    main = container(gpu=SHARE if gpu else None, volumeMounts=[{"name": "mps", "mountPath": "/mps"}])
+    return pod(main, volumes=[{"name": "mps", "hostPath": {"path": path}}])
 
 
 @pytest.mark.parametrize(
@@ -45,20 +50,21 @@ def test_an_mps_directory_is_refused_in_any_spelling(pod: PodFactory, container:
 
     assert not decision.allowed
     [violation] = [v for v in decision.violations if v.policy == "GPU003"]
-    assert f"which lies in the protected {leaf} (the CUDA MPS control daemon's" in violation.message
+    assert f"which is not an allowed host path (lies in {leaf}: the CUDA MPS control daemon's" in violation.message
 
 
 def test_the_message_names_the_volume_the_leaf_and_what_to_do(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"))
 
     assert decision.denial_message == (
-        PREFIX + f'volume "mps" mounts hostPath /tmp/nvidia-mps, which lies in the protected /tmp/nvidia-mps ({PIPES})' + INSTEAD
+        PREFIX + f'volume "mps" mounts hostPath /tmp/nvidia-mps, which is not an allowed host path (lies in /tmp/nvidia-mps: {PIPES})'
+        + INSTEAD
     )
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob"])
 def test_a_workload_template_or_an_init_container_reaching_the_pipes_is_refused(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, workload: WorkloadFactory, kind: str) -> None:
-    template = pod(container(gpu={"aliyun.com/gpu-mem": 2}), init=[container("setup", volumeMounts=[{"name": "mps", "mountPath": "/tmp/nvidia-mps"}])],
+    template = pod(container(gpu=SHARE), init=[container("setup", volumeMounts=[{"name": "mps", "mountPath": "/tmp/nvidia-mps"}])],
                    volumes=[{"name": "mps", "hostPath": {"path": "/tmp/nvidia-mps", "type": "Directory"}}])
 
     decision = evaluate(workload(kind, template))
@@ -70,66 +76,67 @@ def test_a_workload_template_or_an_init_container_reaching_the_pipes_is_refused(
     "path",
     ["/tmp", "/tmp/", "/tmp/.X11-unix", "/tmp/nvidia-mps-build", "/tmp/nvidia", "/var/log", "/var/log/pods", "/var/log/nvidia", "/data/nvidia-mps"],
 )
-def test_the_parents_and_neighbours_of_the_leaves_pass(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str) -> None:
-    decision = evaluate(with_host_path(pod, container, path))
-
-    assert result(decision, "GPU003") is model.Result.PASS
+def test_the_parents_and_neighbours_of_the_pipes_are_refused_too_in_a_gpu_pod_and_pass_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str
+) -> None:
+    # /tmp itself reaches the pipes; only the allowlist passes where the cards are.
+    assert result(evaluate(with_host_path(pod, container, path)), "GPU003") is model.Result.FAIL
+    without_gpus = evaluate(with_host_path(pod, container, path, gpu=False))
+    assert without_gpus.allowed and result(without_gpus, "GPU003") is model.Result.PASS
+    assert any(op["path"] == "/spec/affinity" for op in without_gpus.patch)
 
 
 def test_an_admin_may_allow_the_pipe_directory_itself(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    config = {"hostPaths": {"allow": ["/tmp/nvidia-mps"]}}
+    config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps-jobs"], "allow": {"hostPaths": [{"path": "/tmp/nvidia-mps", "readOnly": False}]}}]}}
 
-    assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config).allowed
-    assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps/control"), config=config).allowed
-    assert not evaluate(with_host_path(pod, container, "/var/log/nvidia-mps"), config=config).allowed
+    assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config, namespace="mps-jobs").allowed
+    assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps/control"), config=config, namespace="mps-jobs").allowed
+    assert not evaluate(with_host_path(pod, container, "/var/log/nvidia-mps"), config=config, namespace="mps-jobs").allowed
+    assert not evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config, namespace="team-a").allowed
 
 
 @pytest.mark.parametrize(
     ("config", "path"),
     [
-        ({"hostPaths": {"allow": ["/tmp"]}}, "/tmp/nvidia-mps"),
-        ({"hostPaths": {"allow": ["/var/log"]}}, "/var/log/nvidia-mps/control.log"),
-        ({"hostPaths": {"protect": ["/"], "allow": ["/var/log"]}}, "/var/log/nvidia-mps"),
+        ({"trustZone": {"allow": {"hostPaths": ["/tmp/nvidia-mps"]}}}, "/tmp"),
+        ({"trustZone": {"allow": {"hostPaths": ["/tmp/nvidia-mps"]}}}, "/tmp/nvidia-mps/../nvidia-log"),
+        ({"trustZone": {"allow": {"hostPaths": ["/tmp/nvidia-mps"]}}}, "/tmp/nvidia-mpsx"),
     ],
-    ids=["tmp", "var-log", "allow-list"],
+    ids=["parent", "beside-through-dotdot", "prefix-only"],
 )
-def test_allowing_a_parent_uncovers_no_leaf(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, config: dict[str, Any], path: str) -> None:
+def test_allowing_the_pipes_uncovers_nothing_beside_or_above_them(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, config: dict[str, Any], path: str) -> None:
     assert not evaluate(with_host_path(pod, container, path), config=config).allowed
 
 
-def test_an_admin_may_protect_tmp_itself_where_mps_runs(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    config = {"hostPaths": {"protect": ["/tmp"]}}
-
-    assert not evaluate(with_host_path(pod, container, "/tmp"), config=config).allowed
-    assert evaluate(with_host_path(pod, container, "/tmp"), config=None).allowed
-
-
-def test_the_device_plugins_mps_directory_lies_in_run() -> None:
-    assert hostpaths.exposes_gpu("/run/nvidia/mps") == "/run"
-    assert hostpaths.exposes_gpu("/var/run/nvidia/mps/nvidia.com/gpu/pipe") == "/run"
-    assert hostpaths.exposes_gpu("/tmp/nvidia-mps") == "/tmp/nvidia-mps"  # the audit sees leaves too
+def test_the_device_plugins_mps_directory_is_named_as_lying_in_run() -> None:
+    assert (verdict := hostpaths.DEFAULT_RULES.judge("/var/run/nvidia/mps/nvidia.com/gpu/pipe")) is not None and verdict.root == "/run"
+    assert (leaf := hostpaths.DEFAULT_RULES.judge("/tmp/nvidia-mps")) is not None and leaf.root == "/tmp/nvidia-mps"
 
 
 @pytest.mark.parametrize(
     "document",
-    [{}, {"hostPaths": {"allow": ["/tmp/nvidia-mps/control"]}}, {"hostPaths": {"protect": ["/"], "allow": ["/var/log", "/tmp"]}}],
-    ids=["defaults", "allowed-inside-a-leaf", "allow-list"],
+    [{}, {"trustZone": {"allow": {"hostPaths": ["/tmp/nvidia-mps/control"]}}}, {"hostPaths": {"allow": ["/var/log", "/tmp"]}}],
+    ids=["defaults", "allowed-inside-a-pipe-directory", "earlier-allow"],
 )
-def test_the_exported_policy_agrees_with_the_webhook_around_the_leaves(document: dict[str, Any]) -> None:
+def test_the_exported_policy_agrees_with_the_webhook_around_the_pipes(document: dict[str, Any]) -> None:
     export = vap.export(settings.from_mapping(document), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC))
     [manifest] = [m for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == "gpu-admission-gpu003"]
-    [validation] = manifest["spec"]["validations"]
-    compiled = cel.compile_expression(cel.environment(), validation["expression"], field="validation")
-    rules = settings.from_mapping(document).host_paths
+    allowance = settings.from_mapping(document).allowance("team-a")
     parts = ["", "tmp", "nvidia-mps", "nvidia-log", "var", "log", "control", "."]
     paths = {"/" + "/".join(p) for p in itertools.product(parts, repeat=4)} | {"/".join(p) for p in itertools.product(parts[1:], repeat=3)}
 
-    disagree = [
-        path
-        for path in sorted(paths)
-        if (cel.evaluate(compiled, {"object": {"spec": {"volumes": [{"name": "v", "hostPath": {"path": path}}]}}}) is True)
-        is not (rules.judge(path) is None)
-    ]
+    # Compiled once: the pod asks for a card, so the policy's reachesGpuNodes variable is true here
+    # (checked on one pod through the whole manifest), and the validation alone decides.
+    env = cel.environment(extra=("variables",))
+    [validation] = [cel.compile_expression(env, v["expression"], field="validation") for v in manifest["spec"]["validations"]]
+    gpu_pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"limits": SHARE}}], "volumes": [{"name": "v", "hostPath": {"path": "/proc"}}]}}
+    assert not admits(manifest, gpu_pod)
+
+    def exported_admits(path: str) -> bool:
+        activation = {"object": {"spec": {"volumes": [{"name": "v", "hostPath": {"path": path}}]}}, "variables": {vap.REACH: True}}
+        return cel.evaluate(validation, activation) is True
+
+    disagree = [path for path in sorted(paths) if exported_admits(path) is not (allowance.host_path(path) is not None)]
     assert len(paths) > 4000
-    assert "/tmp/nvidia-mps" in {verdict.root for verdict in map(rules.judge, paths) if verdict is not None}
     assert disagree == []
+    assert cel.MAX_EXPRESSION_CHARS >= max(len(v["expression"]) for v in manifest["spec"]["validations"])

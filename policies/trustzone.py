@@ -20,16 +20,17 @@ rule has two sides:
   admin adds), or claims devices through Dynamic Resource Allocation (`spec.resourceClaims`: the
   class is not visible in the pod, so any claim counts);
 - its nodeSelector or node affinity asks for GPU-labelled nodes (`nodeaffinity.targets_gpu_nodes`);
+- it runs on a node (`spec.nodeName`) whose labels are known (the webhook looks them up for an
+  ephemeral container added to a running pod): a GPU node's labels make it reach one, whatever its
+  affinity says (a GPU node without the card-name label matches GPU103's affinity), others keep it
+  off; unknown labels leave it to the points below, where GPU103's affinity settles it for a pod
+  being created: the kubelet refuses a pod whose required node affinity its node does not match
+  (node affinity is one of the kubelet's admission predicates);
 - otherwise, when every required node-affinity term holds `nvidia_name DoesNotExist`
   (`stays_off_gpu_nodes`), it cannot: the scheduler and, for a pod that names its node, the
   kubelet's own admission check (node affinity is one of its general predicates) keep it off;
 - it tolerates a GPU node taint by key (`nvidia.com/gpu`, a GPU resource or GPU node label key, or
   `gpuNodeTaints`): it asks to be let onto GPU nodes;
-- it names its node (`spec.nodeName`, which skips the scheduler) and the node's labels are known:
-  a GPU node's labels make it an intent, others keep it off (the webhook looks them up for an
-  ephemeral container added to a running pod); unknown labels leave it to the next point, where
-  GPU103's affinity settles it: the kubelet refuses a pod whose required node affinity its node
-  does not match (node affinity is one of the kubelet's admission predicates);
 - otherwise it *may* reach one: nothing keeps it off. That is the case GPU103 settles by adding the
   affinity (`Reach.intent` is False then); when GPU103 does not act `enforce`, the pod stays a pod
   that may reach a GPU node, and rule 1 refuses its node power.
@@ -302,17 +303,18 @@ def reach(
     asked = intent(spec, zone)
     if asked:
         return Reach(why=asked, intent=True)
+    node = spec.get("nodeName")
+    if isinstance(node, str) and node and node_labels is not None:
+        # Known labels win over an affinity: a GPU node without the card-name label matches it.
+        found = sorted(k for k, v in node_labels.items() if nodeaffinity.is_gpu_node_label(k, v))
+        if found:
+            return Reach(why=f"the pod runs on the GPU node {node} (label {found[0]})", intent=True)
+        return UNREACHABLE
     if stays_off_gpu_nodes(spec):
         return UNREACHABLE
     toleration = gpu_toleration(spec, zone)
     if toleration:
         return Reach(why=f"the pod tolerates the GPU node taint {toleration}", intent=True)
-    node = spec.get("nodeName")
-    if isinstance(node, str) and node and node_labels is not None:
-        found = sorted(k for k, v in node_labels.items() if nodeaffinity.is_gpu_node_label(k, v))
-        if found:
-            return Reach(why=f"the pod runs on the GPU node {node} (label {found[0]})", intent=True)
-        return UNREACHABLE
     # The same words whether or not the pod names a node whose labels are not known: the audit
     # remembers verdicts under a key without spec.nodeName (webhook/audit/verdicts.py).
     return Reach(why=f"nothing keeps the pod off GPU nodes (required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist)")

@@ -82,7 +82,7 @@ def test_a_privileged_debug_container_added_to_a_claiming_pod_is_denied(
     decision = evaluate(updated, operation="UPDATE", subresource="ephemeralcontainers", old=running)
 
     assert not decision.allowed
-    assert any('ephemeral container "debugger"' in m for m in violation_messages(decision, "GPU002"))
+    assert any('ephemeral container "debugger"' in m for m in violation_messages(decision, "GPU009"))
 
 
 # --- the ordinary side -------------------------------------------------------------------------

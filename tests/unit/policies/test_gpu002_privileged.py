@@ -1,4 +1,4 @@
-"""GPU002: no privileged container in a pod that uses GPUs."""
+"""GPU002: a pod that can reach a GPU node has only the privileges GPU nodes allow (the trust zone)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,21 @@ import pytest
 from policies import model
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
-PREFIX = "GPU002: privileged containers are not allowed in pods that use GPUs: "
-INSTEAD = "; drop privileged and SYS_ADMIN/ALL from it, or run the privileged part in a pod that requests no GPU"
+PREFIX = "GPU002: a pod that can reach a GPU node may have only the privileges GPU nodes allow: "
+INSTEAD = (
+    "; drop it, run the privileged part in a pod that asks for no GPU (it is kept off GPU nodes), "
+    "or ask an admin to allow it for the namespace (trustZone)"
+)
+EPHEMERAL_PREFIX = "GPU009: privileged ephemeral containers cannot be added to pods on GPU nodes: "
+EPHEMERAL_INSTEAD = (
+    "; use a debug profile without privilege (kubectl debug --profile=general or baseline), "
+    "or debug a copy of the pod on a node without GPUs"
+)
+TARGETS = "; the pod's nodeSelector or node affinity asks for GPU nodes"
+
+
+def requests(resource: str) -> str:
+    return f"; the pod requests the GPU resource {resource}"
 
 
 def test_privileged_container_requesting_a_gpu_is_denied(
@@ -17,7 +30,7 @@ def test_privileged_container_requesting_a_gpu_is_denied(
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, privileged=True)))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'container "main" is privileged' + INSTEAD
+    assert decision.denial_message == PREFIX + 'container "main" is privileged' + requests("nvidia.com/gpu") + INSTEAD
 
 
 def test_privileged_init_container_in_a_pod_pinned_to_a_card_model_is_denied(
@@ -32,7 +45,7 @@ def test_privileged_init_container_in_a_pod_pinned_to_a_card_model_is_denied(
     decision = evaluate(spec_pod)
 
     assert not decision.allowed
-    assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "setup" is privileged' + INSTEAD]
+    assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "setup" is privileged' + TARGETS + INSTEAD]
 
 
 def test_privileged_daemonset_preferring_gpu_nodes_is_denied(
@@ -59,10 +72,10 @@ def test_privileged_daemonset_preferring_gpu_nodes_is_denied(
     decision = evaluate(workload("DaemonSet", preferring))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'container "main" is privileged' + INSTEAD
+    assert decision.denial_message == PREFIX + 'container "main" is privileged' + TARGETS + INSTEAD
 
 
-def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(
+def test_privileged_debug_container_added_to_a_gpu_pod_is_denied_by_gpu009(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
 ) -> None:
     old = pod(container(gpu={"aliyun.com/gpu-mem": 2}))
@@ -71,7 +84,9 @@ def test_privileged_debug_container_added_to_a_gpu_pod_is_denied(
     decision = evaluate(new, operation="UPDATE", subresource="ephemeralcontainers", old=old)
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'ephemeral container "debug" is privileged' + INSTEAD
+    assert decision.denial_message == (
+        EPHEMERAL_PREFIX + 'ephemeral container "debug" is privileged' + requests("aliyun.com/gpu-mem") + EPHEMERAL_INSTEAD
+    )
 
 
 def test_unprivileged_gpu_pod_is_allowed(
@@ -129,10 +144,19 @@ def test_a_gpu_container_adding_sys_admin_or_all_in_any_spelling_is_denied(
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 2}, **caps("NET_ADMIN", spelled))))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + f'container "main" adds capability {spelled}' + INSTEAD
+    assert decision.denial_message == PREFIX + f'container "main" adds capability {spelled}' + requests("aliyun.com/gpu-mem") + INSTEAD
 
 
-@pytest.mark.parametrize("capability", ["NET_BIND_SERVICE", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "CHOWN", "SYS_ADMINISTRATOR", "CAP_ALL_OF_THEM"])
+@pytest.mark.parametrize("capability", ["SYS_ADMINISTRATOR", "CAP_ALL_OF_THEM", "SYS_MODULE", "dac_read_search"])
+def test_a_gpu_container_adding_a_capability_outside_the_allowlist_is_denied_whatever_its_name(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, capability: str
+) -> None:
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, **caps(capability))))
+
+    assert decision.denial_message == PREFIX + f'container "main" adds capability {capability}' + requests("nvidia.com/gpu") + INSTEAD
+
+
+@pytest.mark.parametrize("capability", ["NET_BIND_SERVICE", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "CHOWN", "IPC_LOCK"])
 def test_a_gpu_container_adding_an_ordinary_capability_is_allowed(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, capability: str
 ) -> None:
@@ -171,7 +195,9 @@ def test_a_sys_admin_sidecar_in_a_gpu_pod_is_denied(
 
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), init=[sidecar]))
 
-    assert violation_messages(decision, "GPU002") == [PREFIX + 'init container "proxy" adds capability SYS_ADMIN' + INSTEAD]
+    assert violation_messages(decision, "GPU002") == [
+        PREFIX + 'init container "proxy" adds capability SYS_ADMIN' + requests("nvidia.com/gpu") + INSTEAD
+    ]
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"])
@@ -181,10 +207,10 @@ def test_a_workload_template_with_all_capabilities_on_a_gpu_pod_is_denied(
     decision = evaluate(workload(kind, pod(container(gpu={"aliyun.com/gpu": 2}, **caps("ALL")))))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + 'container "main" adds capability ALL' + INSTEAD
+    assert decision.denial_message == PREFIX + 'container "main" adds capability ALL' + requests("aliyun.com/gpu") + INSTEAD
 
 
-def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu002_only(
+def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu009_only(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
     old = pod(container(gpu={"nvidia.com/gpu": 1}))
@@ -193,8 +219,10 @@ def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu002_only
     decision = evaluate(new, operation="UPDATE", subresource="ephemeralcontainers", old=old)
 
     assert not decision.allowed
-    assert [v.policy for v in decision.violations] == ["GPU002"]
-    assert decision.denial_message == PREFIX + 'ephemeral container "debugger" adds capability CAP_SYS_ADMIN' + INSTEAD
+    assert [v.policy for v in decision.violations] == ["GPU009"]
+    assert decision.denial_message == (
+        EPHEMERAL_PREFIX + 'ephemeral container "debugger" adds capability CAP_SYS_ADMIN' + requests("nvidia.com/gpu") + EPHEMERAL_INSTEAD
+    )
 
 
 def test_a_netadmin_debug_container_added_to_a_gpu_pod_is_allowed(

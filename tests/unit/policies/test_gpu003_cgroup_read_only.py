@@ -1,4 +1,6 @@
-"""GPU003: `/sys/fs/cgroup` passes only recursively read-only, `/var/log/pods` (and `/var/log`) only read-only.
+"""GPU003 in the trust zone: `/sys/fs/cgroup` and `/var/log` are no allowed host paths of a pod that can
+reach a GPU node; where an admin allows them (read-only), `/sys/fs/cgroup` passes only recursively
+read-only and `/var/log` only read-only, in every container that mounts them.
 
 A writable cgroup v1 hierarchy lets a root container move itself into the devices controller's
 root cgroup and open every card (see the policy's docstring); a plain `readOnly: true` leaves the
@@ -17,6 +19,9 @@ from policies import model
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
+GPU = {"nvidia.com/gpu": 1}
+# An admin's allowance of both, read-only (what a node-metrics sidecar of a GPU job would need).
+ZONE: dict[str, Any] = {"trustZone": {"allow": {"hostPaths": ["/sys/fs/cgroup", "/var/log"]}}}
 
 
 def cgroup_pod(
@@ -29,7 +34,7 @@ def cgroup_pod(
 ) -> dict[str, Any]:
     mount = {} if mount is None else mount
     return pod(
-        container(volumeMounts=[{"name": "cgroup", "mountPath": "/host/cgroup", **mount}]),
+        container(gpu=GPU, volumeMounts=[{"name": "cgroup", "mountPath": "/host/cgroup", **mount}]),
         volumes=[{"name": "cgroup", "hostPath": {"path": path}}],
         **extra,
     )
@@ -59,12 +64,11 @@ def add_ephemeral(pod_object: dict[str, Any], container: dict[str, Any]) -> dict
 def test_a_cgroup_host_path_mounted_writable_or_only_top_level_read_only_is_denied(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages, mount: dict[str, Any]
 ) -> None:
-    decision = evaluate(cgroup_pod(pod, container, mount=mount))
+    decision = evaluate(cgroup_pod(pod, container, mount=mount), config=ZONE)
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
-    assert 'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup) at /host/cgroup' in message
-    assert "readOnly: true and recursiveReadOnly: Enabled" in message
+    assert 'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup) without readOnly: true and recursiveReadOnly: Enabled' in message
 
 
 @pytest.mark.parametrize(
@@ -74,7 +78,7 @@ def test_a_cgroup_host_path_mounted_writable_or_only_top_level_read_only_is_deni
 def test_every_spelling_and_every_path_under_sys_fs_cgroup_needs_the_read_only_mount(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages, path: str
 ) -> None:
-    decision = evaluate(cgroup_pod(pod, container, path=path))
+    decision = evaluate(cgroup_pod(pod, container, path=path), config=ZONE)
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU003")
@@ -85,11 +89,11 @@ def test_a_writable_mount_by_an_init_container_or_sidecar_is_denied_beside_a_rea
 ) -> None:
     mount = {"name": "cgroup", "mountPath": "/cg"}
     manifest = pod(
-        container(volumeMounts=[{**mount, **RECURSIVE_RO}]),
+        container(gpu=GPU, volumeMounts=[{**mount, **RECURSIVE_RO}]),
         init=[container("setup", volumeMounts=[mount]), container("agent", restartPolicy="Always", volumeMounts=[mount])],
         volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}],
     )
-    decision = evaluate(manifest)
+    decision = evaluate(manifest, config=ZONE)
 
     assert not decision.allowed
     found = violation_messages(decision, "GPU003")
@@ -108,7 +112,7 @@ def test_a_writable_cgroup_mount_in_a_workload_template_is_denied(
     violation_messages: ViolationMessages,
     kind: str,
 ) -> None:
-    decision = evaluate(workload(kind, cgroup_pod(pod, container)))
+    decision = evaluate(workload(kind, cgroup_pod(pod, container)), config=ZONE)
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU003")
@@ -121,12 +125,23 @@ def test_an_ephemeral_container_mounting_the_pods_cgroup_volume_writable_is_deni
     debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/cg"}])
 
     decision = evaluate(
-        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running
+        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running, config=ZONE
     )
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
     assert 'ephemeral container "debugger" mounts volume "cgroup"' in message
+
+
+@pytest.mark.parametrize("mount", [RECURSIVE_RO, {"readOnly": True}])
+def test_without_an_admins_allowance_cgroup_is_refused_in_a_gpu_pod_even_recursively_read_only(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages, mount: dict[str, Any]
+) -> None:
+    decision = evaluate(cgroup_pod(pod, container, mount=mount))
+
+    assert not decision.allowed
+    (message,) = violation_messages(decision, "GPU003")
+    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which is not an allowed host path' in message
 
 
 # --- the ordinary side -------------------------------------------------------------------------
@@ -135,13 +150,13 @@ def test_an_ephemeral_container_mounting_the_pods_cgroup_volume_writable_is_deni
 def test_a_recursively_read_only_cgroup_mount_is_allowed(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
-    decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO))
+    decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO), config=ZONE)
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-def test_a_monitoring_daemonset_mounting_cgroup_read_only_recursively_is_allowed(
+def test_a_monitoring_daemonset_without_gpus_is_allowed_off_gpu_nodes(
     pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
     template = pod(
@@ -163,12 +178,13 @@ def test_a_monitoring_daemonset_mounting_cgroup_read_only_recursively_is_allowed
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
+    assert any(op["path"] == "/spec/template/spec/affinity" for op in decision.patch)
 
 
 def test_a_cgroup_volume_no_container_mounts_is_allowed(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
-    decision = evaluate(pod(container(), volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]))
+    decision = evaluate(pod(container(gpu=GPU), volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]), config=ZONE)
 
     assert result(decision, "GPU003") is model.Result.PASS
 
@@ -177,7 +193,7 @@ def test_an_ephemeral_container_mounting_cgroup_read_only_recursively_or_an_empt
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
     running = pod(
-        container(volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}]),
+        container(gpu=GPU, volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}]),
         volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": "scratch", "emptyDir": {}}],
     )
     debug = container(
@@ -186,7 +202,7 @@ def test_an_ephemeral_container_mounting_cgroup_read_only_recursively_or_an_empt
     )
 
     decision = evaluate(
-        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running
+        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running, config=ZONE
     )
 
     assert decision.allowed
@@ -206,20 +222,20 @@ def test_an_admin_allowing_cgroup_explicitly_lifts_the_read_only_condition(
 def test_an_admin_allowing_another_path_keeps_the_read_only_condition(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
 ) -> None:
-    decision = evaluate(cgroup_pod(pod, container), config={"hostPaths": {"allow": ["/run/xtables.lock"]}})
+    decision = evaluate(cgroup_pod(pod, container), config={**ZONE, "hostPaths": {"allow": ["/run/xtables.lock"]}})
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU003")
 
 
-def test_an_admin_protecting_cgroup_refuses_it_even_read_only(
+def test_an_admin_protecting_cgroup_has_it_named_in_the_message(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
 ) -> None:
     decision = evaluate(cgroup_pod(pod, container, mount=RECURSIVE_RO), config={"hostPaths": {"protect": ["/sys/fs/cgroup"]}})
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
-    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which lies in the protected' in message
+    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which is not an allowed host path (lies in /sys' in message
 
 
 @pytest.mark.parametrize(
@@ -230,14 +246,14 @@ def test_malformed_or_unrelated_mounts_are_ignored(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, mounts: object
 ) -> None:
     manifest = pod(
-        container(volumeMounts=mounts),
+        container(gpu=GPU, volumeMounts=mounts),
         volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": 7, "hostPath": {"path": "/sys/fs/cgroup"}}],
     )
 
-    assert result(evaluate(manifest), "GPU003") is model.Result.PASS
+    assert result(evaluate(manifest, config=ZONE), "GPU003") is model.Result.PASS
 
 
-# --- /var/log/pods and its parent /var/log: read-only (the kubelet's log symlink) ---------------
+# --- /var/log/pods and its parent /var/log: read-only where allowed (the kubelet's log symlink) ---
 
 
 @pytest.mark.parametrize("path", ["/var/log", "/var/log/", "/var/log/pods", "/var/log/pods/team-a_app_0123/main", "/var//log/./pods"])
@@ -250,12 +266,12 @@ def test_a_writable_mount_of_the_pod_log_directory_or_its_parent_is_denied(
     path: str,
     mount: dict[str, Any],
 ) -> None:
-    decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount))
+    decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount), config=ZONE)
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
-    assert "without readOnly: true; /var/log/pods may only be mounted read-only" in message
-    assert "kubectl logs" in message
+    assert "without readOnly: true; the allowed host paths are read-only" in message
+    assert not evaluate(cgroup_pod(pod, container, path=path, mount={"readOnly": True})).allowed  # no allowance: refused
 
 
 def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(
@@ -264,7 +280,7 @@ def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(
     running = cgroup_pod(pod, container, path="/var/log", mount={"readOnly": True})
     debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/logs"}])
 
-    decision = evaluate(add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running)
+    decision = evaluate(add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running, config=ZONE)
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
@@ -276,19 +292,28 @@ def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(
     [
         ("/var/log", {"readOnly": True}),
         ("/var/log/pods", {"readOnly": True, "recursiveReadOnly": "IfPossible"}),
-        ("/var/log/containers", {}),  # the kubelet reads /var/log/pods; containers holds only its links
-        ("/var/log/app", {}),
-        ("/var/log/nginx", {"readOnly": False}),
-        ("/var/lib/mysql", {}),
+        ("/var/log/containers", {"readOnly": True}),
     ],
 )
-def test_read_only_log_agents_and_writable_application_log_directories_are_allowed(
+def test_read_only_log_agents_in_a_gpu_pod_pass_where_an_admin_allows_the_directory(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str, mount: dict[str, Any]
 ) -> None:
-    decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount))
+    decision = evaluate(cgroup_pod(pod, container, path=path, mount=mount), config=ZONE)
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
+
+
+@pytest.mark.parametrize(("path", "mount"), [("/var/log/app", {}), ("/var/log/nginx", {"readOnly": False}), ("/var/lib/mysql", {})])
+def test_writable_application_log_directories_pass_in_pods_without_gpus_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str, mount: dict[str, Any]
+) -> None:
+    obj = pod(container(volumeMounts=[{"name": "logs", "mountPath": "/logs", **mount}]), volumes=[{"name": "logs", "hostPath": {"path": path}}])
+    decision = evaluate(obj)
+
+    assert decision.allowed
+    assert result(decision, "GPU003") is model.Result.PASS
+    assert any(op["path"] == "/spec/affinity" for op in decision.patch)
 
 
 @pytest.mark.parametrize("allowed", ["/var/log", "/var/log/pods"])

@@ -1,4 +1,4 @@
-"""GPU009: no privileged ephemeral container added to a pod that is, or may end up, on a GPU node."""
+"""GPU009: no ephemeral container with a privilege GPU nodes do not allow, added to a pod that is, or may end up, on a GPU node."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from policies import engine, lookups, model, settings
 
 PREFIX = "GPU009: privileged ephemeral containers cannot be added to pods on GPU nodes: "
 INSTEAD = (
-    "; use a debug profile without privilege (kubectl debug --profile=general, baseline or netadmin), "
+    "; use a debug profile without privilege (kubectl debug --profile=general or baseline), "
     "or debug a copy of the pod on a node without GPUs"
 )
 GPU_NODE = {"ack.node.gpu.schedule": "cgpu", "aliyun.accelerator/nvidia_name": "Tesla-T4", "kubernetes.io/hostname": "gpu-0"}
@@ -76,7 +76,7 @@ def test_kubectl_debug_sysadmin_on_a_pod_bound_to_a_gpu_node_is_denied() -> None
 
     assert not decision.allowed
     assert decision.denial_message == (
-        PREFIX + 'ephemeral container "debugger-abc" is privileged, and the pod runs on GPU node gpu-0 '
+        PREFIX + 'ephemeral container "debugger-abc" is privileged; the pod runs on the GPU node gpu-0 '
         "(label ack.node.gpu.schedule)" + INSTEAD
     )
 
@@ -86,7 +86,7 @@ def test_a_sys_admin_or_all_ephemeral_container_on_a_gpu_node_is_denied(added: l
     decision = attach(running(), debug(security={"capabilities": {"add": added}}), node_labels=GPU_NODE)
 
     assert not decision.allowed
-    assert f'ephemeral container "debugger-abc" adds capability {added[-1]}, and the pod runs on GPU node gpu-0' in decision.denial_message
+    assert f'ephemeral container "debugger-abc" adds capability {added[-1]}; the pod runs on the GPU node gpu-0' in decision.denial_message
 
 
 def test_a_node_with_only_a_mode_label_counts_as_a_gpu_node() -> None:
@@ -122,9 +122,8 @@ def test_offline_a_bound_pod_without_the_off_gpu_affinity_fails_closed() -> None
 
     assert not decision.allowed
     assert decision.denial_message == (
-        PREFIX + 'ephemeral container "debugger-abc" is privileged, and the pod runs on node somewhere, whose '
-        "labels are not known here, and nothing in the pod keeps it off GPU nodes (required affinity "
-        "aliyun.accelerator/nvidia_name DoesNotExist)" + INSTEAD
+        PREFIX + 'ephemeral container "debugger-abc" is privileged; nothing keeps the pod off GPU nodes (required '
+        "node affinity aliyun.accelerator/nvidia_name DoesNotExist)" + INSTEAD
     )
 
 
@@ -153,7 +152,7 @@ def test_a_pod_not_bound_yet_may_still_land_on_a_gpu_node() -> None:
     decision = attach(running(node=None), debug())
 
     assert not decision.allowed
-    assert "the pod is not bound to a node yet and may be scheduled onto a GPU node" in decision.denial_message
+    assert "nothing keeps the pod off GPU nodes" in decision.denial_message
     assert attach(running(node=None, affinity=off_gpu_affinity()), debug()).allowed
 
 
@@ -168,18 +167,19 @@ def test_only_newly_added_ephemeral_containers_are_judged() -> None:
 def test_each_new_privileged_ephemeral_container_is_named() -> None:
     decision = attach(running(), debug("one"), debug("two", security=None), debug("three", security={"capabilities": {"add": ["ALL"]}}), node_labels=GPU_NODE)
 
-    assert [v.message.split(",")[0].removeprefix(PREFIX) for v in decision.violations] == [
+    assert [v.message.split(";")[0].removeprefix(PREFIX) for v in decision.violations] == [
         'ephemeral container "one" is privileged',
         'ephemeral container "three" adds capability ALL',
     ]
 
 
-def test_a_gpu_pod_is_left_to_gpu002() -> None:
-    decision = attach(running(limits={"aliyun.com/gpu-mem": 2}), debug(), node_labels=GPU_NODE)
+def test_a_gpu_pods_new_privileged_ephemeral_container_is_refused_by_gpu009_alone() -> None:
+    decision = attach(running(limits={"aliyun.com/gpu-mem": 2}), debug(), node_labels=None)
 
     assert not decision.allowed
-    assert [v.policy for v in decision.violations] == ["GPU002"]
-    assert outcome(decision) is model.Result.PASS
+    assert [v.policy for v in decision.violations] == ["GPU009"]
+    assert "; the pod requests the GPU resource aliyun.com/gpu-mem;" in decision.denial_message
+    assert outcome(decision, "GPU002") is model.Result.PASS
 
 
 def test_on_create_the_whole_pod_is_judged_by_gpu002_and_gpu103_instead() -> None:
@@ -234,12 +234,12 @@ def test_the_node_is_looked_up_only_for_a_new_privileged_ephemeral_container_on_
     assert lookups.node_to_look_up(None, old_object=None, subresource="ephemeralcontainers") == ""
 
 
-def test_a_pod_that_asked_for_gpu_nodes_is_left_to_gpu002_which_refuses() -> None:
+def test_a_pod_that_asked_for_gpu_nodes_is_refused_wherever_it_runs() -> None:
     targeting = running(nodeSelector={"ack.node.gpu.schedule": "cgpu"})
 
     decision = attach(targeting, debug(), node_labels=None)
 
-    assert [v.policy for v in decision.violations] == ["GPU002"]
+    assert [v.policy for v in decision.violations] == ["GPU009"]
     assert 'ephemeral container "debugger-abc" is privileged' in decision.denial_message
 
 

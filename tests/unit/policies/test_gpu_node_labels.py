@@ -4,11 +4,15 @@ and GPU103 alike, and only with the values that mark GPU nodes."""
 
 from __future__ import annotations
 
+import copy
 import datetime
+from typing import Any
 
+import jsonpatch
 import pytest
 
-from policies import cel, nodeaffinity, settings
+from policies import engine, model, nodeaffinity, settings
+from tests.unit.cel import test_cel_vap_export
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 from webhook.commands import vap
 from webhook.audit.checks import facts
@@ -127,18 +131,15 @@ def test_the_audit_tells_gpu_nodes_by_the_same_definition() -> None:
 
 
 def exported_gpu002_admits(spec: dict[str, object]) -> bool:
-    """The exported GPU002 ValidatingAdmissionPolicy, its CEL run here as kube-apiserver would."""
+    """The exported GPU002 ValidatingAdmissionPolicy, its CEL run here as kube-apiserver would: on the
+    pod as the mutating webhook left it (GPU103's affinity added where the webhook adds it)."""
     export = vap.export(settings.Settings(), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC))
     [policy] = [m for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == "gpu-admission-gpu002"]
-    env = cel.environment()
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-           "spec": {"containers": [{"name": "main", "image": "x", "securityContext": {"privileged": True}}], **spec}}
-    activation = {"object": pod, "oldObject": None, "request": {"namespace": "team-a", "operation": "CREATE", "resource": {"resource": "pods"}},
-                  "namespaceObject": {"metadata": {"name": "team-a", "labels": {"kubernetes.io/metadata.name": "team-a"}}}}
-    return all(
-        cel.evaluate(cel.compile_expression(env, v["expression"], field="validation"), activation) is True
-        for v in policy["spec"]["validations"]
-    )
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+                           "spec": {"containers": [{"name": "main", "image": "x", "securityContext": {"privileged": True}}], **spec}}
+    decision = engine.evaluate(model.Request(operation="CREATE", object=pod, namespace="team-a"), settings=settings.Settings())
+    mutated = jsonpatch.apply_patch(copy.deepcopy(pod), list(decision.patch)) if decision.allowed else pod
+    return test_cel_vap_export.admits(policy, mutated)
 
 
 @pytest.mark.parametrize("spec", GPU_TARGETING + NOT_GPU_TARGETING)

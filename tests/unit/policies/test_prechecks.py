@@ -119,6 +119,8 @@ def denied_by(decision: model.Decision) -> set[str]:
             build_container(gpu=GPU), build_container("side", securityContext={"capabilities": {"add": ["sys_admin"]}})
         ), "GPU002"),
         ("privileged ephemeral container", build_pod(build_container(gpu=GPU), ephemeral=[build_container("dbg", privileged=True)]), "GPU002"),
+        ("host network of a GPU pod", build_pod(build_container(gpu=GPU), hostNetwork=True), "GPU002"),
+        ("a gitRepo volume of a GPU pod", build_pod(build_container(gpu=GPU), volumes=[{"name": "g", "gitRepo": {"repository": "r"}}]), "GPU003"),
         ("NVIDIA_VISIBLE_DEVICES in an init container", build_pod(
             build_container(gpu=GPU), init=[build_container("setup", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]
         ), "GPU001"),
@@ -131,11 +133,11 @@ def denied_by(decision: model.Decision) -> set[str]:
         ("a garbage env entry before the guarded one", build_pod(
             {**build_container(), "env": [{"name": ["NVIDIA_VISIBLE_DEVICES"]}, 7, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}
         ), "GPU001"),
-        ("hostPath volume mounted by no container", build_pod(build_container(), volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]), "GPU003"),
+        ("hostPath volume mounted by no container", build_pod(build_container(gpu=GPU), volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]), "GPU003"),
         ("device-list mount in an init container", build_pod(
             build_container(), init=[build_container("setup", volumeMounts=[{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}])]
         ), "GPU006"),
-        ("hostPath after the token volume and an emptyDir", build_pod(build_container(), volumes=[
+        ("hostPath after the token volume and an emptyDir", build_pod(build_container(gpu=GPU), volumes=[
             *TOKEN_VOLUMES, {"name": "e", "emptyDir": {}}, {"name": "h", "hostPath": {"path": "/run/../dev/nvidia0"}}
         ]), "GPU003"),
         ("device-list mount beside the token mount, spelled oddly", build_pod(build_container(volumeMounts=[
@@ -183,7 +185,7 @@ def test_a_privileged_ephemeral_container_added_to_a_gpu_pod_is_refused() -> Non
 
     decision = both(obj, settings.Settings(), operation="ephemeral")
 
-    assert "GPU002" in denied_by(decision)
+    assert "GPU009" in denied_by(decision)
 
 
 def test_an_ordinary_cpu_pod_passes_every_policy_and_gets_only_void_devices() -> None:

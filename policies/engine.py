@@ -85,6 +85,7 @@ class _Outcome:
     results: dict[str, model.PolicyResult] = dataclasses.field(default_factory=dict)
     violations: list[model.Violation] = dataclasses.field(default_factory=list)
     warnings: list[str] = dataclasses.field(default_factory=list)
+    notices: list[str] = dataclasses.field(default_factory=list)
     patch: list[patching.Operation] = dataclasses.field(default_factory=list)
 
     def violate(self, policy_id: str, action: model.Action, message: str) -> None:
@@ -105,6 +106,7 @@ class _Outcome:
             results=in_order,
             violations=tuple(self.violations),
             warnings=tuple(self.warnings),
+            notices=tuple(self.notices) if allowed else (),
             patch=tuple(self.patch) if allowed else (),
         )
 
@@ -270,7 +272,7 @@ def _mutate(
     described = "; ".join(mutation.changes)
     if action is model.Action.ENFORCE:
         outcome.patch.extend(mutation.operations)
-        outcome.warnings.extend(_message(item, notice) for notice in mutation.notices)
+        outcome.notices.extend(_message(item, notice) for notice in mutation.notices)
         message = described
     else:
         message = f"would have {described}" if described else "would have changed the pod"

@@ -35,21 +35,29 @@ def env_sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.En
 
 
 def node_to_look_up(
-    obj: Mapping[str, Any] | None, *, old_object: Mapping[str, Any] | None, subresource: str
+    obj: Mapping[str, Any] | None, *, old_object: Mapping[str, Any] | None, subresource: str, operation: str = ""
 ) -> str:
-    """The Node whose labels GPU009 needs for this request (`Request.node_labels`), or "" when it needs none.
+    """The Node whose labels the trust zone needs for this request (`Request.node_labels`), or "" when it needs none.
 
-    Only an ephemeralcontainers update that adds a container with a privilege GPU nodes do not allow
-    (by the built-in allowances, which a namespace's only widen: a superset) to a bound pod needs
-    it, so ordinary reviews cost nothing more than this check.
+    Two requests need them, so ordinary reviews cost nothing more than this check:
+    - an ephemeralcontainers update that adds a container with a privilege GPU nodes do not allow
+      to a bound pod (GPU009);
+    - a pod CREATE that names its node (`spec.nodeName`) and has node power (GPU002, GPU003: a pod
+      that names a GPU node is judged as one that can reach it, and `kubectl debug node/...` is
+      such a pod).
+    Node power is judged by the built-in allowances, which a namespace's only widen: a superset.
     """
-    if subresource != podspec.EPHEMERAL_SUBRESOURCE or obj is None:
+    if obj is None:
         return ""
     found = podspec.template(obj)
     if found is None or not found.is_pod:
         return ""
     node = found.spec.get("nodeName")
     if not isinstance(node, str) or not node:
+        return ""
+    if subresource == "" and operation == "CREATE":
+        return node if trustzone.has_node_power(found.spec) else ""
+    if subresource != podspec.EPHEMERAL_SUBRESOURCE:
         return ""
     added = podspec.new_ephemeral_containers(obj, old_object=old_object)
     shared = trustzone.shared_namespaces(found.spec)

@@ -112,6 +112,10 @@ class Decision:
     results: tuple[PolicyResult, ...] = ()
     violations: tuple[Violation, ...] = ()
     warnings: tuple[str, ...] = ()
+    # What applied mutations tell the user (GPU103: why the pod is kept off GPU nodes). The mutating
+    # webhook answers with them: the validating webhook sees the pod after the mutation, when
+    # nothing is left to add and so nothing to say.
+    notices: tuple[str, ...] = ()
     patch: tuple[Mapping[str, Any], ...] = ()  # RFC 6902 operations against the request object
     exempt_reason: str = ""  # non-empty when the request was short-circuited (exempt namespace, ...)
 

@@ -108,18 +108,24 @@ def test_crios_devices_annotation_with_a_card_is_refused_and_with_fuse_admitted(
 # --- the CUDA MPS pipes (GPU003) --------------------------------------------------------------------
 
 
-def test_the_mps_pipe_directory_by_host_path_is_refused_and_tmp_is_admitted(cluster: Cluster) -> None:
+def test_the_mps_pipe_directory_by_host_path_is_refused_in_a_gpu_pod_and_tmp_admitted_off_gpu_nodes(cluster: Cluster) -> None:
     ns = cluster.namespace()
     pipes = {"name": "mps", "hostPath": {"path": "/tmp/nvidia-mps", "type": "Directory"}}
     tmp = {"name": "scratch", "hostPath": {"path": "/tmp", "type": "Directory"}}
+    client = pod("mps-client", volumes=[pipes])
+    client["spec"]["containers"][0]["resources"] = {"limits": {"aliyun.com/gpu-mem": 1}}
 
-    refused = create(cluster, pod("mps-client", volumes=[pipes]), namespace=ns)
+    refused = create(cluster, client, namespace=ns)
     admitted = create(cluster, pod("scratch", volumes=[tmp]), namespace=ns)
 
     assert refused_by(refused, "GPU003"), refused.stderr
     assert (
-        'volume "mps" mounts hostPath /tmp/nvidia-mps, which lies in the protected /tmp/nvidia-mps '
-        "(the CUDA MPS control daemon's pipes"
+        'volume "mps" mounts hostPath /tmp/nvidia-mps, which is not an allowed host path (lies in /tmp/nvidia-mps: '
+        "the CUDA MPS control daemon's pipes"
     ) in refused.stderr
-    assert "ask an admin to allow the path (hostPaths.allow)" in refused.stderr
+    assert "ask an admin to allow the path for the namespace (trustZone)" in refused.stderr
     assert admitted.returncode == 0, admitted.stderr
+    stored = cluster.get("pod", "scratch", namespace=ns)
+    assert stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
+    ]

@@ -1,5 +1,6 @@
-"""Host paths and the toolkit's device-list volume, through the real apiserver: the runtime socket
-(GPU003) and `/var/run/nvidia-container-devices` (GPU006) are refused, an ordinary log hostPath is not.
+"""Host paths and the toolkit's device-list volume, through the real apiserver: in a pod that can reach a
+GPU node the runtime socket (GPU003) and `/var/run/nvidia-container-devices` (GPU006) are refused; a
+log agent without GPUs keeps its hostPath and is kept off GPU nodes (GPU103).
 """
 
 from __future__ import annotations
@@ -33,21 +34,25 @@ def pod(
 def test_the_container_runtime_socket_by_host_path_is_refused_with_gpu003(cluster: Cluster) -> None:
     ns = cluster.namespace()
     socket = {"name": "containerd", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}}
+    attack = pod("runtime-socket", volume=socket, mount_path="/run/containerd/containerd.sock", limits={"aliyun.com/gpu-mem": 1})
 
-    completed = cluster.apply(pod("runtime-socket", volume=socket, mount_path="/run/containerd/containerd.sock"), namespace=ns)
+    completed = cluster.apply(attack, namespace=ns)
 
     assert completed.returncode != 0
     assert 'admission webhook "validate.gpu-admission.io" denied the request' in completed.stderr
     assert (
-        'GPU003: hostPath volumes must not reach the node\'s devices, container runtimes or control state: volume "containerd" '
-        "mounts hostPath /run/containerd/containerd.sock, which lies in the protected /run"
+        "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
+        'volume "containerd" mounts hostPath /run/containerd/containerd.sock, which is not an allowed host path (lies in /run'
     ) in completed.stderr
     assert cluster.pods(namespace=ns) == []
 
 
 def test_the_docker_socket_through_var_run_is_refused_in_a_deployment(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    template = pod("x", volume={"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}, mount_path="/var/run/docker.sock")
+    template = pod(
+        "x", volume={"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}, mount_path="/var/run/docker.sock",
+        limits={"nvidia.com/gpu": 1},
+    )
 
     completed = cluster.apply(deployment("docker-in-docker", template["spec"], app="dind"), namespace=ns)
 
@@ -87,18 +92,20 @@ def test_the_dev_null_host_path_at_the_device_list_path_is_refused_by_both_polic
     assert cluster.pods(namespace=ns) == []
 
 
-def test_a_log_agent_with_a_var_log_host_path_is_admitted(cluster: Cluster) -> None:
+def test_a_log_agent_with_a_var_log_host_path_is_admitted_off_gpu_nodes(cluster: Cluster) -> None:
     ns = cluster.namespace()
     logs = {"name": "varlog", "hostPath": {"path": "/var/log", "type": "Directory"}}
 
     agent = pod("log-agent", volume=logs, mount_path="/var/log")
-    agent["spec"]["containers"][0]["volumeMounts"][0]["readOnly"] = True  # writable /var/log/pods is refused
 
     completed = cluster.apply(agent, namespace=ns)
 
     assert completed.returncode == 0, completed.stderr
+    assert "GPU103: pods that use no GPU but have node power are kept off GPU nodes" in completed.stderr  # the warning
     stored = cluster.get("pod", "log-agent", namespace=ns)
     assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/var/log"
+    terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
 
 
 def test_an_emptydir_at_var_run_in_a_gpu_pod_is_admitted(cluster: Cluster) -> None:

@@ -106,7 +106,7 @@ def test_kubectl_debug_sysadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluste
 
     assert completed.returncode != 0
     assert "GPU009" in completed.stderr
-    assert f'ephemeral container "debugger" is privileged, and the pod runs on GPU node {GPU_NODE}' in completed.stderr
+    assert f'ephemeral container "debugger" is privileged; the pod runs on the GPU node {GPU_NODE}' in completed.stderr
     assert ephemeral(cluster, "on-gpu", namespace=ns) == {}
 
 
@@ -157,17 +157,20 @@ def test_kubectl_debug_of_a_gpu_node_itself_is_refused(cluster: Cluster) -> None
     )
 
     assert completed.returncode != 0
-    assert "GPU003" in completed.stderr  # the host's root filesystem by hostPath
+    # The pod names a GPU node (the webhook reads the node's labels): the host's root filesystem by
+    # hostPath, and privileged with the host's PID and network namespaces.
+    assert "GPU003" in completed.stderr and "GPU002" in completed.stderr
+    assert f"the pod runs on the GPU node {GPU_NODE}" in completed.stderr
     assert cluster.pods(namespace=ns) == []
 
 
-def test_kubectl_debug_sysadmin_on_a_running_gpu_mem_pod_is_refused_by_gpu002(cluster: Cluster) -> None:
+def test_kubectl_debug_sysadmin_on_a_running_gpu_mem_pod_is_refused_by_gpu009(cluster: Cluster) -> None:
     ns = cluster.namespace()
     run_pod(cluster, pod("shared", limits={"aliyun.com/gpu-mem": 1}), namespace=ns)
 
     completed = debug(cluster, "shared", namespace=ns, profile="sysadmin")
 
     assert completed.returncode != 0
-    assert "GPU002" in completed.stderr and 'ephemeral container "debugger" is privileged' in completed.stderr
-    assert "GPU009" not in completed.stderr
+    assert "GPU009" in completed.stderr and 'ephemeral container "debugger" is privileged' in completed.stderr
+    assert "GPU002" not in completed.stderr  # one policy judges new ephemeral containers, GPU pod or not
     assert ephemeral(cluster, "shared", namespace=ns) == {}

@@ -31,10 +31,11 @@ from tests.e2e.harness import Cluster, eventually
 pytestmark = pytest.mark.e2e
 
 CPU_NODE = "cpu-0"
+GPU_NODE = "cgpu-binpack-0"
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
 
 
-def cgroup_pod(name: str, *, mount: dict[str, Any]) -> dict[str, Any]:
+def cgroup_pod(name: str, *, mount: dict[str, Any], node: str = CPU_NODE) -> dict[str, Any]:
     container = {
         "name": "main",
         "image": "registry.example/app:1",
@@ -45,7 +46,7 @@ def cgroup_pod(name: str, *, mount: dict[str, Any]) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "nodeName": CPU_NODE,
+            "nodeName": node,
             "containers": [container],
             "volumes": [{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}],
         },
@@ -80,40 +81,35 @@ def ephemeral(cluster: Cluster, name: str, *, namespace: str) -> dict[str, dict[
     return {c["name"]: c for c in stored["spec"].get("ephemeralContainers", [])}
 
 
-@pytest.mark.parametrize("mount", [{}, {"readOnly": True}], ids=["writable", "top-level-read-only"])
-def test_a_cgroup_host_path_not_recursively_read_only_is_refused(cluster: Cluster, mount: dict[str, Any]) -> None:
+@pytest.mark.parametrize("mount", [{}, {"readOnly": True}, RECURSIVE_RO], ids=["writable", "top-level-read-only", "recursively-read-only"])
+def test_a_cgroup_host_path_on_a_named_gpu_node_is_refused_however_it_is_mounted(cluster: Cluster, mount: dict[str, Any]) -> None:
+    # A writable cgroup v1 hierarchy lets a root container leave its device cgroup; on a GPU node no
+    # cgroup host path is allowed at all (an admin may allow it, recursively read-only).
     ns = cluster.namespace()
 
-    completed = cluster.apply(cgroup_pod("cgroup-escape", mount=mount), namespace=ns)
+    completed = cluster.apply(cgroup_pod("cgroup-escape", mount=mount, node=GPU_NODE), namespace=ns)
 
     assert completed.returncode != 0
     assert "GPU003" in completed.stderr
-    assert 'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup)' in completed.stderr
-    assert "recursiveReadOnly: Enabled" in completed.stderr
+    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which is not an allowed host path' in completed.stderr
+    assert f"the pod runs on the GPU node {GPU_NODE}" in completed.stderr
     assert cluster.pods(namespace=ns) == []
 
 
-def test_a_recursively_read_only_cgroup_mount_is_admitted_and_a_writable_debug_mount_of_it_is_refused(
-    cluster: Cluster,
-) -> None:
+def test_a_cgroup_mount_on_the_cpu_only_node_is_admitted_as_written_with_its_debug_mounts(cluster: Cluster) -> None:
+    # The webhook reads the named node's labels: no GPU there, so nothing of the trust zone applies.
     ns = cluster.namespace()
-    assert cluster.apply(cgroup_pod("metrics", mount=RECURSIVE_RO), namespace=ns).returncode == 0
+    completed = cluster.apply(cgroup_pod("metrics", mount={}), namespace=ns)
+    assert completed.returncode == 0, completed.stderr
     stored = cluster.get("pod", "metrics", namespace=ns)
-    assert stored["spec"]["containers"][0]["volumeMounts"][0]["recursiveReadOnly"] == "Enabled"
+    assert "affinity" not in stored["spec"]
     running(cluster, "metrics", namespace=ns)
     debug = {"name": "debugger", "image": "registry.example/busybox:1", "volumeMounts": [{"name": "cgroup", "mountPath": "/cg"}]}
 
-    refused = add_ephemeral(cluster, "metrics", namespace=ns, container=debug)
-
-    assert refused.returncode != 0
-    assert "GPU003" in refused.stderr and 'ephemeral container "debugger" mounts volume "cgroup"' in refused.stderr
-    assert ephemeral(cluster, "metrics", namespace=ns) == {}
-
-    read_only = {**debug, "name": "reader", "volumeMounts": [{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}]}
-    admitted = add_ephemeral(cluster, "metrics", namespace=ns, container=read_only)
+    admitted = add_ephemeral(cluster, "metrics", namespace=ns, container=debug)
 
     assert admitted.returncode == 0, admitted.stderr
-    assert set(ephemeral(cluster, "metrics", namespace=ns)) == {"reader"}
+    assert set(ephemeral(cluster, "metrics", namespace=ns)) == {"debugger"}
 
 
 def test_an_ephemeral_containers_env_from_prefix_is_neutralised_by_the_injected_void(cluster: Cluster) -> None:
@@ -278,19 +274,19 @@ def test_a_gated_pod_cannot_drop_the_affinity_that_keeps_it_off_gpu_nodes(cluste
     assert after == stored["spec"]["affinity"]
 
 
-def test_a_writable_var_log_host_path_is_refused_and_a_read_only_one_admitted(cluster: Cluster) -> None:
+def test_a_var_log_host_path_is_refused_on_a_named_gpu_node_and_admitted_on_the_cpu_only_node(cluster: Cluster) -> None:
     # The kubelet follows a symbolic link planted in /var/log/pods when it serves kubectl logs.
     ns = cluster.namespace()
-    writable = cgroup_pod("log-link", mount={})
-    writable["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
+    on_gpu = cgroup_pod("log-link", mount={"readOnly": True}, node=GPU_NODE)
+    on_gpu["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
 
-    refused = cluster.apply(writable, namespace=ns)
+    refused = cluster.apply(on_gpu, namespace=ns)
 
     assert refused.returncode != 0
-    assert "GPU003" in refused.stderr and "/var/log/pods may only be mounted read-only" in refused.stderr
-    reader = cgroup_pod("log-reader", mount={"readOnly": True})
-    reader["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
-    admitted = cluster.apply(reader, namespace=ns)
+    assert "GPU003" in refused.stderr and "mounts hostPath /var/log, which is not an allowed host path" in refused.stderr
+    on_cpu = cgroup_pod("log-reader", mount={})
+    on_cpu["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
+    admitted = cluster.apply(on_cpu, namespace=ns)
     assert admitted.returncode == 0, admitted.stderr
 
 

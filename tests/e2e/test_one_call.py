@@ -54,15 +54,22 @@ def test_a_gpu_pod_reaches_it_twice(cluster: Cluster) -> None:
     settled(cluster, name="gpu", namespace=ns, mutate=1, validate=1)
 
 
-def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_refused(cluster: Cluster) -> None:
+def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_judged(cluster: Cluster) -> None:
     ns = cluster.namespace()
     manifest = pod("runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}])
     manifest["spec"]["volumes"] = [{"name": "run", "hostPath": {"path": "/run"}}]
     completed = cluster.apply(manifest, namespace=ns)
-    assert completed.returncode != 0
-    assert 'admission webhook "validate.gpu-admission.io" denied the request' in completed.stderr
-    assert "GPU003" in completed.stderr
+    # Without GPUs it is admitted and kept off GPU nodes, which the validation checks (it is sent).
+    assert completed.returncode == 0, completed.stderr
+    assert "GPU103: pods that use no GPU but have node power are kept off GPU nodes" in completed.stderr
     settled(cluster, name="runner", namespace=ns, mutate=1, validate=1)
+    asking = pod("gpu-runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}], resources={"limits": {"aliyun.com/gpu-mem": 1}})
+    asking["spec"]["volumes"] = [{"name": "run", "hostPath": {"path": "/run"}}]
+    refused = cluster.apply(asking, namespace=ns)
+    assert refused.returncode != 0
+    assert 'admission webhook "validate.gpu-admission.io" denied the request' in refused.stderr
+    assert "GPU003" in refused.stderr
+    settled(cluster, name="gpu-runner", namespace=ns, mutate=1, validate=1)
 
 
 def test_a_pod_made_non_ordinary_by_its_environment_alone_is_still_refused(cluster: Cluster) -> None:

@@ -171,7 +171,7 @@ class Cache:
 
 def _mentions(decision: model.Decision, values: list[str]) -> bool:
     """Whether any message or the patch of ``decision`` contains one of ``values``."""
-    texts = [v.message for v in decision.violations] + [r.message for r in decision.results] + list(decision.warnings)
+    texts = [v.message for v in decision.violations] + [r.message for r in decision.results] + list(decision.warnings) + list(decision.notices)
     texts += [decision.exempt_reason, json.dumps(list(decision.patch), ensure_ascii=False)]
     joined = "\n".join(texts)
     return any(value in joined for value in values)

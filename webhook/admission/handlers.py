@@ -183,15 +183,16 @@ async def _cluster_context(
 
 
 async def _node_labels(request: web.Request, checked: review.Review) -> Mapping[str, str] | None:
-    """The labels of the Node GPU009 asks about, where the app can read Nodes; None otherwise.
+    """The labels of the Node the trust zone asks about, where the app can read Nodes; None otherwise.
 
-    Only an ephemeralcontainers update adding a privileged container to a bound pod needs them, so
-    every other review skips the lookup after one cheap check.
+    Only an ephemeralcontainers update adding a privileged container to a bound pod, or the CREATE
+    of a pod with node power that names its node, needs them (`lookups.node_to_look_up`), so every
+    other review skips the lookup after one cheap check.
     """
     if keys.NODES not in request.app:
         return None
     node = lookups.node_to_look_up(
-        checked.object, old_object=checked.old_object, subresource=checked.subresource
+        checked.object, old_object=checked.old_object, subresource=checked.subresource, operation=checked.operation
     )
     if not node:
         return None

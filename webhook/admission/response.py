@@ -58,7 +58,7 @@ def for_mutation(*, request: review.Review, decision: model.Decision) -> review.
     """
     if decision.exempt_reason:
         return build(uid=request.uid, allowed=True, status_code=200, message=decision.exempt_reason)
-    return build(uid=request.uid, allowed=True, patch=decision.patch)
+    return build(uid=request.uid, allowed=True, patch=decision.patch, warnings=decision.notices)
 
 
 def for_validation(*, request: review.Review, decision: model.Decision) -> review.AdmissionReviewResponse:

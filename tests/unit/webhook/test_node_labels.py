@@ -104,6 +104,30 @@ async def test_without_node_lookups_the_webhook_fails_closed_too(aiohttp_client:
     assert answer["allowed"] is False and "GPU009" in answer["status"]["message"]
 
 
+async def test_a_pod_created_onto_a_named_gpu_node_with_node_power_is_refused_and_onto_a_cpu_node_admitted(
+    aiohttp_client: Callable[..., Any], make_review: ReviewFactory
+) -> None:
+    # What `kubectl debug node/<name> --profile=sysadmin` creates: nodeName, hostPID, privileged, /.
+    def node_debugger(node: str) -> dict[str, Any]:
+        pod = running(node)
+        pod["spec"].update(hostPID=True, volumes=[{"name": "root", "hostPath": {"path": "/"}}])
+        pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+        return pod
+
+    reader = Reader({"gpu-0": GPU_NODE, "cpu-0": CPU_NODE})
+    client = await aiohttp_client(app_with(nodes.Cache(reader)))
+
+    on_gpu = (await (await client.post("/validate", json=make_review(node_debugger("gpu-0")))).json())["response"]
+    on_cpu = (await (await client.post("/validate", json=make_review(node_debugger("cpu-0")))).json())["response"]
+    plain = (await (await client.post("/validate", json=make_review(running("gpu-0")))).json())["response"]
+
+    assert on_gpu["allowed"] is False
+    assert "GPU002" in on_gpu["status"]["message"] and "GPU003" in on_gpu["status"]["message"]
+    assert "the pod runs on the GPU node gpu-0 (label ack.node.gpu.schedule)" in on_gpu["status"]["message"]
+    assert on_cpu["allowed"] is True and plain["allowed"] is True
+    assert reader.reads == ["gpu-0", "cpu-0"]  # the pod without node power needed no read
+
+
 async def test_labels_are_cached_for_the_ttl_and_read_again_after() -> None:
     now = [100.0]
     reader = Reader({"gpu-0": GPU_NODE})

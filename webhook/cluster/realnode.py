@@ -78,11 +78,20 @@ def check_host(bin_dir: Path) -> None:
     missing = [tool for tool in HOST_TOOLS if shutil.which(tool) is None]
     if missing:
         raise RealNodeError(f"missing on this machine: {', '.join(missing)} (apt-get install docker.io containerd runc iptables)")
-    if not any(Path(d, "bridge").exists() for d in CNI_BIN_DIRS):
-        raise RealNodeError("no CNI bridge plugin (apt-get install containernetworking-plugins)")
+    cni_bin_dir()
     absent = [name for name in REQUIRED_BINARIES if not (bin_dir / name).exists()]
     if absent:
         raise RealNodeError(f"{bin_dir} lacks {', '.join(absent)}: run `gpu-admission cluster build --real-node`")
+
+
+def cni_bin_dir(candidates: tuple[str, ...] = CNI_BIN_DIRS) -> str:
+    """The first of `candidates` that holds the CNI bridge plugin; RealNodeError (one line) when none does."""
+    found = next((d for d in candidates if Path(d, "bridge").exists()), None)
+    if found is None:
+        raise RealNodeError(
+            f"no CNI bridge plugin in {' or '.join(candidates)} (apt-get install containernetworking-plugins)"
+        )
+    return found
 
 
 def apiserver_flags(state: controlplane.State, *, address: str) -> list[str]:
@@ -137,12 +146,16 @@ def socket_path(state: controlplane.State) -> Path:
     return node_dir(state) / "containerd.sock"
 
 
-def write_configs(state: controlplane.State, *, address: str) -> None:
-    """containerd's configuration, the CNI conflist, the kubelet's configuration and the kubeconfigs."""
+def write_configs(state: controlplane.State, *, address: str, cni_bin: str | None = None) -> None:
+    """containerd's configuration, the CNI conflist, the kubelet's configuration and the kubeconfigs.
+
+    `cni_bin`: where the CNI plugins are (default: found on this machine, `cni_bin_dir`); only
+    written into containerd's configuration, so the files can be made on a machine without them.
+    """
     base = node_dir(state)
     for sub in ("containerd-root", "containerd-state", "kubelet", "net.d", "cni-data"):
         (base / sub).mkdir(parents=True, exist_ok=True)
-    cni_bin = next(d for d in CNI_BIN_DIRS if Path(d, "bridge").exists())
+    cni_bin = cni_bin if cni_bin is not None else cni_bin_dir()
     (base / "containerd.toml").write_text(
         "\n".join([
             "version = 2",

@@ -17,6 +17,26 @@ from webhook.cluster import controlplane, pki, realnode
 ADDRESS = "192.0.2.10"
 
 
+# The configuration names the plugins' directory; the files are made without the plugins there,
+# so these tests need nothing installed on the machine.
+CNI_BIN = "/opt/example/cni/bin"
+
+
+def test_without_the_cni_plugins_the_real_node_says_what_to_install_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(realnode.RealNodeError) as raised:
+        realnode.cni_bin_dir((str(tmp_path / "none"), str(tmp_path / "neither")))
+    assert "\n" not in str(raised.value) and "apt-get install containernetworking-plugins" in str(raised.value)
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "bridge").write_text("")
+    assert realnode.cni_bin_dir((str(tmp_path / "none"), str(tmp_path / "plugins"))) == str(tmp_path / "plugins")
+
+
+def test_the_configuration_points_containerd_at_the_given_cni_directory(state: controlplane.State) -> None:
+    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
+    config = tomllib.loads((realnode.node_dir(state) / "containerd.toml").read_text())
+    assert config["plugins"]["io.containerd.grpc.v1.cri"]["cni"]["bin_dir"] == CNI_BIN
+
+
 @pytest.fixture
 def state(tmp_path: Path) -> controlplane.State:
     pki.write_all(tmp_path / "pki")
@@ -28,7 +48,7 @@ def state(tmp_path: Path) -> controlplane.State:
 
 def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_authorize_every_one(state: controlplane.State) -> None:
     realnode.write_pki(state, address=ADDRESS)
-    realnode.write_configs(state, address=ADDRESS)
+    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
     config = json.loads((realnode.node_dir(state) / "kubelet.yaml").read_text())
     assert config["authentication"]["anonymous"] == {"enabled": False}
     assert config["authentication"]["webhook"] == {"enabled": True}
@@ -68,7 +88,7 @@ def test_the_apiserver_is_reachable_from_pods_and_authorizes_nodes_and_verifies_
 
 
 def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_restricted_oom_adjustments(state: controlplane.State) -> None:
-    realnode.write_configs(state, address=ADDRESS)
+    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
     config = tomllib.loads((realnode.node_dir(state) / "containerd.toml").read_text())
     assert config["grpc"]["address"] == str(realnode.socket_path(state))
     assert config["root"].startswith(str(state.directory)) and config["state"].startswith(str(state.directory))
@@ -82,7 +102,7 @@ def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_r
 
 
 def test_kube_proxy_listens_on_loopback_ports_of_its_own(state: controlplane.State) -> None:
-    realnode.write_configs(state, address=ADDRESS)
+    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
     config = json.loads((realnode.node_dir(state) / "kube-proxy.yaml").read_text())
     assert config["mode"] == "iptables" and config["hostnameOverride"] == realnode.NODE_NAME
     assert config["healthzBindAddress"].startswith("127.0.0.1:") and config["metricsBindAddress"].startswith("127.0.0.1:")

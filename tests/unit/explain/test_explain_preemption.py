@@ -64,3 +64,17 @@ def test_simulate_lets_a_higher_pod_preempt_one_card_and_a_lower_one_wait() -> N
     expected = {"team-a/a0", "team-a/c0"} if card == 0 else {"team-a/b1", "team-a/d1"}
     assert set(second.preempted) == expected
     assert [c.memory_used for c in result.states["n"].cards] == [16, 16]  # no over-commit after the preemption
+
+
+def test_a_snapshot_keeps_what_preemption_reads() -> None:
+    from webhook.explain import snapshot
+
+    nodes, pods = _two_cards(priorities={"a0": 5})
+    pods[0]["status"]["startTime"] = "2027-01-15T08:00:00Z"
+    pending = _pending(1000)
+    pending["spec"]["preemptionPolicy"] = "Never"
+    pending["status"]["nominatedNodeName"] = "n"
+    taken = snapshot.take(nodes, [*pods, pending], now=NOW)
+    kept = {p["metadata"]["name"]: p for p in taken.pods}
+    assert kept["a0"]["spec"]["priority"] == 5 and kept["a0"]["status"]["startTime"] == "2027-01-15T08:00:00Z"
+    assert kept["boss"]["spec"]["preemptionPolicy"] == "Never" and kept["boss"]["status"]["nominatedNodeName"] == "n"

@@ -186,3 +186,58 @@ async def test_the_hold_covers_a_card_whose_victims_are_still_terminating(client
     cache.apply("Pod", "DELETED", dying)
     status, answer = await _post(client, "/filter", {"Pod": boss, "Nodes": None, "NodeNames": ["n"]})
     assert answer["NodeNames"] == ["n"]  # the sneaky nominee of lower priority holds nothing against the boss
+
+
+def test_on_generated_clusters_every_answer_keeps_kube_schedulers_rules_and_never_overcommits() -> None:
+    """Random two- and four-card nodes with random pods and priorities: every node answered was
+    offered, has at least one victim, every victim is bound to that node with a lower priority
+    than the preemptor, and once the victims are gone the preemptor fits on one card, which it
+    would then share without over-commit."""
+    import random
+
+    from policies import cardrequest, cards
+    from webhook.extender import placement, wire
+
+    rng = random.Random(27)
+    answered = 0
+    for round_ in range(150):
+        count = rng.choice((2, 4))
+        nodes = [conftest.node(f"n{i}", count=count, gib=16) for i in range(3)]
+        pods: list[dict[str, Any]] = []
+        for node in nodes:
+            name = node["metadata"]["name"]
+            free = [16] * count
+            for j in range(rng.randint(0, 8)):
+                gib = rng.choice((2, 4, 8))
+                fitting = [c for c in range(count) if free[c] >= gib]
+                if not fitting:
+                    continue
+                index = rng.choice(fitting)
+                free[index] -= gib
+                pods.append(_bound(f"{name}-p{j}", node=name, card=index, gib=gib, priority=rng.choice((0, 100, 1000, 5000))))
+        filled = store.Store()
+        filled.replace_nodes(nodes)
+        filled.replace_leases([])
+        filled.replace_pods(pods)
+        asked = rng.choice((4, 8, 12, 16))
+        priority = rng.choice((0, 100, 1000, 5000))
+        preemptor = _preemptor(f"boss-{round_}", gib=asked, priority=priority)
+        offered = {n["metadata"]["name"]: tuple(p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == n["metadata"]["name"])[:1] for n in nodes}
+        request = wire.PreemptRequest(pod=preemptor, victims=offered, violations={})
+        kept = app._preempt(filled, request, settings=app.Settings(clock=lambda: NOW), budgets=())
+        for answer, (uids, _) in kept.items():
+            answered += 1
+            assert answer in offered and uids
+            on_node = {p["metadata"]["uid"]: p for p in pods if p["spec"]["nodeName"] == answer}
+            assert set(uids) <= set(on_node)
+            assert all(on_node[u]["spec"]["priority"] < priority for u in uids)
+            priorities = [on_node[u]["spec"]["priority"] for u in uids]
+            assert priorities == sorted(priorities, reverse=True)  # most important first
+            state = filled.state(answer, now=NOW, ttl=60)
+            assert state is not None
+            after = cards.occupy(state.node, [a for a in state.allocations if a.uid not in set(uids)])
+            fit = placement.evaluate(cardrequest.Request(memory_gib=asked), after)
+            assert fit.fits
+            card = after.card(fit.cards[0])
+            assert card is not None and card.memory_used + asked <= card.card.memory_gib
+    assert answered > 20  # the generator does reach preemptions

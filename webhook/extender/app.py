@@ -495,7 +495,13 @@ def _apply_holds(
             continue
         kept = _held(cache, name, state, pod=args.pod)
         if kept is not state:
-            fits[index] = placement.evaluate(wanted, kept, decide=False)
+            fit = placement.evaluate(wanted, kept, decide=False)
+            if not fit.fits and fit.reasons and (fits[index] or fit).fits:
+                holders = ", ".join(sorted({a.pod_key for a in kept.allocations if a.source == "nomination"}))
+                last = fit.reasons[-1]
+                held = dataclasses.replace(last, message=f"{last.message} (held for {holders}, nominated here after a preemption)")
+                fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
+            fits[index] = fit
 
 
 async def inspect_all(request: web.Request) -> web.Response:

@@ -120,7 +120,7 @@ def make_meters() -> Meters:
         victims=registry.register(
             metrics.Counter(
                 "gpu_admission_extender_preemption_victims_total",
-                "Victims the preempt verb returned, over all kept nodes.",
+                "Victims the preempt verb returned that were not being deleted already (evictions it asked for).",
                 (),
             )
         ),
@@ -419,7 +419,9 @@ async def preempt(request: web.Request) -> web.Response:
     meters.requests.inc(verb="preempt", result="ok")
     meters.preempted_nodes.inc(len(kept), outcome="kept")
     meters.preempted_nodes.inc(len(args.victims) - len(kept), outcome="dropped")
-    meters.victims.inc(sum(len(uids) for uids, _ in kept.values()))
+    # Victims being deleted already (a second call while the first preemption's victims terminate)
+    # cost nothing: kube-scheduler skips them. Only the pods it is asked to evict are counted.
+    meters.victims.inc(sum(1 for uids, _ in kept.values() for uid in uids if not _deleting(cache.pod(uid))))
     log.info(
         "preempt %s: %d of %d candidate nodes kept%s", args.pod_key, len(kept), len(args.victims),
         "".join(f"; {node}: {', '.join(uids)}" for node, (uids, _) in sorted(kept.items())),
@@ -460,6 +462,10 @@ def _preempt(
         victims = sorted((*choice.victims, *others), key=lambda p: (-p.priority, p.started, p.key))
         kept[node] = ([p.uid for p in victims], preemption.violations(victims, budgets))
     return kept
+
+
+def _deleting(pod: Mapping[str, Any] | None) -> bool:
+    return pod is not None and podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None
 
 
 def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any]) -> cards.NodeState:

@@ -13,7 +13,9 @@ choice can never over-commit a card). The rules:
   know (CPU pods hold no card, so they are never among the pods of a card) never is.
 - Among the card(s) that can be freed: the fewest victims, then the lowest highest priority, then
   the lowest sum of priorities, then the fewest PodDisruptionBudget violations, then the youngest
-  victims (latest start), then the lowest card index. kube-scheduler's within-node order reprieves
+  victims (latest start), then the lowest card index. Victims being deleted already count as no
+  victim in the first three (they cost no eviction: a second call while the first preemption's
+  victims terminate answers them again, and kube-scheduler does not delete them twice). kube-scheduler's within-node order reprieves
   the most important pods first, which is the same for the victims' priorities; the victim count
   comes first here, as issue 27 asks (one 8 GiB pod rather than two 4 GiB ones).
 - `held`: while a pod is nominated to a node (`status.nominatedNodeName`, set by kube-scheduler
@@ -183,11 +185,13 @@ def select(
         if not fit.fits:
             continue
         choice = Choice(node=state.name, cards=fit.cards, victims=victims, violations=violations(victims, budgets))
+        fresh = [p for p in victims if not p.deleting]  # pods being deleted already cost no eviction
         rank = (
-            len(victims),
-            max(p.priority for p in victims),
-            sum(p.priority for p in victims),
+            len(fresh),
+            max((p.priority for p in fresh), default=-(2**31) - 1),
+            sum(p.priority for p in fresh),
             choice.violations,
+            len(victims),
             -min(p.started for p in victims),
             -fit.score,
             fit.cards,

@@ -241,3 +241,15 @@ def test_on_generated_clusters_every_answer_keeps_kube_schedulers_rules_and_neve
             card = after.card(fit.cards[0])
             assert card is not None and card.memory_used + asked <= card.card.memory_gib
     assert answered > 20  # the generator does reach preemptions
+
+
+async def test_victims_already_being_deleted_are_answered_but_not_counted_as_evictions(client: Client, cache: store.Store) -> None:
+    for name, card in (("b1", 1), ("d1", 1)):
+        dying = _bound(name, node="n", card=card, gib=8)
+        dying["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+        cache.put_pod(dying)
+    status, answer = await _post(client, "/preempt", _offer(_preemptor(), {"n": ["uid-c0", "uid-d1"]}))
+    assert {pod["UID"] for pod in answer["NodeNameToMetaVictims"]["n"]["Pods"]} == {"uid-b1", "uid-d1"}
+    async with client.get("/metrics") as metrics_answer:
+        text = await metrics_answer.text()
+    assert metrics.sample(text, "gpu_admission_extender_preemption_victims_total") == 0

@@ -135,6 +135,11 @@ WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("wa
 TIDY_EVERY = web.AppKey("tidy_every", float)
 OVERVIEW = web.AppKey("overview", overview.Overview)
 NUDGER = web.AppKey("nudger", nudge.Nudger)
+# The victims the preempt verb last answered per preemptor UID: (when, UIDs). kube-scheduler may call
+# again while the first victims are being evicted (its async preemption deletes all but the last
+# victim first); the same victims are then answered again rather than a new set (`Promises`).
+PROMISED = web.AppKey("promised", dict)
+PROMISE_S = 60.0  # how long an answer is remembered: a preemption's evictions take a moment, not minutes
 # Lists the cluster's PodDisruptionBudgets for the preempt verb (absent: no budget is known).
 BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey("budgets")
 
@@ -179,6 +184,7 @@ def make_app(
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
     app.router.add_post("/preempt", preempt)
+    app[PROMISED] = {}
     if budgets is not None:
         app[BUDGETS] = budgets
     app.router.add_get("/inspect", inspect_all)
@@ -411,7 +417,15 @@ async def preempt(request: web.Request) -> web.Response:
         log.warning("preempt %s: cannot list PodDisruptionBudgets", args.pod_key, exc_info=True)
         pdbs = []
     try:
-        kept = _preempt(cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs))
+        promised: dict[str, tuple[float, frozenset[str]]] = request.app[PROMISED]
+        now = request.app[SETTINGS].clock()
+        for stale in [k for k, (when, _) in promised.items() if when + PROMISE_S < now]:
+            del promised[stale]
+        uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
+        before = promised.get(uid, (0.0, frozenset()))[1]
+        kept = _preempt(cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs), promised=before)
+        if uid:
+            promised[uid] = (now, before | {victim for uids, _ in kept.values() for victim in uids})
     except Exception:  # noqa: BLE001 - a bug must fail this call safely (no node), not the process
         log.exception("preempt %s", args.pod_key)
         meters.requests.inc(verb="preempt", result="error")
@@ -419,9 +433,9 @@ async def preempt(request: web.Request) -> web.Response:
     meters.requests.inc(verb="preempt", result="ok")
     meters.preempted_nodes.inc(len(kept), outcome="kept")
     meters.preempted_nodes.inc(len(args.victims) - len(kept), outcome="dropped")
-    # Victims being deleted already (a second call while the first preemption's victims terminate)
-    # cost nothing: kube-scheduler skips them. Only the pods it is asked to evict are counted.
-    meters.victims.inc(sum(1 for uids, _ in kept.values() for uid in uids if not _deleting(cache.pod(uid))))
+    # Victims being deleted already, or answered before for this preemptor (a second call while the
+    # first preemption's victims are evicted), cost nothing new: only new evictions are counted.
+    meters.victims.inc(sum(1 for uids, _ in kept.values() for victim in uids if not _deleting(cache.pod(victim)) and victim not in before))
     log.info(
         "preempt %s: %d of %d candidate nodes kept%s", args.pod_key, len(kept), len(args.victims),
         "".join(f"; {node}: {', '.join(uids)}" for node, (uids, _) in sorted(kept.items())),
@@ -430,8 +444,11 @@ async def preempt(request: web.Request) -> web.Response:
 
 
 def _preempt(
-    cache: store_module.Store, args: wire.PreemptRequest, *, settings: Settings, budgets: tuple[preemption.Budget, ...]
+    cache: store_module.Store, args: wire.PreemptRequest, *, settings: Settings, budgets: tuple[preemption.Budget, ...],
+    promised: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[list[str], int]]:
+    """The answer per offered node. `promised`: victims answered before for this preemptor, counted
+    as going (like pods being deleted), so a second call keeps to the first answer's card."""
     wanted = cardrequest.pod_request(args.pod)
     if not wanted.managed:  # nothing of ours to place: kube-scheduler's own choice stands
         return {node: (list(uids), args.violations.get(node, 0)) for node, uids in args.victims.items() if uids}
@@ -449,6 +466,8 @@ def _preempt(
         known = {
             a.uid: preemption.pod_of(pod) for a in state.allocations if a.bound and (pod := cache.pod(a.uid)) is not None
         }
+        for victim in promised & known.keys():
+            known[victim] = dataclasses.replace(known[victim], deleting=True)
         choice = preemption.select(wanted, state, priority=priority, known=known, budgets=budgets)
         if choice is None:
             continue

@@ -253,3 +253,21 @@ async def test_victims_already_being_deleted_are_answered_but_not_counted_as_evi
     async with client.get("/metrics") as metrics_answer:
         text = await metrics_answer.text()
     assert metrics.sample(text, "gpu_admission_extender_preemption_victims_total") == 0
+
+
+async def test_a_second_call_for_the_same_preemptor_keeps_to_the_first_answer(client: Client, cache: store.Store) -> None:
+    """kube-scheduler may call again while the first victims are evicted (its async preemption
+    deletes the last victim after the others). The first answer's remaining victims are answered
+    again, not a new set that ranks better by then: otherwise a third pod loses its place."""
+    for name in ("a0", "b1", "c0", "d1"):
+        cache.apply("Pod", "DELETED", _bound(name, node="n", card=0, gib=8))
+    cache.put_pod(_bound("p0", node="n", card=0, gib=16, priority=5))
+    cache.put_pod(_bound("q1", node="n", card=1, gib=16, priority=100))
+    status, answer = await _post(client, "/preempt", _offer(_preemptor(), {"n": ["uid-p0"]}))
+    assert [pod["UID"] for pod in answer["NodeNameToMetaVictims"]["n"]["Pods"]] == ["uid-p0"]
+    cache.put_pod(_bound("q1", node="n", card=1, gib=16, priority=0))  # now q1 would rank better
+    status, answer = await _post(client, "/preempt", _offer(_preemptor(), {"n": ["uid-q1"]}))
+    assert [pod["UID"] for pod in answer["NodeNameToMetaVictims"]["n"]["Pods"]] == ["uid-p0"]
+    # another preemptor is not bound by that answer
+    status, answer = await _post(client, "/preempt", _offer(_preemptor("other"), {"n": ["uid-q1"]}))
+    assert [pod["UID"] for pod in answer["NodeNameToMetaVictims"]["n"]["Pods"]] == ["uid-q1"]

@@ -44,6 +44,10 @@ class Store:
         self._node_ledger_rv: dict[str, int] = {}  # node -> the revision of the first copy seen with its current annotation ledger
         self._pods: dict[str, Object] = {}
         self._pod_node: dict[str, str] = {}
+        # UIDs of pods the watch saw deleted (the latest MAX_GONE): a UID is never reused, so a ledger
+        # entry of one holds no card, even inside the in-flight grace of an unknown pod (issue 27: a
+        # preemption's victim deleted seconds after its bind kept its card through its entry).
+        self._gone: dict[str, None] = {}
         self._nominated: dict[str, set[str]] = {}  # node -> pods nominated to it (`preemption.nominated_node`), not bound yet
         self._nominee_node: dict[str, str] = {}
         self._by_node: dict[str, set[str]] = {}
@@ -415,6 +419,8 @@ class Store:
         """Whether a ledger entry may still stand for a card in use, by what this cache knows."""
         pod = self._pods.get(entry.uid)
         if pod is None:
+            if entry.uid in self._gone:
+                return False  # deleted: it holds nothing, whatever its entry's age
             return not self.pods_synced or (entry.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S > now
         bound_to = podspec.mapping(pod.get("spec")).get("nodeName")
         finished = allocation.is_terminal(pod)
@@ -508,6 +514,9 @@ class Store:
                 uid = _uid(obj)
                 held = self._pods.get(uid)
                 node = self._pod_node.get(uid)
+                self._gone[uid] = None
+                if len(self._gone) > MAX_GONE:
+                    del self._gone[next(iter(self._gone))]
                 self._drop_pod(uid)
                 if held is not None and node and _holds_cards(held):
                     self._freed(node)
@@ -609,6 +618,7 @@ class Store:
 
 
 _T = TypeVar("_T")
+MAX_GONE = 65_536  # deleted pod UIDs remembered (`Store._gone`)
 _UNPROVABLE = 1 << 62  # a revision no pod watch reaches
 _MEMO_KEYS = 32  # verdicts remembered per node state (one per request shape that filter or prioritize met)
 _MAX_TOKENS = 4096  # distinct `judged` keys before the memos start over

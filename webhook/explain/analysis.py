@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import cardrequest, gpu, model, nodeaffinity, podspec, reservations
 from webhook.extender import placement
+from webhook.extender import preemption as preemption_  # `preemption` names a verdict's field here
 from policies import cards, reasons
 from webhook.extender import store as store_module
 from webhook.explain import predicates
@@ -56,6 +57,7 @@ class NodeVerdict:
     state: cards.NodeState | None
     cards: tuple[int, ...] = ()  # where the pod would go, when it fits
     never: bool = False  # the extender calls it unresolvable: no change of occupation helps
+    preemption: preemption_.Choice | None = None  # the victims that would free a card for the pod (issue 27)
 
     @property
     def codes(self) -> tuple[ReasonCode, ...]:
@@ -151,12 +153,48 @@ class Cluster:
 
 
 def judge(pod: Mapping[str, Any], request: cardrequest.Request, *, cluster: Cluster, name: str) -> NodeVerdict:
-    """The pod on one node of `cluster`: kube-scheduler's checks, then the extender's (with the what-ifs)."""
+    """The pod on one node of `cluster`: kube-scheduler's checks, then the extender's (with the
+    what-ifs), and, where the node is full, what the extender's preempt verb would answer."""
     uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
-    return verdict(
+    found = verdict(
         pod, request, node=cluster.nodes.get(name, {}), name=name, state=cluster.state(name, exclude_uid=uid),
         stale=cluster.stale(name),
     )
+    return preempting(pod, request, found, known=lambda u: cluster.store.pod(u))
+
+
+def preempting(
+    pod: Mapping[str, Any], request: cardrequest.Request, found: NodeVerdict, *,
+    known: Callable[[str], Mapping[str, Any] | None], budgets: Sequence[preemption_.Budget] = (),
+    priorities: Mapping[str, int] | None = None,
+) -> NodeVerdict:
+    """`found` with the preempt verb's answer on a full node: the victims (`preemption`), or the
+    reason `PREEMPTION_IMPOSSIBLE`. Only nodes refused by the extender alone, for being full, are
+    asked: kube-scheduler's own checks are not something eviction changes. `known` finds a pod by
+    UID; `priorities` gives the priority of pods it does not know (simulated ones)."""
+    state = found.state
+    if found.fits or found.never or state is None or not any(r.code in _CAPACITY for r in found.reasons):
+        return found
+    if any(r.code not in _CAPACITY | _WAIT for r in found.reasons):
+        return found
+    candidates: dict[str, preemption_.Pod] = {}
+    for held in state.allocations:
+        obj = known(held.uid)
+        if obj is not None:
+            candidates[held.uid] = preemption_.pod_of(obj)
+        elif priorities is not None and held.uid in priorities:
+            candidates[held.uid] = preemption_.Pod(uid=held.uid, key=held.pod_key, priority=priorities[held.uid], namespace=held.namespace)
+    priority = preemption_.priority_of(pod)
+    choice = None if preemption_.never_preempts(pod) else preemption_.select(request, state, priority=priority, known=candidates, budgets=budgets)
+    if choice is not None:
+        return dataclasses.replace(found, preemption=choice)
+    if priority <= 0 and not any(c.priority < priority for c in candidates.values()):
+        return found  # a pod of the default priority beside no lower one: preemption is no question here
+    why = "the pod never preempts (preemptionPolicy: Never)" if preemption_.never_preempts(pod) else (
+        f"no set of pods of priority below the pod's ({priority}) frees one card" + (" set" if request.cards else "") + " for it"
+    )
+    impossible = reasons.Reason(code=reasons.Code.PREEMPTION_IMPOSSIBLE, message=f"preemption cannot help: {why}")
+    return dataclasses.replace(found, reasons=(*found.reasons, impossible))
 
 
 def verdict(

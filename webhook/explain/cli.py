@@ -290,6 +290,7 @@ def simulation_json(result: simulate.Result | None) -> dict[str, Any]:
                 "ties": list(landing.ties),
                 "denied": landing.denied or None,
                 "gpu": landing.managed,
+                "preempted": list(landing.preempted),
                 "nodes": [
                     {"node": v.node, "fits": v.fits, "reasons": [render.reason_json(r) for r in v.reasons]} for v in landing.verdicts
                 ],
@@ -316,6 +317,8 @@ def render_simulation(result: simulate.Result | None, *, output: str, asked_for_
             rows.append([landing.pod, "-", "-", "asks for no GPU the extender places; not simulated"])
         elif landing.placed:
             note = f"as good: {', '.join(landing.ties[:3])}{' ...' if len(landing.ties) > 3 else ''}" if landing.ties else ""
+            if landing.preempted:
+                note = f"preempts {', '.join(landing.preempted)}" + (f"; {note}" if note else "")
             rows.append([landing.pod, landing.node, ",".join(f"GPU{i}" for i in landing.cards), note])
         else:
             rows.append([landing.pod, "-", "-", "does not fit: " + ", ".join(sorted({str(c) for v in landing.verdicts for c in v.codes}))])

@@ -43,12 +43,19 @@ class CardJson(TypedDict):
     pods: list[str]
 
 
+class PreemptionJson(TypedDict):
+    cards: list[int]
+    victims: list[str]
+    pdbViolations: int
+
+
 class NodeJson(TypedDict):
     node: str
     fits: bool
     reasons: list[ReasonJson]
     cards: list[CardJson]
     chosen: list[int]
+    preemption: PreemptionJson | None
 
 
 class RequestJson(TypedDict):
@@ -123,6 +130,9 @@ def as_json(report: analysis.Report) -> ReportJson:
                 "reasons": [reason_json(r) for r in v.reasons],
                 "cards": [card_json(c) for c in (v.state.cards if v.state is not None else ())],
                 "chosen": list(v.cards),
+                "preemption": None
+                if v.preemption is None
+                else {"cards": list(v.preemption.cards), "victims": [p.key for p in v.preemption.victims], "pdbViolations": v.preemption.violations},
             }
             for v in report.nodes
         ],
@@ -156,6 +166,8 @@ def table(report: analysis.Report) -> str:
         return "\n".join(lines) + "\n"
     lines.append("Per node:")
     lines.extend(grouped(report.nodes))
+    if not any(v.fits for v in report.nodes):
+        lines.extend(_preemption(report.nodes))
     suggestion = report.suggestion
     if any(v.fits for v in report.nodes):
         fitting = [v for v in report.nodes if v.fits]
@@ -165,6 +177,22 @@ def table(report: analysis.Report) -> str:
     else:
         lines.append("Best node:  none: no GPU node can take this pod by changing its occupation")
     return "\n".join(lines) + "\n"
+
+
+def _preemption(verdicts: Sequence[analysis.NodeVerdict]) -> list[str]:
+    """What the extender's preempt verb would answer (issue 27): the victims per node, or why not."""
+    able = [v for v in verdicts if v.preemption is not None]
+    if able:
+        lines = ["Preemption: would make the pod fit by evicting (kube-scheduler picks the node):"]
+        for verdict in able[:MAX_NODES_SHOWN]:
+            choice = verdict.preemption
+            assert choice is not None  # filtered above
+            victims = ", ".join(f"{p.key} (priority {p.priority})" for p in choice.victims)
+            lines.append(f"  {verdict.node} GPU{','.join(map(str, choice.cards))}: {victims}")
+        return lines
+    if any(v.codes and v.codes[-1] is reasons.Code.PREEMPTION_IMPOSSIBLE for v in verdicts):
+        return ["Preemption: impossible: no full node has pods of lower priority that free a card (PREEMPTION_IMPOSSIBLE)"]
+    return []
 
 
 def grouped(verdicts: Sequence[analysis.NodeVerdict]) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from policies import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import cardrequest, gpu, podspec
-from webhook.extender import placement
+from webhook.extender import placement, preemption
 from policies import cards
 from webhook.explain import analysis, predicates
 
@@ -45,6 +45,7 @@ class Landing:
     denied: str = ""  # the admission denial, where there is one
     verdicts: tuple[analysis.NodeVerdict, ...] = ()  # why no node took it
     managed: bool = True  # False: asks for nothing the extender places (not simulated)
+    preempted: tuple[str, ...] = ()  # pods (namespace/name) evicted to make room (issue 27)
 
     @property
     def placed(self) -> bool:
@@ -119,6 +120,7 @@ def run(
     judged: dict[tuple[str, cardrequest.Request, str, int], analysis.NodeVerdict] = {}
     versions = dict.fromkeys(nodes, 0)
     landings: list[Landing] = []
+    priorities: dict[str, int] = {}  # simulated pods' priorities (`spec.priority`), by their simulated UID
     for position, pod in enumerate(pods):
         metadata = podspec.mapping(pod.get("metadata"))
         key = f"{metadata.get('namespace', '') or 'default'}/{metadata.get('name', '')}"
@@ -147,23 +149,63 @@ def run(
                         pod, request, node=node, name=name, state=states.get(name), stale=stale[name]
                     )
                 verdicts.append(found)
-            landings.append(Landing(pod=key, verdicts=tuple(verdicts)))
+            # Priorities count: the extender's preempt verb would free one card on one of the full
+            # nodes; kube-scheduler picks among them (fewest budget violations, then the lowest
+            # highest priority, the lowest sum, the fewest victims), the victims leave, the pod lands.
+            preempting = [
+                analysis.preempting(pod, request, v, known=lambda u: cluster.store.pod(u) if u not in priorities else None, priorities=priorities)
+                for v in verdicts
+            ]
+            able = [v for v in preempting if v.preemption is not None]
+            if not able:
+                landings.append(Landing(pod=key, verdicts=tuple(preempting)))
+                continue
+            target = min(able, key=_preemption_rank)
+            choice = target.preemption
+            assert choice is not None and target.state is not None  # `able` and `preempting` guarantee both
+            gone = set(choice.uids)
+            state = target.state
+            states[target.node] = cards.occupy(state.node, [a for a in (*state.allocations, *state.orphans) if a.uid not in gone])
+            versions[target.node] += 1
+            fit = placement.evaluate(request, states[target.node])
+            priorities[_place(states, target.node, position, metadata, request, fit.cards, now=cluster.now)] = preemption.priority_of(pod)
+            versions[target.node] += 1
+            landings.append(Landing(pod=key, node=target.node, cards=fit.cards, preempted=tuple(p.key for p in choice.victims)))
             continue
         scores = placement.scores(request, states=states, names=candidates)
         top = max(scores.values())
         best = sorted(name for name in candidates if scores[name] == top)
         chosen = best[0]
         fit = placement.evaluate(request, states[chosen])
-        state = states[chosen]
-        allocation = allocation_.Allocation(
-            uid=f"simulated-{position}", namespace=str(metadata.get("namespace", "") or "default"), name=str(metadata.get("name", "")),
-            node=chosen, cards=fit.cards, memory_gib=request.memory_gib, core_percent=request.core_percent,
-            whole=bool(request.cards), assumed_at=cluster.now, bound=True,
-        )
-        states[chosen] = cards.occupy(state.node, [*state.allocations, *state.orphans, allocation])
+        priorities[_place(states, chosen, position, metadata, request, fit.cards, now=cluster.now)] = preemption.priority_of(pod)
         versions[chosen] += 1
         landings.append(Landing(pod=key, node=chosen, cards=fit.cards, ties=tuple(best[1:])))
     return Result(landings=tuple(landings), states=states, added=len(extra_nodes))
+
+
+def _place(
+    states: dict[str, cards.NodeState], name: str, position: int, metadata: Mapping[str, Any], request: cardrequest.Request,
+    chosen: tuple[int, ...], *, now: float,
+) -> str:
+    """The simulated pod's allocation added to the node's state; its simulated UID."""
+    state = states[name]
+    uid = f"simulated-{position}"
+    allocation = allocation_.Allocation(
+        uid=uid, namespace=str(metadata.get("namespace", "") or "default"), name=str(metadata.get("name", "")),
+        node=name, cards=chosen, memory_gib=request.memory_gib, core_percent=request.core_percent,
+        whole=bool(request.cards), assumed_at=now, bound=True,
+    )
+    states[name] = cards.occupy(state.node, [*state.allocations, *state.orphans, allocation])
+    return uid
+
+
+def _preemption_rank(verdict: analysis.NodeVerdict) -> tuple[int, int, int, int, str]:
+    """kube-scheduler's order among preemption candidates (`pickOneNodeForPreemption`), then the name."""
+    choice = verdict.preemption
+    assert choice is not None
+    return (
+        choice.violations, max(p.priority for p in choice.victims), sum(p.priority for p in choice.victims), len(choice.victims), verdict.node,
+    )
 
 
 def copies(templates: Sequence[Mapping[str, Any]], count: int) -> list[Object]:

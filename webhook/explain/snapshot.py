@@ -180,7 +180,8 @@ def slim_lease(lease: Mapping[str, Any]) -> Object:
     }
 
 
-_SPEC_KEYS = ("nodeName", "nodeSelector", "affinity", "tolerations", "schedulerName", "priorityClassName")
+# priority and preemptionPolicy: who may preempt whom (explain's and simulate's preemption, issue 27).
+_SPEC_KEYS = ("nodeName", "nodeSelector", "affinity", "tolerations", "schedulerName", "priorityClassName", "priority", "preemptionPolicy")
 
 
 def slim_pod(pod: Mapping[str, Any]) -> Object:
@@ -205,5 +206,5 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
             if k in metadata
         },
         "spec": slim_spec,
-        "status": {"phase": status["phase"]} if "phase" in status else {},
+        "status": {k: status[k] for k in ("phase", "startTime", "nominatedNodeName") if k in status},
     }

@@ -1,4 +1,4 @@
-"""The extender's aiohttp application: the three scheduler verbs, inspect, probes and metrics.
+"""The extender's aiohttp application: the four scheduler verbs, inspect, probes and metrics.
 
 Two error channels, as for the webhook: a body the scheduler would never send (not JSON, wrong
 shape) gets HTTP 400 with a JSON body saying what is wrong, in the verb's own answer type where
@@ -18,7 +18,8 @@ import json
 import logging
 import operator
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -26,7 +27,7 @@ from aiohttp import web
 
 from policies import allocation, cardrequest, podspec
 from webhook.serving import metrics
-from webhook.extender import binder, nudge, occupancy, overview, placement, reality, wire
+from webhook.extender import binder, nudge, occupancy, overview, placement, preemption, reality, wire
 from policies import cards, inspection
 from webhook.extender import store as store_module
 
@@ -67,6 +68,8 @@ class Meters:
     nodes: metrics.Counter
     conflicts: metrics.Counter
     reasons: metrics.Counter
+    preempted_nodes: metrics.Counter
+    victims: metrics.Counter
 
 
 def make_meters() -> Meters:
@@ -107,6 +110,20 @@ def make_meters() -> Meters:
                 ("code",),
             )
         ),
+        preempted_nodes=registry.register(
+            metrics.Counter(
+                "gpu_admission_extender_preemption_nodes_total",
+                "Candidate nodes of kube-scheduler's preemption: kept (victims free one card) or dropped (no such set).",
+                ("outcome",),
+            )
+        ),
+        victims=registry.register(
+            metrics.Counter(
+                "gpu_admission_extender_preemption_victims_total",
+                "Victims the preempt verb returned that were not being deleted already (evictions it asked for).",
+                (),
+            )
+        ),
     )
 
 
@@ -118,6 +135,13 @@ WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("wa
 TIDY_EVERY = web.AppKey("tidy_every", float)
 OVERVIEW = web.AppKey("overview", overview.Overview)
 NUDGER = web.AppKey("nudger", nudge.Nudger)
+# The victims the preempt verb last answered per preemptor UID: (when, UIDs). kube-scheduler may call
+# again while the first victims are being evicted (its async preemption deletes all but the last
+# victim first); the same victims are then answered again rather than a new set (`Promises`).
+PROMISED = web.AppKey("promised", dict)
+PROMISE_S = 60.0  # how long an answer is remembered: a preemption's evictions take a moment, not minutes
+# Lists the cluster's PodDisruptionBudgets for the preempt verb (absent: no budget is known).
+BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey("budgets")
 
 
 def make_app(
@@ -128,6 +152,7 @@ def make_app(
     watch: Callable[[asyncio.AbstractEventLoop], Watch] | None = None,
     tidy_every: float | None = None,
     nudger: nudge.Nudger | None = None,
+    budgets: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> web.Application:
     """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up;
@@ -158,6 +183,10 @@ def make_app(
     app.router.add_post("/filter", filter_nodes)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
+    app.router.add_post("/preempt", preempt)
+    app[PROMISED] = {}
+    if budgets is not None:
+        app[BUDGETS] = budgets
     app.router.add_get("/inspect", inspect_all)
     app.router.add_get("/inspect/{node}", inspect_node)
     app.router.add_get("/healthz", healthz)
@@ -290,9 +319,14 @@ async def filter_nodes(request: web.Request) -> web.Response:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
             fits = _judged_list(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
+            if cache.nominated_nodes():
+                _apply_holds(cache, args, fits, wanted=wanted, settings=settings)
             outcome = placement.classify_in_order(fits, args.node_names)
         else:
-            outcome = placement.filter_nodes(wanted, states=_states(cache, args, settings=settings), names=args.node_names)
+            states = _states(cache, args, settings=settings)
+            if cache.nominated_nodes():
+                states = {name: None if state is None else _held(cache, name, state, pod=args.pod) for name, state in states.items()}
+            outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
         log.exception("filter %s", args.pod_key)
         meters.requests.inc(verb="filter", result="error")
@@ -358,6 +392,141 @@ async def bind_pod(request: web.Request) -> web.Response:
         meters.conflicts.inc(result.conflicts)
     meters.requests.inc(verb="bind", result="error" if result.error else "ok")
     return web.json_response(wire.binding_result(result.error))
+
+
+async def preempt(request: web.Request) -> web.Response:
+    """kube-scheduler's `preemptVerb`: for each candidate node its default preemption found, the
+    victims that free the pod's request on one card (or one set of whole cards), or the node
+    dropped where no such set exists (`preemption.select`). Only nodes kube-scheduler offered are
+    answered (it would look victims up on any node it knows; we never widen its choice), and a node
+    is never answered with no victim (kube-scheduler refuses that). A failure answers no node: no
+    preemption is better than evicting pods for nothing."""
+    meters = request.app[METERS]
+    try:
+        args = wire.parse_preempt_request(await _json(request))
+    except (_BadRequest, wire.WireError) as error:
+        meters.requests.inc(verb="preempt", result="bad_request")
+        return web.json_response({"NodeNameToMetaVictims": {}, "Error": f"bad preempt request: {error}"}, status=400)
+    cache = request.app[STORE]
+    if not cache.synced:
+        meters.requests.inc(verb="preempt", result="error")
+        return _json_answer(wire.preemption_result({}))
+    try:
+        pdbs = await request.app[BUDGETS]() if BUDGETS in request.app else []
+    except Exception:  # noqa: BLE001 - without the budgets the victims are still right; only the tie-break loses them
+        log.warning("preempt %s: cannot list PodDisruptionBudgets", args.pod_key, exc_info=True)
+        pdbs = []
+    try:
+        promised: dict[str, tuple[float, frozenset[str]]] = request.app[PROMISED]
+        now = request.app[SETTINGS].clock()
+        for stale in [k for k, (when, _) in promised.items() if when + PROMISE_S < now]:
+            del promised[stale]
+        uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
+        before = promised.get(uid, (0.0, frozenset()))[1]
+        kept = _preempt(cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs), promised=before)
+        if uid:
+            promised[uid] = (now, before | {victim for uids, _ in kept.values() for victim in uids})
+    except Exception:  # noqa: BLE001 - a bug must fail this call safely (no node), not the process
+        log.exception("preempt %s", args.pod_key)
+        meters.requests.inc(verb="preempt", result="error")
+        return _json_answer(wire.preemption_result({}))
+    meters.requests.inc(verb="preempt", result="ok")
+    meters.preempted_nodes.inc(len(kept), outcome="kept")
+    meters.preempted_nodes.inc(len(args.victims) - len(kept), outcome="dropped")
+    # Victims being deleted already, or answered before for this preemptor (a second call while the
+    # first preemption's victims are evicted), cost nothing new: only new evictions are counted.
+    meters.victims.inc(sum(1 for uids, _ in kept.values() for victim in uids if not _deleting(cache.pod(victim)) and victim not in before))
+    log.info(
+        "preempt %s: %d of %d candidate nodes kept%s", args.pod_key, len(kept), len(args.victims),
+        "".join(f"; {node}: {', '.join(uids)}" for node, (uids, _) in sorted(kept.items())),
+    )
+    return _json_answer(wire.preemption_result(kept))
+
+
+def _preempt(
+    cache: store_module.Store, args: wire.PreemptRequest, *, settings: Settings, budgets: tuple[preemption.Budget, ...],
+    promised: frozenset[str] = frozenset(),
+) -> dict[str, tuple[list[str], int]]:
+    """The answer per offered node. `promised`: victims answered before for this preemptor, counted
+    as going (like pods being deleted), so a second call keeps to the first answer's card."""
+    wanted = cardrequest.pod_request(args.pod)
+    if not wanted.managed:  # nothing of ours to place: kube-scheduler's own choice stands
+        return {node: (list(uids), args.violations.get(node, 0)) for node, uids in args.victims.items() if uids}
+    if preemption.never_preempts(args.pod):
+        return {}
+    uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
+    priority = preemption.priority_of(args.pod)
+    now = settings.clock()
+    kept: dict[str, tuple[list[str], int]] = {}
+    for node, offered in args.victims.items():
+        state = cache.state(node, now=now, ttl=settings.ttl, exclude_uid=uid)
+        if state is None:
+            continue
+        state = _held(cache, node, state, pod=args.pod)
+        known = {
+            a.uid: preemption.pod_of(pod) for a in state.allocations if a.bound and (pod := cache.pod(a.uid)) is not None
+        }
+        for victim in promised & known.keys():
+            known[victim] = dataclasses.replace(known[victim], deleting=True)
+        choice = preemption.select(wanted, state, priority=priority, known=known, budgets=budgets)
+        if choice is None:
+            continue
+        # Offered victims that hold no card here stay as kube-scheduler chose them: it needed them
+        # for the node's other resources (CPU, memory), which it counts and we do not.
+        holding = {a.uid for a in state.allocations}
+        others = [
+            preemption.pod_of(pod) for victim in offered
+            if victim not in holding and (pod := cache.pod(victim)) is not None and preemption.priority_of(pod) < priority
+        ]
+        victims = sorted((*choice.victims, *others), key=lambda p: (-p.priority, p.started, p.key))
+        kept[node] = ([p.uid for p in victims], preemption.violations(victims, budgets))
+    return kept
+
+
+def _deleting(pod: Mapping[str, Any] | None) -> bool:
+    return pod is not None and podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None
+
+
+def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any]) -> cards.NodeState:
+    """`state` with the cards held by pods nominated to the node of the pod's priority or above
+    (`preemption.held`); the state itself where none is."""
+    metadata = podspec.mapping(pod.get("metadata"))
+    nominees = preemption.holders(
+        (preemption.nominee_of(other) for other in cache.nominees(name)),
+        priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
+    )
+    if not nominees:
+        return state
+    going = frozenset(
+        a.uid for a in state.allocations
+        if (other := cache.pod(a.uid)) is not None and podspec.mapping(other.get("metadata")).get("deletionTimestamp") is not None
+    )
+    return preemption.held(state, nominees, going=going)
+
+
+def _apply_holds(
+    cache: store_module.Store, args: wire.NodesRequest, fits: list[placement.Fit | None], *, wanted: cardrequest.Request, settings: Settings
+) -> None:
+    """Judge again, with their holds, the candidate nodes that pods are nominated to (few: only
+    while preemptions are under way)."""
+    nominated = cache.nominated_nodes()
+    uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
+    now = settings.clock()
+    for index, name in enumerate(args.node_names):
+        if name not in nominated:
+            continue
+        state = cache.state(name, now=now, ttl=settings.ttl, exclude_uid=uid)
+        if state is None:
+            continue
+        kept = _held(cache, name, state, pod=args.pod)
+        if kept is not state:
+            fit = placement.evaluate(wanted, kept, decide=False)
+            if not fit.fits and fit.reasons and (fits[index] or fit).fits:
+                holders = ", ".join(sorted({a.pod_key for a in kept.allocations if a.source == "nomination"}))
+                last = fit.reasons[-1]
+                held = dataclasses.replace(last, message=f"{last.message} (held for {holders}, nominated here after a preemption)")
+                fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
+            fits[index] = fit
 
 
 async def inspect_all(request: web.Request) -> web.Response:
@@ -430,7 +599,7 @@ def _states(
     }
 
 
-_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind", "/preempt": "preempt"}
 _OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 

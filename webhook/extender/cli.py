@@ -222,6 +222,7 @@ async def _serve(
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running, namespace=ledger_namespace),
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),
+        budgets=kube_api.list_budgets,
     )
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain

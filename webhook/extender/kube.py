@@ -85,6 +85,11 @@ class KubeApi:
         items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}", at_least=at_least)
         return items
 
+    async def list_budgets(self) -> list[Object]:
+        """Every PodDisruptionBudget (the preempt verb's tie-break; preemption is rare, so no watch)."""
+        items, _ = await asyncio.to_thread(self.list, "/apis/policy/v1/poddisruptionbudgets")
+        return items
+
     async def get_lease(self, namespace: str, name: str) -> Object:
         return await self._request_async("GET", _lease_path(namespace, name), idempotent=True)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from typing import Any, TypeVar
 
 from policies import allocation, gpu, podspec, reservations
-from webhook.extender import reality
+from webhook.extender import preemption, reality
 from policies import cards
 
 Object = dict[str, Any]
@@ -44,6 +44,12 @@ class Store:
         self._node_ledger_rv: dict[str, int] = {}  # node -> the revision of the first copy seen with its current annotation ledger
         self._pods: dict[str, Object] = {}
         self._pod_node: dict[str, str] = {}
+        # UIDs of pods the watch saw deleted (the latest MAX_GONE): a UID is never reused, so a ledger
+        # entry of one holds no card, even inside the in-flight grace of an unknown pod (issue 27: a
+        # preemption's victim deleted seconds after its bind kept its card through its entry).
+        self._gone: dict[str, None] = {}
+        self._nominated: dict[str, set[str]] = {}  # node -> pods nominated to it (`preemption.nominated_node`), not bound yet
+        self._nominee_node: dict[str, str] = {}
         self._by_node: dict[str, set[str]] = {}
         self._versions: dict[str, int] = {}  # per node: bumped whenever the node or its pods change
         self._states: dict[str, _Cached] = {}
@@ -193,6 +199,14 @@ class Store:
     def pods_on(self, node: str) -> list[Object]:
         """Pods bound to `node` or holding an allocation annotation for it."""
         return [self._pods[uid] for uid in self._by_node.get(node, ())]
+
+    def nominated_nodes(self) -> Mapping[str, set[str]]:
+        """Nodes with pods nominated to them after a preemption (`preemption.nominated_node`), by UID."""
+        return self._nominated
+
+    def nominees(self, node: str) -> list[Object]:
+        """The pods nominated to `node`, waiting for their victims to leave."""
+        return [self._pods[uid] for uid in self._nominated.get(node, ()) if uid in self._pods]
 
     def bound_pods(self, node: str) -> list[Object]:
         """Pods whose `spec.nodeName` is `node` (what a LIST with that field selector answers)."""
@@ -405,6 +419,8 @@ class Store:
         """Whether a ledger entry may still stand for a card in use, by what this cache knows."""
         pod = self._pods.get(entry.uid)
         if pod is None:
+            if entry.uid in self._gone:
+                return False  # deleted: it holds nothing, whatever its entry's age
             return not self.pods_synced or (entry.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S > now
         bound_to = podspec.mapping(pod.get("spec")).get("nodeName")
         finished = allocation.is_terminal(pod)
@@ -446,6 +462,7 @@ class Store:
         for name in self._by_node:
             self._touch(name)  # a node may hold none of the listed pods: its version must still move
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
+        self._nominated, self._nominee_node = {}, {}
         self._held = {}
         self._forget_all()
         self._pods_version = -1  # the list's version follows (`seen`)
@@ -497,6 +514,9 @@ class Store:
                 uid = _uid(obj)
                 held = self._pods.get(uid)
                 node = self._pod_node.get(uid)
+                self._gone[uid] = None
+                if len(self._gone) > MAX_GONE:
+                    del self._gone[next(iter(self._gone))]
                 self._drop_pod(uid)
                 if held is not None and node and _holds_cards(held):
                     self._freed(node)
@@ -555,6 +575,10 @@ class Store:
         was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) else None
         self._drop_pod(uid)
         self._pods[uid] = slim
+        waits_for = preemption.nominated_node(slim)
+        if waits_for:
+            self._nominee_node[uid] = waits_for
+            self._nominated.setdefault(waits_for, set()).add(uid)
         node = cards.pod_node(slim)
         if node:
             self._pod_node[uid] = node
@@ -576,6 +600,13 @@ class Store:
             self._touch(referring)  # a ledger entry of this pod may count differently now
         self._pods.pop(uid, None)
         self._held.pop(uid, None)
+        waited = self._nominee_node.pop(uid, None)
+        if waited is not None:
+            waiting = self._nominated.get(waited)
+            if waiting is not None:
+                waiting.discard(uid)
+                if not waiting:
+                    del self._nominated[waited]
         node = self._pod_node.pop(uid, None)
         if node is not None:
             self._touch(node)
@@ -587,6 +618,7 @@ class Store:
 
 
 _T = TypeVar("_T")
+MAX_GONE = 65_536  # deleted pod UIDs remembered (`Store._gone`)
 _UNPROVABLE = 1 << 62  # a revision no pod watch reaches
 _MEMO_KEYS = 32  # verdicts remembered per node state (one per request shape that filter or prioritize met)
 _MAX_TOKENS = 4096  # distinct `judged` keys before the memos start over
@@ -645,14 +677,18 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
             slim_spec[kind] = entries
     if "overhead" in spec:
         slim_spec["overhead"] = spec["overhead"]
+    for key in ("priority", "preemptionPolicy"):  # who may evict whom (`preemption`)
+        if key in spec:
+            slim_spec[key] = spec[key]
     return {
         "metadata": {
             key: metadata[key]
-            for key in ("name", "namespace", "uid", "resourceVersion", "annotations", "deletionTimestamp")
+            for key in ("name", "namespace", "uid", "resourceVersion", "annotations", "labels", "deletionTimestamp")
             if key in metadata
         },
         "spec": slim_spec,
-        "status": {"phase": status["phase"]} if "phase" in status else {},
+        # The phase for the card model; the start time and the nomination for preemption (issue 27).
+        "status": {key: status[key] for key in ("phase", "startTime", "nominatedNodeName") if key in status},
     }
 
 

@@ -67,6 +67,35 @@ class ExtenderBindingResult(TypedDict):
     Error: str
 
 
+class MetaPod(TypedDict):
+    """A pod by UID (`extenderv1.MetaPod`): how a nodeCacheCapable extender names victims."""
+
+    UID: str
+
+
+class MetaVictims(TypedDict):
+    """The victims on one node (`extenderv1.MetaVictims`)."""
+
+    Pods: list[MetaPod]
+    NumPDBViolations: int
+
+
+class ExtenderPreemptionArgs(TypedDict, total=False):
+    """The body of `preempt`: the preemptor and kube-scheduler's own victims per candidate node,
+    by UID (`NodeNameToMetaVictims`, nodeCacheCapable) or as whole pods (`NodeNameToVictims`)."""
+
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, Any] | None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None
+
+
+class ExtenderPreemptionResult(TypedDict):
+    """The answer to `preempt`: the nodes kept and their victims. kube-scheduler looks each UID up
+    among the pods of that node (an error if absent) and refuses a node with no victim."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims]
+
+
 class WireError(ValueError):
     """The body is not what the scheduler sends; the message says which field is wrong."""
 
@@ -130,6 +159,68 @@ def parse_nodes_request(body: object) -> NodesRequest:
             found[name] = item
         return NodesRequest(pod=pod, node_names=tuple(found), nodes=found)
     raise WireError("neither 'NodeNames' nor 'Nodes' is set (configure the extender with nodeCacheCapable: true)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PreemptRequest:
+    """A parsed `ExtenderPreemptionArgs`: the preemptor and, per candidate node, the UIDs of the
+    victims kube-scheduler chose and their PodDisruptionBudget violations."""
+
+    pod: Mapping[str, Any]
+    victims: Mapping[str, tuple[str, ...]]
+    violations: Mapping[str, int]
+
+    @property
+    def pod_key(self) -> str:
+        metadata = self.pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            metadata = {}
+        return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+def parse_preempt_request(body: object) -> PreemptRequest:
+    """Read `ExtenderPreemptionArgs`; raises WireError naming the first problem."""
+    if not isinstance(body, Mapping):
+        raise WireError(f"expected a JSON object (ExtenderPreemptionArgs with Pod and NodeNameToMetaVictims), got {_kind(body)}")
+    pod = body.get("Pod")
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+        raise WireError(f"'Pod' must be a Pod object with a spec, got {_kind(pod)}")
+    meta, full = body.get("NodeNameToMetaVictims"), body.get("NodeNameToVictims")
+    source, field = (meta, "NodeNameToMetaVictims") if meta is not None else (full, "NodeNameToVictims")
+    if source is None:
+        source = {}
+    if not isinstance(source, Mapping):
+        raise WireError(f"'{field}' must be an object of node names, got {_kind(source)}")
+    victims: dict[str, tuple[str, ...]] = {}
+    violations: dict[str, int] = {}
+    for node, entry in source.items():
+        if not isinstance(node, str) or not isinstance(entry, Mapping):
+            raise WireError(f"'{field}.{node}' must be an object with Pods and NumPDBViolations")
+        pods = entry.get("Pods") or []
+        if not isinstance(pods, list):
+            raise WireError(f"'{field}.{node}.Pods' must be a list")
+        uids: list[str] = []
+        for index, item in enumerate(pods):
+            uid = item.get("UID") if meta is not None and isinstance(item, Mapping) else None
+            if meta is None and isinstance(item, Mapping):
+                metadata = item.get("metadata")
+                uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+            if not isinstance(uid, str) or not uid:
+                raise WireError(f"'{field}.{node}.Pods[{index}]' has no UID")
+            uids.append(uid)
+        count = entry.get("NumPDBViolations", 0)
+        victims[node] = tuple(uids)
+        violations[node] = count if isinstance(count, int) and not isinstance(count, bool) else 0
+    return PreemptRequest(pod=pod, victims=victims, violations=violations)
+
+
+def preemption_result(victims: Mapping[str, tuple[Sequence[str], int]]) -> ExtenderPreemptionResult:
+    """The preempt answer from node -> (victim UIDs, PodDisruptionBudget violations)."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": count} for node, (uids, count) in victims.items()
+        }
+    }
 
 
 def parse_bind_request(body: object) -> BindRequest:

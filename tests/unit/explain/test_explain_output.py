@@ -19,6 +19,7 @@ Factory = Callable[..., dict[str, Any]]
 REASON_CODES = {
     "MODE_MISMATCH", "CARD_MODEL", "FRAGMENTED", "INSUFFICIENT_MEMORY", "CORE_EXHAUSTED", "NO_TOPOLOGY_SET",
     "RESERVED_IN_FLIGHT", "STALE_ALLOCATION", "UNSCHEDULABLE", "NO_GPU", "BAD_REQUEST", "NOT_CACHED",
+    "PREEMPTION_IMPOSSIBLE",
 }
 
 
@@ -58,7 +59,8 @@ def test_the_json_contract(make_node: Factory, make_pod: Factory, make_placed: F
     }
     assert [n["node"] for n in document["nodes"]] == ["cordoned", "frag", "topo"]
     for entry in document["nodes"]:
-        assert set(entry) == {"node", "fits", "reasons", "cards", "chosen"}
+        assert set(entry) == {"node", "fits", "reasons", "cards", "chosen", "preemption"}
+        assert entry["preemption"] is None  # every pod here has the default priority
         assert entry["fits"] is False
         assert all(set(r) == {"code", "message"} and r["code"] in REASON_CODES for r in entry["reasons"])
     by_node = {n["node"]: n for n in document["nodes"]}

@@ -316,6 +316,22 @@ def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_lo
     assert cache.stale_ledgers(now=NOW + 1) == ["n"]
 
 
+def test_a_ledger_entry_of_a_pod_seen_deleted_frees_its_card_at_once(make_node: Factory, make_gpu_pod: Factory) -> None:
+    """Inside the in-flight grace an unknown pod's entry still counts (it may be lagging), but a pod
+    the watch saw deleted holds nothing: a preemption's victim deleted a second after its bind must
+    not keep its card through its entry (issue 27)."""
+    cache = store.Store()
+    cache.replace_nodes([make_node("n")])
+    cache.replace_leases([_ledger_lease({"victim": _entry("victim", card=0)})])
+    victim = make_gpu_pod("victim", uid="victim", mem=5, node_name="n", phase="Running")
+    cache.replace_pods([victim])
+    before = cache.state("n", now=NOW + 1, ttl=60)
+    assert before is not None and [c.memory_used for c in before.cards][0] == 5
+    cache.apply("Pod", "DELETED", victim)
+    after = cache.state("n", now=NOW + 1, ttl=60)
+    assert after is not None and [c.memory_used for c in after.cards][0] == 0
+
+
 def test_a_ledger_pod_moving_elsewhere_refreshes_the_cached_state(make_node: Factory, make_gpu_pod: Factory) -> None:
     cache = store.Store()
     cache.replace_nodes([make_node("n")])

@@ -240,10 +240,14 @@ def test_the_labeler_rbac_writes_nothing_but_nodes_and_their_status() -> None:
 
 def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> None:
     """The ledger left the Node for a Lease per node; the one Node write left is the ledger-freed
-    stamp (`nudge`), which the node guard narrows to that key."""
+    stamp (`nudge`), which the node guard narrows to that key. The preempt verb only lists
+    PodDisruptionBudgets (issue 27): kube-scheduler evicts, never the extender."""
     [role] = [d for d in documents(DEPLOY / "extender.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: sorted(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
-    assert verbs == {"nodes": ["get", "list", "patch", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"]}
+    assert verbs == {
+        "nodes": ["get", "list", "patch", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"],
+        "poddisruptionbudgets": ["list"],
+    }
 
 
 # --- the labeler: its own writes pass ----------------------------------------------------------------

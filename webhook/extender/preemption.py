@@ -1,0 +1,364 @@
+"""Card-aware preemption: which lower-priority pods to evict so that a pod fits on one card (or one
+set of whole cards), and the cards held for pods nominated to a node.
+
+Pure functions over `cards.NodeState`, beside `placement` (whose `evaluate` is the only judge of
+"fits": a choice is returned only when `evaluate` says the pod fits once its victims are gone, so a
+choice can never over-commit a card). The rules:
+
+- kube-scheduler's default preemption counts `aliyun.com/gpu-mem` as one number per node and may
+  evict one pod from each of two cards: the sum is freed, no card is. `select` looks card by card
+  (a set of N cards at a time for whole-card pods) for the victims that free the request there.
+- Only bound pods the extender knows, of *lower* priority than the preemptor, are victims; a pod of
+  equal or higher priority, a pod on another card, a bind in flight or a pod the extender does not
+  know (CPU pods hold no card, so they are never among the pods of a card) never is.
+- Among the card(s) that can be freed: the fewest victims, then the lowest highest priority, then
+  the lowest sum of priorities, then the fewest PodDisruptionBudget violations, then the youngest
+  victims (latest start), then the lowest card index. Victims being deleted already count as no
+  victim in the first three (they cost no eviction: a second call while the first preemption's
+  victims terminate answers them again, and kube-scheduler does not delete them twice). kube-scheduler's within-node order reprieves
+  the most important pods first, which is the same for the victims' priorities; the victim count
+  comes first here, as issue 27 asks (one 8 GiB pod rather than two 4 GiB ones).
+- `held`: while a pod is nominated to a node (`status.nominatedNodeName`, set by kube-scheduler
+  after a preemption) it holds the card it would get there once the pods being deleted are gone,
+  against pods of lower or equal priority: kube-scheduler does the same for node resources
+  (`RunFilterPluginsWithNominatedPods`), and the card is ours to hold. The hold only ever takes
+  room away from other pods, never adds any.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from policies import allocation, cardrequest, gpu, podspec, settings
+from policies import cards
+from webhook.extender import placement
+
+# Pods on one card past which the exhaustive search over victim sets gives way to a greedy one
+# (2^14 subsets; real cards hold a handful of pods).
+MAX_EXHAUSTIVE_PODS = 14
+# Whole-card sets past which only the greedy set is tried (16 choose 8 is 12,870).
+MAX_EXHAUSTIVE_SETS = 20_000
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pod:
+    """What the selection knows of a pod that might be a victim."""
+
+    uid: str
+    key: str  # namespace/name
+    priority: int = 0
+    started: float = 0.0  # unix seconds of status.startTime (0: unknown)
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    namespace: str = ""
+    deleting: bool = False  # deletionTimestamp set: it is going already
+
+
+def priority_of(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` as the Priority admission plugin set it (0 where unset, as kube-scheduler reads it)."""
+    value = podspec.mapping(pod.get("spec")).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def never_preempts(pod: Mapping[str, Any]) -> bool:
+    """`spec.preemptionPolicy: Never`: the pod waits, it never evicts anyone."""
+    return podspec.mapping(pod.get("spec")).get("preemptionPolicy") == "Never"
+
+
+def pod_of(obj: Mapping[str, Any]) -> Pod:
+    """A `Pod` from a Pod object (the extender's slim copy is enough)."""
+    metadata = podspec.mapping(obj.get("metadata"))
+    namespace = str(metadata.get("namespace", ""))
+    labels = {str(k): str(v) for k, v in podspec.mapping(metadata.get("labels")).items()}
+    started = allocation.parse_time(podspec.mapping(obj.get("status")).get("startTime")) or 0.0
+    return Pod(
+        uid=str(metadata.get("uid", "")),
+        key=f"{namespace}/{metadata.get('name', '')}",
+        priority=priority_of(obj),
+        started=started,
+        labels=labels,
+        namespace=namespace,
+        deleting=metadata.get("deletionTimestamp") is not None,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Budget:
+    """One PodDisruptionBudget: whom it selects and how many more disruptions it allows."""
+
+    key: str
+    namespace: str
+    selector: settings.LabelSelector | None  # None: selects nothing (no or a broken selector)
+    allowed: int
+
+    def covers(self, pod: Pod) -> bool:
+        return self.selector is not None and pod.namespace == self.namespace and self.selector.matches(pod.labels)
+
+
+def budgets_of(pdbs: Iterable[Mapping[str, Any]]) -> tuple[Budget, ...]:
+    """PodDisruptionBudget objects read as `Budget`s (`status.disruptionsAllowed`; 0 where absent)."""
+    found: list[Budget] = []
+    for pdb in pdbs:
+        metadata = podspec.mapping(pdb.get("metadata"))
+        namespace = str(metadata.get("namespace", ""))
+        raw = podspec.mapping(pdb.get("spec")).get("selector")
+        try:
+            selector = settings.label_selector(raw, field="selector") if raw is not None else None
+        except settings.InvalidSettings:
+            selector = None
+        allowed = podspec.mapping(pdb.get("status")).get("disruptionsAllowed", 0)
+        found.append(
+            Budget(
+                key=f"{namespace}/{metadata.get('name', '')}",
+                namespace=namespace,
+                selector=selector,
+                allowed=allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0,
+            )
+        )
+    return tuple(found)
+
+
+def violations(victims: Sequence[Pod], budgets: Sequence[Budget]) -> int:
+    """How many victims a budget forbids, counted as kube-scheduler counts them
+    (`filterPodsWithPDBViolation`): each victim spends one disruption of every budget that selects
+    it; a victim that finds a budget with none left is a violation."""
+    left = {budget.key: budget.allowed for budget in budgets}
+    count = 0
+    for victim in victims:
+        violating = False
+        for budget in budgets:
+            if budget.covers(victim):
+                left[budget.key] -= 1
+                if left[budget.key] < 0:
+                    violating = True
+        count += violating
+    return count
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Choice:
+    """The victims on one node: what to evict, and the card(s) the preemptor gets after."""
+
+    node: str
+    cards: tuple[int, ...]
+    victims: tuple[Pod, ...]  # most important first (kube-scheduler reads Pods[0] as the highest priority)
+    violations: int = 0
+
+    @property
+    def uids(self) -> tuple[str, ...]:
+        return tuple(victim.uid for victim in self.victims)
+
+
+def select(
+    request: cardrequest.Request,
+    state: cards.NodeState,
+    *,
+    priority: int,
+    known: Mapping[str, Pod],
+    budgets: Sequence[Budget] = (),
+) -> Choice | None:
+    """The victims that free `request` on one card (or one set of whole cards) of the node, or None
+    where no such set exists: the pod fits already (no victim needed), can never fit here, or every
+    way to fit it evicts a pod that is not lower-priority, not bound, or not known (`known`: the
+    pods the extender holds, by UID)."""
+    if request.problem or request.family is None or request.family is gpu.Family.EXCLUSIVE:
+        return None
+    if placement.evaluate(request, state, explain=False).verdict is not placement.Verdict.FULL:
+        return None  # it fits now, or nothing would make it fit
+
+    def evictable(held: allocation.Allocation) -> Pod | None:
+        pod = known.get(held.uid)
+        if not held.bound or pod is None or pod.priority >= priority:
+            return None
+        return pod
+
+    if request.family is gpu.Family.TOPOLOGY:
+        sets = _whole_sets(request, state, evictable)
+    else:
+        sets = _shared_sets(request, state, evictable)
+    best: tuple[tuple[object, ...], Choice] | None = None
+    for held_set in sets:
+        victims = tuple(sorted((pod for _, pod in held_set), key=lambda p: (-p.priority, p.started, p.key)))
+        fit = placement.evaluate(request, _without(state, {pod.uid for pod in victims}))
+        if not fit.fits:
+            continue
+        choice = Choice(node=state.name, cards=fit.cards, victims=victims, violations=violations(victims, budgets))
+        fresh = [p for p in victims if not p.deleting]  # pods being deleted already cost no eviction
+        rank = (
+            len(fresh),
+            max((p.priority for p in fresh), default=-(2**31) - 1),
+            sum(p.priority for p in fresh),
+            choice.violations,
+            len(victims),
+            -min(p.started for p in victims),
+            -fit.score,
+            fit.cards,
+            tuple(p.key for p in victims),
+        )
+        if best is None or rank < best[0]:
+            best = (rank, choice)
+    return None if best is None else best[1]
+
+
+_Evictable = Any  # Callable[[allocation.Allocation], Pod | None]; Any keeps the nested closure's type simple
+_Held = tuple[allocation.Allocation, Pod]
+
+
+def _shared_sets(request: cardrequest.Request, state: cards.NodeState, evictable: _Evictable) -> Iterable[tuple[_Held, ...]]:
+    """Per card, the smallest sets of evictable pods whose leaving gives the card the request's
+    memory and cores (`select` confirms each with `evaluate`, which also applies the card model)."""
+    memory, core = request.memory_gib, request.core_percent
+    found: list[tuple[_Held, ...]] = []
+    fewest = None
+    for card in state.cards:
+        if card.card.memory_gib < memory:
+            continue
+        removable: list[_Held] = []
+        stays_whole = False
+        for held in card.allocations:
+            pod = evictable(held)
+            if pod is None:
+                stays_whole = stays_whole or held.whole
+            else:
+                removable.append((held, pod))
+        if stays_whole or not removable:
+            continue
+        used_memory, used_core = card.memory_used, card.core_used
+
+        def frees(chosen: Sequence[_Held]) -> bool:
+            return (
+                used_memory - sum(h.memory_gib for h, _ in chosen) + memory <= card.card.memory_gib
+                and used_core - sum(h.core_percent for h, _ in chosen) + core <= gpu.MAX_CORE_PERCENTAGE
+                and not any(h.whole for h, _ in chosen)
+            )
+
+        if not frees(removable):
+            continue  # even every lower-priority pod leaving is not enough on this card
+        if len(removable) > MAX_EXHAUSTIVE_PODS:
+            # Greedy: the least important first (lowest priority, youngest), until the card has room.
+            ordered = sorted(removable, key=lambda hp: (hp[1].priority, -hp[1].started, hp[1].key))
+            for size in range(1, len(ordered) + 1):
+                if frees(ordered[:size]):
+                    found.append(tuple(ordered[:size]))
+                    break
+            continue
+        for size in range(1, len(removable) + 1):
+            if fewest is not None and size > fewest:
+                break
+            sized = [combo for combo in itertools.combinations(removable, size) if frees(combo)]
+            if sized:
+                found.extend(sized)
+                fewest = size if fewest is None else min(fewest, size)
+                break
+    return found
+
+
+def _whole_sets(request: cardrequest.Request, state: cards.NodeState, evictable: _Evictable) -> Iterable[tuple[_Held, ...]]:
+    """Sets of N cards every holder of which is evictable; the victims are every pod on them
+    (a whole-card pod spanning other cards frees those too)."""
+    count = request.cards
+    if count > len(state.cards):
+        return []
+    combos: Iterable[tuple[cards.CardState, ...]]
+    total = 1
+    for i in range(count):
+        total = total * (len(state.cards) - i) // (i + 1)
+    if total <= MAX_EXHAUSTIVE_SETS:
+        combos = itertools.combinations(state.cards, count)
+    else:
+        # Greedy: the cards with the fewest holders first.
+        combos = [tuple(sorted(state.cards, key=lambda c: (len(c.allocations), c.index))[:count])]
+    found: list[tuple[_Held, ...]] = []
+    for combo in combos:
+        held: dict[str, _Held] = {}
+        ok = True
+        for card in combo:
+            for alloc in card.allocations:
+                pod = evictable(alloc)
+                if pod is None:
+                    ok = False
+                    break
+                held[alloc.uid] = (alloc, pod)
+            if not ok:
+                break
+        if ok and held:
+            found.append(tuple(held.values()))
+    return found
+
+
+def _without(state: cards.NodeState, uids: set[str]) -> cards.NodeState:
+    return cards.occupy(state.node, [a for a in state.allocations if a.uid not in uids])
+
+
+# --- the hold of nominated pods -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Nominee:
+    """A pod nominated to a node (`status.nominatedNodeName`), not bound yet."""
+
+    uid: str
+    namespace: str
+    name: str
+    priority: int
+    request: cardrequest.Request
+
+
+def nominee_of(obj: Mapping[str, Any]) -> Nominee:
+    metadata = podspec.mapping(obj.get("metadata"))
+    return Nominee(
+        uid=str(metadata.get("uid", "")),
+        namespace=str(metadata.get("namespace", "")),
+        name=str(metadata.get("name", "")),
+        priority=priority_of(obj),
+        request=cardrequest.pod_request(obj),
+    )
+
+
+def nominated_node(pod: Mapping[str, Any]) -> str:
+    """The node a pod waits for after a preemption: `status.nominatedNodeName` of a pod not bound,
+    not finished and not being deleted; "" otherwise."""
+    if podspec.mapping(pod.get("spec")).get("nodeName") or allocation.is_terminal(pod):
+        return ""
+    if podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None:
+        return ""
+    value = podspec.mapping(pod.get("status")).get("nominatedNodeName")
+    return value if isinstance(value, str) else ""
+
+
+def holders(nominees: Iterable[Nominee], *, priority: int, uid: str) -> list[Nominee]:
+    """The nominees that hold cards against a pod of `priority` (its own UID left out): those of
+    equal or higher priority, most important first (kube-scheduler's rule for nominated pods)."""
+    return sorted(
+        (n for n in nominees if n.uid != uid and n.priority >= priority and n.request.managed and not n.request.problem),
+        key=lambda n: (-n.priority, n.namespace, n.name),
+    )
+
+
+def held(state: cards.NodeState, nominees: Sequence[Nominee], *, going: frozenset[str] = frozenset()) -> cards.NodeState:
+    """`state` with each nominee (in order) holding the card(s) it would get once the pods in
+    `going` (being deleted: a preemption's victims) have left. A nominee that would not fit even
+    then holds nothing. The victims still count until they are gone, so a held card reads as full
+    twice over meanwhile: a hold only takes room away."""
+    current = state
+    for nominee in nominees:
+        freed = _without(current, set(going)) if going else current
+        fit = placement.evaluate(nominee.request, freed, explain=False)
+        if not fit.fits or not fit.cards:
+            continue
+        hold = allocation.Allocation(
+            uid=nominee.uid,
+            namespace=nominee.namespace,
+            name=nominee.name,
+            node=state.name,
+            cards=fit.cards,
+            memory_gib=nominee.request.memory_gib,
+            core_percent=nominee.request.core_percent,
+            whole=nominee.request.family is gpu.Family.TOPOLOGY,
+            source="nomination",
+        )
+        current = cards.occupy(current.node, [*current.allocations, hold])
+    return current
+

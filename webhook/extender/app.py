@@ -469,7 +469,12 @@ def _preempt(
         for victim in promised & known.keys():
             known[victim] = dataclasses.replace(known[victim], deleting=True)
         choice = preemption.select(wanted, state, priority=priority, known=known, budgets=budgets)
-        if choice is None:
+        if choice is None or all(victim.deleting for victim in choice.victims):
+            # Nothing to evict (the best card's victims are going already: being deleted, or answered
+            # before for this pod): its preemption is under way here, the pod waits for them to go.
+            # kube-scheduler does the same (no second preemption while victims terminate); an answer
+            # naming only such pods made it nominate again with no eviction, and in e2e the pod then
+            # missed the last victim's delete event and waited two minutes for an unrelated one.
             continue
         # Offered victims that hold no card here stay as kube-scheduler chose them: it needed them
         # for the node's other resources (CPU, memory), which it counts and we do not.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
 PREFIX = "GPU002: a pod that can reach a GPU node may have only the privileges GPU nodes allow: "
 INSTEAD = (
@@ -18,6 +19,7 @@ EPHEMERAL_INSTEAD = (
     "or debug a copy of the pod on a node without GPUs"
 )
 TARGETS = "; the pod's nodeSelector or node affinity asks for GPU nodes"
+OFF_GPU_NODES = required_node_affinity({"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]})
 
 
 def requests(resource: str) -> str:
@@ -99,12 +101,36 @@ def test_unprivileged_gpu_pod_is_allowed(
 
 
 def test_privileged_pod_without_gpus_is_allowed_and_kept_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched, result: ResultOf
 ) -> None:
-    decision = evaluate(pod(container(privileged=True)))
+    obj = pod(container(privileged=True))
+
+    decision = evaluate(obj)
 
     assert decision.allowed
-    assert any(op["path"] == "/spec/affinity" for op in decision.patch)
+    assert result(decision, "GPU002") is model.Result.PASS
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/affinity", "value": OFF_GPU_NODES},
+        {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
+    )
+    assert decision.notices == (
+        "GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes (required node "
+        'affinity aliyun.accelerator/nvidia_name DoesNotExist): container "main" is privileged, which GPU nodes do not allow',
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+@pytest.mark.parametrize("action", ["warn", "audit", "off"])
+def test_privileged_pod_without_gpus_is_denied_where_gpu103_does_not_keep_it_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, action: str
+) -> None:
+    decision = evaluate(pod(container(privileged=True)), config={"policies": {"GPU103": {"action": action}}})
+
+    assert not decision.allowed
+    assert decision.denial_message == (
+        PREFIX + 'container "main" is privileged; nothing keeps the pod off GPU nodes (required node affinity '
+        "aliyun.accelerator/nvidia_name DoesNotExist)" + INSTEAD
+    )
 
 
 def test_privileged_pod_that_avoids_gpu_nodes_is_allowed(

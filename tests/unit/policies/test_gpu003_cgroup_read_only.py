@@ -16,12 +16,15 @@ from typing import Any
 import pytest
 
 from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
 GPU = {"nvidia.com/gpu": 1}
 # An admin's allowance of both, read-only (what a node-metrics sidecar of a GPU job would need).
 ZONE: dict[str, Any] = {"trustZone": {"allow": {"hostPaths": ["/sys/fs/cgroup", "/var/log"]}}}
+OFF_GPU_NODES = required_node_affinity({"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]})
+VOID = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
 
 
 def cgroup_pod(
@@ -30,11 +33,12 @@ def cgroup_pod(
     *,
     mount: dict[str, Any] | None = None,
     path: str = "/sys/fs/cgroup",
+    gpu: bool = True,
     **extra: Any,
 ) -> dict[str, Any]:
     mount = {} if mount is None else mount
     return pod(
-        container(gpu=GPU, volumeMounts=[{"name": "cgroup", "mountPath": "/host/cgroup", **mount}]),
+        container(gpu=GPU if gpu else None, volumeMounts=[{"name": "cgroup", "mountPath": "/host/cgroup", **mount}]),
         volumes=[{"name": "cgroup", "hostPath": {"path": path}}],
         **extra,
     )
@@ -144,6 +148,35 @@ def test_without_an_admins_allowance_cgroup_is_refused_in_a_gpu_pod_even_recursi
     assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which is not an allowed host path' in message
 
 
+@pytest.mark.parametrize("config", [None, ZONE], ids=["no-allowance", "allowed-read-only"])
+@pytest.mark.parametrize("mount", [{}, {"readOnly": True}], ids=["writable", "top-level-read-only"])
+@pytest.mark.parametrize("path", ["/sys/fs/cgroup", "/sys/fs/cgroup/devices", "/var/log/pods"])
+def test_the_same_mounts_in_a_pod_without_gpus_are_admitted_with_gpu103s_affinity(
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    result: ResultOf,
+    patched: Patched,
+    config: dict[str, Any] | None,
+    mount: dict[str, Any],
+    path: str,
+) -> None:
+    """The flip side of the attacks above: without a card the pod is kept off GPU nodes instead.
+
+    (An allowed `/var/log/pods` mounted read-only is no node power: nothing to keep off.)"""
+    obj = cgroup_pod(pod, container, path=path, mount=mount, gpu=False)
+    decision = evaluate(obj, config=config)
+
+    assert decision.allowed, decision.denial_message
+    assert result(decision, "GPU003") is model.Result.PASS
+    void = {"op": "add", "path": "/spec/containers/0/env", "value": VOID}
+    if config is not None and path == "/var/log/pods" and mount:
+        assert decision.patch == (void,)
+    else:
+        assert decision.patch == ({"op": "add", "path": "/spec/affinity", "value": OFF_GPU_NODES}, void)
+    assert_second_pass_is_empty(evaluate, patched, obj, decision, config=config)
+
+
 # --- the ordinary side -------------------------------------------------------------------------
 
 
@@ -157,7 +190,7 @@ def test_a_recursively_read_only_cgroup_mount_is_allowed(
 
 
 def test_a_monitoring_daemonset_without_gpus_is_allowed_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf, patched: Patched
 ) -> None:
     template = pod(
         container(
@@ -174,11 +207,16 @@ def test_a_monitoring_daemonset_without_gpus_is_allowed_off_gpu_nodes(
             {"name": "shm", "hostPath": {"path": "/dev/shm"}},
         ],
     )
-    decision = evaluate(workload("DaemonSet", template))
+    obj = workload("DaemonSet", template)
+    decision = evaluate(obj)
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
-    assert any(op["path"] == "/spec/template/spec/affinity" for op in decision.patch)
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/template/spec/affinity", "value": OFF_GPU_NODES},
+        {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": VOID},
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
 def test_a_cgroup_volume_no_container_mounts_is_allowed(
@@ -306,14 +344,18 @@ def test_read_only_log_agents_in_a_gpu_pod_pass_where_an_admin_allows_the_direct
 
 @pytest.mark.parametrize(("path", "mount"), [("/var/log/app", {}), ("/var/log/nginx", {"readOnly": False}), ("/var/lib/mysql", {})])
 def test_writable_application_log_directories_pass_in_pods_without_gpus_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str, mount: dict[str, Any]
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, patched: Patched, path: str, mount: dict[str, Any]
 ) -> None:
     obj = pod(container(volumeMounts=[{"name": "logs", "mountPath": "/logs", **mount}]), volumes=[{"name": "logs", "hostPath": {"path": path}}])
     decision = evaluate(obj)
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
-    assert any(op["path"] == "/spec/affinity" for op in decision.patch)
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/affinity", "value": OFF_GPU_NODES},
+        {"op": "add", "path": "/spec/containers/0/env", "value": VOID},
+    )
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
 @pytest.mark.parametrize("allowed", ["/var/log", "/var/log/pods"])

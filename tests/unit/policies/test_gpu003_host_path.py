@@ -234,7 +234,46 @@ def test_any_host_path_in_a_pod_without_gpus_is_allowed_off_gpu_nodes(
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_a_log_agent_daemonset_is_allowed_off_gpu_nodes(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf) -> None:
+@pytest.mark.parametrize("path", RUNTIME_SOCKETS + CONTROL_STATE + DEVICES + WHOLE_HOST + UNLISTED)
+def test_every_refused_path_in_a_pod_without_gpus_is_admitted_with_gpu103s_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, patched: Patched, path: str
+) -> None:
+    """The flip side of `test_host_path_outside_the_allowlist_is_denied`: the same pod asking for no card."""
+    obj = with_host_path(pod, container, path, gpu=False)
+    decision = evaluate(obj)
+
+    assert decision.allowed, decision.denial_message
+    assert result(decision, "GPU003") is model.Result.PASS
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/affinity", "value": OFF_GPU_NODES},
+        {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
+    )
+    [notice] = decision.notices
+    assert notice.startswith(
+        "GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes (required node "
+        'affinity aliyun.accelerator/nvidia_name DoesNotExist): volume "host" mounts hostPath '
+    ), notice
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+@pytest.mark.parametrize("action", ["warn", "audit", "off"])
+def test_a_pod_without_gpus_is_denied_where_gpu103_does_not_keep_it_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, action: str
+) -> None:
+    decision = evaluate(with_host_path(pod, container, "/run/containerd/containerd.sock", gpu=False), config={"policies": {"GPU103": {"action": action}}})
+
+    assert not decision.allowed
+    assert decision.denial_message == (
+        PREFIX + 'volume "host" mounts hostPath /run/containerd/containerd.sock, which is not an allowed host path (lies in '
+        "/run: container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories)"
+        + INSTEAD.replace("; the pod requests the GPU resource nvidia.com/gpu;", "; nothing keeps the pod off GPU nodes "
+                          "(required node affinity aliyun.accelerator/nvidia_name DoesNotExist);")
+    )
+
+
+def test_a_log_agent_daemonset_is_allowed_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf, patched: Patched
+) -> None:
     template = pod(
         container("fluent-bit", volumeMounts=[{"name": "varlog", "mountPath": "/var/log", "readOnly": True}]),
         volumes=[
@@ -242,11 +281,13 @@ def test_a_log_agent_daemonset_is_allowed_off_gpu_nodes(pod: PodFactory, contain
             {"name": "tz", "hostPath": {"path": "/etc/localtime", "type": "File"}},
         ],
     )
-    decision = evaluate(workload("DaemonSet", template))
+    obj = workload("DaemonSet", template)
+    decision = evaluate(obj)
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
     assert {"op": "add", "path": "/spec/template/spec/affinity", "value": OFF_GPU_NODES} in decision.patch
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
 @pytest.mark.parametrize(

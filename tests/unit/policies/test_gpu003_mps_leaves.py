@@ -13,7 +13,8 @@ import pytest
 
 from policies import cel, hostpaths, model, settings
 from tests.unit.cel.test_cel_vap_export import admits
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, PodFactory, ResultOf, WorkloadFactory
+from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
+from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 from webhook.commands import vap
 
 PREFIX = "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
@@ -24,6 +25,13 @@ INSTEAD = (
 )
 PIPES = "the CUDA MPS control daemon's pipes, which run work in and reconfigure every tenant's MPS server"
 SHARE = {"aliyun.com/gpu-mem": 2}
+# GPU103's patch of a pod without GPUs that mounts these paths: its affinity, then GPU104's void.
+OFF_GPU_NODES_PATCH = (
+    {"op": "add", "path": "/spec/affinity", "value": required_node_affinity(
+        {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
+    )},
+    {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
+)
 
 
 def with_host_path(pod: PodFactory, container: ContainerFactory, path: str, *, gpu: bool = True) -> dict[str, Any]:
@@ -53,6 +61,19 @@ def test_an_mps_directory_is_refused_in_any_spelling(pod: PodFactory, container:
     assert f"which is not an allowed host path (lies in {leaf}: the CUDA MPS control daemon's" in violation.message
 
 
+@pytest.mark.parametrize("written", ["/tmp/nvidia-mps", "//tmp//nvidia-mps/", "tmp/nvidia-mps", "/tmp/nvidia-log", "/var/log/nvidia-mps/control.log"])
+def test_an_mps_directory_in_a_pod_without_gpus_is_admitted_with_gpu103s_affinity(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, patched: Patched, written: str
+) -> None:
+    obj = with_host_path(pod, container, written, gpu=False)
+    decision = evaluate(obj)
+
+    assert decision.allowed, decision.denial_message
+    assert result(decision, "GPU003") is model.Result.PASS
+    assert decision.patch == OFF_GPU_NODES_PATCH
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
 def test_the_message_names_the_volume_the_leaf_and_what_to_do(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     decision = evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"))
 
@@ -77,13 +98,15 @@ def test_a_workload_template_or_an_init_container_reaching_the_pipes_is_refused(
     ["/tmp", "/tmp/", "/tmp/.X11-unix", "/tmp/nvidia-mps-build", "/tmp/nvidia", "/var/log", "/var/log/pods", "/var/log/nvidia", "/data/nvidia-mps"],
 )
 def test_the_parents_and_neighbours_of_the_pipes_are_refused_too_in_a_gpu_pod_and_pass_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, patched: Patched, path: str
 ) -> None:
     # /tmp itself reaches the pipes; only the allowlist passes where the cards are.
     assert result(evaluate(with_host_path(pod, container, path)), "GPU003") is model.Result.FAIL
-    without_gpus = evaluate(with_host_path(pod, container, path, gpu=False))
+    obj = with_host_path(pod, container, path, gpu=False)
+    without_gpus = evaluate(obj)
     assert without_gpus.allowed and result(without_gpus, "GPU003") is model.Result.PASS
-    assert any(op["path"] == "/spec/affinity" for op in without_gpus.patch)
+    assert without_gpus.patch == OFF_GPU_NODES_PATCH
+    assert_second_pass_is_empty(evaluate, patched, obj, without_gpus)
 
 
 def test_an_admin_may_allow_the_pipe_directory_itself(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
@@ -93,6 +116,26 @@ def test_an_admin_may_allow_the_pipe_directory_itself(pod: PodFactory, container
     assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps/control"), config=config, namespace="mps-jobs").allowed
     assert not evaluate(with_host_path(pod, container, "/var/log/nvidia-mps"), config=config, namespace="mps-jobs").allowed
     assert not evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config, namespace="team-a").allowed
+
+
+def test_an_admin_may_allow_the_pipe_directory_everywhere_read_only(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
+    config = {"trustZone": {"allow": {"hostPaths": ["/tmp/nvidia-mps"]}}}
+
+    def mounted(read_only: bool) -> dict[str, Any]:
+        main = container(gpu=SHARE, volumeMounts=[{"name": "mps", "mountPath": "/mps", "readOnly": read_only}])
+        return pod(main, volumes=[{"name": "mps", "hostPath": {"path": "/tmp/nvidia-mps"}}])
+
+    assert not evaluate(mounted(True)).allowed  # without the allowance
+    assert evaluate(mounted(True), config=config).allowed
+    assert evaluate(mounted(True), config=config, namespace="team-b").allowed
+    writable = evaluate(mounted(False), config=config)
+    assert not writable.allowed
+    assert violation_messages(writable, "GPU003") == [
+        PREFIX + 'container "main" mounts volume "mps" (hostPath /tmp/nvidia-mps) without readOnly: true; the allowed host '
+        "paths are read-only" + INSTEAD
+    ]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""GPU103: privileged pods that use no GPU are kept off GPU nodes."""
+"""GPU103: pods that use no GPU but have node power are kept off GPU nodes (the trust zone)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,42 @@ def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(
         {"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},
     )
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
+
+
+NOTICE = (
+    "GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes "
+    "(required node affinity aliyun.accelerator/nvidia_name DoesNotExist): "
+)
+
+
+def test_the_admission_warning_says_what_keeps_the_pod_off_gpu_nodes(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
+    decision = evaluate(pod(container(privileged=True)))
+
+    assert decision.notices == (NOTICE + 'container "main" is privileged, which GPU nodes do not allow',)
+    assert decision.warnings == ()
+
+
+def test_the_admission_warning_names_the_first_power_and_counts_the_rest(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
+    obj = pod(
+        container(privileged=True, env=[VOID_ENV]),
+        hostPID=True,
+        volumes=[{"name": "root", "hostPath": {"path": "/"}}, {"name": "repo", "gitRepo": {"repository": "r"}}],
+    )
+
+    decision = evaluate(obj)
+
+    assert decision.allowed
+    assert decision.notices == (NOTICE + "the pod sets hostPID: true (and 3 more), which GPU nodes do not allow",)
+
+
+def test_a_pod_without_node_power_gets_no_warning(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+    decision = evaluate(pod(container(env=[VOID_ENV], securityContext={"runAsNonRoot": True})))
+
+    assert decision.allowed and decision.patch == () and decision.notices == ()
 
 
 def test_privileged_init_container_counts(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:

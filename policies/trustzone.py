@@ -87,15 +87,15 @@ GPU_WORKLOAD_CAPABILITIES: Mapping[str, str] = types.MappingProxyType(
         "jobs; unlocks no syscall in the default seccomp profile",
         "SYS_PTRACE": "profilers and debuggers (Nsight Systems, py-spy, cuda-gdb); ptrace and process_vm_* "
         "reach only processes in the container's PID namespace, so it is allowed only without hostPID",
-        "NET_ADMIN": "network debugging and tuning of the pod's own interfaces (kubectl debug --profile=netadmin, "
-        "tcpdump of NCCL traffic); unlocks no syscall in the default seccomp profile and reaches only the pod's "
-        "network namespace, so it is allowed only without hostNetwork",
-        "NET_RAW": "raw sockets for ping and packet capture in the pod's own network namespace (the netadmin "
-        "debug profile); allowed only without hostNetwork",
     }
 )
 DEFAULT_CAPABILITIES: frozenset[str] = BASELINE_CAPABILITIES | frozenset(GPU_WORKLOAD_CAPABILITIES)
-# Allowed only where the pod does not share this namespace of the host.
+# NET_ADMIN and NET_RAW are not in it: NET_ADMIN opens nf_tables and traffic control to the pod, the
+# kernel code behind most container escapes of recent years (CVE-2022-1015, CVE-2023-32233,
+# CVE-2024-1086), and NET_RAW is why Pod Security baseline left it out (CVE-2020-14386). So
+# `kubectl debug --profile=netadmin` is refused on pods that can reach a GPU node; an admin may
+# allow them for a namespace. Allowed there, they (and SYS_PTRACE) still need the pod's own
+# namespace: allowed only where the pod does not share this namespace of the host.
 NEEDS_OWN_NAMESPACE: Mapping[str, str] = types.MappingProxyType(
     {"SYS_PTRACE": "hostPID", "NET_ADMIN": "hostNetwork", "NET_RAW": "hostNetwork"}
 )
@@ -176,12 +176,19 @@ class Allowance:
         )
 
     def host_path(self, path: str) -> HostPath | None:
-        """The allowed entry that `path` (as written in a pod) lies in; None when it is not allowed.
+        """The allowed entry that `path` (as written in a pod) is, or lies in; None when it is not allowed.
 
-        A writable entry wins over a read-only one for the same path.
+        A read-only entry allows what lies under it; a writable one only itself: a pod that may write
+        there could plant a symbolic link (`/scratch/x -> /`) that the node follows when the next pod
+        mounts `/scratch/x` (pods reach into a writable entry with `subPath`, whose links the kubelet
+        refuses to follow out). A writable entry wins over a read-only one for the same path.
         """
         resolved = hostpaths.resolve(path)
-        found = [entry for entry in self.host_paths if hostpaths.within(resolved, entry.path)]
+        found = [
+            entry
+            for entry in self.host_paths
+            if (hostpaths.within(resolved, entry.path) if entry.read_only else resolved == entry.path)
+        ]
         if not found:
             return None
         return next((entry for entry in found if not entry.read_only), found[0])

@@ -7,13 +7,13 @@ safe there, and this policy refuses the rest of what a container or the pod can 
 
 - a privileged container (it sees every device node of the host, every card among them);
 - any added capability outside the allowlist: Pod Security `baseline`'s set plus `IPC_LOCK`,
-  `SYS_NICE`, `SYS_RESOURCE`, `SYS_PTRACE` (not with `hostPID`), `NET_ADMIN` and `NET_RAW` (not
-  with `hostNetwork`), each with its reason in
+  `SYS_NICE`, `SYS_RESOURCE` and `SYS_PTRACE` (not with `hostPID`), each with its reason in
   `trustzone.GPU_WORKLOAD_CAPABILITIES`, and what the settings add (`trustZone.allow.capabilities`,
   per namespace in `trustZone.namespaces`). So `SYS_ADMIN` and `ALL` (which the NVIDIA toolkit
   treats as privileged: NVIDIA/nvidia-container-toolkit, container_config.go `isPrivileged`),
   `SYS_MODULE`, `DAC_READ_SEARCH` (`open_by_handle_at`), `SYS_RAWIO`, `BPF`, `PERFMON`,
-  `SYS_BOOT`, `SYS_TIME`, ... are refused whatever the seccomp profile, in any spelling the
+  `SYS_BOOT`, `SYS_TIME`, `NET_ADMIN` (nf_tables, the kernel code behind most recent container
+  escapes), `NET_RAW`, ... are refused whatever the seccomp profile, in any spelling the
   runtimes accept (`sys_module`, `CAP_SYS_MODULE`), and so is any name nobody has thought of yet;
 - `hostNetwork`, `hostPID`, `hostIPC` (unless a namespace's allowance names them, for MPS or NCCL
   jobs), `procMount: Unmasked`, SELinux options beyond `baseline`'s types, Windows host processes.

@@ -1,7 +1,9 @@
-"""Device injection by pod annotation (GPU010) and the CUDA MPS pipes by hostPath (GPU003's
-protected leaves), through the real apiserver with the deployed webhook configuration: refused on
-create, in a workload template and on a later annotate of a running pod; ordinary annotations and
-an ordinary `/tmp` hostPath pass, and ordinary annotation edits never reach the webhook.
+"""Device injection by pod annotation (GPU010) and the CUDA MPS pipes by hostPath (GPU003), through
+the real apiserver with the deployed webhook configuration: device annotations are refused on
+create, in a workload template and on a later annotate of a running pod, ordinary annotations pass
+and ordinary annotation edits never reach the webhook. A pod that asks for a GPU mounts neither the
+MPS pipe directory nor `/tmp` around it; a pod without GPUs keeps its `/tmp` and is kept off GPU
+nodes (GPU103).
 """
 
 from __future__ import annotations
@@ -114,8 +116,12 @@ def test_the_mps_pipe_directory_by_host_path_is_refused_in_a_gpu_pod_and_tmp_adm
     tmp = {"name": "scratch", "hostPath": {"path": "/tmp", "type": "Directory"}}
     client = pod("mps-client", volumes=[pipes])
     client["spec"]["containers"][0]["resources"] = {"limits": {"aliyun.com/gpu-mem": 1}}
+    # /tmp holds the pipe directory: a GPU pod may not mount it either (no longer an allowed path).
+    gpu_scratch = pod("gpu-scratch", volumes=[tmp])
+    gpu_scratch["spec"]["containers"][0]["resources"] = {"limits": {"aliyun.com/gpu-mem": 1}}
 
     refused = create(cluster, client, namespace=ns)
+    refused_tmp = create(cluster, gpu_scratch, namespace=ns)
     admitted = create(cluster, pod("scratch", volumes=[tmp]), namespace=ns)
 
     assert refused_by(refused, "GPU003"), refused.stderr
@@ -124,8 +130,15 @@ def test_the_mps_pipe_directory_by_host_path_is_refused_in_a_gpu_pod_and_tmp_adm
         "the CUDA MPS control daemon's pipes"
     ) in refused.stderr
     assert "ask an admin to allow the path for the namespace (trustZone)" in refused.stderr
+    assert refused_by(refused_tmp, "GPU003"), refused_tmp.stderr
+    assert 'volume "scratch" mounts hostPath /tmp, which is not an allowed host path' in refused_tmp.stderr
     assert admitted.returncode == 0, admitted.stderr
-    stored = cluster.get("pod", "scratch", namespace=ns)
+    assert "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes" in admitted.stderr
+    stored = cluster.pod_once(
+        "scratch", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="scratch scheduled"
+    )
     assert stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
     ]
+    assert stored["spec"]["nodeName"] == "cpu-0"  # the only node without GPUs
+    assert [p["metadata"]["name"] for p in cluster.pods(namespace=ns)] == ["scratch"]

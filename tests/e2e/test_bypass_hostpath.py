@@ -106,6 +106,10 @@ def test_a_log_agent_with_a_var_log_host_path_is_admitted_off_gpu_nodes(cluster:
     assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/var/log"
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+    placed = cluster.pod_once(
+        "log-agent", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="log-agent scheduled"
+    )
+    assert placed["spec"]["nodeName"] == "cpu-0"  # the only node without GPUs in the default node set
 
 
 def test_an_emptydir_at_var_run_in_a_gpu_pod_is_admitted(cluster: Cluster) -> None:

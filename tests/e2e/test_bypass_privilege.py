@@ -110,15 +110,16 @@ def test_kubectl_debug_sysadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluste
     assert ephemeral(cluster, "on-gpu", namespace=ns) == {}
 
 
-def test_kubectl_debug_netadmin_is_allowed_on_a_pod_running_on_a_gpu_node(cluster: Cluster) -> None:
+def test_kubectl_debug_netadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluster: Cluster) -> None:
+    # NET_ADMIN opens nf_tables to the container, the kernel code behind most recent escapes.
     ns = cluster.namespace()
     run_pod(cluster, pod("net-on-gpu", node=GPU_NODE), namespace=ns)
 
     completed = debug(cluster, "net-on-gpu", namespace=ns, profile="netadmin")
 
-    assert completed.returncode == 0, completed.stderr
-    added = ephemeral(cluster, "net-on-gpu", namespace=ns)["debugger"]
-    assert added["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW"]
+    assert completed.returncode != 0
+    assert 'GPU009' in completed.stderr and 'ephemeral container "debugger" adds capability NET_ADMIN, NET_RAW' in completed.stderr
+    assert ephemeral(cluster, "net-on-gpu", namespace=ns) == {}
 
 
 def test_kubectl_debug_sysadmin_is_allowed_on_a_pod_running_on_the_cpu_only_node(cluster: Cluster) -> None:

@@ -1,12 +1,15 @@
 """Variants of issue 13's routes tried from a tenant's side, through the real apiserver.
 
-- A hostPath of `/sys/fs/cgroup` mounted writable (GPU003): on a cgroup v1 node a root container
-  moves itself into the devices controller's root cgroup and opens every card. Only a mount with
-  `readOnly: true` and `recursiveReadOnly: Enabled` passes, in the pod and in an ephemeral
-  container added later through `pods/ephemeralcontainers` (it cannot add volumes, but it can
-  mount the pod's).
-- A hostPath of `/var/log` (or `/var/log/pods`) mounted writable (GPU003): the kubelet follows a
-  symbolic link planted in `/var/log/pods` when it serves `kubectl logs`; read-only passes.
+- A hostPath of `/sys/fs/cgroup` (GPU003): on a cgroup v1 node a root container with a writable
+  hierarchy moves itself into the devices controller's root cgroup and opens every card. GPU nodes
+  allow no cgroup host path at all, however it is mounted, in a pod that asks for a GPU or names a
+  GPU node; a pod without GPUs keeps it and is kept off GPU nodes (GPU103). Where an admin allows
+  it (`trustZone.allow.hostPaths`), only a mount with `readOnly: true` and `recursiveReadOnly:
+  Enabled` passes, in the pod and in an ephemeral container added later through
+  `pods/ephemeralcontainers` (it cannot add volumes, but it can mount the pod's).
+- A hostPath of `/var/log` (GPU003): the kubelet follows a symbolic link planted in
+  `/var/log/pods` when it serves `kubectl logs`. Refused in a GPU pod, kept off GPU nodes without
+  GPUs; an admin's allowance is read-only.
 - A privileged container beside a Dynamic Resource Allocation claim (`spec.resourceClaims`), which
   may hand it a card: GPU002 counts the pod as a GPU pod.
 - A pod that claims to be a mirror pod (`kubernetes.io/config.mirror`) without being a kubelet's is
@@ -17,40 +20,70 @@
 - An ephemeral container whose `envFrom` prefix composes `NVIDIA_VISIBLE_DEVICES`: the mutating
   webhook also runs on the subresource and gives it `NVIDIA_VISIBLE_DEVICES=void` in `env`, which
   the kubelet applies after `envFrom`, so the prefix composes nothing.
+
+The default KWOK node set has GPU nodes (cgpu-binpack-0, ...) and one CPU-only node (cpu-0).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, eventually
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 
 pytestmark = pytest.mark.e2e
 
 CPU_NODE = "cpu-0"
 GPU_NODE = "cgpu-binpack-0"
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
+GPU_MEM = {"aliyun.com/gpu-mem": 1}
+CARD_LABEL = "aliyun.accelerator/nvidia_name"
+OFF_GPU_NODES = [{"matchExpressions": [{"key": CARD_LABEL, "operator": "DoesNotExist"}]}]
+KEPT_OFF = "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes"
+GPU003_REFUSES = (
+    "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
+)
+# An admin's allowance of both paths for every namespace (read-only, the default of an allowance).
+ALLOWANCE: dict[str, Any] = {"trustZone": {"allow": {"hostPaths": ["/sys/fs/cgroup", "/var/log"]}}}
 
 
-def cgroup_pod(name: str, *, mount: dict[str, Any], node: str = CPU_NODE) -> dict[str, Any]:
-    container = {
+def cgroup_pod(
+    name: str,
+    *,
+    mount: dict[str, Any],
+    node: str | None = CPU_NODE,
+    limits: dict[str, Any] | None = None,
+    path: str = "/sys/fs/cgroup",
+    volume: str = "cgroup",
+) -> dict[str, Any]:
+    """A pod mounting the host's `path` (default `/sys/fs/cgroup`) as `volume`, bound to `node` (None: scheduled)."""
+    container: dict[str, Any] = {
         "name": "main",
         "image": "registry.example/app:1",
-        "volumeMounts": [{"name": "cgroup", "mountPath": "/host/cgroup", **mount}],
+        "volumeMounts": [{"name": volume, "mountPath": "/host/mounted", **mount}],
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "containers": [container],
-            "volumes": [{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}],
-        },
-    }
+    if limits:
+        container["resources"] = {"limits": limits}
+    spec: dict[str, Any] = {"containers": [container], "volumes": [{"name": volume, "hostPath": {"path": path}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def required_terms(stored: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = stored["spec"].get("affinity", {}).get("nodeAffinity", {})
+    terms: list[dict[str, Any]] = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    return terms
+
+
+def scheduled(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]:
+    """Pod `name` once kube-scheduler has bound it, as stored then."""
+    return cluster.pod_once(
+        name, namespace=namespace, condition=lambda found: bool(found["spec"].get("nodeName")), what=f"{namespace}/{name} scheduled"
+    )
 
 
 def plain_pod(name: str) -> dict[str, Any]:
@@ -110,6 +143,78 @@ def test_a_cgroup_mount_on_the_cpu_only_node_is_admitted_as_written_with_its_deb
 
     assert admitted.returncode == 0, admitted.stderr
     assert set(ephemeral(cluster, "metrics", namespace=ns)) == {"debugger"}
+
+
+@pytest.mark.parametrize("mount", [{}, {"readOnly": True}, RECURSIVE_RO], ids=["writable", "top-level-read-only", "recursively-read-only"])
+def test_a_cgroup_host_path_in_a_gpu_pod_is_refused_however_it_is_mounted(cluster: Cluster, mount: dict[str, Any]) -> None:
+    # No cgroup host path is allowed on GPU nodes by default, not even recursively read-only.
+    ns = cluster.namespace()
+
+    completed = cluster.apply(cgroup_pod("cgroup-escape", mount=mount, node=None, limits=GPU_MEM), namespace=ns)
+
+    assert completed.returncode != 0
+    assert GPU003_REFUSES in completed.stderr
+    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which is not an allowed host path' in completed.stderr
+    assert "the pod requests the GPU resource aliyun.com/gpu-mem" in completed.stderr
+    assert cluster.pods(namespace=ns) == []
+
+
+def test_a_writable_cgroup_host_path_without_gpus_is_admitted_and_scheduled_off_gpu_nodes(cluster: Cluster) -> None:
+    # A metrics agent without GPUs keeps its writable mount; kube-scheduler never places it on a GPU node.
+    ns = cluster.namespace()
+
+    completed = cluster.apply(cgroup_pod("cgroup-metrics", mount={}, node=None), namespace=ns)
+
+    assert completed.returncode == 0, completed.stderr
+    assert KEPT_OFF in completed.stderr
+    assert 'volume "cgroup" mounts hostPath /sys/fs/cgroup, which is not an allowed host path' in completed.stderr
+    stored = scheduled(cluster, "cgroup-metrics", namespace=ns)
+    assert required_terms(stored) == OFF_GPU_NODES
+    assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/sys/fs/cgroup"
+    assert stored["spec"]["nodeName"] == CPU_NODE
+    assert CARD_LABEL not in cluster.node_labels(CPU_NODE)
+
+
+def test_an_admins_cgroup_allowance_admits_only_recursively_read_only_mounts_in_a_gpu_pod_and_its_debug_containers(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    with webhook_settings(cluster, ALLOWANCE, directory=tmp_path):
+        ns = cluster.namespace()
+        # cgroup v1 controllers are submounts that a plain read-only bind leaves writable.
+        top_level = cluster.apply(cgroup_pod("top-level", mount={"readOnly": True}, node=None, limits=GPU_MEM), namespace=ns)
+
+        assert top_level.returncode != 0
+        assert GPU003_REFUSES in top_level.stderr
+        assert (
+            'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup) without readOnly: true and '
+            "recursiveReadOnly: Enabled"
+        ) in top_level.stderr
+
+        admitted = cluster.apply(cgroup_pod("metrics", mount=RECURSIVE_RO, node=None, limits=GPU_MEM), namespace=ns)
+
+        assert admitted.returncode == 0, admitted.stderr
+        running(cluster, "metrics", namespace=ns)
+        stored = cluster.get("pod", "metrics", namespace=ns)
+        assert stored["spec"]["containers"][0]["volumeMounts"][0]["recursiveReadOnly"] == "Enabled"
+        assert CARD_LABEL in cluster.node_labels(stored["spec"]["nodeName"])  # it runs on a GPU node
+        debug = {"name": "debugger", "image": "registry.example/busybox:1", "volumeMounts": [{"name": "cgroup", "mountPath": "/cg"}]}
+
+        refused = add_ephemeral(cluster, "metrics", namespace=ns, container=debug)
+
+        assert refused.returncode != 0
+        assert "GPU003: " in refused.stderr
+        assert (
+            'ephemeral container "debugger" mounts volume "cgroup" (hostPath /sys/fs/cgroup) without readOnly: true '
+            "and recursiveReadOnly: Enabled"
+        ) in refused.stderr
+        assert ephemeral(cluster, "metrics", namespace=ns) == {}
+
+        reader = {**debug, "name": "reader", "volumeMounts": [{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}]}
+        admitted_debug = add_ephemeral(cluster, "metrics", namespace=ns, container=reader)
+
+        assert admitted_debug.returncode == 0, admitted_debug.stderr
+        assert set(ephemeral(cluster, "metrics", namespace=ns)) == {"reader"}
+        assert [p["metadata"]["name"] for p in cluster.pods(namespace=ns)] == ["metrics"]
 
 
 def test_an_ephemeral_containers_env_from_prefix_is_neutralised_by_the_injected_void(cluster: Cluster) -> None:
@@ -288,6 +393,48 @@ def test_a_var_log_host_path_is_refused_on_a_named_gpu_node_and_admitted_on_the_
     on_cpu["spec"]["volumes"][0]["hostPath"]["path"] = "/var/log"
     admitted = cluster.apply(on_cpu, namespace=ns)
     assert admitted.returncode == 0, admitted.stderr
+
+
+def test_a_var_log_host_path_is_refused_in_a_gpu_pod_kept_off_gpu_nodes_without_gpus_and_allowed_read_only_by_an_admin(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    # A writable /var/log lets a pod plant the link the kubelet follows when it serves kubectl logs.
+    ns = cluster.namespace()
+    reader = cgroup_pod("log-reader", mount={"readOnly": True}, node=None, limits=GPU_MEM, path="/var/log", volume="logs")
+
+    refused = cluster.apply(reader, namespace=ns)
+
+    assert refused.returncode != 0
+    assert GPU003_REFUSES in refused.stderr
+    assert 'volume "logs" mounts hostPath /var/log, which is not an allowed host path' in refused.stderr
+    assert cluster.pods(namespace=ns) == []
+
+    shipper = cgroup_pod("log-shipper", mount={}, node=None, path="/var/log", volume="logs")
+    kept_off = cluster.apply(shipper, namespace=ns)
+
+    assert kept_off.returncode == 0, kept_off.stderr
+    assert KEPT_OFF in kept_off.stderr
+    stored = scheduled(cluster, "log-shipper", namespace=ns)
+    assert required_terms(stored) == OFF_GPU_NODES
+    assert stored["spec"]["nodeName"] == CPU_NODE
+
+    with webhook_settings(cluster, ALLOWANCE, directory=tmp_path):
+        writable = cgroup_pod("log-link", mount={}, node=None, limits=GPU_MEM, path="/var/log", volume="logs")
+
+        refused_writable = cluster.apply(writable, namespace=ns)
+
+        assert refused_writable.returncode != 0
+        assert GPU003_REFUSES in refused_writable.stderr
+        assert (
+            'container "main" mounts volume "logs" (hostPath /var/log) without readOnly: true; the allowed host paths '
+            "are read-only"
+        ) in refused_writable.stderr
+
+        admitted = cluster.apply(reader, namespace=ns)
+
+        assert admitted.returncode == 0, admitted.stderr
+        assert "GPU103" not in admitted.stderr  # a GPU pod: nothing to keep off
+    assert sorted(p["metadata"]["name"] for p in cluster.pods(namespace=ns)) == ["log-reader", "log-shipper"]
 
 
 def test_a_privileged_container_beside_a_dra_claim_is_refused(cluster: Cluster) -> None:

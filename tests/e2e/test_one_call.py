@@ -63,6 +63,12 @@ def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_judged(cluster: C
     assert completed.returncode == 0, completed.stderr
     assert "GPU103: pods that use no GPU but have node power are kept off GPU nodes" in completed.stderr
     settled(cluster, name="runner", namespace=ns, mutate=1, validate=1)
+    stored = cluster.pod_once(
+        "runner", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="runner scheduled"
+    )
+    terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+    assert stored["spec"]["nodeName"] == "cpu-0"  # the only node without GPUs in the default node set
     asking = pod("gpu-runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}], resources={"limits": {"aliyun.com/gpu-mem": 1}})
     asking["spec"]["volumes"] = [{"name": "run", "hostPath": {"path": "/run"}}]
     refused = cluster.apply(asking, namespace=ns)

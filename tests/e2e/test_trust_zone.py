@@ -4,8 +4,9 @@ A pod that asks for a card gets only what GPU nodes allow: the kubelet's FlexVol
 kubelet runs a new driver's `init` as root) and `SYS_MODULE` are refused, though no list of
 dangerous paths or capabilities ever named them. A CI runner without GPUs keeps the Docker socket
 and its privilege, is told why it is kept off GPU nodes, and kube-scheduler places it on the
-CPU-only node. A NIC under `nvidia.com/` is no GPU, and another scheduler's device annotation is
-refused on any pod.
+CPU-only node, and while that node is cordoned it waits Pending rather than land on a free GPU node.
+A NIC under `nvidia.com/` is no GPU, and another scheduler's device annotation is refused on any
+pod.
 
 The default KWOK node set has GPU nodes (cgpu-binpack-0, ...) and one CPU-only node (cpu-0).
 """
@@ -61,12 +62,23 @@ def test_a_gpu_pod_adding_a_capability_no_list_named_is_refused(cluster: Cluster
     assert cluster.pods(namespace=ns) == []
 
 
+def ci_runner(name: str) -> dict[str, Any]:
+    """A privileged CI runner with the Docker socket, asking for no GPU."""
+    runner = pod(name, securityContext={"privileged": True}, volumeMounts=[{"name": "docker", "mountPath": "/var/run/docker.sock"}])
+    runner["spec"]["volumes"] = [{"name": "docker", "hostPath": {"path": "/var/run/docker.sock", "type": "Socket"}}]
+    return runner
+
+
+def scheduling_condition(found: dict[str, Any]) -> dict[str, Any]:
+    """The pod's PodScheduled condition ({} while there is none)."""
+    conditions = found.get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+
+
 def test_a_ci_runner_with_the_docker_socket_is_warned_kept_off_gpu_nodes_and_placed_on_the_cpu_node(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    runner = pod("ci-runner", securityContext={"privileged": True}, volumeMounts=[{"name": "docker", "mountPath": "/var/run/docker.sock"}])
-    runner["spec"]["volumes"] = [{"name": "docker", "hostPath": {"path": "/var/run/docker.sock", "type": "Socket"}}]
 
-    completed = create(cluster, runner, namespace=ns)
+    completed = create(cluster, ci_runner("ci-runner"), namespace=ns)
 
     assert completed.returncode == 0, completed.stderr
     assert "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes" in completed.stderr
@@ -78,6 +90,35 @@ def test_a_ci_runner_with_the_docker_socket_is_warned_kept_off_gpu_nodes_and_pla
     assert terms == [{"matchExpressions": [{"key": CARD_LABEL, "operator": "DoesNotExist"}]}]
     assert stored["spec"]["nodeName"] == CPU_NODE
     assert CARD_LABEL not in cluster.node_labels(CPU_NODE)
+
+
+def test_a_ci_runner_waits_pending_while_only_gpu_nodes_are_schedulable_and_then_lands_on_the_cpu_node(cluster: Cluster) -> None:
+    ns = cluster.namespace()
+    cordoned = cluster.kubectl("cordon", CPU_NODE)
+    assert cordoned.returncode == 0, cordoned.stderr
+    try:
+        completed = create(cluster, ci_runner("waiting-runner"), namespace=ns)
+        assert completed.returncode == 0, completed.stderr
+        # kube-scheduler tried every node: the cordoned CPU node and GPU nodes the affinity excludes.
+        waiting = cluster.pod_once(
+            "waiting-runner",
+            namespace=ns,
+            condition=lambda found: scheduling_condition(found).get("reason") == "Unschedulable",
+            what="waiting-runner found unschedulable",
+        )
+    finally:
+        uncordoned = cluster.kubectl("uncordon", CPU_NODE)
+    assert uncordoned.returncode == 0, uncordoned.stderr
+    assert "nodeName" not in waiting["spec"]
+    message = scheduling_condition(waiting)["message"]
+    assert "1 node(s) were unschedulable" in message
+    assert "node(s) didn't match Pod's node affinity/selector" in message
+
+    placed = cluster.pod_once(
+        "waiting-runner", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="waiting-runner scheduled"
+    )
+
+    assert placed["spec"]["nodeName"] == CPU_NODE
 
 
 def test_a_container_asking_only_for_a_nic_gets_void_devices(cluster: Cluster) -> None:

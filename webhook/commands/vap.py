@@ -252,7 +252,10 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
     elif policy_id == "GPU003":
         allowance = settings.widest_allowance
         kinds = " || ".join(f"has(v.{kind})" for kind in sorted(allowance.volume_types))
-        allowed = _LEAD + "(?:" + "|".join(a for entry in allowance.host_paths for a in _spellings(entry.path)) + ")" + _UNDER
+        # A read-only entry allows what lies under it, a writable one only itself (trustzone.Allowance.host_path).
+        allowed = _LEAD + "(?:" + "|".join(
+            f"(?:{a}){_UNDER if entry.read_only else _END + '$'}" for entry in allowance.host_paths for a in _spellings(entry.path)
+        ) + ")"
         validations = [
             validation(
                 f"!variables.{REACH} || !has(object.spec.volumes) || object.spec.volumes.all(v, {kinds} || "

@@ -178,7 +178,7 @@ def test_gpu003_admits_only_allowed_host_paths_in_pods_that_can_reach_a_gpu_node
 
 @pytest.mark.parametrize(
     ("path", "allowed"),
-    [("/run/flannel", True), ("/var/run/flannel/subnet.env", True), ("/run/./flannel/", True), ("/run", False),
+    [("/run/flannel", True), ("/var/run/flannel/subnet.env", False), ("/run/./flannel/", True), ("/run", False),
      ("/run/flannelx", False), ("/opt/models/llama", True), ("/opt", False), ("/srv/www", False)],
 )
 def test_gpu003_follows_the_trust_zone_settings(path: str, allowed: bool) -> None:
@@ -326,7 +326,7 @@ def test_the_cli_lists_every_policy_with_action_and_source(capsys: pytest.Captur
     [(["SYS_ADMIN"], False), (["cap_sys_admin"], False), ([" ALL "], False), (["NET_ADMIN", "all"], False),
      (["SYS_MODULE"], False), (["dac_read_search"], False), (["CAP_SYS_RAWIO"], False), (["BPF"], False), (["PERFMON"], False),
      (["SYS_TIME"], False), (["MADE_UP_LATER"], False),
-     (["NET_BIND_SERVICE", "SYS_PTRACE"], True), (["NET_ADMIN", "NET_RAW"], True), (["ipc_lock", "CAP_SYS_NICE", " sys_resource "], True), ([], True)],
+     (["NET_BIND_SERVICE", "SYS_PTRACE"], True), (["NET_ADMIN"], False), (["net_raw"], False), (["ipc_lock", "CAP_SYS_NICE", " sys_resource "], True), ([], True)],
 )
 def test_gpu002_admits_only_allowed_capabilities_as_the_webhook_does(added: list[str], allowed: bool) -> None:
     (gpu002,) = [m for m in exported().manifests if m["metadata"]["name"] == "gpu-admission-gpu002" and m["kind"] == "ValidatingAdmissionPolicy"]
@@ -356,7 +356,7 @@ def test_gpu002_refuses_host_namespaces_and_node_security_options_in_pods_that_c
 def test_gpu002_follows_a_namespace_allowance_only_as_widely_as_it_can_tell() -> None:
     # The export cannot tell namespaces apart: an allowance anywhere is admitted everywhere (it may
     # admit what the webhook refuses, never the reverse).
-    document = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["training"], "allow": {"hostNetwork": True, "capabilities": ["SYS_TIME"]}}]}}
+    document = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["training"], "allow": {"hostNetwork": True, "capabilities": ["SYS_TIME", "NET_ADMIN"]}}]}}
     gpu002 = policy_named(exported(document), "gpu-admission-gpu002")
     spec: dict[str, Any] = {"hostNetwork": True, "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["SYS_TIME"]}}}]}
 

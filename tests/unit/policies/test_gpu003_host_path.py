@@ -394,5 +394,6 @@ def test_empty_host_path_settings_are_the_built_in_rules() -> None:
 def test_the_allowlist_holds_whatever_hostpaths_protect_says(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
     config = {"hostPaths": {"protect": ["/"], "allow": ["/var/log"]}}
 
-    assert evaluate(with_host_path(pod, container, "/var/log/pods"), config=config).allowed
+    assert evaluate(with_host_path(pod, container, "/var/log"), config=config).allowed
+    assert not evaluate(with_host_path(pod, container, "/var/log/pods"), config=config).allowed  # writable: the path only
     assert not evaluate(with_host_path(pod, container, "/data"), config=config).allowed

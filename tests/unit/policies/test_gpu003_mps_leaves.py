@@ -113,7 +113,8 @@ def test_an_admin_may_allow_the_pipe_directory_itself(pod: PodFactory, container
     config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps-jobs"], "allow": {"hostPaths": [{"path": "/tmp/nvidia-mps", "readOnly": False}]}}]}}
 
     assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config, namespace="mps-jobs").allowed
-    assert evaluate(with_host_path(pod, container, "/tmp/nvidia-mps/control"), config=config, namespace="mps-jobs").allowed
+    # Writable: the directory itself, not a path below it a pod could have planted a link at.
+    assert not evaluate(with_host_path(pod, container, "/tmp/nvidia-mps/control"), config=config, namespace="mps-jobs").allowed
     assert not evaluate(with_host_path(pod, container, "/var/log/nvidia-mps"), config=config, namespace="mps-jobs").allowed
     assert not evaluate(with_host_path(pod, container, "/tmp/nvidia-mps"), config=config, namespace="team-a").allowed
 

@@ -255,8 +255,20 @@ def test_an_admin_allows_a_path_per_namespace_read_only_or_writable() -> None:
     }
     assert run_engine(host_path_pod("/opt/models/llama"), config=config).allowed
     assert not run_engine(host_path_pod("/opt/models/llama", read_only=False), config=config).allowed
-    assert run_engine(host_path_pod("/scratch/a", read_only=False), config=config, namespace="research").allowed
-    assert not run_engine(host_path_pod("/scratch/a", read_only=False), config=config, namespace="team-a").allowed
+    assert run_engine(host_path_pod("/scratch", read_only=False), config=config, namespace="research").allowed
+    assert not run_engine(host_path_pod("/scratch", read_only=False), config=config, namespace="team-a").allowed
+
+
+def test_a_writable_allowed_path_allows_no_path_below_it_where_a_link_could_have_been_planted() -> None:
+    # Pod A may write /scratch and plants /scratch/x -> /; pod B mounting hostPath /scratch/x would
+    # get the node's root. Below a writable entry only subPath reaches (the kubelet checks its links).
+    config = {"trustZone": {"allow": {"hostPaths": [{"path": "/scratch", "readOnly": False}]}}, "hostPaths": {"allow": ["/var/log"]}}
+    for planted in ("/scratch/x", "/scratch/x/etc", "/var/log/planted-link"):
+        decision = run_engine(host_path_pod(planted), config=config)
+        assert refused_by(decision) == ["GPU003"], planted
+    subpath = host_path_pod("/scratch", read_only=False)
+    subpath["spec"]["containers"][0]["volumeMounts"][0]["subPath"] = "x"
+    assert run_engine(subpath, config=config).allowed
     assert not run_engine(host_path_pod("/opt/modelsx"), config=config).allowed
 
 
@@ -270,7 +282,7 @@ def test_the_earlier_host_path_allow_setting_still_allows_writable_paths() -> No
 
 ESCAPING_CAPABILITIES = [
     ["SYS_ADMIN"], ["ALL"], ["sys_module"], ["CAP_DAC_READ_SEARCH"], [" sys_rawio "], ["BPF"], ["PERFMON"],
-    ["SYS_BOOT"], ["SYSLOG"], ["SYS_TIME"], ["MAC_ADMIN"], ["LINUX_IMMUTABLE"], ["WAKE_ALARM"],
+    ["SYS_BOOT"], ["SYSLOG"], ["SYS_TIME"], ["MAC_ADMIN"], ["LINUX_IMMUTABLE"], ["WAKE_ALARM"], ["NET_ADMIN"], ["net_raw"],
     ["CHECKPOINT_RESTORE"], ["A_CAPABILITY_ADDED_NEXT_YEAR"], ["CHOWN", "SYS_MODULE"],
 ]
 
@@ -286,7 +298,7 @@ def test_a_capability_outside_the_allowlist_is_refused_in_a_gpu_pod_whatever_its
 
 
 @pytest.mark.parametrize(
-    "added", [["IPC_LOCK"], ["SYS_NICE", "sys_resource"], ["CAP_SYS_PTRACE"], ["NET_ADMIN", "net_raw"], ["NET_BIND_SERVICE", "CHOWN", "SETUID", "MKNOD"], []]
+    "added", [["IPC_LOCK"], ["SYS_NICE", "sys_resource"], ["CAP_SYS_PTRACE"], ["NET_BIND_SERVICE", "CHOWN", "SETUID", "MKNOD"], []]
 )
 def test_baseline_and_gpu_workload_capabilities_pass_in_a_gpu_pod(added: list[str]) -> None:
     decision = run_engine(pod(gpu_main(securityContext={"capabilities": {"add": added}})))
@@ -305,8 +317,10 @@ def test_baseline_and_gpu_workload_capabilities_pass_in_a_gpu_pod(added: list[st
 def test_a_capability_that_needs_the_pods_own_namespace_is_refused_beside_the_hosts_even_where_that_is_allowed(
     capability: str, namespace: str, why: str
 ) -> None:
-    config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps"], "allow": {namespace: True}}]}}
+    allow: dict[str, Any] = {namespace: True, "capabilities": ["NET_ADMIN", "NET_RAW"]}  # NET_*: an admin's addition
+    config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps"], "allow": allow}]}}
     shared = pod(gpu_main(securityContext={"capabilities": {"add": [capability]}}), **{namespace: True})
+    assert run_engine(pod(gpu_main(securityContext={"capabilities": {"add": [capability]}})), config=config, namespace="mps").allowed
 
     assert run_engine(pod(gpu_main(), **{namespace: True}), config=config, namespace="mps").allowed
     decision = run_engine(shared, config=config, namespace="mps")

@@ -34,6 +34,7 @@ TAGS = ("with", "without")
 CARD_MIB = 16384
 HIGH = f"gpu-e2e-high-{RUN}"
 VIP = f"gpu-e2e-vip-{RUN}"
+FINALIZER = "gpu-admission.io/e2e-slow-delete"
 
 
 def scheduler_name(tag: str) -> str:
@@ -115,10 +116,11 @@ def with_verb(cluster: Cluster) -> Iterator[extender_e2e.Replica]:
 
 def _fill_two_cards(
     cluster: Cluster, pool: extender_e2e.Pool, namespace: str, scheduler: str, *,
-    classes: dict[str, str] | None = None, labels: dict[str, dict[str, str]] | None = None,
+    classes: dict[str, str] | None = None, labels: dict[str, dict[str, str]] | None = None, slow: tuple[str, ...] = (),
 ) -> dict[str, int]:
     """a0, b1, c0, d1 created one after another (each Running before the next): name -> card.
-    `classes` gives some a PriorityClass, `labels` some labels."""
+    `classes` gives some a PriorityClass, `labels` some labels; `slow` ones carry a finalizer, so
+    once deleted they stay Terminating (holding their card) until `_release`."""
     cards: dict[str, int] = {}
     for name in ("a0", "b1", "c0", "d1"):
         low = extender_e2e.gpu_pod(name, pool=pool, scheduler=scheduler, group="low", mem=8)
@@ -126,6 +128,8 @@ def _fill_two_cards(
             low["spec"]["priorityClassName"] = classes[name]
         if labels and name in labels:
             low["metadata"]["labels"].update(labels[name])
+        if name in slow:
+            low["metadata"]["finalizers"] = [FINALIZER]
         extender_e2e.create(cluster, [low], namespace=namespace)
         pod = cluster.pod_once(name, namespace=namespace, condition=lambda p: p.get("status", {}).get("phase") == "Running", what=f"{name} Running")
         cards[name] = int(pod["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"])
@@ -220,45 +224,60 @@ def test_without_the_verb_the_default_scatters_victims_and_record_what_follows(c
         replica.stop()
 
 
+def _release(cluster: Cluster, namespace: str, *names: str) -> None:
+    """Remove the `slow` finalizer: a Terminating pod then goes."""
+    for name in names:
+        cluster.kubectl("patch", "pod", name, "-n", namespace, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+
+
+def _nominated_while_a_victim_terminates(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """The preemptor once nominated, with one victim (a finalizer holds it) still Terminating."""
+    return cluster.pod_once(
+        "boss", namespace=namespace, what="the preemptor nominated", timeout=120,
+        condition=lambda p: bool(p.get("status", {}).get("nominatedNodeName")) and not p["spec"].get("nodeName"),
+    )
+
+
+def _turned_away(cluster: Cluster, namespace: str, name: str) -> None:
+    """Until the scheduler has judged `name` and found no place (PodScheduled False, Unschedulable)."""
+    cluster.pod_once(
+        name, namespace=namespace, what=f"{name} judged unschedulable", timeout=60,
+        condition=lambda p: not p["spec"].get("nodeName") and any(
+            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in p.get("status", {}).get("conditions", [])
+        ),
+    )
+
+
 def test_a_held_card_survives_an_extender_restart_and_is_not_given_to_a_lower_pod(
     cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
 ) -> None:
+    # c0 and d1 carry a finalizer: whichever card is freed, one victim leaves at once and one stays
+    # Terminating, so the card has 8 GiB free that only the hold keeps from the 8 GiB "late" pod.
     replica = with_verb
     namespace = cluster.namespace()
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
-    _fill_two_cards(cluster, pool, namespace, replica.scheduler_name)
-    # The preemptor is nominated by the preemption; the extender restarts before it binds, and a
-    # low pod created right then must not take the card held for it (the hold is rebuilt from
-    # the pods' nominatedNodeName, not remembered in the process).
-    extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=replica.scheduler_name)], namespace=namespace)
-    cluster.pod_once(
-        "boss", namespace=namespace, what="the preemptor nominated or Running", timeout=120,
-        condition=lambda p: bool(p.get("status", {}).get("nominatedNodeName")) or p.get("status", {}).get("phase") == "Running",
-    )
-    replica.kill_extender()
-    replica.start_extender()
-    extender_e2e.create(cluster, [extender_e2e.gpu_pod("late", pool=pool, scheduler=replica.scheduler_name, group="low", mem=8)], namespace=namespace)
-
-    late_bound: list[str] = []
-
-    def boss_running() -> bool:
+    cards = _fill_two_cards(cluster, pool, namespace, replica.scheduler_name, slow=("c0", "d1"))
+    try:
+        extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=replica.scheduler_name)], namespace=namespace)
+        _nominated_while_a_victim_terminates(cluster, namespace)
+        # The hold is rebuilt from the pods' nominatedNodeName, not remembered by the process.
+        replica.kill_extender()
+        replica.start_extender()
+        extender_e2e.create(cluster, [extender_e2e.gpu_pod("late", pool=pool, scheduler=replica.scheduler_name, group="low", mem=8)], namespace=namespace)
+        _turned_away(cluster, namespace, "late")
         extender_e2e.card_use(cluster, pool, namespace)
-        pods = {p["metadata"]["name"]: p for p in cluster.pods(namespace=namespace)}
-        late = pods.get("late")
-        if late is None or late["spec"].get("nodeName"):
-            late_bound.append("late bound" if late is not None else "late preempted after taking a card")
-        boss = pods.get("boss", {})
-        return bool(boss.get("status", {}).get("phase") == "Running")
-
-    eventually(boss_running, what="the preemptor Running after the restart", timeout=120)
-    if late_bound:
-        # Every poll above checked that no card is over-committed, and the preemptor runs; what is
-        # not kept yet is the hold itself (docs/preemption.md, Limits): kube-scheduler clears the
-        # nomination when an attempt fails around the restart, and a lower pod may take the card
-        # (to be preempted again). Recorded as an expected failure, not hidden; with the gap closed the
-        # test goes on to the assertion below.
-        pytest.xfail(f"the hold lapsed around the extender restart ({late_bound[0]}); no over-commit")
-    assert len([p for p in cluster.pods(namespace=namespace) if p["spec"].get("nodeName")]) == 3  # boss and the two on the other card
+        assert not cluster.get("pod", "late", namespace=namespace)["spec"].get("nodeName")
+    finally:
+        _release(cluster, namespace, "c0", "d1")
+    found = _running(cluster, pool, namespace, "boss")
+    victims = set(cards) - _names(cluster, namespace)
+    assert {cards[v] for v in victims} == _cards_of(found["boss"]) and len(victims) == 2
+    # Recorded, not asserted (a known gap, docs/preemption.md): once the extender is back, a bind
+    # kube-scheduler attempts for the preemptor before its last victim is gone fails (the binder
+    # refuses: no over-commit), and a failed bind makes kube-scheduler clear the nomination; the
+    # hold lapses with it, the late pod may take the freed half and is then preempted in turn.
+    late = [p for p in cluster.pods(namespace=namespace) if p["metadata"]["name"] == "late"]
+    print(f"\nafter the restart: late {'waits' if late and not late[0]['spec'].get('nodeName') else 'was bound, then preempted' if not late else 'is bound'}")
 
 
 def test_mixed_priorities_free_the_card_without_a_higher_pod(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
@@ -324,15 +343,14 @@ def test_two_preemptors_at_once_each_free_a_card_of_their_own(cluster: Cluster, 
 def test_a_preemptor_deleted_while_nominated_releases_its_hold(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
     namespace = cluster.namespace()
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
-    _fill_two_cards(cluster, pool, namespace, with_verb.scheduler_name)
-    # The preemptor is deleted the moment it is seen nominated (or bound, where the victims went
-    # faster than the poll: then the test proves less, and prints so).
-    extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=with_verb.scheduler_name)], namespace=namespace)
-    boss = cluster.pod_once(
-        "boss", namespace=namespace, what="the preemptor nominated", timeout=120,
-        condition=lambda p: bool(p.get("status", {}).get("nominatedNodeName") or p["spec"].get("nodeName")),
-    )
-    cluster.kubectl("delete", "pod", "boss", "-n", namespace, "--wait=true", "--timeout=60s")
-    extender_e2e.create(cluster, [extender_e2e.gpu_pod("late", pool=pool, scheduler=with_verb.scheduler_name, group="low", mem=8)], namespace=namespace)
-    found = _running(cluster, pool, namespace, "late")
-    print(f"\npreemptor deleted while {'bound' if boss['spec'].get('nodeName') else 'nominated'}; the lower pod runs on GPU{sorted(_cards_of(found['late']))}")
+    _fill_two_cards(cluster, pool, namespace, with_verb.scheduler_name, slow=("c0", "d1"))
+    try:
+        extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=with_verb.scheduler_name)], namespace=namespace)
+        _nominated_while_a_victim_terminates(cluster, namespace)
+        extender_e2e.create(cluster, [extender_e2e.gpu_pod("late", pool=pool, scheduler=with_verb.scheduler_name, group="low", mem=8)], namespace=namespace)
+        _turned_away(cluster, namespace, "late")  # held for the boss
+        cluster.kubectl("delete", "pod", "boss", "-n", namespace, "--wait=true", "--timeout=60s")
+        found = _running(cluster, pool, namespace, "late")  # the hold lapsed: the freed 8 GiB are the late pod's
+        assert len(_cards_of(found["late"])) == 1
+    finally:
+        _release(cluster, namespace, "c0", "d1")

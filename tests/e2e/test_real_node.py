@@ -44,9 +44,11 @@ PART_OF = "app.kubernetes.io/part-of=gpu-admission"
 def _missing() -> str:
     if os.geteuid() != 0:
         return "not root"
-    for tool in (*realnode.HOST_TOOLS, "go"):
-        if shutil.which(tool) is None:
-            return f"no {tool}"
+    missing = realnode.missing_host_tools(which=shutil.which, cni_dirs=realnode.CNI_BIN_DIRS)
+    if missing:
+        return realnode.missing_tools_message(missing, cni_dirs=realnode.CNI_BIN_DIRS)
+    if shutil.which("go") is None:
+        return "no go"
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
         return "dockerd is not running"
     return ""

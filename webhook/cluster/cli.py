@@ -75,6 +75,8 @@ def add_parser(subparsers: Any) -> None:
 @_one_line_errors
 def _up(args: argparse.Namespace) -> int:
     fake_nodes = nodes.load(args.nodes)
+    if args.real_node:
+        realnode.check_tools()  # before building kubelet and kube-proxy, which takes minutes
     bin_dir = binaries.ensure(real_node=args.real_node)
     state = install.bring_up(
         args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config, real_node=args.real_node,

@@ -37,7 +37,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from certs import authority
@@ -49,12 +49,18 @@ REAL_LABEL = "gpu-admission.io/real-node"
 PAUSE_IMAGE = "gpu-admission.local/pause:3.10"
 BRIDGE = "gpuadm0"
 POD_SUBNET = "10.85.0.0/24"
-CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
+# Where the CNI plugins are: Debian's containernetworking-plugins, then the upstream release's place.
+CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
+# The plugins the conflist below names, and containerd's own loopback for every sandbox.
+CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
+CNI_PACKAGE = "containernetworking-plugins"
 LOCK = Path("/run/gpu-admission-real-node.lock")
 NAMESPACE = "k8s.io"  # containerd's namespace for CRI
 COMPONENTS = ("containerd", "kubelet", "kube-proxy")
 REQUIRED_BINARIES = ("kubelet", "kube-proxy", "pause")
-HOST_TOOLS = ("containerd", "ctr", "runc", "iptables", "docker")
+# Each command the real node runs on the host, and the Debian package that provides it.
+HOST_PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "iptables": "iptables", "docker": "docker.io"}
+HOST_TOOLS = tuple(HOST_PACKAGES)
 
 
 class RealNodeError(controlplane.ClusterError):
@@ -71,27 +77,44 @@ def node_ip() -> str:
     return address
 
 
-def check_host(bin_dir: Path) -> None:
-    """Everything the real node needs is here: root, the host tools, the built binaries."""
+def cni_bin_dir(candidates: Sequence[Path]) -> Path | None:
+    """The first of `candidates` that holds every CNI plugin the node uses, or None."""
+    return next((d for d in candidates if all((d / plugin).is_file() for plugin in CNI_PLUGINS)), None)
+
+
+def missing_host_tools(*, which: Callable[[str], str | None], cni_dirs: Sequence[Path]) -> list[str]:
+    """What the real node needs from this machine and does not find, in `HOST_TOOLS` order, then
+    `CNI_PACKAGE` when no directory of `cni_dirs` holds every plugin. `which` is `shutil.which`
+    outside tests."""
+    missing = [tool for tool in HOST_TOOLS if which(tool) is None]
+    if cni_bin_dir(cni_dirs) is None:
+        missing.append(CNI_PACKAGE)
+    return missing
+
+
+def missing_tools_message(missing: Sequence[str], *, cni_dirs: Sequence[Path]) -> str:
+    """One line for `missing_host_tools`'s answer: what is missing and the command that installs it."""
+    cni = f"the CNI plugins ({', '.join(CNI_PLUGINS)} in {' or '.join(map(str, cni_dirs))})"
+    named = [cni if tool == CNI_PACKAGE else tool for tool in missing]
+    packages = sorted({HOST_PACKAGES.get(tool, tool) for tool in missing})
+    return f"the real node needs what this machine lacks: {', '.join(named)}; install with `apt-get install {' '.join(packages)}`"
+
+
+def check_tools() -> None:
+    """Root and the host tools the real node runs (before anything is built or started)."""
     if os.geteuid() != 0:
         raise RealNodeError("a real node needs root (containerd, kubelet and kube-proxy run as root)")
-    missing = [tool for tool in HOST_TOOLS if shutil.which(tool) is None]
+    missing = missing_host_tools(which=shutil.which, cni_dirs=CNI_BIN_DIRS)
     if missing:
-        raise RealNodeError(f"missing on this machine: {', '.join(missing)} (apt-get install docker.io containerd runc iptables)")
-    cni_bin_dir()
+        raise RealNodeError(missing_tools_message(missing, cni_dirs=CNI_BIN_DIRS))
+
+
+def check_host(bin_dir: Path) -> None:
+    """Everything the real node needs is here: root, the host tools, the built binaries."""
+    check_tools()
     absent = [name for name in REQUIRED_BINARIES if not (bin_dir / name).exists()]
     if absent:
         raise RealNodeError(f"{bin_dir} lacks {', '.join(absent)}: run `gpu-admission cluster build --real-node`")
-
-
-def cni_bin_dir(candidates: tuple[str, ...] = CNI_BIN_DIRS) -> str:
-    """The first of `candidates` that holds the CNI bridge plugin; RealNodeError (one line) when none does."""
-    found = next((d for d in candidates if Path(d, "bridge").exists()), None)
-    if found is None:
-        raise RealNodeError(
-            f"no CNI bridge plugin in {' or '.join(candidates)} (apt-get install containernetworking-plugins)"
-        )
-    return found
 
 
 def apiserver_flags(state: controlplane.State, *, address: str) -> list[str]:
@@ -146,16 +169,12 @@ def socket_path(state: controlplane.State) -> Path:
     return node_dir(state) / "containerd.sock"
 
 
-def write_configs(state: controlplane.State, *, address: str, cni_bin: str | None = None) -> None:
-    """containerd's configuration, the CNI conflist, the kubelet's configuration and the kubeconfigs.
-
-    `cni_bin`: where the CNI plugins are (default: found on this machine, `cni_bin_dir`); only
-    written into containerd's configuration, so the files can be made on a machine without them.
-    """
+def write_configs(state: controlplane.State, *, address: str, cni_bin: Path) -> None:
+    """containerd's configuration (its CNI plugins in `cni_bin`), the CNI conflist, the kubelet's
+    configuration and the kubeconfigs."""
     base = node_dir(state)
     for sub in ("containerd-root", "containerd-state", "kubelet", "net.d", "cni-data"):
         (base / sub).mkdir(parents=True, exist_ok=True)
-    cni_bin = cni_bin if cni_bin is not None else cni_bin_dir()
     (base / "containerd.toml").write_text(
         "\n".join([
             "version = 2",
@@ -319,8 +338,11 @@ def start(state: controlplane.State, *, address: str, timeout: float = 180.0) ->
     """containerd, then the pause image in it, kubelet and kube-proxy; wait until the node is Ready."""
     for name in ("kubelet", "kubelet-healthz", "kube-proxy-healthz", "kube-proxy-metrics"):
         state.ports.setdefault(name, controlplane.free_port())
+    cni_bin = cni_bin_dir(CNI_BIN_DIRS)
+    if cni_bin is None:
+        raise RealNodeError(missing_tools_message([CNI_PACKAGE], cni_dirs=CNI_BIN_DIRS))
     claim(state)
-    write_configs(state, address=address)
+    write_configs(state, address=address, cni_bin=cni_bin)
     base = node_dir(state)
     controlplane.start(state, "containerd", command=["containerd", "--config", str(base / "containerd.toml")])
     controlplane.wait_for(lambda: _ctr_ok(state), what="containerd", timeout=60, state=state, component="containerd")
@@ -450,8 +472,8 @@ def _cni_delete(state: controlplane.State, container: str, netns: str) -> None:
         conflist = json.loads(conflist_path.read_text())
     except (OSError, ValueError):
         return
-    cni_bin = next((d for d in CNI_BIN_DIRS if Path(d, "bridge").exists()), CNI_BIN_DIRS[0])
-    for environment, stdin in cni_delete_requests(conflist, container=container, netns=netns, cni_path=cni_bin):
+    cni_bin = cni_bin_dir(CNI_BIN_DIRS) or CNI_BIN_DIRS[0]
+    for environment, stdin in cni_delete_requests(conflist, container=container, netns=netns, cni_path=str(cni_bin)):
         plugin = json.loads(stdin)["type"]
         subprocess.run([str(Path(cni_bin, plugin))], input=stdin, env=environment, capture_output=True, check=False, timeout=30)
     if netns.startswith(("/var/run/netns/", "/run/netns/")):

@@ -24,7 +24,7 @@ from webhook import config
 from webhook.commands import dryrun
 from webhook.cmdline import manifests
 from webhook.cmdline import errors
-from webhook.cluster import binaries, controlplane, install, nodes
+from webhook.cluster import binaries, controlplane, install, nodes, realnode
 
 NAMESPACE = "demo"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -68,6 +68,8 @@ def _offline(reason: str) -> int:
 
 
 def _on_cluster(directory: Path, *, real_node: bool = False) -> int:
+    if real_node:
+        realnode.check_tools()  # before building kubelet and kube-proxy, which takes minutes
     print("== building the control plane (first run only: a few minutes; later runs start in seconds)")
     bin_dir = binaries.ensure(real_node=real_node)
     if controlplane.State.load(directory.resolve()) is not None:

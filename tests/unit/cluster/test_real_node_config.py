@@ -1,5 +1,6 @@
 """The real node's configuration: the kubelet is not left open, containerd runs on its own socket
-with what this machine needs, the apiserver is reachable from pods, and teardown finds every mount."""
+with what this machine needs, the apiserver is reachable from pods, and teardown finds every mount.
+Nothing here reads the host: the CNI plugins' directory is a temporary one, as is every file."""
 
 from __future__ import annotations
 
@@ -17,24 +18,14 @@ from webhook.cluster import controlplane, pki, realnode
 ADDRESS = "192.0.2.10"
 
 
-# The configuration names the plugins' directory; the files are made without the plugins there,
-# so these tests need nothing installed on the machine.
-CNI_BIN = "/opt/example/cni/bin"
-
-
-def test_without_the_cni_plugins_the_real_node_says_what_to_install_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(realnode.RealNodeError) as raised:
-        realnode.cni_bin_dir((str(tmp_path / "none"), str(tmp_path / "neither")))
-    assert "\n" not in str(raised.value) and "apt-get install containernetworking-plugins" in str(raised.value)
-    (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / "bridge").write_text("")
-    assert realnode.cni_bin_dir((str(tmp_path / "none"), str(tmp_path / "plugins"))) == str(tmp_path / "plugins")
-
-
-def test_the_configuration_points_containerd_at_the_given_cni_directory(state: controlplane.State) -> None:
-    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
-    config = tomllib.loads((realnode.node_dir(state) / "containerd.toml").read_text())
-    assert config["plugins"]["io.containerd.grpc.v1.cri"]["cni"]["bin_dir"] == CNI_BIN
+@pytest.fixture
+def cni_bin(tmp_path: Path) -> Path:
+    """A directory standing in for the host's CNI plugins (only their names matter to the configuration)."""
+    directory = tmp_path / "cni-bin"
+    directory.mkdir()
+    for plugin in realnode.CNI_PLUGINS:
+        (directory / plugin).write_text("")
+    return directory
 
 
 @pytest.fixture
@@ -46,9 +37,9 @@ def state(tmp_path: Path) -> controlplane.State:
     return made
 
 
-def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_authorize_every_one(state: controlplane.State) -> None:
+def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_authorize_every_one(state: controlplane.State, cni_bin: Path) -> None:
     realnode.write_pki(state, address=ADDRESS)
-    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
+    realnode.write_configs(state, address=ADDRESS, cni_bin=cni_bin)
     config = json.loads((realnode.node_dir(state) / "kubelet.yaml").read_text())
     assert config["authentication"]["anonymous"] == {"enabled": False}
     assert config["authentication"]["webhook"] == {"enabled": True}
@@ -60,6 +51,48 @@ def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_author
     serving = x509.load_pem_x509_certificate(Path(config["tlsCertFile"]).read_bytes())
     ips = [str(ip) for ip in serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)]
     assert ips == [ADDRESS], "kubectl logs/exec dial the node IP, which the serving certificate must name"
+
+
+def test_the_host_check_finds_every_tool_and_the_cni_plugins_when_they_are_there(tmp_path: Path, cni_bin: Path) -> None:
+    everything = {tool: f"/usr/bin/{tool}" for tool in realnode.HOST_TOOLS}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert realnode.missing_host_tools(which=everything.get, cni_dirs=(empty, cni_bin)) == []
+    assert realnode.cni_bin_dir((tmp_path / "absent", empty, cni_bin)) == cni_bin, "the first directory with every plugin"
+
+
+def test_the_host_check_names_each_missing_tool_and_the_cni_plugins_with_their_packages(tmp_path: Path, cni_bin: Path) -> None:
+    (cni_bin / "portmap").unlink()  # a directory with some plugins is not enough: the conflist names portmap
+    present = {"ctr": "/usr/bin/ctr", "iptables": "/usr/sbin/iptables", "docker": "/usr/bin/docker"}
+    dirs = (tmp_path / "absent", cni_bin)
+    missing = realnode.missing_host_tools(which=present.get, cni_dirs=dirs)
+    assert missing == ["containerd", "runc", realnode.CNI_PACKAGE]
+    message = realnode.missing_tools_message(missing, cni_dirs=dirs)
+    assert "\n" not in message
+    assert "containerd, runc, the CNI plugins (bridge, host-local, portmap, loopback in " in message
+    assert message.endswith("install with `apt-get install containerd containernetworking-plugins runc`")
+    assert str(cni_bin) in message, "says where it looked"
+
+
+@pytest.mark.parametrize("command", [["cluster", "up", "--real-node"], ["demo", "--real-node"]], ids=" ".join)
+def test_a_real_node_command_says_what_is_missing_in_one_line_before_building_anything(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook import cli
+    from webhook.cluster import binaries
+
+    def no_build(**_: object) -> Path:
+        raise AssertionError("built the binaries before checking the host")
+
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("shutil.which", lambda tool: None if tool == "runc" else f"/usr/bin/{tool}")
+    monkeypatch.setattr(realnode, "CNI_BIN_DIRS", (tmp_path / "no-cni",))
+    monkeypatch.setattr(binaries, "ensure", no_build)
+    status = cli.main([*command, "--dir", str(tmp_path / "cluster")])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert "runc, the CNI plugins" in err and "apt-get install containernetworking-plugins runc" in err
 
 
 def test_the_kubelet_is_a_node_identity_and_kube_proxy_the_proxier(state: controlplane.State) -> None:
@@ -87,12 +120,13 @@ def test_the_apiserver_is_reachable_from_pods_and_authorizes_nodes_and_verifies_
     assert "10.0.0.1" in [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
 
 
-def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_restricted_oom_adjustments(state: controlplane.State) -> None:
-    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
+def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_restricted_oom_adjustments(state: controlplane.State, cni_bin: Path) -> None:
+    realnode.write_configs(state, address=ADDRESS, cni_bin=cni_bin)
     config = tomllib.loads((realnode.node_dir(state) / "containerd.toml").read_text())
     assert config["grpc"]["address"] == str(realnode.socket_path(state))
     assert config["root"].startswith(str(state.directory)) and config["state"].startswith(str(state.directory))
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["cni"]["bin_dir"] == str(cni_bin)
     assert cri["sandbox_image"] == realnode.PAUSE_IMAGE and cri["restrict_oom_score_adj"] is True
     assert cri["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
     conflist = json.loads(Path(cri["cni"]["conf_dir"], "10-gpu-admission.conflist").read_text())
@@ -101,8 +135,8 @@ def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_r
     assert len(str(realnode.socket_path(state))) < 108, "a unix socket path must fit sun_path"
 
 
-def test_kube_proxy_listens_on_loopback_ports_of_its_own(state: controlplane.State) -> None:
-    realnode.write_configs(state, address=ADDRESS, cni_bin=CNI_BIN)
+def test_kube_proxy_listens_on_loopback_ports_of_its_own(state: controlplane.State, cni_bin: Path) -> None:
+    realnode.write_configs(state, address=ADDRESS, cni_bin=cni_bin)
     config = json.loads((realnode.node_dir(state) / "kube-proxy.yaml").read_text())
     assert config["mode"] == "iptables" and config["hostnameOverride"] == realnode.NODE_NAME
     assert config["healthzBindAddress"].startswith("127.0.0.1:") and config["metricsBindAddress"].startswith("127.0.0.1:")

@@ -44,6 +44,7 @@ import tempfile
 import time
 import urllib.parse
 from typing import Any
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOW = 1_800_000_000.0
@@ -427,6 +428,11 @@ def main() -> int:
     headline["list_calls"] = [runs["before"][0]["list_calls"], runs["after"][0]["list_calls"]]
     headline["list_calls_without_limit"] = [runs["before"][0]["list_calls_without_limit"], runs["after"][0]["list_calls_without_limit"]]
     print(json.dumps(headline))
+    records.write(
+        bench="audit_inprocess", inputs=vars(args), figures={**headline, "cpu_s": headline["after_cpu_s"]},
+        reference={"name": str(args.against), "figures": {"cpu_s": headline["before_cpu_s"]}},
+        headline=records.Headline(figure="cpu_s", label="audit CPU in process (median of rounds)", unit="s", better="lower"),
+    )
     return 0
 
 

@@ -69,6 +69,7 @@ from policies import settings as settings_
 from webhook.audit import kube, scan, sweep
 from webhook.cluster import binaries, controlplane, install, nodes
 from webhook.cmdline import manifests
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_BASES = ("cgpu-binpack-0", "cgpu-binpack-1", "cgpu-spread-0", "share-binpack-0")
@@ -545,6 +546,10 @@ def _bench(state: controlplane.State, args: argparse.Namespace) -> int:
         **{k: round(v, 1) for k, v in timings.items()},
     }
     print(json.dumps(headline))
+    records.write(
+        bench="audit_throughput", inputs=vars(args), figures=headline,
+        headline=records.Headline(figure="first_wall_s", label="audit wall time on the KWOK cluster (no reference: run with --against)", unit="s", better="lower"),
+    )
     return 0
 
 
@@ -617,6 +622,10 @@ def _bench_against(state: controlplane.State, args: argparse.Namespace, timings:
         **{k: round(v, 1) for k, v in timings.items()},
     }
     print(json.dumps(headline))
+    records.write(
+        bench="audit_throughput", inputs=vars(args), figures=after, reference={"name": str(args.against), "figures": before},
+        headline=records.Headline(figure="median_cpu_s", label="audit CPU on the KWOK cluster", unit="s", better="lower"),
+    )
     return 0
 
 

@@ -42,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ERROR = object()  # expected: an evaluation error
 COMPILE_ERROR = object()  # expected: refused at compile time (cel-go's checker refuses it)
@@ -357,6 +358,12 @@ def main() -> int:
         print(json.dumps(results, indent=2))
     else:
         print(_markdown(results))
+    adopted, *others = list(results["candidates"].items())
+    records.write(
+        bench="cel_candidates", inputs=vars(args), figures=adopted[1],
+        reference={"name": others[0][0], "figures": others[0][1]} if others else None,
+        headline=records.Headline(figure="eval_us_median", label=f"CEL evaluation, {adopted[0]} (adopted)", unit="µs", better="lower"),
+    )
     return 0
 
 

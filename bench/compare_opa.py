@@ -65,6 +65,7 @@ import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside t
 
 from webhook.certificates import certfiles  # noqa: E402 - after the path set-up above
 from webhook.cluster import controlplane  # noqa: E402 - same
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 OPA_VERSION = "v1.22.3"
 OPA_MODULE = "github.com/open-policy-agent/opa"
@@ -399,6 +400,15 @@ def headline(figures: dict[str, dict[str, dict[str, Any]]], *, rates: list[float
     return ratios
 
 
+def _first_cpu_ratio(ratios: dict[str, Any]) -> float | None:
+    """The record's headline: CPU per review of the first of our servers against OPA, on the first body."""
+    for per_server in ratios.values():
+        for entry in per_server.values():
+            value = entry.get("cpu_per_review")
+            return float(value) if isinstance(value, (int, float)) else None
+    return None
+
+
 def _mib(value: int) -> str:
     return f"{value / 2**20:.0f}"
 
@@ -521,7 +531,14 @@ def main() -> int:
             json.dumps({"machine": before, "sizes": sizes, "figures": figures, "rounds": rounds}, indent=2, default=str)
         )
     print(render(figures, sizes=sizes, args=args, before=before, after_load=os.getloadavg()[0]))
-    print(json.dumps({"ratios_vs_opa": headline(figures, rates=list(args.rates)), "rounds": args.rounds, "against": args.against,
+    ratios = headline(figures, rates=list(args.rates))
+    records.write(
+        bench="compare_opa", inputs=vars(args), figures={"figures": figures, "ratios_vs_opa": ratios},
+        reference={"name": "OPA, same run", "figures": {}},
+        headline=records.Headline(figure="ratios_vs_opa", label="webhook against OPA (see ratios_vs_opa)", unit="ratio", better="lower"),
+        ratio=_first_cpu_ratio(ratios),
+    )
+    print(json.dumps({"ratios_vs_opa": ratios, "rounds": args.rounds, "against": args.against,
                       "loadavg": [round(before["loadavg"], 2), round(os.getloadavg()[0], 2)]}))
     return 0
 

@@ -39,6 +39,7 @@ import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
 from policies import settings  # noqa: E402
 from webhook.commands import dryrun  # noqa: E402
 from webhook.cmdline import manifests
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 SOURCES = ("examples/workloads", "examples/bypasses")
 
@@ -133,6 +134,14 @@ def main() -> int:
     print("|---|---:|---:|---:|")
     for name, count, seconds in rows:
         print(f"| {name} | {count} | {seconds:.3f} | {count / seconds:,.0f} |")
+    rates = {name: round(count / seconds, 1) for name, count, seconds in rows}
+    engine = next(v for k, v in rates.items() if k.startswith("evaluate"))
+    parse = next(v for k, v in rates.items() if k.startswith("reference"))
+    records.write(
+        bench="dryrun_throughput", inputs=vars(args), figures={"objects_per_s": rates, "evaluate_objects_per_s": engine},
+        reference={"name": "yaml.load_all (CSafeLoader) on the same objects", "figures": {"evaluate_objects_per_s": parse}},
+        headline=records.Headline(figure="evaluate_objects_per_s", label="dry-run engine throughput", unit="objects/s", better="higher"),
+    )
     return 0
 
 

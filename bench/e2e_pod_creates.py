@@ -67,6 +67,7 @@ import loadgen  # noqa: E402
 from policies import settings as settings_  # noqa: E402
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.commands import mutating_policy  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 NAMESPACE = "default"
 # --real stores its pods with a scheduler nobody runs; GPU008 refuses extender-managed resources for
@@ -488,6 +489,13 @@ def main() -> int:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2, default=str))
     print(json.dumps(headline))
+    records.write(
+        bench="e2e_pod_creates", inputs=vars(args), figures=headline,
+        reference={"name": "the same apiserver without the webhook",
+                   "figures": {k.replace("_without_", "_with_"): v for k, v in headline.items() if "_without_" in k}},
+        headline=records.Headline(figure="cpu_with_per_s", label="CPU-pod creates at saturation, with the webhook", unit="creates/s", better="higher"),
+        ratio=headline.get("cpu_ratio"),
+    )
     return 0
 
 

@@ -37,6 +37,7 @@ from policies import gpu, inventory
 from webhook import cli
 from webhook.explain import cli as explain_cli
 from webhook.explain import snapshot
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 NOW = 1_800_000_000.0
 CARD_MIB = 15360
@@ -178,6 +179,12 @@ def main() -> int:
     print(f"explain pod (CLI, snapshot file):        {explain_cli_s[0]:.2f} / {explain_cli_s[1]:.2f}")
     print(f"explain pod (analysis on read objects):  {analysis_s[0]:.2f} / {analysis_s[1]:.2f}")
     print(f"simulate {args.pods} pods (CLI, snapshot file):  {simulate_s[0]:.2f} / {simulate_s[1]:.2f} ({landed} land, {args.pods - landed} do not fit)")
+    records.write(
+        bench="explain_scale", inputs=vars(args),
+        figures={"explain_cli_wall_s": explain_cli_s[0], "explain_cli_cpu_s": explain_cli_s[1], "explain_analysis_cpu_s": analysis_s[1],
+                 "simulate_wall_s": simulate_s[0], "simulate_cpu_s": simulate_s[1], "landed": landed},
+        headline=records.Headline(figure="explain_cli_cpu_s", label="explain pod on a snapshot", unit="CPU s", better="lower"),
+    )
     return 0
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = 1_800_000_000.0
@@ -485,6 +486,11 @@ def main() -> int:
         headline["ratio"] = round(best["after"] / best["before"], 3)
         headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"]))
     print(json.dumps(headline))
+    records.write(
+        bench="extender_cpu", inputs=vars(args), figures=headline,
+        reference={"name": str(args.against), "figures": {"after_ms_per_pod": headline.get("before_ms_per_pod")}} if "before" in best else None,
+        headline=records.Headline(figure="after_ms_per_pod", label="extender CPU per pod in process", unit="ms", better="lower"),
+    )
     return 0
 
 

@@ -59,6 +59,7 @@ import apiserver_probe  # noqa: E402 - the bench helpers, after the path fix abo
 from policies import gpu, inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 CONFIG = ROOT / "deploy" / "scheduler-config-second.yaml"
 T4 = 15360
@@ -582,6 +583,12 @@ def main() -> int:
             for component, table in (("apiserver", apiserver_probe.BUCKETS), ("scheduler", apiserver_probe.SCHEDULER_BUCKETS)):
                 print_profiles(rounds, profile_dir, component=component, table=table)
         print(json.dumps(line), flush=True)  # the last line: the headline figures
+        records.write(
+            bench="extender_throughput", inputs=vars(args), figures=line,
+            reference={"name": "plain kube-scheduler (no extender), same run", "figures": {}},
+            headline=records.Headline(figure="extender_pods_per_s", label="pods scheduled per second with the extender", unit="pods/s", better="higher"),
+            ratio=line.get("ratio") if isinstance(line.get("ratio"), (int, float)) else None,
+        )
     finally:
         with contextlib.suppress(Exception):
             controlplane.down(directory)

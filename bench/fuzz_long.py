@@ -35,6 +35,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))  # tests.unit.fuzz: the CI suite's strategies, client and in-memory apiserver
 import loadgen  # noqa: E402 - bench/ is not a package
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from tests.unit.fuzz import hostile  # noqa: E402
@@ -247,6 +248,10 @@ def main() -> int:
         print("\nFirst failures:")
         for line in tally.failures:
             print(f"- {line}")
+    records.write(
+        bench="fuzz_long", inputs=vars(args), figures={"failures": tally.failure_count, "known_regressions": dict(tally.known)},
+        headline=records.Headline(figure="failures", label="answers that were neither a verdict nor a 400", unit="count", better="lower"),
+    )
     return 0 if tally.failure_count == 0 and not tally.known else 1
 
 

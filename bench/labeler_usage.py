@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from policies import usage  # noqa: E402 - after the path set-up above
 from tests import cgroup_processes  # noqa: E402
 from webhook.labeler import attribution, cgroups, inventory, ownership, runner  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 NODE = "bench-gpu-0"
 CARDS = 8
@@ -177,6 +178,12 @@ def interval(args: argparse.Namespace) -> int:
     print(f"  at --interval 60s: {statistics.mean(cpu) / 60 * 100:.4f} % of one core")
     print(f"  Python heap peak per pass (tracemalloc): median {statistics.median(peaks) / 1024:.0f} KiB, max {max(peaks) / 1024:.0f} KiB")
     print(f"  process max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")
+    records.write(
+        bench="labeler_usage", inputs=vars(args),
+        figures={"cpu_ms_per_pass_median": round(statistics.median(cpu_ms), 2), "real_use_ms_median": round(statistics.median(usage_cpu) * 1000, 2),
+                 "annotation_bytes": len(annotation), "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
+        headline=records.Headline(figure="cpu_ms_per_pass_median", label="labeler CPU per pass", unit="ms", better="lower"),
+    )
     return 0
 
 
@@ -246,6 +253,13 @@ def churn(args: argparse.Namespace) -> int:
     print(f"  writing on every change instead: {every_change / minutes:.0f} per minute; on every pass: {args.nodes * 60 / step:.0f} per minute")
     buckets = [sum(per_minute[i:i + int(60 / step)]) for i in range(0, len(per_minute), max(1, int(60 / step)))]
     print(f"  busiest minute: {max(buckets)} writes; quietest: {min(buckets)}")
+    records.write(
+        bench="labeler_usage_churn", inputs=vars(args),
+        figures={"writes_per_min": round(limited / minutes, 1), "every_change_per_min": round(every_change / minutes, 1),
+                 "busiest_minute": max(buckets), "quietest_minute": min(buckets)},
+        reference={"name": "writing on every change", "figures": {"writes_per_min": round(every_change / minutes, 1)}},
+        headline=records.Headline(figure="writes_per_min", label="usage annotation writes a minute for the fleet (simulated)", unit="writes/min", better="lower"),
+    )
     return 0
 
 

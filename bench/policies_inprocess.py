@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SNAPSHOT = "tests/unit/audit/data/cluster.yaml"
@@ -219,6 +220,11 @@ def main() -> int:
         if before:
             headline[f"{key} ratio"] = round(after / before, 3)
     print(json.dumps(headline))
+    records.write(
+        bench="policies_inprocess", inputs=vars(args), figures={k: v for k, v in median["after"].items()},
+        reference={"name": str(args.against), "figures": dict(median["before"])},
+        headline=records.Headline(figure=next(iter(median["after"])), label="engine CPU in process", unit="µs", better="lower"),
+    )
     return 0
 
 

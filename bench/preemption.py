@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import extender_throughput as throughput  # noqa: E402 - the bench helpers, after the path fix above
+import records  # noqa: E402 - bench/ is on sys.path; one record per run
 from policies import gpu, inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
@@ -150,6 +151,10 @@ def main() -> int:
             "victims_on_the_preemptors_card": f"{one_card}/{args.preemptors}",
         }
         print(json.dumps(figures))
+        records.write(
+            bench="preemption", inputs=vars(args), figures=figures,
+            headline=records.Headline(figure="to_running_p50_s", label="preemptor creation to Running, p50", unit="s", better="lower"),
+        )
     finally:
         controlplane.down(directory)
     return 0

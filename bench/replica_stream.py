@@ -44,6 +44,7 @@ from typing import Any
 
 from policies import settings
 from webhook.admission import decisioncache, decisions
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,6 +289,11 @@ def main() -> int:
           f"cache on ({decisioncache.DEFAULT_MAX_ENTRIES} entries) {on:.1f} µs ({on / off:.2f}x); the key costs {key_us:.1f} µs a review")
     summary.update(cpu_us_off=round(off, 1), cpu_us_on=round(on, 1), cpu_ratio=round(on / off, 3), key_us=round(key_us, 1))
     print(json.dumps(summary))
+    records.write(
+        bench="replica_stream", inputs=vars(args), figures={**summary, "engine_us_per_review": round(on, 1)},
+        reference={"name": "the same stream without the decision cache", "figures": {"engine_us_per_review": round(off, 1)}},
+        headline=records.Headline(figure="engine_us_per_review", label="engine CPU per review over a modelled create stream", unit="µs", better="lower"),
+    )
     return 0
 
 

@@ -29,6 +29,7 @@ import compare_opa  # noqa: E402 - bench/ is not a package; the review bodies li
 import loadgen  # noqa: E402
 
 from webhook.certificates import certfiles  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
@@ -154,6 +155,10 @@ def main() -> int:
             drift[key] = row["rss"] / 2**20 - first
     summary["rss_drift_same_traffic_mib"] = {k: round(v, 2) for k, v in drift.items() if not k.endswith(" first")}
     print("# summary " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}), flush=True)
+    records.write(
+        bench="soak", inputs=vars(args), figures=summary,
+        headline=records.Headline(figure="rss_growth_after_warmup_mib", label="RSS growth at a steady rate", unit="MiB", better="lower"),
+    )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"machine": started, "rows": rows, "summary": summary}, indent=2))
     return 0 if total_errors == 0 else 1

@@ -66,6 +66,7 @@ from policies import usage  # noqa: E402
 from tests import cgroup_processes  # noqa: E402
 from webhook.cluster import binaries, controlplane, nodes  # noqa: E402
 from webhook.labeler import inventory, publisher, runner  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 CARDS = labeler_usage.CARDS
 CARD_MIB = 81920  # what the simulation gives every card
@@ -320,6 +321,12 @@ def main() -> int:
                       "writes_per_min": {r["model"]: r["apiserver_writes_per_min"] for r in results},
                       "labeler_writes_per_min": {r["model"]: r["labeler_writes_per_min"] for r in results},
                       "simulation_writes_per_min": {r["model"]: r["simulation_writes_per_min"] for r in results}}))
+    records.write(
+        bench="usage_writes_kwok", inputs=vars(args),
+        figures={f"writes_per_min_{r['model']}": r["apiserver_writes_per_min"] for r in results},
+        reference={"name": "the simulation (labeler_usage.py churn)", "figures": {f"writes_per_min_{r['model']}": r["simulation_writes_per_min"] for r in results}},
+        headline=records.Headline(figure=f"writes_per_min_{results[0]['model']}", label="Node PATCHes a minute", unit="writes/min", better="lower"),
+    )
     return 0
 
 

@@ -36,6 +36,7 @@ import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
 
 from webhook.certificates import certfiles  # noqa: E402
 from webhook.serving import tls  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 REVIEW = REPO / "tests" / "data" / "reviews" / "pod-create-gpu-mem.json"
@@ -70,6 +71,10 @@ def main() -> int:
                 f"{row['endpoint']:<10} {row['requests']:>9} {row['rps']:>8.0f} {row['p50_ms']:>8.2f} "
                 f"{row['p99_ms']:>8.2f} {row['errors']:>7}"
             )
+    records.write(
+        bench="webhook_load", inputs=vars(args), figures={"results": results},
+        headline=records.Headline(figure="results", label="webhook load (no reference: run with --against)", unit="-", better="lower"),
+    )
     return 0 if all(row["errors"] == 0 for row in results) else 1
 
 
@@ -105,16 +110,26 @@ def _compare(args: argparse.Namespace) -> int:
           f"medians; ratio = this tree / {args.against}")
     print(f"{'review':<22} {'endpoint':<10} {'req/s':>14} {'p99 ms':>14} {'CPU s/1k':>16} {'ratio CPU':>9}")
     summary: dict[str, float] = {}
+    ours: dict[str, float] = {}
+    theirs: dict[str, float] = {}
     for stem, _ in _bodies(args):
         for endpoint in ENDPOINTS:
             this = _median_row(figures[(stem, endpoint, "this")])
             base = _median_row(figures[(stem, endpoint, args.against)])
             ratio = this["cpu_s_per_1k"] / base["cpu_s_per_1k"] if base["cpu_s_per_1k"] else float("nan")
             summary[f"{stem}{endpoint}"] = round(ratio, 3)
+            ours[f"{stem}{endpoint}"], theirs[f"{stem}{endpoint}"] = this["cpu_s_per_1k"], base["cpu_s_per_1k"]
             print(f"{stem:<22} {endpoint:<10} {this['rps']:>6.0f}/{base['rps']:<7.0f} "
                   f"{this['p99_ms']:>6.2f}/{base['p99_ms']:<7.2f} {this['cpu_s_per_1k']:>7.3f}/{base['cpu_s_per_1k']:<8.3f} "
                   f"{ratio:>9.3f}")
     print(json.dumps({"cpu_ratio": summary, "against": args.against}))
+    first = f"{_bodies(args)[0][0]}/validate"
+    records.write(
+        bench="webhook_load", inputs=vars(args), figures={"cpu_s_per_1k": ours, "cpu_ratio": summary},
+        reference={"name": args.against, "figures": {"cpu_s_per_1k": theirs}},
+        headline=records.Headline(figure="cpu_s_per_1k", label=f"webhook CPU per 1k reviews, {first}", unit="s", better="lower"),
+        ratio=summary[first],
+    )
     return 0
 
 

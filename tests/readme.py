@@ -28,13 +28,16 @@ def fresh_machine_commands(markdown: str) -> list[str]:
         raise ReadmeError(f"no heading starting with {SECTION!r}")
     level = len(lines[heading]) - len(lines[heading].lstrip("#"))
     commands: list[str] = []
-    inside = False
+    inside = closed = False
     pending = ""
     for line in lines[heading + 1:]:
         if not inside and line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
             break  # the next section at the same level or above: the block was not in this one
         if line.strip().startswith("```"):
             if inside:
+                # A closing fence is the backticks alone; one with an info string ("```sh") opens
+                # the next block, so this one was never closed.
+                closed = line.strip().strip("`") == ""
                 break
             inside = True
             continue
@@ -46,6 +49,9 @@ def fresh_machine_commands(markdown: str) -> list[str]:
             continue
         commands.append(pending)
         pending = ""
+    if inside and not closed:
+        # An unclosed fence runs to the next one: the prose between would be read as commands.
+        raise ReadmeError(f"the fenced block under the {SECTION!r} heading is not closed before the next fence")
     if not commands:
         raise ReadmeError(f"no commands in a fenced block under the {SECTION!r} heading")
     return commands

@@ -27,6 +27,7 @@ def test_ci_runs_the_commands_the_readme_gives_in_its_default_run() -> None:
     body = script[script.index("\nfresh() {"):]
     body = body[: body.index("\n}\n")]
     assert '"$base" bash .ci/fresh-machine' in body
+    assert "--env GPU_ADMISSION_E2E=require" in body, "the end-to-end tier must not skip unseen in the fresh container"
     inside = (CI / "fresh-machine").read_text()
     assert "listing=$(python3 tests/readme.py)" in inside, "the commands come from the README at run time, never a copy"
     assert 'bash -c "$command"' in inside
@@ -48,8 +49,9 @@ def test_the_commands_are_the_first_block_under_the_heading_less_comments_with_c
         "# Project\n\n```sh\nmake\n```\n",
         "## Fresh machine\n\nNo block here.\n\n## Next\n\n```sh\nmake\n```\n",
         "## Fresh machine\n\n```sh\n# only a comment\n```\n",
+        "## Fresh machine\n\n```sh\nmake\n\nThe prose under it.\n\n## Next\n\n```sh\nmake install\n```\n",
     ],
-    ids=["no heading", "block in the next section", "no command in the block"],
+    ids=["no heading", "block in the next section", "no command in the block", "the block not closed"],
 )
 def test_a_readme_without_the_commands_is_an_error_not_an_empty_run(markdown: str) -> None:
     with pytest.raises(readme.ReadmeError):

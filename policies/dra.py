@@ -289,6 +289,20 @@ def rule_device(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
     return (str(parts[0]), str(parts[1]), str(parts[2]))
 
 
+def devices_to_taint(
+    published: Mapping[str, Mapping[str, Sequence[Device]]], busy: Mapping[str, Iterable[str]]
+) -> tuple[Device, ...]:
+    """The devices the extender's rules must keep from DRA: every device published for a card
+    (`card_devices`: the whole GPU and its MIG devices) of the cards in `busy` (node -> UUIDs of
+    cards that hold shared pods)."""
+    found: list[Device] = []
+    for node, uuids in busy.items():
+        on_node = published.get(node, {})
+        for uuid in uuids:
+            found.extend(on_node.get(uuid, ()))
+    return tuple(sorted(found, key=lambda d: d.key))
+
+
 def plan_rules(
     wanted: Iterable[Device], existing: Iterable[Mapping[str, Any]]
 ) -> tuple[tuple[Device, ...], tuple[str, ...]]:

@@ -20,7 +20,7 @@ from policies import allocation, dra, reservations
 from policies import usage as policies_usage
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
-from webhook.extender import app, binder, kube, native, nudge
+from webhook.extender import app, binder, kube, native, nudge, taints
 from policies import cards, inspection
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
@@ -228,6 +228,7 @@ async def _serve(
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),
         budgets=kube_api.list_budgets,
+        taint_keeper=taints.Keeper(kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl),
     )
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain

@@ -289,10 +289,11 @@ def create_event(api: client.ApiClient, body: Mapping[str, Any], *, timeout_s: f
     )
 
 
-def read_claim(api: client.ApiClient, namespace: str, kind: str, name: str, *, timeout_s: float) -> Mapping[str, Any]:
+def read_claim(api: client.ApiClient, key: tuple[str, str, str], *, timeout_s: float) -> Mapping[str, Any]:
     """One ResourceClaim or ResourceClaimTemplate (a ``get``; the webhook's ClusterRole allows that
     on both); {} when it does not exist. Other errors propagate: the cache logs them and GPU011
-    fails closed."""
+    fails closed. `key`: (namespace, kind, name)."""
+    namespace, kind, name = key
     plural = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}[kind]
     custom: Any = client.CustomObjectsApi(api)
     try:

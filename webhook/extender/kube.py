@@ -347,6 +347,11 @@ class Watcher:
                     version = await self._watch_once_async(kind, path, version, selector)
             except _Expired:
                 log.info("%s watch expired; relisting", kind.lower())
+            except kube_errors.NotFound as error:
+                if kind not in _OPTIONAL_KINDS:
+                    raise
+                log.info("%s: %s is not served (%s); looking again in %.0f s", kind, path, error, OPTIONAL_RETRY_S)
+                await asyncio.sleep(OPTIONAL_RETRY_S)
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
                 log.warning("%s watch failed (%s); relisting in %.1f s", kind.lower(), error, delay)
                 await asyncio.sleep(delay)
@@ -382,6 +387,11 @@ class Watcher:
                     version = self._watch_once(kind, path, version, selector)
             except _Expired:
                 log.info("%s watch expired; relisting", kind.lower())
+            except kube_errors.NotFound as error:
+                if kind not in _OPTIONAL_KINDS:
+                    raise
+                log.info("%s: %s is not served (%s); looking again in %.0f s", kind, path, error, OPTIONAL_RETRY_S)
+                self._stopped.wait(OPTIONAL_RETRY_S)
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
                 log.warning("%s watch failed (%s); relisting in %.1f s", kind.lower(), error, delay)
                 self._stopped.wait(delay)
@@ -411,6 +421,12 @@ class Watcher:
         except RuntimeError:  # the loop is closed: the process is shutting down
             return False
         return True
+
+
+# Watches of APIs a cluster may not serve (resource.k8s.io/v1 before Kubernetes 1.34, or switched
+# off): a 404 is no failure, the watch looks again now and then and the store counts no DRA holds.
+_OPTIONAL_KINDS = frozenset({"ResourceSlice", "ResourceClaim"})
+OPTIONAL_RETRY_S = 300.0
 
 
 class _Expired(Exception):

@@ -38,8 +38,9 @@ GROUP = "resource.k8s.io"
 VERSION = "v1"
 SLICES_PATH = f"/apis/{GROUP}/{VERSION}/resourceslices"
 CLAIMS_PATH = f"/apis/{GROUP}/{VERSION}/resourceclaims"
-# DeviceTaintRule's versions, newest first: v1beta2 from 1.36 (beta), v1alpha3 in 1.33-1.35 (alpha,
-# feature gate DRADeviceTaints, and in 1.35 DRADeviceTaintRules, plus runtime-config).
+# DeviceTaintRule's versions, newest first: v1beta2 from 1.36 (beta, off by default: gate
+# DRADeviceTaintRules and runtime-config), v1alpha3 in 1.33-1.35 (alpha: gate DRADeviceTaints, from
+# 1.35 also DRADeviceTaintRules, and runtime-config). docs/dra.md has the table.
 TAINT_RULE_VERSIONS = ("v1beta2", "v1alpha3")
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
 

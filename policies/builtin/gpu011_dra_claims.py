@@ -14,7 +14,8 @@ scheduler allocates hands out a card outside the extender's accounting. Each dev
   labelled `resource.kubernetes.io/admin-access=true`; this narrows who may hold that access to
   the namespaces the settings name, so a label on a tenant namespace is not enough.
 
-CREATE and UPDATE are judged alike (a claim's spec is immutable, a template's is not).
+CREATE is judged, and an UPDATE that changes what is asked for (a claim's spec is immutable, a
+template's is not); an UPDATE of metadata only (a controller's finalizer) is not.
 
 A pod (or a workload's pod template) is judged by the claims it uses: each `resourceClaimName` and
 `resourceClaimTemplateName` of `spec.resourceClaims` is looked up in the pod's namespace
@@ -43,6 +44,12 @@ class DraClaims(policy.Validator):
     def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
         obj = context.object or context.request.object
         if obj.get("kind") in dra.CLAIM_KINDS:
+            old = context.request.old_object
+            if context.request.operation == "UPDATE" and old is not None and dra.claim_spec(old) == dra.claim_spec(obj):
+                # Finalizers, labels, annotations: the controllers' writes (the resourceclaim
+                # controller removes its finalizer from claims written before the settings
+                # changed) must go through; only what a claim asks for is judged.
+                return ()
             return _judge_claim(obj, context=context, prefix="")
         if not context.whole_pod:
             return ()

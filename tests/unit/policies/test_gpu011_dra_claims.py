@@ -88,6 +88,13 @@ def test_a_later_update_of_a_template_is_judged_again(evaluate: Evaluate) -> Non
     assert not evaluate(changed, config=GRANTS, operation="UPDATE", old=harmless).allowed
 
 
+def test_a_metadata_update_of_an_old_claim_goes_through(evaluate: Evaluate) -> None:
+    stored = claim(GPU)
+    finalized = copy.deepcopy(stored)
+    finalized["metadata"]["finalizers"] = []  # the resourceclaim controller releasing a claim written earlier
+    assert evaluate(finalized, config=GRANTS, operation="UPDATE", old=stored).allowed
+
+
 def test_a_malformed_claim_is_not_a_crash(evaluate: Evaluate, result: ResultOf) -> None:
     decision = evaluate({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"}, "spec": "x"})
     assert decision.allowed and result(decision, "GPU011") is model.Result.PASS

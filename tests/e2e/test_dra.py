@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from policies import dra
+from tests import dra_objects
 from tests.e2e.harness import Cluster, eventually, webhook_settings
 from tests.e2e.test_explain import codes, explain, pod, wait_bound, wait_unschedulable
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, create, make_pool, pools  # noqa: F401 - pools is a fixture
@@ -47,25 +48,14 @@ def granted(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def publish(cluster: Cluster, pool: Pool) -> None:
     """The test driver: a ResourceSlice per node with the node's inventory cards as devices."""
     for node in pool.nodes:
-        devices = [
-            {"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": f"GPU-{pool.name}-{i}"}},
-             "capacity": {"memory": {"value": f"{gib}Gi"}}}
-            for i, gib in enumerate(pool.card_gib)
-        ]
-        body = {
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu.nvidia.com"},
-            "spec": {"driver": dra.NVIDIA_DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": devices},
-        }
+        uuids = [f"GPU-{pool.name}-{i}" for i in range(len(pool.card_gib))]
+        body = dra_objects.slice_for(node, uuids, gib=min(pool.card_gib))
         completed = cluster.kubectl("create", "-f", "-", stdin=json.dumps(body))
         assert completed.returncode == 0, completed.stderr
 
 
 def claim(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-    }
+    return dra_objects.claim(name)
 
 
 def claiming_pod(name: str, *, pool: Pool, claim_name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from policies import model
 from policies import settings as settings_
+from tests import dra_objects
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation
 from webhook.audit import findings, scan
 
@@ -20,23 +21,11 @@ def gpu_node(node: NodeFactory) -> dict[str, Any]:
                 annotations={"gpu-admission.io/gpu-inventory": json.dumps(CARDS)})
 
 
-SLICE = {
-    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "cgpu-0-gpu.nvidia.com"},
-    "spec": {"driver": "gpu.nvidia.com", "nodeName": "cgpu-0", "pool": {"name": "cgpu-0", "generation": 1},
-             "devices": [{"name": f"gpu-{i}", "attributes": {"uuid": {"string": f"GPU-{i:04d}"}}} for i in range(2)]},
-}
+SLICE = dra_objects.slice_for("cgpu-0", ["GPU-0000", "GPU-0001"])
 
 
 def claim(device: str | None, *, namespace: str = "ml", name: str = "train", kind: str = "ResourceClaim") -> dict[str, Any]:
-    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}
-    obj: dict[str, Any] = {
-        "apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
-        "spec": {"spec": spec} if kind == "ResourceClaimTemplate" else spec,
-    }
-    if device is not None:
-        obj["status"] = {"allocation": {"devices": {"results": [
-            {"driver": "gpu.nvidia.com", "pool": "cgpu-0", "device": device, "request": "gpu"}]}}}
-    return obj
+    return dra_objects.claim(name, namespace=namespace, kind=kind, uid=f"uid-{name}", allocated=None if device is None else ("cgpu-0", device))
 
 
 def run(*objects: dict[str, Any]) -> scan.Audit:

@@ -8,37 +8,23 @@ import json
 from typing import Any
 
 from policies import cardrequest, cards, dra, inspection, reasons
-from webhook.explain import analysis
+from webhook.explain import analysis, snapshot
+from webhook.explain import cli as explain_cli
 from webhook.extender import placement, store
 
+from tests import dra_objects
 from tests.unit.extender.conftest import node as make_node
 from tests.unit.extender.conftest import pod as make_pod
 
 NOW = 1_800_000_000.0
 
 
-def _slice(node: str, uuids: list[str]) -> dict[str, Any]:
-    """What a driver publishes for the node: one device per card, named gpu-<i>, with its UUID."""
-    return {
-        "metadata": {"name": f"{node}-gpu.nvidia.com"},
-        "spec": {
-            "driver": dra.NVIDIA_DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1},
-            "devices": [{"name": f"gpu-{i}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": u}}} for i, u in enumerate(uuids)],
-        },
-    }
-
-
 def _claim(node: str, device: str, *, name: str = "train", namespace: str = "ml", uid: str = "c-1", **extra: Any) -> dict[str, Any]:
-    result = {"driver": dra.NVIDIA_DRIVER, "pool": node, "device": device, "request": "gpu", **extra}
-    return {
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-        "status": {"allocation": {"devices": {"results": [result]}}},
-    }
+    return dra_objects.claim(name, namespace=namespace, uid=uid, allocated=(node, device), **extra)
 
 
 NODE = make_node("gpu-0", count=2, gib=15, inventory=[15360, 15360])  # cards GPU-0000, GPU-0001
-SLICE = _slice("gpu-0", ["GPU-0000", "GPU-0001"])
+SLICE = dra_objects.slice_for("gpu-0", ["GPU-0000", "GPU-0001"])
 
 
 def _state(claims: list[dict[str, Any]]) -> cards.NodeState:
@@ -78,7 +64,7 @@ def test_an_admin_access_claim_takes_no_card() -> None:
 
 def test_whole_card_pods_count_dra_cards_as_not_free() -> None:
     topo = make_node("t", mode="topology", count=2, inventory=[15360, 15360])
-    held = dra.holds([_slice("t", ["GPU-0000", "GPU-0001"])], [_claim("t", "gpu-1")])
+    held = dra.holds([dra_objects.slice_for("t", ["GPU-0000", "GPU-0001"])], [_claim("t", "gpu-1")])
     state = cards.node_state(topo, (), now=NOW, dra_holds=held["t"])
     fit = placement.evaluate(cardrequest.pod_request(make_pod(whole=2)), state)
     assert fit.verdict is placement.Verdict.FULL and fit.codes == (reasons.Code.DRA_ALLOCATED, reasons.Code.NO_TOPOLOGY_SET)
@@ -139,3 +125,19 @@ def test_explain_names_the_claim_that_holds_the_card() -> None:
     assert reasons.Code.DRA_ALLOCATED in verdict.codes and not verdict.fits
     released = analysis.Cluster([NODE], [pending], now=NOW, slices=[SLICE], claims=[_claim("gpu-0", "gpu-0")])
     assert analysis.explain(pending, cluster=released).nodes[0].fits
+
+
+def test_simulate_places_around_the_claimed_card_and_a_snapshot_keeps_slices_and_claims(tmp_path: Any) -> None:
+    claims = [_claim("gpu-0", "gpu-0")]
+    wanted = make_pod("next", mem=10)
+    wanted["spec"]["nodeSelector"] = {"ack.node.gpu.schedule": "cgpu"}
+    result = explain_cli.simulate_batch([wanted], nodes=[NODE], pods=[], now=NOW, slices=[SLICE], claims=claims)
+    assert result is not None
+    (landing,) = result.landings
+    assert (landing.node, landing.cards) == ("gpu-0", (1,))
+    taken = snapshot.take([NODE], [], now=NOW, slices=[SLICE], claims=[*claims, dra_objects.claim("pending", namespace="ml")])
+    path = tmp_path / "snap.json"
+    path.write_text(snapshot.dumps(taken, as_json=True))
+    loaded = snapshot.load(str(path))
+    assert dra.holds(loaded.slices, loaded.claims) == dra.holds([SLICE], claims)
+    assert [c["metadata"]["name"] for c in loaded.claims] == ["train"]  # claims not allocated hold nothing: left out

@@ -11,19 +11,13 @@ from policies import dra
 from webhook.extender import store, taints
 from webhook.kube import errors as kube_errors
 
+from tests import dra_objects
 from tests.unit.extender.conftest import node as make_node
 from tests.unit.extender.conftest import pod as make_pod
 
 NOW = 1_800_000_000.0
 NODE = make_node("gpu-0", count=2, gib=15, inventory=[15360, 15360])
-SLICE = {
-    "metadata": {"name": "gpu-0-slice"},
-    "spec": {"driver": dra.NVIDIA_DRIVER, "nodeName": "gpu-0", "pool": {"name": "gpu-0", "generation": 1}, "devices": [
-        {"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0000"}}},
-        {"name": "gpu-0-mig-9-0-4", "attributes": {"uuid": {"string": "MIG-a"}, "parentUUID": {"string": "GPU-0000"}}},
-        {"name": "gpu-1", "attributes": {"uuid": {"string": "GPU-0001"}}},
-    ]},
-}
+SLICE = dra_objects.slice_for("gpu-0", ["GPU-0000", "GPU-0001"], parents=[("gpu-0-mig-9-0-4", "MIG-a", "GPU-0000")])
 ALLOCATED = '{"node":"gpu-0","cards":[0],"memGiB":4,"corePercent":0,"whole":false,"assumedAt":"2027-01-15T08:00:00.000Z"}'
 
 

@@ -7,14 +7,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from policies import settings
+from tests import dra_objects
 from tests.conftest import ReviewFactory
 from webhook.admission import app as admission_app
 from webhook.admission import claims, keys
 
-GPU_CLAIM = {
-    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "team-a"},
-    "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-}
+GPU_CLAIM = dra_objects.claim("gpu", namespace="team-a")
 
 
 class Reader:

@@ -558,7 +558,7 @@ def _machine(args: argparse.Namespace, load_before: tuple[float, ...], load_afte
         "nodes": args.nodes,
         "namespaces": args.namespaces,
         "nproc": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": records.cpu_model(),
         "python": platform.python_version(),
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in load_after],
@@ -627,16 +627,6 @@ def _bench_against(state: controlplane.State, args: argparse.Namespace, timings:
         headline=records.Headline(figure="median_cpu_s", label="audit CPU on the KWOK cluster", unit="s", better="lower"),
     )
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # --- the older in-process table (--table) ---------------------------------------------------------

@@ -68,18 +68,21 @@ def commit(repo: pathlib.Path = REPO) -> str:
     return f"{head}-dirty" if dirty else head
 
 
-def machine(*, load_before: float = LOAD_AT_START) -> dict[str, Any]:
-    """What the figures were measured on, and how busy it was at the start and now."""
-    cpu = "unknown"
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, "unknown" where it cannot be read."""
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "unknown"
+
+
+def machine(*, load_before: float = LOAD_AT_START) -> dict[str, Any]:
+    """What the figures were measured on, and how busy it was at the start and now."""
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "load_before": round(load_before, 2),

@@ -32,7 +32,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import allocation, gpu, inventory, podspec, quantity, reservations
+from policies import allocation, dra, gpu, inventory, podspec, quantity, reservations
 
 
 # --- cards of a node ------------------------------------------------------------------------------
@@ -51,6 +51,9 @@ class NodeCards:
     links: inventory.Topology = inventory.EMPTY_TOPOLOGY
     source: str = ""  # "inventory" or "capacity": where the card list came from
     problem: str = ""  # why the node offers no cards, for messages
+    # The cards DRA claims hold, as (card UUID, the claims' results) pairs (`with_dra`): part of
+    # what the node offers, so every what-if built on these cards (`occupy`) keeps them.
+    dra: tuple[tuple[str, tuple[dra.Held, ...]], ...] = ()
 
     def card(self, index: int) -> inventory.Card | None:
         for card in self.cards:
@@ -108,6 +111,14 @@ def node_cards(node: Mapping[str, Any]) -> NodeCards:
     return NodeCards(**common, cards=_capacity_cards(count, memory_mib=total // count * gpu.MIB_PER_GIB), source="capacity")
 
 
+def with_dra(node: NodeCards, holds: dra.NodeHolds) -> NodeCards:
+    """`node` with the DRA holds of its cards (`dra.holds(...)[node name]`); the same object when none."""
+    pairs = tuple(sorted((uuid, held) for uuid, held in holds.items() if held))
+    if pairs == node.dra:
+        return node
+    return dataclasses.replace(node, dra=pairs)
+
+
 def _capacity_cards(count: int, *, memory_mib: int) -> tuple[inventory.Card, ...]:
     """Cards counted from the node's capacity or labels: model unknown, memory the same on each."""
     return tuple(inventory.Card(index=i, memory_mib=memory_mib) for i in range(count))
@@ -125,6 +136,9 @@ class CardState:
     core_used: int = 0
     whole_used: bool = False
     allocations: tuple[allocation.Allocation, ...] = ()
+    # DRA claims allocated this card (matched by its UUID, `policies.dra`): it offers nothing to
+    # our pods while any does, whatever they hold of it.
+    dra: tuple[dra.Held, ...] = ()
 
     @property
     def index(self) -> int:
@@ -132,15 +146,15 @@ class CardState:
 
     @property
     def memory_free(self) -> int:
-        return 0 if self.whole_used else max(0, self.card.memory_gib - self.memory_used)
+        return 0 if self.whole_used or self.dra else max(0, self.card.memory_gib - self.memory_used)
 
     @property
     def core_free(self) -> int:
-        return 0 if self.whole_used else max(0, gpu.MAX_CORE_PERCENTAGE - self.core_used)
+        return 0 if self.whole_used or self.dra else max(0, gpu.MAX_CORE_PERCENTAGE - self.core_used)
 
     @property
     def idle(self) -> bool:
-        return not self.allocations
+        return not self.allocations and not self.dra
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -221,19 +235,23 @@ def node_state(
     ttl: float = allocation.DEFAULT_RESERVATION_TTL_S,
     reservations: Mapping[str, allocation.Allocation] | None = None,
     exclude_uid: str = "",
+    dra_holds: dra.NodeHolds = dra.NO_HOLDS,
 ) -> NodeState:
     """The occupation of one node's cards.
 
     `pods` may contain pods of other nodes (they are skipped). `reservations` defaults to the
     node's own ledger (pass it when `node` is a NodeCards). `exclude_uid` leaves one pod out: the
-    pod being placed, whose own earlier attempt must not stand in its way.
+    pod being placed, whose own earlier attempt must not stand in its way. `dra_holds` are the
+    node's cards DRA claims hold (`dra.holds(...)[node]`).
     """
     if isinstance(node, NodeCards):
         cards, ledger = node, dict(reservations or {})
     else:
         cards = node_cards(node)
         ledger = dict(reservations) if reservations is not None else _ledger(node)
-    return count(cards, (holding(pod, now=now, ttl=ttl) for pod in pods), ledger=ledger, now=now, exclude_uid=exclude_uid)
+    return count(
+        cards, (holding(pod, now=now, ttl=ttl) for pod in pods), ledger=ledger, now=now, exclude_uid=exclude_uid, dra_holds=dra_holds
+    )
 
 
 Holding = tuple[str, bool, allocation.Allocation | None]
@@ -247,7 +265,13 @@ def holding(pod: Mapping[str, Any], *, now: float, ttl: float = allocation.DEFAU
 
 
 def count(
-    node: NodeCards, holdings: Iterable[Holding], *, ledger: Mapping[str, allocation.Allocation], now: float, exclude_uid: str = ""
+    node: NodeCards,
+    holdings: Iterable[Holding],
+    *,
+    ledger: Mapping[str, allocation.Allocation],
+    now: float,
+    exclude_uid: str = "",
+    dra_holds: dra.NodeHolds = dra.NO_HOLDS,
 ) -> NodeState:
     """The occupation of `node`'s cards from its pods' `Holding`s and its ledger: what `node_state`
     counts. A pod that holds something here counts once; a ledger entry counts while it has not
@@ -265,7 +289,7 @@ def count(
         if uid in counted or uid in finished or uid == exclude_uid or (entry.expires or 0.0) <= now or entry.node != node.name:
             continue
         counted[uid] = entry
-    return _occupy(node, counted.values())
+    return _occupy(with_dra(node, dra_holds) if dra_holds else node, counted.values())
 
 
 def _ledger(node: Mapping[str, Any]) -> dict[str, allocation.Allocation]:
@@ -273,19 +297,26 @@ def _ledger(node: Mapping[str, Any]) -> dict[str, allocation.Allocation]:
 
 
 def cluster_state(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float = allocation.DEFAULT_RESERVATION_TTL_S
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    now: float,
+    ttl: float = allocation.DEFAULT_RESERVATION_TTL_S,
+    dra_holds: Mapping[str, dra.NodeHolds] | None = None,
 ) -> dict[str, NodeState]:
-    """`node_state` for every node, grouping the pods once."""
+    """`node_state` for every node, grouping the pods once; `dra_holds` by node (`dra.holds`)."""
     grouped = pods_by_node(pods)
     result: dict[str, NodeState] = {}
     for node in nodes:
         name = str(podspec.mapping(node.get("metadata")).get("name", ""))
-        result[name] = node_state(node, grouped.get(name, ()), now=now, ttl=ttl)
+        held = (dra_holds or {}).get(name, dra.NO_HOLDS)
+        result[name] = node_state(node, grouped.get(name, ()), now=now, ttl=ttl, dra_holds=held)
     return result
 
 
 def occupy(node: NodeCards, allocations: Iterable[allocation.Allocation]) -> NodeState:
-    """The state of `node` holding exactly `allocations` (what-ifs: explain, simulate)."""
+    """The state of `node` holding exactly `allocations` (what-ifs: explain, simulate); the
+    node's DRA holds (`NodeCards.dra`) stay."""
     return _occupy(node, allocations)
 
 
@@ -296,6 +327,7 @@ def _occupy(node: NodeCards, allocations: Iterable[allocation.Allocation]) -> No
     on_card: dict[int, list[allocation.Allocation]] = {card.index: [] for card in node.cards}
     placed: list[allocation.Allocation] = []
     orphans: list[allocation.Allocation] = []
+    by_uuid = dict(node.dra)
     for held in sorted(allocations, key=lambda a: (a.assumed_at or 0.0, a.pod_key)):
         if not held.cards or any(index not in memory for index in held.cards):
             orphans.append(held)
@@ -308,7 +340,7 @@ def _occupy(node: NodeCards, allocations: Iterable[allocation.Allocation]) -> No
             on_card[index].append(held)
     states = tuple(
         CardState(card=card, memory_used=memory[card.index], core_used=core[card.index], whole_used=whole[card.index],
-                  allocations=tuple(on_card[card.index]))
+                  allocations=tuple(on_card[card.index]), dra=by_uuid.get(card.uuid, ()) if card.uuid else ())
         for card in node.cards
     )
     return NodeState(node=node, cards=states, allocations=tuple(placed), orphans=tuple(orphans))

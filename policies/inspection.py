@@ -11,6 +11,11 @@ the card's processes hold in GiB with one decimal (NVML's memory used where it g
 per-process figure), followed by `(<GiB> oob)` where out-of-band processes hold part of it; `-`
 for a node without a summary. The columns appear only when some shown node has a summary, so the
 seed's table is unchanged without the labeler. JSON gains `usedMiB` and `outOfBandMiB` per card.
+
+Cards allocated by Dynamic Resource Allocation (`policies.dra`, matched by UUID) show `DRA/<total>`
+in the table and a `DRA` row per claim in `-d`, `-o wide` gains a `DRA` column naming the claims
+(only where some shown card has one, so the seed's views are unchanged without DRA), and JSON a
+`dra` list per card.
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ class PodJson(TypedDict):
     bound: bool
 
 
+class DraJson(TypedDict):
+    claim: str  # namespace/name
+    driver: str
+    pool: str
+    device: str
+    shared: bool
+
+
 class DeviceJson(TypedDict):
     id: int
     totalGPU: int
@@ -42,6 +55,7 @@ class DeviceJson(TypedDict):
     usedCore: int
     whole: bool
     pods: list[PodJson]
+    dra: NotRequired[list[DraJson]]
     usedMiB: NotRequired[int | None]
     outOfBandMiB: NotRequired[int]
 
@@ -80,7 +94,7 @@ def summary(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
     rows = [[*header, "GPU Memory(GiB)"]]
     for state in shown:
         by_index = sorted(state.cards, key=lambda c: c.index)
-        cells = [f"{_used(c)}/{c.card.memory_gib}" for c in by_index] + ["-"] * (width - len(by_index))
+        cells = [f"{'DRA' if c.dra else _used(c)}/{c.card.memory_gib}" for c in by_index] + ["-"] * (width - len(by_index))
         if real:
             node_usage = real.get(state.name)
             cells += [_real(node_usage.card(c.index) if node_usage is not None else None) for c in by_index]
@@ -106,6 +120,10 @@ def details(states: Iterable[cards.NodeState]) -> str:
             if pending:
                 cells.append(str(allocation.memory_gib if allocation in state.orphans else 0))
             rows.append([allocation.name, allocation.namespace, *cells])
+        claims = sorted({h.claim_key: h for c in by_index for h in c.dra}.values(), key=lambda h: h.claim_key)
+        for held in claims:
+            cells = ["DRA" if any(h.claim_key == held.claim_key for h in c.dra) else "0" for c in by_index]
+            rows.append([held.claim, held.namespace, *cells, *(["0"] if pending else [])])
         lines += [f"NAME:       {state.name}", f"IPADDRESS:  {state.node.address or '-'}", ""]
         lines += _align(rows)
         lines += [
@@ -136,6 +154,11 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
             }
             for c in sorted(state.cards, key=lambda c: c.index)
         ]
+        for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index)):
+            if card.dra:
+                device["dra"] = [
+                    {"claim": h.claim_key, "driver": h.driver, "pool": h.pool, "device": h.device, "shared": h.shared} for h in card.dra
+                ]
         if node_usage is not None:
             for device in devices:
                 real_card = node_usage.card(device["id"])
@@ -221,9 +244,10 @@ def wide(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUs
     """``-o wide``: the table's nodes one row per card, with the card's model and UUID (from the
     labeler's inventory; ``-`` where the node advertises capacity only), its cores and pods, and
     the GiB its processes use where the labeler's usage summary has the card."""
-    header = ["NAME", "IPADDRESS", "MODE", "GPU", "MODEL", "UUID", "ALLOCATED/TOTAL(GiB)", "CORE(%)", "USED(GiB)", "PODS"]
-    rows = [header]
     shown = table_nodes(states)
+    with_dra = any(c.dra for s in shown for c in s.cards)
+    header = ["NAME", "IPADDRESS", "MODE", "GPU", "MODEL", "UUID", "ALLOCATED/TOTAL(GiB)", "CORE(%)", "USED(GiB)", "PODS"]
+    rows = [header + (["DRA"] if with_dra else [])]
     for state in shown:
         node_usage = usage.get(state.name) if usage is not None else None
         for card in sorted(state.cards, key=lambda c: c.index):
@@ -238,6 +262,7 @@ def wide(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUs
                 str(gpu.MAX_CORE_PERCENTAGE if card.whole_used else min(card.core_used, gpu.MAX_CORE_PERCENTAGE)),
                 _real(node_usage.card(card.index)) if node_usage is not None else "-",
                 str(len(card.allocations)),
+                *([",".join(h.claim_key for h in card.dra) or "-"] if with_dra else []),
             ])
     used, total = _totals(shown)
     return "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"]) + "\n"

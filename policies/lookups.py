@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import envsources, model, podspec, trustzone
+from policies import dra, envsources, model, podspec, trustzone
 
 
 def env_sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:
@@ -65,3 +65,20 @@ def node_to_look_up(
         next(trustzone.container_power(ref, trustzone.DEFAULT_ALLOWANCE, shared=shared), None) is not None for ref in added
     )
     return node if powered else ""
+
+
+def claims_to_look_up(obj: Mapping[str, Any] | None) -> frozenset[tuple[str, str]]:
+    """The DRA ResourceClaims and ResourceClaimTemplates (kind, name) a pod or workload template
+    names in `spec.resourceClaims`, for GPU011 (`Request.claims`); none for other objects."""
+    if obj is None:
+        return frozenset()
+    found = podspec.template(obj)
+    if found is None:
+        return frozenset()
+    wanted: set[tuple[str, str]] = set()
+    for ref in dra.pod_claims(found.spec):
+        if ref.claim_name:
+            wanted.add(("ResourceClaim", ref.claim_name))
+        if ref.template_name:
+            wanted.add(("ResourceClaimTemplate", ref.template_name))
+    return frozenset(wanted)

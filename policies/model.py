@@ -78,6 +78,11 @@ class Request:
     # ephemeralcontainers subresource; None where the caller does not know them (offline, lookup
     # failed, or not looked up), and GPU009 then fails closed.
     node_labels: Mapping[str, str] | None = None
+    # The DRA ResourceClaims and ResourceClaimTemplates the pod names (`lookups.claims_to_look_up`),
+    # by (kind, name) in the request's namespace: the object, an empty mapping for one that does
+    # not exist, None (or no key) for one that could not be read. None as a whole: not looked up
+    # (offline), and GPU011 can only warn.
+    claims: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None
     # The time the request is judged at, for exception expiry; the engine never reads a clock, so
     # without it an exception with an expiry date does not apply.
     now: datetime.datetime | None = None

@@ -18,6 +18,7 @@ code and message. The codes are a public contract (JSON output, README): never r
 | NO_GPU | the node offers no GPU cards to place on (no inventory, no capacity, exclusive mode) |
 | BAD_REQUEST | the pod's GPU request is malformed; it fits nowhere |
 | NOT_CACHED | the extender has not loaded the node yet |
+| DRA_ALLOCATED | a card that would hold the pod is allocated to a DRA ResourceClaim (matched by its UUID in the driver's ResourceSlice): it is offered again once the claim is released |
 | PREEMPTION_IMPOSSIBLE | the node is full, and no set of pods of lower priority than the pod frees one card (or set of whole cards) for it: preemption cannot help here |
 """
 
@@ -50,6 +51,7 @@ class Code(enum.StrEnum):
     BAD_REQUEST = "BAD_REQUEST"
     NOT_CACHED = "NOT_CACHED"
     PREEMPTION_IMPOSSIBLE = "PREEMPTION_IMPOSSIBLE"
+    DRA_ALLOCATED = "DRA_ALLOCATED"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -52,6 +52,15 @@ hostPaths:                         # earlier versions' host-path settings, still
   allow: [/run/xtables.lock]       #   each entry is a writable trustZone.allow.hostPaths entry;
   protect: [/srv/kubelet]          #   protect only names the root in messages (every path that is
                                    #   not allowed is refused on GPU nodes anyway)
+dra:                               # Dynamic Resource Allocation claims (GPU011, docs/dra.md)
+  gpuDrivers: [gpu.nvidia.com]     #   drivers whose devices are GPUs (this is the default)
+  gpuClasses: [gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com]  # DeviceClasses that hand them out (default)
+  claims:                          #   who may claim which GPU class (default: no tenant namespace),
+    - name: ml-team                #   anchored to namespaces as exceptions are
+      namespaces: [ml]
+      classes: [gpu.nvidia.com]
+  adminNamespaces: [gpu-ops]       #   where a claim may ask for adminAccess (beside Kubernetes'
+                                   #   own label resource.kubernetes.io/admin-access=true)
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
   mutate: warn                     # a crashing mutator must not block pods; it is reported
@@ -90,7 +99,7 @@ import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, gpu, hostpaths, model, podspec, policy, trustzone
+from policies import builtin, dra, gpu, hostpaths, model, podspec, policy, trustzone
 from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
@@ -229,6 +238,33 @@ class ZoneAllowance:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimGrant:
+    """GPU DeviceClasses the namespaces `match` selects may claim through DRA."""
+
+    name: str
+    match: NamespaceMatch
+    classes: frozenset[str]
+
+
+DEFAULT_GPU_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DraSettings:
+    """`dra`: which drivers and DeviceClasses hand out GPUs, who may claim them, where adminAccess goes."""
+
+    gpu_drivers: tuple[str, ...] = (dra.NVIDIA_DRIVER,)
+    gpu_classes: frozenset[str] = DEFAULT_GPU_CLASSES
+    claims: tuple[ClaimGrant, ...] = ()
+    admin_namespaces: frozenset[str] = frozenset()
+
+    def may_claim(self, class_name: str, *, namespace: str, namespace_labels: Mapping[str, str] | None = None) -> bool:
+        """Whether `namespace` may claim devices of the GPU class `class_name`."""
+        labels = labels_of_namespace(namespace, namespace_labels)
+        return any(class_name in g.classes and g.match.matches(namespace, labels) for g in self.claims)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """Everything the engine can be told; the defaults are the documented built-in behaviour."""
 
@@ -255,6 +291,7 @@ class Settings:
     user_policies: tuple[policy.Policy, ...] = ()
     # GPU003's protected roots and allowed host paths (`hostPaths`).
     host_paths: hostpaths.HostPathRules = hostpaths.DEFAULT_RULES
+    dra: DraSettings = DraSettings()
 
     def action(
         self,
@@ -432,6 +469,7 @@ _KEYS = (
     "trustZone",
     "hostPaths",
     "errorActions",
+    "dra",
 )
 _ACTION_NAMES = ", ".join(model.Action)
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -834,14 +872,39 @@ def _zone(value: object, legacy: object) -> tuple[trustzone.TrustZone, trustzone
     for field, entry in _entries(
         value.get("namespaces") or [], field="trustZone.namespaces", known=("name", "namespaces", "namespaceSelector", "allow")
     ):
-        name = entry.get("name", field)
-        if not isinstance(name, str) or not name:
-            raise InvalidSettings(f"{field}.name: must be a non-empty string, got {name!r}")
-        match = _namespace_match(entry, field=field)
-        _anchored(match, field=field, name=name, what="entry")
-        assert match is not None  # _anchored refuses None
+        name, match = _anchored_entry(entry, field=field)
         entries.append(ZoneAllowance(name=name, match=match, allowance=_allow(entry.get("allow"), field=f"{field}.allow")))
     return zone, allowance, tuple(entries)
+
+
+def _anchored_entry(entry: Mapping[str, Any], *, field: str) -> tuple[str, NamespaceMatch]:
+    """An entry's name and the namespaces it is anchored to (trustZone.namespaces, dra.claims)."""
+    name = entry.get("name", field)
+    if not isinstance(name, str) or not name:
+        raise InvalidSettings(f"{field}.name: must be a non-empty string, got {name!r}")
+    match = _namespace_match(entry, field=field)
+    _anchored(match, field=field, name=name, what="entry")
+    assert match is not None  # _anchored refuses None
+    return name, match
+
+
+def _dra(value: object) -> DraSettings:
+    if value is None:
+        return DraSettings()
+    if not isinstance(value, Mapping):
+        raise InvalidSettings(f"dra: must be a mapping with gpuDrivers, gpuClasses, claims, adminNamespaces; got {value!r}")
+    _keys(value, field="dra", known=("gpuDrivers", "gpuClasses", "claims", "adminNamespaces"))
+    grants: list[ClaimGrant] = []
+    for field, entry in _entries(value.get("claims") or [], field="dra.claims", known=("name", "namespaces", "namespaceSelector", "classes")):
+        name, match = _anchored_entry(entry, field=field)
+        grants.append(ClaimGrant(name=name, match=match, classes=frozenset(_strings(entry.get("classes"), field=f"{field}.classes"))))
+    admins = value.get("adminNamespaces")
+    return DraSettings(
+        gpu_drivers=_strings(value["gpuDrivers"], field="dra.gpuDrivers") if "gpuDrivers" in value else (dra.NVIDIA_DRIVER,),
+        gpu_classes=frozenset(_strings(value["gpuClasses"], field="dra.gpuClasses")) if "gpuClasses" in value else DEFAULT_GPU_CLASSES,
+        claims=tuple(grants),
+        admin_namespaces=frozenset() if admins is None else _namespace_names(admins, field="dra.adminNamespaces"),
+    )
 
 
 def _legacy_allow(value: object) -> tuple[str, ...]:
@@ -899,6 +962,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         trust_zone=zone,
         zone_allowance=allowance,
         zone_namespaces=zone_namespaces,
+        dra=_dra(data.get("dra")),
     )
 
 

@@ -28,6 +28,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+import records  # bench/ is on sys.path (see above): the shared machine description
+
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CACHE = pathlib.Path(os.environ.get("GPU_ADMISSION_BENCH_CACHE", pathlib.Path.home() / ".cache" / "gpu-admission" / "bench"))
@@ -261,18 +263,10 @@ def wait_ready(url: str, *, ca: pathlib.Path, server: Server, timeout: float = 3
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on, and how busy it was (load average) when asked."""
-    cpu = "unknown"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": len(os.sched_getaffinity(0)),
-        "cpu": cpu,
+        "cpu": records.cpu_model(),
         "python": platform.python_version(),
         "loadavg": os.getloadavg()[0],
     }

@@ -27,7 +27,11 @@ def bin_dir() -> Path:
 @pytest.fixture(scope="session")
 def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("cluster")
-    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None))
+    # DeviceTaintRules for test_dra.py: flags on kube-apiserver and kube-scheduler, nothing slower for the others.
+    state = install.bring_up(
+        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None),
+        apiserver_flags=controlplane.DRA_DEVICE_TAINT_FLAGS, scheduler_flags=(controlplane.DRA_DEVICE_TAINT_GATE,),
+    )
     try:
         yield Cluster(state)
     finally:

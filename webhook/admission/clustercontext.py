@@ -40,10 +40,11 @@ from typing import Any
 
 from aiohttp import web
 
-from policies import model
+from policies import dra, model
 from webhook.cmdline import errors, flags
 from webhook.serving import metrics
 from webhook import kube as webhook_kube
+from webhook.admission import claims as claims_module
 from webhook.admission import envsources, events, keys, namespaces, nodes
 from webhook.kube import envsources as kube_envsources
 from webhook.kube import client, retry
@@ -122,10 +123,11 @@ class Wanted:
     secrets: bool
     nodes: bool = False
     events: bool = False
+    claims: bool = False
 
     @property
     def any(self) -> bool:
-        return self.namespace_labels or self.configmaps or self.secrets or self.nodes or self.events
+        return self.namespace_labels or self.configmaps or self.secrets or self.nodes or self.events or self.claims
 
 
 def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
@@ -139,6 +141,7 @@ def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
         secrets=access and bool(args.lookup_secrets),
         nodes=access and args.lookup_nodes is not False,
         events=access and getattr(args, "events", None) is not False,
+        claims=access,  # GPU011 fails closed on a claim it cannot read: with access, always look
     )
 
 
@@ -206,6 +209,7 @@ class Context:
     env: envsources.Cache | None
     node_labels: nodes.Cache | None = None
     recorder: events.Recorder | None = None
+    claims: claims_module.Cache | None = None
 
     def install(self, app: web.Application) -> None:
         """Put the parts where the handlers find them, and run them for the app's lifetime."""
@@ -226,6 +230,8 @@ class Context:
             app[keys.ENV_SOURCES] = self.env
         if self.node_labels is not None:
             app[keys.NODES] = self.node_labels
+        if self.claims is not None:
+            app[keys.CLAIMS] = self.claims
         if self.recorder is not None:
             app[keys.EVENTS] = self.recorder
             app.cleanup_ctx.append(self.recorder.lifetime)
@@ -269,7 +275,8 @@ def from_args(args: argparse.Namespace) -> Context | None:
         "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s, Node lookups %s, events %s",
         *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets, parts.nodes, parts.events)),
     )
-    return Context(api=api, informer=informer, env=env, node_labels=node_cache, recorder=recorder)
+    claim_cache = claims_module.Cache(functools.partial(read_claim, api, timeout_s=claims_module.DEFAULT_TIMEOUT_S)) if parts.claims else None
+    return Context(api=api, informer=informer, env=env, node_labels=node_cache, recorder=recorder, claims=claim_cache)
 
 
 def create_event(api: client.ApiClient, body: Mapping[str, Any], *, timeout_s: float) -> None:
@@ -280,6 +287,26 @@ def create_event(api: client.ApiClient, body: Mapping[str, Any], *, timeout_s: f
         lambda: core.create_namespaced_event(namespace, dict(body), _preload_content=False, _request_timeout=timeout_s),
         what=f"cannot record an event in {namespace}", idempotent=False, backoff=retry.ONCE,
     )
+
+
+def read_claim(api: client.ApiClient, key: tuple[str, str, str], *, timeout_s: float) -> Mapping[str, Any]:
+    """One ResourceClaim or ResourceClaimTemplate (a ``get``; the webhook's ClusterRole allows that
+    on both); {} when it does not exist. Other errors propagate: the cache logs them and GPU011
+    fails closed. `key`: (namespace, kind, name)."""
+    namespace, kind, name = key
+    plural = {"ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}[kind]
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        response = retry.call(
+            lambda: custom.get_namespaced_custom_object(
+                dra.GROUP, dra.VERSION, namespace, plural, name, _preload_content=False, _request_timeout=timeout_s
+            ),
+            what=f"cannot read {kind} {namespace}/{name}", idempotent=True, backoff=retry.ONCE,
+        )
+    except kube_errors.NotFound:
+        return {}
+    data = json.loads(response.data)
+    return {**data, "kind": kind} if isinstance(data, dict) else {}
 
 
 def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> Mapping[str, str] | None:

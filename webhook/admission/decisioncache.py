@@ -105,6 +105,7 @@ class Cache:
             or question.operation != "CREATE"
             or question.subresource
             or question.node_labels is not None
+            or question.claims is not None  # looked-up claims change without the pod changing
             or settings.user_policies
             or obj.get("kind") not in podspec.SUPPORTED_KINDS
         ):

@@ -41,6 +41,7 @@ class Question:
     namespace_labels: Mapping[str, str] | None = None
     env_lookup: model.EnvLookup | None = None
     node_labels: Mapping[str, str] | None = None
+    claims: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None  # GPU011: the DRA claims the pod names
     now: datetime.datetime | None = None
 
     @property
@@ -78,6 +79,7 @@ def answer(question: Question, *, settings: settings.Settings) -> model.Decision
             namespace_labels=question.namespace_labels,
             env_lookup=question.env_lookup,
             node_labels=question.node_labels,
+            claims=question.claims,
             now=question.now if question.now is not None else datetime.datetime.now(datetime.timezone.utc),
             clock=time.monotonic,
         ),

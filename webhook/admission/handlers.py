@@ -11,7 +11,7 @@ import datetime
 import logging
 import time
 from collections.abc import Collection, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -87,6 +87,7 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
         if decision is None:
             namespace_labels, env_lookup, env_sources = await _cluster_context(request, checked)
             node_labels = await _node_labels(request, checked)
+            claims = await _claims(request, checked)
             question = decisions.Question(
                 object=checked.object,
                 namespace=checked.namespace,
@@ -99,6 +100,7 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
                 namespace_labels=namespace_labels,
                 env_lookup=env_lookup,
                 node_labels=node_labels,
+                claims=claims,
                 now=datetime.datetime.now(datetime.UTC),
             )
             decision = request.app[keys.DECISIONS].decide(question, settings=request.app[keys.LIVE_SETTINGS].current, env_sources=env_sources)
@@ -197,6 +199,17 @@ async def _node_labels(request: web.Request, checked: review.Review) -> Mapping[
     if not node:
         return None
     return await request.app[keys.NODES].labels_for(node, uid=checked.uid)
+
+
+async def _claims(request: web.Request, checked: review.Review) -> dict[tuple[str, str], Mapping[str, Any] | None] | None:
+    """The DRA claims and claim templates a pod (or workload template) names, for GPU011; None
+    where the app cannot read them (GPU011 then only warns) or the object names none."""
+    if keys.CLAIMS not in request.app:
+        return None
+    wanted = lookups.claims_to_look_up(checked.object)
+    if not wanted:
+        return None
+    return await request.app[keys.CLAIMS].fetch(checked.namespace, wanted, uid=checked.uid)
 
 
 def _record(

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from policies import settings
 from webhook.serving import metrics
-from webhook.admission import decisioncache, envsources, events, namespaces, nodes
+from webhook.admission import claims, decisioncache, envsources, events, namespaces, nodes
 
 
 @dataclasses.dataclass
@@ -35,5 +35,6 @@ DECISIONS = web.AppKey("decisions", decisioncache.Cache)
 NAMESPACES = web.AppKey("namespaces", namespaces.Informer)
 ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)
 NODES = web.AppKey("nodes", nodes.Cache)
+CLAIMS = web.AppKey("claims", claims.Cache)  # GPU011: the DRA claims pods name
 EVENTS = web.AppKey("events", events.Recorder)
 UID = web.RequestKey("uid", str)

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from policies import envsources, model, reservations
+from policies import dra, envsources, model, reservations
 from webhook import kube
 from webhook.audit import report, scan
 from webhook.kube import client, client_exceptions, retry
@@ -230,6 +230,7 @@ def objects(
         if listing.kind not in ("Node", "Pod"):
             yield from _pages(listing, namespace=namespace, chunk=chunk)
     yield from env_sources(_RawCore(_Raw(api)), namespace=namespace, chunk=chunk)
+    yield from dra_objects(api, namespace=namespace, chunk=chunk)
     for listing in pods:
         yield from _pages(listing, namespace=namespace, chunk=chunk)
 
@@ -239,6 +240,32 @@ def inventory(
 ) -> scan.Inventory:
     """Pods, workloads (of `namespace`, or all namespaces), every Node, the ledger Leases, and the Namespaces' labels."""
     return scan.Inventory.of(objects(api, namespace=namespace, chunk=chunk, ledger_namespace=ledger_namespace))
+
+
+def dra_objects(api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK) -> list[dict[str, Any]]:
+    """Dynamic Resource Allocation (`policies.dra`): the ResourceClaims and ResourceClaimTemplates of
+    `namespace` (None: all) for GPU011, and on whole-cluster audits the ResourceSlices for the card
+    states (GPU216). A cluster that does not serve `resource.k8s.io/v1` has none of them; one whose
+    role may not list them still gets the audit, with a warning."""
+    raw = _Raw(api)
+    prefix = f"/apis/{dra.GROUP}/{dra.VERSION}"
+    listings = [
+        _Listing(kind=kind, api_version=f"{dra.GROUP}/{dra.VERSION}", all_namespaces=raw.lister(f"{prefix}/{plural}"),
+                 namespaced=raw.namespaced(plural, prefix=prefix))
+        for kind, plural in (("ResourceClaim", "resourceclaims"), ("ResourceClaimTemplate", "resourceclaimtemplates"))
+    ]
+    if namespace is None:
+        listings.append(_Listing(kind="ResourceSlice", api_version=f"{dra.GROUP}/{dra.VERSION}",
+                                 all_namespaces=raw.lister(f"{prefix}/resourceslices"), namespaced=None))
+    found: list[dict[str, Any]] = []
+    for listing in listings:
+        try:
+            found.extend(_pages(listing, namespace=namespace, chunk=chunk))
+        except kube_errors.NotFound:
+            return []  # the API is not served: nothing can be claimed through it
+        except kube_errors.KubeError as error:
+            log.warning("%s objects not read; DRA claims and the cards they hold are not judged: %s", listing.kind, error)
+    return found
 
 
 def ledger_leases(api: client.ApiClient, *, namespace: str = reservations.LEDGER_NAMESPACE, chunk: int = CHUNK) -> list[dict[str, Any]]:

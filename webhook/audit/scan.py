@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from policies import cards, cel, engine, envsources, model, podparse, podspec, policy, reservations
+from policies import cards, cel, dra, engine, envsources, lookups, model, podparse, podspec, policy, reservations
 from policies import settings as settings_
 from webhook.audit import checks, findings, verdicts
 from webhook.audit.checks import base, facts
@@ -129,6 +129,10 @@ class Inventory:
     # Leases: the nodes' reservation ledgers (`policies.reservations`). `run` trusts only those in
     # the ledger namespace that name their node; any other Lease is ignored.
     leases: tuple[Mapping[str, Any], ...] = ()
+    # Dynamic Resource Allocation (`policies.dra`): ResourceClaims and ResourceClaimTemplates (GPU011
+    # judges them, and pods by them), and the ResourceSlices that say which card a claim holds.
+    claims: tuple[Mapping[str, Any], ...] = ()
+    slices: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> Inventory:
@@ -139,6 +143,8 @@ class Inventory:
         namespaces: list[Mapping[str, Any]] = []
         env_sources: list[Mapping[str, Any]] = []
         leases: list[Mapping[str, Any]] = []
+        claims: list[Mapping[str, Any]] = []
+        slices: list[Mapping[str, Any]] = []
         for obj in objects:
             kind = obj.get("kind")
             if kind == "Pod":
@@ -153,6 +159,10 @@ class Inventory:
                 namespaces.append(obj)
             elif kind == "Lease":
                 leases.append(obj)
+            elif kind in dra.CLAIM_KINDS:
+                claims.append(obj)
+            elif kind == "ResourceSlice":
+                slices.append(obj)
         return cls(
             pods=tuple(pods),
             workloads=tuple(workloads),
@@ -160,6 +170,8 @@ class Inventory:
             env_sources=tuple(env_sources),
             namespace_labels=settings_.labels_by_namespace(namespaces),
             leases=tuple(leases),
+            claims=tuple(claims),
+            slices=tuple(slices),
         )
 
     @classmethod
@@ -251,13 +263,19 @@ def evaluate_policies(
     now: datetime.datetime | None = None,
     namespace_labels: Mapping[str, str] | None = None,
     described: Mapping[str, Describer] | None = None,
+    claims: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None,
 ) -> list[findings.Finding]:
     """Every validate policy's result (user policies included) on one Pod or workload, with its action;
-    `described` holds `describe` of each policy by id, computed once per run."""
+    `described` holds `describe` of each policy by id, computed once per run; `claims`: the DRA
+    claims and templates of the namespace by (kind, name), all of them (one not there does not
+    exist), or None where they were not listed."""
     subject = findings.ObjectRef.of(obj)
+    if claims is not None:  # what the pod names, each found or known not to exist
+        claims = {key: claims.get(key) or {} for key in lookups.claims_to_look_up(obj)}
     decision = engine.evaluate(
         model.Request(
-            operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup, now=now, namespace_labels=namespace_labels
+            operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup, now=now, namespace_labels=namespace_labels,
+            claims=claims,
         ),
         settings=effective,
     )
@@ -483,6 +501,13 @@ def run(
     own_pod_checks = tuple(c for c in POD_CHECKS if c.id not in SHARED_POD_CHECK_IDS)
     if memo is not None and not memo.enabled:
         memo = None
+    # The DRA claims and templates of each namespace, for GPU011 on the pods that use them: the audit
+    # lists them all, so one it does not have does not exist.
+    claims_by_namespace: dict[str, dict[tuple[str, str], Mapping[str, Any] | None]] = {}
+    for claim in inventory.claims:
+        claims_by_namespace.setdefault(namespace_of(claim, default=default_namespace), {})[
+            (str(claim.get("kind")), str(podspec.mapping(claim.get("metadata")).get("name", "")))
+        ] = claim
 
     def placed_in(found: findings.Finding, namespace: str) -> findings.Finding:
         if found.subject.namespace == namespace:
@@ -499,6 +524,7 @@ def run(
             now=moment,
             namespace_labels=inventory.namespace_labels.get(namespace),
             described=described,
+            claims=claims_by_namespace.get(namespace, {}),
         )
 
     def pod_results(obj: Mapping[str, Any], placed: Mapping[str, Any], namespace: str, context: base.PodContext) -> list[findings.Finding]:
@@ -560,6 +586,10 @@ def run(
         if _takes_by_env_from(workload):
             consumers.setdefault(namespace_of(workload, default=default_namespace), []).append(workload)
 
+    for claim in inventory.claims:  # GPU011: who may claim GPUs, and adminAccess
+        if scope.covers(namespace_of(claim, default=default_namespace)):
+            judge(claim, ())
+
     # One pass over the pods: judge each, keep what the node-level checks need (see above).
     kept: list[_Packed] = []
     uid_index: dict[str, int] = {}
@@ -616,6 +646,7 @@ def run(
     if scope.cluster:
         pods_by_uid = _PodsByUid(kept, uid_index)
         leases = reservations.leases_by_node(inventory.leases, namespace=ledger_namespace)
+        held = dra.holds(inventory.slices, inventory.claims)  # cards allocated through DRA (GPU216)
         for node in inventory.nodes:
             if not facts.is_gpu_node(node):
                 continue
@@ -627,7 +658,10 @@ def run(
             lease = leases.get(node_name)
             lease_ledger = reservations.lease_reservations(lease, namespace=ledger_namespace) if lease is not None else {}
             ledger = {**reservations.node_reservations(node), **lease_ledger}
-            state = cards.node_state(node, [decoded[i] for i in grouped.get(node_name, ())], now=now, reservations=ledger)
+            state = cards.node_state(
+                node, [decoded[i] for i in grouped.get(node_name, ())], now=now, reservations=ledger,
+                dra_holds=held.get(node_name, dra.NO_HOLDS),
+            )
             if state.node.cards:
                 states.append(state)
             node_context = base.NodeContext(

@@ -128,6 +128,13 @@ MUTATING_ADMISSION_POLICY_FLAGS = (
 )
 
 
+# Kubernetes 1.34: DeviceTaintRule (resource.k8s.io/v1alpha3) is alpha, behind DRADeviceTaints (on the
+# apiserver, and on each kube-scheduler that is to honour device taints: `DRA_DEVICE_TAINT_GATE`).
+# Flags only, no extra process: the e2e session cluster starts with them at no cost (docs/dra.md).
+DRA_DEVICE_TAINT_GATE = "--feature-gates=DRADeviceTaints=true"
+DRA_DEVICE_TAINT_FLAGS = (DRA_DEVICE_TAINT_GATE, "--runtime-config=resource.k8s.io/v1alpha3=true")
+
+
 def up(
     directory: Path,
     *,
@@ -137,6 +144,7 @@ def up(
     prepare: Callable[[State], Mapping[str, Sequence[str]]] | None = None,
     timeout: float = 120.0,
     apiserver_flags: Sequence[str] = (),
+    scheduler_flags: Sequence[str] = (),
 ) -> State:
     """Start every component, create the fake nodes and wait until all of them are Ready.
 
@@ -144,7 +152,8 @@ def up(
     start processes the scheduler calls (the extender) and return the scheduler configuration.
     `prepare` runs once the key material is written and before anything starts; it returns flags
     to append per component (the real node's, `realnode.prepare`). `apiserver_flags` are appended to
-    kube-apiserver's (opt-in API groups and feature gates: `MUTATING_ADMISSION_POLICY_FLAGS`).
+    kube-apiserver's (opt-in API groups and feature gates: `MUTATING_ADMISSION_POLICY_FLAGS`),
+    `scheduler_flags` to kube-scheduler's (`DRA_DEVICE_TAINT_GATE`).
     """
     directory = directory.resolve()
     existing = State.load(directory)
@@ -164,6 +173,8 @@ def up(
         state.extra_args = {name: list(flags) for name, flags in prepare(state).items()}
     if apiserver_flags:
         state.extra_args.setdefault("kube-apiserver", []).extend(apiserver_flags)
+    if scheduler_flags:
+        state.extra_args.setdefault("kube-scheduler", []).extend(scheduler_flags)
     _write_kubeconfig(state)
     write_scheduler_config(state)
     deadline = time.monotonic() + timeout

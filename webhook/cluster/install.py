@@ -187,6 +187,7 @@ def bring_up(
     in_cluster: bool = False,
     image: str | None = None,
     apiserver_flags: Sequence[str] = (),
+    scheduler_flags: Sequence[str] = (),
 ) -> controlplane.State:
     """The whole local cluster: the control plane and, unless told not to, gpu-admission in it
     (the extender before kube-scheduler starts, then the webhook); with `real_node`, a real
@@ -199,7 +200,7 @@ def bring_up(
     local = with_install and not in_cluster
     state = controlplane.up(
         directory, bin_dir=bin_dir, fake_nodes=fake_nodes, before_scheduler=start_extender if local else None,
-        prepare=realnode.prepare if real_node else None, apiserver_flags=apiserver_flags,
+        prepare=realnode.prepare if real_node else None, apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
     )
     try:
         if real_node:

@@ -105,6 +105,8 @@ class Cluster:
         ttl: float = allocation_.DEFAULT_RESERVATION_TTL_S,
         leases: Iterable[Mapping[str, Any]] = (),
         ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+        slices: Iterable[Mapping[str, Any]] = (),
+        claims: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         self.now, self.ttl = now, ttl
         self.ledger_namespace = ledger_namespace
@@ -121,6 +123,9 @@ class Cluster:
         self.store.replace_nodes(self.nodes.values())
         self.store.replace_pods(listed)
         self.store.replace_leases(self.leases.values())
+        # Cards allocated by Dynamic Resource Allocation (`policies.dra`): counted as the extender counts them.
+        self.store.replace_slices(slices)
+        self.store.replace_claims(claims)
 
     def ledger(self, name: str) -> dict[str, allocation_.Allocation]:
         """A node's reservation ledger: its Node annotation's (earlier versions) and its Lease's."""

@@ -154,6 +154,18 @@ def read_ledgers(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     return leases, namespace
 
 
+def read_dra(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ResourceSlices and allocated ResourceClaims (`policies.dra`): the snapshot's, or the live
+    cluster's; where they cannot be read, a warning says so and no card counts as allocated by DRA."""
+    if getattr(args, "snapshot", None):
+        taken = snapshot.load(args.snapshot)
+        return taken.slices, taken.claims
+    slices, claims, problem = extender_kube.list_dra(_client(args))
+    if problem:
+        print(f"gpu-admission: warning: {problem}", file=sys.stderr)
+    return slices, claims
+
+
 def _find_pod(args: argparse.Namespace, pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     for pod in pods:
         metadata = pod.get("metadata") or {}
@@ -180,7 +192,11 @@ def run_explain(args: argparse.Namespace) -> int:
             raise errors.InputError(f"cannot read pod {args.namespace}/{args.name}: {error}") from error
         nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
-    report = explain_pod(pod, nodes=nodes, pods=pods, now=now, settings=settings, leases=leases, ledger_namespace=ledger_namespace)
+    slices, claims = read_dra(args)
+    report = explain_pod(
+        pod, nodes=nodes, pods=pods, now=now, settings=settings, leases=leases, ledger_namespace=ledger_namespace,
+        slices=slices, claims=claims,
+    )
     output.emit(render.render(report, output=args.output), path=args.output_file)
     return 0
 
@@ -188,16 +204,18 @@ def run_explain(args: argparse.Namespace) -> int:
 def explain_pod(
     pod: Mapping[str, Any], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], now: float,
     settings: Any | None = None, leases: Sequence[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
 ) -> analysis.Report:
     """The report for one pod (admission with `settings`, default settings when None); `leases`:
-    the nodes' ledger Leases, trusted in `ledger_namespace` only.
+    the nodes' ledger Leases, trusted in `ledger_namespace` only; `slices` and `claims`: DRA's
+    ResourceSlices and ResourceClaims (cards they hold are not offered).
 
     The pod is a stored one, so it is judged as the audit judges stored objects: a bound pod's
     nodeName and the extender's allocation annotations are there by design, not a request to refuse.
     """
     loaded = settings if settings is not None else config.load(None)
     decision = decisions.decide(pod, settings=loaded.for_stored_objects())
-    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace)
+    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
     return analysis.explain(pod, cluster=cluster, admission=decision)
 
 
@@ -218,7 +236,10 @@ def read_pdbs(args: argparse.Namespace) -> list[dict[str, Any]]:
 def run_snapshot(args: argparse.Namespace) -> int:
     nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
-    taken = snapshot.take(nodes, pods, now=now, pdbs=read_pdbs(args), leases=leases, ledger_namespace=ledger_namespace)
+    slices, claims = read_dra(args)
+    taken = snapshot.take(
+        nodes, pods, now=now, pdbs=read_pdbs(args), leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims
+    )
     as_json = args.output == "json" or (args.output is None and str(args.output_file or "").endswith(".json"))
     output.emit(snapshot.dumps(taken, as_json=as_json), path=args.output_file)
     if output.to_file(args.output_file):
@@ -238,9 +259,10 @@ def run_simulate(args: argparse.Namespace) -> int:
     templates = _nodes_file(args.add_nodes) if args.add_nodes else []
     nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
+    slices, claims = read_dra(args)
     result = simulate_batch(
         [d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates,
-        leases=leases, ledger_namespace=ledger_namespace,
+        leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims,
     )
     output.emit(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes)), path=args.output_file)
     return EXIT_ALL_PLACED if result is not None and not result.unplaced and not _denied(result) else EXIT_NOT_PLACED
@@ -250,6 +272,7 @@ def simulate_batch(
     objects: Sequence[Mapping[str, Any]], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
     now: float, settings: Any | None = None, templates: Sequence[Mapping[str, Any]] = (),
     leases: Sequence[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
 ) -> simulate.Result | None:
     """Admit and place the manifests' pods; with `templates`, the fewest added nodes (None: none do).
     `leases`: the nodes' ledger Leases, trusted in `ledger_namespace` only."""
@@ -261,7 +284,7 @@ def simulate_batch(
     for pod, outcome in zip(admitted, outcomes):
         pod.setdefault("metadata", {})["namespace"] = outcome.namespace
     denials = {i: o.decision.denial_message for i, o in enumerate(outcomes) if not o.decision.allowed}
-    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace)
+    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
     if templates:
         return simulate.with_added_nodes(admitted, cluster=cluster, templates=templates, denials=denials)
     return simulate.run(admitted, cluster=cluster, denials=denials)
@@ -349,7 +372,8 @@ def make_plan(args: argparse.Namespace) -> defrag.Plan:
         target.setdefault("metadata", {})["namespace"] = wanted[0].namespace
     nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
-    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace)
+    slices, claims = read_dra(args)
+    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
     return defrag.plan(cluster, pdbs=read_pdbs(args), target=target, max_moves=args.max_moves)
 
 

@@ -13,6 +13,8 @@ so a support case can be replayed without the cluster. The shape (YAML or JSON):
     podDisruptionBudgets: [PDB, ...]          # selector and disruptionsAllowed, for defrag plans
     ledgerNamespace: gpu-admission            # where the extender keeps the ledger Leases
     leases: [Lease, ...]                      # the nodes' ledger Leases (of that namespace only)
+    resourceSlices: [ResourceSlice, ...]      # Dynamic Resource Allocation: the published devices
+    resourceClaims: [ResourceClaim, ...]      # and the allocated claims (`policies.dra`)
     reservations: {node: {uid: {...}}}        # the ledgers, decoded: each node's Lease and Node
                                               # annotation together (for people; the objects carry them)
 
@@ -34,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from policies import allocation, cardrequest, gpu, podspec, reservations
+from policies import allocation, cardrequest, dra, gpu, podspec, reservations
 from webhook.cmdline import errors
 
 API_VERSION = "gpu-admission.io/v1"
@@ -51,11 +53,14 @@ class Snapshot:
     pdbs: list[Object] = dataclasses.field(default_factory=list)
     leases: list[Object] = dataclasses.field(default_factory=list)  # the nodes' ledger Leases
     ledger_namespace: str = reservations.LEDGER_NAMESPACE
+    slices: list[Object] = dataclasses.field(default_factory=list)  # DRA ResourceSlices
+    claims: list[Object] = dataclasses.field(default_factory=list)  # allocated DRA ResourceClaims
 
 
 def take(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float, pdbs: Iterable[Mapping[str, Any]] = (),
     leases: Iterable[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    slices: Iterable[Mapping[str, Any]] = (), claims: Iterable[Mapping[str, Any]] = (),
 ) -> Snapshot:
     """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs,
     and the nodes' ledger Leases (those `ledger_namespace` holds for a node; any other is left out)."""
@@ -71,7 +76,9 @@ def take(
         for b in pdbs
     ]
     return Snapshot(
-        nodes=kept_nodes, pods=kept_pods, taken_at=now, pdbs=kept_pdbs, leases=kept_leases, ledger_namespace=ledger_namespace
+        nodes=kept_nodes, pods=kept_pods, taken_at=now, pdbs=kept_pdbs, leases=kept_leases, ledger_namespace=ledger_namespace,
+        slices=[dra.slim_slice(s) for s in slices],
+        claims=[dra.slim_claim(c) for c in claims if dra.claim_results(c)],
     )
 
 
@@ -104,6 +111,8 @@ def document(snapshot: Snapshot) -> Object:
         "podDisruptionBudgets": snapshot.pdbs,
         "ledgerNamespace": snapshot.ledger_namespace,
         "leases": snapshot.leases,
+        "resourceSlices": snapshot.slices,
+        "resourceClaims": snapshot.claims,
         "reservations": {name: json.loads(reservations.encode(ledger)) for name, ledger in ledgers(snapshot).items()},
     }
 
@@ -149,7 +158,18 @@ def load(path: str) -> Snapshot:
         nodes=[dict(n) for n in nodes if isinstance(n, Mapping)], pods=[dict(p) for p in pods if isinstance(p, Mapping)], taken_at=moment,
         pdbs=[dict(b) for b in pdbs if isinstance(b, Mapping)] if isinstance(pdbs, list) else [],
         leases=[dict(lease) for lease in leases if isinstance(lease, Mapping)], ledger_namespace=namespace,
+        slices=_objects(data.get("resourceSlices"), path=path, key="resourceSlices"),
+        claims=_objects(data.get("resourceClaims"), path=path, key="resourceClaims"),
     )
+
+
+def _objects(value: object, *, path: str, key: str) -> list[Object]:
+    """A list of objects under `key` (absent: none, as in snapshots taken before it)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise errors.InputError(f"{path}: {key} must be a list")
+    return [dict(item) for item in value if isinstance(item, Mapping)]
 
 
 def slim_node(node: Mapping[str, Any]) -> Object:

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from policies import allocation, cardrequest, podspec
 from webhook.serving import metrics
-from webhook.extender import binder, nudge, occupancy, overview, placement, preemption, reality, wire
+from webhook.extender import binder, nudge, occupancy, overview, placement, preemption, reality, taints, wire
 from policies import cards, inspection
 from webhook.extender import store as store_module
 
@@ -133,6 +133,7 @@ SETTINGS = web.AppKey("settings", Settings)
 METERS = web.AppKey("meters", Meters)
 WATCH: web.AppKey[Callable[[asyncio.AbstractEventLoop], Watch]] = web.AppKey("watch")
 TIDY_EVERY = web.AppKey("tidy_every", float)
+TAINT_KEEPER = web.AppKey("taint_keeper", taints.Keeper)  # the leader's DRA DeviceTaintRules
 OVERVIEW = web.AppKey("overview", overview.Overview)
 NUDGER = web.AppKey("nudger", nudge.Nudger)
 # The victims the preempt verb last answered per preemptor UID: (when, UIDs). kube-scheduler may call
@@ -154,11 +155,13 @@ def make_app(
     nudger: nudge.Nudger | None = None,
     budgets: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    taint_keeper: taints.Keeper | None = None,
 ) -> web.Application:
     """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up;
     `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background;
     `nudger`, when given, hears of turned-away pods and freed cards and stamps Nodes for
-    kube-scheduler (`nudge`)."""
+    kube-scheduler (`nudge`); `taint_keeper`, when given, keeps the DRA DeviceTaintRules of cards
+    that hold shared pods (`taints`)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[STORE] = cache
     app[BINDER] = bind
@@ -180,6 +183,9 @@ def make_app(
         app[NUDGER] = nudger
         cache.on_freed = nudger.freed
         app.cleanup_ctx.append(_background("stamp nodes whose cards came free", lambda app: app[NUDGER].run()))
+    if taint_keeper is not None:
+        app[TAINT_KEEPER] = taint_keeper
+        app.cleanup_ctx.append(_background("keep the DRA taint rules", lambda app: app[TAINT_KEEPER].run()))
     app.router.add_post("/filter", filter_nodes)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)

@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from policies import allocation, reservations
+from policies import allocation, dra, reservations
 from policies import usage as policies_usage
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
-from webhook.extender import app, binder, kube, native, nudge
+from webhook.extender import app, binder, kube, native, nudge, taints
 from policies import cards, inspection
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
@@ -106,12 +106,17 @@ def run_inspect(args: argparse.Namespace) -> int:
         log.warning("cannot read the reservation ledgers in %s (%s); showing bound pods and Node ledgers only", args.ledger_namespace, error)
         leases = []
     ledgers = reservations.leases_by_node(leases, namespace=args.ledger_namespace)
+    slices, claims, problem = kube.list_dra(client)
+    if problem:
+        log.warning("%s", problem)
+    held = dra.holds(slices, claims)
     grouped = cards.pods_by_node(pods)
     now = time.time()
     states = {
         str(node["metadata"]["name"]): cards.node_state(
             node, grouped.get(str(node["metadata"]["name"]), ()), now=now,
             reservations=reservations.union(node, ledgers.get(str(node["metadata"]["name"])), namespace=args.ledger_namespace),
+            dra_holds=held.get(str(node["metadata"]["name"]), dra.NO_HOLDS),
         )
         for node in nodes
     }
@@ -223,6 +228,7 @@ async def _serve(
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),
         budgets=kube_api.list_budgets,
+        taint_keeper=taints.Keeper(kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl),
     )
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain

@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from policies import gpu, reservations
+from policies import dra, gpu, reservations
 from webhook import kube
 from webhook.extender import api, native
 from webhook.extender import store as store_module
@@ -316,6 +316,10 @@ class Watcher:
             ("Node", "/api/v1/nodes", self._store.replace_nodes, ""),
             ("Pod", "/api/v1/pods", self._store.replace_pods, ""),
             ("Lease", _lease_path(self._namespace, ""), self._store.replace_leases, LEDGER_SELECTOR),
+            # Dynamic Resource Allocation: where the API is off these fail and retry at the back-off's
+            # pace; the store counts no DRA holds meanwhile (`Store.synced` does not wait for them).
+            ("ResourceSlice", dra.SLICES_PATH, self._store.replace_slices, ""),
+            ("ResourceClaim", dra.CLAIMS_PATH, self._store.replace_claims, ""),
         ):
             if self._kube.streams_on_the_loop:
                 self._tasks.append(self._loop.create_task(self._run_async(kind, path, replace, selector), name=f"watch {kind.lower()}s"))
@@ -343,6 +347,11 @@ class Watcher:
                     version = await self._watch_once_async(kind, path, version, selector)
             except _Expired:
                 log.info("%s watch expired; relisting", kind.lower())
+            except kube_errors.NotFound as error:
+                if kind not in _OPTIONAL_KINDS:
+                    raise
+                log.info("%s: %s is not served (%s); looking again in %.0f s", kind, path, error, OPTIONAL_RETRY_S)
+                await asyncio.sleep(OPTIONAL_RETRY_S)
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
                 log.warning("%s watch failed (%s); relisting in %.1f s", kind.lower(), error, delay)
                 await asyncio.sleep(delay)
@@ -378,6 +387,11 @@ class Watcher:
                     version = self._watch_once(kind, path, version, selector)
             except _Expired:
                 log.info("%s watch expired; relisting", kind.lower())
+            except kube_errors.NotFound as error:
+                if kind not in _OPTIONAL_KINDS:
+                    raise
+                log.info("%s: %s is not served (%s); looking again in %.0f s", kind, path, error, OPTIONAL_RETRY_S)
+                self._stopped.wait(OPTIONAL_RETRY_S)
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
                 log.warning("%s watch failed (%s); relisting in %.1f s", kind.lower(), error, delay)
                 self._stopped.wait(delay)
@@ -409,6 +423,12 @@ class Watcher:
         return True
 
 
+# Watches of APIs a cluster may not serve (resource.k8s.io/v1 before Kubernetes 1.34, or switched
+# off): a 404 is no failure, the watch looks again now and then and the store counts no DRA holds.
+_OPTIONAL_KINDS = frozenset({"ResourceSlice", "ResourceClaim"})
+OPTIONAL_RETRY_S = 300.0
+
+
 class _Expired(Exception):
     """The watch's resourceVersion is too old (410 Gone): relist."""
 
@@ -435,6 +455,20 @@ def _error_event(obj: Mapping[str, Any], what: str) -> kube_errors.KubeError:
 
 
 LEDGER_SELECTOR = f"{reservations.LEDGER_LABEL}=true"
+
+
+def list_dra(client: KubeApi) -> tuple[list[Object], list[Object], str]:
+    """The ResourceSlices and the allocated ResourceClaims (`policies.dra`), and "" or why they could
+    not be read: a cluster without the `resource.k8s.io/v1` API (before 1.34, or switched off) has
+    none, and every card reads as not allocated by DRA."""
+    try:
+        slices, _ = client.list(dra.SLICES_PATH)
+        claims, _ = client.list(dra.CLAIMS_PATH)
+    except kube_errors.NotFound:
+        return [], [], ""  # the API is not served: nothing can be allocated through it
+    except kube_errors.KubeError as error:
+        return [], [], f"cannot read ResourceSlices and ResourceClaims ({error}); cards allocated by DRA are not shown"
+    return slices, [c for c in claims if dra.claim_results(c)], ""
 
 
 def list_ledger_leases(client: KubeApi, namespace: str) -> list[Object]:

@@ -284,19 +284,38 @@ def _evaluate_shared(
                 f"{request.describe()}, and {request.card.describe()}; the largest such card is GPU{largest.index} "
                 f"with {largest.card.memory_gib} GiB (the node has {_cards_shown(state.node.cards)})",
             )
-    fitting = [c for c, (m, k) in zip(candidates, free) if m >= memory and k >= core]  # whole-used cards have 0 free
+    fitting = [c for c, (m, k) in zip(candidates, free) if m >= memory and k >= core]  # whole-used and DRA cards have 0 free
     if not fitting:
         if not explain:
             return _FULL
         short = _short(request, candidates, free)
         return dataclasses.replace(
-            short, reasons=tuple(dataclasses.replace(r, message=r.message + _only(request, state, allowed)) for r in short.reasons)
+            short,
+            reasons=(
+                *_dra_reasons([c for c in candidates if c.card.memory_gib >= memory]),
+                *(dataclasses.replace(r, message=r.message + _only(request, state, allowed)) for r in short.reasons),
+            ),
         )
     if state.node.placement is gpu.Placement.SPREAD:
         chosen = min(fitting, key=lambda c: (-c.memory_free, -c.core_free, c.index))
     else:
         chosen = min(fitting, key=lambda c: (c.memory_free - memory, c.core_free - core, c.index))
     return Fit(verdict=Verdict.FITS, cards=(chosen.index,), score=_shared_score(request, state))
+
+
+def _dra_reasons(candidates: Iterable[cards.CardState]) -> tuple[reasons.Reason, ...]:
+    """`DRA_ALLOCATED` where some of the cards that could hold the pod are allocated to DRA claims."""
+    held = [c for c in candidates if c.dra]
+    if not held:
+        return ()
+    shown = "; ".join(f"GPU{c.index} ({c.card.uuid}) to " + ", ".join(h.describe() for h in c.dra[:3]) for c in held[:5])
+    return (
+        reasons.Reason(
+            code=reasons.Code.DRA_ALLOCATED,
+            message=f"{len(held)} card(s) that could hold the pod are allocated by Dynamic Resource Allocation, "
+            f"offered again once released: {shown}",
+        ),
+    )
 
 
 def _short(request: cardrequest.Request, candidates: tuple[cards.CardState, ...], free: tuple[tuple[int, int], ...]) -> Fit:
@@ -365,12 +384,13 @@ def _evaluate_whole(
         if not explain:
             return _FULL
         shown = ", ".join(f"GPU{i}" for i in free) or "none"
-        return _refuse(
+        refused = _refuse(
             Verdict.FULL,
             reasons.Code.NO_TOPOLOGY_SET,
             f"insufficient whole GPUs: the pod needs {request.describe()}; {len(free)} of "
             f"{total if allowed is None else len(allowed)} cards are free ({shown})" + _only(request, state, allowed),
         )
+        return dataclasses.replace(refused, reasons=(*_dra_reasons(considered), *refused.reasons))
     if not decide:
         return _FITS
     chosen = topology.best_set(free, wanted, state.node.links)

@@ -25,7 +25,7 @@ import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from policies import allocation, gpu, podspec, reservations
+from policies import allocation, dra, gpu, podspec, reservations
 from webhook.extender import preemption, reality
 from policies import cards
 
@@ -73,6 +73,13 @@ class Store:
         self._current_ttl: float | None = None  # the ttl `_current` was judged with
         self._lapses: list[tuple[float, str]] = []  # (valid_until, node) of remembered states that lapse in time
         self._vouched: dict[str, int] = {}  # node -> the version of this process's last commit whose pods this cache covers
+        # Dynamic Resource Allocation (`policies.dra`): ResourceSlices by name, allocated
+        # ResourceClaims by UID (slim), and what they hold per node and card UUID.
+        self._slices: dict[str, Object] = {}
+        self._claims: dict[str, Object] = {}
+        self._dra_holds: dict[str, dict[str, tuple[dra.Held, ...]]] = {}
+        self.slices_synced = False
+        self.claims_synced = False
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
@@ -162,6 +169,16 @@ class Store:
         return self.nodes_synced and self.pods_synced and self.leases_synced
 
     # --- reading ---
+
+    def dra_holds(self, node: str) -> dra.NodeHolds:
+        """The node's cards DRA claims hold, by card UUID."""
+        return self._dra_holds.get(node, dra.NO_HOLDS)
+
+    def slices(self) -> list[Object]:
+        return list(self._slices.values())
+
+    def claims(self) -> list[Object]:
+        return list(self._claims.values())
 
     def node(self, name: str) -> Object | None:
         """The node as the card model should judge it (less out-of-band use with `honour_out_of_band`)."""
@@ -278,7 +295,10 @@ class Store:
             node_cards = kept[1]
         else:
             node_cards = cards.node_cards(node)
-        return cards.count(node_cards, self._holdings(pods, now=now, ttl=ttl), ledger=reservations, now=now, exclude_uid=exclude_uid)
+        return cards.count(
+            node_cards, self._holdings(pods, now=now, ttl=ttl), ledger=reservations, now=now, exclude_uid=exclude_uid,
+            dra_holds=self._dra_holds.get(name, dra.NO_HOLDS),
+        )
 
     def _holdings(self, pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float) -> Iterator[cards.Holding]:
         held_by, ours = self._held, self._pods
@@ -483,8 +503,41 @@ class Store:
             self.put_lease(item)
         self.leases_synced = True
 
+    def replace_slices(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._slices = {_name(item): dra.slim_slice(item) for item in items}
+        self.slices_synced = True
+        self._recount_dra()
+
+    def replace_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._claims = {_uid(item): dra.slim_claim(item) for item in items if dra.claim_results(item)}
+        self.claims_synced = True
+        self._recount_dra()
+
+    def _recount_dra(self) -> None:
+        """What DRA holds, worked out again; nodes whose holds changed move their version (and
+        where a card came free, `on_freed` hears of it)."""
+        before = self._dra_holds
+        self._dra_holds = dra.holds(self._slices.values(), self._claims.values())
+        for node in set(before) | set(self._dra_holds):
+            old, new = before.get(node, {}), self._dra_holds.get(node, {})
+            if old != new:
+                self._touch(node)
+                if any(uuid not in new for uuid in old):
+                    self._freed(node)
+
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node`, `Pod` or `Lease`."""
+        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node`, `Pod`, `Lease`,
+        `ResourceSlice` or `ResourceClaim`."""
+        if kind in ("ResourceSlice", "ResourceClaim"):
+            kept = self._slices if kind == "ResourceSlice" else self._claims
+            key = _name(obj) if kind == "ResourceSlice" else _uid(obj)
+            if event == "DELETED" or (kind == "ResourceClaim" and not dra.claim_results(obj)):
+                if kept.pop(key, None) is None:
+                    return
+            else:
+                kept[key] = dra.slim_slice(obj) if kind == "ResourceSlice" else dra.slim_claim(obj)
+            self._recount_dra()
+            return
         if kind == "Node":
             if event == "DELETED":
                 self._nodes.pop(_name(obj), None)

@@ -43,6 +43,7 @@ STABLE: dict[str, str] = {
     "GPU213": "out-of-band-gpu-process",
     "GPU214": "pod-exceeds-request",
     "GPU215": "card-use-exceeds-allocations",
+    "GPU216": "dra-double-booking",
 }
 
 

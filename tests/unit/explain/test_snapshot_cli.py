@@ -28,6 +28,7 @@ def live(monkeypatch: pytest.MonkeyPatch, make_node: Factory, make_placed: Facto
     monkeypatch.setattr(explain_cli, "read_cluster", lambda args: (nodes, pods, NOW))
     monkeypatch.setattr(explain_cli, "read_pdbs", lambda args: [])
     monkeypatch.setattr(explain_cli, "read_ledgers", lambda args: ([], "gpu-admission"))
+    monkeypatch.setattr(explain_cli, "read_dra", lambda args: ([], []))  # no DRA in this cluster
     return snapshot.take(nodes, pods, now=NOW, pdbs=[])
 
 

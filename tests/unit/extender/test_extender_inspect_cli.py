@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import allocation, reservations
+from policies import dra, allocation, reservations
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube
 
@@ -31,6 +31,8 @@ def cluster(monkeypatch: pytest.MonkeyPatch, make_node: Callable[..., dict[str, 
         f"/apis/coordination.k8s.io/v1/namespaces/{reservations.LEDGER_NAMESPACE}/leases": [
             reservations.lease_body("gpu-0", "", {entry.uid: entry}, "a-replica")
         ],
+        dra.SLICES_PATH: [],  # DRA allocates nothing here
+        dra.CLAIMS_PATH: [],
     }
 
     class Api:

@@ -130,6 +130,8 @@ def test_the_cluster_context_reads_namespaces_and_config_maps_but_no_secrets(web
     assert rules == {
         ("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"], ("", ("nodes",)): ["get"],
         ("", ("events",)): ["create"],  # the PolicyViolation Event on a denied object, create only
+        # GPU011: the DRA claims and claim templates a pod names, one get each (docs/dra.md)
+        ("resource.k8s.io", ("resourceclaims", "resourceclaimtemplates")): ["get"],
     }
     assert webhook[("ClusterRoleBinding", CONTEXT)]["roleRef"]["name"] == CONTEXT
     (container,) = pod_spec(webhook)["containers"]

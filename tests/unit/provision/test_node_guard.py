@@ -247,6 +247,9 @@ def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> No
     assert verbs == {
         "nodes": ["get", "list", "patch", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"],
         "poddisruptionbudgets": ["list"],
+        # DRA (docs/dra.md): read slices and claims; the leader's DeviceTaintRules, nothing else written
+        "resourceslices": ["list", "watch"], "resourceclaims": ["list", "watch"],
+        "devicetaintrules": ["create", "delete", "list"],
     }
 
 

@@ -452,9 +452,9 @@ def serve_args(*extra: str) -> argparse.Namespace:
 
 def test_with_access_labels_and_config_maps_are_on_and_secrets_off() -> None:
     parts = clustercontext.wanted(serve_args("--kubeconfig", "kc"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False, nodes=True, events=True)
+    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False, nodes=True, events=True, claims=True)
     parts = clustercontext.wanted(serve_args("--no-namespace-labels", "--lookup-secrets", "--no-events"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True, nodes=True, events=False)
+    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True, nodes=True, events=False, claims=True)
 
 
 def test_without_access_everything_is_off_and_asking_for_a_part_is_an_error() -> None:

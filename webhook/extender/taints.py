@@ -1,0 +1,151 @@
+"""The leader's DeviceTaintRules: a card that holds shared pods is kept from DRA allocations.
+
+Every `every` seconds the replica that holds the Lease `gpu-admission-extender-dra` (in the
+ledger namespace) compares the cards that hold extender allocations (the cache's node states) with
+the devices DRA drivers publish for them (`policies.dra.card_devices`: the whole GPU and its MIG
+devices, matched by UUID), and creates one DeviceTaintRule per such device (`dra.taint_rule`:
+effect NoSchedule, so claims already allocated keep running) and deletes each of its own rules
+(label `gpu-admission.io/shared-card=true`) whose card is empty again (`dra.plan_rules`).
+
+The API's version is found by listing: `resource.k8s.io/v1beta2` (Kubernetes 1.36), else
+`v1alpha3` (1.33 to 1.35, behind the `DRADeviceTaints` feature gate and runtime-config). Where
+neither is served, the keeper logs that once and looks again every `rediscover_s`; the audit's
+GPU216 then reports a card booked by both sides. Failures are logged and tried again next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from policies import dra
+from webhook.extender import kube
+from webhook.extender import store as store_module
+from webhook.kube import errors as kube_errors
+from webhook.kube import leader
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "gpu-admission-extender-dra"
+EVERY_S = 5.0
+REDISCOVER_S = 300.0
+
+
+def rules_path(version: str, name: str = "") -> str:
+    base = f"/apis/{dra.GROUP}/{version}/devicetaintrules"
+    return f"{base}/{name}" if name else base
+
+
+class Keeper:
+    """Keeps the extender's DeviceTaintRules in step with the cards that hold shared pods."""
+
+    def __init__(
+        self,
+        api: kube.KubeApi,
+        cache: store_module.Store,
+        *,
+        elector: leader.Elector | None,
+        ttl: float,
+        clock: Callable[[], float] = time.time,
+        every: float = EVERY_S,
+        rediscover_s: float = REDISCOVER_S,
+    ) -> None:
+        self._api = api
+        self._cache = cache
+        self._elector = elector
+        self._ttl = ttl
+        self._clock = clock
+        self._every = every
+        self._rediscover_s = rediscover_s
+        self._version: str | None = None
+        self._looked_at = float("-inf")
+
+    @property
+    def version(self) -> str | None:
+        """The DeviceTaintRule version in use; None while none is served (or not looked yet)."""
+        return self._version
+
+    async def run(self) -> None:
+        """Contend for the Lease (where there is an elector) and reconcile every `every` seconds, for ever."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self._elector is not None:
+                await stack.enter_async_context(leader.elected(self._elector))
+            while True:
+                await asyncio.sleep(self._every)
+                try:
+                    await self.reconcile()
+                except Exception:  # noqa: BLE001 - best effort: the next pass tries again
+                    log.warning("keeping the DRA taint rules failed", exc_info=True)
+
+    def busy_cards(self) -> dict[str, set[str]]:
+        """Node -> UUIDs of cards that hold extender allocations (pods bound or reserved)."""
+        now = self._clock()
+        found: dict[str, set[str]] = {}
+        for name, state in self._cache.all_states(now=now, ttl=self._ttl).items():
+            uuids = {c.card.uuid for c in state.cards if c.allocations and c.card.uuid}
+            if uuids:
+                found[name] = uuids
+        return found
+
+    async def reconcile(self) -> tuple[int, int]:
+        """One pass: (rules created, rules deleted). Nothing while this replica does not lead, the
+        cache is not synced, or the API is not served."""
+        cache = self._cache
+        if not (cache.synced and cache.slices_synced) or (self._elector is not None and not self._elector.leader):
+            return 0, 0
+        version = await self._discover()
+        if version is None:
+            return 0, 0
+        wanted = dra.devices_to_taint(dra.card_devices(cache.slices()), self.busy_cards())
+        existing, _ = await asyncio.to_thread(self._api.list, rules_path(version), label_selector=f"{dra.RULE_LABEL}=true")
+        create, delete = dra.plan_rules(wanted, existing)
+        for device in create:
+            if self._elector is not None and not self._elector.leader:
+                break  # re-checked before every write
+            try:
+                await asyncio.to_thread(self._api.request, "POST", rules_path(version), body=dra.taint_rule(device, version=version))
+                log.info("DeviceTaintRule %s keeps %s/%s/%s (card %s on %s) from DRA", dra.rule_name(device), *device.key,
+                         device.card_uuid, device.node)
+            except kube_errors.Conflict:
+                pass  # it exists already (another pass, another leader): the next list shows it
+        for name in delete:
+            if self._elector is not None and not self._elector.leader:
+                break
+            try:
+                await asyncio.to_thread(self._api.request, "DELETE", rules_path(version, name))
+                log.info("DeviceTaintRule %s removed: its card holds no shared pod any more", name)
+            except kube_errors.NotFound:
+                pass
+        return len(create), len(delete)
+
+    async def _discover(self) -> str | None:
+        now = time.monotonic()
+        if self._version is not None or now - self._looked_at < self._rediscover_s:
+            return self._version
+        self._looked_at = now
+        for version in dra.TAINT_RULE_VERSIONS:
+            try:
+                await asyncio.to_thread(self._api.request, "GET", rules_path(version), query=[("limit", "1")])
+            except kube_errors.NotFound:
+                continue
+            self._version = version
+            log.info("DRA taint rules: using %s/%s DeviceTaintRule", dra.GROUP, version)
+            return version
+        log.warning(
+            "no DeviceTaintRule API (%s): DRA may allocate cards that hold shared pods; the audit's GPU216 reports such double "
+            "bookings (see docs/dra.md for the feature gate and runtime-config per Kubernetes version)",
+            ", ".join(f"{dra.GROUP}/{v}" for v in dra.TAINT_RULE_VERSIONS),
+        )
+        return None
+
+
+def elector_for(client: Any, *, namespace: str) -> leader.Elector:
+    """The Lease election among extender replicas for the taint rules."""
+    return leader.Elector(
+        leader.KubeLeaseStore(client, namespace=namespace, name=LEASE_NAME), namespace=namespace, name=LEASE_NAME,
+        identity=leader.identity(),
+    )

@@ -223,6 +223,8 @@ async def _serve(
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),
         budgets=kube_api.list_budgets,
+        leases=kube_api,
+        ledger_namespace=ledger_namespace,
     )
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain

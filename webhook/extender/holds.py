@@ -33,6 +33,9 @@ from webhook.kube import errors as kube_errors
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 4
+# How often a node's hold Lease whose records have all passed `preemption.HOLD_MAX_S` is emptied
+# (the extender may not delete Leases; an empty one costs nothing, and filter skips its node).
+TIDY_S = 60.0
 
 
 class LeaseApi(Protocol):
@@ -64,9 +67,17 @@ class Recorder:
         self._wake.set()
 
     async def run(self) -> None:
-        """Write the records of the nominations seen, one at a time, until cancelled."""
+        """Write the records of the nominations seen, one at a time, and empty the Leases whose
+        records are all past, until cancelled."""
         while True:
-            await self._wake.wait()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=TIDY_S)
+            except TimeoutError:
+                try:
+                    await self.tidy()
+                except Exception:  # noqa: BLE001 - a Lease left full only costs filter a little; the loop goes on
+                    log.warning("cannot tidy the preemption hold Leases", exc_info=True)
+                continue
             self._wake.clear()
             while self._waiting:
                 uid, node = self._waiting.popitem()
@@ -107,8 +118,21 @@ class Recorder:
         log.info("holding a card on %s for %s/%s (victims %s)", node, hold.namespace, hold.name, ", ".join(sorted(hold.victims)))
         return True
 
+    async def tidy(self) -> int:
+        """Empty the hold Leases whose records are all past HOLD_MAX_S; how many were emptied."""
+        now = self._clock()
+        emptied = 0
+        for node, records in list(self._cache.hold_nodes().items()):
+            if all(record.at + preemption.HOLD_MAX_S <= now for record in records.values()):
+                await self._write(node, lambda current: {uid: r for uid, r in current.items() if r.at + preemption.HOLD_MAX_S > now})
+                emptied += 1
+        return emptied
+
     async def record(self, hold: preemption.Hold, *, now: float) -> None:
-        node = hold.node
+        await self._write(hold.node, lambda current: preemption.with_hold(current, hold, now=now))
+
+    async def _write(self, node: str, change: Callable[[Mapping[str, preemption.Hold]], Mapping[str, preemption.Hold]]) -> None:
+        """The node's hold Lease with `change` applied to its records, by compare-and-swap."""
         name = preemption.hold_lease_name(node)
         lease: Mapping[str, Any] | None = self._cache.hold_lease(node)
         current: Mapping[str, preemption.Hold] = self._cache.hold_nodes().get(node, {})
@@ -121,7 +145,7 @@ class Recorder:
                 text = podspec.mapping(podspec.mapping(lease.get("metadata")).get("annotations")).get(preemption.HOLDS_ANNOTATION) if lease else None
                 current = preemption.read_holds(text, node=node)
             node_uid = str(podspec.mapping((self._cache.node(node) or {}).get("metadata")).get("uid", ""))
-            body = preemption.hold_lease_body(node, node_uid, preemption.with_hold(current, hold, now=now), namespace=self._namespace)
+            body = preemption.hold_lease_body(node, node_uid, change(current), namespace=self._namespace)
             try:
                 if lease is None:
                     written = await self._api.create_lease(self._namespace, body)

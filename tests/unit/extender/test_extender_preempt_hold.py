@@ -294,3 +294,19 @@ async def test_no_second_preemption_while_the_first_ones_victims_are_being_delet
     body = {"Pod": _pending("other"), "NodeNameToMetaVictims": {"m": {"Pods": [{"UID": "uid-am"}]}}}
     async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:
         assert set((await answer.json())["NodeNameToMetaVictims"]) == {"m"}
+
+
+async def test_a_lease_whose_records_are_all_past_is_emptied(apiserver: Any) -> None:
+    cache = store.Store()
+    cache.replace_nodes([conftest.node("n", count=2, gib=16), conftest.node("m", count=2, gib=16)])
+    cache.replace_leases([])
+    clock = [NOW]
+    recorder = holds.Recorder(apiserver, cache, namespace=NS, clock=lambda: clock[0])
+    await recorder.record(_record(), now=NOW)
+    await recorder.record(_record(uid="uid-late", node="m", at=NOW + 100), now=NOW + 100)
+    clock[0] = NOW + preemption.HOLD_MAX_S  # n's one record is past; m's is not
+    assert await recorder.tidy() == 1
+    assert set(cache.hold_nodes()) == {"m"}
+    lease = apiserver.leases[(NS, preemption.hold_lease_name("n"))]
+    assert preemption.read_holds(lease["metadata"]["annotations"][preemption.HOLDS_ANNOTATION], node="n") == {}
+    assert await recorder.tidy() == 0  # nothing left to empty: no write

@@ -10,10 +10,9 @@ same file less `preemptVerb`. The cluster is filled first: four 8 GiB pods of pr
 PriorityClass of value 1000) are created one after another, each once the previous one runs; for
 each: the seconds from its creation to `Running` (its own pod polled every 50 ms; the thousands
 of filler pods are listed only before and after), the pods of priority 0 gone meanwhile (its
-victims), and whether they all sat on the card the preemptor got. Both sides run in one control
-plane, one after the other (with the verb first; then every pod is deleted, kube-scheduler is
-restarted without the verb and the cluster is filled again): one JSON line of figures per side,
-then one of ratios (with / without).
+victims), and whether they all sat on the card the preemptor got. Both sides run in one command,
+one after the other, each in a fresh control plane of the same shape (with the verb first): one
+JSON line of figures per side, then one of ratios (with / without).
 
     .venv/bin/python bench/preemption.py --nodes 500 --preemptors 20 [--only with|without]
 """
@@ -115,16 +114,6 @@ def fill(state: controlplane.State, api: kube.KubeApi, *, count: int, batch: int
     return time.monotonic() - began
 
 
-def empty(state: controlplane.State, api: kube.KubeApi) -> None:
-    """Every bench pod deleted and gone (KWOK finishes them at once)."""
-    # One DELETE of the collection: kubectl deletes thousands of pods one request at a time.
-    api.request("DELETE", "/api/v1/namespaces/default/pods", query=[("labelSelector", "bench"), ("gracePeriodSeconds", "0")])
-    controlplane.wait_for(
-        lambda: not api.list("/api/v1/namespaces/default/pods", label_selector="bench")[0], what="the bench pods gone", timeout=600,
-        state=state, component="extender",
-    )
-
-
 def phase(state: controlplane.State, api: kube.KubeApi, args: argparse.Namespace, *, verb: bool, extender_port: int) -> dict[str, Any]:
     """Fill the cluster with kube-scheduler configured with (or without) the verb, then the preemptors."""
     controlplane.stop(state, [SCHEDULER])
@@ -173,16 +162,9 @@ def phase(state: controlplane.State, api: kube.KubeApi, args: argparse.Namespace
     return figures
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=500)
-    parser.add_argument("--preemptors", type=int, default=20)
-    parser.add_argument("--only", choices=("with", "without"), default=None, help="one side only (default: both, with first)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a preemptor may take to run")
-    parser.add_argument("--batch", type=int, default=500, help="filler pods per kubectl create")
-    parser.add_argument("--dir", type=Path, default=None)
-    args = parser.parse_args()
-    directory = args.dir or Path(tempfile.mkdtemp(prefix="preemption-bench-"))
+def side(args: argparse.Namespace, *, verb: bool, directory: Path) -> dict[str, Any]:
+    """One side in a control plane of its own (deleting 2,000 pods takes the apiserver longer than
+    starting a fresh one): the figures of `phase`."""
     began = time.monotonic()
     state = controlplane.up(directory, bin_dir=binaries.ensure(), fake_nodes=fake_nodes(args.nodes), timeout=900)
     print(f"control plane with {args.nodes} nodes up in {time.monotonic() - began:.0f} s", flush=True)
@@ -193,26 +175,37 @@ def main() -> int:
         controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps(priority_class))
         port = throughput.start_extender(state, log_level="info")
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
-        sides = [verb for verb in (True, False) if args.only is None or args.only == ("with" if verb else "without")]
-        results = []
-        for number, verb in enumerate(sides):
-            if number:
-                empty(state, api)
-            results.append(phase(state, api, args, verb=verb, extender_port=port))
-            print(json.dumps(results[-1]), flush=True)
-        if len(results) == 2:
-            with_, without = results
-            # Without the verb the first preemptor may never run: its time is then at least the timeout.
-            slow = without.get("to_running_p50_s", without.get("stuck_after_s"))
-            first_victims = without.get("evicted_for_it", without.get("victims_mean"))
-            print(json.dumps({
-                "nodes": args.nodes,
-                "to_running_p50_with_over_without": round(with_["to_running_p50_s"] / slow, 3) if slow and "to_running_p50_s" in with_ else None,
-                "without_ran": without.get("ran", 0),
-                "victims_with_over_without": round(with_["victims_mean"] / first_victims, 3) if first_victims and "victims_mean" in with_ else None,
-            }))
+        return phase(state, api, args, verb=verb, extender_port=port)
     finally:
         controlplane.down(directory)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--preemptors", type=int, default=20)
+    parser.add_argument("--only", choices=("with", "without"), default=None, help="one side only (default: both, with first)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a preemptor may take to run")
+    parser.add_argument("--batch", type=int, default=500, help="filler pods per kubectl create")
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="preemption-bench-"))
+    sides = [verb for verb in (True, False) if args.only is None or args.only == ("with" if verb else "without")]
+    results = []
+    for verb in sides:
+        results.append(side(args, verb=verb, directory=directory / ("with" if verb else "without")))
+        print(json.dumps(results[-1]), flush=True)
+    if len(results) == 2:
+        with_, without = results
+        # Without the verb the first preemptor may never run: its time is then at least the timeout.
+        slow = without.get("to_running_p50_s", without.get("stuck_after_s"))
+        first_victims = without.get("evicted_for_it", without.get("victims_mean"))
+        print(json.dumps({
+            "nodes": args.nodes,
+            "to_running_p50_with_over_without": round(with_["to_running_p50_s"] / slow, 3) if slow and "to_running_p50_s" in with_ else None,
+            "without_ran": without.get("ran", 0),
+            "victims_with_over_without": round(with_["victims_mean"] / first_victims, 3) if first_victims and "victims_mean" in with_ else None,
+        }))
     return 0
 
 

@@ -477,7 +477,7 @@ def _preempt(
         # This pod's preemption is under way (kube-scheduler's async preemption may call again
         # before the victims of its first answer are marked): it waits for them, as kube-scheduler's
         # own rule has it for the nominated node. Answering the other candidates made it evict a
-        # second card on another node: at 500 nodes, for 4 of the first 10 preemptors.
+        # second card on another node: at 500 nodes, for 9 of 20 preemptors.
         return {}
     kept: dict[str, tuple[list[str], int]] = {}
     for node, offered in args.victims.items():
@@ -514,7 +514,7 @@ def _under_way(cache: store_module.Store, uid: str, *, promised: frozenset[str],
     """Whether a preemption of this pod is under way: a victim answered to it before is being
     deleted or gone (kube-scheduler evicts only on the node it picked; the victims answered on the
     other candidates stay), or a record of its preemption stands (`store.held_for`)."""
-    if any(cache.pod(victim) is None or _deleting(cache.pod(victim)) for victim in promised):
+    if any((victim_pod := cache.pod(victim)) is None or _deleting(victim_pod) for victim in promised):
         return True
     return any(
         uid == str(podspec.mapping(pod.get("metadata")).get("uid", ""))

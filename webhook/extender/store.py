@@ -55,6 +55,7 @@ class Store:
         self._holds: dict[str, dict[str, preemption.Hold]] = {}
         self._hold_leases: dict[str, Object] = {}  # node -> its hold Lease (slim), for the next write's precondition
         self._victims_gone: dict[str, float] = {}
+        self._newest_hold: dict[str, float] = {}  # preemptor UID -> the time of its newest record on any node
         self._by_node: dict[str, set[str]] = {}
         self._versions: dict[str, int] = {}  # per node: bumped whenever the node or its pods change
         self._states: dict[str, _Cached] = {}
@@ -227,7 +228,7 @@ class Store:
         pods; a preemptor with records on several nodes counts on its newest one only."""
         found: list[Object] = []
         for uid, hold in self._holds.get(node, {}).items():
-            if any(other.get(uid, hold).at > hold.at for name, other in self._holds.items() if name != node):
+            if self._newest_hold.get(uid, hold.at) > hold.at:
                 continue
             there = [self._pods[victim] for victim in hold.victims if victim in self._pods]
             evicted = len(there) < len(hold.victims) or any(_deleting(victim) for victim in there)
@@ -255,7 +256,16 @@ class Store:
             self._holds[node] = holds
         else:
             self._holds.pop(node, None)
+        self._index_holds()
         return True
+
+    def _index_holds(self) -> None:
+        """`_newest_hold` from `_holds` again (on each hold Lease change: rare, and few records)."""
+        newest: dict[str, float] = {}
+        for records in self._holds.values():
+            for uid, hold in records.items():
+                newest[uid] = max(newest.get(uid, hold.at), hold.at)
+        self._newest_hold = newest
 
     def bound_pods(self, node: str) -> list[Object]:
         """Pods whose `spec.nodeName` is `node` (what a LIST with that field selector answers)."""
@@ -525,7 +535,7 @@ class Store:
         for name in self._leases:
             self._touch(name)
         self._leases, self._states, self._lease_deleted = {}, {}, {}
-        self._holds, self._hold_leases = {}, {}
+        self._holds, self._hold_leases, self._newest_hold = {}, {}, {}
         self._forget_all()
         self._leases_version = self._leases_listed = -1  # the list's version follows (`seen`)
         self._vouched = {}
@@ -549,6 +559,7 @@ class Store:
                 if not _older(obj, self._hold_leases.get(held_on)):
                     self._hold_leases.pop(held_on, None)
                     self._holds.pop(held_on, None)
+                    self._index_holds()
             elif event == "DELETED":
                 node = reservations.lease_node(obj, namespace=self._namespace)
                 if node is not None and not _older(obj, self._leases.get(node)):

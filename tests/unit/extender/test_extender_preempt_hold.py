@@ -310,3 +310,15 @@ async def test_a_lease_whose_records_are_all_past_is_emptied(apiserver: Any) -> 
     lease = apiserver.leases[(NS, preemption.hold_lease_name("n"))]
     assert preemption.read_holds(lease["metadata"]["annotations"][preemption.HOLDS_ANNOTATION], node="n") == {}
     assert await recorder.tidy() == 0  # nothing left to empty: no write
+
+
+def test_of_a_preemptors_records_on_several_nodes_only_the_newest_holds() -> None:
+    cache = store.Store()
+    cache.replace_nodes([conftest.node("n", count=2, gib=16), conftest.node("m", count=2, gib=16)])
+    older = _record(at=NOW - 20)
+    newer = _record(node="m", victims=("uid-am",), at=NOW - 10)
+    cache.replace_leases([_lease(older), _lease(newer, node="m")])
+    cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0, deleting=True), _bound("am", card=0, gib=16, node="m", deleting=True), _pending()])
+    assert cache.held_for("n", now=NOW) == [] and [p["metadata"]["name"] for p in cache.held_for("m", now=NOW)] == ["boss"]
+    cache.apply("Lease", "DELETED", _lease(newer, node="m"))  # the Node m went, and its Lease with it
+    assert [p["metadata"]["name"] for p in cache.held_for("n", now=NOW)] == ["boss"]

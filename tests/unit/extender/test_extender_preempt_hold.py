@@ -322,3 +322,36 @@ def test_of_a_preemptors_records_on_several_nodes_only_the_newest_holds() -> Non
     assert cache.held_for("n", now=NOW) == [] and [p["metadata"]["name"] for p in cache.held_for("m", now=NOW)] == ["boss"]
     cache.apply("Lease", "DELETED", _lease(newer, node="m"))  # the Node m went, and its Lease with it
     assert [p["metadata"]["name"] for p in cache.held_for("n", now=NOW)] == ["boss"]
+
+
+async def test_two_equal_preemptors_answered_the_same_card_are_free_to_preempt_again(make_client: Callable[..., Awaitable[Client]]) -> None:
+    """In e2e two preemptors created at once were both answered card 1 (the second call came 0.2 s
+    after the first answer, before its victims were marked). Both nominated there, each holds card 1
+    against the other (equal priority): one of them must preempt card 0. Gone victims mean "under
+    way" only for GONE_S after the answer, and the record only for HOLD_GRACE_S after they left;
+    a pod asking again and again does not keep its answer alive."""
+    clock = [NOW]
+    cache = store.Store()
+    cache.replace_nodes([conftest.node("n", count=2, gib=16)])
+    cache.replace_leases([])
+    cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0), _bound("b1", card=1), _bound("d1", card=1), _pending("boss-1"), _pending("boss-2")])
+    client = await make_client(cache, clock=lambda: clock[0])
+
+    async def preempt(name: str) -> set[str]:
+        body = {"Pod": _pending(name), "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "uid-c0"}, {"UID": "uid-d1"}]}}}
+        async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:
+            return {pod["UID"] for entry in (await answer.json())["NodeNameToMetaVictims"].values() for pod in entry["Pods"]}
+
+    first = await preempt("boss-1")
+    assert await preempt("boss-2") == first  # the race: nothing is marked yet
+    for uid in first:
+        name = uid.removeprefix("uid-")
+        cache.apply("Pod", "DELETED", _bound(name, card=0 if name.endswith("0") else 1))
+    for name in ("boss-1", "boss-2"):
+        cache.put_pod(_pending(name, nominated="n"))
+    await client.app[app.HOLDS].record_nomination("uid-boss-2", "n")  # what the recorder's loop does (no victim left: nothing)
+    for at in (NOW + 5, NOW + 9):
+        clock[0] = at
+        assert await preempt("boss-2") == set(), at  # under way: its victims went just now
+    clock[0] = NOW + app.GONE_S + 1  # counted from the answer, though it asked at +5 and +9
+    assert await preempt("boss-2") == {"uid-a0", "uid-b1", "uid-c0", "uid-d1"} - first  # the other card: boss-1 holds this one

@@ -141,7 +141,6 @@ NUDGER = web.AppKey("nudger", nudge.Nudger)
 # victim first); the same victims are then answered again rather than a new set (`Promises`).
 PROMISED = web.AppKey("promised", dict)
 PROMISE_S = 60.0  # how long an answer is remembered: a preemption's evictions take a moment, not minutes
-GONE_S = 10.0  # how long after an answer a victim of it that is gone means the preemption is under way
 # Lists the cluster's PodDisruptionBudgets for the preempt verb (absent: no budget is known).
 BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey("budgets")
 # Writes a record of each nomination the preempt verb led to (`holds`); absent: the hold lives only
@@ -439,10 +438,8 @@ async def preempt(request: web.Request) -> web.Response:
         for stale in [k for k, (when, _) in promised.items() if when + PROMISE_S < now]:
             del promised[stale]
         uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
-        when, before = promised.get(uid, (0.0, frozenset()))
-        kept = _preempt(
-            cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs), promised=before, promised_at=when,
-        )
+        before = promised.get(uid, (0.0, frozenset()))[1]
+        kept = _preempt(cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs), promised=before)
         added = {victim for uids, _ in kept.values() for victim in uids} - before
         if uid and added:
             # Only a new answer restarts the 60 s: a pod that keeps asking while it waits would
@@ -467,7 +464,7 @@ async def preempt(request: web.Request) -> web.Response:
 
 def _preempt(
     cache: store_module.Store, args: wire.PreemptRequest, *, settings: Settings, budgets: tuple[preemption.Budget, ...],
-    promised: frozenset[str] = frozenset(), promised_at: float = 0.0,
+    promised: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[list[str], int]]:
     """The answer per offered node. `promised`: victims answered before for this preemptor, counted
     as going (like pods being deleted), so a second call keeps to the first answer's card."""
@@ -479,7 +476,7 @@ def _preempt(
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     priority = preemption.priority_of(args.pod)
     now = settings.clock()
-    if _under_way(cache, uid, promised=promised, promised_at=promised_at, now=now):
+    if _under_way(cache, uid, promised=promised, now=now):
         # This pod's preemption is under way (kube-scheduler's async preemption may call again
         # before the victims of its first answer are marked): it waits for them, as kube-scheduler's
         # own rule has it for the nominated node. Answering the other candidates made it evict a
@@ -516,21 +513,19 @@ def _preempt(
     return kept
 
 
-def _under_way(cache: store_module.Store, uid: str, *, promised: frozenset[str], promised_at: float, now: float) -> bool:
-    """Whether a preemption of this pod is under way: a victim answered to it before (at
-    `promised_at`) is being deleted, or gone less than GONE_S after that answer (kube-scheduler
-    evicts only on the node it picked; the victims answered on the other candidates stay), or a
-    record of its preemption stands (`store.held_for`: it covers the victims' leaving on the node
-    kube-scheduler picked, for HOLD_GRACE_S after the last). Victims gone for longer prove nothing:
-    the pod may have lost the card to a pod of equal priority nominated there too, and must be
-    free to preempt again."""
-    for victim in promised:
-        victim_pod = cache.pod(victim)
-        if _deleting(victim_pod) or (victim_pod is None and now - promised_at < GONE_S):
-            return True
+def _under_way(cache: store_module.Store, uid: str, *, promised: frozenset[str], now: float) -> bool:
+    """Whether a preemption of this pod is under way: a victim answered to it before is being
+    deleted (kube-scheduler evicts only on the node it picked; the victims answered on the other
+    candidates stay), or a record of its preemption stands with a victim still there
+    (`store.held_for`). Only while a victim is still to go: its deletion is the event that
+    brings the pod back to kube-scheduler. Victims gone already prove nothing (the pod may have
+    lost the card to a pod of equal priority nominated there too), and an empty answer then
+    would leave the pod waiting for an event that never comes."""
+    if any(_deleting(cache.pod(victim)) for victim in promised):
+        return True
     return any(
         uid == str(podspec.mapping(pod.get("metadata")).get("uid", ""))
-        for node, records in cache.hold_nodes().items() if uid in records
+        for node, records in cache.hold_nodes().items() if uid in records and any(cache.pod(v) is not None for v in records[uid].victims)
         for pod in cache.held_for(node, now=now)
     )
 

@@ -476,7 +476,7 @@ def _preempt(
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     priority = preemption.priority_of(args.pod)
     now = settings.clock()
-    if _under_way(cache, uid, promised=promised, now=now):
+    if _under_way(cache, args.pod, wanted=wanted, promised=promised, settings=settings, now=now):
         # This pod's preemption is under way (kube-scheduler's async preemption may call again
         # before the victims of its first answer are marked): it waits for them, as kube-scheduler's
         # own rule has it for the nominated node. Answering the other candidates made it evict a
@@ -513,21 +513,29 @@ def _preempt(
     return kept
 
 
-def _under_way(cache: store_module.Store, uid: str, *, promised: frozenset[str], now: float) -> bool:
+def _under_way(
+    cache: store_module.Store, pod: Mapping[str, Any], *, wanted: cardrequest.Request, promised: frozenset[str], settings: Settings, now: float,
+) -> bool:
     """Whether a preemption of this pod is under way: a victim answered to it before is being
     deleted (kube-scheduler evicts only on the node it picked; the victims answered on the other
     candidates stay), or a record of its preemption stands with a victim still there
-    (`store.held_for`). Only while a victim is still to go: its deletion is the event that
-    brings the pod back to kube-scheduler. Victims gone already prove nothing (the pod may have
-    lost the card to a pod of equal priority nominated there too), and an empty answer then
-    would leave the pod waiting for an event that never comes."""
+    (`store.held_for`): the victim's deletion brings the pod back to kube-scheduler; or the pod is
+    nominated to a node where it fits now (its victims are gone, and its next attempt places it:
+    at 500 nodes kube-scheduler asked again after they had gone, with other candidates). Where it
+    does not fit there (a pod of equal priority nominated there too holds the card), nothing is
+    under way: an empty answer would leave it waiting for an event that never comes."""
+    uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
     if any(_deleting(cache.pod(victim)) for victim in promised):
         return True
-    return any(
-        uid == str(podspec.mapping(pod.get("metadata")).get("uid", ""))
+    if any(
+        uid == str(podspec.mapping(other.get("metadata")).get("uid", ""))
         for node, records in cache.hold_nodes().items() if uid in records and any(cache.pod(v) is not None for v in records[uid].victims)
-        for pod in cache.held_for(node, now=now)
-    )
+        for other in cache.held_for(node, now=now)
+    ):
+        return True
+    nominated = preemption.nominated_node(pod) or preemption.nominated_node(cache.pod(uid) or {})
+    state = cache.state(nominated, now=now, ttl=settings.ttl, exclude_uid=uid) if nominated else None
+    return state is not None and placement.evaluate(wanted, _held(cache, nominated, state, pod=pod, now=now), explain=False).fits
 
 
 def _deleting(pod: Mapping[str, Any] | None) -> bool:

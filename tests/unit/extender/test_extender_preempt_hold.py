@@ -330,12 +330,11 @@ async def test_two_equal_preemptors_answered_the_same_card_are_free_to_preempt_a
     against the other (equal priority): one of them must preempt the other card. Victims gone mean
     nothing is under way: an empty answer then would leave the pod waiting for an event (a victim's
     deletion) that never comes."""
-    clock = [NOW]
     cache = store.Store()
     cache.replace_nodes([conftest.node("n", count=2, gib=16)])
     cache.replace_leases([])
     cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0), _bound("b1", card=1), _bound("d1", card=1), _pending("boss-1"), _pending("boss-2")])
-    client = await make_client(cache, clock=lambda: clock[0])
+    client = await make_client(cache)
 
     async def preempt(name: str) -> set[str]:
         body = {"Pod": _pending(name), "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "uid-c0"}, {"UID": "uid-d1"}]}}}
@@ -353,3 +352,20 @@ async def test_two_equal_preemptors_answered_the_same_card_are_free_to_preempt_a
     # the victims are gone: nothing is under way any more, and boss-1's nomination holds card 1 (or 0)
     # against boss-2, so boss-2 is answered the other card at once, not left waiting for an event
     assert await preempt("boss-2") == {"uid-a0", "uid-b1", "uid-c0", "uid-d1"} - first
+
+
+async def test_a_pod_nominated_where_it_fits_now_preempts_nowhere_else(make_client: Callable[..., Awaitable[Client]]) -> None:
+    """At 500 nodes kube-scheduler asked again after the first answer's victims had gone (before
+    the pod's next attempt placed it), with other candidates: 3 of 20 preemptors evicted a second card."""
+    cache = store.Store()
+    cache.replace_nodes([conftest.node("n", count=2, gib=16), conftest.node("m", count=2, gib=16)])
+    cache.replace_leases([])
+    on_m = [_bound(name, card=card, gib=16, node="m") for name, card in (("am", 0), ("bm", 1))]
+    cache.replace_pods([_bound("b1", card=1), _bound("d1", card=1), *on_m, _pending(nominated="n")])  # card 0 of n: its victims gone
+    client = await make_client(cache)
+    body = {"Pod": _pending(nominated="n"), "NodeNameToMetaVictims": {"m": {"Pods": [{"UID": "uid-am"}]}}}
+    async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:
+        assert (await answer.json())["NodeNameToMetaVictims"] == {}
+    cache.put_pod(_bound("a0", card=0, gib=16))  # card 0 of n taken after all: m is answered
+    async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:
+        assert set((await answer.json())["NodeNameToMetaVictims"]) == {"m"}

@@ -27,7 +27,8 @@ from aiohttp import web
 
 from policies import allocation, cardrequest, podspec
 from webhook.serving import metrics
-from webhook.extender import binder, nudge, occupancy, overview, placement, preemption, reality, taints, wire
+from policies import reservations
+from webhook.extender import binder, holds, nudge, occupancy, overview, placement, preemption, reality, taints, wire
 from policies import cards, inspection
 from webhook.extender import store as store_module
 
@@ -143,6 +144,9 @@ PROMISED = web.AppKey("promised", dict)
 PROMISE_S = 60.0  # how long an answer is remembered: a preemption's evictions take a moment, not minutes
 # Lists the cluster's PodDisruptionBudgets for the preempt verb (absent: no budget is known).
 BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey("budgets")
+# Writes a record of each nomination the preempt verb led to (`holds`); absent: the hold lives only
+# as long as kube-scheduler's nomination.
+HOLDS = web.AppKey("holds", holds.Recorder)
 
 
 def make_app(
@@ -154,6 +158,8 @@ def make_app(
     tidy_every: float | None = None,
     nudger: nudge.Nudger | None = None,
     budgets: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+    leases: holds.LeaseApi | None = None,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
     max_body_bytes: int = MAX_BODY_BYTES,
     taint_keeper: taints.Keeper | None = None,
 ) -> web.Application:
@@ -161,7 +167,8 @@ def make_app(
     `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background;
     `nudger`, when given, hears of turned-away pods and freed cards and stamps Nodes for
     kube-scheduler (`nudge`); `taint_keeper`, when given, keeps the DRA DeviceTaintRules of cards
-    that hold shared pods (`taints`)."""
+    that hold shared pods (`taints`); `leases`, when given, is where the preemption holds are
+    recorded (the hold Leases in `ledger_namespace`: `holds`)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[STORE] = cache
     app[BINDER] = bind
@@ -193,6 +200,14 @@ def make_app(
     app[PROMISED] = {}
     if budgets is not None:
         app[BUDGETS] = budgets
+    if leases is not None:
+        promised: dict[str, tuple[float, frozenset[str]]] = app[PROMISED]
+        app[HOLDS] = holds.Recorder(
+            leases, cache, namespace=ledger_namespace, clock=app[SETTINGS].clock,
+            promised=lambda uid: promised.get(uid, (0.0, frozenset()))[1],
+        )
+        cache.on_nominated = app[HOLDS].nominated
+        app.cleanup_ctx.append(_background("record preemption holds", lambda app: app[HOLDS].run()))
     app.router.add_get("/inspect", inspect_all)
     app.router.add_get("/inspect/{node}", inspect_node)
     app.router.add_get("/healthz", healthz)
@@ -325,13 +340,14 @@ async def filter_nodes(request: web.Request) -> web.Response:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
             fits = _judged_list(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
-            if cache.nominated_nodes():
+            if cache.nominated_nodes() or cache.hold_nodes():
                 _apply_holds(cache, args, fits, wanted=wanted, settings=settings)
             outcome = placement.classify_in_order(fits, args.node_names)
         else:
             states = _states(cache, args, settings=settings)
-            if cache.nominated_nodes():
-                states = {name: None if state is None else _held(cache, name, state, pod=args.pod) for name, state in states.items()}
+            if cache.nominated_nodes() or cache.hold_nodes():
+                now = settings.clock()
+                states = {name: None if state is None else _held(cache, name, state, pod=args.pod, now=now) for name, state in states.items()}
             outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
         log.exception("filter %s", args.pod_key)
@@ -430,8 +446,11 @@ async def preempt(request: web.Request) -> web.Response:
         uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
         before = promised.get(uid, (0.0, frozenset()))[1]
         kept = _preempt(cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs), promised=before)
-        if uid:
-            promised[uid] = (now, before | {victim for uids, _ in kept.values() for victim in uids})
+        added = {victim for uids, _ in kept.values() for victim in uids} - before
+        if uid and added:
+            # Only a new answer restarts the 60 s: a pod that keeps asking while it waits would
+            # otherwise be remembered, and held back as "under way", for ever.
+            promised[uid] = (now, before | added)
     except Exception:  # noqa: BLE001 - a bug must fail this call safely (no node), not the process
         log.exception("preempt %s", args.pod_key)
         meters.requests.inc(verb="preempt", result="error")
@@ -463,12 +482,18 @@ def _preempt(
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     priority = preemption.priority_of(args.pod)
     now = settings.clock()
+    if _under_way(cache, args.pod, wanted=wanted, promised=promised, settings=settings, now=now):
+        # This pod's preemption is under way (kube-scheduler's async preemption may call again
+        # before the victims of its first answer are marked): it waits for them, as kube-scheduler's
+        # own rule has it for the nominated node. Answering the other candidates made it evict a
+        # second card on another node: at 500 nodes, for 9 of 20 preemptors.
+        return {}
     kept: dict[str, tuple[list[str], int]] = {}
     for node, offered in args.victims.items():
         state = cache.state(node, now=now, ttl=settings.ttl, exclude_uid=uid)
         if state is None:
             continue
-        state = _held(cache, node, state, pod=args.pod)
+        state = _held(cache, node, state, pod=args.pod, now=now)
         known = {
             a.uid: preemption.pod_of(pod) for a in state.allocations if a.bound and (pod := cache.pod(a.uid)) is not None
         }
@@ -494,16 +519,43 @@ def _preempt(
     return kept
 
 
+def _under_way(
+    cache: store_module.Store, pod: Mapping[str, Any], *, wanted: cardrequest.Request, promised: frozenset[str], settings: Settings, now: float,
+) -> bool:
+    """Whether a preemption of this pod is under way: a victim answered to it before is being
+    deleted (kube-scheduler evicts only on the node it picked; the victims answered on the other
+    candidates stay), or a record of its preemption stands with a victim still there
+    (`store.held_for`): the victim's deletion brings the pod back to kube-scheduler; or the pod is
+    nominated to a node where it fits now (its victims are gone, and its next attempt places it:
+    at 500 nodes kube-scheduler asked again after they had gone, with other candidates). Where it
+    does not fit there (a pod of equal priority nominated there too holds the card), nothing is
+    under way: an empty answer would leave it waiting for an event that never comes."""
+    uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
+    if any(_deleting(cache.pod(victim)) for victim in promised):
+        return True
+    if any(
+        uid == str(podspec.mapping(other.get("metadata")).get("uid", ""))
+        for node, records in cache.hold_nodes().items() if uid in records and any(cache.pod(v) is not None for v in records[uid].victims)
+        for other in cache.held_for(node, now=now)
+    ):
+        return True
+    nominated = preemption.nominated_node(pod) or preemption.nominated_node(cache.pod(uid) or {})
+    state = cache.state(nominated, now=now, ttl=settings.ttl, exclude_uid=uid) if nominated else None
+    return state is not None and placement.evaluate(wanted, _held(cache, nominated, state, pod=pod, now=now), explain=False).fits
+
+
 def _deleting(pod: Mapping[str, Any] | None) -> bool:
     return pod is not None and podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None
 
 
-def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any]) -> cards.NodeState:
-    """`state` with the cards held by pods nominated to the node of the pod's priority or above
-    (`preemption.held`); the state itself where none is."""
+def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any], now: float) -> cards.NodeState:
+    """`state` with the cards held by pods of the pod's priority or above that are nominated to the
+    node, or whose preemption's record there stands (`store.held_for`), as `preemption.held` places
+    them; the state itself where none is."""
     metadata = podspec.mapping(pod.get("metadata"))
+    waiting = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in (*cache.held_for(name, now=now), *cache.nominees(name))}
     nominees = preemption.holders(
-        (preemption.nominee_of(other) for other in cache.nominees(name)),
+        (preemption.nominee_of(other) for other in waiting.values()),
         priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
     )
     if not nominees:
@@ -521,21 +573,22 @@ def _apply_holds(
     """Judge again, with their holds, the candidate nodes that pods are nominated to (few: only
     while preemptions are under way)."""
     nominated = cache.nominated_nodes()
+    recorded = cache.hold_nodes()
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     now = settings.clock()
     for index, name in enumerate(args.node_names):
-        if name not in nominated:
+        if name not in nominated and name not in recorded:
             continue
         state = cache.state(name, now=now, ttl=settings.ttl, exclude_uid=uid)
         if state is None:
             continue
-        kept = _held(cache, name, state, pod=args.pod)
+        kept = _held(cache, name, state, pod=args.pod, now=now)
         if kept is not state:
             fit = placement.evaluate(wanted, kept, decide=False)
             if not fit.fits and fit.reasons and (fits[index] or fit).fits:
                 holders = ", ".join(sorted({a.pod_key for a in kept.allocations if a.source == "nomination"}))
                 last = fit.reasons[-1]
-                held = dataclasses.replace(last, message=f"{last.message} (held for {holders}, nominated here after a preemption)")
+                held = dataclasses.replace(last, message=f"{last.message} (held for {holders}, which preempted here)")
                 fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
             fits[index] = fit
 

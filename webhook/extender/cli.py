@@ -229,6 +229,8 @@ async def _serve(
         nudger=nudge.Nudger(kube_api.stamp_node),
         budgets=kube_api.list_budgets,
         taint_keeper=taints.Keeper(kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl),
+        leases=kube_api,
+        ledger_namespace=ledger_namespace,
     )
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain

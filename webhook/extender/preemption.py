@@ -28,7 +28,9 @@ choice can never over-commit a card). The rules:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -362,3 +364,137 @@ def held(state: cards.NodeState, nominees: Sequence[Nominee], *, going: frozense
         current = cards.occupy(current.node, [*current.allocations, hold])
     return current
 
+
+
+# --- the durable hold: what the extender recorded when it answered a preemption ------------------
+#
+# kube-scheduler clears a pod's nomination whenever an attempt for it ends in an error rather than
+# "does not fit" (`handleSchedulingFailure` with `clearNominatedNode`: an extender call that fails
+# while the extender restarts, a bind refused). The hold above would lapse with it, and a lower pod
+# could take the half-freed card. So the preempt verb records each answer in a Lease of the ledger
+# namespace (one per node; tenants cannot write there, and only a Lease of the right name naming
+# its node is read), and a record holds for its preemptor while `standing` says so. The record only
+# names pods: whether it still holds is judged on the live pods every time, so nothing a pod says
+# about itself (its annotations, its own nomination) can start or prolong a hold.
+
+HOLDS_ANNOTATION = "gpu-admission.io/preemption-holds"  # on a hold Lease: {preemptor UID: record}
+HOLD_LEASE_PREFIX = "gpu-hold."
+# A record lapses this long after the answer, whatever else holds: a preemptor whose victims never
+# go (a finalizer) or that never fits for another reason blocks a card for no longer than this.
+HOLD_MAX_S = 300.0
+# Once every victim is gone the preemptor fits and kube-scheduler retries it at once (the victims'
+# deletions requeue it; its backoff is at most 10 s): the record lapses this long after that.
+HOLD_GRACE_S = 30.0
+_MAX_NAME = 253
+_HASH_CHARS = 40
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Hold:
+    """One answer of the preempt verb: the preemptor (by UID), the node, its victims, when."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    priority: int
+    victims: frozenset[str]
+    at: float  # unix seconds of the answer
+
+
+def hold_lease_name(node: str) -> str:
+    """The name of a node's hold Lease: the prefix and the node name, or a hash of it where too long."""
+    name = HOLD_LEASE_PREFIX + node
+    if len(name) <= _MAX_NAME:
+        return name
+    return HOLD_LEASE_PREFIX + hashlib.sha256(node.encode()).hexdigest()[:_HASH_CHARS]
+
+
+def hold_lease_node(lease: Mapping[str, Any], *, namespace: str) -> str | None:
+    """The node whose hold Lease this is, or None where it is none to trust: it must live in the
+    ledger namespace, name its node in the ledger's node annotation and bear `hold_lease_name`."""
+    metadata = podspec.mapping(lease.get("metadata"))
+    if metadata.get("namespace") != namespace:
+        return None
+    node = podspec.mapping(metadata.get("annotations")).get(gpu.LEDGER_NODE_ANNOTATION)
+    if not isinstance(node, str) or not node or metadata.get("name") != hold_lease_name(node):
+        return None
+    return node
+
+
+def read_holds(text: object, *, node: str) -> dict[str, Hold]:
+    """The records of a hold Lease's annotation (entries that do not read are left out)."""
+    if not isinstance(text, str):
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return {}
+    found: dict[str, Hold] = {}
+    for uid, entry in podspec.mapping(raw).items():
+        entry = podspec.mapping(entry)
+        pod, priority, at, victims = entry.get("pod"), entry.get("priority"), entry.get("at"), entry.get("victims")
+        if not isinstance(pod, str) or "/" not in pod or not isinstance(victims, list):
+            continue
+        if not isinstance(priority, int) or isinstance(priority, bool) or not isinstance(at, (int, float)) or isinstance(at, bool):
+            continue
+        namespace, name = pod.split("/", 1)
+        found[str(uid)] = Hold(
+            uid=str(uid), namespace=namespace, name=name, node=node, priority=priority,
+            victims=frozenset(v for v in victims if isinstance(v, str)), at=float(at),
+        )
+    return found
+
+
+def encode_holds(holds: Mapping[str, Hold]) -> str:
+    return json.dumps(
+        {
+            uid: {"pod": f"{h.namespace}/{h.name}", "priority": h.priority, "victims": sorted(h.victims), "at": round(h.at, 3)}
+            for uid, h in sorted(holds.items())
+        },
+        separators=(",", ":"),
+    )
+
+
+def with_hold(holds: Mapping[str, Hold], hold: Hold, *, now: float) -> dict[str, Hold]:
+    """`holds` less the records past HOLD_MAX_S, with `hold` in (it replaces its preemptor's)."""
+    return {uid: h for uid, h in holds.items() if h.at + HOLD_MAX_S > now and uid != hold.uid} | {hold.uid: hold}
+
+
+def hold_lease_body(node: str, node_uid: str, holds: Mapping[str, Hold], *, namespace: str) -> dict[str, Any]:
+    """A node's complete hold Lease, ready to create (add `metadata.resourceVersion` to replace one).
+    It carries the ledger label, so the extender's Lease watch sees it; it goes with its Node."""
+    metadata: dict[str, Any] = {
+        "name": hold_lease_name(node),
+        "namespace": namespace,
+        "labels": {gpu.LEDGER_LABEL: "true"},
+        "annotations": {gpu.LEDGER_NODE_ANNOTATION: node, HOLDS_ANNOTATION: encode_holds(holds)},
+    }
+    if node_uid:
+        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": {"holderIdentity": "gpu-admission-extender"}}
+
+
+def standing(
+    hold: Hold, pod: Mapping[str, Any] | None, *, now: float, evicted: bool, victims_left: bool, gone_since: float | None,
+) -> bool:
+    """Whether a record still holds its card: its preemptor (`pod`, the live copy of the pod of the
+    record's UID; None where there is none) is pending (not bound anywhere, not finished, not being
+    deleted), may preempt, has the priority recorded and is not nominated to another node; the
+    record is younger than HOLD_MAX_S; its preemption is under way (`evicted`: a victim is gone or
+    being deleted); and a victim is still there (`victims_left`), or they have all been gone (since
+    `gone_since`, when this process first saw none) for less than HOLD_GRACE_S."""
+    if pod is None or str(podspec.mapping(pod.get("metadata")).get("uid", "")) != hold.uid:
+        return False
+    if podspec.mapping(pod.get("spec")).get("nodeName") or allocation.is_terminal(pod):
+        return False
+    if podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None or never_preempts(pod):
+        return False
+    if priority_of(pod) != hold.priority:
+        return False
+    nominated = podspec.mapping(pod.get("status")).get("nominatedNodeName")
+    if isinstance(nominated, str) and nominated and nominated != hold.node:
+        return False
+    if now >= hold.at + HOLD_MAX_S or not evicted:
+        return False
+    return victims_left or (gone_since is not None and now < gone_since + HOLD_GRACE_S)

@@ -50,6 +50,12 @@ class Store:
         self._gone: dict[str, None] = {}
         self._nominated: dict[str, set[str]] = {}  # node -> pods nominated to it (`preemption.nominated_node`), not bound yet
         self._nominee_node: dict[str, str] = {}
+        # The preempt verb's records (`preemption.Hold`), from the hold Leases: node -> preemptor UID ->
+        # record; and per preemptor, when this process first saw every victim of its record gone.
+        self._holds: dict[str, dict[str, preemption.Hold]] = {}
+        self._hold_leases: dict[str, Object] = {}  # node -> its hold Lease (slim), for the next write's precondition
+        self._victims_gone: dict[str, float] = {}
+        self._newest_hold: dict[str, float] = {}  # preemptor UID -> the time of its newest record on any node
         self._by_node: dict[str, set[str]] = {}
         self._versions: dict[str, int] = {}  # per node: bumped whenever the node or its pods change
         self._states: dict[str, _Cached] = {}
@@ -83,6 +89,8 @@ class Store:
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
+        # Called with a pod's UID and a node when the pod is first seen nominated there (`holds`).
+        self.on_nominated: Callable[[str, str], None] | None = None
 
     @property
     def honours_out_of_band(self) -> bool:
@@ -224,6 +232,57 @@ class Store:
     def nominees(self, node: str) -> list[Object]:
         """The pods nominated to `node`, waiting for their victims to leave."""
         return [self._pods[uid] for uid in self._nominated.get(node, ()) if uid in self._pods]
+
+    def hold_nodes(self) -> Mapping[str, Mapping[str, preemption.Hold]]:
+        """Nodes with preemption records (`preemption.Hold`; standing or not: see `held_for`)."""
+        return self._holds
+
+    def hold_lease(self, node: str) -> Object | None:
+        return self._hold_leases.get(node)
+
+    def held_for(self, node: str, *, now: float) -> list[Object]:
+        """The preemptors whose record on `node` stands (`preemption.standing`), judged on the live
+        pods; a preemptor with records on several nodes counts on its newest one only."""
+        found: list[Object] = []
+        for uid, hold in self._holds.get(node, {}).items():
+            if self._newest_hold.get(uid, hold.at) > hold.at:
+                continue
+            there = [self._pods[victim] for victim in hold.victims if victim in self._pods]
+            evicted = len(there) < len(hold.victims) or any(_deleting(victim) for victim in there)
+            gone_since = None if there else self._victims_gone.setdefault(uid, now)
+            if there:
+                self._victims_gone.pop(uid, None)
+            pod = self._pods.get(uid)
+            if pod is not None and preemption.standing(hold, pod, now=now, evicted=evicted, victims_left=bool(there), gone_since=gone_since):
+                found.append(pod)
+        return found
+
+    def put_hold_lease(self, obj: Mapping[str, Any]) -> bool:
+        """A hold Lease (`preemption.hold_lease_node`); False where it is none to trust."""
+        node = preemption.hold_lease_node(obj, namespace=self._namespace)
+        if node is None:
+            return False
+        held = self._hold_leases.get(node)
+        if held is not None and (_same_version(obj, held) or _older(obj, held)):
+            return True
+        metadata = podspec.mapping(obj.get("metadata"))
+        text = podspec.mapping(metadata.get("annotations")).get(preemption.HOLDS_ANNOTATION)
+        self._hold_leases[node] = {"metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}}
+        holds = preemption.read_holds(text, node=node)
+        if holds:
+            self._holds[node] = holds
+        else:
+            self._holds.pop(node, None)
+        self._index_holds()
+        return True
+
+    def _index_holds(self) -> None:
+        """`_newest_hold` from `_holds` again (on each hold Lease change: rare, and few records)."""
+        newest: dict[str, float] = {}
+        for records in self._holds.values():
+            for uid, hold in records.items():
+                newest[uid] = max(newest.get(uid, hold.at), hold.at)
+        self._newest_hold = newest
 
     def bound_pods(self, node: str) -> list[Object]:
         """Pods whose `spec.nodeName` is `node` (what a LIST with that field selector answers)."""
@@ -496,6 +555,7 @@ class Store:
         for name in self._leases:
             self._touch(name)
         self._leases, self._states, self._lease_deleted = {}, {}, {}
+        self._holds, self._hold_leases, self._newest_hold = {}, {}, {}
         self._forget_all()
         self._leases_version = self._leases_listed = -1  # the list's version follows (`seen`)
         self._vouched = {}
@@ -548,7 +608,12 @@ class Store:
             else:
                 self.put_node(obj)
         elif kind == "Lease":
-            if event == "DELETED":
+            if event == "DELETED" and (held_on := preemption.hold_lease_node(obj, namespace=self._namespace)) is not None:
+                if not _older(obj, self._hold_leases.get(held_on)):
+                    self._hold_leases.pop(held_on, None)
+                    self._holds.pop(held_on, None)
+                    self._index_holds()
+            elif event == "DELETED":
                 node = reservations.lease_node(obj, namespace=self._namespace)
                 if node is not None and not _older(obj, self._leases.get(node)):
                     dropped = self._leases.pop(node, None)
@@ -568,6 +633,7 @@ class Store:
                 held = self._pods.get(uid)
                 node = self._pod_node.get(uid)
                 self._gone[uid] = None
+                self._victims_gone.pop(uid, None)
                 if len(self._gone) > MAX_GONE:
                     del self._gone[next(iter(self._gone))]
                 self._drop_pod(uid)
@@ -605,6 +671,7 @@ class Store:
         """A ledger Lease (ignored unless it is a node's trusted ledger in the ledger namespace)."""
         node = reservations.lease_node(obj, namespace=self._namespace)
         if node is None:
+            self.put_hold_lease(obj)  # the preempt verb's records share the ledger's label and watch
             return
         held = self._leases.get(node)
         if held is not None and (_same_version(obj, held) or _older(obj, held)):
@@ -626,12 +693,15 @@ class Store:
             self._pods[uid] = slim  # a status update that changes nothing kept here: the node's cached state stays
             return
         was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) else None
+        waited_for = self._nominee_node.get(uid)
         self._drop_pod(uid)
         self._pods[uid] = slim
         waits_for = preemption.nominated_node(slim)
         if waits_for:
             self._nominee_node[uid] = waits_for
             self._nominated.setdefault(waits_for, set()).add(uid)
+            if waits_for != waited_for and self.on_nominated is not None:
+                self.on_nominated(uid, waits_for)
         node = cards.pod_node(slim)
         if node:
             self._pod_node[uid] = node
@@ -755,6 +825,10 @@ def _uid(obj: Mapping[str, Any]) -> str:
 
 def _node_ledger_text(node: Mapping[str, Any]) -> object:
     return podspec.mapping(podspec.mapping(node.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
+
+
+def _deleting(pod: Mapping[str, Any]) -> bool:
+    return podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None
 
 
 def _holds_cards(pod: Mapping[str, Any]) -> bool:

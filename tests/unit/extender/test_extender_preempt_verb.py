@@ -152,7 +152,7 @@ async def test_filter_holds_the_freed_card_for_the_nominated_pod(client: Client,
     boss["status"]["nominatedNodeName"] = "n"
     cache.put_pod(boss)
     status, answer = await _post(client, "/filter", filter_body)
-    assert answer["NodeNames"] == [] and "held for team-a/boss, nominated here after a preemption" in answer["FailedNodes"]["n"]
+    assert answer["NodeNames"] == [] and "held for team-a/boss, which preempted here" in answer["FailedNodes"]["n"]
     # an equal-priority pod is held back as well; a higher one is not
     status, answer = await _post(client, "/filter", {**filter_body, "Pod": _preemptor("peer", gib=8, priority=1000)})
     assert answer["NodeNames"] == []

@@ -27,11 +27,13 @@ The default KWOK node set has GPU nodes (cgpu-binpack-0, ...) and one CPU-only n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from policies import nodeaffinity
 from tests.e2e.harness import Cluster, eventually, webhook_settings
 
 pytestmark = pytest.mark.e2e
@@ -73,10 +75,9 @@ def cgroup_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def required_terms(stored: dict[str, Any]) -> list[dict[str, Any]]:
-    affinity = stored["spec"].get("affinity", {}).get("nodeAffinity", {})
-    terms: list[dict[str, Any]] = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
-    return terms
+def required_terms(stored: dict[str, Any]) -> list[Mapping[str, Any]]:
+    """The stored pod's required node-affinity terms, read as the engine reads them."""
+    return list(nodeaffinity.required_terms(stored["spec"]))
 
 
 def scheduled(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]:

@@ -296,3 +296,20 @@ def test_usage_limits_default_to_observe_and_the_first_match_decides() -> None:
 def test_bad_usage_limits_are_refused_naming_the_key(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(settings.InvalidSettings, match=message):
         settings.from_mapping({"usageLimits": [entry]})
+
+
+def test_the_labeler_reads_only_usage_limits_and_refuses_what_it_cannot_judge(tmp_path: Path) -> None:
+    from webhook.cmdline import errors
+    from webhook.labeler import cli
+
+    good = tmp_path / "config.yaml"
+    good.write_text(json.dumps({"policies": {"TEAM001": {"action": "warn"}}, **EVICT_ML}))  # a user policy the labeler does not load
+    assert cli._usage_limits(good).usage_limit("ml").mode == "evict"
+    selector = tmp_path / "selector.yaml"
+    selector.write_text(json.dumps({"usageLimits": [{"name": "x", "namespaceSelector": {"matchLabels": {"team": "ml"}}}]}))
+    with pytest.raises(errors.InputError, match=r"usageLimits\[0\].namespaceSelector: the labeler reads no namespace labels"):
+        cli._usage_limits(selector)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({"usageLimits": [{"name": "x", "namespaces": ["ml"], "mode": "kill"}]}))
+    with pytest.raises(errors.InputError, match=r"usageLimits\[0\].mode: must be one of observe, evict"):
+        cli._usage_limits(bad)

@@ -238,7 +238,10 @@ class Runner:
             return True
         assert self._pods is not None
         listed: list[Mapping[str, Any]] = []
-        if any(card.processes for card in inv.cards):  # no process, nothing to attribute: no list
+        # No process, nothing to attribute: no list; unless the limits watch a pod above its
+        # request, whose processes may just have ended (it then gets its Event back under).
+        watching = self._enforcer is not None and bool(self._enforcer.above())
+        if any(card.processes for card in inv.cards) or watching:
             try:
                 listed = self._pods.pods_on(node.name)
             except kube_errors.KubeError as error:

@@ -218,6 +218,18 @@ def test_observe_sends_an_event_going_above_and_one_coming_back(world: Any) -> N
     assert actions.events[1:] == [("train-0", limits.UNDER_REASON, False)] and actions.evicted == []
 
 
+def test_a_pod_whose_processes_end_gets_its_event_back_under(world: Any) -> None:
+    state, _, _, actions, make = world
+    loop = make()
+    state["inv"] = inventory.make([card(0, ((100, 6144),))])
+    loop.step()
+    state["inv"] = inventory.make([card(0, ())])  # its processes ended; the pod is still there
+    loop.step()
+    assert actions.events == [("train-0", limits.ABOVE_REASON, True), ("train-0", limits.UNDER_REASON, False)]
+    loop.step()
+    assert len(actions.events) == 2
+
+
 EVICT_ML = {"usageLimits": [{"name": "ml-batch", "namespaces": ["ml"], "mode": "evict", "gracePeriodSeconds": 300}]}
 
 

@@ -11,10 +11,13 @@ is a feature of Volta MPS, so it holds on Volta and newer GPUs (compute capabili
 allocation beyond it fails with an out-of-memory error in that client only.
 
 What is added: to every container (init, sidecar, regular) that asks for `aliyun.com/gpu-mem` in a
-pod served by MPS, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<gpu-mem>G`. The ordinal is 0: a shared pod
-gets one card, and the device plugin makes it the only device the container sees. A pod is served
-by MPS when its nodeSelector or required node affinity allows only `mps`, or it says nothing about
-the mode and GPU101 pins it to `mps` (`defaultSharedMode: mps`). Added only where the container's
+pod that may run on an MPS node, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<gpu-mem>G`. The ordinal is 0:
+a shared pod gets one card, and the device plugin makes it the only device the container sees. A
+pod may run on an MPS node when its nodeSelector and required node affinity allow `mps` (alone or
+among other modes: an affinity listing `mps` and `cgpu` must not be a way round the limit), or
+they say nothing about the mode and either GPU101 pins it to `mps` (`defaultSharedMode: mps`) or
+GPU101 is not enforced in its namespace (nothing then keeps it off MPS nodes). Elsewhere the
+variable would do nothing: only an MPS client reads it. Added only where the container's
 `env` does not name the variable; a container that names it with any other value is refused by
 GPU012, so what the webhook set is what holds. Applying the patch twice changes nothing.
 """
@@ -24,23 +27,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import applicability, gpu, nodeaffinity, patching, podrequests, podspec, policy
+from policies import applicability, gpu, model, nodeaffinity, patching, podrequests, podspec, policy
 
 MPS_MEMORY_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
 
-def served_by_mps(spec: Mapping[str, Any], *, shared_default: gpu.Mode) -> bool:
-    """Whether the pod runs on an MPS node: the mode its selectors allow, else the one GPU101 pins."""
+SCHEDULE_MODE_POLICY = "GPU101"  # what pins a pod without a mode of its own
+
+
+def may_run_on_mps(context: policy.Context) -> bool:
+    """Whether the pod may run on an MPS node (see the module docstring)."""
+    spec = context.template.spec
     constraint = nodeaffinity.mode_constraint(spec)
     if constraint is not None:
-        return constraint.allowed == frozenset({str(gpu.Mode.MPS)})
+        return str(gpu.Mode.MPS) in constraint.allowed
     family = gpu.pod_family(spec)
-    return family is not None and gpu.injected_mode(family, shared_default=shared_default) is gpu.Mode.MPS
+    if family is None or gpu.Mode.MPS not in gpu.modes_for(family):
+        return False
+    if gpu.injected_mode(family, shared_default=context.settings.default_shared_mode) is gpu.Mode.MPS:
+        return True
+    pinning = context.settings.action(
+        SCHEDULE_MODE_POLICY, namespace=context.namespace, namespace_labels=context.request.namespace_labels
+    )
+    return pinning is not model.Action.ENFORCE
 
 
 def expected_limit(context: policy.Context, container: Mapping[str, Any]) -> str | None:
     """The value GPU106 gives this container (`0=<GiB>G`), or None where it gives none."""
-    if not served_by_mps(context.template.spec, shared_default=context.settings.default_shared_mode):
+    if not may_run_on_mps(context):
         return None
     amounts, _ = podrequests.container_amounts(container, wanted=lambda name: name == gpu.Resource.GPU_MEM.value)
     gib = amounts.get(gpu.Resource.GPU_MEM.value, 0)
@@ -54,12 +68,12 @@ class MpsMemoryLimit(policy.ContainerMutator):
     summary = "containers of MPS pods get MPS's device-memory limit from their aliyun.com/gpu-mem"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only where a container in scope asks for aliyun.com/gpu-mem and the pod is served by MPS."""
+        """Only where a container in scope asks for aliyun.com/gpu-mem and the pod may run on MPS."""
         if not facts.requests_gpu:
             return False
         if not any(gpu.Resource.GPU_MEM.value in gpu.container_gpu_resources(ref.container) for ref in context.containers):
             return False
-        return served_by_mps(context.template.spec, shared_default=context.settings.default_shared_mode)
+        return may_run_on_mps(context)
 
     def mutate_container(self, context: policy.Context, container: podspec.ContainerRef) -> policy.Mutation:
         """The env entry, where the container asks for gpu-mem on MPS and does not name the variable."""

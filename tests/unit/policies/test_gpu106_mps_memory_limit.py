@@ -49,6 +49,24 @@ def test_defaultsharedmode_mps_limits_pods_without_a_mode_of_their_own(pod: PodF
     assert limit_ops(evaluate(obj)) == []  # cgpu by default: cGPU isolates, no MPS limit
 
 
+def test_a_choice_of_modes_that_includes_mps_or_nothing_pinning_the_pod_is_limited(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
+) -> None:
+    either = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps"]}]}
+    ]}}
+    obj = pod(container(gpu={"aliyun.com/gpu-mem": 3}), affinity={"nodeAffinity": either})
+    decision = evaluate(obj)
+    assert limit_ops(decision) == [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": LIMIT, "value": "0=3G"}]}]
+    assert_second_pass_is_empty(evaluate, patched, obj, decision)
+    # GPU101 off: nothing keeps a pod without a mode off MPS nodes.
+    unpinned = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 3})), config={"policies": {"GPU101": {"action": "off"}}})
+    assert limit_ops(unpinned) == [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": LIMIT, "value": "0=3G"}]}]
+    # And the tenant cannot raise it on such a pod either.
+    raised = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 3}, env=[{"name": LIMIT, "value": "0=15G"}]), affinity={"nodeAffinity": either}))
+    assert not raised.allowed and "GPU012" in raised.denial_message
+
+
 @pytest.mark.parametrize("selector", [{"ack.node.gpu.schedule": "cgpu"}, {"ack.node.gpu.schedule": "share"}])
 def test_pods_on_other_modes_and_whole_card_pods_get_nothing(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, selector: dict[str, str]

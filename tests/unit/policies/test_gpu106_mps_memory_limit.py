@@ -99,13 +99,17 @@ def test_a_tenants_own_value_is_refused(
     assert "GPU012" in decision.denial_message and message in decision.denial_message
 
 
-def test_the_exact_value_is_admitted_and_any_value_where_no_limit_is_due_is_refused(
+def test_the_exact_value_is_admitted_and_containers_without_a_limit_due_are_not_judged(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
 ) -> None:
     same = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4}, env=[{"name": LIMIT, "value": "0=4G"}]), nodeSelector=MPS))
     assert same.allowed and limit_ops(same) == []
-    sidecar = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4}), container("helper", env=[{"name": LIMIT, "value": "0=1G"}]), nodeSelector=MPS))
-    assert not sidecar.allowed and "the webhook sets it for MPS pods" in sidecar.denial_message
-    # Ordinary pods without the variable are untouched.
-    plain = evaluate(pod(container()))
+    # A container without a GPU gets no card (and NVIDIA_VISIBLE_DEVICES=void): its own limit limits
+    # nothing, so it is not judged, and a pod without GPU resources stays unrefusable (ordinary).
+    helper = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4}), container("helper", env=[{"name": LIMIT, "value": "0=1G"}]), nodeSelector=MPS))
+    assert helper.allowed
+    plain = evaluate(pod(container(env=[{"name": LIMIT, "value": "0=64G"}])))
     assert plain.allowed and limit_ops(plain) == []
+    # Off MPS the variable does nothing: a cGPU pod's own value is not judged either.
+    cgpu = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4}, env=[{"name": LIMIT, "value": "0=8G"}]), nodeSelector={"ack.node.gpu.schedule": "cgpu"}))
+    assert cgpu.allowed

@@ -11,6 +11,9 @@ the card's processes hold in GiB with one decimal (NVML's memory used where it g
 per-process figure), followed by `(<GiB> oob)` where out-of-band processes hold part of it; `-`
 for a node without a summary. The columns appear only when some shown node has a summary, so the
 seed's table is unchanged without the labeler. JSON gains `usedMiB` and `outOfBandMiB` per card.
+Per pod, where the node has a summary: `-d` adds a `GPUi(Used)` column per card after the
+allocated ones (GiB with one decimal that the pod's processes hold there, `0` where none), and JSON
+`usedMiB` per pod on each card, so a pod's use stands next to what it was allocated.
 
 Cards allocated by Dynamic Resource Allocation (`policies.dra`, matched by UUID) show `DRA/<total>`
 in the table and a `DRA` row per claim in `-d`, `-o wide` gains a `DRA` column naming the claims
@@ -38,6 +41,7 @@ class PodJson(TypedDict):
     usedGPU: int
     usedCore: int
     bound: bool
+    usedMiB: NotRequired[int]  # what the pod's processes hold on this card (the labeler's summary)
 
 
 class DraJson(TypedDict):
@@ -106,24 +110,31 @@ def summary(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
     return "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"]) + "\n"
 
 
-def details(states: Iterable[cards.NodeState]) -> str:
-    """The `-d` view: per node, one row per pod with its GiB on each card."""
+def details(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUsage] | None = None) -> str:
+    """The `-d` view: per node, one row per pod with its GiB on each card (and, where `usage` has
+    the node's summary, the GiB its processes hold on each card)."""
     shown = table_nodes(states)
     lines: list[str] = []
     for state in shown:
         by_index = sorted(state.cards, key=lambda c: c.index)
         pending = bool(state.orphans)
-        header = ["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in by_index)] + ([PENDING_HEADER] if pending else [])
+        node_usage = usage.get(state.name) if usage is not None else None
+        header = ["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in by_index)]
+        header += [f"GPU{c.index}(Used)" for c in by_index] if node_usage is not None else []
+        header += [PENDING_HEADER] if pending else []
         rows = [header]
         for allocation in sorted((*state.allocations, *state.orphans), key=lambda a: (a.namespace, a.name)):
             cells = [str(allocation.memory_gib if c.index in allocation.cards else 0) for c in by_index]
+            if node_usage is not None:
+                pod_held = node_usage.pod_mib(allocation.uid)
+                cells += [_gib(pod_held[c.index]) if c.index in pod_held else "0" for c in by_index]
             if pending:
                 cells.append(str(allocation.memory_gib if allocation in state.orphans else 0))
             rows.append([allocation.name, allocation.namespace, *cells])
         claims = sorted({h.claim_key: h for c in by_index for h in c.dra}.values(), key=lambda h: h.claim_key)
         for held in claims:
             cells = ["DRA" if any(h.claim_key == held.claim_key for h in c.dra) else "0" for c in by_index]
-            rows.append([held.claim, held.namespace, *cells, *(["0"] if pending else [])])
+            rows.append([held.claim, held.namespace, *cells, *(["-"] * len(by_index) if node_usage is not None else []), *(["0"] if pending else [])])
         lines += [f"NAME:       {state.name}", f"IPADDRESS:  {state.node.address or '-'}", ""]
         lines += _align(rows)
         lines += [
@@ -164,6 +175,7 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
                 real_card = node_usage.card(device["id"])
                 device["usedMiB"] = real_mib(real_card)
                 device["outOfBandMiB"] = real_card.out_of_band_mib if real_card is not None else 0
+            _pods_used(devices, state, node_usage)
         nodes.append(
             {
                 "name": state.name,
@@ -178,6 +190,17 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
         )
     used, total = _totals(table_nodes(managed))
     return {"nodes": nodes, "totalGPU": total, "usedGPU": used}
+
+
+def _pods_used(devices: list[DeviceJson], state: cards.NodeState, node_usage: usage_.NodeUsage) -> None:
+    """Each device's pods get `usedMiB`: what the pod's processes hold on that card."""
+    for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index)):
+        for pod, held in zip(device["pods"], card.allocations):
+            pod["usedMiB"] = node_usage.pod_mib(held.uid).get(card.index, 0)
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:.1f}"
 
 
 def _pod_json(allocation: allocation_.Allocation) -> PodJson:

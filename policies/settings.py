@@ -61,6 +61,11 @@ dra:                               # Dynamic Resource Allocation claims (GPU011,
       classes: [gpu.nvidia.com]
   adminNamespaces: [gpu-ops]       #   where a claim may ask for adminAccess (beside Kubernetes'
                                    #   own label resource.kubernetes.io/admin-access=true)
+usageLimits:                       # what the labeler does about a pod above its gpu-mem request on a
+  - name: ml-batch                 #   shared card (docs/concepts/usage-limits.md); the first entry
+    namespaces: [ml]               #   that matches decides, anchored as exceptions are; elsewhere
+    mode: evict                    #   observe. observe: an Event on the pod; evict: the Event, then
+    gracePeriodSeconds: 300        #   the Eviction API after this long above (default 300)
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
   mutate: warn                     # a crashing mutator must not block pods; it is reported
@@ -246,6 +251,25 @@ class ClaimGrant:
     classes: frozenset[str]
 
 
+USAGE_OBSERVE = "observe"  # usageLimits modes: an Event when a pod goes above its request and back
+USAGE_EVICT = "evict"  # the Event, then the Eviction API after the grace period
+USAGE_MODES = (USAGE_OBSERVE, USAGE_EVICT)
+DEFAULT_USAGE_GRACE_S = 300
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UsageLimit:
+    """`usageLimits`: what the labeler does about pods above their request in the namespaces `match` selects."""
+
+    name: str
+    match: NamespaceMatch
+    mode: str = USAGE_OBSERVE
+    grace_s: int = DEFAULT_USAGE_GRACE_S
+
+
+DEFAULT_USAGE_LIMIT = UsageLimit(name="default", match=NamespaceMatch(), mode=USAGE_OBSERVE)
+
+
 DEFAULT_GPU_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"})
 
 
@@ -292,6 +316,16 @@ class Settings:
     # GPU003's protected roots and allowed host paths (`hostPaths`).
     host_paths: hostpaths.HostPathRules = hostpaths.DEFAULT_RULES
     dra: DraSettings = DraSettings()
+    # What the labeler does about pods above their GPU memory request (`usageLimits`).
+    usage_limits: tuple[UsageLimit, ...] = ()
+
+    def usage_limit(self, namespace: str, namespace_labels: Mapping[str, str] | None = None) -> UsageLimit:
+        """The first `usageLimits` entry that matches the namespace, else observe (DEFAULT_USAGE_LIMIT)."""
+        labels = labels_of_namespace(namespace, namespace_labels)
+        for entry in self.usage_limits:
+            if entry.match.matches(namespace, labels):
+                return entry
+        return DEFAULT_USAGE_LIMIT
 
     def action(
         self,
@@ -470,6 +504,7 @@ _KEYS = (
     "hostPaths",
     "errorActions",
     "dra",
+    "usageLimits",
 )
 _ACTION_NAMES = ", ".join(model.Action)
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -907,6 +942,31 @@ def _dra(value: object) -> DraSettings:
     )
 
 
+def usage_limits_of(data: Mapping[str, Any] | None) -> tuple[UsageLimit, ...]:
+    """Only the `usageLimits` of a settings document (what the labeler reads of the same file; the
+    rest is the webhook's and may name user policies the labeler does not load)."""
+    if data is not None and not isinstance(data, Mapping):
+        raise InvalidSettings(f"settings: must be a mapping, got {type(data).__name__}")
+    return _usage_limits((data or {}).get("usageLimits"))
+
+
+def _usage_limits(value: object) -> tuple[UsageLimit, ...]:
+    if value is None:
+        return ()
+    found: list[UsageLimit] = []
+    known = ("name", "namespaces", "namespaceSelector", "mode", "gracePeriodSeconds")
+    for field, entry in _entries(value, field="usageLimits", known=known):
+        name, match = _anchored_entry(entry, field=field)
+        mode = entry.get("mode", USAGE_OBSERVE)
+        if mode not in USAGE_MODES:
+            raise InvalidSettings(f"{field}.mode: must be one of {', '.join(USAGE_MODES)}, got {mode!r}")
+        grace = entry.get("gracePeriodSeconds", DEFAULT_USAGE_GRACE_S)
+        if not isinstance(grace, int) or isinstance(grace, bool) or grace < 0:
+            raise InvalidSettings(f"{field}.gracePeriodSeconds: must be a whole number of seconds >= 0, got {grace!r}")
+        found.append(UsageLimit(name=name, match=match, mode=mode, grace_s=grace))
+    return tuple(found)
+
+
 def _legacy_allow(value: object) -> tuple[str, ...]:
     if not isinstance(value, Mapping):
         return ()
@@ -963,6 +1023,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         zone_allowance=allowance,
         zone_namespaces=zone_namespaces,
         dra=_dra(data.get("dra")),
+        usage_limits=_usage_limits(data.get("usageLimits")),
     )
 
 

@@ -48,6 +48,12 @@ MAX_ENTRIES = 32  # per list per card
 SIGNIFICANT_MIB = 256
 SIGNIFICANT_FRACTION = 0.05
 
+# A CUDA context and allocator rounding put a process somewhat above what it computes with; beyond
+# this much is no rounding. `share` does not isolate, so there any excess counts (GPU214, GPU215,
+# and the labeler's per-pod figures and limits).
+TOLERANCE_MIB = 512
+TOLERANCE_FRACTION = 0.10
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PodUse:
@@ -238,6 +244,11 @@ def of_node(node: Mapping[str, Any]) -> NodeUsage | None:
 
 
 # --- when a new summary is worth a write ----------------------------------------------------------
+
+
+def tolerance_mib(allowed_mib: int) -> int:
+    """How far above `allowed_mib` real use may go before it counts as above the request."""
+    return max(TOLERANCE_MIB, int(allowed_mib * TOLERANCE_FRACTION))
 
 
 def threshold_mib(total_mib: int) -> int:

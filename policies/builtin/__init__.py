@@ -19,11 +19,13 @@ from policies.builtin import (
     gpu009_ephemeral_privilege,
     gpu010_device_annotations,
     gpu011_dra_claims,
+    gpu012_mps_memory_limit,
     gpu101_schedule_mode,
     gpu102_card_model,
     gpu103_off_gpu_nodes,
     gpu104_void_devices,
     gpu105_scheduler_name,
+    gpu106_mps_memory_limit,
 )
 
 POLICIES: tuple[policy.Policy, ...] = (
@@ -38,9 +40,11 @@ POLICIES: tuple[policy.Policy, ...] = (
     gpu009_ephemeral_privilege.EphemeralPrivilege(),
     gpu010_device_annotations.DeviceAnnotations(),
     gpu011_dra_claims.DraClaims(),
+    gpu012_mps_memory_limit.MpsMemoryLimitEnv(),
     gpu101_schedule_mode.ScheduleMode(),
     gpu102_card_model.CardModel(),
     gpu103_off_gpu_nodes.OffGpuNodes(),
     gpu104_void_devices.VoidDevices(),
     gpu105_scheduler_name.SchedulerName(),
+    gpu106_mps_memory_limit.MpsMemoryLimit(),
 )

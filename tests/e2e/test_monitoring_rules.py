@@ -34,7 +34,7 @@ def rule_file(tmp_path: Path) -> Path:
 def test_promtool_checks_the_rules(promtool: Path, rule_file: Path) -> None:
     completed = subprocess.run([str(promtool), "check", "rules", str(rule_file)], capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "SUCCESS: 8 rules found" in completed.stdout
+    assert "SUCCESS: 9 rules found" in completed.stdout
 
 
 def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
@@ -85,6 +85,43 @@ def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promt
             {"exp_labels": {"severity": "warning", "pod": "labeler-a"},
              "exp_annotations": _annotations(rule_file, "GpuAdmissionLabelerStale", {"pod": "labeler-a"}, "20m 0s")}]}
     )
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    completed = subprocess.run([str(promtool), "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_the_pod_above_request_alert_fires_after_its_time_and_not_on_stale_figures(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+    used, requested = "gpu_admission_labeler_pod_memory_used_mib", "gpu_admission_labeler_pod_memory_requested_mib"
+    a = 'instance="10.0.0.1:8089",namespace="ml",pod="train-0",card="0"'
+    b = 'instance="10.0.0.1:8089",namespace="ml",pod="infer-0",card="0"'
+    c = 'instance="10.0.0.2:8089",namespace="ml",pod="train-1",card="1"'
+    tests = {
+        "rule_files": [str(rule_file)],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                # train-0: 2048 MiB above its 4096 for 30 minutes; infer-0 within its request.
+                {"series": f"{used}{{{a}}}", "values": "6144x30"},
+                {"series": f"{requested}{{{a}}}", "values": "4096x30"},
+                {"series": f"{used}{{{b}}}", "values": "1000x30"},
+                {"series": f"{requested}{{{b}}}", "values": "8192x30"},
+                {"series": 'gpu_admission_labeler_usage_stale{instance="10.0.0.1:8089",namespace="gpu-admission",pod="labeler-a"}', "values": "0x30"},
+                # train-1 is above too, but its labeler's figures are stale: no alert.
+                {"series": f"{used}{{{c}}}", "values": "9000x30"},
+                {"series": f"{requested}{{{c}}}", "values": "4096x30"},
+                {"series": 'gpu_admission_labeler_usage_stale{instance="10.0.0.2:8089",namespace="gpu-admission",pod="labeler-b"}', "values": "1x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "10m", "alertname": "GpuAdmissionPodAboveGpuMemoryRequest", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "GpuAdmissionPodAboveGpuMemoryRequest", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "instance": "10.0.0.1:8089", "namespace": "ml", "pod": "train-0", "card": "0"},
+                     "exp_annotations": _annotations(rule_file, "GpuAdmissionPodAboveGpuMemoryRequest",
+                                                     {"namespace": "ml", "pod": "train-0", "card": "0"}, "2048")}]},
+            ],
+        }],
+    }
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(tests))
     completed = subprocess.run([str(promtool), "test", "rules", str(path)], capture_output=True, text=True, check=False)

@@ -11,7 +11,7 @@ from aiohttp.typedefs import Handler
 
 from policies import model, settings
 from webhook.serving import metrics
-from webhook.admission import decisioncache, decisions, handlers, keys
+from webhook.admission import decisioncache, decisions, evictions, handlers, keys
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ def make_app(
     app.cleanup_ctx.append(_readiness)
     app.router.add_post("/mutate", handlers.mutate)
     app.router.add_post("/validate", handlers.validate)
+    app.router.add_post("/validate-eviction", evictions.validate_eviction)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics_text)

@@ -232,6 +232,14 @@ class Context:
             app[keys.NODES] = self.node_labels
         if self.claims is not None:
             app[keys.CLAIMS] = self.claims
+        # The labeler's evictions are judged by the node of the pod (`evictions`); reading it needs
+        # `get` on pods, which deploy/components/usage-limits grants.
+        api = self.api
+
+        def pod_node(namespace: str, name: str) -> str | None:
+            return read_pod_node(api, namespace, name, timeout_s=POD_TIMEOUT_S)
+
+        app[keys.POD_NODES] = pod_node
         if self.recorder is not None:
             app[keys.EVENTS] = self.recorder
             app.cleanup_ctx.append(self.recorder.lifetime)
@@ -307,6 +315,23 @@ def read_claim(api: client.ApiClient, key: tuple[str, str, str], *, timeout_s: f
         return {}
     data = json.loads(response.data)
     return {**data, "kind": kind} if isinstance(data, dict) else {}
+
+
+POD_TIMEOUT_S = 5.0
+
+
+def read_pod_node(api: client.ApiClient, namespace: str, name: str, *, timeout_s: float) -> str | None:
+    """A pod's `spec.nodeName` ("" when unbound), None when it does not exist (a `get`)."""
+    core: Any = client.CoreV1Api(api)
+    try:
+        answer = retry.call(
+            lambda: core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=timeout_s),
+            what=f"cannot read pod {namespace}/{name}", idempotent=True, backoff=retry.ONCE,
+        )
+    except kube_errors.NotFound:
+        return None
+    node = (json.loads(answer.data).get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) else ""
 
 
 def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> Mapping[str, str] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -37,4 +38,6 @@ ENV_SOURCES = web.AppKey("env_sources", envsources.Cache)
 NODES = web.AppKey("nodes", nodes.Cache)
 CLAIMS = web.AppKey("claims", claims.Cache)  # GPU011: the DRA claims pods name
 EVENTS = web.AppKey("events", events.Recorder)
+# The labeler's evictions (`evictions`): a pod's spec.nodeName by (namespace, name), None when it does not exist.
+POD_NODES: web.AppKey[Callable[[str, str], str | None]] = web.AppKey("pod_nodes")
 UID = web.RequestKey("uid", str)

@@ -143,7 +143,7 @@ def _inspect_text(
     if args.output == "wide":
         return inspection.wide(states.values(), usage=usage)
     if args.details:
-        return inspection.details(states.values())
+        return inspection.details(states.values(), usage=usage)
     return inspection.summary(states.values(), usage=usage)
 
 

@@ -3,8 +3,12 @@
 ```
 gpu-admission labeler --node-name NAME [--kubeconfig K] [--once | --interval 60s] [--advertise]
                       [--inventory FILE] [--take-over] [--health-port N] [--dry-run [-o table|json|yaml]]
-                      [--usage-interval 60s] [--proc-root /proc] [--list-pods]
+                      [--usage-interval 60s] [--proc-root /proc] [--list-pods] [--usage-limits SETTINGS]
 ```
+
+`--usage-limits` names the settings file (the webhook's, `deploy/policy-config.yaml`): the labeler
+reads only its `usageLimits` and acts on pods above their GPU memory request (`limits`: Events in
+`observe`, evictions in `evict`); read at start, so a change applies when the pod restarts.
 
 `NODE_NAME` in the environment stands in for `--node-name` (the DaemonSet sets it from the downward
 API). `--dry-run` reads the cards, prints the labels, annotations and capacity (per mode) it would
@@ -31,10 +35,10 @@ from typing import Any
 
 import yaml
 
-from policies import gpu
+from policies import gpu, settings
 from webhook.cmdline import errors, flags
 from webhook.kube import errors as kube_errors
-from webhook.labeler import attribution, cgroups, health, inventory, labels, nvml, ownership, runner
+from webhook.labeler import attribution, cgroups, health, inventory, labels, limits, nvml, ownership, runner
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +84,10 @@ def add_parser(subparsers: Any) -> None:
         "--list-pods", action="store_true",
         help="with --dry-run: read this node's pods from the cluster (read-only) to name the GPU processes' pods",
     )
+    parser.add_argument(
+        "--usage-limits", type=Path, default=None, metavar="SETTINGS",
+        help="act on pods above their GPU memory request per the usageLimits of this settings file (Events; evictions in evict mode)",
+    )
     parser.add_argument("--health-port", type=int, default=None, metavar="PORT", help="serve /healthz and /readyz on this port (0: any free port)")
     flags.add_logging(parser)
     parser.set_defaults(func=run)
@@ -99,10 +107,14 @@ def run(args: argparse.Namespace) -> int:
     # `--dry-run` on a GPU host must work with nothing but nvidia-ml-py and PyYAML installed.
     from webhook.labeler import publisher  # noqa: PLC0415
 
+    limit_settings = _usage_limits(args.usage_limits) if args.usage_limits is not None else None
     try:
-        nodes = publisher.connect(args.kubeconfig, context=args.context)
+        nodes = publisher.connect(args.kubeconfig, context=args.context, node_name=node_name)
     except publisher.ConnectError as error:
         raise errors.InputError(str(error)) from error
+    enforcer = (
+        limits.Enforcer(node=node_name, limit_of=limit_settings.usage_limit, actions=nodes) if limit_settings is not None else None
+    )
     loop = runner.Runner(
         source=source,
         nodes=nodes,
@@ -111,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             usage_interval_s=args.usage_interval, proc_root=args.proc_root,
         ),
         pods=nodes,
+        enforcer=enforcer,
     )
     server = health.serve(loop, port=args.health_port) if args.health_port is not None else None
     try:
@@ -194,6 +207,22 @@ def _source(path: Path | None) -> tuple[runner.Source, str]:
         return inventory.load(path)
 
     return read, f"inventory {path}"
+
+
+def _usage_limits(path: Path) -> settings.Settings:
+    """The `usageLimits` of a settings file; bad input is an error now, naming the key."""
+    try:
+        document = yaml.safe_load(path.read_text())
+        found = settings.usage_limits_of(document)
+    except (OSError, yaml.YAMLError, settings.InvalidSettings) as error:
+        raise errors.InputError(f"--usage-limits {path}: {error}".splitlines()[0]) from error
+    for index, entry in enumerate(found):
+        if entry.match.selector is not None:
+            raise errors.InputError(
+                f"--usage-limits {path}: usageLimits[{index}].namespaceSelector: the labeler reads no namespace labels; "
+                "name the namespaces (namespaces: [...])"
+            )
+    return settings.Settings(usage_limits=found)
 
 
 def _node_name(args: argparse.Namespace, *, required: bool) -> str:

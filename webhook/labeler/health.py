@@ -7,7 +7,15 @@
 - `/metrics`: passes by outcome, the Unix time of the last pass that wrote the node (or found
   it right), process metrics and build info; with real use read (`policies.usage`), per card the
   memory its processes hold, the memory and number of out-of-band processes, and the usage
-  annotation writes.
+  annotation writes; per pod and card (`namespace`, `pod`, `card`) the memory its processes hold
+  and what its allocation gives it (`podusage`; a pod's series go when the pod goes, since the
+  collector yields only the last pass's pods); whether those figures are stale
+  (`gpu_admission_labeler_usage_stale` 1: the last pass could not read the cards, a process's
+  cgroup or the pods, and the figures are older) and when they were last read; with usage limits
+  on, the Events sent and the evictions by result.
+
+Scrape the labeler with `honorLabels: true` (deploy/components/monitoring/monitors.yaml): the
+per-pod series carry the tenant pod's `namespace` and `pod`, which must win over the target's own.
 
 The server is the standard library's, in a daemon thread beside the (synchronous) loop: two
 fixed-text endpoints do not justify an event loop.
@@ -25,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from policies import usage
 from webhook.serving import metrics
-from webhook.labeler import runner
+from webhook.labeler import limits, runner
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +53,12 @@ OUT_OF_BAND_MIB_METRIC = "gpu_admission_labeler_card_out_of_band_memory_mib"
 OUT_OF_BAND_PROCESSES_METRIC = "gpu_admission_labeler_card_out_of_band_processes"
 USAGE_WRITES_METRIC = "gpu_admission_labeler_usage_writes_total"
 PASSES_METRIC = "gpu_admission_labeler_passes_total"
+POD_USED_METRIC = "gpu_admission_labeler_pod_memory_used_mib"
+POD_REQUESTED_METRIC = "gpu_admission_labeler_pod_memory_requested_mib"
+USAGE_STALE_METRIC = "gpu_admission_labeler_usage_stale"
+USAGE_READ_METRIC = "gpu_admission_labeler_usage_read_timestamp_seconds"
+LIMIT_EVENTS_METRIC = "gpu_admission_labeler_usage_limit_events_total"
+EVICTIONS_METRIC = "gpu_admission_labeler_usage_limit_evictions_total"
 
 
 class _Collector:
@@ -79,6 +93,41 @@ class _Collector:
             oob_mib.add_metric([str(card.index)], float(card.out_of_band_mib))
             oob_count.add_metric([str(card.index)], float(len(card.out_of_band)))
         yield from (used, oob_mib, oob_count)
+        yield from self._per_pod()
+
+    def _per_pod(self) -> Iterable[Metric]:
+        labels = ("namespace", "pod", "card")
+        used = GaugeMetricFamily(POD_USED_METRIC, "GPU memory the pod's processes hold on the card (MiB).", labels=labels)
+        requested = GaugeMetricFamily(
+            POD_REQUESTED_METRIC, "GPU memory the pod's allocation gives it on the card (MiB; 0: a card it was not given).", labels=labels
+        )
+        figures = self._loop.pod_figures
+        for figure in figures if isinstance(figures, tuple) else ():
+            key = [figure.namespace, figure.name, str(figure.card)]
+            used.add_metric(key, float(figure.used_mib))
+            if figure.requested_mib is not None:
+                requested.add_metric(key, float(figure.requested_mib))
+        stale = GaugeMetricFamily(
+            USAGE_STALE_METRIC, "1 when the per-pod figures are stale (the last pass could not read the cards, a cgroup or the pods)."
+        )
+        stale.add_metric([], 1.0 if self._loop.usage_stale else 0.0)
+        yield from (used, requested, stale)
+        read_at = self._loop.usage_read_wall
+        if isinstance(read_at, float):
+            read = GaugeMetricFamily(USAGE_READ_METRIC, "Unix time of the last pass that read the per-pod figures fresh.")
+            read.add_metric([], read_at)
+            yield read
+        events = CounterMetricFamily(LIMIT_EVENTS_METRIC.removesuffix("_total"), "Events the usage limits sent, by reason.", labels=("reason",))
+        evictions = CounterMetricFamily(
+            EVICTIONS_METRIC.removesuffix("_total"), "Evictions of pods above their GPU memory request, by result.", labels=("result",)
+        )
+        enforcer = self._loop.enforcer
+        if isinstance(enforcer, limits.Enforcer):
+            for reason, count in sorted(enforcer.events.items()):
+                events.add_metric([reason], float(count))
+            for result, count in sorted(enforcer.evictions.items()):
+                evictions.add_metric([result], float(count))
+        yield from (events, evictions)
 
 
 def registry(loop: runner.Runner) -> metrics.Registry:
@@ -86,7 +135,10 @@ def registry(loop: runner.Runner) -> metrics.Registry:
     found = metrics.Registry(runtime=True)
     found.register_collector(
         _Collector(loop),
-        names=(PASSES_METRIC, LAST_SUCCESS_METRIC, USAGE_WRITES_METRIC, CARD_USED_METRIC, OUT_OF_BAND_MIB_METRIC, OUT_OF_BAND_PROCESSES_METRIC),
+        names=(
+            PASSES_METRIC, LAST_SUCCESS_METRIC, USAGE_WRITES_METRIC, CARD_USED_METRIC, OUT_OF_BAND_MIB_METRIC, OUT_OF_BAND_PROCESSES_METRIC,
+            POD_USED_METRIC, POD_REQUESTED_METRIC, USAGE_STALE_METRIC, USAGE_READ_METRIC, LIMIT_EVENTS_METRIC, EVICTIONS_METRIC,
+        ),
     )
     return found
 

@@ -21,6 +21,12 @@ when `usage.significant` finds a change against the summary on the Node, and at 
 `usage_interval_s`. A pending change waits for the interval and is written by the first pass
 after it. Where the source knows nothing of use (an inventory file without `usedMiB` or
 `processes`) nothing is written; where listing the pods fails the last summary stays.
+
+Per pod (`podusage`): each pass that attributes processes also compares each pod's memory per card
+with its allocation (`pod_figures`, published on `/metrics`) and hands the figures to the limits
+(`limits`, when given). The figures are stale (`usage_stale` says why) when this pass could not
+read the cards, could not list the pods, or could not read some process's cgroup: the metrics say
+so and the limits do nothing on a stale pass.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any, Protocol
 
 from policies import gpu, usage
 from webhook.kube import errors as kube_errors
-from webhook.labeler import attribution, cgroups, inventory, labels, nvml, ownership, store
+from webhook.labeler import attribution, cgroups, inventory, labels, limits, nvml, ownership, podusage, store
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +92,7 @@ class Runner:
         clock: Callable[[], float] = time.monotonic,
         pods: store.Pods | None = None,
         wall_clock: Callable[[], float] = time.time,
+        enforcer: limits.Enforcer | None = None,
     ) -> None:
         self._source = source
         self._nodes = nodes
@@ -96,6 +103,13 @@ class Runner:
         self._usage_written_at: float | None = None
         self.usage_writes = 0
         self.last_usage: usage.NodeUsage | None = None  # the last summary computed (written or not)
+        self._enforcer = enforcer
+        self._read_fresh = False
+        # Per pod and card (for /metrics and the limits): the last figures, why they are stale
+        # ("" when this pass read them), and the wall time of the last pass that read them.
+        self.pod_figures: tuple[podusage.PodCard, ...] = ()
+        self.usage_stale = "no pass yet"
+        self.usage_read_wall: float | None = None
         self._last_good: inventory.Inventory | None = None
         self._problem: str | None = None
         self._notes: dict[str, str] = {}
@@ -110,6 +124,10 @@ class Runner:
     @property
     def options(self) -> Options:
         return self._options
+
+    @property
+    def enforcer(self) -> limits.Enforcer | None:
+        return self._enforcer
 
     def step(self) -> Outcome:
         """One pass: read, compute, publish. Never raises for NVML or apiserver trouble."""
@@ -139,8 +157,10 @@ class Runner:
 
     def _step(self) -> Outcome:
         inv, read_outcome = self._read()
+        self._read_fresh = read_outcome is None
         if inv is None:
             assert read_outcome is not None
+            self.usage_stale = "the GPUs could not be read"
             return read_outcome
         try:
             changed = self._publish(inv)
@@ -210,6 +230,7 @@ class Runner:
         """Write the usage summary when it changed significantly and the interval allows."""
         on_node = node.annotations.get(usage.USAGE_ANNOTATION)
         if not any(card.used_mib is not None or card.processes for card in inv.cards):
+            self.pod_figures, self.usage_stale = (), "the cards report no use"
             if on_node is None:
                 return False
             self._nodes.patch(node.name, {"metadata": {"annotations": {usage.USAGE_ANNOTATION: None}}})
@@ -217,11 +238,15 @@ class Runner:
             return True
         assert self._pods is not None
         listed: list[Mapping[str, Any]] = []
-        if any(card.processes for card in inv.cards):  # no process, nothing to attribute: no list
+        # No process, nothing to attribute: no list; unless the limits watch a pod above its
+        # request, whose processes may just have ended (it then gets its Event back under).
+        watching = self._enforcer is not None and bool(self._enforcer.above())
+        if any(card.processes for card in inv.cards) or watching:
             try:
                 listed = self._pods.pods_on(node.name)
             except kube_errors.KubeError as error:
                 self._note("pods", f"listing the pods of node {node.name} failed ({error}): the usage summary is not updated")
+                self.usage_stale = "listing the node's pods failed"
                 return False
             self._note("pods", "")
         proc_root = self._options.proc_root
@@ -239,6 +264,7 @@ class Runner:
             now=self._wall_clock(),
         )
         self.last_usage = summary
+        self._judge_pods(node, summary, listed, attributing=proc_root.is_dir() or not any(card.processes for card in inv.cards))
         reason = usage.significant(usage.parse(on_node), summary)
         if not reason:
             return False
@@ -252,6 +278,26 @@ class Runner:
         out_of_band = sum(len(card.out_of_band) for card in summary.cards)
         logger.info("node %s: usage summary written (%s; %d out-of-band process(es))", node.name, reason, out_of_band)
         return True
+
+    def _judge_pods(self, node: ownership.Node, summary: usage.NodeUsage, listed: list[Mapping[str, Any]], *, attributing: bool) -> None:
+        """Each pod's figures against its allocation, whether they are fresh, and the limits' turn."""
+        unknown = sum(len(card.unknown) for card in summary.cards)
+        if not self._read_fresh:
+            stale = "the GPUs could not be read: the figures are from the last good read"
+        elif not attributing:
+            stale = "process attribution is off (no host /proc)"
+        elif unknown:
+            stale = f"the cgroups of {unknown} GPU process(es) could not be read"
+        else:
+            stale = ""
+        self.pod_figures = podusage.figures(
+            summary, listed, node=node.name, mode=gpu.mode_of(node.labels), now=self._wall_clock()
+        )
+        self.usage_stale = stale
+        if not stale:
+            self.usage_read_wall = self._wall_clock()
+        if self._enforcer is not None:
+            self._enforcer.step(self.pod_figures, fresh=not stale, now=self._clock())
 
     def _advertise(self, node: ownership.Node, inv: inventory.Inventory) -> bool:
         mode = gpu.mode_of(node.labels)

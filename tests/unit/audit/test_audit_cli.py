@@ -58,7 +58,7 @@ def test_yaml_output_with_all_results_stores_passes(capsys: pytest.CaptureFixtur
     cli.main(["-f", str(SNAPSHOT), "-o", "yaml", "--all-results"])
     listed = yaml.safe_load(capsys.readouterr().out)
     passes = sum(item["summary"]["pass"] for item in listed["items"])
-    assert passes == 122  # GPU011 passes on each of the 9 pods and workloads
+    assert passes == 131  # GPU011 and GPU012 pass on each of the 9 pods and workloads
 
 
 def test_a_namespace_filter_in_file_mode(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,7 @@ def of(audit: scan.Audit, name: str, policy: str) -> list[findings.Finding]:
 def test_every_validate_policy_has_a_result_per_pod_passes_included(pod: PodFactory) -> None:
     audit = run(pod("clean", gpu_mem=3, node_selector={"ack.node.gpu.schedule": "cgpu"}))
     by_policy = {f.policy: f.result for f in audit.findings}
-    assert by_policy == {p: model.Result.PASS for p in ("GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU207")}
+    assert by_policy == {p: model.Result.PASS for p in ("GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU012", "GPU207")}
     assert audit.exit_status == 0
 
 
@@ -72,7 +72,7 @@ def test_objects_are_judged_as_stored_not_as_the_mutators_would_change_them(pod:
 def test_objects_in_exempt_namespaces_are_skipped_with_the_reason(node: NodeFactory, pod: PodFactory) -> None:
     audit = run(node(), pod("plugin", namespace="kube-system", node_name="cgpu-0", privileged=True, env=BYPASS))
     results = [f for f in audit.findings if f.subject.name == "plugin"]
-    assert {f.policy for f in results} == {"GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU201"}
+    assert {f.policy for f in results} == {"GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU012", "GPU201"}
     assert all(f.result is model.Result.SKIP and f.message == "namespace kube-system is exempt" for f in results)
     assert audit.exit_status == 0
 
@@ -85,7 +85,7 @@ def test_a_template_finding_is_reported_once_on_the_controller(pod: PodFactory, 
     audit = run(deployment, replica_set, *pods)
     failing = [f for f in audit.findings if f.result is model.Result.FAIL]
     assert [(f.subject.kind, f.subject.name, f.policy) for f in failing] == [("Deployment", "web", "GPU001")]
-    assert audit.folded == 4 * 9  # every result of the ReplicaSet and its three pods repeats the Deployment's
+    assert audit.folded == 4 * 10  # every result of the ReplicaSet and its three pods repeats the Deployment's
 
 
 def test_a_pod_that_differs_from_its_template_keeps_its_own_results(pod: PodFactory, workload: WorkloadFactory) -> None:
@@ -163,7 +163,7 @@ def test_audit_settings_turn_every_mutator_off_and_keep_the_rest() -> None:
     configured = settings_.from_mapping({"policies": {"GPU002": {"action": "warn"}}, "exemptNamespaces": ["infra"]})
     effective = scan.audit_settings(configured)
     assert {p: a for p, a in effective.actions.items() if p.startswith("GPU1")} == {
-        f"GPU10{i}": model.Action.OFF for i in range(1, 6)
+        f"GPU10{i}": model.Action.OFF for i in range(1, 7)
     }
     assert effective.actions["GPU002"] is model.Action.WARN
     assert dataclasses.replace(effective, actions=configured.actions) == configured

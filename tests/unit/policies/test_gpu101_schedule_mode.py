@@ -83,7 +83,10 @@ def test_a_compatible_mode_the_user_chose_is_kept(pod: PodFactory, container: Co
     )
 
     assert decision.allowed
-    assert decision.patch == ()
+    # No nodeSelector from GPU101; only GPU106's MPS memory limit for the mps pod.
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": "0=3G"}]},
+    )
 
 
 def test_a_mode_chosen_by_required_affinity_is_kept(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:

@@ -17,7 +17,7 @@ VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default() -> None:
     ids = [p.id for p in engine.POLICIES]
 
-    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU010", "GPU011", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105"]
+    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU010", "GPU011", "GPU012", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105", "GPU106"]
     assert {p.id: p.kind for p in engine.POLICIES} == {
         **{i: model.PolicyKind.VALIDATE for i in ids if i.startswith("GPU0")},
         **{i: model.PolicyKind.MUTATE for i in ids if i.startswith("GPU1")},

@@ -64,15 +64,15 @@ def is_gpu_node(node: Mapping[str, Any]) -> bool:
     return any(count > 0 for count in capacity(node).values())
 
 
-# A CUDA context and allocator rounding put a process somewhat above what it computes with; beyond
-# this much is no rounding. `share` does not isolate, so there any excess counts (GPU214, GPU215).
-USAGE_TOLERANCE_MIB = 512
-USAGE_TOLERANCE_FRACTION = 0.10
+# A CUDA context and allocator rounding put a process somewhat above what it computes with; the
+# figures live in policies.usage, shared with the labeler's limits.
+USAGE_TOLERANCE_MIB = usage.TOLERANCE_MIB
+USAGE_TOLERANCE_FRACTION = usage.TOLERANCE_FRACTION
 
 
 def usage_tolerance_mib(allowed_mib: int) -> int:
     """How far above `allowed_mib` real use may go before GPU214/GPU215 report it."""
-    return max(USAGE_TOLERANCE_MIB, int(allowed_mib * USAGE_TOLERANCE_FRACTION))
+    return usage.tolerance_mib(allowed_mib)
 
 
 def node_usage(node: Mapping[str, Any]) -> usage.NodeUsage | None:

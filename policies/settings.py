@@ -61,6 +61,13 @@ dra:                               # Dynamic Resource Allocation claims (GPU011,
       classes: [gpu.nvidia.com]
   adminNamespaces: [gpu-ops]       #   where a claim may ask for adminAccess (beside Kubernetes'
                                    #   own label resource.kubernetes.io/admin-access=true)
+scheduler: gpushare                # the GPU scheduler in front of which this is the gate
+                                   #   (policies.schedulers): gpushare | hami | volcano | koordinator
+                                   #   | kai; or a mapping naming who writes its device annotations:
+# scheduler:
+#   profile: hami
+#   writers:                         # service accounts, anchored to their namespace (default: the
+#     - {namespace: kube-system, serviceAccount: hami-scheduler}  #   ones the scheduler's chart makes)
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
   mutate: warn                     # a crashing mutator must not block pods; it is reported
@@ -99,7 +106,7 @@ import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, dra, gpu, hostpaths, model, podspec, policy, trustzone
+from policies import builtin, dra, gpu, hostpaths, model, podspec, policy, schedulers, trustzone
 from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
@@ -292,6 +299,8 @@ class Settings:
     # GPU003's protected roots and allowed host paths (`hostPaths`).
     host_paths: hostpaths.HostPathRules = hostpaths.DEFAULT_RULES
     dra: DraSettings = DraSettings()
+    # The GPU scheduler this is the gate in front of (`scheduler`) and its trusted writers.
+    scheduler: schedulers.Scheduler = schedulers.DEFAULT_SCHEDULER
 
     def action(
         self,
@@ -470,6 +479,7 @@ _KEYS = (
     "hostPaths",
     "errorActions",
     "dra",
+    "scheduler",
 )
 _ACTION_NAMES = ", ".join(model.Action)
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -907,6 +917,41 @@ def _dra(value: object) -> DraSettings:
     )
 
 
+_PROFILE_NAMES = ", ".join(schedulers.Name)
+
+
+def _scheduler(value: object) -> schedulers.Scheduler:
+    """`scheduler`: a profile name, or {profile, writers}; writers default to the scheduler's chart's."""
+    if value is None:
+        return schedulers.DEFAULT_SCHEDULER
+    entry: Mapping[str, Any] = {"profile": value} if isinstance(value, str) else _mapping(value)
+    if not entry:
+        raise InvalidSettings(f"scheduler: must be a profile name ({_PROFILE_NAMES}) or a mapping with profile and writers, got {value!r}")
+    _keys(entry, field="scheduler", known=("profile", "writers"))
+    field = "scheduler" if isinstance(value, str) else "scheduler.profile"
+    name = entry.get("profile")
+    if name not in tuple(schedulers.Name):
+        raise InvalidSettings(f"{field}: unknown scheduler profile {name!r}; known: {_PROFILE_NAMES}")
+    profile = schedulers.PROFILES[schedulers.Name(name)]
+    if entry.get("writers") is None:
+        return schedulers.Scheduler(profile=profile, writers=profile.default_writers)
+    if not profile.writer_annotations:
+        raise InvalidSettings(f"scheduler.writers: the {profile.name} profile has no device annotations for anyone to write")
+    writers: list[schedulers.ServiceAccount] = []
+    for where, writer in _entries(
+        entry["writers"], field="scheduler.writers", known=("namespace", "serviceAccount"), shape="{namespace: ..., serviceAccount: ...}"
+    ):
+        namespace, account = writer.get("namespace"), writer.get("serviceAccount")
+        if not isinstance(namespace, str) or not schedulers.is_namespace_name(namespace):
+            raise InvalidSettings(
+                f"{where}.namespace: is required, the namespace of the service account (a namespace name), got {namespace!r}"
+            )
+        if not isinstance(account, str) or not schedulers.is_service_account_name(account):
+            raise InvalidSettings(f"{where}.serviceAccount: is required, a service account name, got {account!r}")
+        writers.append(schedulers.ServiceAccount(namespace=namespace, name=account))
+    return schedulers.Scheduler(profile=profile, writers=tuple(dict.fromkeys(writers)))
+
+
 def _legacy_allow(value: object) -> tuple[str, ...]:
     if not isinstance(value, Mapping):
         return ()
@@ -943,7 +988,10 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
     defaults = {**_default_actions(), **{p.id: p.default_action for p in extra}}
     known = sorted(defaults)
     zone, allowance, zone_namespaces = _zone(data.get("trustZone"), data.get("hostPaths"))
-    return Settings(
+    scheduler = _scheduler(data.get("scheduler"))
+    if scheduler.profile.gpu_resources:
+        zone = dataclasses.replace(zone, gpu_resources=(*zone.gpu_resources, *scheduler.profile.gpu_resources))
+    loaded = Settings(
         actions=_policies(data.get("policies"), defaults=defaults),
         exempt_namespaces=_namespaces(data.get("exemptNamespaces")),
         default_shared_mode=_shared_mode(data.get("defaultSharedMode")),
@@ -963,7 +1011,10 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         zone_allowance=allowance,
         zone_namespaces=zone_namespaces,
         dra=_dra(data.get("dra")),
+        scheduler=scheduler,
     )
+    # The policies that assume this project's extender do not apply in front of another scheduler.
+    return loaded.switched_off(scheduler.profile.skipped) if scheduler.profile.skipped else loaded
 
 
 def _aware(moment: datetime.datetime) -> datetime.datetime:

@@ -99,7 +99,7 @@ GPUSHARE = Profile(
     skipped=frozenset(),
     scheduler_names=("default-scheduler",),
     audit="the audit reads the extender's allocation annotations (GPU210)",
-    source="this project (docs/scheduler-extender.md)",
+    source="this project (webhook/extender)",
 )
 
 # HAMi v2.10.0 (Project-HAMi/HAMi):

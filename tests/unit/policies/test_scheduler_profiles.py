@@ -249,3 +249,37 @@ def test_a_bad_scheduler_setting_on_reload_keeps_the_last_good_settings(tmp_path
     assert reloaded is False
     assert watcher.live.current.scheduler.profile is schedulers.HAMI
     assert watcher.live.current.scheduler.writers == schedulers.HAMI.default_writers
+
+
+HAMI_ENV = Path(__file__).resolve().parents[3] / "examples" / "schedulers"
+
+
+@pytest.mark.parametrize(
+    ("where", "entry"),
+    [
+        ("containers", {"env": [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "80g"}]}),
+        ("containers", {"env": [{"name": "CUDA_DEVICE_SM_LIMIT", "value": "100"}]}),
+        ("initContainers", {"env": [{"name": "CUDA_OVERSUBSCRIBE", "value": "true"}]}),
+        ("containers", {"envFrom": [{"prefix": "CUDA_", "configMapRef": {"name": "limits"}}]}),
+    ],
+)
+def test_the_hami_isolation_user_policy_refuses_a_pod_setting_hami_cores_limits_and_admits_ordinary_env(
+    where: str, entry: dict[str, Any]
+) -> None:
+    from webhook.config import userpolicies
+
+    loaded = settings.from_mapping({"scheduler": "hami"}, user_policies=userpolicies.load(str(HAMI_ENV)))
+    pod = example(EXAMPLES["hami"])
+    pod["spec"].setdefault(where, [{"name": "init", "image": "i"}])[0].update(entry)
+    ordinary = example(EXAMPLES["hami"])
+    ordinary["spec"]["containers"][0]["env"] = [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]
+    ordinary["spec"]["containers"][0]["envFrom"] = [{"prefix": "APP_", "configMapRef": {"name": "app"}}]
+
+    def judged(obj: dict[str, Any]) -> model.Decision:
+        return engine.evaluate(model.Request(operation="CREATE", object=obj, namespace="team-a"), settings=loaded)
+
+    refused = judged(pod)
+    assert not refused.allowed
+    [message] = messages(refused, "HAM001")
+    assert message.startswith("HAM001: containers must not set HAMi-core's GPU limits themselves: containers ")
+    assert judged(ordinary).allowed

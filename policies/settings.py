@@ -301,6 +301,9 @@ class Settings:
     dra: DraSettings = DraSettings()
     # The GPU scheduler this is the gate in front of (`scheduler`) and its trusted writers.
     scheduler: schedulers.Scheduler = schedulers.DEFAULT_SCHEDULER
+    # True in the settings that judge objects as stored (`for_stored_objects`: audit, explain); how
+    # the settings are used, not what they say, so it takes no part in comparing them.
+    stored_objects: bool = dataclasses.field(default=False, compare=False)
 
     def action(
         self,
@@ -376,7 +379,8 @@ class Settings:
         """Settings to judge an object as stored (audit, explain): the validators that judge what a
         request writes rather than the object (GPU008: a bound pod carries nodeName and the
         extender's allocation by design) are off."""
-        return self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
+        off = self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
+        return dataclasses.replace(off, stored_objects=True)
 
     def exception(
         self,

@@ -283,3 +283,26 @@ def test_the_hami_isolation_user_policy_refuses_a_pod_setting_hami_cores_limits_
     [message] = messages(refused, "HAM001")
     assert message.startswith("HAM001: containers must not set HAMi-core's GPU limits themselves: containers ")
     assert judged(ordinary).allowed
+
+
+@pytest.mark.parametrize("profile", ["hami", "volcano", "koordinator"])
+def test_the_audit_takes_a_stored_pod_carrying_its_schedulers_annotations_as_written_by_design(profile: str) -> None:
+    from webhook.audit import scan
+
+    stored = annotated(example(EXAMPLES[profile]), WRITTEN[profile])
+    stored["metadata"]["namespace"] = "team-a"
+    stored["spec"]["nodeName"] = "gpu-0"
+    cdi = annotated(stored, {"cdi.k8s.io/x": "nvidia.com/gpu=all"})
+    cdi["metadata"]["name"] = "cdi"
+    now = 1_800_000_000.0
+
+    def gpu010(configured: settings.Settings) -> dict[str, model.Result]:
+        audit = scan.run(scan.Inventory.of([stored, cdi]), settings=configured, now=now)
+        return {f.subject.name: f.result for f in audit.findings if f.policy == "GPU010"}
+
+    assert gpu010(settings.from_mapping({"scheduler": profile})) == {
+        stored["metadata"]["name"]: model.Result.PASS,
+        "cdi": model.Result.FAIL,
+    }
+    # in front of the default scheduler the same stored pod is reported, as before
+    assert gpu010(settings.Settings())[stored["metadata"]["name"]] is model.Result.FAIL

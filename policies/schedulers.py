@@ -175,7 +175,8 @@ VOLCANO = Profile(
 #   their deprecated `kubernetes.io/` spellings (apis/extension/deprecated.go);
 # - koord-scheduler's DeviceShare plugin sets `scheduling.koordinator.sh/device-allocated` in
 #   PreBind (pkg/scheduler/plugins/deviceshare/plugin.go preBindObject, apiext.SetDeviceAllocations)
-#   and the framework patches the pod (an UPDATE) as the scheduler's service account,
+#   and the DefaultPreBind plugin patches the pod (pkg/scheduler/plugins/defaultprebind/plugin.go
+#   applyPodPatch, util.PatchPodSafe: an UPDATE) as the scheduler's service account,
 #   `koord-scheduler` in koordinator-system (config/rbac/service_account.yaml `scheduler` with
 #   config/default/kustomization.yaml's namePrefix `koord-` and namespace);
 # - koordlet turns that annotation into NVIDIA_VISIBLE_DEVICES (pkg/koordlet/runtimehooks/hooks/gpu).

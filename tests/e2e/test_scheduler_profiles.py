@@ -1,9 +1,9 @@
-"""In front of HAMi and koordinator, through the real apiserver: the scheduler's own service account
+"""In front of HAMi, koordinator and Volcano, through the real apiserver: the scheduler's own service account
 writes its device annotations by pod UPDATE and is admitted, a tenant writing the same is refused, a
 tenant's pod asking for that scheduler's resources with `privileged: true` or
 `NVIDIA_VISIBLE_DEVICES=all` is refused, and its containers without a GPU get `void`.
 
-The webhook runs with `scheduler: hami` (or `koordinator`), whose default writers are the service
+The webhook runs with `scheduler: hami` (or `koordinator`, `volcano`), whose default writers are the service
 accounts the schedulers' charts install. The test makes those accounts, with RBAC to patch pods as
 the real schedulers have, and acts as them by impersonation (`kubectl --as`). The pods and
 annotation values are the schedulers' own (tests/data/schedulers/).
@@ -29,6 +29,7 @@ PROFILES = {
     # profile: (the scheduler's service account, the example pod)
     "hami": (("kube-system", "hami-scheduler"), "hami-default_use.yaml"),
     "koordinator": (("koordinator-system", "koord-scheduler"), "koordinator-gpu-share.yaml"),
+    "volcano": (("volcano-system", "volcano-scheduler"), "volcano-vgpu-case01.yml"),
 }
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
@@ -105,7 +106,8 @@ def test_the_schedulers_service_account_writes_its_device_annotations_and_a_tena
     assert {key: stored[key] for key in written} == written
 
     # once written, a tenant cannot change them either
-    changed = {key: value.replace("3000", "30000").replace("16Gi", "80Gi") for key, value in written.items()}
+    changed = {key: value.replace("3000", "30000").replace("16Gi", "80Gi").replace("16384", "81920") for key, value in written.items()}
+    assert changed != written
     assert annotate(cluster, "shared", namespace=ns, annotations=changed).returncode != 0
 
 

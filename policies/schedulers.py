@@ -9,7 +9,9 @@ sources (files and versions cited beside each profile):
 - `gpu_resources`: the extended resources that mean "this container uses a GPU" beyond the
   built-in list (`gpu.is_gpu_resource`). They join `trustZone.gpuResources`, so the trust zone's
   `reach` (GPU002, GPU003, GPU103), GPU104's `void` and every reader of the zone follow;
-- `gpu_annotations`: pod annotations that ask for a GPU without any resource (KAI's fractions);
+- `gpu_annotations`: pod annotations that ask for a GPU without any resource (KAI's fractions).
+  No rule lets such a pod through yet: KAI hands a fraction its card by a ConfigMap the tenant's
+  pod names, which GPU001 and GPU007 refuse (docs/schedulers/kai.md says why that stays so);
 - `writer_annotations`: the device annotations (all of them `gpu.DEVICE_ANNOTATION_DOMAINS` keys,
   which GPU010 refuses) that the scheduler, or its device plugin, writes on a pod by UPDATE. GPU010
   lets `writers` (named service accounts, matched exactly against the request's
@@ -17,8 +19,9 @@ sources (files and versions cited beside each profile):
   refused. `default_writers` are the service accounts the scheduler's own chart installs;
 - `skipped`: the policies that assume this project's extender and do not apply (the mode
   selectors GPU101/GPU005, GPU008's extender bypass, GPU105's scheduler name);
-- `audit` and `accounting`: what the audit and the extender can say about the scheduler's
-  allocations (for every profile but `gpushare`: they do not read them, and say so).
+- `ours`, `audit` and `notice`: whether this project's extender and audit account the cards
+  (only `gpushare`); for every other profile they do not read its allocations, and `explain`,
+  `audit`, `inspect` and the extender say so in one line (`Profile.notice`).
 
 Pure data: the settings (`policies.settings`) pick a profile and its writers.
 """
@@ -43,7 +46,7 @@ class Name(enum.StrEnum):
     KAI = "kai"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, order=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ServiceAccount:
     """A service account, anchored to its namespace: only a token of exactly this account matches."""
 

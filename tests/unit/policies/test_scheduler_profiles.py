@@ -306,3 +306,86 @@ def test_the_audit_takes_a_stored_pod_carrying_its_schedulers_annotations_as_wri
     }
     # in front of the default scheduler the same stored pod is reported, as before
     assert gpu010(settings.Settings())[stored["metadata"]["name"]] is model.Result.FAIL
+
+
+# KAI-Scheduler's fractions (docs/schedulers/kai.md): the pod as KAI's webhook returns it takes
+# NVIDIA_VISIBLE_DEVICES from a ConfigMap that KAI's binder writes. Nothing binds that ConfigMap to
+# one pod (the name comes from an annotation a tenant may set first, and the binder re-owns a
+# ConfigMap a second pod names), so the shape stays refused in every profile, KAI's own included.
+KAI_BINDER = "system:serviceaccount:kai-scheduler:binder"
+KAI_CONFIG_MAP = "gpu-sharing-abc1234-shared-gpu-0"
+
+
+def kai_config_map() -> dict[str, Any]:
+    found = yaml.safe_load((DATA / "kai-shared-gpu-configmap.yaml").read_text())
+    assert found["kind"] == "ConfigMap" and found["metadata"]["name"] == KAI_CONFIG_MAP
+    return dict(found)
+
+
+@pytest.mark.parametrize("profile", ["kai", "gpushare"])
+def test_a_kai_fraction_pod_as_kais_webhook_returns_it_is_refused_for_its_configmap_devices(profile: str) -> None:
+    mutated = example("kai-gpu-sharing-mutated.yaml")
+    plain = example("kai-gpu-sharing.yaml")
+    assert mutated["metadata"]["annotations"]["runai/shared-gpu-configmap"] + "-0" == KAI_CONFIG_MAP
+
+    decision = decide(mutated, profile=profile)
+
+    assert not decision.allowed
+    [message] = messages(decision, "GPU001")
+    assert (
+        f"sets NVIDIA_VISIBLE_DEVICES from ConfigMap {KAI_CONFIG_MAP!r} key 'NVIDIA_VISIBLE_DEVICES', "
+        "which can change after admission" in message
+    )
+    # the same pod before KAI's webhook, and its other ConfigMap entries, are not what is refused
+    assert decide(plain, profile="kai").allowed
+
+
+@pytest.mark.parametrize(
+    "route",
+    [
+        "second pod naming the first pod's ConfigMap",
+        "second pod copying the first pod's annotation",
+        "pod without a fraction annotation",
+        "pod for the default scheduler",
+    ],
+)
+def test_every_tenant_route_to_a_kai_configmap_stays_refused(route: str) -> None:
+    pod = example("kai-gpu-sharing-mutated.yaml")
+    if route.startswith("second pod"):
+        pod["metadata"]["name"] = "gpu-sharing-2"
+        if route.endswith("ConfigMap"):
+            del pod["metadata"]["annotations"]["runai/shared-gpu-configmap"]
+    elif route == "pod without a fraction annotation":
+        del pod["metadata"]["annotations"]["gpu-fraction"]
+    else:
+        pod["spec"]["schedulerName"] = "default-scheduler"
+
+    decision = decide(pod, profile="kai")
+
+    assert not decision.allowed, route
+    assert KAI_CONFIG_MAP in messages(decision, "GPU001")[0]
+
+
+@pytest.mark.parametrize(
+    ("operation", "user"),
+    [("UPDATE", KAI_BINDER), ("UPDATE", "alice"), ("CREATE", "alice"), ("CREATE", KAI_BINDER)],
+)
+def test_the_kai_configmap_carrying_a_card_is_refused_from_the_binder_and_from_a_tenant(operation: str, user: str) -> None:
+    written = kai_config_map()
+    empty = copy.deepcopy(written)
+    del empty["data"]
+    tenant_all = copy.deepcopy(written)
+    tenant_all["data"]["NVIDIA_VISIBLE_DEVICES"] = "all"
+
+    for obj in (written, tenant_all):
+        old = empty if operation == "UPDATE" else None
+        decision = decide(obj, profile="kai", operation=operation, old=old, user=user)
+        assert not decision.allowed
+        [message] = messages(decision, "GPU007")
+        assert f"ConfigMap {KAI_CONFIG_MAP!r} has the key NVIDIA_VISIBLE_DEVICES;" in message
+    # the binder's first write (empty, pkg/binder/common/gpusharingconfigmap/config_map.go) and
+    # KAI's RUNAI_NUM_OF_GPUS and GPU_PORTION keys are ordinary
+    portion = copy.deepcopy(written)
+    del portion["data"]["NVIDIA_VISIBLE_DEVICES"]
+    assert decide(empty, profile="kai", user=KAI_BINDER).allowed
+    assert decide(portion, profile="kai", operation="UPDATE", old=empty, user=KAI_BINDER).allowed

@@ -10,8 +10,9 @@ sources (files and versions cited beside each profile):
   built-in list (`gpu.is_gpu_resource`). They join `trustZone.gpuResources`, so the trust zone's
   `reach` (GPU002, GPU003, GPU103), GPU104's `void` and every reader of the zone follow;
 - `gpu_annotations`: pod annotations that ask for a GPU without any resource (KAI's fractions).
-  No rule lets such a pod through yet: KAI hands a fraction its card by a ConfigMap the tenant's
-  pod names, which GPU001 and GPU007 refuse (docs/schedulers/kai.md says why that stays so);
+  No rule lets such a pod through: KAI hands a fraction its card by a ConfigMap whose name the
+  pod's own annotation gives, which GPU001 and GPU007 refuse (docs/schedulers/kai.md says why
+  that stays so);
 - `writer_annotations`: the device annotations (all of them `gpu.DEVICE_ANNOTATION_DOMAINS` keys,
   which GPU010 refuses) that the scheduler, or its device plugin, writes on a pod by UPDATE. GPU010
   lets `writers` (named service accounts, matched exactly against the request's
@@ -204,22 +205,27 @@ KOORDINATOR = Profile(
     source="koordinator-sh/koordinator v1.8.0",
 )
 
-# KAI-Scheduler v0.12 (NVIDIA/KAI-Scheduler):
+# KAI-Scheduler v0.12.17 (NVIDIA/KAI-Scheduler 6f8c8d7d; the files below are the same at 72de64fc):
 # - pkg/common/constants/constants.go: whole cards are `nvidia.com/gpu`; a fraction is asked for by
 #   the pod annotations `gpu-fraction` (docs/gpu-sharing/gpu-sharing.yaml: "0.5") or `gpu-memory`
 #   (MiB, docs/gpu-sharing/gpu-memory.yaml), with `gpu-fraction-num-devices` and
 #   `gpu-fraction-container-name` beside them; the scheduler's name is `kai-scheduler`;
-# - the binder hands a fraction its card through a ConfigMap it writes in the pod's namespace, which
-#   the container takes NVIDIA_VISIBLE_DEVICES from (pkg/binder/common/gpu_access.go
-#   AddGPUSharingEnvVars, SetNvidiaVisibleDevices): no pod annotation carries devices, so GPU010
-#   has nothing of KAI's to let through.
+# - KAI's pod webhook (pkg/admission/webhook/v1alpha2/gpusharing/gpu_sharing.go Mutate, at CREATE)
+#   points the fraction container's NVIDIA_VISIBLE_DEVICES at the ConfigMap named by the pod's
+#   annotation `runai/shared-gpu-configmap` (kept if the pod carries one, else made up:
+#   pkg/binder/common/gpusharingconfigmap/config_map.go), and the binder (service account `binder`)
+#   writes the card into it (pkg/binder/common/gpu_access.go AddGPUSharingEnvVars,
+#   SetNvidiaVisibleDevices), re-owning a ConfigMap of that name another pod owns (config_map.go
+#   patchConfigMap). No pod annotation carries devices, so GPU010 has nothing of KAI's to let through;
+#   and since nothing binds the ConfigMap to one pod, GPU001 and GPU007 keep refusing that shape here
+#   too (docs/schedulers/kai.md gives the evidence).
 KAI = Profile(
     name=Name.KAI,
     title="KAI-Scheduler (kai-scheduler and its binder)",
     gpu_annotations=("gpu-fraction", "gpu-memory"),
     scheduler_names=("kai-scheduler",),
     audit=_NOT_AUDITED,
-    source="NVIDIA/KAI-Scheduler v0.12",
+    source="NVIDIA/KAI-Scheduler v0.12.17",
 )
 
 PROFILES: Mapping[Name, Profile] = {p.name: p for p in (GPUSHARE, HAMI, VOLCANO, KOORDINATOR, KAI)}

@@ -389,3 +389,34 @@ def test_the_kai_configmap_carrying_a_card_is_refused_from_the_binder_and_from_a
     del portion["data"]["NVIDIA_VISIBLE_DEVICES"]
     assert decide(empty, profile="kai", user=KAI_BINDER).allowed
     assert decide(portion, profile="kai", operation="UPDATE", old=empty, user=KAI_BINDER).allowed
+
+
+def test_kai_fractions_run_only_where_an_exception_for_gpu001_and_gpu007_names_the_namespace() -> None:
+    loaded = settings.from_mapping(
+        {
+            "scheduler": "kai",
+            "exceptions": [
+                {
+                    "name": "kai-fractions",
+                    "policies": ["GPU001", "GPU007"],
+                    "match": {"namespaces": ["trusted-fractions"]},
+                    "reason": "KAI's ConfigMap is not bound to one pod (docs/schedulers/kai.md)",
+                }
+            ],
+        }
+    )
+    pod = example("kai-gpu-sharing-mutated.yaml")
+    written = kai_config_map()
+
+    def judged(obj: dict[str, Any], namespace: str, operation: str = "CREATE") -> model.Decision:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["namespace"] = namespace
+        request = model.Request(operation=operation, object=obj, namespace=namespace, user=KAI_BINDER)
+        return engine.evaluate(request, settings=loaded)
+
+    trusted = judged(pod, "trusted-fractions")
+    assert trusted.allowed
+    assert list(trusted.patch) == []  # GPU104 leaves the container KAI's webhook gave a source alone
+    assert judged(written, "trusted-fractions", "UPDATE").allowed
+    assert messages(judged(pod, "team-a"), "GPU001")
+    assert messages(judged(written, "team-a", "UPDATE"), "GPU007")

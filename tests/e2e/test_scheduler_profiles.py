@@ -7,6 +7,10 @@ The webhook runs with `scheduler: hami` (or `koordinator`, `volcano`), whose def
 accounts the schedulers' charts install. The test makes those accounts, with RBAC to patch pods as
 the real schedulers have, and acts as them by impersonation (`kubectl --as`). The pods and
 annotation values are the schedulers' own (tests/data/schedulers/).
+
+With `scheduler: kai`, KAI-Scheduler's fraction pod as KAI's webhook returns it, and the card its
+binder writes into the ConfigMap that pod names, are refused; the binder's empty ConfigMap and the
+fraction pod before KAI's webhook are admitted (docs/schedulers/kai.md says why).
 """
 
 from __future__ import annotations
@@ -159,3 +163,61 @@ def test_its_containers_without_a_gpu_get_void_and_its_gpu_container_keeps_its_d
     assert spec["initContainers"][0]["env"] == [VOID]
     # the extender's rules are off: koord-scheduler's and HAMi's pods keep their scheduler
     assert spec.get("schedulerName") == pod["spec"].get("schedulerName", "default-scheduler")
+
+
+KAI_BINDER = ("kai-scheduler", "binder")  # deployments/kai-scheduler/templates/rbac/binder-binding.yaml (v0.12.17)
+
+
+def kai_binder(cluster: Cluster) -> str:
+    """KAI's binder account, with the ConfigMap verbs its ClusterRole `kai-binder` grants."""
+    namespace, name = KAI_BINDER
+    user = scheduler_account(cluster, namespace, name)
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": f"e2e-{namespace}-{name}"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["create", "get", "list", "patch", "update"]}
+        ],
+    }
+    completed = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(role))
+    assert completed.returncode == 0, completed.stderr
+    return user
+
+
+@pytest.fixture(scope="module")
+def kai(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with webhook_settings(cluster, {"scheduler": "kai"}, directory=tmp_path_factory.mktemp("kai")) as configured:
+        yield configured
+
+
+def test_kai_fractions_stay_refused_through_the_real_apiserver(kai: Cluster) -> None:
+    binder = kai_binder(kai)
+    ns = kai.namespace()
+    mutated: dict[str, Any] = yaml.safe_load((DATA / "kai-gpu-sharing-mutated.yaml").read_text())
+    mutated["spec"]["containers"][0]["image"] = "registry.example/app:1"
+    plain = example("kai-gpu-sharing.yaml", "plain")
+    plain["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+    config_map: dict[str, Any] = yaml.safe_load((DATA / "kai-shared-gpu-configmap.yaml").read_text())
+    name = config_map["metadata"]["name"]
+    del config_map["metadata"]["ownerReferences"]  # the pod it names is never created here
+    config_map["metadata"]["namespace"] = ns
+    card = dict(config_map.pop("data"))
+
+    refused = create(kai, mutated, namespace=ns)
+    assert refused.returncode != 0
+    assert 'denied the request: GPU001: ' in refused.stderr
+    assert f"from ConfigMap '{name}' key 'NVIDIA_VISIBLE_DEVICES'" in refused.stderr
+    assert create(kai, plain, namespace=ns).returncode == 0
+    assert [p["metadata"]["name"] for p in kai.pods(namespace=ns)] == ["plain"]
+
+    # the binder's first write (empty) passes; the card it then patches in does not, nor a tenant's
+    empty = kai.kubectl("create", "-n", ns, "-f", "-", f"--as={binder}", stdin=json.dumps(config_map))
+    assert empty.returncode == 0, empty.stderr
+    for user in (binder, ""):
+        patch = json.dumps({"data": card if user else {"NVIDIA_VISIBLE_DEVICES": "all"}})
+        impersonate = [f"--as={user}"] if user else []
+        written = kai.kubectl("patch", "configmap", name, "-n", ns, "--type=merge", "-p", patch, *impersonate)
+        assert written.returncode != 0
+        assert 'denied the request: GPU007: ' in written.stderr
+    assert "data" not in kai.get("configmap", name, namespace=ns)

@@ -66,6 +66,13 @@ usageLimits:                       # what the labeler does about a pod above its
     namespaces: [ml]               #   that matches decides, anchored as exceptions are; elsewhere
     mode: evict                    #   observe. observe: an Event on the pod; evict: the Event, then
     gracePeriodSeconds: 300        #   the Eviction API after this long above (default 300)
+scheduler: gpushare                # the GPU scheduler in front of which this is the gate
+                                   #   (policies.schedulers): gpushare | hami | volcano | koordinator
+                                   #   | kai; or a mapping naming who writes its device annotations:
+# scheduler:
+#   profile: hami
+#   writers:                         # service accounts, anchored to their namespace (default: the
+#     - {namespace: kube-system, serviceAccount: hami-scheduler}  #   ones the scheduler's chart makes)
 errorActions:                      # the most a crashing policy of each kind may do
   validate: enforce                # fail closed: an unchecked pod is not admitted
   mutate: warn                     # a crashing mutator must not block pods; it is reported
@@ -104,7 +111,7 @@ import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, dra, gpu, hostpaths, model, podspec, policy, trustzone
+from policies import builtin, dra, gpu, hostpaths, model, podspec, policy, schedulers, trustzone
 from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
@@ -326,6 +333,11 @@ class Settings:
             if entry.match.matches(namespace, labels):
                 return entry
         return DEFAULT_USAGE_LIMIT
+    # The GPU scheduler this is the gate in front of (`scheduler`) and its trusted writers.
+    scheduler: schedulers.Scheduler = schedulers.DEFAULT_SCHEDULER
+    # True in the settings that judge objects as stored (`for_stored_objects`: audit, explain); how
+    # the settings are used, not what they say, so it takes no part in comparing them.
+    stored_objects: bool = dataclasses.field(default=False, compare=False)
 
     def action(
         self,
@@ -401,7 +413,8 @@ class Settings:
         """Settings to judge an object as stored (audit, explain): the validators that judge what a
         request writes rather than the object (GPU008: a bound pod carries nodeName and the
         extender's allocation by design) are off."""
-        return self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
+        off = self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
+        return dataclasses.replace(off, stored_objects=True)
 
     def exception(
         self,
@@ -505,6 +518,7 @@ _KEYS = (
     "errorActions",
     "dra",
     "usageLimits",
+    "scheduler",
 )
 _ACTION_NAMES = ", ".join(model.Action)
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -965,6 +979,39 @@ def _usage_limits(value: object) -> tuple[UsageLimit, ...]:
             raise InvalidSettings(f"{field}.gracePeriodSeconds: must be a whole number of seconds >= 0, got {grace!r}")
         found.append(UsageLimit(name=name, match=match, mode=mode, grace_s=grace))
     return tuple(found)
+_PROFILE_NAMES = ", ".join(schedulers.Name)
+
+
+def _scheduler(value: object) -> schedulers.Scheduler:
+    """`scheduler`: a profile name, or {profile, writers}; writers default to the scheduler's chart's."""
+    if value is None:
+        return schedulers.DEFAULT_SCHEDULER
+    entry: Mapping[str, Any] = {"profile": value} if isinstance(value, str) else _mapping(value)
+    if not entry:
+        raise InvalidSettings(f"scheduler: must be a profile name ({_PROFILE_NAMES}) or a mapping with profile and writers, got {value!r}")
+    _keys(entry, field="scheduler", known=("profile", "writers"))
+    field = "scheduler" if isinstance(value, str) else "scheduler.profile"
+    name = entry.get("profile")
+    if name not in tuple(schedulers.Name):
+        raise InvalidSettings(f"{field}: unknown scheduler profile {name!r}; known: {_PROFILE_NAMES}")
+    profile = schedulers.PROFILES[schedulers.Name(name)]
+    if entry.get("writers") is None:
+        return schedulers.Scheduler(profile=profile, writers=profile.default_writers)
+    if not profile.writer_annotations:
+        raise InvalidSettings(f"scheduler.writers: the {profile.name} profile has no device annotations for anyone to write")
+    writers: list[schedulers.ServiceAccount] = []
+    for where, writer in _entries(
+        entry["writers"], field="scheduler.writers", known=("namespace", "serviceAccount"), shape="{namespace: ..., serviceAccount: ...}"
+    ):
+        namespace, account = writer.get("namespace"), writer.get("serviceAccount")
+        if not isinstance(namespace, str) or not schedulers.is_namespace_name(namespace):
+            raise InvalidSettings(
+                f"{where}.namespace: is required, the namespace of the service account (a namespace name), got {namespace!r}"
+            )
+        if not isinstance(account, str) or not schedulers.is_service_account_name(account):
+            raise InvalidSettings(f"{where}.serviceAccount: is required, a service account name, got {account!r}")
+        writers.append(schedulers.ServiceAccount(namespace=namespace, name=account))
+    return schedulers.Scheduler(profile=profile, writers=tuple(dict.fromkeys(writers)))
 
 
 def _legacy_allow(value: object) -> tuple[str, ...]:
@@ -1003,7 +1050,10 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
     defaults = {**_default_actions(), **{p.id: p.default_action for p in extra}}
     known = sorted(defaults)
     zone, allowance, zone_namespaces = _zone(data.get("trustZone"), data.get("hostPaths"))
-    return Settings(
+    scheduler = _scheduler(data.get("scheduler"))
+    if scheduler.profile.gpu_resources:
+        zone = dataclasses.replace(zone, gpu_resources=(*zone.gpu_resources, *scheduler.profile.gpu_resources))
+    loaded = Settings(
         actions=_policies(data.get("policies"), defaults=defaults),
         exempt_namespaces=_namespaces(data.get("exemptNamespaces")),
         default_shared_mode=_shared_mode(data.get("defaultSharedMode")),
@@ -1024,7 +1074,10 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         zone_namespaces=zone_namespaces,
         dra=_dra(data.get("dra")),
         usage_limits=_usage_limits(data.get("usageLimits")),
+        scheduler=scheduler,
     )
+    # The policies that assume this project's extender do not apply in front of another scheduler.
+    return loaded.switched_off(scheduler.profile.skipped) if scheduler.profile.skipped else loaded
 
 
 def _aware(moment: datetime.datetime) -> datetime.datetime:

@@ -47,6 +47,15 @@ deploy/webhook-configurations.yaml sends a pod's UPDATE only when such a key or 
 the CRI container config, not through pod annotations, and are untouched. A namespace that runs a
 trusted device workload relying on these annotations (an NRI device-injector setup) gets an
 exception. The audit reports stored pods that carry one.
+
+In front of another GPU scheduler (the `scheduler` setting, `policies.schedulers`), the device
+annotations that scheduler writes on a pod by UPDATE (HAMi's `hami.io/vgpu-devices-to-allocate`,
+koordinator's `scheduling.koordinator.sh/device-allocated`, ...) pass when the request's
+`userInfo.username` is exactly one of its trusted writers' (`system:serviceaccount:NS:NAME`).
+Nobody may create a pod carrying them, and anyone else's update that adds or changes one is
+refused as before; so is every other device annotation, from the writers too. The audit and
+`explain` judge a stored pod, which carries what its scheduler wrote by design: there those keys
+are not findings (as GPU008 is left out for the extender's own annotations).
 """
 
 from __future__ import annotations
@@ -82,6 +91,9 @@ class DeviceAnnotations(policy.Validator):
         template = context.template
         annotations = template.annotations
         found = _device_keys(annotations)
+        scheduler = context.settings.scheduler
+        if context.settings.stored_objects:  # a stored pod carries what its scheduler wrote, by design
+            found = [key for key in found if not scheduler.writes(key)]
         crio = {key: gpu.crio_extra_devices(annotations[key]) for key in gpu.CRIO_DEVICES_ANNOTATIONS if key in annotations}
         crio = {key: devices for key, devices in crio.items() if devices}
         if not found and not crio:
@@ -89,6 +101,8 @@ class DeviceAnnotations(policy.Validator):
         if request.operation == "UPDATE" and template.is_pod and not request.subresource:
             old = _annotations(request.old_object)
             fresh = [key for key in (*found, *crio) if key not in old or old.get(key) != annotations.get(key)]
+            if scheduler.may_write(request.user):
+                fresh = [key for key in fresh if not scheduler.writes(key)]
             if not fresh:
                 return ()
             described = ", ".join(f"{'changes' if key in old else 'adds'} {key}" for key in fresh)

@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if args.filename and (args.kubeconfig or args.context):
         raise errors.InputError("--kubeconfig/--context and -f exclude each other: -f audits files, not a cluster")
     settings = config.load(args.config, policies_dir=args.policies_dir)
+    notice = settings.scheduler.profile.notice
+    if notice:  # stderr: the reports on stdout keep their shape
+        print(f"gpu-admission audit: {notice}", file=sys.stderr)
     now = time.time()
     try:
         if args.filename:

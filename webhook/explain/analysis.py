@@ -91,6 +91,9 @@ class Report:
     bound: Bound | None
     nodes: tuple[NodeVerdict, ...]
     suggestion: Suggestion | None
+    # Set when the settings name another GPU scheduler (`policies.schedulers.Profile.notice`): its
+    # cards are not the extender's, so the per-node part says nothing about them.
+    scheduler: str = ""
 
     @property
     def managed(self) -> bool:

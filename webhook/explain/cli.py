@@ -11,6 +11,7 @@ input; simulate 0 when every GPU pod lands, 1 when some do not (or are denied), 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -216,7 +217,9 @@ def explain_pod(
     loaded = settings if settings is not None else config.load(None)
     decision = decisions.decide(pod, settings=loaded.for_stored_objects())
     cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
-    return analysis.explain(pod, cluster=cluster, admission=decision)
+    report = analysis.explain(pod, cluster=cluster, admission=decision)
+    notice = loaded.scheduler.profile.notice
+    return dataclasses.replace(report, scheduler=notice) if notice else report
 
 
 # --- snapshot -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 
@@ -75,6 +75,7 @@ class ReportJson(TypedDict):
     bound: dict[str, Any] | None
     nodes: list[NodeJson]
     suggestion: dict[str, Any] | None
+    scheduler: NotRequired[str]  # only in front of another GPU scheduler (its profile's notice)
 
 
 def card_json(card: cards.CardState) -> CardJson:
@@ -95,6 +96,13 @@ def reason_json(reason: reasons.Reason) -> ReasonJson:
 
 
 def as_json(report: analysis.Report) -> ReportJson:
+    found = _as_json(report)
+    if report.scheduler:
+        found["scheduler"] = report.scheduler
+    return found
+
+
+def _as_json(report: analysis.Report) -> ReportJson:
     admission = report.admission
     request = report.request
     return {
@@ -152,6 +160,8 @@ def render(report: analysis.Report, *, output: str) -> str:
 
 def table(report: analysis.Report) -> str:
     lines = [f"Pod:        {report.pod}"]
+    if report.scheduler:
+        lines.append(f"Scheduler:  {report.scheduler}")
     lines.append(f"Admission:  {_admission(report)}")
     lines.append(f"Request:    {_request(report)}")
     if report.modes:

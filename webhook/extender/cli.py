@@ -18,6 +18,7 @@ import yaml
 
 from policies import allocation, dra, reservations
 from policies import usage as policies_usage
+from webhook import config
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
 from webhook.extender import app, binder, kube, native, nudge, taints
@@ -68,6 +69,7 @@ def add_parser(subparsers: Any) -> None:
         "summary) as taken when picking a card; off by default: the summary can be up to one labeler interval old",
     )
     flags.add_ledger_namespace(serve, note="; every replica must name the same one")
+    _add_config(serve)
     flags.add_logging(serve)
     serve.set_defaults(func=run_extender)
 
@@ -86,13 +88,32 @@ def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
     flags.add_output_file(parser)
     flags.add_cluster(parser)
     flags.add_ledger_namespace(parser)
+    _add_config(parser)
     parser.add_argument("node", nargs="*", help="only these nodes")
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help="the webhook's settings YAML: where its `scheduler` names another GPU scheduler, say that its "
+        "cards are not accounted here",
+    )
+
+
+def scheduler_notice(path: str | None) -> str:
+    """The profile's notice when the settings at `path` name another GPU scheduler ("" for ours)."""
+    if path is None:
+        return ""
+    return config.load(path).scheduler.profile.notice
 
 
 # --- inspect --------------------------------------------------------------------------------------
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    notice = scheduler_notice(args.config)
+    if notice:  # stderr: the table and the JSON on stdout keep their shape
+        print(f"gpu-admission inspect: {notice}; the cards below show only what this project's extender placed", file=sys.stderr)
     client = kube.KubeApi(kube.load_client(args.kubeconfig, context=args.context))
     try:
         nodes, _ = client.list("/api/v1/nodes")
@@ -172,6 +193,9 @@ def run_extender(args: argparse.Namespace) -> int:
     if not args.ledger_namespace.strip():
         raise errors.InputError("--ledger-namespace must name a namespace")
     flags.configure_logging(args)
+    notice = scheduler_notice(args.config)
+    if notice:
+        log.warning("%s; this extender places and accounts only aliyun.com/gpu-mem, gpu-core.percentage and gpu pods", notice)
     if args.tls_client_ca_file and not args.tls_cert_file:
         raise errors.InputError("--tls-client-ca-file needs --tls-cert-file and --tls-private-key-file")
     certificates = (

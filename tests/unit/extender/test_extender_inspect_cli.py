@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from policies import dra, allocation, reservations
+from webhook.cmdline import errors
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube
 
@@ -63,3 +64,34 @@ def test_output_file_gets_the_same_report_stdout_would(
         document = json.loads(printed) if fmt == "json" else yaml.safe_load(printed)
         assert [(n["name"], n["totalGPU"], len(n["devs"])) for n in document["nodes"]] == [("gpu-0", 60, 4)]
         assert [d["usedGPU"] for d in document["nodes"][0]["devs"]] == [0, 5, 0, 0], "the Lease's reservation counts (the trainer has no allocation annotation)"
+
+
+def test_inspect_with_settings_naming_another_scheduler_says_so_on_stderr_and_keeps_stdout(
+    cluster: None, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert extender_cli.inspect_main(["-o", "json"]) == 0
+    plain = capsys.readouterr()
+    config = tmp_path / "config.yaml"
+    config.write_text("scheduler: koordinator\n", encoding="utf-8")
+
+    assert extender_cli.inspect_main(["-o", "json", "--config", str(config)]) == 0
+    told = capsys.readouterr()
+
+    assert told.out == plain.out
+    assert plain.err == ""
+    assert told.err.startswith("gpu-admission inspect: scheduler profile koordinator: cards are placed and accounted by koordinator")
+    assert told.err.rstrip().endswith("the cards below show only what this project's extender placed")
+
+
+def test_the_extender_reads_the_same_notice_and_a_bad_profile_is_one_line(tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("scheduler: volcano\n", encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scheduler: slurm\n", encoding="utf-8")
+
+    assert extender_cli.scheduler_notice(None) == ""
+    assert extender_cli.scheduler_notice(str(config)).startswith("scheduler profile volcano: cards are placed and accounted by Volcano")
+    with pytest.raises(errors.InputError) as raised:
+        extender_cli.scheduler_notice(str(bad))
+    assert "scheduler: unknown scheduler profile 'slurm'" in str(raised.value)
+    assert "\n" not in str(raised.value)

@@ -646,7 +646,7 @@ def run(
     if scope.cluster:
         pods_by_uid = _PodsByUid(kept, uid_index)
         leases = reservations.leases_by_node(inventory.leases, namespace=ledger_namespace)
-        held = dra.holds(inventory.slices, inventory.claims)  # cards allocated through DRA (GPU216)
+        held = dra.holds(inventory.slices, inventory.claims, namespace=ledger_namespace)  # cards allocated through DRA (GPU216)
         for node in inventory.nodes:
             if not facts.is_gpu_node(node):
                 continue

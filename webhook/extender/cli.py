@@ -109,7 +109,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     slices, claims, problem = kube.list_dra(client)
     if problem:
         log.warning("%s", problem)
-    held = dra.holds(slices, claims)
+    held = dra.holds(slices, claims, namespace=args.ledger_namespace)
     grouped = cards.pods_by_node(pods)
     now = time.time()
     states = {
@@ -228,7 +228,9 @@ async def _serve(
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),
         budgets=kube_api.list_budgets,
-        taint_keeper=taints.Keeper(kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl),
+        taint_keeper=taints.Keeper(
+            kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl, namespace=ledger_namespace
+        ),
         leases=kube_api,
         ledger_namespace=ledger_namespace,
     )

@@ -577,7 +577,7 @@ class Store:
         """What DRA holds, worked out again; nodes whose holds changed move their version (and
         where a card came free, `on_freed` hears of it)."""
         before = self._dra_holds
-        self._dra_holds = dra.holds(self._slices.values(), self._claims.values())
+        self._dra_holds = dra.holds(self._slices.values(), self._claims.values(), namespace=self._namespace)
         for node in set(before) | set(self._dra_holds):
             old, new = before.get(node, {}), self._dra_holds.get(node, {})
             if old != new:

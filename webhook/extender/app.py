@@ -336,6 +336,9 @@ async def filter_nodes(request: web.Request) -> web.Response:
     if not cache.synced:
         meters.requests.inc(verb="filter", result="error")
         return web.json_response(wire.filter_error("the GPU extender is still loading nodes and pods; retry"))
+    if not cache.dra_synced:  # a card a DRA claim holds could look free until then
+        meters.requests.inc(verb="filter", result="error")
+        return web.json_response(wire.filter_error("the GPU extender is still loading DRA ResourceSlices and ResourceClaims; retry"))
     try:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state

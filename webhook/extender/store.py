@@ -86,6 +86,8 @@ class Store:
         self._dra_holds: dict[str, dict[str, tuple[dra.Held, ...]]] = {}
         self.slices_synced = False
         self.claims_synced = False
+        self._dra_unserved: set[str] = set()  # kinds whose list answered 404 (`not_served`)
+        self._dra_expected = False  # a watch of them runs (`expect_dra`): until it lists, the view is incomplete
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
@@ -177,6 +179,21 @@ class Store:
         return self.nodes_synced and self.pods_synced and self.leases_synced
 
     # --- reading ---
+
+    @property
+    def dra_synced(self) -> bool:
+        """Whether the DRA view is complete: ResourceSlices and ResourceClaims each listed once, or
+        found not served (or no watch of them runs: a store filled by hand). Until then a card a
+        claim holds could look free, so filter offers no card."""
+        return not self._dra_expected or all(done or kind in self._dra_unserved for kind, done in (("ResourceSlice", self.slices_synced), ("ResourceClaim", self.claims_synced)))
+
+    def expect_dra(self) -> None:
+        """A watch of ResourceSlices and ResourceClaims starts: `dra_synced` waits for its lists."""
+        self._dra_expected = True
+
+    def not_served(self, kind: str) -> None:
+        """The watch found `kind` (ResourceSlice, ResourceClaim) not served: nothing of it to wait for."""
+        self._dra_unserved.add(kind)
 
     def dra_holds(self, node: str) -> dra.NodeHolds:
         """The node's cards DRA claims hold, by card UUID."""

@@ -268,6 +268,20 @@ def unmatched(
     )
 
 
+def unmatched_json(found: Iterable[Held]) -> list[dict[str, Any]]:
+    """`unmatched` as inspect's JSON lists it (`draUnmatched`)."""
+    return [{"claim": h.claim_key, "driver": h.driver, "pool": h.pool, "device": h.device, "shared": h.shared} for h in found]
+
+
+def unmatched_text(found: Sequence[Held]) -> str:
+    """`unmatched` as inspect's text views end with it; "" when there is none."""
+    if not found:
+        return ""
+    lines = ["", "DRA claims on a device no ResourceSlice publishes with a UUID (not matched to any card, so not shown on one):"]
+    lines.extend(f"  {h.claim_key}: device {h.device} of driver {h.driver}, pool {h.pool}{' (a share)' if h.shared else ''}" for h in found)
+    return "\n".join(lines) + "\n"
+
+
 def card_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, tuple[Device, ...]]]:
     """The devices published for each card: node name -> card UUID -> its devices (the whole GPU and
     its MIG devices). The extender's taint rules name these."""

@@ -552,22 +552,8 @@ def _deleting(pod: Mapping[str, Any] | None) -> bool:
 
 
 def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any], now: float) -> cards.NodeState:
-    """`state` with the cards held by pods of the pod's priority or above that are nominated to the
-    node, or whose preemption's record there stands (`store.held_for`), as `preemption.held` places
-    them; the state itself where none is."""
-    metadata = podspec.mapping(pod.get("metadata"))
-    waiting = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in (*cache.held_for(name, now=now), *cache.nominees(name))}
-    nominees = preemption.holders(
-        (preemption.nominee_of(other) for other in waiting.values()),
-        priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
-    )
-    if not nominees:
-        return state
-    going = frozenset(
-        a.uid for a in state.allocations
-        if (other := cache.pod(a.uid)) is not None and podspec.mapping(other.get("metadata")).get("deletionTimestamp") is not None
-    )
-    return preemption.held(state, nominees, going=going)
+    """`Store.with_holds`: the state with the cards held for preemptors of the pod's priority or above."""
+    return cache.with_holds(name, state, pod=pod, now=now)
 
 
 def _apply_holds(
@@ -589,9 +575,8 @@ def _apply_holds(
         if kept is not state:
             fit = placement.evaluate(wanted, kept, decide=False)
             if not fit.fits and fit.reasons and (fits[index] or fit).fits:
-                holders = ", ".join(sorted({a.pod_key for a in kept.allocations if a.source == "nomination"}))
                 last = fit.reasons[-1]
-                held = dataclasses.replace(last, message=f"{last.message} (held for {holders}, which preempted here)")
+                held = dataclasses.replace(last, message=f"{last.message}{preemption.held_note(kept)}")
                 fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
             fits[index] = fit
 

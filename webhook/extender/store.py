@@ -274,6 +274,27 @@ class Store:
                 found.append(pod)
         return found
 
+    def with_holds(self, node: str, state: cards.NodeState, *, pod: Mapping[str, Any], now: float) -> cards.NodeState:
+        """`state` with the cards held by pods of the pod's priority or above that are nominated to
+        the node, or whose preemption's record there stands (`held_for`), as `preemption.held`
+        places them; the state itself where none is. Filter, bind, explain and simulate all judge
+        a pod on this."""
+        if node not in self._nominated and node not in self._holds:
+            return state
+        metadata = podspec.mapping(pod.get("metadata"))
+        waiting = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in (*self.held_for(node, now=now), *self.nominees(node))}
+        nominees = preemption.holders(
+            (preemption.nominee_of(other) for other in waiting.values()),
+            priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
+        )
+        if not nominees:
+            return state
+        going = frozenset(
+            a.uid for a in state.allocations
+            if (other := self._pods.get(a.uid)) is not None and _deleting(other)
+        )
+        return preemption.held(state, nominees, going=going)
+
     def put_hold_lease(self, obj: Mapping[str, Any]) -> bool:
         """A hold Lease (`preemption.hold_lease_node`); False where it is none to trust."""
         node = preemption.hold_lease_node(obj, namespace=self._namespace)

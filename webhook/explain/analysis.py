@@ -12,10 +12,12 @@ from earlier versions, its Node annotation's, as the extender reads it (`policie
 
 Stale allocations: the extender counts a reservation-ledger entry whose pod is not listed for
 `reservations.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
-stops counting it and prunes it from the ledger within seconds; a Terminating pod counts until its
-object is gone, as kube-scheduler counts it. `explain` calls both stale while they still hold
-cards: ledger entries of pods that are not listed, and pods past their deletion deadline by more
-than `reasons.STUCK_TERMINATING_S` (their node is likely lost: force-deleting them frees the cards).
+stops counting it and prunes it from the ledger within seconds. A pod being deleted
+(`deletionTimestamp`) frees its card at once, unless a preemption is under way on its node (a
+hold record names it, or a pod of higher priority is nominated there: `Store._counts`). `explain`
+calls stale what still holds cards: ledger entries of pods that are not listed, and such victims
+past their deletion deadline by more than `reasons.STUCK_TERMINATING_S` (their node is likely
+lost: force-deleting them frees the cards).
 
 The best node is the refusing node that needs the smallest change, in this order: nothing but time
 or cleanup (binds in flight, stale allocations), an uncordon or a toleration, moving the fewest pods

@@ -53,6 +53,7 @@ class Store:
         # The preempt verb's records (`preemption.Hold`), from the hold Leases: node -> preemptor UID ->
         # record; and per preemptor, when this process first saw every victim of its record gone.
         self._holds: dict[str, dict[str, preemption.Hold]] = {}
+        self._hold_victims: frozenset[str] = frozenset()  # UIDs the hold records name as victims (`_counts`)
         self._hold_leases: dict[str, Object] = {}  # node -> its hold Lease (slim), for the next write's precondition
         self._victims_gone: dict[str, float] = {}
         self._newest_hold: dict[str, float] = {}  # preemptor UID -> the time of its newest record on any node
@@ -315,12 +316,38 @@ class Store:
         return True
 
     def _index_holds(self) -> None:
-        """`_newest_hold` from `_holds` again (on each hold Lease change: rare, and few records)."""
+        """`_newest_hold` and `_hold_victims` from `_holds` again (on each hold Lease change: rare,
+        and few records); the nodes of victims that count differently now are touched."""
         newest: dict[str, float] = {}
+        victims: set[str] = set()
         for records in self._holds.values():
             for uid, hold in records.items():
                 newest[uid] = max(newest.get(uid, hold.at), hold.at)
+                victims.update(hold.victims)
         self._newest_hold = newest
+        changed, self._hold_victims = self._hold_victims ^ victims, frozenset(victims)
+        for uid in changed:
+            if (node := self._pod_node.get(uid)) is not None and (pod := self._pods.get(uid)) is not None and _deleting(pod):
+                self._touch(node)
+
+    def _counts(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod's cards count for placement: not from the moment its deletion is seen
+        (`deletionTimestamp`; it is going, and kube-scheduler is told the node changed), unless a
+        preemption is under way there: a hold record names it as a victim, or a pod of higher
+        priority is nominated to its node. Then it counts until it is gone, so that the preemptor
+        is not placed beside a victim that still runs (`preemption.held` places it where the
+        victims leave)."""
+        if not _deleting(pod):
+            return True
+        uid = _uid(pod)
+        if uid in self._hold_victims:
+            return True
+        node = self._pod_node.get(uid) or cards.pod_node(pod)
+        nominees = self._nominated.get(node, ()) if node else ()
+        if not nominees:
+            return False
+        priority = preemption.priority_of(pod)
+        return any(preemption.priority_of(self._pods[n]) > priority for n in nominees if n in self._pods)
 
     def bound_pods(self, node: str) -> list[Object]:
         """Pods whose `spec.nodeName` is `node` (what a LIST with that field selector answers)."""
@@ -400,6 +427,8 @@ class Store:
     def _holdings(self, pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float) -> Iterator[cards.Holding]:
         held_by, ours = self._held, self._pods
         for pod in pods:
+            if not self._counts(pod):
+                continue  # being deleted: its card is free for placement at once
             uid = _uid(pod)
             if ours.get(uid) is not pod:
                 yield cards.holding(pod, now=now, ttl=ttl)
@@ -738,15 +767,17 @@ class Store:
         if waits_for:
             self._nominee_node[uid] = waits_for
             self._nominated.setdefault(waits_for, set()).add(uid)
-            if waits_for != waited_for and self.on_nominated is not None:
-                self.on_nominated(uid, waits_for)
+            if waits_for != waited_for:
+                self._touch(waits_for)  # pods being deleted there count again (`_counts`)
+                if self.on_nominated is not None:
+                    self.on_nominated(uid, waits_for)
         node = cards.pod_node(slim)
         if node:
             self._pod_node[uid] = node
             self._by_node.setdefault(node, set()).add(uid)
             self._touch(node)
-        if was_on and (was_on != node or allocation.is_terminal(slim)):
-            self._freed(was_on)  # finished, or no longer on that node
+        if was_on and (was_on != node or allocation.is_terminal(slim) or not self._counts(slim)):
+            self._freed(was_on)  # finished, being deleted, or no longer on that node
 
     def _freed(self, node: str) -> None:
         if self.on_freed is not None:
@@ -768,6 +799,7 @@ class Store:
                 waiting.discard(uid)
                 if not waiting:
                     del self._nominated[waited]
+            self._touch(waited)  # pods being deleted there may stop counting (`_counts`)
         node = self._pod_node.pop(uid, None)
         if node is not None:
             self._touch(node)

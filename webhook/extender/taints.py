@@ -46,6 +46,9 @@ def rules_path(version: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
+_CLAIM_TYPE = {"apiVersion": f"{dra.GROUP}/{dra.VERSION}", "kind": "ResourceClaim"}  # a list's items carry neither
+
+
 def claims_path(namespace: str, name: str = "", *, status: bool = False) -> str:
     base = f"/apis/{dra.GROUP}/{dra.VERSION}/namespaces/{namespace}/resourceclaims"
     path = f"{base}/{name}" if name else base
@@ -172,7 +175,7 @@ class Keeper:
         return done, len(release)
 
     async def _allocate(self, claim: Mapping[str, Any], device: dra.Device) -> int:
-        body = {**claim, "status": {"allocation": dra.hold_allocation(device)}}
+        body = {**claim, **_CLAIM_TYPE, "status": {"allocation": dra.hold_allocation(device)}}
         name = str(podspec.mapping(claim.get("metadata")).get("name", ""))
         try:
             await asyncio.to_thread(self._api.request, "PUT", claims_path(self._namespace, name, status=True), body=body)
@@ -188,7 +191,8 @@ class Keeper:
         try:
             if dra.claim_results(claim):
                 await asyncio.to_thread(
-                    self._api.request, "PUT", claims_path(self._namespace, name, status=True), body={**claim, "status": {"allocation": None}}
+                    self._api.request, "PUT", claims_path(self._namespace, name, status=True),
+                    body={**claim, **_CLAIM_TYPE, "status": {"allocation": None}},
                 )
             await asyncio.to_thread(self._api.request, "DELETE", claims_path(self._namespace, name))
             log.info("ResourceClaim %s/%s released: its card holds no shared pod any more", self._namespace, name)

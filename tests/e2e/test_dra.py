@@ -233,7 +233,9 @@ def test_shared_cards_are_kept_from_claims_and_an_emptied_one_is_allocatable_wit
     cluster: Cluster = request.getfixturevalue("cluster" if gates == "on" else "plain_cluster")
     created: list[str] = []
     try:
-        with granting(cluster, tmp_path_factory.mktemp(f"dra-{gates}")) as ns:
+        with contextlib.ExitStack() as stack:
+            # The session cluster's grant is the module's (`granted`); the plain cluster gets its own.
+            ns = request.getfixturevalue("granted") if gates == "on" else stack.enter_context(granting(cluster, tmp_path_factory.mktemp("dra-off")))
             pool = make_pool(cluster, created, gpus=(15360,) * 4)
             (node,) = pool.nodes
             publish(cluster, pool)

@@ -186,7 +186,8 @@ class Store:
         """Whether the DRA view is complete: ResourceSlices and ResourceClaims each listed once, or
         found not served (or no watch of them runs: a store filled by hand). Until then a card a
         claim holds could look free, so filter offers no card."""
-        return not self._dra_expected or all(done or kind in self._dra_unserved for kind, done in (("ResourceSlice", self.slices_synced), ("ResourceClaim", self.claims_synced)))
+        listed = {"ResourceSlice": self.slices_synced, "ResourceClaim": self.claims_synced}
+        return not self._dra_expected or all(done or kind in self._dra_unserved for kind, done in listed.items())
 
     def expect_dra(self) -> None:
         """A watch of ResourceSlices and ResourceClaims starts: `dra_synced` waits for its lists."""
@@ -759,7 +760,8 @@ class Store:
         if held is not None and _same_but_version(slim, held):
             self._pods[uid] = slim  # a status update that changes nothing kept here: the node's cached state stays
             return
-        was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) else None
+        # Where the pod's cards counted: a change that stops them counting frees them (`_freed`).
+        was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) and self._counts(held) else None
         waited_for = self._nominee_node.get(uid)
         self._drop_pod(uid)
         self._pods[uid] = slim

@@ -413,6 +413,8 @@ class Store:
         `cards.count`, `cards.node_state`'s own (unit tests compare the two on generated clusters);
         bind decides on it too when its read came from this cache."""
         name = _name(node)
+        pods = list(pods)
+        reservations = self._counted_entries(reservations, pods)
         if node is self._nodes.get(name):
             kept = self._node_cards.get(name)
             if kept is None or kept[0] is not node:
@@ -424,6 +426,21 @@ class Store:
             node_cards, self._holdings(pods, now=now, ttl=ttl), ledger=reservations, now=now, exclude_uid=exclude_uid,
             dra_holds=self._dra_holds.get(name, dra.NO_HOLDS),
         )
+
+    def _counted_entries(
+        self, ledger: Mapping[str, allocation.Allocation], pods: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, allocation.Allocation]:
+        """The ledger entries that count: not those of a pod whose deletion was seen, by the watch's
+        delete (`_gone`, even within the in-flight grace) or its `deletionTimestamp` (`_counts`), in
+        this cache or in `pods` (a bind's fresh list)."""
+        if not ledger:
+            return ledger
+        going = {_uid(pod) for pod in pods if _deleting(pod) and not self._counts(pod)}
+        dropped = [
+            uid for uid in ledger
+            if uid in going or uid in self._gone or ((pod := self._pods.get(uid)) is not None and not self._counts(pod))
+        ]
+        return {uid: entry for uid, entry in ledger.items() if uid not in dropped} if dropped else ledger
 
     def _holdings(self, pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float) -> Iterator[cards.Holding]:
         held_by, ours = self._held, self._pods

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from policies import allocation, cardrequest
+from policies import allocation, cardrequest, reservations
 from webhook.extender import placement, preemption, store
 from tests.unit.extender import conftest
 
@@ -105,3 +105,26 @@ def test_a_victim_counts_while_a_pod_of_higher_priority_is_nominated_to_its_node
     cache.put_pod(meek)
     state = cache.state("n", now=NOW, ttl=60.0)
     assert state is not None and state.cards[0].memory_used == 0
+
+
+def test_the_ledger_entries_of_pods_being_deleted_or_gone_stop_counting_too() -> None:
+    """Right after their binds the ledger Lease still has entries for the pods (within the in-flight
+    grace an entry counts even where its pod is not listed): the deletion frees the card all the same."""
+    old = [_bound(f"old-{i}", i) for i in range(4)]
+    entries = {
+        f"uid-old-{i}": allocation.Allocation(
+            uid=f"uid-old-{i}", namespace="team-a", name=f"old-{i}", node="n", cards=(i,), memory_gib=3,
+            assumed_at=NOW - 1, expires=NOW + 119, source="reservation",
+        )
+        for i in range(4)
+    }
+    cache = _spread_node(old)
+    cache.replace_leases([reservations.lease_body("n", "", entries, "a-replica")])
+    for pod in old[:3]:
+        cache.put_pod(_deleting(pod))  # Terminating
+    cache.apply("Pod", "DELETED", old[3])  # gone already
+    state = cache.state("n", now=NOW, ttl=60.0)
+    assert state is not None and [c.memory_used for c in state.cards] == [0, 0, 0, 0]
+    # What bind decides on (its own fresh list of the node's pods, the same ledger): the same.
+    fresh = cache.node_state_of(cache.node("n") or {}, [_deleting(p) for p in old[:3]], now=NOW, ttl=60.0, reservations=entries)
+    assert [c.memory_used for c in fresh.cards] == [0, 0, 0, 0]

@@ -427,6 +427,14 @@ class Store:
             dra_holds=self._dra_holds.get(name, dra.NO_HOLDS),
         )
 
+    def counted(
+        self, pods: Iterable[Mapping[str, Any]], ledger: Mapping[str, allocation.Allocation]
+    ) -> tuple[list[Mapping[str, Any]], Mapping[str, allocation.Allocation]]:
+        """The pods and ledger entries that count for placement (`_counts`, `_counted_entries`):
+        `node_state_of` is `cards.node_state` over these."""
+        listed = list(pods)
+        return [p for p in listed if self._counts(p)], self._counted_entries(ledger, listed)
+
     def _counted_entries(
         self, ledger: Mapping[str, allocation.Allocation], pods: Sequence[Mapping[str, Any]]
     ) -> Mapping[str, allocation.Allocation]:

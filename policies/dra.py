@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import podspec
+from policies import podspec, reservations
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"
@@ -56,6 +56,15 @@ TAINT_KEY = "gpu-admission.io/shared-pods"
 RULE_LABEL = "gpu-admission.io/shared-card"
 RULE_NODE_ANNOTATION = "gpu-admission.io/node"
 RULE_CARD_ANNOTATION = "gpu-admission.io/card-uuid"
+
+# The extender's hold claims (where no DeviceTaintRule API is served): a ResourceClaim of its own, in
+# the ledger namespace, labelled RULE_LABEL, whose `status.allocation` names the device, so that
+# kube-scheduler's allocator counts the device as in use. HOLD_CLASS is the class the claim's one
+# request names: no DeviceClass of that name need exist (no pod uses the claim, so nothing ever
+# allocates it); it is no GPU class, so admission (GPU011) has nothing to refuse.
+HOLD_REQUEST = "card"
+HOLD_CLASS = "gpu-admission.io-shared-card"
+HOLD_DEVICE_ANNOTATION = "gpu-admission.io/device"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -188,7 +197,7 @@ def slim_claim(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of an allocated ResourceClaim `claim_results` reads."""
     metadata = podspec.mapping(obj.get("metadata"))
     return {
-        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid")},
+        "metadata": {k: metadata.get(k) for k in ("name", "namespace", "uid", "labels")},
         "status": {"allocation": podspec.mapping(obj.get("status")).get("allocation")},
     }
 
@@ -215,13 +224,27 @@ def devices(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], D
     return result
 
 
-def holds(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, tuple[Held, ...]]]:
+def is_hold_claim(obj: Mapping[str, Any], *, namespace: str = reservations.LEDGER_NAMESPACE) -> bool:
+    """Whether a ResourceClaim is one of the extender's hold claims: labelled RULE_LABEL and in the
+    ledger namespace `namespace` (where tenants cannot write). The label alone counts for nothing: a
+    tenant's claim that carries it is a tenant's claim."""
+    metadata = podspec.mapping(obj.get("metadata"))
+    return metadata.get("namespace") == namespace and podspec.mapping(metadata.get("labels")).get(RULE_LABEL) == "true"
+
+
+def holds(
+    slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]], *, namespace: str = reservations.LEDGER_NAMESPACE
+) -> dict[str, dict[str, tuple[Held, ...]]]:
     """Which cards DRA claims hold: node name -> card UUID -> the claims' results on it. Results with
     admin access hold nothing; results naming a device no slice publishes, or one without a UUID,
-    cannot be matched to a card and are left out (`unmatched` lists them)."""
+    cannot be matched to a card and are left out (`unmatched` lists them). The extender's own hold
+    claims (`is_hold_claim`, ledger namespace `namespace`) hold for shared pods, not for DRA: they
+    are left out too."""
     published = devices(slices)
     found: dict[str, dict[str, list[Held]]] = {}
     for claim in claims:
+        if is_hold_claim(claim, namespace=namespace):
+            continue
         for held in claim_results(claim):
             device = published.get(held.key)
             if held.admin_access or device is None or not device.card_uuid:
@@ -230,15 +253,33 @@ def holds(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any
     return {node: {uuid: tuple(sorted(h, key=lambda x: (x.claim_key, x.device))) for uuid, h in cards.items()} for node, cards in found.items()}
 
 
-def unmatched(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]) -> tuple[Held, ...]:
-    """Allocated results (not admin access) whose device no current slice publishes with a UUID."""
+def unmatched(
+    slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]], *, namespace: str = reservations.LEDGER_NAMESPACE
+) -> tuple[Held, ...]:
+    """Allocated results (not admin access) whose device no current slice publishes with a UUID (the
+    extender's hold claims left out)."""
     published = devices(slices)
     return tuple(
         held
         for claim in claims
+        if not is_hold_claim(claim, namespace=namespace)
         for held in claim_results(claim)
         if not held.admin_access and ((device := published.get(held.key)) is None or not device.card_uuid)
     )
+
+
+def unmatched_json(found: Iterable[Held]) -> list[dict[str, Any]]:
+    """`unmatched` as inspect's JSON lists it (`draUnmatched`)."""
+    return [{"claim": h.claim_key, "driver": h.driver, "pool": h.pool, "device": h.device, "shared": h.shared} for h in found]
+
+
+def unmatched_text(found: Sequence[Held]) -> str:
+    """`unmatched` as inspect's text views end with it; "" when there is none."""
+    if not found:
+        return ""
+    lines = ["", "DRA claims on a device no ResourceSlice publishes with a UUID (not matched to any card, so not shown on one):"]
+    lines.extend(f"  {h.claim_key}: device {h.device} of driver {h.driver}, pool {h.pool}{' (a share)' if h.shared else ''}" for h in found)
+    return "\n".join(lines) + "\n"
 
 
 def card_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, tuple[Device, ...]]]:
@@ -321,6 +362,81 @@ def plan_rules(
         else:
             stale.append(name)
     return tuple(d for n, d in sorted(by_name.items()) if n not in have), tuple(sorted(stale))
+
+
+# --- hold claims (where no DeviceTaintRule API is served) ---------------------------------------
+
+
+def hold_claim(device: Device, *, namespace: str) -> dict[str, Any]:
+    """The extender's hold claim for `device` (no status: `hold_allocation` is written to its status
+    after the create, since `status` is a subresource). It is reserved for no one: kube-controller-
+    manager's resourceclaim controller deallocates a claim only when its last `reservedFor` entry
+    goes, and refuses entries that are not pods (docs/dra.md has the source)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": rule_name(device),
+            "namespace": namespace,
+            "labels": {RULE_LABEL: "true"},
+            "annotations": {
+                RULE_NODE_ANNOTATION: device.node,
+                RULE_CARD_ANNOTATION: device.card_uuid,
+                HOLD_DEVICE_ANNOTATION: "/".join(device.key),
+            },
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": HOLD_REQUEST, "exactly": {"deviceClassName": HOLD_CLASS, "allocationMode": "ExactCount", "count": 1}}
+                ]
+            }
+        },
+    }
+
+
+def hold_allocation(device: Device) -> dict[str, Any]:
+    """The `status.allocation` of a hold claim: the one device, for the claim's one request (the
+    apiserver checks the request name; it never checks the device against other claims)."""
+    return {"devices": {"results": [{"request": HOLD_REQUEST, "driver": device.driver, "pool": device.pool, "device": device.name}]}}
+
+
+def hold_device(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The (driver, pool, device) one of our hold claims is allocated; None for a claim that is not
+    ours (no RULE_LABEL) or not (or no longer) allocated."""
+    if podspec.mapping(podspec.mapping(obj.get("metadata")).get("labels")).get(RULE_LABEL) != "true":
+        return None
+    results = claim_results(obj)
+    return results[0].key if len(results) == 1 else None
+
+
+def plan_holds(
+    wanted: Iterable[Device], existing: Iterable[Mapping[str, Any]]
+) -> tuple[tuple[Device, ...], tuple[Device, ...], tuple[str, ...]]:
+    """What the leader must do with its hold claims: the devices that need a claim created, those
+    whose claim exists but is not allocated yet (a create whose status write failed), and the
+    names of our claims to release (a device no longer wanted, or a claim allocated another device
+    than its name says)."""
+    by_name = {rule_name(d): d for d in wanted}
+    have: set[str] = set()
+    unallocated: list[Device] = []
+    stale: list[str] = []
+    for claim in existing:
+        metadata = podspec.mapping(claim.get("metadata"))
+        if podspec.mapping(metadata.get("labels")).get(RULE_LABEL) != "true":
+            continue
+        name = str(metadata.get("name", ""))
+        device = by_name.get(name)
+        held = hold_device(claim)
+        if device is not None and held is None and not claim_results(claim):
+            have.add(name)
+            unallocated.append(device)
+        elif device is not None and held == device.key:
+            have.add(name)
+        else:
+            stale.append(name)
+    create = tuple(sorted((d for n, d in by_name.items() if n not in have), key=lambda d: d.key))
+    return create, tuple(sorted(unallocated, key=lambda d: d.key)), tuple(sorted(stale))
 
 
 # --- claims as admission reads them ---------------------------------------------------------------

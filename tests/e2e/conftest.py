@@ -27,10 +27,11 @@ def bin_dir() -> Path:
 @pytest.fixture(scope="session")
 def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("cluster")
-    # DeviceTaintRules for test_dra.py: flags on kube-apiserver and kube-scheduler, nothing slower for the others.
+    # DeviceTaintRules for test_dra.py: flags on kube-apiserver and kube-scheduler, nothing slower for the
+    # others (test_dra.py starts a second cluster without them: `dra_device_taint_flags(False)`).
+    apiserver_flags, scheduler_flags = controlplane.dra_device_taint_flags(True)
     state = install.bring_up(
-        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None),
-        apiserver_flags=controlplane.DRA_DEVICE_TAINT_FLAGS, scheduler_flags=(controlplane.DRA_DEVICE_TAINT_GATE,),
+        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
     )
     try:
         yield Cluster(state)

@@ -5,12 +5,15 @@ The test "driver" is a ResourceSlice per node that publishes the node's inventor
 as `gpu.nvidia.com` devices, with the DeviceClass NVIDIA's chart installs; no kubelet plugin is
 needed for allocation. The session cluster runs kube-apiserver and kube-scheduler with the
 DRADeviceTaints gate (and resource.k8s.io/v1alpha3), so the extender's leader keeps a DeviceTaintRule
-on every card that holds shared pods. Each test gets its own pool (as in test_extender.py); pods use
-the session's scheduler and extender (deploy/scheduler-config.yaml), as test_explain.py does.
+on every card that holds shared pods. A second cluster of this module (`plain_cluster`) runs
+Kubernetes 1.34 as shipped, without the gate: there the leader keeps an allocated ResourceClaim of
+its own per such card. Each test gets its own pool (as in test_extender.py); pods use the cluster's
+scheduler and extender (deploy/scheduler-config.yaml), as test_explain.py does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -20,9 +23,12 @@ from typing import Any
 
 import pytest
 
-from policies import dra
+from pathlib import Path
+
+from policies import dra, reservations
 from tests import dra_objects
 from tests.e2e.harness import Cluster, eventually, webhook_settings
+from webhook.cluster import controlplane, install, nodes
 from tests.e2e.test_explain import codes, explain, pod, wait_bound, wait_unschedulable
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, create, make_pool, pools  # noqa: F401 - pools is a fixture
 
@@ -34,15 +40,36 @@ CLASS = {
 }
 
 
-@pytest.fixture(scope="module")
-def granted(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def granting(cluster: Cluster, directory: Path) -> Iterator[str]:
     """A namespace the settings grant the GPU class (GPU011), and the DeviceClass."""
     namespace = cluster.namespace()
     completed = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(CLASS))
     assert completed.returncode == 0, completed.stderr
     settings = {"dra": {"claims": [{"name": "e2e", "namespaces": [namespace], "classes": ["gpu.nvidia.com"]}]}}
-    with webhook_settings(cluster, settings, directory=tmp_path_factory.mktemp("dra-settings")):
+    with webhook_settings(cluster, settings, directory=directory):
         yield namespace
+
+
+@pytest.fixture(scope="module")
+def granted(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with granting(cluster, tmp_path_factory.mktemp("dra-settings")) as namespace:
+        yield namespace
+
+
+@pytest.fixture(scope="module")
+def plain_cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A second cluster running Kubernetes 1.34 as shipped: no DRADeviceTaints gate, so no
+    DeviceTaintRule API (`cluster up` without `--dra-device-taints`)."""
+    directory = tmp_path_factory.mktemp("plain-cluster")
+    apiserver_flags, scheduler_flags = controlplane.dra_device_taint_flags(False)
+    state = install.bring_up(
+        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:1], apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
+    )
+    try:
+        yield Cluster(state)
+    finally:
+        controlplane.down(directory)
 
 
 def publish(cluster: Cluster, pool: Pool) -> None:
@@ -175,3 +202,69 @@ def test_a_tenant_claim_is_refused_and_a_granted_namespaces_claim_admitted(clust
     assert refused.returncode != 0 and "GPU011" in refused.stderr, refused.stderr
     admitted = cluster.kubectl("create", "-n", granted, "-f", "-", stdin=json.dumps(claim(f"ok-{uuid.uuid4().hex[:6]}")))
     assert admitted.returncode == 0, admitted.stderr
+
+
+def hold_claims(cluster: Cluster) -> dict[str, str]:
+    """The extender's hold claims: card UUID -> the device the claim is allocated."""
+    completed = cluster.kubectl(
+        "get", "resourceclaims", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{dra.RULE_LABEL}=true", "-o", "json",
+    )
+    assert completed.returncode == 0, completed.stderr
+    found: dict[str, str] = {}
+    for item in json.loads(completed.stdout)["items"]:
+        results = item.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+        if results:
+            found[item["metadata"]["annotations"][dra.RULE_CARD_ANNOTATION]] = results[0]["device"]
+    return found
+
+
+def rule_cards(cluster: Cluster) -> set[str]:
+    return {r["metadata"]["annotations"].get(dra.RULE_CARD_ANNOTATION, "") for r in taint_rules(cluster)}
+
+
+@pytest.mark.parametrize("gates", ["off", "on"])
+def test_shared_cards_are_kept_from_claims_and_an_emptied_one_is_allocatable_within_a_minute(
+    gates: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Shared pods on cards 0-2 of four: a claim gets card 3, a second claim stays unallocated; the
+    card a shared pod leaves is allocated to the waiting claim within 60 s. Without the gates the
+    extender holds the cards with its own ResourceClaims, with them by DeviceTaintRules; inspect
+    counts neither as a DRA booking."""
+    cluster: Cluster = request.getfixturevalue("cluster" if gates == "on" else "plain_cluster")
+    created: list[str] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            # The session cluster's grant is the module's (`granted`); the plain cluster gets its own.
+            ns = request.getfixturevalue("granted") if gates == "on" else stack.enter_context(granting(cluster, tmp_path_factory.mktemp("dra-off")))
+            pool = make_pool(cluster, created, gpus=(15360,) * 4)
+            (node,) = pool.nodes
+            publish(cluster, pool)
+            for i in range(3):  # binpack: 10 GiB each leaves 5 GiB, so each goes to the next card
+                create(cluster, [pod(f"shared-{i}", pool=pool, mem=10)], namespace=ns)
+                wait_bound(cluster, ns, i + 1)
+            used = {allocation(cluster.get("pod", f"shared-{i}", namespace=ns))["cards"][0]: f"shared-{i}" for i in range(3)}
+            assert sorted(used) == [0, 1, 2]
+            busy = {f"GPU-{pool.name}-{i}" for i in range(3)}
+            if gates == "off":
+                eventually(lambda: busy <= set(hold_claims(cluster)), what="hold claims on cards 0-2", timeout=60)
+                assert {hold_claims(cluster)[u] for u in busy} == {"gpu-0", "gpu-1", "gpu-2"}
+            else:
+                eventually(lambda: busy <= rule_cards(cluster), what="DeviceTaintRules on cards 0-2", timeout=60)
+            assert dra_cards(cluster, node) == {}  # the extender's own holds are no DRA booking
+            create(cluster, [claim("first")], namespace=ns)
+            create(cluster, [claiming_pod("first-pod", pool=pool, claim_name="first")], namespace=ns)
+            assert wait_claimed(cluster, "first", namespace=ns) == "gpu-3"
+            create(cluster, [claim("second")], namespace=ns)
+            create(cluster, [claiming_pod("second-pod", pool=pool, claim_name="second")], namespace=ns)
+            wait_unschedulable(cluster, ns, "second-pod")
+            assert claimed_device(cluster, "second", namespace=ns) == ""
+            # Card 1 emptied of shared pods: the waiting claim gets it within 60 s.
+            assert cluster.kubectl("delete", "pod", used[1], "-n", ns, "--wait=false").returncode == 0
+            eventually(lambda: claimed_device(cluster, "second", namespace=ns) == "gpu-1", what="the second claim allocated card 1", timeout=60)
+            assert dra_cards(cluster, node) == {1: [f"{ns}/second"], 3: [f"{ns}/first"]}
+            if gates == "off":
+                assert set(hold_claims(cluster)) >= {f"GPU-{pool.name}-0", f"GPU-{pool.name}-2"}
+                assert f"GPU-{pool.name}-1" not in hold_claims(cluster)
+    finally:
+        if created and gates == "on":
+            cluster.kubectl("delete", "node", "--wait=false", *created)

@@ -26,6 +26,8 @@ import yaml
 
 from tests.e2e.harness import Cluster, eventually, webhook_settings
 from tests.e2e import test_extender as extender_e2e
+from tests.e2e.test_usage import http_json
+from webhook import cli
 from policies import reservations
 from webhook.cluster import controlplane, install
 
@@ -251,7 +253,7 @@ def _turned_away(cluster: Cluster, namespace: str, name: str) -> None:
 
 
 def test_a_held_card_survives_an_extender_restart_and_is_not_given_to_a_lower_pod(
-    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
+    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # c0 and d1 carry a finalizer: whichever card is freed, one victim leaves at once and one stays
     # Terminating, so the card has 8 GiB free that only the hold keeps from the 8 GiB "late" pod.
@@ -261,6 +263,7 @@ def test_a_held_card_survives_an_extender_restart_and_is_not_given_to_a_lower_po
     namespace = cluster.namespace()
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
     cards = _fill_two_cards(cluster, pool, namespace, replica.scheduler_name, slow=("c0", "d1"))
+    held_cards: set[int] = set()
     try:
         extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=replica.scheduler_name)], namespace=namespace)
         boss = _nominated_while_a_victim_terminates(cluster, namespace)
@@ -288,11 +291,30 @@ def test_a_held_card_survives_an_extender_restart_and_is_not_given_to_a_lower_po
             assert not cluster.get("pod", "late", namespace=namespace)["spec"].get("nodeName"), "the held card went to a lower pod"
         nomination = cluster.get("pod", "boss", namespace=namespace).get("status", {}).get("nominatedNodeName")
         assert not nomination, "the preemptor must not preempt again while its victim terminates"
+        # explain shows the hold and whom it holds for, and refuses the late pod there for it.
+        capsys.readouterr()
+        assert cli.main(["explain", "pod", "late", "-n", namespace, "--kubeconfig", str(cluster.state.kubeconfig), "-o", "json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        (hold,) = [h for h in report["holds"] if h["node"] == node]
+        assert hold["pod"] == f"{namespace}/boss" and hold["standing"] and len(hold["cards"]) == 1, hold
+        held_cards.update(hold["cards"])
+        refused = [n for n in report["nodes"] if n["node"] == node][0]
+        assert not refused["fits"] and f"held for {namespace}/boss" in refused["reasons"][-1]["message"]
+        # A bind of the late pod to that node (as kube-scheduler would send after a filter answered
+        # before the hold was seen) is refused by the restarted extender.
+        late = cluster.get("pod", "late", namespace=namespace)
+        answer = http_json(
+            f"http://127.0.0.1:{replica.port}/bind",
+            {"PodName": "late", "PodNamespace": namespace, "PodUID": late["metadata"]["uid"], "Node": node},
+        )
+        assert f"held for {namespace}/boss" in answer["Error"], answer
+        assert not cluster.get("pod", "late", namespace=namespace)["spec"].get("nodeName")
     finally:
         _release(cluster, namespace, "c0", "d1")
     found = _running(cluster, pool, namespace, "boss")
     victims = set(cards) - _names(cluster, namespace)
     assert {cards[v] for v in victims} == _cards_of(found["boss"]) and len(victims) == 2
+    assert held_cards == _cards_of(found["boss"]), "the card explain showed held is the one the preemptor got"
     # The late pod was never bound (so never preempted in turn): it is still there, and once the boss
     # runs it may take only what is left (card use is checked at every poll of `_running`).
     late = cluster.get("pod", "late", namespace=namespace)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 
-from policies import gpu, inspection, model
+from policies import dra, gpu, inspection, model
 from webhook.audit import findings, report, scan
 
 _BAR_WIDTH = 20
@@ -41,6 +41,13 @@ def summary_line(audit: scan.Audit) -> str:
     folded = f"; {audit.folded} repeated on controlled objects left out" if audit.folded else ""
     verdict = f"{enforced} at enforce level" if enforced else "nothing at enforce level"
     return f"{audit.objects} object(s) audited: {parts}{folded}; {verdict}"
+
+
+def admin_access_line(audit: scan.Audit) -> str:
+    """The namespaces labelled for DRA admin access; "" where none is."""
+    if not audit.admin_access_namespaces:
+        return ""
+    return f"DRA admin access allowed (label {dra.ADMIN_ACCESS_LABEL}=true) in namespaces: {', '.join(audit.admin_access_namespaces)}"
 
 
 def _objects(finding: findings.Finding) -> str:
@@ -76,6 +83,8 @@ def table(audit: scan.Audit, *, all_results: bool = False) -> str:
     else:
         out.append("No findings." if not all_results else "Nothing audited.")
     out.append(summary_line(audit))
+    if admin_access_line(audit):
+        out.append(admin_access_line(audit))
     return "\n".join(out) + "\n"
 
 
@@ -106,6 +115,8 @@ def markdown(audit: scan.Audit, *, all_results: bool = False) -> str:
         f"| {tally['fail']} | {tally['warn']} | {tally['error']} | {tally['skip']} | {tally['pass']} | {audit.objects} |"
     )
     out += ["", f"_{_md(summary_line(audit))}_", ""]
+    if admin_access_line(audit):
+        out += [_md(admin_access_line(audit)), ""]
     groups = grouped(selected(audit, all_results=all_results))
     if not groups:
         out += ["No findings.", ""]

@@ -226,6 +226,9 @@ class Audit:
     folded: int  # results left out because the object's controller carries the same one
     namespaces: frozenset[str]  # the namespaces holding audited objects
     nodes: tuple[cards.NodeState, ...] = ()  # per-card occupation of every GPU node, for pictures
+    # Namespaces labelled for DRA admin access (`dra.ADMIN_ACCESS_LABEL`: true), where claims may
+    # ask for `adminAccess`, which Kubernetes allows there and GPU011 narrows to `dra.adminNamespaces`.
+    admin_access_namespaces: tuple[str, ...] = ()
 
     @property
     def exit_status(self) -> int:
@@ -646,7 +649,7 @@ def run(
     if scope.cluster:
         pods_by_uid = _PodsByUid(kept, uid_index)
         leases = reservations.leases_by_node(inventory.leases, namespace=ledger_namespace)
-        held = dra.holds(inventory.slices, inventory.claims)  # cards allocated through DRA (GPU216)
+        held = dra.holds(inventory.slices, inventory.claims, namespace=ledger_namespace)  # cards allocated through DRA (GPU216)
         for node in inventory.nodes:
             if not facts.is_gpu_node(node):
                 continue
@@ -680,4 +683,10 @@ def run(
         folded=folded,
         namespaces=frozenset(namespaces),
         nodes=tuple(sorted(states, key=lambda s: s.name)),
+        admin_access_namespaces=admin_access_namespaces(inventory.namespace_labels, scope=scope),
     )
+
+
+def admin_access_namespaces(labels: Mapping[str, Mapping[str, str]], *, scope: Scope) -> tuple[str, ...]:
+    """The namespaces `scope` covers that carry Kubernetes' DRA admin-access label with "true"."""
+    return tuple(sorted(ns for ns, found in labels.items() if found.get(dra.ADMIN_ACCESS_LABEL) == "true" and scope.covers(ns)))

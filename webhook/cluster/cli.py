@@ -56,6 +56,7 @@ def add_parser(subparsers: Any) -> None:
         help="enable kube-apiserver's MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1 "
         "(for `policies export-map`)",
     )
+    up.add_argument("--dra-device-taints", action="store_true", help=controlplane.DRA_DEVICE_TAINTS_HELP)
     up.set_defaults(func=_up)
 
     down = verbs.add_parser("down", help="stop every process of the cluster and remove its state")
@@ -78,10 +79,12 @@ def _up(args: argparse.Namespace) -> int:
     if args.real_node:
         realnode.check_tools()  # before building kubelet and kube-proxy, which takes minutes
     bin_dir = binaries.ensure(real_node=args.real_node)
+    dra_apiserver, dra_scheduler = controlplane.dra_device_taint_flags(args.dra_device_taints)
     state = install.bring_up(
         args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config, real_node=args.real_node,
         in_cluster=args.in_cluster, image=args.image,
-        apiserver_flags=controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.mutating_admission_policies else (),
+        apiserver_flags=(*(controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.mutating_admission_policies else ()), *dra_apiserver),
+        scheduler_flags=dra_scheduler,
     )
     real = f", real node {realnode.NODE_NAME} Ready at {state.node_ip}" if args.real_node else ""
     print(f"cluster up: {len(fake_nodes)} fake nodes Ready{real}{'' if args.no_install else ', gpu-admission installed'}")

@@ -133,6 +133,16 @@ MUTATING_ADMISSION_POLICY_FLAGS = (
 # Flags only, no extra process: the e2e session cluster starts with them at no cost (docs/dra.md).
 DRA_DEVICE_TAINT_GATE = "--feature-gates=DRADeviceTaints=true"
 DRA_DEVICE_TAINT_FLAGS = (DRA_DEVICE_TAINT_GATE, "--runtime-config=resource.k8s.io/v1alpha3=true")
+DRA_DEVICE_TAINTS_HELP = (
+    "turn on DRA device taints (alpha in 1.34: the DRADeviceTaints gate and resource.k8s.io/v1alpha3), so the extender "
+    "keeps cards that hold shared pods from DRA with DeviceTaintRules; without it (Kubernetes as shipped) it uses "
+    "ResourceClaims of its own (docs/dra.md)"
+)
+
+
+def dra_device_taint_flags(on: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """kube-apiserver's and kube-scheduler's extra flags for DRA device taints on (or none: off)."""
+    return (DRA_DEVICE_TAINT_FLAGS, (DRA_DEVICE_TAINT_GATE,)) if on else ((), ())
 
 
 def up(

@@ -45,6 +45,7 @@ def add_parser(subparsers: Any) -> None:
         help="the same story with gpu-admission installed from deploy/ as containers on a real kubelet "
         "(needs root, docker.io, containerd; see `cluster up --real-node --in-cluster`)",
     )
+    parser.add_argument("--dra-device-taints", action="store_true", help=controlplane.DRA_DEVICE_TAINTS_HELP)
     parser.set_defaults(func=run)
 
 
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         reason = "--offline" if args.offline else "no Go toolchain to build the local control plane"
         return _offline(reason)
     try:
-        return _on_cluster(args.dir, real_node=args.real_node)
+        return _on_cluster(args.dir, real_node=args.real_node, dra_device_taints=args.dra_device_taints)
     except (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError) as error:
         raise errors.InputError(str(error)) from error
 
@@ -67,7 +68,7 @@ def _offline(reason: str) -> int:
     return 0 if expected else 1
 
 
-def _on_cluster(directory: Path, *, real_node: bool = False) -> int:
+def _on_cluster(directory: Path, *, real_node: bool = False, dra_device_taints: bool = False) -> int:
     if real_node:
         realnode.check_tools()  # before building kubelet and kube-proxy, which takes minutes
     print("== building the control plane (first run only: a few minutes; later runs start in seconds)")
@@ -78,7 +79,11 @@ def _on_cluster(directory: Path, *, real_node: bool = False) -> int:
     fake_nodes = nodes.load(None)
     if real_node:
         print("   with a real node: the image is built and gpu-admission installed from deploy/ as containers")
-    state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=fake_nodes, real_node=real_node, in_cluster=real_node)
+    apiserver_flags, scheduler_flags = controlplane.dra_device_taint_flags(dra_device_taints)
+    state = install.bring_up(
+        directory, bin_dir=bin_dir, fake_nodes=fake_nodes, real_node=real_node, in_cluster=real_node,
+        apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
+    )
     where = "as containers on the real node" if real_node else "as local processes"
     print(f"   {len(fake_nodes)} fake nodes Ready; webhook, extender {where}; {sum(n.inventory is not None for n in fake_nodes)} labelers running")
     controlplane.kubectl(state, "create", "namespace", NAMESPACE)

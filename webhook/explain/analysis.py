@@ -12,10 +12,12 @@ from earlier versions, its Node annotation's, as the extender reads it (`policie
 
 Stale allocations: the extender counts a reservation-ledger entry whose pod is not listed for
 `reservations.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
-stops counting it and prunes it from the ledger within seconds; a Terminating pod counts until its
-object is gone, as kube-scheduler counts it. `explain` calls both stale while they still hold
-cards: ledger entries of pods that are not listed, and pods past their deletion deadline by more
-than `reasons.STUCK_TERMINATING_S` (their node is likely lost: force-deleting them frees the cards).
+stops counting it and prunes it from the ledger within seconds. A pod being deleted
+(`deletionTimestamp`) frees its card at once, unless a preemption is under way on its node (a
+hold record names it, or a pod of higher priority is nominated there: `Store._counts`). `explain`
+calls stale what still holds cards: ledger entries of pods that are not listed, and such victims
+past their deletion deadline by more than `reasons.STUCK_TERMINATING_S` (their node is likely
+lost: force-deleting them frees the cards).
 
 The best node is the refusing node that needs the smallest change, in this order: nothing but time
 or cleanup (binds in flight, stale allocations), an uncordon or a toleration, moving the fewest pods
@@ -81,6 +83,30 @@ class Bound:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class HoldNote:
+    """One preemption hold record on a node (`preemption.Hold`, from the node's hold Lease), as
+    explain and simulate show it: whom it holds for, what was evicted for it, and whether it still
+    holds the card (`preemption.standing`, judged on the live pods as the extender judges it)."""
+
+    node: str
+    pod: str  # namespace/name of the preemptor
+    uid: str
+    priority: int
+    victims: tuple[str, ...]  # namespace/name, or "<uid> (gone)"
+    at: float  # unix seconds the record was written
+    standing: bool
+    cards: tuple[int, ...] = ()  # the card(s) it holds, where it stands
+
+    def describe(self, *, now: float) -> str:
+        held = f" GPU{','.join(map(str, self.cards))}" if self.cards else ""
+        state = "holds the card" if self.standing else "lapsed: holds nothing"
+        return (
+            f"{self.node}{held}: for {self.pod} (priority {self.priority}), which preempted {', '.join(self.victims) or 'nothing'}; "
+            f"recorded {max(0, round(now - self.at))} s ago; {state}"
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Report:
     pod: str  # namespace/name
     admission: model.Decision | None
@@ -94,6 +120,7 @@ class Report:
     # Set when the settings name another GPU scheduler (`policies.schedulers.Profile.notice`): its
     # cards are not the extender's, so the per-node part says nothing about them.
     scheduler: str = ""
+    holds: tuple[HoldNote, ...] = ()  # the preemption hold records on the GPU nodes
 
     @property
     def managed(self) -> bool:
@@ -121,11 +148,14 @@ class Cluster:
         listed = list(pods)
         self.pods_by_uid = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in listed}
         # The nodes' ledger Leases: only those in the ledger namespace that name their node count.
+        leases = list(leases)
         self.leases = reservations.leases_by_node(leases, namespace=ledger_namespace)
         self.store = store_module.Store(namespace=ledger_namespace)
         self.store.replace_nodes(self.nodes.values())
         self.store.replace_pods(listed)
         self.store.replace_leases(self.leases.values())
+        for lease in leases:  # the preempt verb's hold records (`gpu-hold.<node>`): trusted as the extender trusts them
+            self.store.put_hold_lease(lease)
         # Cards allocated by Dynamic Resource Allocation (`policies.dra`): counted as the extender counts them.
         self.store.replace_slices(slices)
         self.store.replace_claims(claims)
@@ -147,6 +177,35 @@ class Cluster:
     def state(self, name: str, *, exclude_uid: str = "") -> cards.NodeState | None:
         return self.store.state(name, now=self.now, ttl=self.ttl, exclude_uid=exclude_uid)
 
+    def held(self, name: str, state: cards.NodeState | None, *, pod: Mapping[str, Any]) -> cards.NodeState | None:
+        """`state` with the cards held for preemptors of the pod's priority or above, as filter and
+        bind judge it (`Store.with_holds`)."""
+        return None if state is None else self.store.with_holds(name, state, pod=pod, now=self.now)
+
+    def holds(self, name: str) -> tuple[HoldNote, ...]:
+        """The hold records on a node, each with whether it stands and the card(s) it holds."""
+        records = self.store.hold_nodes().get(name, {})
+        if not records:
+            return ()
+        standing = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in self.store.held_for(name, now=self.now)}
+        lowest = {"metadata": {"uid": ""}, "spec": {"priority": -(2**31)}}  # held against: every holder counts
+        state = self.held(name, self.state(name), pod=lowest)
+        found = []
+        for uid, record in sorted(records.items(), key=lambda item: item[1].at):
+            victims = tuple(sorted(
+                f"{podspec.mapping(p.get('metadata')).get('namespace', '')}/{podspec.mapping(p.get('metadata')).get('name', '')}"
+                if (p := self.pods_by_uid.get(victim)) is not None else f"{victim} (gone)"
+                for victim in record.victims
+            ))
+            held_cards = () if state is None or uid not in standing else tuple(sorted({
+                card for a in state.allocations if a.uid == uid and a.source == "nomination" for card in a.cards
+            }))
+            found.append(HoldNote(
+                node=name, pod=f"{record.namespace}/{record.name}", uid=uid, priority=record.priority, victims=victims, at=record.at,
+                standing=uid in standing, cards=held_cards,
+            ))
+        return tuple(found)
+
     def stale(self, name: str) -> frozenset[str]:
         """UIDs whose allocations on `name` belong to pods that are gone (see the module docstring)."""
         node = self.nodes.get(name)
@@ -164,11 +223,20 @@ def judge(pod: Mapping[str, Any], request: cardrequest.Request, *, cluster: Clus
     """The pod on one node of `cluster`: kube-scheduler's checks, then the extender's (with the
     what-ifs), and, where the node is full, what the extender's preempt verb would answer."""
     uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
-    found = verdict(
-        pod, request, node=cluster.nodes.get(name, {}), name=name, state=cluster.state(name, exclude_uid=uid),
-        stale=cluster.stale(name),
-    )
+    state = cluster.state(name, exclude_uid=uid)
+    held = cluster.held(name, state, pod=pod)
+    found = with_hold_note(verdict(pod, request, node=cluster.nodes.get(name, {}), name=name, state=held, stale=cluster.stale(name)), held, state)
     return preempting(pod, request, found, known=lambda u: cluster.store.pod(u))
+
+
+def with_hold_note(found: NodeVerdict, held: cards.NodeState | None, state: cards.NodeState | None) -> NodeVerdict:
+    """`found` with its last reason naming the preemptors whose hold refused the pod, as filter's
+    refusal names them; unchanged where no hold applies or the pod fits."""
+    if held is state or held is None or found.fits or not found.reasons:
+        return found
+    last = found.reasons[-1]
+    note = preemption_.held_note(held)
+    return dataclasses.replace(found, reasons=(*found.reasons[:-1], dataclasses.replace(last, message=f"{last.message}{note}"))) if note else found
 
 
 def preempting(
@@ -253,7 +321,8 @@ def explain(
     if not request.managed:
         return Report(**common, bound=None, nodes=(), suggestion=None)
     verdicts = tuple(judge(pod, request, cluster=cluster, name=name) for name in cluster.gpu_nodes())
-    return Report(**common, bound=None, nodes=verdicts, suggestion=suggest(request, verdicts))
+    holds = tuple(note for name in cluster.gpu_nodes() for note in cluster.holds(name))
+    return Report(**common, bound=None, nodes=verdicts, suggestion=suggest(request, verdicts), holds=holds)
 
 
 def selectors(spec: Mapping[str, Any]) -> tuple[str, ...]:

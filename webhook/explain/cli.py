@@ -198,7 +198,7 @@ def run_explain(args: argparse.Namespace) -> int:
         pod, nodes=nodes, pods=pods, now=now, settings=settings, leases=leases, ledger_namespace=ledger_namespace,
         slices=slices, claims=claims,
     )
-    output.emit(render.render(report, output=args.output), path=args.output_file)
+    output.emit(render.render(report, output=args.output, now=now), path=args.output_file)
     return 0
 
 
@@ -267,7 +267,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         [d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates,
         leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims,
     )
-    output.emit(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes)), path=args.output_file)
+    output.emit(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes), now=now), path=args.output_file)
     return EXIT_ALL_PLACED if result is not None and not result.unplaced and not _denied(result) else EXIT_NOT_PLACED
 
 
@@ -325,10 +325,11 @@ def simulation_json(result: simulate.Result | None) -> dict[str, Any]:
         ],
         "addedNodes": result.added,
         "cards": inspection.as_json(result.states.values()),
+        **({"holds": render.holds_json(result.holds)} if result.holds else {}),
     }
 
 
-def render_simulation(result: simulate.Result | None, *, output: str, asked_for_nodes: bool = False) -> str:
+def render_simulation(result: simulate.Result | None, *, output: str, asked_for_nodes: bool = False, now: float = 0.0) -> str:
     if output == "json":
         return json.dumps(simulation_json(result), indent=2) + "\n"
     if output == "yaml":
@@ -353,6 +354,8 @@ def render_simulation(result: simulate.Result | None, *, output: str, asked_for_
     for landing in result.landings:
         if landing.managed and not landing.placed and not landing.denied:
             lines += ["", f"{landing.pod} does not fit:", *render.grouped(landing.verdicts)]
+    if result.holds:
+        lines += ["", *render.holds_lines(result.holds, now=now)]
     if asked_for_nodes:
         lines += ["", f"Nodes to add: {result.added}"]
     lines += ["", inspection.summary(result.states.values()).rstrip("\n")]

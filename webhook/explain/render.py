@@ -68,6 +68,29 @@ class RequestJson(TypedDict):
     problem: str
 
 
+class HoldJson(TypedDict):
+    node: str
+    pod: str
+    priority: int
+    victims: list[str]
+    recordedAt: float
+    standing: bool
+    cards: list[int]
+
+
+def holds_json(notes: Sequence[analysis.HoldNote]) -> list[HoldJson]:
+    """The hold records as explain's and simulate's JSON list them (`holds`, present only where any is)."""
+    return [
+        {"node": h.node, "pod": h.pod, "priority": h.priority, "victims": list(h.victims), "recordedAt": h.at, "standing": h.standing, "cards": list(h.cards)}
+        for h in notes
+    ]
+
+
+def holds_lines(notes: Sequence[analysis.HoldNote], *, now: float) -> list[str]:
+    """"Holds:" and a line per record; none where there is none."""
+    return ["Holds:      preemption hold records (kept for their preemptor against pods of its priority or below):", *(f"  {h.describe(now=now)}" for h in notes)] if notes else []
+
+
 class ReportJson(TypedDict):
     pod: str
     admission: dict[str, Any] | None
@@ -150,15 +173,22 @@ def _as_json(report: analysis.Report) -> ReportJson:
     }
 
 
-def render(report: analysis.Report, *, output: str) -> str:
+def _with_holds(report: analysis.Report) -> dict[str, Any]:
+    document: dict[str, Any] = dict(as_json(report))
+    if report.holds:
+        document["holds"] = holds_json(report.holds)
+    return document
+
+
+def render(report: analysis.Report, *, output: str, now: float = 0.0) -> str:
     if output == "json":
-        return json.dumps(as_json(report), indent=2) + "\n"
+        return json.dumps(_with_holds(report), indent=2) + "\n"
     if output == "yaml":
-        return yaml.safe_dump(as_json(report), sort_keys=False)
-    return table(report)
+        return yaml.safe_dump(_with_holds(report), sort_keys=False)
+    return table(report, now=now)
 
 
-def table(report: analysis.Report) -> str:
+def table(report: analysis.Report, *, now: float = 0.0) -> str:
     lines = [f"Pod:        {report.pod}"]
     if report.scheduler:
         lines.append(f"Scheduler:  {report.scheduler}")
@@ -178,6 +208,7 @@ def table(report: analysis.Report) -> str:
     lines.extend(grouped(report.nodes))
     if not any(v.fits for v in report.nodes):
         lines.extend(_preemption(report.nodes))
+    lines.extend(holds_lines(report.holds, now=now))
     suggestion = report.suggestion
     if any(v.fits for v in report.nodes):
         fitting = [v for v in report.nodes if v.fits]

@@ -57,6 +57,7 @@ class Result:
     landings: tuple[Landing, ...]
     states: dict[str, cards.NodeState]
     added: int = 0  # nodes added from the template (--add-nodes)
+    holds: tuple[analysis.HoldNote, ...] = ()  # the preemption hold records on the nodes, honoured as bind honours them
 
     @property
     def unplaced(self) -> int:
@@ -117,7 +118,8 @@ def run(
     # Caches: kube-scheduler's checks depend only on the pod's scheduling fields and the node; a
     # verdict only on those, the request and the node's state (versioned: bumped when a pod lands).
     checked: dict[tuple[str, str], bool] = {}
-    judged: dict[tuple[str, cardrequest.Request, str, int], analysis.NodeVerdict] = {}
+    judged: dict[tuple[str, cardrequest.Request, str, int, int], analysis.NodeVerdict] = {}
+    held_nodes = {name for name in nodes if cluster.holds(name)} | set(cluster.store.nominated_nodes())
     versions = dict.fromkeys(nodes, 0)
     landings: list[Landing] = []
     priorities: dict[str, int] = {}  # simulated pods' priorities (`spec.priority`), by their simulated UID
@@ -132,21 +134,29 @@ def run(
             landings.append(Landing(pod=key, managed=False))
             continue
         signature = _scheduling_signature(pod)
+
+        def seen(name: str, state: cards.NodeState, pod: Mapping[str, Any] = pod) -> cards.NodeState:
+            """The node's state as this pod is judged on it: with the cards held for preemptors of
+            its priority or above (`analysis.Cluster.held`), where any is."""
+            return cluster.store.with_holds(name, state, pod=pod, now=cluster.now) if name in held_nodes else state
+
         candidates = []
         for name, node in nodes.items():
             passes = checked.get((signature, name))
             if passes is None:
                 passes = checked[(signature, name)] = not predicates.check(pod, node)
-            if passes and name in states and placement.evaluate(request, states[name], decide=False, explain=False).fits:
+            if passes and name in states and placement.evaluate(request, seen(name, states[name]), decide=False, explain=False).fits:
                 candidates.append(name)
         if not candidates:
             verdicts = []
             for name, node in nodes.items():
-                cache_key = (signature, request, name, versions[name])
+                cache_key = (signature, request, name, versions[name], preemption.priority_of(pod))
                 found = judged.get(cache_key)
                 if found is None:
-                    found = judged[cache_key] = analysis.verdict(
-                        pod, request, node=node, name=name, state=states.get(name), stale=stale[name]
+                    state = states.get(name)
+                    held = None if state is None else seen(name, state)
+                    found = judged[cache_key] = analysis.with_hold_note(
+                        analysis.verdict(pod, request, node=node, name=name, state=held, stale=stale[name]), held, state
                     )
                 verdicts.append(found)
             # Priorities count: the extender's preempt verb would free one card on one of the full
@@ -164,23 +174,24 @@ def run(
             choice = target.preemption
             assert choice is not None and target.state is not None  # `able` and `preempting` guarantee both
             gone = set(choice.uids)
-            state = target.state
+            state = states.get(target.node, target.state)  # as it is: a hold judged it, it is not part of it
             states[target.node] = cards.occupy(state.node, [a for a in (*state.allocations, *state.orphans) if a.uid not in gone])
             versions[target.node] += 1
-            fit = placement.evaluate(request, states[target.node])
+            fit = placement.evaluate(request, seen(target.node, states[target.node]))
             priorities[_place(states, target.node, position, metadata, request, fit.cards, now=cluster.now)] = preemption.priority_of(pod)
             versions[target.node] += 1
             landings.append(Landing(pod=key, node=target.node, cards=fit.cards, preempted=tuple(p.key for p in choice.victims)))
             continue
-        scores = placement.scores(request, states=states, names=candidates)
+        scores = placement.scores(request, states={name: seen(name, states[name]) for name in candidates}, names=candidates)
         top = max(scores.values())
         best = sorted(name for name in candidates if scores[name] == top)
         chosen = best[0]
-        fit = placement.evaluate(request, states[chosen])
+        fit = placement.evaluate(request, seen(chosen, states[chosen]))
         priorities[_place(states, chosen, position, metadata, request, fit.cards, now=cluster.now)] = preemption.priority_of(pod)
         versions[chosen] += 1
         landings.append(Landing(pod=key, node=chosen, cards=fit.cards, ties=tuple(best[1:])))
-    return Result(landings=tuple(landings), states=states, added=len(extra_nodes))
+    holds = tuple(note for name in cluster.gpu_nodes() for note in cluster.holds(name))
+    return Result(landings=tuple(landings), states=states, added=len(extra_nodes), holds=holds)
 
 
 def _place(

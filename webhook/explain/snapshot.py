@@ -38,6 +38,7 @@ import yaml
 
 from policies import allocation, cardrequest, dra, gpu, podspec, reservations
 from webhook.cmdline import errors
+from webhook.extender import preemption
 
 API_VERSION = "gpu-admission.io/v1"
 KIND = "GPUSnapshot"
@@ -64,7 +65,10 @@ def take(
 ) -> Snapshot:
     """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs,
     and the nodes' ledger Leases (those `ledger_namespace` holds for a node; any other is left out)."""
+    leases = list(leases)
     kept_leases = [slim_lease(lease) for lease in reservations.leases_by_node(leases, namespace=ledger_namespace).values()]
+    # The preempt verb's hold records (`gpu-hold.<node>`), which explain and simulate show and honour.
+    kept_leases += [slim_lease(lease) for lease in leases if preemption.hold_lease_node(lease, namespace=ledger_namespace) is not None]
     kept_nodes = [slim_node(n) for n in nodes]
     kept_pods = [slim_pod(p) for p in pods if is_gpu_pod(p)]
     kept_pdbs = [
@@ -186,11 +190,14 @@ def slim_node(node: Mapping[str, Any]) -> Object:
 
 
 def slim_lease(lease: Mapping[str, Any]) -> Object:
-    """A ledger Lease as a snapshot keeps it: identity, labels, the node and ledger annotations, the holder."""
+    """A ledger (or hold) Lease as a snapshot keeps it: identity, labels, the node, ledger and
+    hold annotations, the holder."""
     metadata = podspec.mapping(lease.get("metadata"))
     annotations = podspec.mapping(metadata.get("annotations"))
     kept: Object = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels") if k in metadata}
-    kept["annotations"] = {k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION) if k in annotations}
+    kept["annotations"] = {
+        k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION, preemption.HOLDS_ANNOTATION) if k in annotations
+    }
     holder = podspec.mapping(lease.get("spec")).get("holderIdentity")
     return {
         "apiVersion": "coordination.k8s.io/v1",

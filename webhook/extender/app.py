@@ -336,6 +336,9 @@ async def filter_nodes(request: web.Request) -> web.Response:
     if not cache.synced:
         meters.requests.inc(verb="filter", result="error")
         return web.json_response(wire.filter_error("the GPU extender is still loading nodes and pods; retry"))
+    if not cache.dra_synced:  # a card a DRA claim holds could look free until then
+        meters.requests.inc(verb="filter", result="error")
+        return web.json_response(wire.filter_error("the GPU extender is still loading DRA ResourceSlices and ResourceClaims; retry"))
     try:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
@@ -549,22 +552,8 @@ def _deleting(pod: Mapping[str, Any] | None) -> bool:
 
 
 def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any], now: float) -> cards.NodeState:
-    """`state` with the cards held by pods of the pod's priority or above that are nominated to the
-    node, or whose preemption's record there stands (`store.held_for`), as `preemption.held` places
-    them; the state itself where none is."""
-    metadata = podspec.mapping(pod.get("metadata"))
-    waiting = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in (*cache.held_for(name, now=now), *cache.nominees(name))}
-    nominees = preemption.holders(
-        (preemption.nominee_of(other) for other in waiting.values()),
-        priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
-    )
-    if not nominees:
-        return state
-    going = frozenset(
-        a.uid for a in state.allocations
-        if (other := cache.pod(a.uid)) is not None and podspec.mapping(other.get("metadata")).get("deletionTimestamp") is not None
-    )
-    return preemption.held(state, nominees, going=going)
+    """`Store.with_holds`: the state with the cards held for preemptors of the pod's priority or above."""
+    return cache.with_holds(name, state, pod=pod, now=now)
 
 
 def _apply_holds(
@@ -586,9 +575,8 @@ def _apply_holds(
         if kept is not state:
             fit = placement.evaluate(wanted, kept, decide=False)
             if not fit.fits and fit.reasons and (fits[index] or fit).fits:
-                holders = ", ".join(sorted({a.pod_key for a in kept.allocations if a.source == "nomination"}))
                 last = fit.reasons[-1]
-                held = dataclasses.replace(last, message=f"{last.message} (held for {holders}, which preempted here)")
+                held = dataclasses.replace(last, message=f"{last.message}{preemption.held_note(kept)}")
                 fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
             fits[index] = fit
 

@@ -64,7 +64,7 @@ from typing import Any
 
 from policies import allocation as allocation_  # `allocation` is the name of what bind hands out
 from policies import cardrequest, gpu, podspec, reservations
-from webhook.extender import api, placement, reality, wire
+from webhook.extender import api, placement, preemption, reality, wire
 from policies import cards
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
@@ -187,6 +187,13 @@ class Binder:
         )
         return BindResult(allocation=allocation, conflicts=conflicts)
 
+    def _with_holds(self, node: str, uid: str, state: cards.NodeState, *, now: float) -> cards.NodeState:
+        """The state with the cards held for preemptors of the pod's priority or above
+        (`Store.with_holds`, as filter judges), so that bind never hands out a held card; the
+        state itself without a cache, or where nothing is held."""
+        pod = self._cache.pod(uid) if self._cache is not None else None
+        return state if self._cache is None or pod is None else self._cache.with_holds(node, state, pod=pod, now=now)
+
     @property
     def nodes_committing(self) -> frozenset[str]:
         """The nodes with binds waiting to be committed now."""
@@ -252,9 +259,10 @@ class Binder:
                 state = node_state(
                     read.view, pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid,
                 )
+                state = self._with_holds(node_name, request.uid, state, now=now)
                 fit = placement.evaluate(waiting.wanted, state)
                 if not fit.fits:
-                    errors[position] = f"{node_name}: {fit.message}"
+                    errors[position] = f"{node_name}: {fit.message}{preemption.held_note(state)}"
                     continue
                 chosen[request.uid] = allocation_.Allocation(
                     uid=request.uid, namespace=request.namespace, name=request.name, node=node_name,

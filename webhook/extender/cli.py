@@ -130,7 +130,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     slices, claims, problem = kube.list_dra(client)
     if problem:
         log.warning("%s", problem)
-    held = dra.holds(slices, claims)
+    held = dra.holds(slices, claims, namespace=args.ledger_namespace)
     grouped = cards.pods_by_node(pods)
     now = time.time()
     states = {
@@ -147,8 +147,21 @@ def run_inspect(args: argparse.Namespace) -> int:
             raise errors.InputError(f"no such node: {', '.join(missing)}")
         states = {name: state for name, state in states.items() if name in args.node}
     real = inspection.node_usages(nodes)  # the labeler's usage summaries, where nodes carry one
-    output.emit(_inspect_text(args, states, usage=real), path=args.output_file)
+    text = _inspect_text(args, states, usage=real)
+    output.emit(_with_unmatched(args, text, dra.unmatched(slices, claims, namespace=args.ledger_namespace)), path=args.output_file)
     return 0
+
+
+def _with_unmatched(args: argparse.Namespace, text: str, found: Sequence[dra.Held]) -> str:
+    """The views with the DRA claims that match no card (`dra.unmatched`) added: a `draUnmatched`
+    list in JSON and YAML, a closing section in the text views; unchanged where there is none."""
+    if not found or args.output == "name":
+        return text
+    if args.output == "json":
+        return json.dumps({**json.loads(text), "draUnmatched": dra.unmatched_json(found)}, indent=2) + "\n"
+    if args.output == "yaml":
+        return text + str(yaml.safe_dump({"draUnmatched": dra.unmatched_json(found)}, sort_keys=False))
+    return text + dra.unmatched_text(found)
 
 
 def _inspect_text(
@@ -252,7 +265,9 @@ async def _serve(
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),
         budgets=kube_api.list_budgets,
-        taint_keeper=taints.Keeper(kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl),
+        taint_keeper=taints.Keeper(
+            kube_api, cache, elector=taints.elector_for(client, namespace=ledger_namespace), ttl=ttl, namespace=ledger_namespace
+        ),
         leases=kube_api,
         ledger_namespace=ledger_namespace,
     )

@@ -312,12 +312,14 @@ class Watcher:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
+        self._store.expect_dra()
         for kind, path, replace, selector in (
             ("Node", "/api/v1/nodes", self._store.replace_nodes, ""),
             ("Pod", "/api/v1/pods", self._store.replace_pods, ""),
             ("Lease", _lease_path(self._namespace, ""), self._store.replace_leases, LEDGER_SELECTOR),
             # Dynamic Resource Allocation: where the API is off these fail and retry at the back-off's
-            # pace; the store counts no DRA holds meanwhile (`Store.synced` does not wait for them).
+            # pace; the store counts no DRA holds meanwhile (`Store.synced` does not wait for them,
+            # filter does: `Store.dra_synced`).
             ("ResourceSlice", dra.SLICES_PATH, self._store.replace_slices, ""),
             ("ResourceClaim", dra.CLAIMS_PATH, self._store.replace_claims, ""),
         ):
@@ -350,6 +352,7 @@ class Watcher:
             except kube_errors.NotFound as error:
                 if kind not in _OPTIONAL_KINDS:
                     raise
+                self._store.not_served(kind)  # nothing to wait for: filter need not hold GPU pods back
                 log.info("%s: %s is not served (%s); looking again in %.0f s", kind, path, error, OPTIONAL_RETRY_S)
                 await asyncio.sleep(OPTIONAL_RETRY_S)
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist
@@ -390,6 +393,7 @@ class Watcher:
             except kube_errors.NotFound as error:
                 if kind not in _OPTIONAL_KINDS:
                     raise
+                self._store.not_served(kind)  # nothing to wait for: filter need not hold GPU pods back
                 log.info("%s: %s is not served (%s); looking again in %.0f s", kind, path, error, OPTIONAL_RETRY_S)
                 self._stopped.wait(OPTIONAL_RETRY_S)
             except Exception as error:  # noqa: BLE001 - any failure means: back off, relist

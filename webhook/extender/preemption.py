@@ -402,6 +402,12 @@ class Hold:
     at: float  # unix seconds of the answer
 
 
+def held_note(state: cards.NodeState) -> str:
+    """" (held for <pods>, which preempted here)": what a refusal caused by a hold (`held`) adds."""
+    holders = ", ".join(sorted({a.pod_key for a in state.allocations if a.source == "nomination"}))
+    return f" (held for {holders}, which preempted here)" if holders else ""
+
+
 def hold_lease_name(node: str) -> str:
     """The name of a node's hold Lease: the prefix and the node name, or a hash of it where too long."""
     name = HOLD_LEASE_PREFIX + node

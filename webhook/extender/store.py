@@ -53,6 +53,7 @@ class Store:
         # The preempt verb's records (`preemption.Hold`), from the hold Leases: node -> preemptor UID ->
         # record; and per preemptor, when this process first saw every victim of its record gone.
         self._holds: dict[str, dict[str, preemption.Hold]] = {}
+        self._hold_victims: frozenset[str] = frozenset()  # UIDs the hold records name as victims (`_counts`)
         self._hold_leases: dict[str, Object] = {}  # node -> its hold Lease (slim), for the next write's precondition
         self._victims_gone: dict[str, float] = {}
         self._newest_hold: dict[str, float] = {}  # preemptor UID -> the time of its newest record on any node
@@ -86,6 +87,8 @@ class Store:
         self._dra_holds: dict[str, dict[str, tuple[dra.Held, ...]]] = {}
         self.slices_synced = False
         self.claims_synced = False
+        self._dra_unserved: set[str] = set()  # kinds whose list answered 404 (`not_served`)
+        self._dra_expected = False  # a watch of them runs (`expect_dra`): until it lists, the view is incomplete
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
@@ -178,6 +181,22 @@ class Store:
 
     # --- reading ---
 
+    @property
+    def dra_synced(self) -> bool:
+        """Whether the DRA view is complete: ResourceSlices and ResourceClaims each listed once, or
+        found not served (or no watch of them runs: a store filled by hand). Until then a card a
+        claim holds could look free, so filter offers no card."""
+        listed = {"ResourceSlice": self.slices_synced, "ResourceClaim": self.claims_synced}
+        return not self._dra_expected or all(done or kind in self._dra_unserved for kind, done in listed.items())
+
+    def expect_dra(self) -> None:
+        """A watch of ResourceSlices and ResourceClaims starts: `dra_synced` waits for its lists."""
+        self._dra_expected = True
+
+    def not_served(self, kind: str) -> None:
+        """The watch found `kind` (ResourceSlice, ResourceClaim) not served: nothing of it to wait for."""
+        self._dra_unserved.add(kind)
+
     def dra_holds(self, node: str) -> dra.NodeHolds:
         """The node's cards DRA claims hold, by card UUID."""
         return self._dra_holds.get(node, dra.NO_HOLDS)
@@ -257,6 +276,27 @@ class Store:
                 found.append(pod)
         return found
 
+    def with_holds(self, node: str, state: cards.NodeState, *, pod: Mapping[str, Any], now: float) -> cards.NodeState:
+        """`state` with the cards held by pods of the pod's priority or above that are nominated to
+        the node, or whose preemption's record there stands (`held_for`), as `preemption.held`
+        places them; the state itself where none is. Filter, bind, explain and simulate all judge
+        a pod on this."""
+        if node not in self._nominated and node not in self._holds:
+            return state
+        metadata = podspec.mapping(pod.get("metadata"))
+        waiting = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in (*self.held_for(node, now=now), *self.nominees(node))}
+        nominees = preemption.holders(
+            (preemption.nominee_of(other) for other in waiting.values()),
+            priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
+        )
+        if not nominees:
+            return state
+        going = frozenset(
+            a.uid for a in state.allocations
+            if (other := self._pods.get(a.uid)) is not None and _deleting(other)
+        )
+        return preemption.held(state, nominees, going=going)
+
     def put_hold_lease(self, obj: Mapping[str, Any]) -> bool:
         """A hold Lease (`preemption.hold_lease_node`); False where it is none to trust."""
         node = preemption.hold_lease_node(obj, namespace=self._namespace)
@@ -277,12 +317,38 @@ class Store:
         return True
 
     def _index_holds(self) -> None:
-        """`_newest_hold` from `_holds` again (on each hold Lease change: rare, and few records)."""
+        """`_newest_hold` and `_hold_victims` from `_holds` again (on each hold Lease change: rare,
+        and few records); the nodes of victims that count differently now are touched."""
         newest: dict[str, float] = {}
+        victims: set[str] = set()
         for records in self._holds.values():
             for uid, hold in records.items():
                 newest[uid] = max(newest.get(uid, hold.at), hold.at)
+                victims.update(hold.victims)
         self._newest_hold = newest
+        changed, self._hold_victims = self._hold_victims ^ victims, frozenset(victims)
+        for uid in changed:
+            if (node := self._pod_node.get(uid)) is not None and (pod := self._pods.get(uid)) is not None and _deleting(pod):
+                self._touch(node)
+
+    def _counts(self, pod: Mapping[str, Any]) -> bool:
+        """Whether a pod's cards count for placement: not from the moment its deletion is seen
+        (`deletionTimestamp`; it is going, and kube-scheduler is told the node changed), unless a
+        preemption is under way there: a hold record names it as a victim, or a pod of higher
+        priority is nominated to its node. Then it counts until it is gone, so that the preemptor
+        is not placed beside a victim that still runs (`preemption.held` places it where the
+        victims leave)."""
+        if not _deleting(pod):
+            return True
+        uid = _uid(pod)
+        if uid in self._hold_victims:
+            return True
+        node = self._pod_node.get(uid) or cards.pod_node(pod)
+        nominees = self._nominated.get(node, ()) if node else ()
+        if not nominees:
+            return False
+        priority = preemption.priority_of(pod)
+        return any(preemption.priority_of(self._pods[n]) > priority for n in nominees if n in self._pods)
 
     def bound_pods(self, node: str) -> list[Object]:
         """Pods whose `spec.nodeName` is `node` (what a LIST with that field selector answers)."""
@@ -347,6 +413,8 @@ class Store:
         `cards.count`, `cards.node_state`'s own (unit tests compare the two on generated clusters);
         bind decides on it too when its read came from this cache."""
         name = _name(node)
+        pods = list(pods)
+        reservations = self._counted_entries(reservations, pods)
         if node is self._nodes.get(name):
             kept = self._node_cards.get(name)
             if kept is None or kept[0] is not node:
@@ -359,9 +427,34 @@ class Store:
             dra_holds=self._dra_holds.get(name, dra.NO_HOLDS),
         )
 
+    def counted(
+        self, pods: Iterable[Mapping[str, Any]], ledger: Mapping[str, allocation.Allocation]
+    ) -> tuple[list[Mapping[str, Any]], Mapping[str, allocation.Allocation]]:
+        """The pods and ledger entries that count for placement (`_counts`, `_counted_entries`):
+        `node_state_of` is `cards.node_state` over these."""
+        listed = list(pods)
+        return [p for p in listed if self._counts(p)], self._counted_entries(ledger, listed)
+
+    def _counted_entries(
+        self, ledger: Mapping[str, allocation.Allocation], pods: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, allocation.Allocation]:
+        """The ledger entries that count: not those of a pod whose deletion was seen, by the watch's
+        delete (`_gone`, even within the in-flight grace) or its `deletionTimestamp` (`_counts`), in
+        this cache or in `pods` (a bind's fresh list)."""
+        if not ledger:
+            return ledger
+        going = {_uid(pod) for pod in pods if _deleting(pod) and not self._counts(pod)}
+        dropped = [
+            uid for uid in ledger
+            if uid in going or uid in self._gone or ((pod := self._pods.get(uid)) is not None and not self._counts(pod))
+        ]
+        return {uid: entry for uid, entry in ledger.items() if uid not in dropped} if dropped else ledger
+
     def _holdings(self, pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float) -> Iterator[cards.Holding]:
         held_by, ours = self._held, self._pods
         for pod in pods:
+            if not self._counts(pod):
+                continue  # being deleted: its card is free for placement at once
             uid = _uid(pod)
             if ours.get(uid) is not pod:
                 yield cards.holding(pod, now=now, ttl=ttl)
@@ -577,7 +670,7 @@ class Store:
         """What DRA holds, worked out again; nodes whose holds changed move their version (and
         where a card came free, `on_freed` hears of it)."""
         before = self._dra_holds
-        self._dra_holds = dra.holds(self._slices.values(), self._claims.values())
+        self._dra_holds = dra.holds(self._slices.values(), self._claims.values(), namespace=self._namespace)
         for node in set(before) | set(self._dra_holds):
             old, new = before.get(node, {}), self._dra_holds.get(node, {})
             if old != new:
@@ -692,7 +785,8 @@ class Store:
         if held is not None and _same_but_version(slim, held):
             self._pods[uid] = slim  # a status update that changes nothing kept here: the node's cached state stays
             return
-        was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) else None
+        # Where the pod's cards counted: a change that stops them counting frees them (`_freed`).
+        was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) and self._counts(held) else None
         waited_for = self._nominee_node.get(uid)
         self._drop_pod(uid)
         self._pods[uid] = slim
@@ -700,15 +794,17 @@ class Store:
         if waits_for:
             self._nominee_node[uid] = waits_for
             self._nominated.setdefault(waits_for, set()).add(uid)
-            if waits_for != waited_for and self.on_nominated is not None:
-                self.on_nominated(uid, waits_for)
+            if waits_for != waited_for:
+                self._touch(waits_for)  # pods being deleted there count again (`_counts`)
+                if self.on_nominated is not None:
+                    self.on_nominated(uid, waits_for)
         node = cards.pod_node(slim)
         if node:
             self._pod_node[uid] = node
             self._by_node.setdefault(node, set()).add(uid)
             self._touch(node)
-        if was_on and (was_on != node or allocation.is_terminal(slim)):
-            self._freed(was_on)  # finished, or no longer on that node
+        if was_on and (was_on != node or allocation.is_terminal(slim) or not self._counts(slim)):
+            self._freed(was_on)  # finished, being deleted, or no longer on that node
 
     def _freed(self, node: str) -> None:
         if self.on_freed is not None:
@@ -730,6 +826,7 @@ class Store:
                 waiting.discard(uid)
                 if not waiting:
                     del self._nominated[waited]
+            self._touch(waited)  # pods being deleted there may stop counting (`_counts`)
         node = self._pod_node.pop(uid, None)
         if node is not None:
             self._touch(node)

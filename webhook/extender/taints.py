@@ -9,8 +9,14 @@ effect NoSchedule, so claims already allocated keep running) and deletes each of
 
 The API's version is found by listing: `resource.k8s.io/v1beta2` (Kubernetes 1.36), else
 `v1alpha3` (1.33 to 1.35, behind the `DRADeviceTaints` feature gate and runtime-config). Where
-neither is served, the keeper logs that once and looks again every `rediscover_s`; the audit's
-GPU216 then reports a card booked by both sides. Failures are logged and tried again next pass.
+neither is served (Kubernetes as shipped up to 1.36), the keeper holds each such device with a
+ResourceClaim of its own in the ledger namespace instead (`dra.hold_claim`), whose
+`status.allocation` names the device: kube-scheduler's allocator counts every device of an
+allocated claim as in use. A hold is released by clearing its allocation first (kube-scheduler
+requeues pods waiting for devices on a deallocation, not on a claim's deletion), then deleting the
+claim. It looks for the rule API again every `rediscover_s`; once rules are served, its hold
+claims are released. docs/dra.md has the evidence from the Kubernetes sources. Failures are logged
+and tried again next pass.
 """
 
 from __future__ import annotations
@@ -19,10 +25,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies import dra
+from policies import dra, podspec, reservations
 from webhook.extender import kube
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
@@ -40,6 +46,15 @@ def rules_path(version: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
+_CLAIM_TYPE = {"apiVersion": f"{dra.GROUP}/{dra.VERSION}", "kind": "ResourceClaim"}  # a list's items carry neither
+
+
+def claims_path(namespace: str, name: str = "", *, status: bool = False) -> str:
+    base = f"/apis/{dra.GROUP}/{dra.VERSION}/namespaces/{namespace}/resourceclaims"
+    path = f"{base}/{name}" if name else base
+    return f"{path}/status" if status else path
+
+
 class Keeper:
     """Keeps the extender's DeviceTaintRules in step with the cards that hold shared pods."""
 
@@ -53,8 +68,10 @@ class Keeper:
         clock: Callable[[], float] = time.time,
         every: float = EVERY_S,
         rediscover_s: float = REDISCOVER_S,
+        namespace: str = reservations.LEDGER_NAMESPACE,
     ) -> None:
         self._api = api
+        self._namespace = namespace  # the ledger namespace: where the hold claims live
         self._cache = cache
         self._elector = elector
         self._ttl = ttl
@@ -91,16 +108,25 @@ class Keeper:
                 found[name] = uuids
         return found
 
+    def _leads(self) -> bool:
+        return self._elector is None or self._elector.leader
+
     async def reconcile(self) -> tuple[int, int]:
-        """One pass: (rules created, rules deleted). Nothing while this replica does not lead, the
-        cache is not synced, or the API is not served."""
+        """One pass: (rules or hold claims created, rules or hold claims released). Nothing while
+        this replica does not lead or the cache is not synced."""
         cache = self._cache
-        if not (cache.synced and cache.slices_synced) or (self._elector is not None and not self._elector.leader):
+        if not (cache.synced and cache.slices_synced) or not self._leads():
             return 0, 0
         version = await self._discover()
-        if version is None:
-            return 0, 0
         wanted = dra.devices_to_taint(dra.card_devices(cache.slices()), self.busy_cards())
+        # Hold claims where no rule API is served; where one is, any left from before are released.
+        held, released = await self._reconcile_holds(() if version is not None else wanted)
+        if version is None:
+            return held, released
+        created, deleted = await self._reconcile_rules(version, wanted)
+        return created + held, deleted + released
+
+    async def _reconcile_rules(self, version: str, wanted: tuple[dra.Device, ...]) -> tuple[int, int]:
         existing, _ = await asyncio.to_thread(self._api.list, rules_path(version), label_selector=f"{dra.RULE_LABEL}=true")
         create, delete = dra.plan_rules(wanted, existing)
         for device in create:
@@ -122,6 +148,57 @@ class Keeper:
                 pass
         return len(create), len(delete)
 
+    async def _reconcile_holds(self, wanted: tuple[dra.Device, ...]) -> tuple[int, int]:
+        """The hold claims: one allocated claim per wanted device, the others released."""
+        try:
+            existing, _ = await asyncio.to_thread(self._api.list, claims_path(self._namespace), label_selector=f"{dra.RULE_LABEL}=true")
+        except kube_errors.NotFound:
+            return 0, 0  # resource.k8s.io/v1 is not served: nothing for DRA to allocate either
+        create, unallocated, release = dra.plan_holds(wanted, existing)
+        by_name = {str(podspec.mapping(c.get("metadata")).get("name", "")): c for c in existing}
+        done = 0
+        for device in create:
+            if not self._leads():
+                break  # re-checked before every write
+            try:
+                claim = await asyncio.to_thread(self._api.request, "POST", claims_path(self._namespace), body=dra.hold_claim(device, namespace=self._namespace))
+            except kube_errors.Conflict:
+                continue  # it exists already: the next pass allocates it where it is not
+            done += await self._allocate(claim, device)
+        for device in unallocated:
+            if self._leads():
+                done += await self._allocate(by_name[dra.rule_name(device)], device)
+        for name in release:
+            if not self._leads():
+                break
+            await self._release(by_name[name])
+        return done, len(release)
+
+    async def _allocate(self, claim: Mapping[str, Any], device: dra.Device) -> int:
+        body = {**claim, **_CLAIM_TYPE, "status": {"allocation": dra.hold_allocation(device)}}
+        name = str(podspec.mapping(claim.get("metadata")).get("name", ""))
+        try:
+            await asyncio.to_thread(self._api.request, "PUT", claims_path(self._namespace, name, status=True), body=body)
+        except (kube_errors.Conflict, kube_errors.NotFound):
+            return 0  # changed or gone meanwhile: the next pass sees it as it is
+        log.info("ResourceClaim %s/%s holds %s/%s/%s (card %s on %s) from DRA", self._namespace, name, *device.key, device.card_uuid, device.node)
+        return 1
+
+    async def _release(self, claim: Mapping[str, Any]) -> None:
+        """Deallocate, then delete: kube-scheduler requeues pods that wait for devices when a claim
+        is deallocated (`isSchedulableAfterClaimChange`); it registers no event for a deletion."""
+        name = str(podspec.mapping(claim.get("metadata")).get("name", ""))
+        try:
+            if dra.claim_results(claim):
+                await asyncio.to_thread(
+                    self._api.request, "PUT", claims_path(self._namespace, name, status=True),
+                    body={**claim, **_CLAIM_TYPE, "status": {"allocation": None}},
+                )
+            await asyncio.to_thread(self._api.request, "DELETE", claims_path(self._namespace, name))
+            log.info("ResourceClaim %s/%s released: its card holds no shared pod any more", self._namespace, name)
+        except (kube_errors.Conflict, kube_errors.NotFound):
+            pass  # changed or gone meanwhile: the next pass sees it as it is
+
     async def _discover(self) -> str | None:
         now = time.monotonic()
         if self._version is not None or now - self._looked_at < self._rediscover_s:
@@ -135,10 +212,9 @@ class Keeper:
             self._version = version
             log.info("DRA taint rules: using %s/%s DeviceTaintRule", dra.GROUP, version)
             return version
-        log.warning(
-            "no DeviceTaintRule API (%s): DRA may allocate cards that hold shared pods; the audit's GPU216 reports such double "
-            "bookings (see docs/dra.md for the feature gate and runtime-config per Kubernetes version)",
-            ", ".join(f"{dra.GROUP}/{v}" for v in dra.TAINT_RULE_VERSIONS),
+        log.info(
+            "no DeviceTaintRule API (%s): cards that hold shared pods are kept from DRA by ResourceClaims in %s labelled %s "
+            "(see docs/dra.md)", ", ".join(f"{dra.GROUP}/{v}" for v in dra.TAINT_RULE_VERSIONS), self._namespace, dra.RULE_LABEL,
         )
         return None
 

@@ -135,14 +135,16 @@ def test_the_extender_stops_counting_a_gone_pods_reservation_after_the_in_flight
     assert report.nodes[0].fits and report.nodes[0].codes == ()
 
 
-def test_a_pod_terminating_long_past_its_deadline_is_a_stale_allocation(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
-    stuck = make_placed("stuck", node_name="n", card=0, mem=16)
-    stuck["metadata"]["deletionTimestamp"] = allocation.timestamp(NOW - reasons.STUCK_TERMINATING_S - 1)
-    report = _explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [stuck])
-    assert _codes(report, "n") == ["STALE_ALLOCATION", "INSUFFICIENT_MEMORY"]
-    recent = make_placed("leaving", node_name="n", card=0, mem=16)
-    recent["metadata"]["deletionTimestamp"] = allocation.timestamp(NOW - 5)
-    assert _codes(_explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [recent]), "n") == ["INSUFFICIENT_MEMORY"]
+def test_a_pod_being_deleted_frees_its_card_at_once(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
+    # Issue 38: from the moment its deletion is seen (deletionTimestamp) a pod's card is free for
+    # placement, as the extender counts it, whether it has just been deleted or is stuck Terminating.
+    for name, since in (("stuck", NOW - reasons.STUCK_TERMINATING_S - 1), ("leaving", NOW - 5)):
+        going = make_placed(name, node_name="n", card=0, mem=16)
+        going["metadata"]["deletionTimestamp"] = allocation.timestamp(since)
+        report = _explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [going])
+        assert report.nodes[0].fits and report.nodes[0].cards == (0,), name
+    kept = make_placed("kept", node_name="n", card=0, mem=16)
+    assert _codes(_explain(make_pod("waiting", mem=8), [make_node("n", count=1, gib=16)], [kept]), "n") == ["INSUFFICIENT_MEMORY"]
 
 
 def test_a_bind_in_flight_is_reported_as_reserved(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:

@@ -3,9 +3,13 @@
 GPU nodes are a trust zone (`policies.trustzone`): a pod that can reach one may have only what is
 known to be safe there (GPU002, GPU003). A pod that asks for no GPU and does not target GPU nodes
 may have anything else, a privileged Docker-in-Docker CI runner, an exporter with the container
-runtime's socket, a node agent with `hostPID`, because this policy gives it the required node
-affinity `aliyun.accelerator/nvidia_name DoesNotExist` (seed `000_2d8695719794de07.txt`), added to
-every required term, and with it the pod cannot reach a GPU node (the scheduler places by it, and
+runtime's socket, a node agent with `hostPID`, a pod with a host port outside the allowlist, because
+this policy gives it a required node affinity that every GPU node fails: for each label of
+`trustzone.DEFAULT_GPU_NODE_LABELS` and `trustZone.gpuNodeLabels` (ours and ACK's
+`aliyun.accelerator/nvidia_name`, the GPU Operator's, GPU Feature Discovery's, Node Feature
+Discovery's, GKE's, EKS's, AKS's) `DoesNotExist`, or `NotIn [true]` for the labels that mark a GPU
+node only as "true" (seed `000_2d8695719794de07.txt`), added to every required term, and with it
+the pod cannot reach a GPU node (the scheduler places by it, and
 the kubelet refuses a pod whose node does not match it, `spec.nodeName` or not). The admission
 response carries a warning that says why.
 
@@ -25,17 +29,18 @@ from policies import applicability, gpu, nodeaffinity, podspec, policy, trustzon
 
 
 class OffGpuNodes(policy.PodMutator):
-    """Adds nvidia_name DoesNotExist affinity to non-GPU pods with node power (optionally: all of them)."""
+    """Adds the keep-off affinity (every GPU node label) to non-GPU pods with node power (optionally: all of them)."""
 
     id = "GPU103"
     summary = "pods that use no GPU but have node power are kept off GPU nodes"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only pods without GPU resources that have a securityContext, host namespaces or a volume of an unsafe type."""
+        """Only pods without GPU resources that have a securityContext, host namespaces, host ports or a volume of an unsafe type."""
         return not facts.requests_gpu and (
             facts.security_context
             or facts.pod_privilege
             or facts.unsafe_volumes
+            or facts.host_ports
             or context.settings.keep_non_gpu_pods_off_gpu_nodes
         )
 
@@ -52,11 +57,12 @@ class OffGpuNodes(policy.PodMutator):
         )
         if not (found or settings.keep_non_gpu_pods_off_gpu_nodes):
             return policy.Mutation()
-        requirement = nodeaffinity.expression(gpu.CARD_NAME_LABEL, "DoesNotExist")
-        operations = nodeaffinity.require(spec, spec_path=context.template.spec_path, requirements=[requirement])
+        operations = nodeaffinity.require(
+            spec, spec_path=context.template.spec_path, requirements=settings.trust_zone.keep_off
+        )
         if not operations:
             return policy.Mutation()
-        added = f"required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist"
+        added = "required node affinity against every GPU node label"
         if not found:
             return policy.Mutation(operations=tuple(operations), changes=(f"{added} for a pod without GPUs",))
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

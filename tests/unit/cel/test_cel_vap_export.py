@@ -19,6 +19,7 @@ from policies import model as policies_model
 from tests import bypasses
 from webhook import config
 from webhook.commands import policies_cli, vap
+from policies.trustzone import DEFAULT_ZONE
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
@@ -65,10 +66,10 @@ def admits(policy: dict[str, Any], pod: dict[str, Any], *, namespace: str = "tea
     for condition in spec["matchConditions"]:
         if not cel.evaluate(cel.compile_expression(env, condition["expression"], field=condition["name"]), activation):
             return True
-    activation["variables"] = {
-        v["name"]: cel.evaluate(cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]), activation)
-        for v in spec.get("variables", [])
-    }
+    variables: dict[str, Any] = {}
+    activation["variables"] = variables
+    for v in spec.get("variables", []):  # in order: a variable may name the ones before it, as in the apiserver
+        variables[v["name"]] = cel.evaluate(cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]), activation)
     return all(
         cel.evaluate(cel.compile_expression(env, v["expression"], field="validation"), activation) is True
         for v in spec["validations"]
@@ -138,7 +139,7 @@ GPU = {"limits": {"nvidia.com/gpu": 1}}
 OFF_GPU_NODES = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+            "nodeSelectorTerms": [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
         }
     }
 }

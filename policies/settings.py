@@ -375,6 +375,12 @@ class Settings:
         extender's allocation by design) are off."""
         return self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
 
+    @functools.cached_property
+    def without_mutators(self) -> Settings:
+        """These settings with every built-in mutator off: a pod judged as stored (the validating
+        webhook), where what the mutators would add must already be there."""
+        return self.switched_off(p.id for p in builtin.POLICIES if isinstance(p, policy.Mutator))
+
     def exception(
         self,
         policy_id: str,

@@ -87,6 +87,23 @@ def answer(question: Question, *, settings: settings.Settings) -> model.Decision
     )
 
 
+def as_stored(question: Question, decision: model.Decision, *, settings: settings.Settings) -> model.Decision:
+    """The validating webhook's decision on a Pod: the engine's own additions are not credited.
+
+    /validate sees the pod after every mutating webhook, ours included, so an admitted pod already
+    holds what our mutators add, and evaluating it again patches nothing. A patch here means the
+    stored pod lacks some of it: a later mutating webhook took it away (GPU103's keep-off
+    affinity, say) or ours did not run. The pod is then judged as it is, with every mutator off,
+    so a pod with node power and no keep-off affinity is refused (GPU002, GPU003) instead of
+    being admitted on the strength of an affinity that only exists in this process's memory.
+    A workload's template is still credited: its pods get the additions when they are created.
+    """
+    obj = question.object
+    if not decision.allowed or not decision.patch or obj is None or obj.get("kind") != "Pod":
+        return decision
+    return answer(question, settings=settings.without_mutators)
+
+
 def object_namespace(obj: Mapping[str, Any]) -> str:
     """The object's ``metadata.namespace``, or "" when it has none (or a malformed one)."""
     metadata = obj.get("metadata")

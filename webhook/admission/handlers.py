@@ -103,7 +103,10 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
                 claims=claims,
                 now=datetime.datetime.now(datetime.UTC),
             )
-            decision = request.app[keys.DECISIONS].decide(question, settings=request.app[keys.LIVE_SETTINGS].current, env_sources=env_sources)
+            live = request.app[keys.LIVE_SETTINGS].current
+            decision = request.app[keys.DECISIONS].decide(question, settings=live, env_sources=env_sources)
+            if endpoint == "validate":
+                decision = decisions.as_stored(question, decision, settings=live)
         if endpoint == "mutate":
             decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)

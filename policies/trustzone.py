@@ -349,6 +349,10 @@ DEFAULT_GPU_NODE_LABELS: tuple[NodeLabel, ...] = (
         "cloudprovider/alicloud/alicloud_cloud_provider.go GPULabel)",
     ),
     NodeLabel(
+        key=gpu.SCHEDULE_LABEL,
+        source="ACK's GPU sharing node pools (ack.node.gpu.schedule: the node's scheduling mode)",
+    ),
+    NodeLabel(
         key="nvidia.com/gpu.present",
         values=_TRUE,
         source="NVIDIA GPU Operator (controllers/state_manager.go gpuNodeLabels: \"true\" on GPU nodes, "

@@ -25,7 +25,13 @@ they asked for and leave them Pending; their node power is GPU002's and GPU003's
 
 from __future__ import annotations
 
-from policies import applicability, gpu, nodeaffinity, podspec, policy, trustzone
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from policies import applicability, nodeaffinity, podspec, policy, trustzone
+
+if TYPE_CHECKING:
+    from policies import settings as settings_
 
 
 class OffGpuNodes(policy.PodMutator):
@@ -62,13 +68,38 @@ class OffGpuNodes(policy.PodMutator):
         )
         if not operations:
             return policy.Mutation()
-        added = "required node affinity against every GPU node label"
         if not found:
-            return policy.Mutation(operations=tuple(operations), changes=(f"{added} for a pod without GPUs",))
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        why = f"{found[0].detail}{more}, which GPU nodes do not allow"
+            return policy.Mutation(operations=tuple(operations), changes=(f"{ADDED} for a pod without GPUs",))
+        why = because(found)
         return policy.Mutation(
             operations=tuple(operations),
-            changes=(f"{added} for a pod without GPUs: {why}",),
-            notices=(f"kept off GPU nodes ({added}): {why}",),
+            changes=(f"{ADDED} for a pod without GPUs: {why}",),
+            notices=(notice(found),),
         )
+
+
+ADDED = "required node affinity against every GPU node label"
+
+
+def because(found: Sequence[trustzone.Power]) -> str:
+    """Why a pod is kept off GPU nodes, in words: its first node power, and how many more it has."""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{found[0].detail}{more}, which GPU nodes do not allow"
+
+
+def notice(found: Sequence[trustzone.Power]) -> str:
+    """GPU103's notice: the admission warning, and the Event the validating webhook writes."""
+    return f"kept off GPU nodes ({ADDED}): {because(found)}"
+
+
+def kept_off(spec: Mapping[str, Any], settings: settings_.Settings, *, namespace: str, namespace_labels: Mapping[str, str] | None) -> str:
+    """GPU103's notice for a stored pod that stays off GPU nodes and has node power; "" otherwise.
+
+    The validating webhook sees the pod with its generated name and uid, so the Event it writes
+    with this notice shows in `kubectl describe pod` (the mutating webhook sees neither).
+    """
+    if not trustzone.stays_off_gpu_nodes(spec, settings.trust_zone):
+        return ""
+    allowance = settings.allowance(namespace, namespace_labels)
+    found = trustzone.node_power(spec, podspec.iter_containers(spec, spec_path=""), allowance)
+    return notice(found) if found else ""

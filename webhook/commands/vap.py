@@ -248,7 +248,12 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
                 f"!variables.{REACH} || ({pod} && {_every_container(container)})",
                 "a pod that can reach a GPU node has a privilege GPU nodes do not allow (privileged, a capability "
                 "outside the allowlist, a host namespace, procMount, SELinux options or a Windows host process)",
-            )
+            ),
+            validation(
+                f"!variables.{REACH} || {_every_container(_host_ports_ok(allowance))}",
+                "a pod that can reach a GPU node asks for a host port outside the allowed ones (the kubelet's, "
+                "a node daemon's or one of ours among them)",
+            ),
         ]
     elif policy_id == "GPU003":
         allowance = settings.widest_allowance
@@ -487,6 +492,12 @@ def _fails_labels(labels: Sequence[trustzone.NodeLabel]) -> str:
             test += f" || (e.operator == 'NotIn' && {_lit(list(values))}.all(v, v in e.?values.orValue([])))"
         parts.append(f"{_lit(keys)}.all(k, t.?matchExpressions.orValue([]).exists(e, e.key == k && ({test})))")
     return " && ".join(parts)
+
+
+def _host_ports_ok(allowance: trustzone.Allowance) -> str:
+    """CEL over a container `c`: every hostPort it asks for is in the allowance (trustzone.Allowance.host_port)."""
+    ranges = " || ".join(f"(h >= {r.low} && h <= {r.high})" for r in allowance.host_ports) or "false"
+    return f"dyn(c).?ports.orValue([]).all(p, dyn(p).?hostPort.orValue(0) == 0 || [dyn(p).hostPort].all(h, {ranges}))"
 
 
 def _selinux_ok(options: str) -> str:

@@ -106,8 +106,9 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
             )
             live = request.app[keys.LIVE_SETTINGS].current
             decision = request.app[keys.DECISIONS].decide(question, settings=live, env_sources=env_sources)
-            if endpoint == "validate":
-                decision = decisions.as_stored(question, decision, settings=live)
+            if endpoint == "validate" and decisions.needs_stored(question, decision):
+                stored = dataclasses.replace(question, stored=True)
+                decision = request.app[keys.DECISIONS].decide(stored, settings=live, env_sources=env_sources)
         if endpoint == "mutate":
             decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)

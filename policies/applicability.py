@@ -39,9 +39,11 @@ class Facts:
     unsafe_volumes: bool
     # The pod sets hostNetwork, hostPID or hostIPC (any truthy value), or has a pod securityContext.
     pod_privilege: bool
+    host_ports: bool  # some container of the spec has a port with a non-zero hostPort
     annotations: bool  # the template's metadata.annotations is a non-empty mapping
     # The containers in scope (`Context.containers`).
     scope_security_context: bool  # some container in scope has a non-empty securityContext
+    scope_host_ports: bool  # some container in scope has a port with a non-zero hostPort
     scope_guarded_env: bool  # envFrom, or an env entry named like one of gpu.GUARDED_ENV
     scope_device_list_mounts: bool  # a volumeMount or volumeDevice path naming DEVICE_LIST_NAME
     scope_without_gpu: bool  # some container in scope mentions no GPU resource
@@ -51,6 +53,11 @@ def _privileged_hint(container: Mapping[str, object]) -> bool:
     # trustzone.container_power reads `mapping(container.get("securityContext"))`: any falsy value
     # (absent, None, {}, "", 0, []) reads as {} there, and {} holds nothing privileged.
     return bool(container.get("securityContext"))
+
+
+def _host_ports(container: Mapping[str, object]) -> bool:
+    # trustzone.container_power judges every mapping port whose hostPort is truthy.
+    return any(podspec.mapping(port).get("hostPort") for port in podspec.sequence(container.get("ports")))
 
 
 def _guarded_env(container: Mapping[str, object]) -> bool:
@@ -107,10 +114,12 @@ def of(context: policy.Context) -> Facts:
     spec = context.template.spec
     scope = context.containers
     scope_security_context = scope_guarded_env = scope_device_list_mounts = scope_without_gpu = False
+    scope_host_ports = False
     scope_gpu = False
     for ref in scope:
         container = ref.container
         scope_security_context = scope_security_context or _privileged_hint(container)
+        scope_host_ports = scope_host_ports or _host_ports(container)
         scope_guarded_env = scope_guarded_env or _guarded_env(container)
         scope_device_list_mounts = scope_device_list_mounts or _device_list_mounts(container)
         if gpu.container_gpu_resources(container):
@@ -118,19 +127,22 @@ def of(context: policy.Context) -> Facts:
         else:
             scope_without_gpu = True
     if context.whole_pod:  # the containers in scope are every container of the spec
-        requests_gpu, security_context = scope_gpu, scope_security_context
+        requests_gpu, security_context, host_ports = scope_gpu, scope_security_context, scope_host_ports
     else:
         pod = tuple(podspec.iter_containers(spec, spec_path=context.template.spec_path))
         requests_gpu = any(gpu.container_gpu_resources(ref.container) for ref in pod)
         security_context = any(_privileged_hint(ref.container) for ref in pod)
+        host_ports = any(_host_ports(ref.container) for ref in pod)
     return Facts(
         requests_gpu=requests_gpu,
         security_context=security_context,
         host_path_volumes=_host_path_volumes(spec),
         unsafe_volumes=_unsafe_volumes(spec),
         pod_privilege=_pod_privilege(spec),
+        host_ports=host_ports,
         annotations=bool(context.template.annotations),
         scope_security_context=scope_security_context,
+        scope_host_ports=scope_host_ports,
         scope_guarded_env=scope_guarded_env,
         scope_device_list_mounts=scope_device_list_mounts,
         scope_without_gpu=scope_without_gpu,

@@ -39,10 +39,16 @@ trustZone:                         # what a pod that can reach a GPU node may ha
   strict: false                    # true: every pod is judged so, not only those that can reach one
   gpuResources: [example.com/gpu]  # GPU resources besides the built-in list (a trailing * is a prefix)
   gpuNodeTaints: [dedicated]       # taint keys of GPU nodes besides nvidia.com/gpu and the GPU names
+  gpuNodeLabels:                   # labels that mark GPU nodes besides the built-in set
+    - example.com/gpu-pool         #   (trustzone.DEFAULT_GPU_NODE_LABELS): a key marks a node with
+    - {key: node-role, values: [gpu]}  # any value, values: only with one of them
+  hostPorts: ["8000-8999", 8888]   # the host ports a pod that can reach a GPU node may have; default:
+                                   #   1024-29999 less the node daemons' and our ports
   allow:                           # added to the built-in allowances, in every namespace:
     hostPaths: [/opt/models, {path: /scratch, readOnly: false}]  # read-only unless readOnly: false
     capabilities: [NET_ADMIN]      #   beside baseline's and IPC_LOCK, SYS_NICE, SYS_RESOURCE, SYS_PTRACE
     volumeTypes: [iscsi]           #   beside restricted's, nfs and image
+    hostPorts: [9100]              #   beside trustZone.hostPorts
     hostNetwork: false             #   hostNetwork, hostPID, hostIPC: false unless said
   namespaces:                      # more in some namespaces, anchored as exceptions are
     - name: nccl-jobs              #   (namespace names, or a selector with a positive requirement)
@@ -415,6 +421,12 @@ class Settings:
         extender's allocation by design) are off."""
         off = self.switched_off(p.id for p in builtin.POLICIES if not p.stored_objects)
         return dataclasses.replace(off, stored_objects=True)
+
+    @functools.cached_property
+    def without_mutators(self) -> Settings:
+        """These settings with every built-in mutator off: a pod judged as stored (the validating
+        webhook), where what the mutators would add must already be there."""
+        return self.switched_off(p.id for p in builtin.POLICIES if isinstance(p, policy.Mutator))
 
     def exception(
         self,
@@ -840,8 +852,69 @@ def _host_paths(value: object) -> hostpaths.HostPathRules:
         raise InvalidSettings(f"hostPaths.{error}") from None
 
 
-_ALLOW_KEYS = ("hostPaths", "capabilities", "volumeTypes", *trustzone.HOST_NAMESPACES)
-_ZONE_KEYS = ("strict", "gpuResources", "gpuNodeTaints", "allow", "namespaces")
+_ALLOW_KEYS = ("hostPaths", "capabilities", "volumeTypes", "hostPorts", *trustzone.HOST_NAMESPACES)
+_ZONE_KEYS = ("strict", "gpuResources", "gpuNodeTaints", "gpuNodeLabels", "hostPorts", "allow", "namespaces")
+# Kubernetes label syntax (apimachinery validation IsQualifiedName, IsValidLabelValue).
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _label_key(key: object, *, field: str) -> str:
+    if not isinstance(key, str):
+        raise InvalidSettings(f"{field}: must be a label key, got {key!r}")
+    prefix, _, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name) or ("/" in key and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix))):
+        raise InvalidSettings(f"{field}: {key!r} is not a valid label key ([prefix/]name, name up to 63 characters)")
+    return key
+
+
+def _gpu_node_labels(value: object, *, field: str) -> tuple[trustzone.NodeLabel, ...]:
+    """`trustZone.gpuNodeLabels`: label keys (any value marks a GPU node) or {key, values}."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidSettings(f"{field}: must be a list of label keys or {{key: ..., values: [...]}}, got {value!r}")
+    found: list[trustzone.NodeLabel] = []
+    for index, entry in enumerate(value):
+        where = f"{field}[{index}]"
+        if isinstance(entry, str):
+            entry = {"key": entry}
+        if not isinstance(entry, Mapping):
+            raise InvalidSettings(f"{where}: must be a label key or {{key: ..., values: [...]}}, got {entry!r}")
+        _keys(entry, field=where, known=("key", "values"))
+        key = _label_key(entry.get("key"), field=f"{where}.key")
+        values = _strings(entry["values"], field=f"{where}.values") if entry.get("values") is not None else ()
+        for position, item in enumerate(values):
+            if not _LABEL_VALUE.match(item):
+                raise InvalidSettings(f"{where}.values[{position}]: {item!r} is not a valid label value (up to 63 characters)")
+        found.append(trustzone.NodeLabel(key=key, values=values, source="the settings (trustZone.gpuNodeLabels)"))
+    return tuple(found)
+
+
+def _host_ports(value: object, *, field: str) -> tuple[trustzone.PortRange, ...]:
+    """A list of host ports and ranges (`8888`, `"8000-8999"`)."""
+    if not isinstance(value, list):
+        raise InvalidSettings(f"{field}: must be a list of ports and ranges (8888, \"8000-8999\"), got {value!r}")
+    found: list[trustzone.PortRange] = []
+    for index, entry in enumerate(value):
+        where = f"{field}[{index}]"
+        low: object
+        high: object
+        if isinstance(entry, int) and not isinstance(entry, bool):
+            low = high = entry
+        elif isinstance(entry, str) and re.fullmatch(r"\d+(-\d+)?", entry.strip()):
+            first, _, last = entry.strip().partition("-")
+            low, high = int(first), int(last or first)
+        else:
+            raise InvalidSettings(f"{where}: must be a port or a range \"LOW-HIGH\", got {entry!r}")
+        assert isinstance(low, int) and isinstance(high, int)
+        if not (1 <= low <= 65535 and 1 <= high <= 65535):
+            raise InvalidSettings(f"{where}: {entry!r} is not within 1-65535")
+        if low > high:
+            raise InvalidSettings(f"{where}: {entry!r} is upside down (the first port must not be above the last)")
+        found.append(trustzone.PortRange(low=low, high=high))
+    return tuple(found)
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -869,7 +942,7 @@ def _allowed_host_path(entry: object, *, field: str) -> trustzone.HostPath:
 def _allow(value: object, *, field: str) -> trustzone.Allowance:
     """The additions of one `allow` mapping, as an Allowance holding only them."""
     if value is None:
-        return trustzone.Allowance(capabilities=frozenset(), host_paths=(), volume_types=frozenset())
+        return trustzone.Allowance(capabilities=frozenset(), host_paths=(), volume_types=frozenset(), host_ports=())
     if not isinstance(value, Mapping):
         raise InvalidSettings(f"{field}: must be a mapping with {', '.join(_ALLOW_KEYS)}, got {value!r}")
     _keys(value, field=field, known=_ALLOW_KEYS)
@@ -887,11 +960,13 @@ def _allow(value: object, *, field: str) -> trustzone.Allowance:
     if "hostPath" in types_:
         raise InvalidSettings(f"{field}.volumeTypes: hostPath volumes are allowed by path (hostPaths), not as a type")
     namespaces = frozenset(name for name in trustzone.HOST_NAMESPACES if _flag(value.get(name), field=f"{field}.{name}"))
+    ports = value.get("hostPorts")
     return trustzone.Allowance(
         capabilities=names,
         host_paths=tuple(_allowed_host_path(p, field=f"{field}.hostPaths[{i}]") for i, p in enumerate(paths)),
         volume_types=frozenset(types_),
         host_namespaces=namespaces,
+        host_ports=() if ports is None else _host_ports(ports, field=f"{field}.hostPorts"),
     )
 
 
@@ -913,10 +988,14 @@ def _zone(value: object, legacy: object) -> tuple[trustzone.TrustZone, trustzone
         strict=_flag(value.get("strict"), field="trustZone.strict"),
         gpu_resources=resources,
         gpu_node_taints=_strings(value.get("gpuNodeTaints") or [], field="trustZone.gpuNodeTaints", allow_empty_list=True),
+        gpu_node_labels=_gpu_node_labels(value.get("gpuNodeLabels"), field="trustZone.gpuNodeLabels"),
     )
     added = _allow(value.get("allow"), field="trustZone.allow")
     added = dataclasses.replace(added, host_paths=(*added.host_paths, *legacy_paths))
-    allowance = trustzone.DEFAULT_ALLOWANCE.widened(added)
+    allowance = trustzone.DEFAULT_ALLOWANCE
+    if value.get("hostPorts") is not None:
+        allowance = dataclasses.replace(allowance, host_ports=_host_ports(value["hostPorts"], field="trustZone.hostPorts"))
+    allowance = allowance.widened(added)
     entries: list[ZoneAllowance] = []
     for field, entry in _entries(
         value.get("namespaces") or [], field="trustZone.namespaces", known=("name", "namespaces", "namespaceSelector", "allow")

@@ -45,6 +45,7 @@ Pure data and functions: no settings object (its `TrustZone` part is built in `p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -150,7 +151,106 @@ DEFAULT_HOST_PATHS: tuple[HostPath, ...] = (
     ),
     HostPath(path="/etc/localtime", reason="the node's time zone, so logs and schedules agree with the node"),
     HostPath(path="/usr/share/zoneinfo", reason="the time zone database, read-only data"),
+    HostPath(
+        path="/etc/ssl/certs",
+        reason="the node's CA bundle (Debian, Ubuntu, Alpine layout): public certificates, mounted so a job "
+        "trusts what the node trusts; read-only, it gives nothing",
+    ),
+    HostPath(
+        path="/etc/pki/ca-trust/extracted",
+        reason="the node's CA bundle (RHEL, Fedora, Amazon Linux layout, update-ca-trust's output): public "
+        "certificates; read-only, it gives nothing",
+    ),
 )
+
+# The files ACK's lxcfs admission webhook mounts, as it writes them: a hostPath volume of exactly
+# one of these paths (no `type`), mounted at the /proc or /sys file of the same name, with no
+# `readOnly` in its earlier versions (AliyunContainerService/lxcfs-admission-webhook, forked from
+# denverdino/lxcfs-admission-webhook, lxcfs.go `volumesTemplate`/`volumeMountsTemplate`: commit
+# 2155668 mounts the seven /proc files without readOnly; f6a24c6 mounts cpuinfo, meminfo,
+# diskstats, stat, uptime and /sys/devices/system/cpu/online with readOnly: true). Such a mount
+# may be writable: lxcfs's FUSE files refuse writes themselves (lxc/lxcfs v7.0.0, src/proc_fuse.c
+# `proc_write` returns -EINVAL for every file but the /proc/pressure/* triggers, and `proc_getattr`
+# gives them mode 0444; src/sysfs_fuse.c `sys_write` returns -EINVAL or -EACCES). Only the exact
+# path counts: `..`, another spelling, a subPath or a directory of /var/lib/lxcfs (its cgroup view
+# takes writes) stays read-only.
+LXCFS_FILES: Mapping[str, str] = types.MappingProxyType(
+    {
+        f"/var/lib/lxcfs{target}": target
+        for target in (
+            "/proc/cpuinfo",
+            "/proc/meminfo",
+            "/proc/diskstats",
+            "/proc/stat",
+            "/proc/swaps",
+            "/proc/uptime",
+            "/proc/loadavg",
+            "/sys/devices/system/cpu/online",
+        )
+    }
+)
+
+# --- host ports -----------------------------------------------------------------------------------
+
+# Ports a node's own daemons (or our components) listen on: a pod's hostPort on one of them takes
+# the node's traffic for it (the CNI portmap plugin DNATs the node's address and port to the pod).
+RESERVED_HOST_PORTS: Mapping[int, str] = types.MappingProxyType(
+    {
+        2379: "etcd's client port",
+        2380: "etcd's peer port",
+        6443: "kube-apiserver's secure port",
+        8089: "our labeler's health port (deploy/labeler.yaml)",
+        8443: "our webhook's and extender's port (deploy/webhook.yaml, deploy/extender.yaml)",
+        9090: "our components' metrics port (deploy/components/monitoring)",
+        9100: "the Prometheus node exporter",
+        9400: "NVIDIA's DCGM exporter",
+        10248: "the kubelet's health port (healthzPort)",
+        10249: "kube-proxy's metrics port",
+        10250: "the kubelet's API (exec, attach, logs and port-forward of every pod on the node)",
+        10255: "the kubelet's read-only port",
+        10256: "kube-proxy's health port",
+        10257: "kube-controller-manager's secure port",
+        10259: "kube-scheduler's secure port",
+    }
+)
+# The built-in allowlist: unprivileged ports below the Service NodePort range (30000-32767 by
+# default: a hostPort there would capture NodePort traffic to the node) and below the kernel's
+# ephemeral range (32768-60999), where containerd and CRI-O open their streaming servers for exec,
+# attach and port-forward (`stream_server_port = "0"`, `stream_port = "0"`: a random free port),
+# with every reserved port left out. Ports under 1024 are the node's services (ssh, DNS, ...).
+HOST_PORT_FLOOR = 1024
+HOST_PORT_CEILING = 29999
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PortRange:
+    """Host ports `low` to `high`, both included."""
+
+    low: int
+    high: int
+
+    def __contains__(self, port: object) -> bool:
+        return isinstance(port, int) and self.low <= port <= self.high
+
+    def __str__(self) -> str:
+        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+
+
+def without_reserved(ranges: Iterable[PortRange]) -> tuple[PortRange, ...]:
+    """`ranges` with every port of RESERVED_HOST_PORTS cut out."""
+    out: list[PortRange] = []
+    for span in ranges:
+        low = span.low
+        for port in sorted(p for p in RESERVED_HOST_PORTS if span.low <= p <= span.high):
+            if low < port:
+                out.append(PortRange(low=low, high=port - 1))
+            low = port + 1
+        if low <= span.high:
+            out.append(PortRange(low=low, high=span.high))
+    return tuple(out)
+
+
+DEFAULT_HOST_PORTS: tuple[PortRange, ...] = without_reserved([PortRange(low=HOST_PORT_FLOOR, high=HOST_PORT_CEILING)])
 
 # Pod Security `baseline`'s SELinux types a container may run as.
 BASELINE_SELINUX_TYPES: frozenset[str] = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
@@ -165,6 +265,7 @@ class Allowance:
     host_paths: tuple[HostPath, ...] = DEFAULT_HOST_PATHS
     volume_types: frozenset[str] = DEFAULT_VOLUME_TYPES
     host_namespaces: frozenset[str] = frozenset()  # of HOST_NAMESPACES
+    host_ports: tuple[PortRange, ...] = DEFAULT_HOST_PORTS
 
     def widened(self, other: Allowance) -> Allowance:
         """This allowance with `other`'s additions (a namespace's allowances over the cluster's)."""
@@ -173,7 +274,12 @@ class Allowance:
             host_paths=tuple(dict.fromkeys((*self.host_paths, *other.host_paths))),
             volume_types=self.volume_types | other.volume_types,
             host_namespaces=self.host_namespaces | other.host_namespaces,
+            host_ports=tuple(dict.fromkeys((*self.host_ports, *other.host_ports))),
         )
+
+    def host_port(self, port: int) -> bool:
+        """Whether a pod may have this host port."""
+        return any(port in span for span in self.host_ports)
 
     def host_path(self, path: str) -> HostPath | None:
         """The allowed entry that `path` (as written in a pod) is, or lies in; None when it is not allowed.
@@ -197,6 +303,116 @@ class Allowance:
 DEFAULT_ALLOWANCE = Allowance()
 
 
+# --- which nodes are GPU nodes -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeLabel:
+    """One label that marks a GPU node: any value (`values` empty) or one of `values`."""
+
+    key: str
+    values: tuple[str, ...] = ()
+    source: str = ""  # who writes it, and where that is documented
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a node with these labels is a GPU node by this label."""
+        value = labels.get(self.key)
+        return value is not None and (not self.values or value in self.values)
+
+    def keep_off(self) -> dict[str, Any]:
+        """The node-selector requirement a node matching this label fails (DoesNotExist / NotIn)."""
+        if self.values:
+            return {"key": self.key, "operator": "NotIn", "values": list(self.values)}
+        return {"key": self.key, "operator": "DoesNotExist"}
+
+    def asks_for(self, expression: Mapping[str, Any]) -> bool:
+        """Whether a node-affinity expression can only match nodes this label marks (Exists, In, Gt, Lt)."""
+        if expression.get("key") != self.key:
+            return False
+        operator = expression.get("operator")
+        if not self.values:
+            return operator in ("In", "Exists", "Gt", "Lt")
+        wanted = {str(v) for v in podspec.sequence(expression.get("values"))}
+        return operator == "In" and bool(wanted) and wanted <= set(self.values)
+
+    def __str__(self) -> str:
+        return self.key if not self.values else f"{self.key} in ({', '.join(self.values)})"
+
+
+_TRUE = ("true",)
+# The labels that mark a GPU node, whoever wrote them. GPU103's keep-off affinity fails every one
+# of them, `reach` and the audit read nodes by them, and `trustZone.gpuNodeLabels` adds more.
+DEFAULT_GPU_NODE_LABELS: tuple[NodeLabel, ...] = (
+    NodeLabel(
+        key=gpu.CARD_NAME_LABEL,
+        source="our labeler, and ACK on its GPU node pools (kubernetes/autoscaler, cluster-autoscaler/"
+        "cloudprovider/alicloud/alicloud_cloud_provider.go GPULabel)",
+    ),
+    NodeLabel(
+        key=gpu.SCHEDULE_LABEL,
+        source="ACK's GPU sharing node pools (ack.node.gpu.schedule: the node's scheduling mode)",
+    ),
+    NodeLabel(
+        key="nvidia.com/gpu.present",
+        values=_TRUE,
+        source="NVIDIA GPU Operator (controllers/state_manager.go gpuNodeLabels: \"true\" on GPU nodes, "
+        "\"false\" once their GPUs are gone)",
+    ),
+    NodeLabel(
+        key="nvidia.com/gpu.count",
+        source="NVIDIA GPU Feature Discovery (k8s-device-plugin internal/lm mig-strategy.go newGPULabelers)",
+    ),
+    NodeLabel(
+        key="nvidia.com/gpu.product",
+        source="NVIDIA GPU Feature Discovery (k8s-device-plugin internal/lm/resource.go getProductName)",
+    ),
+    NodeLabel(
+        key="feature.node.kubernetes.io/pci-10de.present",
+        values=_TRUE,
+        source="Node Feature Discovery, NVIDIA's PCI vendor 10de with deviceLabelFields [vendor] (the GPU "
+        "Operator's setting)",
+    ),
+    NodeLabel(
+        key="feature.node.kubernetes.io/pci-0302_10de.present",
+        values=_TRUE,
+        source="Node Feature Discovery's default class_vendor label: a 3D controller of vendor 10de",
+    ),
+    NodeLabel(
+        key="feature.node.kubernetes.io/pci-0300_10de.present",
+        values=_TRUE,
+        source="Node Feature Discovery's default class_vendor label: a VGA controller of vendor 10de",
+    ),
+    NodeLabel(
+        key="cloud.google.com/gke-accelerator",
+        source="GKE on every GPU node pool (kubernetes/autoscaler, cluster-autoscaler/cloudprovider/gce/"
+        "gce_cloud_provider.go GPULabel)",
+    ),
+    NodeLabel(
+        key="karpenter.k8s.aws/instance-gpu-count",
+        source="EKS with Karpenter (aws/karpenter-provider-aws pkg/apis/v1/labels.go LabelInstanceGPUCount; "
+        "pkg/providers/instancetype/types.go sets it only on instance types with GPUs)",
+    ),
+    NodeLabel(
+        key="eks.amazonaws.com/instance-gpu-count",
+        source="EKS Auto Mode's node pools (the same label under the eks.amazonaws.com group)",
+    ),
+    NodeLabel(
+        key="k8s.amazonaws.com/accelerator",
+        source="EKS node groups labelled for the cluster autoscaler (kubernetes/autoscaler, "
+        "cluster-autoscaler/cloudprovider/aws/aws_cloud_provider.go GPULabel)",
+    ),
+    NodeLabel(
+        key="kubernetes.azure.com/accelerator",
+        source="AKS on GPU node pools, value nvidia (AKS docs, articles/aks/use-labels.md, reserved system labels)",
+    ),
+)
+
+
+def gpu_node_label_of(labels: Mapping[str, str], node_labels: Iterable[NodeLabel]) -> NodeLabel | None:
+    """The first of `node_labels` that marks a node with these labels as a GPU node; None when none does."""
+    return next((label for label in node_labels if label.matches(labels)), None)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrustZone:
     """The trust-zone settings other than the per-namespace allowances (those need a namespace)."""
@@ -204,6 +420,21 @@ class TrustZone:
     strict: bool = False
     gpu_resources: tuple[str, ...] = ()  # extra GPU resource names; a trailing * is a prefix
     gpu_node_taints: tuple[str, ...] = ()  # extra toleration keys that let a pod onto GPU nodes
+    gpu_node_labels: tuple[NodeLabel, ...] = ()  # extra labels that mark GPU nodes (trustZone.gpuNodeLabels)
+
+    @functools.cached_property
+    def node_labels(self) -> tuple[NodeLabel, ...]:
+        """Every label that marks a GPU node: the built-in ones and `gpu_node_labels`."""
+        return (*DEFAULT_GPU_NODE_LABELS, *self.gpu_node_labels)
+
+    @functools.cached_property
+    def keep_off(self) -> tuple[dict[str, Any], ...]:
+        """GPU103's requirements: a node that any of `node_labels` marks fails one of them."""
+        return tuple(label.keep_off() for label in self.node_labels)
+
+    def gpu_node_label(self, labels: Mapping[str, str]) -> NodeLabel | None:
+        """The label by which a node with these labels is a GPU node; None when it is not one."""
+        return gpu_node_label_of(labels, self.node_labels)
 
     def is_gpu_resource(self, name: object) -> bool:
         """Whether a resource name asks for a GPU: the built-in list or one of `gpu_resources`."""
@@ -235,7 +466,10 @@ class TrustZone:
     def is_gpu_taint(self, key: object) -> bool:
         """Whether a taint key marks GPU nodes: `nvidia.com/gpu`, a GPU resource or node label, or configured."""
         return isinstance(key, str) and bool(key) and (
-            self.is_gpu_resource(key) or nodeaffinity.is_gpu_node_label(key) or key in self.gpu_node_taints
+            self.is_gpu_resource(key)
+            or nodeaffinity.is_gpu_node_label(key)
+            or key in self.gpu_node_taints
+            or any(label.key == key for label in self.node_labels)
         )
 
 
@@ -263,16 +497,50 @@ class Reach:
 UNREACHABLE = Reach()
 
 
-def stays_off_gpu_nodes(spec: Mapping[str, Any]) -> bool:
-    """Whether every required node-affinity term holds `nvidia_name DoesNotExist` (GPU103's affinity)."""
+def stays_off_gpu_nodes(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE) -> bool:
+    """Whether every required node-affinity term fails every GPU node label of `zone` (GPU103's affinity).
+
+    A term fails a label when it holds the label's keep-off requirement (`NodeLabel.keep_off`):
+    `DoesNotExist`, or `NotIn` with at least the label's values. A term missing one of them lets
+    the nodes that label marks through.
+    """
     terms = list(nodeaffinity.required_terms(spec))
     return bool(terms) and all(
-        any(
-            e.get("key") == gpu.CARD_NAME_LABEL and e.get("operator") == "DoesNotExist"
-            for e in nodeaffinity.expressions(term)
-        )
-        for term in terms
+        all(_fails(label, list(nodeaffinity.expressions(term))) for label in zone.node_labels) for term in terms
     )
+
+
+def _fails(label: NodeLabel, expressions: list[Mapping[str, Any]]) -> bool:
+    for e in expressions:
+        if e.get("key") != label.key:
+            continue
+        operator = e.get("operator")
+        if operator == "DoesNotExist":
+            return True
+        if operator == "NotIn" and label.values and set(label.values) <= {str(v) for v in podspec.sequence(e.get("values"))}:
+            return True
+    return False
+
+
+def targets_gpu_node_labels(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE) -> str:
+    """The GPU node label (of `zone`'s) the pod's nodeSelector or node affinity asks for; "" when none.
+
+    A nodeSelector entry, or a required or preferred affinity expression that only nodes the
+    label marks can satisfy (`NodeLabel.asks_for`).
+    """
+    selector = nodeaffinity.node_selector(spec)
+    for label in zone.node_labels:
+        value = selector.get(label.key)
+        if value is not None and (not label.values or str(value) in label.values):
+            return label.key
+    preferred = podspec.sequence(nodeaffinity.node_affinity(spec).get("preferredDuringSchedulingIgnoredDuringExecution"))
+    preferences = [podspec.mapping(podspec.mapping(item).get("preference")) for item in preferred]
+    for term in (*nodeaffinity.required_terms(spec), *preferences):
+        for expression in nodeaffinity.expressions(term):
+            for label in zone.node_labels:
+                if label.asks_for(expression):
+                    return label.key
+    return ""
 
 
 def claims_devices(spec: Mapping[str, Any]) -> bool:
@@ -296,7 +564,7 @@ def intent(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE) -> str:
         return f"the pod requests the GPU resource {resource}"
     if claims_devices(spec):
         return "the pod claims devices through resourceClaims, which may be GPUs"
-    if nodeaffinity.targets_gpu_nodes(spec):
+    if nodeaffinity.targets_gpu_nodes(spec) or targets_gpu_node_labels(spec, zone):
         return "the pod's nodeSelector or node affinity asks for GPU nodes"
     return ""
 
@@ -314,17 +582,18 @@ def reach(
     if isinstance(node, str) and node and node_labels is not None:
         # Known labels win over an affinity: a GPU node without the card-name label matches it.
         found = sorted(k for k, v in node_labels.items() if nodeaffinity.is_gpu_node_label(k, v))
-        if found:
-            return Reach(why=f"the pod runs on the GPU node {node} (label {found[0]})", intent=True)
+        marked = zone.gpu_node_label(node_labels)
+        if found or marked:
+            return Reach(why=f"the pod runs on the GPU node {node} (label {found[0] if found else marked})", intent=True)
         return UNREACHABLE
-    if stays_off_gpu_nodes(spec):
+    if stays_off_gpu_nodes(spec, zone):
         return UNREACHABLE
     toleration = gpu_toleration(spec, zone)
     if toleration:
         return Reach(why=f"the pod tolerates the GPU node taint {toleration}", intent=True)
     # The same words whether or not the pod names a node whose labels are not known: the audit
     # remembers verdicts under a key without spec.nodeName (webhook/audit/verdicts.py).
-    return Reach(why=f"nothing keeps the pod off GPU nodes (required node affinity {gpu.CARD_NAME_LABEL} DoesNotExist)")
+    return Reach(why="nothing keeps the pod off GPU nodes (no required node affinity against every GPU node label)")
 
 
 # --- what the zone does not allow ----------------------------------------------------------------
@@ -349,6 +618,7 @@ def container_power(
     body = container.container
     security = podspec.mapping(body.get("securityContext"))
     label = container.label
+    yield from _host_ports(container, allowance)
     if not security:
         return
     if security.get("privileged") is True:
@@ -370,6 +640,16 @@ def container_power(
     if proc_mount is not None and proc_mount != "Default":
         yield Power(kind=PRIVILEGE, detail=f"{label} sets procMount {proc_mount!s} (the node's /proc unmasked)")
     yield from _security_options(security, where=label)
+
+
+def _host_ports(container: podspec.ContainerRef, allowance: Allowance) -> Iterator[Power]:
+    for item in podspec.sequence(container.container.get("ports")):
+        port = podspec.mapping(item).get("hostPort")
+        if not port or not isinstance(port, int) or isinstance(port, bool) or allowance.host_port(port):
+            continue
+        why = RESERVED_HOST_PORTS.get(port)
+        where = f"the node's port of {why}" if why else "a port outside the allowed host ports"
+        yield Power(kind=PRIVILEGE, detail=f"{container.label} asks for hostPort {port} ({where})")
 
 
 def _security_options(security: Mapping[str, Any], *, where: str) -> Iterator[Power]:
@@ -419,11 +699,15 @@ def writable_mounts(
 ) -> Iterator[Power]:
     """Mounts, by `containers`, of an allowed read-only host path that are not read-only.
 
+    A mount of exactly one of ACK's lxcfs files (`LXCFS_FILES`), without a subPath, may be
+    writable: the FUSE file refuses writes itself.
+
     Under `/sys/fs/cgroup` read-only must be recursive (`recursiveReadOnly: Enabled`): cgroup v1
     mounts each controller as a submount that a plain read-only bind leaves writable, and a
     writable cgroup hierarchy lets a container leave its device cgroup.
     """
     guarded: dict[str, str] = {}
+    lxcfs: set[str] = set()  # volumes of exactly one of LXCFS_FILES
     for _, volume in podspec.volumes(spec):
         path = podspec.mapping(volume.get(HOST_PATH)).get("path")
         name = volume.get("name")
@@ -432,6 +716,8 @@ def writable_mounts(
         entry = allowance.host_path(path)
         if entry is not None and entry.read_only:
             guarded[name] = hostpaths.resolve(path)
+            if path in LXCFS_FILES:
+                lxcfs.add(name)
     if not guarded:
         return
     for container in containers:
@@ -440,6 +726,8 @@ def writable_mounts(
             name = mount.get("name")
             if not isinstance(name, str) or name not in guarded:
                 continue
+            if name in lxcfs and not mount.get("subPath") and not mount.get("subPathExpr"):
+                continue  # the FUSE file refuses writes itself (LXCFS_FILES)
             path = guarded[name]
             recursive = any(hostpaths.within(path, r) and rec for r, rec in hostpaths.READ_ONLY_PATHS.items())
             if mount.get("readOnly") is True and (not recursive or mount.get("recursiveReadOnly") == "Enabled"):

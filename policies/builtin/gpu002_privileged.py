@@ -15,6 +15,10 @@ safe there, and this policy refuses the rest of what a container or the pod can 
   `SYS_BOOT`, `SYS_TIME`, `NET_ADMIN` (nf_tables, the kernel code behind most recent container
   escapes), `NET_RAW`, ... are refused whatever the seccomp profile, in any spelling the
   runtimes accept (`sys_module`, `CAP_SYS_MODULE`), and so is any name nobody has thought of yet;
+- a host port outside the allowlist (`trustzone.DEFAULT_HOST_PORTS`, `trustZone.hostPorts`): the CNI
+  portmap plugin hands the node's port to the pod, so `hostPort: 10250` takes the kubelet's API
+  (exec, attach, logs of every pod there) and 9100 or 9400 the node's metrics; the built-in ranges
+  leave out every port a node daemon or one of our components listens on;
 - `hostNetwork`, `hostPID`, `hostIPC` (unless a namespace's allowance names them, for MPS or NCCL
   jobs), `procMount: Unmasked`, SELinux options beyond `baseline`'s types, Windows host processes.
 
@@ -68,9 +72,9 @@ class PrivilegedOnGpu(policy.Validator):
     summary = "a pod that can reach a GPU node may have only the privileges GPU nodes allow"
 
     def relevant(self, context: policy.Context, facts: applicability.Facts) -> bool:
-        """Only where a container in scope has a securityContext, or the pod host namespaces or security options."""
+        """Only where a container in scope has a securityContext or a host port, or the pod host namespaces or security options."""
         del context
-        return facts.scope_security_context or facts.pod_privilege
+        return facts.scope_security_context or facts.pod_privilege or facts.scope_host_ports
 
     def validate(self, context: policy.Context) -> Iterable[policy.Finding]:
         """A finding per privilege the pod has and GPU nodes do not allow (GPU009 judges ephemeral containers added later)."""

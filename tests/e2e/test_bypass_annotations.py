@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Cluster, deployment, eventually
+from policies.trustzone import DEFAULT_ZONE
 
 pytestmark = pytest.mark.e2e
 
@@ -138,7 +139,7 @@ def test_the_mps_pipe_directory_by_host_path_is_refused_in_a_gpu_pod_and_tmp_adm
         "scratch", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="scratch scheduled"
     )
     assert stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
-        {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
+        {"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}
     ]
     assert stored["spec"]["nodeName"] == "cpu-0"  # the only node without GPUs
     assert [p["metadata"]["name"] for p in cluster.pods(namespace=ns)] == ["scratch"]

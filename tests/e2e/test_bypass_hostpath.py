@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Cluster, deployment
+from policies.trustzone import DEFAULT_ZONE
 
 pytestmark = pytest.mark.e2e
 
@@ -105,7 +106,7 @@ def test_a_log_agent_with_a_var_log_host_path_is_admitted_off_gpu_nodes(cluster:
     stored = cluster.get("pod", "log-agent", namespace=ns)
     assert stored["spec"]["volumes"][0]["hostPath"]["path"] == "/var/log"
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+    assert terms == [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
     placed = cluster.pod_once(
         "log-agent", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="log-agent scheduled"
     )

@@ -14,13 +14,13 @@ import pytest
 
 from policies import nodeaffinity
 from tests.e2e.harness import Cluster
+from policies.trustzone import DEFAULT_ZONE
 
 pytestmark = pytest.mark.e2e
 
 GPU_NODE = "cgpu-binpack-0"
 CPU_NODE = "cpu-0"
 CARD_LABEL = "aliyun.accelerator/nvidia_name"
-DOES_NOT_EXIST = {"key": CARD_LABEL, "operator": "DoesNotExist"}
 
 
 def pod(name: str, *, capabilities: list[str] | None = None, limits: dict[str, Any] | None = None, node: str | None = None) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def test_a_cpu_pod_adding_all_capabilities_is_kept_off_gpu_nodes_by_gpu103(clust
 
     assert completed.returncode == 0, completed.stderr
     stored = running_on(cluster, "all-caps", namespace=ns)
-    assert required_terms(stored) == [{"matchExpressions": [DOES_NOT_EXIST]}]
+    assert required_terms(stored) == [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
     assert CARD_LABEL not in cluster.node_labels(stored["spec"]["nodeName"])
 
 

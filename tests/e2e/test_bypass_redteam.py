@@ -35,6 +35,7 @@ import pytest
 
 from policies import nodeaffinity
 from tests.e2e.harness import Cluster, eventually, webhook_settings
+from policies.trustzone import DEFAULT_ZONE
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +44,7 @@ GPU_NODE = "cgpu-binpack-0"
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
 GPU_MEM = {"aliyun.com/gpu-mem": 1}
 CARD_LABEL = "aliyun.accelerator/nvidia_name"
-OFF_GPU_NODES = [{"matchExpressions": [{"key": CARD_LABEL, "operator": "DoesNotExist"}]}]
+OFF_GPU_NODES = [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
 KEPT_OFF = "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes"
 GPU003_REFUSES = (
     "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "

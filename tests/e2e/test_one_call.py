@@ -14,6 +14,7 @@ import pytest
 
 from policies import ordinary
 from tests.e2e.harness import Cluster, eventually, webhook_settings
+from policies.trustzone import DEFAULT_ZONE
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,7 @@ def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_judged(cluster: C
         "runner", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="runner scheduled"
     )
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+    assert terms == [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
     assert stored["spec"]["nodeName"] == "cpu-0"  # the only node without GPUs in the default node set
     asking = pod("gpu-runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}], resources={"limits": {"aliyun.com/gpu-mem": 1}})
     asking["spec"]["volumes"] = [{"name": "run", "hostPath": {"path": "/run"}}]

@@ -19,6 +19,8 @@ from it exactly as before, per request (uid, name, review mark).
   in another order is only a miss, never a wrong answer;
 - the operation, the namespace the engine judges in, and that namespace's labels (or that they
   are unknown);
+- whether the pod is judged as stored (``Question.stored``, mutators off: the validating
+  webhook's second question, ``decisions.needs_stored``);
 - the username, groups and dryRun (no built-in reads them today; a replica's creator is the same
   controller, so keeping them costs no hits);
 - GPU001's looked-up sources: each referenced ConfigMap/Secret with the data the lookup found
@@ -166,6 +168,7 @@ class Cache:
             question.dry_run,
             sources,
             form.object,
+            question.stored,
         ]
         return replicas.digest(jsoncodec.dumps(document)), form.volatile
 

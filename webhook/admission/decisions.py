@@ -27,7 +27,8 @@ class Question:
     label selector (unknown: only ``kubernetes.io/metadata.name`` is assumed). ``env_lookup``
     gives GPU001 the ConfigMap/Secret data (already fetched: the engine does no I/O); without it,
     offline judgement. ``node_labels``: the labels of the pod's Node for GPU009 (unknown: it fails
-    closed). ``now`` (default: the clock) decides exception expiry.
+    closed). ``now`` (default: the clock) decides exception expiry. ``stored``: judge a Pod as it
+    is, with every mutator off (``as_stored``).
     """
 
     object: Mapping[str, Any] | None
@@ -43,6 +44,7 @@ class Question:
     node_labels: Mapping[str, str] | None = None
     claims: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None  # GPU011: the DRA claims the pod names
     now: datetime.datetime | None = None
+    stored: bool = False
 
     @property
     def judged_namespace(self) -> str:
@@ -66,6 +68,8 @@ def answer(question: Question, *, settings: settings.Settings) -> model.Decision
     """
     if question.object is None:
         return model.Decision(allowed=True, exempt_reason=f"{question.operation} request carries no object to evaluate")
+    if question.stored:
+        settings = settings.without_mutators
     return engine.evaluate(
         model.Request(
             operation=question.operation,
@@ -85,6 +89,23 @@ def answer(question: Question, *, settings: settings.Settings) -> model.Decision
         ),
         settings=settings,
     )
+
+
+def needs_stored(question: Question, decision: model.Decision) -> bool:
+    """Whether the validating webhook must judge this Pod again as stored (``Question.stored``):
+    the engine's own additions are not credited.
+
+    /validate sees the pod after every mutating webhook, ours included, so an admitted pod already
+    holds what our mutators add, and evaluating it again patches nothing. A patch here means the
+    stored pod lacks some of it: a later mutating webhook took it away (GPU103's keep-off
+    affinity, say) or ours did not run. The pod is then judged as it is, with every mutator off,
+    so a pod with node power and no keep-off affinity is refused (GPU002, GPU003) instead of
+    being admitted on the strength of an affinity that only exists in this process's memory.
+    A workload's template is still credited: its pods get the additions when they are created.
+    The second question goes through the decision cache too (``stored`` is in its key).
+    """
+    obj = question.object
+    return decision.allowed and bool(decision.patch) and obj is not None and obj.get("kind") == "Pod"
 
 
 def object_namespace(obj: Mapping[str, Any]) -> str:

@@ -39,6 +39,7 @@ from aiohttp import web
 log = logging.getLogger(__name__)
 
 REASON = "PolicyViolation"  # Kyverno's reason for the same event
+NOTICE_REASON = "KeptOffGpuNodes"  # GPU103's notice on a pod it kept off GPU nodes
 COMPONENT = "gpu-admission"
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_QUEUE_SIZE = 256
@@ -58,6 +59,9 @@ class Denial:
     operation: str = ""
     policies: tuple[str, ...] = ()
     message: str = ""
+    # A notice (GPU103's "kept off GPU nodes") is written as it is, with its own reason and type.
+    reason: str = REASON
+    type: str = "Warning"
 
     @property
     def key(self) -> tuple[str, str, str, tuple[str, ...]]:
@@ -87,6 +91,30 @@ class Denial:
         )
 
 
+def notice_of(obj: Mapping[str, Any] | None, *, namespace: str, policy: str, notice: str) -> Denial | None:
+    """A stored pod's notice (GPU103: why it is kept off GPU nodes) as a Normal Event on the pod.
+
+    Written by the validating webhook, which sees the pod's generated name and its uid, so
+    `kubectl describe pod` (which asks for the uid) lists it; None where there is nothing to name."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    name, uid = metadata.get("name"), metadata.get("uid")
+    if not namespace or not isinstance(name, str) or not name:
+        return None
+    return Denial(
+        namespace=namespace,
+        kind="Pod",
+        name=name,
+        api_version="v1",
+        uid=uid if isinstance(uid, str) else "",
+        operation="CREATE",
+        policies=(policy,),
+        message=f"{policy}: {notice}",
+        reason=NOTICE_REASON,
+        type="Normal",
+    )
+
+
 def event_body(denial: Denial, *, now: float) -> dict[str, Any]:
     """The core/v1 Event recording `denial` at Unix time `now`."""
     stamp = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -97,6 +125,8 @@ def event_body(denial: Denial, *, now: float) -> dict[str, Any]:
         involved["uid"] = denial.uid
     named = ", ".join(denial.policies) or "a policy"
     message = f"{denial.operation or 'request'} denied by {named}: {denial.message}".strip()
+    if denial.reason != REASON:
+        message = denial.message
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     return {
@@ -109,9 +139,9 @@ def event_body(denial: Denial, *, now: float) -> dict[str, Any]:
             "labels": {"app.kubernetes.io/managed-by": COMPONENT},
         },
         "involvedObject": involved,
-        "reason": REASON,
+        "reason": denial.reason,
         "message": message,
-        "type": "Warning",
+        "type": denial.type,
         "source": {"component": COMPONENT},
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,

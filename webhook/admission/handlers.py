@@ -16,6 +16,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from policies import lookups, model, ordinary, podspec
+from policies.builtin import gpu103_off_gpu_nodes
 from webhook.serving import metrics
 from webhook.admission import decisions, events, jsoncodec, keys, mirror, response, review
 
@@ -103,7 +104,11 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
                 claims=claims,
                 now=datetime.datetime.now(datetime.UTC),
             )
-            decision = request.app[keys.DECISIONS].decide(question, settings=request.app[keys.LIVE_SETTINGS].current, env_sources=env_sources)
+            live = request.app[keys.LIVE_SETTINGS].current
+            decision = request.app[keys.DECISIONS].decide(question, settings=live, env_sources=env_sources)
+            if endpoint == "validate" and decisions.needs_stored(question, decision):
+                stored = dataclasses.replace(question, stored=True)
+                decision = request.app[keys.DECISIONS].decide(stored, settings=live, env_sources=env_sources)
         if endpoint == "mutate":
             decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)
@@ -131,6 +136,8 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
     )
     if not answer["response"]["allowed"] and not checked.dry_run and keys.EVENTS in request.app:
         _record_denial(request.app[keys.EVENTS], checked, decision, answer)
+    elif endpoint == "validate" and not checked.dry_run and keys.EVENTS in request.app:
+        _record_notice(request, checked, decision)
     # The JSON bytes straight into the body: what json_response(dumps=jsoncodec.dumps_text) sent,
     # headers included, without decoding the bytes to text and encoding them back.
     return web.Response(body=jsoncodec.dumps(answer), content_type="application/json", charset="utf-8")
@@ -162,6 +169,26 @@ def _record_denial(
             message=str(status.get("message", "")),
         )
     )
+
+
+def _record_notice(request: web.Request, checked: review.Review, decision: model.Decision) -> None:
+    """Queue GPU103's notice as an Event on an admitted pod it keeps off GPU nodes (rate-limited).
+
+    Only a pod CREATE with a securityContext, host namespaces, host ports or volumes (the cheap
+    test first), whose required affinity keeps it off every GPU node and that has node power: the
+    mutating webhook's warning reaches `kubectl describe pod` too."""
+    obj = checked.object
+    if checked.operation != "CREATE" or checked.object_kind != "Pod" or checked.subresource or obj is None or decision.exempt_reason:
+        return
+    spec = podspec.mapping(obj.get("spec"))
+    if not podspec.mapping(spec.get("affinity")):
+        return
+    live = request.app[keys.LIVE_SETTINGS].current
+    namespace = checked.namespace or decisions.object_namespace(obj)
+    labels = request.app[keys.NAMESPACES].labels.get(namespace) if keys.NAMESPACES in request.app else None
+    notice = gpu103_off_gpu_nodes.kept_off(spec, live, namespace=namespace, namespace_labels=labels)
+    if notice:
+        request.app[keys.EVENTS].record(events.notice_of(obj, namespace=namespace, policy="GPU103", notice=notice))
 
 
 async def _cluster_context(

@@ -46,7 +46,7 @@ import orjson
 from policies import cards, cel, dra, engine, envsources, lookups, model, podparse, podspec, policy, reservations
 from policies import settings as settings_
 from webhook.audit import checks, findings, verdicts
-from webhook.audit.checks import base, facts
+from webhook.audit.checks import base, facts, gpu217_unrecognised_gpu_node
 
 DEFAULT_NAMESPACE = "default"
 WORKLOAD_KINDS: tuple[str, ...] = (
@@ -651,7 +651,8 @@ def run(
         leases = reservations.leases_by_node(inventory.leases, namespace=ledger_namespace)
         held = dra.holds(inventory.slices, inventory.claims, namespace=ledger_namespace)  # cards allocated through DRA (GPU216)
         for node in inventory.nodes:
-            if not facts.is_gpu_node(node):
+            # GPU217 also judges a node that only its allocatable or a configured resource makes one.
+            if not facts.is_gpu_node(node) and not gpu217_unrecognised_gpu_node.gpu_resources(node, settings.trust_zone):
                 continue
             objects += 1
             node_name = facts.name_of(node)
@@ -670,6 +671,7 @@ def run(
             node_context = base.NodeContext(
                 state=state, now=now, pods=[decoded[i] for i in bound.get(node_name, ())], pods_by_uid=pods_by_uid,
                 lease=_lease_ref(lease) if lease is not None else None, lease_ledger=lease_ledger,
+                zone=settings.trust_zone,
             )
             results.extend(found for check in NODE_CHECKS if (found := check.check_node(node, node_context)) is not None)
         for exception in settings.exceptions:

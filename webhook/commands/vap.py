@@ -63,6 +63,7 @@ MIRROR_POD = (
 _POSITIVE_OPERATORS = ("In", "Exists", "Gt", "Lt")
 # The variable GPU002's and GPU003's validations read: whether the pod can reach a GPU node.
 REACH = "reachesGpuNodes"
+STAYS_OFF = "staysOffGpuNodes"  # GPU103's affinity in every required term (its own variable: length)
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
@@ -247,7 +248,12 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
                 f"!variables.{REACH} || ({pod} && {_every_container(container)})",
                 "a pod that can reach a GPU node has a privilege GPU nodes do not allow (privileged, a capability "
                 "outside the allowlist, a host namespace, procMount, SELinux options or a Windows host process)",
-            )
+            ),
+            validation(
+                f"!variables.{REACH} || {_every_container(_host_ports_ok(allowance))}",
+                "a pod that can reach a GPU node asks for a host port outside the allowed ones (the kubelet's, "
+                "a node daemon's or one of ours among them)",
+            ),
         ]
     elif policy_id == "GPU003":
         allowance = settings.widest_allowance
@@ -300,7 +306,11 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
             ),
             validation(families, "the pod mixes GPU resource families (one of nvidia.com/gpu, aliyun.com/gpu-mem, aliyun.com/gpu)"),
         ]
-    variables = ({"name": REACH, "expression": _reach(settings)},) if policy_id in ("GPU002", "GPU003") else ()
+    variables = (
+        ({"name": STAYS_OFF, "expression": _stays_off(settings)}, {"name": REACH, "expression": _reach(settings)})
+        if policy_id in ("GPU002", "GPU003")
+        else ()
+    )
     return Rule(
         id=policy_id,
         name=PREFIX + policy_id.lower(),
@@ -460,12 +470,34 @@ def _reach(settings: settings_.Settings) -> str:
     if settings.trust_zone.strict:
         return "true"
     asked = f"({_requests_gpu(settings.trust_zone)} || object.spec.?resourceClaims.orValue([]).size() > 0 || {_targets_gpu_nodes()})"
+    return f"({asked} || (!variables.{STAYS_OFF} && request.?subResource.orValue('') != {_lit(podspec.EPHEMERAL_SUBRESOURCE)}))"
+
+
+def _stays_off(settings: settings_.Settings) -> str:
+    """CEL for `trustzone.stays_off_gpu_nodes`: every required term fails every GPU node label."""
     terms = "object.spec.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms.orValue([])"
-    stays_off = (
-        f"({terms}.size() > 0 && {terms}.all(t, t.?matchExpressions.orValue([]).exists(e, "
-        f"e.key == {_lit(gpu.CARD_NAME_LABEL)} && e.operator == 'DoesNotExist')))"
-    )
-    return f"({asked} || (!{stays_off} && request.?subResource.orValue('') != {_lit(podspec.EPHEMERAL_SUBRESOURCE)}))"
+    return f"({terms}.size() > 0 && {terms}.all(t, {_fails_labels(settings.trust_zone.node_labels)}))"
+
+
+def _fails_labels(labels: Sequence[trustzone.NodeLabel]) -> str:
+    """CEL over a nodeSelectorTerm `t`: it holds every label's keep-off requirement
+    (trustzone.stays_off_gpu_nodes), the labels grouped by their values to keep the expression short."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for label in labels:
+        groups.setdefault(label.values, []).append(label.key)
+    parts = []
+    for values, keys in groups.items():
+        test = "e.operator == 'DoesNotExist'"
+        if values:
+            test += f" || (e.operator == 'NotIn' && {_lit(list(values))}.all(v, v in e.?values.orValue([])))"
+        parts.append(f"{_lit(keys)}.all(k, t.?matchExpressions.orValue([]).exists(e, e.key == k && ({test})))")
+    return " && ".join(parts)
+
+
+def _host_ports_ok(allowance: trustzone.Allowance) -> str:
+    """CEL over a container `c`: every hostPort it asks for is in the allowance (trustzone.Allowance.host_port)."""
+    ranges = " || ".join(f"(h >= {r.low} && h <= {r.high})" for r in allowance.host_ports) or "false"
+    return f"dyn(c).?ports.orValue([]).all(p, dyn(p).?hostPort.orValue(0) == 0 || [dyn(p).hostPort].all(h, {ranges}))"
 
 
 def _selinux_ok(options: str) -> str:

@@ -22,7 +22,7 @@ CLEAN_POD = {
 def test_findings_at_enforce_level_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["-f", str(SNAPSHOT)]) == 1
     out = capsys.readouterr().out
-    assert "GPU202" in out and out.rstrip().endswith("7 at enforce level")
+    assert "GPU202" in out and out.rstrip().endswith("8 at enforce level")
 
 
 def test_a_clean_audit_exits_0_even_with_warnings(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +58,7 @@ def test_yaml_output_with_all_results_stores_passes(capsys: pytest.CaptureFixtur
     cli.main(["-f", str(SNAPSHOT), "-o", "yaml", "--all-results"])
     listed = yaml.safe_load(capsys.readouterr().out)
     passes = sum(item["summary"]["pass"] for item in listed["items"])
-    assert passes == 131  # GPU011 and GPU012 pass on each of the 9 pods and workloads
+    assert passes == 134  # GPU011 and GPU012 pass on each of the 9 pods and workloads; GPU217 on the 3 labelled GPU nodes
 
 
 def test_a_namespace_filter_in_file_mode(capsys: pytest.CaptureFixture[str]) -> None:

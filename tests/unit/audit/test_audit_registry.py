@@ -44,6 +44,7 @@ STABLE: dict[str, str] = {
     "GPU214": "pod-exceeds-request",
     "GPU215": "card-use-exceeds-allocations",
     "GPU216": "dra-double-booking",
+    "GPU217": "unrecognised-gpu-node",
 }
 
 

@@ -33,17 +33,17 @@ def test_the_table_has_one_row_per_stored_result_and_ends_with_the_summary(audit
     lines = text.splitlines()
     assert lines[0].split() == ["NAMESPACE", "OBJECT", "POLICY", "RESULT", "ACTION", "SEVERITY", "MESSAGE"]
     # two failures of warn-level policies are written as warn, as Kyverno reports unscored policies
-    assert lines[-1] == "14 object(s) audited: 7 fail, 2 warn, 0 error, 11 skip, 131 pass; 7 at enforce level"
+    assert lines[-1] == "14 object(s) audited: 8 fail, 2 warn, 0 error, 11 skip, 134 pass; 8 at enforce level"
     warn_rows = [line.split() for line in lines if re.search(r"\swarn\s", line)]
     assert len(warn_rows) == 2 and all(row[row.index("warn") + 1] == "warn" for row in warn_rows)
-    assert sum(1 for line in lines if re.search(r"\s(fail|warn|error|skip)\s", line)) == 20  # 7 fail, 2 warn, 11 skip
+    assert sum(1 for line in lines if re.search(r"\s(fail|warn|error|skip)\s", line)) == 21  # 8 fail, 2 warn, 11 skip
     assert " pass " not in text
     cluster_rows = [line for line in lines if line.startswith("-  ")]
-    assert [row.split()[1:3] for row in cluster_rows] == [["Node/cgpu-binpack-0", "GPU202"], ["Node/share-0", "GPU205"], ["Node/unlabelled-gpu", "GPU206"]]
+    assert [row.split()[1:3] for row in cluster_rows] == [["Node/cgpu-binpack-0", "GPU202"], ["Node/share-0", "GPU205"], ["Node/unlabelled-gpu", "GPU206"], ["Node/unlabelled-gpu", "GPU217"]]
 
 
 def test_the_table_shows_passes_with_all_results(audit: scan.Audit) -> None:
-    assert render.table(audit, all_results=True).count(" pass ") == 131
+    assert render.table(audit, all_results=True).count(" pass ") == 134
 
 
 def test_a_clean_audit_says_so(pod: PodFactory) -> None:
@@ -56,7 +56,7 @@ def test_a_clean_audit_says_so(pod: PodFactory) -> None:
 def test_markdown_has_a_summary_table_a_section_per_namespace_and_the_inspect_table(audit: scan.Audit) -> None:
     text = render.markdown(audit)
     assert text.startswith("## gpu-admission audit\n")
-    assert "| 7 | 2 | 0 | 11 | 131 | 14 |" in text  # two warn-level failures counted as warn
+    assert "| 8 | 2 | 0 | 11 | 134 | 14 |" in text  # two warn-level failures counted as warn
     assert [line for line in text.splitlines() if line.startswith("### ")] == [
         "### Namespace `kube-system`", "### Namespace `ml`", "### Namespace `ops`", "### Cluster (nodes)", "### GPU allocation",
     ]

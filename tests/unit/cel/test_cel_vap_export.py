@@ -19,6 +19,7 @@ from policies import model as policies_model
 from tests import bypasses
 from webhook import config
 from webhook.commands import policies_cli, vap
+from policies.trustzone import DEFAULT_ZONE
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
@@ -65,10 +66,10 @@ def admits(policy: dict[str, Any], pod: dict[str, Any], *, namespace: str = "tea
     for condition in spec["matchConditions"]:
         if not cel.evaluate(cel.compile_expression(env, condition["expression"], field=condition["name"]), activation):
             return True
-    activation["variables"] = {
-        v["name"]: cel.evaluate(cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]), activation)
-        for v in spec.get("variables", [])
-    }
+    variables: dict[str, Any] = {}
+    activation["variables"] = variables
+    for v in spec.get("variables", []):  # in order: a variable may name the ones before it, as in the apiserver
+        variables[v["name"]] = cel.evaluate(cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]), activation)
     return all(
         cel.evaluate(cel.compile_expression(env, v["expression"], field="validation"), activation) is True
         for v in spec["validations"]
@@ -138,7 +139,7 @@ GPU = {"limits": {"nvidia.com/gpu": 1}}
 OFF_GPU_NODES = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+            "nodeSelectorTerms": [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
         }
     }
 }
@@ -412,3 +413,19 @@ def test_the_export_never_refuses_what_the_webhook_admits_and_refuses_the_same_g
     for policy_id in ("GPU002", "GPU003"):
         if policy_id in refused:  # the webhook's GPU002/GPU003 refusals hold in the apiserver too
             assert not admits(manifests[f"gpu-admission-{policy_id.lower()}"], pod), name
+
+
+@pytest.mark.parametrize(("port", "gpu", "admitted"), [(10250, True, False), (9100, True, False), (8888, True, True), (10250, False, True)])
+def test_the_export_judges_host_ports_as_the_webhook_does(port: int, gpu: bool, admitted: bool) -> None:
+    gpu002 = policy_named(exported(), "gpu-admission-gpu002")
+    container: dict[str, Any] = {"name": "c", "ports": [{"containerPort": 80, "hostPort": port}]}
+    spec: dict[str, Any] = {"containers": [container]}
+    if gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    else:
+        spec["affinity"] = OFF_GPU_NODES
+    obj = {"metadata": {"name": "p"}, "spec": spec}
+
+    assert admits(gpu002, obj) is admitted
+    request = policies_model.Request(operation="CREATE", object={"apiVersion": "v1", "kind": "Pod", **obj}, namespace="team-a")
+    assert policies_engine.evaluate(request, settings=settings.Settings()).allowed is admitted

@@ -101,6 +101,28 @@ async def test_an_invalid_configuration_is_refused_and_the_last_good_one_stays(
     assert watch.live.current.action("GPU002") is model.Action.AUDIT
 
 
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        ("trustZone: {hostPorts: ['9000-8000']}\n", "trustZone.hostPorts[0]: '9000-8000' is upside down"),
+        ("trustZone: {gpuNodeLabels: ['not a key']}\n", "trustZone.gpuNodeLabels[0].key: 'not a key' is not a valid label key"),
+    ],
+)
+async def test_a_bad_trust_zone_setting_is_refused_in_one_line_and_the_last_good_one_stays(
+    volume: ConfigMapVolume, caplog: pytest.LogCaptureFixture, content: str, line: str
+) -> None:
+    watch = watcher(configwatch.Source(config_path=volume.path("config.yaml")))
+    before = watch.live.current
+
+    volume.publish({"config.yaml": content})
+    with caplog.at_level(logging.ERROR, logger="webhook.admission.configwatch"):
+        assert await watch.check() is False
+
+    assert watch.live.current is before
+    (record,) = caplog.records
+    assert line in record.getMessage() and "\n" not in record.getMessage()
+
+
 async def test_a_changed_policies_directory_is_reloaded_and_a_bad_expression_refused(tmp_path: pathlib.Path) -> None:
     policies = ConfigMapVolume(tmp_path / "policies")
     policies.root.mkdir()

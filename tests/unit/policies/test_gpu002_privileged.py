@@ -8,6 +8,10 @@ from policies import model
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 PREFIX = "GPU002: a pod that can reach a GPU node may have only the privileges GPU nodes allow: "
 INSTEAD = (
     "; drop it, run the privileged part in a pod that asks for no GPU (it is kept off GPU nodes), "
@@ -19,7 +23,7 @@ EPHEMERAL_INSTEAD = (
     "or debug a copy of the pod on a node without GPUs"
 )
 TARGETS = "; the pod's nodeSelector or node affinity asks for GPU nodes"
-OFF_GPU_NODES = required_node_affinity({"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]})
+OFF_GPU_NODES = required_node_affinity({"matchExpressions": KEEP_OFF})
 
 
 def requests(resource: str) -> str:
@@ -115,7 +119,7 @@ def test_privileged_pod_without_gpus_is_allowed_and_kept_off_gpu_nodes(
     )
     assert decision.notices == (
         "GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes (required node "
-        'affinity aliyun.accelerator/nvidia_name DoesNotExist): container "main" is privileged, which GPU nodes do not allow',
+        'affinity against every GPU node label): container "main" is privileged, which GPU nodes do not allow',
     )
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
@@ -128,8 +132,8 @@ def test_privileged_pod_without_gpus_is_denied_where_gpu103_does_not_keep_it_off
 
     assert not decision.allowed
     assert decision.denial_message == (
-        PREFIX + 'container "main" is privileged; nothing keeps the pod off GPU nodes (required node affinity '
-        "aliyun.accelerator/nvidia_name DoesNotExist)" + INSTEAD
+        PREFIX + 'container "main" is privileged; nothing keeps the pod off GPU nodes (no required node affinity '
+        "against every GPU node label)" + INSTEAD
     )
 
 

@@ -19,11 +19,15 @@ from policies import model
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 RECURSIVE_RO = {"readOnly": True, "recursiveReadOnly": "Enabled"}
 GPU = {"nvidia.com/gpu": 1}
 # An admin's allowance of both, read-only (what a node-metrics sidecar of a GPU job would need).
 ZONE: dict[str, Any] = {"trustZone": {"allow": {"hostPaths": ["/sys/fs/cgroup", "/var/log"]}}}
-OFF_GPU_NODES = required_node_affinity({"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]})
+OFF_GPU_NODES = required_node_affinity({"matchExpressions": KEEP_OFF})
 VOID = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
 
 

@@ -10,6 +10,10 @@ from policies import hostpaths, model, settings
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
 from tests.unit.policies.conftest import assert_second_pass_is_empty
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 PREFIX = "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
 INSTEAD = (
     "; the pod requests the GPU resource nvidia.com/gpu; use an emptyDir, a PersistentVolumeClaim or a ConfigMap, "
@@ -18,7 +22,7 @@ INSTEAD = (
 )
 GPU = {"nvidia.com/gpu": 1}
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-OFF_GPU_NODES = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]}}}
+OFF_GPU_NODES = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}}
 
 
 def with_host_path(pod: PodFactory, container: ContainerFactory, path: str, *, gpu: bool = True, **extra: Any) -> dict[str, Any]:
@@ -69,7 +73,7 @@ CONTROL_STATE = [
 DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dri", "/dev/dri/card0", "/dev/null", "/dev/fuse", "/dev/shm"]
 WHOLE_HOST = ["/proc", "/proc/1/root", "/sys", "/sys/bus/pci/devices", "/sys/fs/cgroup", "/run/nvidia/driver", "/var/run/nvidia-persistenced/socket"]
 # Paths no list of protected roots ever named: refused all the same, since only the allowlist passes.
-UNLISTED = ["/var/log", "/var/log/pods", "/tmp", "/data", "/etc/ssl/certs", "/var/lib/container/kubelet", "/etc/ld.so.preload", "/opt/nri/plugins"]
+UNLISTED = ["/var/log", "/var/log/pods", "/tmp", "/data", "/etc/ssl", "/var/lib/container/kubelet", "/etc/ld.so.preload", "/opt/nri/plugins"]
 
 
 @pytest.mark.parametrize("path", RUNTIME_SOCKETS + CONTROL_STATE + DEVICES + WHOLE_HOST + UNLISTED)
@@ -228,7 +232,7 @@ def test_any_host_path_in_a_pod_without_gpus_is_allowed_off_gpu_nodes(
 
     assert decision.allowed
     assert result(decision, "GPU003") is model.Result.PASS
-    allowed = ("/etc/localtime", "/usr/share/zoneinfo")  # the allowlist: nothing to keep off GPU nodes
+    allowed = ("/etc/localtime", "/etc/ssl/certs", "/usr/share/zoneinfo")  # the allowlist: nothing to keep off GPU nodes
     affinity = {"op": "add", "path": "/spec/affinity", "value": OFF_GPU_NODES}
     assert (affinity in decision.patch) is (path not in allowed)
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
@@ -251,7 +255,7 @@ def test_every_refused_path_in_a_pod_without_gpus_is_admitted_with_gpu103s_affin
     [notice] = decision.notices
     assert notice.startswith(
         "GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes (required node "
-        'affinity aliyun.accelerator/nvidia_name DoesNotExist): volume "host" mounts hostPath '
+        'affinity against every GPU node label): volume "host" mounts hostPath '
     ), notice
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
@@ -267,7 +271,7 @@ def test_a_pod_without_gpus_is_denied_where_gpu103_does_not_keep_it_off_gpu_node
         PREFIX + 'volume "host" mounts hostPath /run/containerd/containerd.sock, which is not an allowed host path (lies in '
         "/run: container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories)"
         + INSTEAD.replace("; the pod requests the GPU resource nvidia.com/gpu;", "; nothing keeps the pod off GPU nodes "
-                          "(required node affinity aliyun.accelerator/nvidia_name DoesNotExist);")
+                          "(no required node affinity against every GPU node label);")
     )
 
 

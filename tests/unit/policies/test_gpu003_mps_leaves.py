@@ -17,6 +17,10 @@ from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, Po
 from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 from webhook.commands import vap
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 PREFIX = "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
 INSTEAD = (
     "; the pod requests the GPU resource aliyun.com/gpu-mem; use an emptyDir, a PersistentVolumeClaim or a ConfigMap, "
@@ -28,7 +32,7 @@ SHARE = {"aliyun.com/gpu-mem": 2}
 # GPU103's patch of a pod without GPUs that mounts these paths: its affinity, then GPU104's void.
 OFF_GPU_NODES_PATCH = (
     {"op": "add", "path": "/spec/affinity", "value": required_node_affinity(
-        {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
+        {"matchExpressions": KEEP_OFF}
     )},
     {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
 )

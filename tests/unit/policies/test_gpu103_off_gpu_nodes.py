@@ -7,6 +7,10 @@ import pytest
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
 from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
@@ -24,7 +28,7 @@ def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(
         {
             "op": "add",
             "path": "/spec/affinity",
-            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}},
+            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}},
         },
         {"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},
     )
@@ -33,7 +37,7 @@ def test_privileged_pod_without_gpus_gets_does_not_exist_affinity(
 
 NOTICE = (
     "GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes "
-    "(required node affinity aliyun.accelerator/nvidia_name DoesNotExist): "
+    "(required node affinity against every GPU node label): "
 )
 
 
@@ -85,9 +89,10 @@ def test_requirement_goes_into_every_existing_term(
     decision = evaluate(obj)
 
     terms = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
-    assert decision.patch == (
-        {"op": "add", "path": f"{terms}/0/matchExpressions/-", "value": DOES_NOT_EXIST},
-        {"op": "add", "path": f"{terms}/1/matchExpressions/-", "value": DOES_NOT_EXIST},
+    assert decision.patch == tuple(
+        {"op": "add", "path": f"{terms}/{index}/matchExpressions/-", "value": expression}
+        for index in (0, 1)
+        for expression in KEEP_OFF
     )
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
@@ -112,7 +117,7 @@ def test_every_pod_without_gpus_is_kept_off_gpu_nodes_when_configured(
         {
             "op": "add",
             "path": "/spec/template/spec/affinity",
-            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}},
+            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}},
         },
     )
     assert_second_pass_is_empty(evaluate, patched, obj, decision, config=config)
@@ -142,7 +147,7 @@ def caps(*added: str) -> dict[str, object]:
     return {"securityContext": {"capabilities": {"add": list(added)}}}
 
 
-AFFINITY = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}}
+AFFINITY = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}}
 
 
 @pytest.mark.parametrize("added", [("SYS_ADMIN",), ("ALL",), ("NET_ADMIN", "cap_sys_admin"), ("all",)])

@@ -17,6 +17,10 @@ from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, Po
 from webhook.commands import vap
 from webhook.audit.checks import facts
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 DOES_NOT_EXIST = {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
@@ -97,7 +101,7 @@ def test_a_privileged_pod_selecting_nodes_without_gpus_is_kept_off_gpu_nodes_by_
     assert decision.allowed
     assert decision.patch[0] == {
         "op": "add", "path": "/spec/affinity",
-        "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [DOES_NOT_EXIST]}]}}},
+        "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}},
     }
     again = evaluate(patched(obj, decision.patch))
     assert again.allowed and again.patch == ()

@@ -26,6 +26,10 @@ from policies import applicability, engine, model, settings
 from tests.unit.policies import test_ordinary, test_properties
 from tests.unit.policies.conftest import build_container, build_pod
 
+from policies.trustzone import DEFAULT_ZONE
+
+KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
+
 SETTINGS = [
     settings.from_mapping(c)
     for c in (
@@ -167,7 +171,7 @@ def test_a_privileged_cpu_pod_is_still_kept_off_gpu_nodes() -> None:
 
     assert decision.allowed
     assert {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]
+        "nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]
     }}}} in decision.patch
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.policies.conftest import Evaluate, ManifestLoader, Patched
+from policies.trustzone import DEFAULT_ZONE
 
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
@@ -60,7 +61,16 @@ def test_seed_pod_kept_off_gpu_nodes_gains_no_second_copy_of_its_affinity(manife
         config={"keepNonGpuPodsOffGpuNodes": True},
     )
 
-    assert decision.patch == EXPECTED_PATCHES["seeds/not-in-gpu-node.yaml"]
+    # The seed's own nvidia_name DoesNotExist stays the only copy; the other GPU node labels join it
+    # (a GPU node that only the GPU Operator, NFD or a cloud labelled has no nvidia_name).
+    terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+    added = tuple(
+        {"op": "add", "path": f"{terms}/0/matchExpressions/-", "value": dict(e)}
+        for e in DEFAULT_ZONE.keep_off
+        if e["key"] != "aliyun.accelerator/nvidia_name"
+    )
+    assert len(added) == len(DEFAULT_ZONE.keep_off) - 1
+    assert decision.patch == added + EXPECTED_PATCHES["seeds/not-in-gpu-node.yaml"]
 
 
 def test_seed_gpu_memory_statefulset_without_its_selector_is_pinned_to_cgpu(manifest: ManifestLoader, evaluate: Evaluate) -> None:

@@ -230,7 +230,7 @@ def test_a_wildcard_toleration_is_no_intent_and_gets_the_affinity() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["/var/lib/lxcfs/proc/meminfo", "/var/lib/lxcfs/sys/devices/system/cpu/online", "/etc/localtime", "//etc/./localtime", "/usr/share/zoneinfo/UTC"]
+    "path", ["/var/lib/lxcfs/proc/../proc/meminfo", "/var/lib/lxcfs/cgroup", "/etc/localtime", "//etc/./localtime", "/usr/share/zoneinfo/UTC"]
 )
 def test_the_built_in_allowed_paths_pass_read_only_and_are_refused_writable(path: str) -> None:
     assert run_engine(host_path_pod(path)).allowed

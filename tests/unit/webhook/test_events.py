@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from policies import settings
+from policies import settings, trustzone
 from webhook.admission import app as admission_app
 from webhook.admission import events, keys
 
@@ -207,3 +207,55 @@ async def _until(condition: Callable[[], bool], *, timeout_s: float = 5.0) -> No
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+def _kept_off_pod(*, privileged: bool = True, name: str = "dind-x7k2p") -> dict[str, Any]:
+    """A pod as /validate sees it: generated name and uid set, GPU103's affinity in place."""
+    terms = [{"matchExpressions": [dict(e) for e in trustzone.DEFAULT_ZONE.keep_off]}]
+    container: dict[str, Any] = {"name": "dind", "image": "docker:dind"}
+    if privileged:
+        container["securityContext"] = {"privileged": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "generateName": "dind-", "namespace": "ci", "uid": "3f1c-uid"},
+        "spec": {
+            "containers": [container],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}},
+        },
+    }
+
+
+def _pod_review(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    review = _review(obj, dry_run=dry_run)
+    request = review["request"]
+    request.update(kind={"group": "", "version": "v1", "kind": "Pod"}, resource={"group": "", "version": "v1", "resource": "pods"})
+    request.update(namespace="ci", name=obj["metadata"]["name"])
+    return review
+
+
+async def test_a_pod_kept_off_gpu_nodes_gets_gpu103s_notice_as_an_event_with_its_uid(aiohttp_client: Callable[..., Any]) -> None:
+    sent: list[dict[str, Any]] = []
+    recorder = events.Recorder(sent.append)
+    app = admission_app.make_app(settings.Settings())
+    app[keys.EVENTS] = recorder
+    app.cleanup_ctx.append(recorder.lifetime)
+    client = await aiohttp_client(app)
+
+    answered = await (await client.post("/validate", json=_pod_review(_kept_off_pod()))).json()
+    assert answered["response"]["allowed"] is True
+    await _until(lambda: len(sent) == 1)
+    (body,) = sent
+    assert body["involvedObject"] == {"kind": "Pod", "namespace": "ci", "name": "dind-x7k2p", "apiVersion": "v1", "uid": "3f1c-uid"}
+    assert body["reason"] == "KeptOffGpuNodes" and body["type"] == "Normal"
+    assert body["message"] == (
+        'GPU103: kept off GPU nodes (required node affinity against every GPU node label): container "dind" is '
+        "privileged, which GPU nodes do not allow"
+    )
+
+    # No node power, a dry run, or an affinity that leaves a GPU node open: no notice.
+    plain = await (await client.post("/validate", json=_pod_review(_kept_off_pod(privileged=False, name="plain")))).json()
+    dry = await (await client.post("/validate", json=_pod_review(_kept_off_pod(name="dry"), dry_run=True))).json()
+    assert plain["response"]["allowed"] is True and dry["response"]["allowed"] is True
+    await asyncio.sleep(0.05)
+    assert len(sent) == 1

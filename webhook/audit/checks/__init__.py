@@ -21,13 +21,14 @@ stable and continue the built-in policies' numbering:
 | GPU214 | pod-exceeds-request | Pod with GPU processes in the usage summary | its processes hold more memory than it asked for, or memory on a card it was not given |
 | GPU215 | card-use-exceeds-allocations | shared-mode card with the usage summary | its processes hold more than its allocations add up to, beyond the tolerance |
 | GPU216 | dra-double-booking | GPU node with cards DRA claims hold | a card an allocated ResourceClaim holds (matched by UUID) is also allocated by the extender |
+| GPU217 | unrecognised-gpu-node | Node with GPU capacity or allocatable | none of the GPU node labels (`trustzone.DEFAULT_GPU_NODE_LABELS`, `trustZone.gpuNodeLabels`) marks it, so GPU103's affinity does not keep pods with node power off it |
 
 DRA claims themselves are judged by the admission policy GPU011, which the audit runs on every
 ResourceClaim and ResourceClaimTemplate (a GPU class in a namespace not granted it; adminAccess
 outside the admin namespaces) and on the pods that use them.
 
 Each module's docstring says more. Actions are fixed: GPU201, GPU202, GPU204, GPU205, GPU210,
-GPU211, GPU213 and GPU216 are `enforce` (cards are reachable, double-booked or used outside the accounting
+GPU211, GPU213, GPU216 and GPU217 are `enforce` (cards are reachable, double-booked or used outside the accounting
 right now), the rest `warn`. A "GPU node" carries a GPU label (`ack.node.gpu.*`,
 `aliyun.accelerator/*`, `gpu-admission.io/gpu-memory-mib`), the labeler's inventory annotation,
 or non-zero GPU capacity (`facts.is_gpu_node`).
@@ -57,6 +58,7 @@ from webhook.audit.checks import (
     gpu214_pod_over_request,
     gpu215_card_over_allocation,
     gpu216_dra_double_booking,
+    gpu217_unrecognised_gpu_node,
 )
 
 CHECKS: tuple[base.Check, ...] = (
@@ -76,4 +78,5 @@ CHECKS: tuple[base.Check, ...] = (
     gpu214_pod_over_request.PodExceedsRequest(),
     gpu215_card_over_allocation.CardUseExceedsAllocations(),
     gpu216_dra_double_booking.DraDoubleBooking(),
+    gpu217_unrecognised_gpu_node.UnrecognisedGpuNode(),
 )

@@ -28,7 +28,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from policies import allocation, cards, model, podparse, reservations, settings
+from policies import allocation, cards, model, podparse, reservations, settings, trustzone
 from webhook.audit import findings
 from webhook.audit.checks import facts
 
@@ -146,6 +146,8 @@ class NodeContext:
     # ledger namespace, naming this node), and the entries it holds.
     lease: findings.ObjectRef | None = None
     lease_ledger: Mapping[str, allocation.Allocation] = dataclasses.field(default_factory=dict)
+    # The settings' trust zone: which labels mark GPU nodes, which resources are GPUs (GPU217).
+    zone: trustzone.TrustZone = trustzone.DEFAULT_ZONE
 
     def ledger(self, node: Mapping[str, Any]) -> dict[str, allocation.Allocation]:
         """The node's whole reservation ledger: its Node annotation's entries (from earlier versions)

@@ -79,6 +79,7 @@ SCHEMAS: dict[str, Schema] = {
     "explain_scale": Schema(figure="explain_cli_cpu_s", unit="CPU s", better="lower", reference=False),
     "extender_cpu": Schema(figure="after_ms_per_pod", unit="ms", better="lower", reference=True),
     "extender_throughput": Schema(figure="extender_pods_per_s", unit="pods/s", better="higher", reference=True),
+    "extender_throughput_5000": Schema(figure="extender_pods_per_s", unit="pods/s", better="higher", reference=True),
     "fuzz_long": Schema(figure="failures", unit="count", better="lower", reference=False),
     "labeler_usage": Schema(figure="cpu_ms_per_pass_median", unit="ms", better="lower", reference=False),
     "labeler_usage_churn": Schema(figure="writes_per_min", unit="writes/min", better="lower", reference=True),

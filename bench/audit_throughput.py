@@ -314,7 +314,13 @@ def bring_up(directory: pathlib.Path) -> controlplane.State:
         controlplane.stop(state, [name for name in state.pids if name.startswith("labeler-")])
         controlplane.kubectl(state, "apply", "-k", str(REPO / "deploy" / "crds"))
         for name in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
-            controlplane.kubectl(state, "wait", "--for", "condition=established", f"crd/{name}", "--timeout=60s")
+            # Polled: right after the create the CRD has no status.conditions yet, and `kubectl
+            # wait` fails on that at once instead of waiting.
+            def established(name: str = name) -> bool:
+                waited = controlplane.kubectl(state, "wait", "--for", "condition=established", f"crd/{name}", "--timeout=5s", check=False)
+                return waited.returncode == 0
+
+            controlplane.wait_for(established, what=f"CRD {name} established", timeout=60, state=state)
     except BaseException:
         controlplane.stop(state)
         raise

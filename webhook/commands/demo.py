@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from policies import gpu, ordinary
+import yaml
+
+from policies import gpu
 from webhook import config
 from webhook.commands import dryrun
 from webhook.cmdline import manifests
@@ -116,14 +118,32 @@ def _on_cluster(directory: Path, *, real_node: bool = False) -> int:
     return 0 if ok else 1
 
 
-def refused_by(stderr: str, policy: str) -> bool:
-    """Whether kubectl's ``stderr`` is the validating webhook's denial naming ``policy`` (``GPU001``).
+WEBHOOKS = Path(__file__).resolve().parents[2] / "deploy" / "webhook-configurations.yaml"
+
+
+def validating_webhooks(path: Path = WEBHOOKS) -> frozenset[str]:
+    """The names of the validating webhooks the demo installs (from `deploy/`): the pods' one, and
+    the ConfigMaps' and Secrets' (GPU007), ..."""
+    return frozenset(
+        str(hook["name"])
+        for document in yaml.safe_load_all(path.read_text())
+        if document and document.get("kind") == "ValidatingWebhookConfiguration"
+        for hook in document.get("webhooks", [])
+    )
+
+
+def refused_by(stderr: str, policy: str, *, webhooks: frozenset[str] | None = None) -> bool:
+    """Whether kubectl's ``stderr`` is one of our validating webhooks' denial naming ``policy`` (``GPU001``).
 
     Anything else that makes ``kubectl apply`` fail (a schema error, a missing namespace, a webhook
-    that cannot be reached, another policy) is not the refusal the bypass example is there to show.
+    that cannot be reached, another webhook, another policy) is not the refusal the bypass example
+    is there to show.
     """
-    denied = f'admission webhook "{ordinary.VALIDATING_WEBHOOK}" denied the request: '
-    return any(denied in line and f"{policy}:" in line.split(denied, 1)[1] for line in stderr.splitlines())
+    for name in validating_webhooks() if webhooks is None else webhooks:
+        denied = f'admission webhook "{name}" denied the request: '
+        if any(denied in line and f"{policy}:" in line.split(denied, 1)[1] for line in stderr.splitlines()):
+            return True
+    return False
 
 
 def expected_policy(path: Path) -> str:

@@ -20,7 +20,13 @@ def test_every_bypass_example_names_its_policy_in_its_file_name() -> None:
 
 
 def test_the_webhooks_denial_naming_the_policy_is_a_refusal() -> None:
+    assert demo.validating_webhooks() >= {"validate.gpu-admission.io", "validate-env-sources.gpu-admission.io"}
     assert demo.refused_by(DENIED + "GPU003: hostPath /dev is not allowed", "GPU003")
+    # GPU007 is the ConfigMaps' and Secrets' webhook's.
+    assert demo.refused_by(
+        'Error from server: error when creating "STDIN": admission webhook "validate-env-sources.gpu-admission.io" '
+        "denied the request: GPU007: ConfigMaps and Secrets must not carry a key named like a GPU environment variable", "GPU007",
+    )
     assert demo.refused_by("Warning: something\n" + DENIED + "GPU002: privileged; GPU003: hostPath /dev", "GPU003")
 
 

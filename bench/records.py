@@ -288,9 +288,17 @@ def _machine_words(found: Mapping[str, Any]) -> str:
     return f"{cpu} ×{found.get('cores', '?')}, load {found.get('load_before', '?')} → {found.get('load_after', '?')}"
 
 
+def _reference_name(name: Any) -> str:
+    """A reference's name as the table shows it: a source directory by its last part (the
+    machine's path says nothing to a reader; run_all.sh names it after the commit)."""
+    words = str(name or "")
+    return pathlib.PurePosixPath(words).name if words.startswith("/") else words
+
+
 def _reference_words(record: Mapping[str, Any]) -> str:
     head = record["headline"]
-    reference = record.get("reference") or {}
+    reference = {**(record.get("reference") or {})}
+    reference["name"] = _reference_name(reference.get("name"))
     theirs = reference.get("figures", {}).get(head["figure"])
     at_least = (reference.get("censored") or {}).get(head["figure"])
     if at_least is not None:

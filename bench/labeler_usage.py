@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import random
 import resource
@@ -195,7 +196,20 @@ class SimPod:
         self.uid, self.card, self.mib, self.ends = uid, card, mib, ends
 
 
-def churn(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class Churn:
+    """What the churn simulation counted: usage writes (rate-limited), changes, writes per tick."""
+
+    limited: int
+    every_change: int
+    per_minute: list[int]
+
+    def writes_per_min(self, minutes: float) -> float:
+        return round(self.limited / minutes, 1)
+
+
+def simulate(args: argparse.Namespace) -> Churn:
+    """The usage summary's writes for ``args.nodes`` simulated nodes (the fields of the ``churn`` command)."""
     rng = random.Random(11)
     total = 81920
     step = args.interval
@@ -245,6 +259,13 @@ def churn(args: argparse.Namespace) -> int:
                     count_this_tick += 1
         if tick >= warmup:
             per_minute.append(count_this_tick)
+    return Churn(limited=limited, every_change=every_change, per_minute=per_minute)
+
+
+def churn(args: argparse.Namespace) -> int:
+    step = args.interval
+    found = simulate(args)
+    limited, every_change, per_minute = found.limited, found.every_change, found.per_minute
     minutes = args.minutes
     print(f"simulated {args.nodes} nodes x {CARDS} cards for {minutes} min (after {args.warmup} min warm-up), labeler every {step:g}s, "
           f"--usage-interval {args.usage_interval:g}s; pods every {args.pod_every:g}s per card, living {args.pod_life:g}s on average, "

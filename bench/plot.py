@@ -44,15 +44,33 @@ def series(all_records: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[str
 
 def digest(points: Sequence[tuple[str, str, float]]) -> str:
     """What a plot draws, in 16 hex digits: its points (date, commit, ratio)."""
-    return hashlib.sha256(json.dumps([list(p) for p in points]).encode()).hexdigest()[:16]
+    # "2": the drawing marks transcribed points (a change of drawing redraws every plot).
+    return hashlib.sha256(json.dumps(["2", *[list(p) for p in points]]).encode()).hexdigest()[:16]
 
 
-def draw(bench: str, points: Sequence[tuple[str, str, float]], headline: Mapping[str, Any], path: pathlib.Path) -> None:
-    """One PNG: the ratio per record, the line at 1, which way is better."""
+def transcribed(all_records: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """The (date, commit) of every record transcribed from prose rather than measured by a run."""
+    return {(r["date"], r["commit"]) for r in all_records if r.get("source") != "measured"}
+
+
+def draw(
+    bench: str, points: Sequence[tuple[str, str, float]], headline: Mapping[str, Any], path: pathlib.Path,
+    *, history: set[tuple[str, str]] | None = None,
+) -> None:
+    """One PNG: the ratio per record, the line at 1, which way is better; the points in `history`
+    (transcribed from prose) hollow and grey, the measured ones filled."""
     figure, axes = plt.subplots(figsize=(7, 3.2), dpi=100)
     xs = list(range(len(points)))
     ys = [p[2] for p in points]
-    axes.plot(xs, ys, marker="o", color="#3f51b5")
+    axes.plot(xs, ys, color="#3f51b5")
+    old = [(x, y) for x, y, p in zip(xs, ys, points, strict=True) if (p[0], p[1]) in (history or set())]
+    new = [(x, y) for x, y, p in zip(xs, ys, points, strict=True) if (p[0], p[1]) not in (history or set())]
+    if old:
+        axes.plot([x for x, _ in old], [y for _, y in old], linestyle="none", marker="o", markerfacecolor="white",
+                  color="#9e9e9e", label="transcribed from prose")
+    if new:
+        axes.plot([x for x, _ in new], [y for _, y in new], linestyle="none", marker="o", color="#3f51b5", label="measured by a run")
+    axes.legend(fontsize=7, loc="lower right")
     axes.axhline(1.0, color="#9e9e9e", linestyle="--", linewidth=1)
     for x, (date, commit, ratio) in zip(xs, points, strict=True):
         axes.annotate(f"{ratio:.2f}", (x, ratio), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
@@ -82,11 +100,12 @@ def written_digest(path: pathlib.Path) -> str | None:
 def plot(all_records: Sequence[Mapping[str, Any]], *, out: pathlib.Path) -> list[pathlib.Path]:
     """Draw every bench's plot into `out`; remove PNGs of benches that no longer have one."""
     latest = {r["bench"]: r for r in records.latest(all_records)}
+    history = transcribed(all_records)
     written = []
     for bench, points in series(all_records).items():
         path = out / f"{bench}.png"
         if not path.exists() or written_digest(path) != digest(points):
-            draw(bench, points, latest[bench]["headline"], path)
+            draw(bench, points, latest[bench]["headline"], path, history=history)
         written.append(path)
     for old in out.glob("*.png"):
         if old not in written:

@@ -149,7 +149,9 @@ def test_the_extender_filters_only_for_callers_with_the_install_made_client_cert
 
 
 def test_seed_workloads_are_admitted_and_placed_on_gpu_cards_by_the_in_cluster_components(state: controlplane.State) -> None:
-    for path in sorted((EXAMPLES / "workloads").glob("*.yaml")):
+    workloads = sorted((EXAMPLES / "workloads").glob("*.yaml"))
+    assert workloads, "no seed workloads under examples/workloads"
+    for path in workloads:
         applied = apply_example(state, path)
         assert applied.returncode == 0, f"{path.name}: {applied.stderr}"
 
@@ -170,7 +172,9 @@ def test_seed_workloads_are_admitted_and_placed_on_gpu_cards_by_the_in_cluster_c
 
 
 def test_each_bypass_is_refused_by_the_webhook_in_its_container(state: controlplane.State) -> None:
-    for path in sorted((EXAMPLES / "bypasses").glob("*.yaml")):
+    bypasses = sorted((EXAMPLES / "bypasses").glob("*.yaml"))
+    assert bypasses, "no bypasses under examples/bypasses"
+    for path in bypasses:
         refused = apply_example(state, path)
         assert refused.returncode != 0, f"{path.name} was admitted"
         assert "denied the request" in refused.stderr and "GPU0" in refused.stderr, f"{path.name}: {refused.stderr}"

@@ -137,13 +137,18 @@ def test_the_policy_itself_refuses_the_bypass_pod(
 
 def test_the_seed_workloads_pass_the_policies(cluster: Cluster, vap_namespaces: tuple[str, str]) -> None:
     namespace, _ = vap_namespaces
-    for path in sorted((EXAMPLES / "workloads").glob("*.yaml")):
+    workloads = sorted((EXAMPLES / "workloads").glob("*.yaml"))
+    assert workloads, "no seed workloads under examples/workloads"
+    created = 0
+    for path in workloads:
         for index, document in enumerate(yaml.safe_load_all(path.read_text())):
             if not document or document["kind"] not in ("Pod", "Deployment", "StatefulSet", "Job", "CronJob", "DaemonSet"):
                 continue
             pod = as_pod(document, f"seed-{index}-{uuid.uuid4().hex[:6]}")
             admitted = dry_create(cluster, pod, namespace=namespace)
             assert admitted.returncode == 0, f"{path.name}#{index}: {admitted.stderr}"
+            created += 1
+    assert created >= len(workloads), "each seed file holds at least one pod-bearing object"
 
 
 @pytest.mark.parametrize(

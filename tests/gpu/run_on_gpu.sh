@@ -20,6 +20,8 @@ cd "$(dirname "$0")/../.." || exit 2
 mkdir -p "$OUT"
 PYTHON=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# On the GPU machine a missing driver, nvidia-smi or libcuda is a failure, not a skip.
+export GPU_ADMISSION_NVML=${GPU_ADMISSION_NVML:-require}
 
 if command -v gpu-admission >/dev/null 2>&1 && gpu-admission labeler --help >/dev/null 2>&1; then
   labeler=(gpu-admission labeler)

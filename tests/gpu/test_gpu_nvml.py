@@ -1,7 +1,9 @@
 """The labeler against real NVML: run on a machine with an NVIDIA driver (see run_on_gpu.sh).
 
-Everywhere else every test here skips with one line saying there is no NVML. Nothing here needs a
-cluster, and nothing imports the kubernetes client: the device machine's image does not have it.
+Everywhere else every test here skips with one line saying there is no NVML. With
+``GPU_ADMISSION_NVML=require`` (run_on_gpu.sh sets it) a missing library, driver, nvidia-smi or libcuda
+fails instead: on the GPU machine a CUDA or driver failure must not pass as a skip. Nothing here needs
+a cluster, and nothing imports the kubernetes client: the device machine's image does not have it.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+from typing import NoReturn
 
 import pytest
 
@@ -22,18 +26,25 @@ from webhook.labeler import cli, inventory, labels, nvml
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+def unavailable(reason: str) -> NoReturn:
+    """Skip with ``reason``; fail with it where ``GPU_ADMISSION_NVML=require`` says NVML must be here."""
+    if os.environ.get("GPU_ADMISSION_NVML") == "require":
+        pytest.fail(f"GPU_ADMISSION_NVML=require: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def real() -> inventory.Inventory:
     """What NVML reports here; skips the module where nvmlInit finds no library or no driver."""
     try:
         return nvml.read()
     except nvml.Unavailable as error:
-        pytest.skip(f"no NVML on this machine (nvmlInit: {error})")
+        unavailable(f"no NVML on this machine (nvmlInit: {error})")
 
 
 def nvidia_smi() -> list[dict[str, str]]:
     if shutil.which("nvidia-smi") is None:
-        pytest.skip("nvidia-smi is not installed: nothing to compare NVML with")
+        unavailable("nvidia-smi is not installed: nothing to compare NVML with")
     completed = subprocess.run(
         ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
         capture_output=True, text=True, timeout=60, check=True,
@@ -119,11 +130,11 @@ def test_a_process_holding_gpu_memory_is_listed_with_its_memory_and_a_readable_c
     try:
         holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True)
     except OSError as error:
-        pytest.skip(f"cannot start a GPU process: {error}")
+        unavailable(f"cannot start a GPU process: {error}")
     try:
         line = holder.stdout.readline() if holder.stdout is not None else ""
         if line.strip() != "ready":
-            pytest.skip("no libcuda here to hold GPU memory with (the driver's CUDA library is missing)")
+            unavailable("no libcuda here to hold GPU memory with (the driver's CUDA library is missing)")
         seen = {p.pid: p for card in nvml.read().cards for p in card.processes}
         assert holder.pid in seen, f"NVML lists {sorted(seen)}, not {holder.pid}"
         used = seen[holder.pid].used_mib

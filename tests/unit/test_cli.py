@@ -94,7 +94,9 @@ def test_dry_run_of_allowed_workloads_exits_0(capsys: pytest.CaptureFixture[str]
 
 
 def test_dry_run_of_each_bypass_exits_1_naming_its_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    for path in sorted((EXAMPLES / "bypasses").glob("gpu0*.yaml")):
+    bypasses = sorted((EXAMPLES / "bypasses").glob("gpu0*.yaml"))
+    assert len(bypasses) >= 5, bypasses
+    for path in bypasses:
         status, report = _json(capsys, "dry-run", "-f", str(path))
         policy = path.name[:6].upper()
         assert status == 1, path

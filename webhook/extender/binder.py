@@ -91,6 +91,7 @@ class _Waiting:
     request: wire.BindRequest
     wanted: cardrequest.Request
     future: asyncio.Future[_Decision]
+    queued_at: float = dataclasses.field(default_factory=time.perf_counter)  # when it joined its node's queue
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -237,6 +238,7 @@ class Binder:
     async def _commit_batch(self, node_name: str, batch: list[_Waiting]) -> list[_Decision]:
         """One read of the node, a card choice for each waiting pod in arrival order, one CAS."""
         conflicts = 0
+        began = time.perf_counter()
         for attempt in range(self._max_attempts):
             started = time.perf_counter()
             read = await self._read(node_name, attempt=attempt)
@@ -277,6 +279,7 @@ class Binder:
             for uid in batch_uids:
                 kept.pop(uid, None)
             kept.update(chosen)
+            decided_at = time.perf_counter()
             try:
                 committed = await self._write(node_name, read, kept)
             except (kube_errors.Conflict, _LeaseGone):
@@ -284,10 +287,14 @@ class Binder:
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
             self._committed(node_name, read, committed)
+            # Each step of the bind queue, for bench/extender_throughput.py --extender-log-level debug:
+            # how long the batch's binds waited behind the node's previous commit, then this one's steps.
             log.debug(
-                "committed %d of %d binds on %s (%d pods %s, %d ledger entries): read %.0f ms, decide+write %.0f ms",
+                "committed %d of %d binds on %s (%d pods %s, %d ledger entries): queued %.0f ms (longest), "
+                "read %.0f ms, decide %.0f ms, write %.0f ms",
                 len(chosen), len(batch), node_name, len(pods), "cached" if read.cached else "listed", len(kept),
-                (read_at - started) * 1000, (time.perf_counter() - read_at) * 1000,
+                (began - min(w.queued_at for w in batch)) * 1000, (read_at - started) * 1000,
+                (decided_at - read_at) * 1000, (time.perf_counter() - decided_at) * 1000,
             )
             return [
                 _Decision(error=errors[i], conflicts=_first(i, conflicts))

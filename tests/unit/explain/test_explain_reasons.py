@@ -178,6 +178,7 @@ def test_the_extender_filter_and_explain_give_the_same_codes(make_node: Factory,
     states = cards.cluster_state([node, other, small], pods, now=NOW)
     outcome = placement.filter_nodes(cardrequest.pod_request(wanted), states=states, names=["frag", "topo", "small"])
     report = _explain(wanted, [node, other, small], pods)
+    assert sorted(verdict.node for verdict in report.nodes) == ["frag", "small", "topo"]
     for verdict in report.nodes:
         assert tuple(r.code for r in outcome.reasons[verdict.node]) == verdict.codes
         assert (outcome.failed | outcome.unresolvable)[verdict.node] == reasons.join(verdict.reasons)

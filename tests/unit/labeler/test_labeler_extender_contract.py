@@ -5,13 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
-from policies import gpu
+from policies import cards, gpu
 from policies import inventory as codec
 from webhook.labeler import inventory, labels, ownership
-
-cards = pytest.importorskip("policies.cards", reason="the scheduler extender is not in this tree")
 
 
 def labeled_node(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, Any]:

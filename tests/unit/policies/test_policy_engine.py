@@ -288,27 +288,31 @@ def test_workload_update_that_changes_the_template_is_evaluated(
 
 
 @pytest.mark.parametrize(
-    "obj",
+    ("obj", "denied_by"),
     [
-        {"kind": "Pod", "spec": {"containers": "x"}},
-        {"kind": "Pod", "spec": {"containers": [5, None, "x", {"resources": {"limits": 5}}]}},
-        {"kind": "Pod", "spec": {"containers": [{"env": "x", "envFrom": [1, {"prefix": 3, "configMapRef": "x"}]}]}},
-        {"kind": "Pod", "spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": 7}]}]}},
-        {"kind": "Pod", "spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": [1]}, "requests": "x"}}]}},
-        {"kind": "Pod", "spec": {"nodeSelector": "x", "affinity": "x", "volumes": "x", "containers": [{}]}},
-        {"kind": "Pod", "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [5, {"matchExpressions": "x"}]}}}, "containers": [{"securityContext": {"privileged": True}}]}},
-        {"kind": "Pod", "spec": {"volumes": [{"hostPath": {"path": 5}}, {"hostPath": "x"}, 3], "containers": []}},
-        {"kind": "Pod", "metadata": {"annotations": {"gpu-admission.io/gpu-model": 5, "gpu-admission.io/min-gpu-memory": ["1"]}}, "spec": {"containers": [{}]}},
-        {"kind": "Deployment", "spec": {"template": "x"}},
-        {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": 5}]}}}}}},
-        {"kind": 5, "spec": {}},
+        ({"kind": "Pod", "spec": {"containers": "x"}}, None),
+        ({"kind": "Pod", "spec": {"containers": [5, None, "x", {"resources": {"limits": 5}}]}}, None),
+        ({"kind": "Pod", "spec": {"containers": [{"env": "x", "envFrom": [1, {"prefix": 3, "configMapRef": "x"}]}]}}, None),
+        ({"kind": "Pod", "spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": 7}]}]}}, "GPU001"),
+        ({"kind": "Pod", "spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": [1]}, "requests": "x"}}]}}, None),
+        ({"kind": "Pod", "spec": {"nodeSelector": "x", "affinity": "x", "volumes": "x", "containers": [{}]}}, None),
+        ({"kind": "Pod", "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [5, {"matchExpressions": "x"}]}}}, "containers": [{"securityContext": {"privileged": True}}]}}, "GPU002"),
+        ({"kind": "Pod", "spec": {"volumes": [{"hostPath": {"path": 5}}, {"hostPath": "x"}, 3], "containers": []}}, None),
+        ({"kind": "Pod", "metadata": {"annotations": {"gpu-admission.io/gpu-model": 5, "gpu-admission.io/min-gpu-memory": ["1"]}}, "spec": {"containers": [{}]}}, None),
+        ({"kind": "Deployment", "spec": {"template": "x"}}, None),
+        ({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": 5}]}}}}}}, None),
+        ({"kind": 5, "spec": {}}, None),
     ],
 )
-def test_malformed_objects_never_make_the_engine_raise(evaluate: Evaluate, patched: Patched, obj: dict[str, Any]) -> None:
+def test_malformed_objects_never_make_the_engine_raise(evaluate: Evaluate, patched: Patched, obj: dict[str, Any], denied_by: str | None) -> None:
     decision = evaluate(obj)
 
     assert isinstance(decision, model.Decision)
     patched(obj, decision.patch)
+    if denied_by is not None:
+        # Malformed elsewhere, the privileged container and the env var taken from valueFrom are still seen.
+        assert not decision.allowed
+        assert decision.denial_message is not None and f"{denied_by}:" in decision.denial_message
 
 
 def test_engine_failure_outside_policies_denies_instead_of_raising(

@@ -71,20 +71,21 @@ def test_a_body_that_is_not_a_review_is_a_bad_review_with_a_short_reason(body: b
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 200
 
 
-def test_nesting_past_the_limit_is_refused_before_decoding() -> None:
-    deep: dict[str, Any] = {"a": 1}
-    for _ in range(review.MAX_DEPTH + 5):
-        deep = {"a": deep}
-    with pytest.raises(review.BadReview, match="nests deeper than"):
-        review.parse(_body(_with_request(object={"kind": "Pod", "spec": deep})))
-
-
-def test_nesting_just_inside_the_limit_is_accepted() -> None:
-    # envelope (1) + request (2) + object (3) + spec (4): the innermost object is at MAX_DEPTH
+def _spec_nested_to(depth: int) -> dict[str, Any]:
+    """A pod spec whose innermost object sits at ``depth``: envelope (1) + request (2) + object (3) + spec (4)."""
     deep: dict[str, Any] = {}
-    for _ in range(review.MAX_DEPTH - 4):
+    for _ in range(depth - 4):
         deep = {"a": deep}
-    parsed = review.parse(_body(_with_request(object={"kind": "Pod", "spec": deep})))
+    return deep
+
+
+def test_nesting_one_past_the_limit_is_refused_before_decoding() -> None:
+    with pytest.raises(review.BadReview, match="nests deeper than"):
+        review.parse(_body(_with_request(object={"kind": "Pod", "spec": _spec_nested_to(review.MAX_DEPTH + 1)})))
+
+
+def test_nesting_at_the_limit_is_accepted() -> None:
+    parsed = review.parse(_body(_with_request(object={"kind": "Pod", "spec": _spec_nested_to(review.MAX_DEPTH)})))
     assert parsed.object is not None
 
 

@@ -12,6 +12,7 @@ tests: every body and its Content-Type must be the same.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import types
 from typing import Any
@@ -32,9 +33,8 @@ from tests.unit.webhook.test_decision_cache import review as make_review
 def plain(body: dict[str, Any], *, endpoint: str, config: settings.Settings) -> bytes:
     """The answer to ``body`` the slow way (see the module docstring)."""
     checked = review.check(json.loads(json.dumps(body)))
-    decision = decisions.decide(
-        checked.object,
-        settings=config,
+    question = decisions.Question(
+        object=checked.object,
         namespace=checked.namespace,
         operation=checked.operation,
         old_object=checked.old_object,
@@ -43,6 +43,10 @@ def plain(body: dict[str, Any], *, endpoint: str, config: settings.Settings) -> 
         subresource=checked.subresource,
         dry_run=checked.dry_run,
     )
+    decision = decisions.answer(question, settings=config)
+    if endpoint == "validate" and decisions.needs_stored(question, decision):
+        # /validate judges the pod as stored: the engine's own additions are not credited.
+        decision = decisions.answer(dataclasses.replace(question, stored=True), settings=config)
     if endpoint == "mutate":
         app = {keys.LIVE_SETTINGS: keys.LiveSettings(current=config)}
         decision = handlers._marked_for_review(types.SimpleNamespace(app=app), checked, decision)  # type: ignore[arg-type]  # noqa: SLF001

@@ -42,6 +42,17 @@ def add(path: str, value: Any) -> Operation:
     return {"op": "add", "path": path, "value": value}
 
 
+def add_env(container_path: str, container: Mapping[str, Any], entry: Mapping[str, Any]) -> Operation | None:
+    """The operation that appends `entry` to a container's `env`, creating the list where there is
+    none; None where `env` is not a list (a malformed container is judged, not patched)."""
+    env = container.get("env")
+    if env is None:
+        return add(join(container_path, "env"), [dict(entry)])
+    if isinstance(env, list):
+        return add(join(container_path, "env", "-"), dict(entry))
+    return None
+
+
 def split(path: str) -> list[str]:
     """The unescaped tokens of a JSON pointer."""
     if path == "":

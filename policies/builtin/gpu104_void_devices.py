@@ -36,12 +36,8 @@ class VoidDevices(policy.ContainerMutator):
             return policy.Mutation()
         neutral = context.settings.visible_devices_neutral_value
         entry = {"name": gpu.VISIBLE_DEVICES_ENV, "value": neutral}
-        env = container.container.get("env")
-        if env is None:
-            operation = patching.add(patching.join(container.path, "env"), [entry])
-        elif isinstance(env, list):
-            operation = patching.add(patching.join(container.path, "env", "-"), entry)
-        else:
+        operation = patching.add_env(container.path, container.container, entry)
+        if operation is None:
             return policy.Mutation()
         return policy.Mutation(
             operations=(operation,),

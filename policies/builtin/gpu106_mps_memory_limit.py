@@ -81,11 +81,7 @@ class MpsMemoryLimit(policy.ContainerMutator):
         if value is None or podspec.has_env(container.container, MPS_MEMORY_LIMIT_ENV):
             return policy.Mutation()
         entry = {"name": MPS_MEMORY_LIMIT_ENV, "value": value}
-        env = container.container.get("env")
-        if env is None:
-            operation = patching.add(patching.join(container.path, "env"), [entry])
-        elif isinstance(env, list):
-            operation = patching.add(patching.join(container.path, "env", "-"), entry)
-        else:
+        operation = patching.add_env(container.path, container.container, entry)
+        if operation is None:
             return policy.Mutation()
         return policy.Mutation(operations=(operation,), changes=(f"{container.label}: added {MPS_MEMORY_LIMIT_ENV}={value}",))

@@ -27,8 +27,9 @@ import pytest
 from policies import gpu
 from tests import cgroup_processes
 from tests.e2e.harness import Cluster, eventually
-from tests.e2e.test_usage import http_json, process, write_inventory
-from webhook.cluster import controlplane, nodes
+# share_node is the shared-mode KWOK node fixture of the usage tests, used here by name.
+from tests.e2e.test_usage import http_json, process, share_node, write_inventory
+from webhook.cluster import controlplane
 from webhook.labeler import limits
 
 pytestmark = [
@@ -37,24 +38,6 @@ pytestmark = [
 ]
 
 GRACE_S = 8
-
-
-@pytest.fixture
-def share_node(cluster: Cluster) -> Iterator[str]:
-    name = f"limits-e2e-{uuid.uuid4().hex[:8]}"
-    fake = nodes.FakeNode(name=name, labels={gpu.SCHEDULE_LABEL: gpu.Mode.SHARE, gpu.PLACEMENT_LABEL: "binpack"}, capacity={})
-    completed = cluster.apply(fake.manifest(), namespace="default")
-    assert completed.returncode == 0, completed.stderr
-
-    def ready() -> bool:
-        conditions = cluster.get("node", name, namespace="default")["status"].get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-    try:
-        eventually(ready, what=f"node {name} Ready")
-        yield name
-    finally:
-        cluster.kubectl("delete", "node", name, "--wait=false")
 
 
 @contextlib.contextmanager

@@ -34,7 +34,11 @@ subresource) where every one of these holds:
 Everything else (pod UPDATEs, `pods/ephemeralcontainers`, workloads, any other resource) is sent as
 before. Every field access is guarded with `has()`, so the expression cannot fail on a valid pod
 (an error would refuse the pod under `failurePolicy: Fail`). The lists come from the constants
-above, so there is no second copy to keep; a unit test holds the YAML equal to this function.
+above, so there is no second copy to keep; a unit test holds the YAML equal to this function. The
+length budget is the project's own (`cel.MAX_EXPRESSION_CHARS`, the bound on user policies, which a
+unit test holds the condition to): kube-apiserver's CEL base environment (kubernetes
+`staging/src/k8s.io/apiserver/pkg/cel/environment/base.go`) sets no expression size limit of its
+own, only a runtime cost limit per call.
 
 The skip is sound only for the built-in policies under settings that cannot make them speak about
 such a pod: `unsound_reasons(settings)` names what breaks it. User CEL policies can refuse anything,

@@ -25,6 +25,8 @@ subresource) where every one of these holds:
   `gpu-admission.io/` (GPU008, GPU010, and GPU102's card-model annotations, whose malformed values
   are problems reported at validation);
 - no `spec.nodeName` (GPU008; it only matters beside extender resources, excluded above anyway);
+- no container port with a `hostPort` (GPU002, GPU103: a host port off the allowlist is node power;
+  every host port sends the review, the simplest superset, and /validate judges it);
 - no nodeSelector key and no node-affinity expression key (required or preferred) that is a GPU
   node label (`nodeaffinity.GPU_NODE_LABELS`, `GPU_NODE_TRUE_LABELS`, `GPU_NODE_LABEL_PREFIXES`),
   whatever its operator or value (GPU002 and GPU005 read them).
@@ -32,7 +34,11 @@ subresource) where every one of these holds:
 Everything else (pod UPDATEs, `pods/ephemeralcontainers`, workloads, any other resource) is sent as
 before. Every field access is guarded with `has()`, so the expression cannot fail on a valid pod
 (an error would refuse the pod under `failurePolicy: Fail`). The lists come from the constants
-above, so there is no second copy to keep; a unit test holds the YAML equal to this function.
+above, so there is no second copy to keep; a unit test holds the YAML equal to this function. The
+length budget is the project's own (`cel.MAX_EXPRESSION_CHARS`, the bound on user policies, which a
+unit test holds the condition to): kube-apiserver's CEL base environment (kubernetes
+`staging/src/k8s.io/apiserver/pkg/cel/environment/base.go`) sets no expression size limit of its
+own, only a runtime cost limit per call.
 
 The skip is sound only for the built-in policies under settings that cannot make them speak about
 such a pod: `unsound_reasons(settings)` names what breaks it. User CEL policies can refuse anything,
@@ -64,8 +70,11 @@ DEVICE_LIST_NAME = gpu006_device_list_mounts.DEVICE_LIST_ROOT.rsplit("/", 1)[1]
 # The values GPU001 always accepts whatever the settings (trimmed and lower-cased, so these exact
 # spellings pass); the mutation writes one of them (settings.NEUTRAL_VISIBLE_DEVICES_CHOICES).
 NEUTRAL_VALUES: tuple[str, ...] = tuple(sorted(gpu.VISIBLE_DEVICES_SAFE_VALUES))
-NODE_LABELS: tuple[str, ...] = tuple(sorted(nodeaffinity.GPU_NODE_LABELS | nodeaffinity.GPU_NODE_TRUE_LABELS))
 NODE_LABEL_PREFIXES: tuple[str, ...] = tuple(nodeaffinity.GPU_NODE_LABEL_PREFIXES)
+# A label that one of the prefixes already covers (nvidia.com/gpu.present) is not listed again.
+NODE_LABELS: tuple[str, ...] = tuple(
+    sorted(k for k in nodeaffinity.GPU_NODE_LABELS | nodeaffinity.GPU_NODE_TRUE_LABELS if not k.startswith(NODE_LABEL_PREFIXES))
+)
 # Supersets, kept short (the condition has a length budget): the allocation keys by their common
 # prefix, the device-annotation entries that are not CDI/NRI domains by their domain or prefix.
 _ALLOCATION_PREFIX = "ALIYUN_COM_GPU_MEM_"
@@ -119,21 +128,23 @@ def _container_ok(c: str) -> str:
     devices = _optional_all(
         f"{c}.volumeDevices", "m", f"!has(m.devicePath) || !m.devicePath.contains('{DEVICE_LIST_NAME}')"
     )
-    return " && ".join((resources, security, env, env_from, mounts, devices))
+    # Any host port sends the review, the simplest superset: /validate judges it against the allowlist.
+    host_ports = _optional_all(f"{c}.ports", "p", "!has(p.hostPort) || p.hostPort == 0")
+    return " && ".join((resources, security, env, env_from, mounts, devices, host_ports))
 
 
 def _affinity_ok() -> str:
+    """No GPU node label in a required term or a preferred term's preference, both NodeSelectorTerms:
+    one list of terms, so the label test is written once (the condition has a length budget)."""
     na = "object.spec.affinity.nodeAffinity"
     req = f"{na}.requiredDuringSchedulingIgnoredDuringExecution"
     pref = f"{na}.preferredDuringSchedulingIgnoredDuringExecution"
+    terms = (
+        f"((has({req}) && has({req}.nodeSelectorTerms) ? {req}.nodeSelectorTerms : []) + "
+        f"(has({pref}) ? {pref}.filter(t, has(t.preference)).map(t, t.preference) : []))"
+    )
     keys_ok = f"!has(e.key) || !{_gpu_label('e.key')}"
-    required = (
-        f"(!has({req}) || {_optional_all(f'{req}.nodeSelectorTerms', 't', _optional_all('t.matchExpressions', 'e', keys_ok))})"
-    )
-    preferred = _optional_all(
-        pref, "t", f"!has(t.preference) || {_optional_all('t.preference.matchExpressions', 'e', keys_ok)}"
-    )
-    return f"(!has(object.spec.affinity) || !has({na}) || ({required} && {preferred}))"
+    return f"(!has(object.spec.affinity) || !has({na}) || {terms}.all(t, {_optional_all('t.matchExpressions', 'e', keys_ok)}))"
 
 
 def ordinary_expression() -> str:

@@ -55,6 +55,31 @@ def test_a_gpu_pod_reaches_it_twice(cluster: Cluster) -> None:
     settled(cluster, name="gpu", namespace=ns, mutate=1, validate=1)
 
 
+def test_a_pod_made_non_ordinary_by_a_host_port_alone_is_still_judged(cluster: Cluster) -> None:
+    # The kubelet's read-only port and nothing else: sent to /validate (so a later webhook that
+    # dropped the keep-off affinity would be seen there), admitted and kept off GPU nodes. A
+    # containerPort alone stays ordinary. (Not 10250: test_trust_zone's CPU Deployment takes that
+    # port on the CPU node of the same cluster.)
+    ns = cluster.namespace()
+    completed = cluster.apply(pod("squatter", ports=[{"containerPort": 80, "hostPort": 10255}]), namespace=ns)
+    assert completed.returncode == 0, completed.stderr
+    assert "GPU103: pods that use no GPU but have node power are kept off GPU nodes" in completed.stderr
+    settled(cluster, name="squatter", namespace=ns, mutate=1, validate=1)
+    stored = cluster.get("pod", "squatter", namespace=ns)
+    terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
+    web = pod("web", ports=[{"containerPort": 80}])
+    # A preferred term the condition reads (and finds no GPU node label in) on the way.
+    web["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}}]}}
+    plain = cluster.apply(web, namespace=ns)
+    assert plain.returncode == 0, plain.stderr
+    settled(cluster, name="web", namespace=ns, mutate=1, validate=0)
+    # Free the CPU node's port for the tests after this one.
+    deleted = cluster.kubectl("delete", "pod", "squatter", "-n", ns, "--grace-period=0", "--force")
+    assert deleted.returncode == 0, deleted.stderr
+
+
 def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_judged(cluster: Cluster) -> None:
     ns = cluster.namespace()
     manifest = pod("runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}])

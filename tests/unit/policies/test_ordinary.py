@@ -20,7 +20,7 @@ import pytest
 import yaml
 from hypothesis import strategies as st
 
-from policies import cel, engine, gpu, model, nodeaffinity, ordinary, policy, settings
+from policies import cel, engine, gpu, model, nodeaffinity, ordinary, policy, settings, trustzone
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 CREATE = {"operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "pods"}}
@@ -115,6 +115,7 @@ ORDINARY = [
     with_container(resources={"limits": {"cpu": "1", "memory": "1Gi"}}, securityContext={"runAsNonRoot": True}),
     with_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}, {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]),
     with_container(volumeMounts=[{"name": "d", "mountPath": "/var/run"}]),
+    with_container(ports=[{"containerPort": 8080, "protocol": "TCP"}, {"name": "metrics", "containerPort": 9090, "hostPort": 0}]),
 ]
 
 
@@ -153,6 +154,10 @@ NOT_ORDINARY = {
     "preferred affinity": pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "preference": {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "Exists"}]}}]}}),
     "ephemeral": pod(ephemeralContainers=[{"name": "dbg", "image": "busybox"}]),
+    # Any host port is sent (the allowlist is /validate's to judge): the kubelet's, and the notebook's.
+    "hostPort kubelet": with_container(ports=[{"containerPort": 10250, "hostPort": 10250}]),
+    "hostPort allowed": with_container(ports=[{"containerPort": 80}, {"containerPort": 8888, "hostPort": 8888}]),
+    "ephemeral hostPort": pod(ephemeralContainers=[{"name": "dbg", "image": "busybox", "ports": [{"containerPort": 1, "hostPort": 10250}]}]),
 }
 
 
@@ -303,6 +308,9 @@ def containers(draw: st.DrawFn, name: str) -> dict[str, Any]:
     mounts = draw(sometimes(st.lists(st.sampled_from(MOUNT_PATHS), min_size=1, max_size=2), weight=4))
     if mounts is not None:
         found["volumeMounts"] = [{"name": f"v{i}", "mountPath": p} for i, p in enumerate(mounts)]
+    host_port = draw(sometimes(st.sampled_from([0, 8888, 10250, 2379]), weight=6))
+    if host_port is not None:
+        found["ports"] = [{"containerPort": 8080}, {"containerPort": 9000, "hostPort": host_port}]
     if draw(st.integers(0, 15)) == 0:
         found["volumeDevices"] = [{"name": "blk", "devicePath": draw(st.sampled_from(MOUNT_PATHS))}]
     return found
@@ -348,7 +356,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 
 
 CATEGORIES = ["security", "resources", "env", "envFrom", "mounts", "volumes", "annotations", "selector", "affinity",
-              "nodeName", "ephemeral"]
+              "nodeName", "ephemeral", "ports"]
 
 
 def _plain(obj: dict[str, Any], keep: str | None) -> dict[str, Any]:
@@ -367,6 +375,8 @@ def _plain(obj: dict[str, Any], keep: str | None) -> dict[str, Any]:
         if keep != "mounts":
             container.pop("volumeMounts", None)
             container.pop("volumeDevices", None)
+        if keep != "ports":
+            container.pop("ports", None)
     if keep != "volumes":
         spec["volumes"] = [v for v in spec["volumes"] if "hostPath" not in v]
     if keep != "annotations":
@@ -431,6 +441,12 @@ def test_no_skipped_pod_would_be_refused_or_warned_on() -> None:
         decision = engine.evaluate(
             model.Request(operation="CREATE", object=after, namespace="team-a", env_lookup=lookup), settings=parsed
         )
+        # A later mutating webhook may drop GPU103's keep-off affinity: a pod it leaves skipped must
+        # hold no node power (a host port off the allowlist, ...), or nothing would refuse it.
+        bare = copy.deepcopy(after)
+        bare["spec"].pop("affinity", None)
+        if not sent(expression, bare):
+            assert not trustzone.has_node_power(bare["spec"]), obj
         if sent(expression, after):
             counts["sent"] += 1
             if not decision.allowed or decision.warnings or decision.violations:

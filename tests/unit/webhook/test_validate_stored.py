@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonpatch
 
-from policies import trustzone
+from policies import cel, ordinary, trustzone
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -80,3 +80,27 @@ async def test_an_ordinary_gpu_pod_is_admitted_at_validate_as_before(webhook: An
     answer = await post(webhook, "/validate", make_review(obj))
 
     assert answer["response"]["allowed"] is True
+
+
+async def test_a_cpu_pod_whose_only_node_power_is_a_host_port_is_sent_and_refused_once_stripped(
+    webhook: Any, make_review: Any
+) -> None:
+    # The kubelet's port through the CNI portmap plugin; no GPU, no other node power.
+    container = {"name": "main", "image": "registry.example/app:1", "ports": [{"containerPort": 80, "hostPort": 10250}]}
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squatter", "namespace": "ci"}, "spec": {"containers": [container]}}
+    mutated = await post(webhook, "/mutate", make_review(obj))
+    patched = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(mutated["response"]["patch"])))
+    assert trustzone.stays_off_gpu_nodes(patched["spec"])
+    assert (await post(webhook, "/validate", make_review(patched)))["response"]["allowed"] is True
+
+    stripped = copy.deepcopy(patched)
+    del stripped["spec"]["affinity"]
+    # kube-apiserver sends it to /validate: the ordinary-pod condition does not skip a host port ...
+    condition = cel.compile_expression(cel.environment(), ordinary.condition_expression(), field=ordinary.CONDITION_NAME)
+    request = {"operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "pods"}}
+    assert cel.evaluate(condition, {"request": request, "object": stripped, "oldObject": None}) is True
+    # ... and /validate refuses it there.
+    refused = await post(webhook, "/validate", make_review(stripped))
+    assert refused["response"]["allowed"] is False
+    message = refused["response"]["status"]["message"]
+    assert "GPU002" in message and "hostPort 10250" in message and "nothing keeps the pod off GPU nodes" in message

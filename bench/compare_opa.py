@@ -185,6 +185,18 @@ def large_pod() -> dict[str, Any]:
     }
 
 
+def as_mutated(obj: dict[str, Any], *, namespace: str = "ml-team") -> dict[str, Any]:
+    """``obj`` with the mutating webhook's patch applied under the default settings, as kube-apiserver
+    stores it and sends it on to the validating webhooks."""
+    from policies import patching, settings
+    from webhook.admission import decisions
+
+    decision = decisions.decide(obj, settings=settings.from_mapping({}), namespace=namespace, operation="CREATE")
+    mutated: dict[str, Any] = json.loads(json.dumps(obj))
+    patching.apply(mutated, decision.patch)
+    return mutated
+
+
 def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
     """(name, review, allowed, policy IDs denying) pairs every server must answer alike."""
 
@@ -200,6 +212,9 @@ def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
         "metadata": {"name": "dep", "namespace": "ml-team"},
         "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])["spec"]}},
     }
+    # What /validate sees of a privileged CPU pod: the pod after /mutate, GPU103's keep-off affinity
+    # included (the validating webhook judges the pod as stored and credits no mutation of its own).
+    kept_off = as_mutated(pod(resources={}, securityContext={"privileged": True}))
     on_gpu_nodes = pod(resources={}, securityContext={"privileged": True})
     on_gpu_nodes["spec"]["nodeSelector"] = {"aliyun.accelerator/nvidia_name": "Tesla-V100-SXM2-32GB"}
     return [
@@ -211,7 +226,7 @@ def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
         ("GPU001 envFrom warns", review(pod(envFrom=[{"configMapRef": {"name": "cm"}}])), True, set()),
         ("GPU002 privileged GPU pod", review(pod(securityContext={"privileged": True})), False, {"GPU002"}),
         ("GPU002 privileged on GPU nodes", review(on_gpu_nodes), False, {"GPU002"}),
-        ("GPU002 privileged, no GPU", review(pod(resources={}, securityContext={"privileged": True})), True, set()),
+        ("GPU002 privileged, no GPU, kept off GPU nodes", review(kept_off), True, set()),
         ("GPU004 requests only", review(pod(resources={"requests": {"aliyun.com/gpu-mem": 3}})), False, {"GPU004"}),
         ("GPU004 zero", review(pod(resources={"limits": {"nvidia.com/gpu": "0"}})), False, {"GPU004"}),
         ("GPU004 fraction", review(pod(resources={"limits": {"nvidia.com/gpu": 1.5}})), False, {"GPU004"}),

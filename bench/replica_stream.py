@@ -35,6 +35,7 @@ import collections
 import dataclasses
 import datetime
 import json
+import pathlib
 import random
 import string
 import sys
@@ -44,7 +45,9 @@ from typing import Any
 
 from policies import settings
 from webhook.admission import decisioncache, decisions
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # bench/ itself, also when imported by a test
+import records  # noqa: E402 - one record per run
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,8 @@ answers a repeated question from memory and any other one with ``decisions.decid
 same ``model.Decision`` either way: the handlers build the response, log, count and record Events
 from it exactly as before, per request (uid, name, review mark).
 
-**The key** is a 128-bit BLAKE2b digest of a JSON document holding every input of the verdict:
+**The key** is a 128-bit BLAKE2b digest of a JSON document holding every input of the verdict
+(and one byte more for the last):
 
 - the object, less the metadata that differs between replicas and that no built-in policy reads
   (``replicas.VOLATILE_METADATA``: name, generateName, uid, creationTimestamp, resourceVersion,
@@ -20,7 +21,8 @@ from it exactly as before, per request (uid, name, review mark).
 - the operation, the namespace the engine judges in, and that namespace's labels (or that they
   are unknown);
 - whether the pod is judged as stored (``Question.stored``, mutators off: the validating
-  webhook's second question, ``decisions.needs_stored``);
+  webhook's second question, ``decisions.needs_stored``), as one byte after the digest, so the
+  validating webhook's two questions cost one digest;
 - the username, groups and dryRun (no built-in reads them today; a replica's creator is the same
   controller, so keeping them costs no hits);
 - GPU001's looked-up sources: each referenced ConfigMap/Secret with the data the lookup found
@@ -92,14 +94,19 @@ class Cache:
         return len(self._entries)
 
     def decide(
-        self, question: decisions.Question, *, settings: settings.Settings, env_sources: Iterable[model.EnvSource] = ()
+        self,
+        question: decisions.Question,
+        *,
+        settings: settings.Settings,
+        env_sources: Iterable[model.EnvSource] = (),
+        validating: bool = False,
     ) -> model.Decision:
-        """``decisions.answer(question, settings=settings)``, from the cache where the key was seen
-        (``env_sources``: the sources ``question.env_lookup`` was asked to fetch)."""
+        """``decisions.judge(question, settings=settings, validating=validating)``, each of its
+        (at most two) answers from the cache where its key was seen (``env_sources``: the sources
+        ``question.env_lookup`` was asked to fetch). The question as stored differs from the
+        first in ``stored`` alone, so both keys come from one digest."""
         if question.now is None:
             question = dataclasses.replace(question, now=datetime.datetime.now(datetime.UTC))
-        now = question.now
-        assert now is not None  # set just above
         obj = question.object
         if (
             self.max_entries <= 0
@@ -111,17 +118,31 @@ class Cache:
             or settings.user_policies
             or obj.get("kind") not in podspec.SUPPORTED_KINDS
         ):
-            self.bypassed += 1
-            self.on_outcome("bypass")
-            return decisions.answer(question, settings=settings)
+            return decisions.judge(question, settings=settings, validating=validating, ask=self._bypass)
         if settings is not self._settings:
             self._adopt(settings)
         try:
-            key, volatile = self._key(question, obj=obj, env_sources=env_sources)
+            digest, volatile = self._key(question, obj=obj, env_sources=env_sources)
         except (TypeError, ValueError):  # an input JSON cannot hold (looked-up data not text): not cached
-            self.bypassed += 1
-            self.on_outcome("bypass")
-            return decisions.answer(question, settings=settings)
+            return decisions.judge(question, settings=settings, validating=validating, ask=self._bypass)
+
+        def recall(asked: decisions.Question, current: _Settings) -> model.Decision:
+            return self._recall(digest + _STORED[asked.stored], asked, settings=current, volatile=volatile)
+
+        return decisions.judge(question, settings=settings, validating=validating, ask=recall)
+
+    def _bypass(self, question: decisions.Question, current: settings.Settings) -> model.Decision:
+        self.bypassed += 1
+        self.on_outcome("bypass")
+        return decisions.answer(question, settings=current)
+
+    def _recall(
+        self, key: bytes, question: decisions.Question, *, settings: settings.Settings, volatile: list[str]
+    ) -> model.Decision:
+        """The decision kept under ``key`` while still valid, else the engine's (kept unless it
+        names one of the ``volatile`` values)."""
+        now = question.now
+        assert now is not None  # set by decide
         entry = self._entries.get(key)
         if entry is not None and (entry.valid_until is None or now < entry.valid_until):
             self._entries.move_to_end(key)
@@ -149,7 +170,8 @@ class Cache:
     def _key(
         self, question: decisions.Question, *, obj: Mapping[str, Any], env_sources: Iterable[model.EnvSource]
     ) -> tuple[bytes, list[str]]:
-        """The digest, and the values left out of it (a decision naming one of them is not kept)."""
+        """The digest of every input but ``stored``, and the values left out of it (a decision
+        naming one of them is not kept)."""
         form = replicas.replica_form(obj, keeps_names=self._keeps_names)  # the status stays in: see the module docstring
         sources: list[Any] | None = None
         env_lookup = question.env_lookup
@@ -168,9 +190,12 @@ class Cache:
             question.dry_run,
             sources,
             form.object,
-            question.stored,
-        ]
+        ]  # and whether the pod is judged as stored: one byte after the digest (`_STORED`)
         return replicas.digest(jsoncodec.dumps(document)), form.volatile
+
+
+_Settings = settings.Settings  # `settings` is also the parameter's name in `decide`
+_STORED = {False: b"\x00", True: b"\x01"}  # the key's last byte: judged as sent, or as stored
 
 
 def _mentions(decision: model.Decision, values: list[str]) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from policies import engine, model, settings
@@ -89,6 +89,23 @@ def answer(question: Question, *, settings: settings.Settings) -> model.Decision
         ),
         settings=settings,
     )
+
+
+def judge(
+    question: Question,
+    *,
+    settings: settings.Settings,
+    validating: bool = False,
+    ask: Callable[[Question, settings.Settings], model.Decision] | None = None,
+) -> model.Decision:
+    """``answer``, and for the validating webhook (``validating``) the answer on the Pod as
+    stored where ``needs_stored`` says the first one credited the engine's own additions.
+    ``ask`` answers each question in ``answer``'s place (the decision cache's memory)."""
+    ask = ask or (lambda q, s: answer(q, settings=s))
+    decision = ask(question, settings)
+    if validating and needs_stored(question, decision):
+        decision = ask(dataclasses.replace(question, stored=True), settings)
+    return decision
 
 
 def needs_stored(question: Question, decision: model.Decision) -> bool:

@@ -105,10 +105,9 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
                 now=datetime.datetime.now(datetime.UTC),
             )
             live = request.app[keys.LIVE_SETTINGS].current
-            decision = request.app[keys.DECISIONS].decide(question, settings=live, env_sources=env_sources)
-            if endpoint == "validate" and decisions.needs_stored(question, decision):
-                stored = dataclasses.replace(question, stored=True)
-                decision = request.app[keys.DECISIONS].decide(stored, settings=live, env_sources=env_sources)
+            decision = request.app[keys.DECISIONS].decide(
+                question, settings=live, env_sources=env_sources, validating=endpoint == "validate"
+            )
         if endpoint == "mutate":
             decision = _marked_for_review(request, checked, decision)
             answer = response.for_mutation(request=checked, decision=decision)

@@ -30,6 +30,7 @@ import datetime
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final, NoReturn
@@ -224,8 +225,29 @@ def configure_logging(args: argparse.Namespace) -> None:
     if getattr(args, "log_format", "text") == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextFormatter(TEXT_FORMAT))
     logging.basicConfig(level=str(getattr(args, "log_level", "info")).upper(), handlers=[handler])
+    # Neither format shows where a line was logged from, nor the thread or process: the logging
+    # HOWTO's "Optimization" switches, so a record (one per review) does not collect them.
+    logging._srcfile = None  # the switch the HOWTO documents
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+
+
+class TextFormatter(logging.Formatter):
+    """``logging.Formatter``, with the seconds of ``asctime`` formatted once per second, not per
+    line (the webhook logs a line per review)."""
+
+    _stamp: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+        if datefmt or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached, text = self._stamp
+        if cached != second:
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._stamp = (second, text)
+        return self.default_msec_format % (text, record.msecs)
 
 
 # A `key=value` token of a text log line: the key an identifier, the value up to the next space

@@ -310,7 +310,20 @@ def test_a_json_log_line_carries_the_traceback() -> None:
     assert "RuntimeError: boom" in parsed["exception"]
 
 
+def test_the_text_formatter_writes_what_the_standard_one_writes() -> None:
+    standard, ours = logging.Formatter(flags.TEXT_FORMAT), flags.TextFormatter(flags.TEXT_FORMAT)
+    for created in (1_800_000_000.0, 1_800_000_000.999, 1_800_000_001.0005, 1_800_000_000.5, 1_800_003_600.25):
+        record = logging.LogRecord("webhook.x", logging.INFO, __file__, 1, "uid=%s allowed", ("u",), None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000)
+        assert ours.format(record) == standard.format(record)
+    dated = flags.TextFormatter("%(asctime)s %(message)s", datefmt="%H:%M")
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
+    assert dated.format(record) == logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M").format(record)
+
+
 def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.MonkeyPatch) -> None:
+    for switch in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, switch, getattr(logging, switch))  # configure_logging turns them off
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
     monkeypatch.setattr(root, "level", root.level)

@@ -5,7 +5,8 @@ can only come from the chart's templates; these tests hold every rendered object
 `kubectl kustomize` builds (whole objects, only Helm's own labels set aside): with the defaults
 against deploy/, with certificates.mode=certManager against deploy/ plus the cert-manager
 component, with the monitoring values against deploy/ plus the monitoring component, with
-labeler.processAttribution against deploy/ plus the process-attribution component, and with
+labeler.processAttribution against deploy/ plus the process-attribution component, with
+labeler.usageLimits against deploy/ plus that and the usage-limits component, and with
 crds.install against deploy/crds/ (plus the keep annotation). Marked e2e: helm and kubectl are
 built with Go (kubectl from the control-plane cache).
 """
@@ -97,7 +98,7 @@ def assert_same(chart: dict[Key, dict[str, Any]], base: dict[Key, dict[str, Any]
 def test_helm_lint_passes_with_the_defaults_and_every_mode(helm: Path) -> None:
     for values in ([], ["certificates.mode=certManager", "extender.mode=secondScheduler", "crds.install=true",
                         "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "labeler.enabled=false"],
-                   ["labeler.processAttribution=true"]):
+                   ["labeler.processAttribution=true"], ["labeler.processAttribution=true", "labeler.usageLimits=true"]):
         command = [str(helm), "lint", "--strict", str(CHART)] + [arg for v in values for arg in ("--set", v)]
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
         assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -134,6 +135,26 @@ def test_process_attribution_renders_the_base_with_the_process_attribution_compo
     # Off by default: the base's pods pass the namespace's "restricted".
     namespace = render(helm)[("Namespace", "", "gpu-admission")]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_usage_limits_render_the_base_with_the_usage_limits_component(helm: Path, kubectl: Path, tmp_path: Path) -> None:
+    chart = render(helm, "labeler.processAttribution=true", "labeler.usageLimits=true")
+    assert_same(chart, kustomize(kubectl, tmp_path, "components/process-attribution", "components/usage-limits"))
+    labeler = chart[("DaemonSet", "gpu-admission", "gpu-admission-labeler")]["spec"]["template"]["spec"]
+    assert "--usage-limits=/etc/gpu-admission/config/config.yaml" in labeler["containers"][0]["args"]
+    webhooks = chart[("ValidatingWebhookConfiguration", "", "gpu-admission")]["webhooks"]
+    assert webhooks[-1]["name"] == "validate-labeler-evictions.gpu-admission.io"
+    assert ("ClusterRole", "", "gpu-admission-labeler-usage-limits") in chart
+    # Off by default: no evictions, no eviction webhook entry.
+    assert ("ClusterRole", "", "gpu-admission-labeler-usage-limits") not in render(helm, "labeler.processAttribution=true")
+
+
+def test_usage_limits_without_process_attribution_are_refused_with_the_reason(helm: Path) -> None:
+    for values in (["labeler.usageLimits=true"], ["labeler.usageLimits=true", "labeler.processAttribution=true", "labeler.enabled=false"]):
+        command = [str(helm), "template", "gpu-admission", str(CHART), "--kube-version", KUBE_VERSION]
+        command += [arg for v in values for arg in ("--set", v)]
+        completed = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert completed.returncode != 0 and "labeler.usageLimits needs labeler.enabled and labeler.processAttribution" in completed.stderr
 
 
 def test_crds_are_opt_in_and_kept_on_uninstall(helm: Path, kubectl: Path) -> None:

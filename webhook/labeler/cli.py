@@ -8,7 +8,8 @@ gpu-admission labeler --node-name NAME [--kubeconfig K] [--once | --interval 60s
 
 `--usage-limits` names the settings file (the webhook's, `deploy/policy-config.yaml`): the labeler
 reads only its `usageLimits` and acts on pods above their GPU memory request (`limits`: Events in
-`observe`, evictions in `evict`); read at start, so a change applies when the pod restarts.
+`observe`, evictions in `evict`); read at start (bad limits stop it) and again when the file
+changes (bad limits are logged, the last good ones stay: `limits.LimitsFile`).
 
 `NODE_NAME` in the environment stands in for `--node-name` (the DaemonSet sets it from the downward
 API). `--dry-run` reads the cards, prints the labels, annotations and capacity (per mode) it would
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     # `--dry-run` on a GPU host must work with nothing but nvidia-ml-py and PyYAML installed.
     from webhook.labeler import publisher  # noqa: PLC0415
 
-    limit_settings = _usage_limits(args.usage_limits) if args.usage_limits is not None else None
+    limit_settings = limits.LimitsFile(args.usage_limits, read=_usage_limits) if args.usage_limits is not None else None
     try:
         nodes = publisher.connect(args.kubeconfig, context=args.context, node_name=node_name)
     except publisher.ConnectError as error:

@@ -19,16 +19,23 @@ Never acted on: pods given whole cards (`aliyun.com/gpu`, `whole` figures), pods
 allocation through gpu-admission (nothing to compare), and anything on a stale pass (`fresh`
 False: the cards or a process's cgroup could not be read, or the pods could not be listed): a
 stale pass neither sends Events nor evicts, and keeps each pod's clock as it was.
+
+The limits come from the webhook's settings file (`LimitsFile`): read at start, where bad limits
+stop the labeler, and read again when the file changes (the settings ConfigMap, mounted as a
+volume, is updated in place), where bad limits are logged and the last good ones stay in force.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from policies import settings
+from webhook.cmdline import errors
 from webhook.kube import errors as kube_errors
 from webhook.labeler import podusage
 
@@ -59,6 +66,59 @@ class Actions(Protocol):
     def record(self, pod: Target, *, reason: str, message: str, warning: bool) -> None: ...
 
     def evict(self, pod: Target) -> None: ...
+
+
+class LimitsFile:
+    """The `usageLimits` of a settings file, read again when its bytes change.
+
+    A ConfigMap mounted as a volume is updated in place when it is edited (the kubelet's next sync
+    of the pod, about a minute), so an edit of the settings applies without restarting the labeler.
+    `read` (the labeler's reader) raises `errors.InputError` with one line naming the key: at
+    start that stops the labeler; later the line is logged and the last good limits stay, as the
+    webhook keeps its last good settings. The file is looked at no more than once per `every_s`,
+    and only when a limit is asked for (a pod above its request).
+    """
+
+    def __init__(
+        self, path: Path, *, read: Callable[[Path], settings.Settings], every_s: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._path, self._read, self._every_s, self._clock = path, read, every_s, clock
+        self._seen = _contents(path)
+        self._settings = read(path)
+        self._looked = clock()
+        self.reloads = 0  # for tests and logs: how many changes were taken
+        self.refusals = 0  # changes that did not load (the previous limits stayed)
+
+    def usage_limit(self, namespace: str) -> settings.UsageLimit:
+        """The limit for a pod of `namespace` under the file as it is now (see the class docstring)."""
+        self._refresh()
+        return self._settings.usage_limit(namespace)
+
+    def _refresh(self) -> None:
+        now = self._clock()
+        if now - self._looked < self._every_s:
+            return
+        self._looked = now
+        contents = _contents(self._path)
+        if contents == self._seen:
+            return
+        self._seen = contents
+        try:
+            self._settings = self._read(self._path)
+        except errors.InputError as error:
+            self.refusals += 1
+            logger.error("usage limits: the changed file is refused, the previous limits stay in force: %s", error)
+            return
+        self.reloads += 1
+        logger.info("usage limits: read again from %s (%d entries)", self._path, len(self._settings.usage_limits))
+
+
+def _contents(path: Path) -> bytes:
+    """The file's bytes; an unreadable file counts as content too (its error number)."""
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        return f"unreadable:{error.errno}".encode()
 
 
 @dataclasses.dataclass(kw_only=True)

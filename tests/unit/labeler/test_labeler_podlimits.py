@@ -4,6 +4,7 @@ and go (no stale series), the stale flag, and the limits (Events in observe, evi
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,38 @@ def test_the_labeler_reads_only_usage_limits_and_refuses_what_it_cannot_judge(tm
     bad.write_text(json.dumps({"usageLimits": [{"name": "x", "namespaces": ["ml"], "mode": "kill"}]}))
     with pytest.raises(errors.InputError, match=r"usageLimits\[0\].mode: must be one of observe, evict"):
         cli._usage_limits(bad)
+
+
+def test_the_limits_file_is_read_again_when_it_changes_and_a_bad_change_keeps_the_last_good(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from webhook.cmdline import errors
+    from webhook.labeler import cli
+
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(EVICT_ML))
+    now = [0.0]
+    live = limits.LimitsFile(path, read=cli._usage_limits, every_s=10.0, clock=lambda: now[0])
+    assert live.usage_limit("ml").mode == "evict"
+    path.write_text(json.dumps({"usageLimits": [{"name": "ml", "namespaces": ["ml"], "mode": "observe"}]}))
+    now[0] = 5.0
+    assert live.usage_limit("ml").mode == "evict" and live.reloads == 0  # looked at no more than once per every_s
+    now[0] = 11.0
+    assert live.usage_limit("ml").mode == "observe" and live.reloads == 1
+    path.write_text(json.dumps({"usageLimits": [{"name": "ml", "namespaces": ["ml"], "mode": "kill"}]}))
+    now[0] = 22.0
+    with caplog.at_level(logging.ERROR, logger="webhook.labeler.limits"):
+        assert live.usage_limit("ml").mode == "observe"  # the last good limits stay
+    assert live.refusals == 1 and "usageLimits[0].mode: must be one of observe, evict" in caplog.text
+    now[0] = 33.0
+    assert live.usage_limit("ml").mode == "observe" and live.refusals == 1  # the same bad bytes: not read again
+    path.unlink()
+    now[0] = 44.0
+    assert live.usage_limit("ml").mode == "observe" and live.refusals == 2  # gone: refused, the last good stay
+    path.write_text(json.dumps(EVICT_ML))
+    now[0] = 55.0
+    assert live.usage_limit("ml").mode == "evict" and live.reloads == 2
+    # At start a bad file is an error, not a default.
+    path.write_text(json.dumps({"usageLimits": [{"name": "x", "namespaces": ["ml"], "mode": "kill"}]}))
+    with pytest.raises(errors.InputError, match=r"usageLimits\[0\].mode"):
+        limits.LimitsFile(path, read=cli._usage_limits)

@@ -342,7 +342,7 @@ def measure(
             name: {"idle_rss": loadgen.rss_bytes(server.pid), "idle_pss": loadgen.pss_bytes(server.pid), "pss_peak": 0, "rates": {}}
             for name, (server, _) in servers.items()
         }
-        for name, (server, url) in servers.items():  # warm-up: caches, allocator, connections
+        for _, url in servers.values():  # warm-up: caches, allocator, connections
             loadgen.run(url=url, body=body, ca=ca, seconds=args.warmup, connections=args.connections)
         for name, (server, url) in servers.items():
             with loadgen.Meter(server.pid) as meter:

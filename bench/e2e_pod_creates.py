@@ -304,10 +304,13 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         values = [pick(r) for name, r in results.items() if name.startswith(kind + " ")]
         return sum(values) / len(values)
 
+    def added(rate: float, key: str) -> float:
+        """What the webhook adds to `key` at `rate`: the mean with it less the mean without."""
+        return mean("with", lambda r: r["rates"][rate][key]) - mean("without", lambda r: r["rates"][rate][key])
+
     cells = [f"{mean('with', lambda r: r['saturation']['achieved_rate']) / mean('without', lambda r: r['saturation']['achieved_rate']):.2f}×"]
     for rate in args.rates:
-        p50 = mean("with", lambda r: r["rates"][rate]["p50_ms"]) - mean("without", lambda r: r["rates"][rate]["p50_ms"])
-        p99 = mean("with", lambda r: r["rates"][rate]["p99_ms"]) - mean("without", lambda r: r["rates"][rate]["p99_ms"])
+        p50, p99 = added(rate, "p50_ms"), added(rate, "p99_ms")
         cells.append(f"p50 {p50:+.1f} ms, p99 {p99:+.1f} ms")
     cpu = mean("with", lambda r: r["apiserver_cpu_per_1k"]) - mean("without", lambda r: r["apiserver_cpu_per_1k"])
     cells += [f"{cpu:+.2f}", "", ""]

@@ -484,7 +484,7 @@ def main() -> int:
         headline |= {f"{label}_{key}": value for key, value in quietest.items() if key.startswith(("filter_", "prioritize_"))}
     if "before" in best:
         headline["ratio"] = round(best["after"] / best["before"], 3)
-        headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"]))
+        headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"], strict=True))
     print(json.dumps(headline))
     if "before" not in best:
         print("# no record: a record needs the reference of the same run (--against DIR)", flush=True)

@@ -525,10 +525,10 @@ def print_profiles(rounds: dict[str, list[Round]], directory: Path, *, component
     print(f"\n| {component} CPU ms per bound pod (profile window, cumulative) | " + " | ".join(c[0] for c in columns) + " |")
     print("|---|" + "---:|" * len(columns))
     totals = [apiserver_probe.profile_cpu_seconds(path) or 0.0 for _, path, _ in columns]
-    print("| all | " + " | ".join(f"{total * 1000 / binds:.2f}" for total, (_, _, binds) in zip(totals, columns)) + " |")
+    print("| all | " + " | ".join(f"{total * 1000 / binds:.2f}" for total, (_, _, binds) in zip(totals, columns, strict=True)) + " |")
     spent = [apiserver_probe.buckets(path, table) for _, path, _ in columns]
     for label, _ in table:
-        print(f"| {label} | " + " | ".join(f"{one[label] * 1000 / binds:.2f}" for one, (_, _, binds) in zip(spent, columns)) + " |")
+        print(f"| {label} | " + " | ".join(f"{one[label] * 1000 / binds:.2f}" for one, (_, _, binds) in zip(spent, columns, strict=True)) + " |")
 
 
 def export(ref: str) -> Path:

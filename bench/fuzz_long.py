@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from tests.unit.fuzz import hostile  # noqa: E402
 from tests.unit.fuzz import servers as fuzz  # noqa: E402
 from webhook.certificates import certfiles  # noqa: E402
-from webhook.serving import tls
+from webhook.serving import tls  # noqa: E402
 
 EXTENDER_SERVER = """
 import asyncio, ssl, sys

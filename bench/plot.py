@@ -72,7 +72,7 @@ def draw(
         axes.plot([x for x, _ in new], [y for _, y in new], linestyle="none", marker="o", color="#3f51b5", label="measured by a run")
     axes.legend(fontsize=7, loc="lower right")
     axes.axhline(1.0, color="#9e9e9e", linestyle="--", linewidth=1)
-    for x, (date, commit, ratio) in zip(xs, points, strict=True):
+    for x, (_date, _commit, ratio) in zip(xs, points, strict=True):
         axes.annotate(f"{ratio:.2f}", (x, ratio), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     axes.set_xticks(xs, [f"{commit}\n{date[:10]}" for date, commit, _ in points], fontsize=7)
     axes.set_xlim(-0.5, max(len(points) - 0.5, 0.5))

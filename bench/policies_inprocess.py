@@ -201,7 +201,7 @@ def main() -> int:
                                           env={**os.environ, "PYTHONPATH": str(trees[name])})
                     runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
         finally:
-            for name, path in trees.items():
+            for path in trees.values():
                 if path != ROOT:
                     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
     load_after = os.getloadavg()

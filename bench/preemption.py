@@ -196,7 +196,7 @@ def main() -> int:
     for verb in sides:
         results.append(side(args, verb=verb, directory=directory / ("with" if verb else "without")))
         print(json.dumps(results[-1]), flush=True)
-    by_side = dict(zip(("with" if verb else "without" for verb in sides), results))
+    by_side = dict(zip(("with" if verb else "without" for verb in sides), results, strict=True))
     ours = by_side.get("with") or by_side["without"]
     without = by_side.get("without") if "with" in by_side else None
     if without is None or "to_running_p50_s" not in ours:

@@ -60,7 +60,10 @@ def longest_log_gap(log: pathlib.Path) -> float:
             found = _STAMP.match(line)
             if not found:
                 continue
-            stamp = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(found.group(2)) / 1000
+            # Only the gaps between stamps count: read as UTC, so a clock change in the machine's zone
+            # (daylight saving) cannot make one.
+            when = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.UTC)
+            stamp = when.timestamp() + int(found.group(2)) / 1000
             if previous is not None:
                 longest = max(longest, stamp - previous)
             previous = stamp
@@ -73,7 +76,7 @@ def slope_kib_per_minute(points: list[tuple[float, int]]) -> float:
     xs, ys = [p[0] for p in points], [p[1] / 1024 for p in points]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
     denominator = sum((x - mean_x) ** 2 for x in xs)
-    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / denominator if denominator else 0.0
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / denominator if denominator else 0.0
 
 
 def main() -> int:

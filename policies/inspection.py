@@ -165,7 +165,7 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
             }
             for c in sorted(state.cards, key=lambda c: c.index)
         ]
-        for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index)):
+        for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index), strict=True):
             if card.dra:
                 device["dra"] = [
                     {"claim": h.claim_key, "driver": h.driver, "pool": h.pool, "device": h.device, "shared": h.shared} for h in card.dra
@@ -194,8 +194,8 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
 
 def _pods_used(devices: list[DeviceJson], state: cards.NodeState, node_usage: usage_.NodeUsage) -> None:
     """Each device's pods get `usedMiB`: what the pod's processes hold on that card."""
-    for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index)):
-        for pod, held in zip(device["pods"], card.allocations):
+    for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index), strict=True):
+        for pod, held in zip(device["pods"], card.allocations, strict=True):
             pod["usedMiB"] = node_usage.pod_mib(held.uid).get(card.index, 0)
 
 

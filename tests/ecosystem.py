@@ -32,7 +32,7 @@ def tool(name: str) -> Path:
         if os.environ.get(REQUIRE_ENV) == "require":
             pytest.fail(f"{name} is required here but there is no Go toolchain to build it")
         pytest.skip(f"no Go toolchain: {name} is built with go")
-    completed = subprocess.run(["bash", str(BUILD), name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    completed = subprocess.run(["bash", str(BUILD), name], capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         pytest.fail(f"building {name} failed (exit {completed.returncode}):\n{completed.stderr[-2000:]}")
     return Path(completed.stdout.strip().splitlines()[-1]) / name

@@ -11,6 +11,7 @@ the kubelet mounts into the DaemonSet's pod; for contrast, a token bound to noth
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import ssl
 import urllib.error
@@ -150,12 +151,12 @@ def labels_patch(values: dict[str, str | None]) -> dict[str, Any]:
 def test_the_install_applied_the_guard_from_deploy_and_the_apiserver_type_checks_it_clean(cluster: Cluster) -> None:
     shipped = {d["metadata"]["name"]: d for d in documents("node-guard.yaml") if d["kind"] == "ValidatingAdmissionPolicy"}
     assert set(shipped) == set(GUARDS)
-    for name in GUARDS:
-        def checked() -> bool:
-            found = cluster.get("validatingadmissionpolicy", name, namespace="default")
-            return bool(found.get("status", {}).get("observedGeneration") == found["metadata"]["generation"])
+    def checked(name: str) -> bool:
+        found = cluster.get("validatingadmissionpolicy", name, namespace="default")
+        return bool(found.get("status", {}).get("observedGeneration") == found["metadata"]["generation"])
 
-        eventually(checked, what=f"the apiserver to type-check {name}")
+    for name in GUARDS:
+        eventually(functools.partial(checked, name), what=f"the apiserver to type-check {name}")
         found = cluster.get("validatingadmissionpolicy", name, namespace="default")
         assert found["spec"]["validations"] == shipped[name]["spec"]["validations"]
         assert found["spec"]["variables"] == shipped[name]["spec"]["variables"]

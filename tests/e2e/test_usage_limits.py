@@ -28,7 +28,7 @@ from policies import gpu
 from tests import cgroup_processes
 from tests.e2e.harness import Cluster, eventually
 # share_node is the shared-mode KWOK node fixture of the usage tests, used here by name.
-from tests.e2e.test_usage import http_json, process, share_node, write_inventory
+from tests.e2e.test_usage import http_json, process, share_node, write_inventory  # noqa: F401 - share_node is a fixture
 from webhook.cluster import controlplane
 from webhook.labeler import limits
 

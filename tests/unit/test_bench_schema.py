@@ -58,7 +58,7 @@ def test_the_scripts_are_found() -> None:
 def test_every_record_a_bench_writes_names_its_schemas_headline_unit_and_direction(script: str) -> None:
     writes = _writes(script)
     assert writes, f"bench/{script} writes no record"
-    for call, bench in ((call, bench) for call in writes for bench in sorted(_benches(call), key=str)):
+    for call, bench in ((one, bench) for one in writes for bench in sorted(_benches(one), key=str)):
         assert bench in records.SCHEMAS, f"bench/{script}: bench={bench!r} has no schema in bench/records.py SCHEMAS"
         schema = records.SCHEMAS[bench]
         headline = _keyword(call, "headline")

@@ -36,4 +36,4 @@ class Cache(ttlcache.Cache[tuple[str, str, str], Mapping[str, Any]]):
         """Each wanted (kind, name) in `namespace`: the object, {} where absent, None where unknown."""
         keys = sorted(set(wanted))
         found = await asyncio.gather(*(self.get((namespace, kind, name), uid=uid) for kind, name in keys))
-        return dict(zip(keys, found))
+        return dict(zip(keys, found, strict=True))

@@ -159,7 +159,9 @@ class KubeNamespaces:
             extra: dict[str, Any] = {"limit": LIST_CHUNK, "_preload_content": False, "_request_timeout": 30}
             if token:
                 extra["_continue"] = token
-            response = retry.call(lambda: self._core.list_namespace(**extra), what="cannot list namespaces", idempotent=True, backoff=retry.ONCE)
+            response = retry.call(
+                functools.partial(self._core.list_namespace, **extra), what="cannot list namespaces", idempotent=True, backoff=retry.ONCE
+            )
             page = json.loads(response.data)
             items.extend(page.get("items") or ())
             metadata = page.get("metadata") or {}

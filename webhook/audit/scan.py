@@ -628,7 +628,7 @@ def run(
         if isinstance(node_name, str) and node_name in gpu_nodes:
             bound.setdefault(node_name, []).append(position)
     results, folded = _fold(per_object, owners, uids)
-    del per_object
+    per_object.clear()  # every finding is in results now (judge() above is not called again)
 
     for source in inventory.env_sources:
         namespace = namespace_of(source, default=default_namespace)

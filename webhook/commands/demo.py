@@ -3,8 +3,10 @@
 It brings up the local cluster (building the control plane on the first run), installs
 gpu-admission from `deploy/`, applies the seed workloads and one attempt at each bypass, and prints
 what was admitted, what was refused and why, where each pod landed, and the per-card table. Without
-a Go toolchain there is no cluster to build, so it falls back to the offline dry-run of the same
-examples and says so.
+a Go toolchain, or installed from a wheel (no source checkout: the cluster is built from its
+`deploy/` and its Go tools module), there is no cluster to build, so it falls back to the offline
+dry-run of the same examples and says why in one line. The wheel carries the examples for that
+(`setup.py` copies `examples/` into the package).
 """
 
 from __future__ import annotations
@@ -26,10 +28,21 @@ from webhook import config
 from webhook.commands import dryrun
 from webhook.cmdline import manifests
 from webhook.cmdline import errors
-from webhook.cluster import binaries, controlplane, install, nodes, realnode
+from webhook.cluster import binaries, controlplane, incluster, install, nodes, realnode
 
 NAMESPACE = "demo"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# The examples as the wheel carries them (setup.py's build_py copies examples/ here); a source
+# checkout has no such directory and reads its own examples/.
+PACKAGED_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SOURCE_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def examples_dir() -> Path:
+    """The seed workloads and bypass attempts: the wheel's copy, else the source checkout's."""
+    return PACKAGED_EXAMPLES if PACKAGED_EXAMPLES.is_dir() else SOURCE_EXAMPLES
+
+
+EXAMPLES = examples_dir()
 DEFAULT_DIR = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "gpu-admission" / "demo"
 
 
@@ -52,13 +65,24 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.offline or (shutil.which("go") is None and not os.environ.get(binaries.ENV_BIN_DIR)):
-        reason = "--offline" if args.offline else "no Go toolchain to build the local control plane"
+    reason = "--offline" if args.offline else no_cluster(real_node=args.real_node)
+    if reason is not None:
         return _offline(reason)
     try:
         return _on_cluster(args.dir, real_node=args.real_node, dra_device_taints=args.dra_device_taints)
     except (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError) as error:
         raise errors.InputError(str(error)) from error
+
+
+def no_cluster(*, real_node: bool = False) -> str | None:
+    """Why no local cluster can be built here (one line), or None when one can."""
+    prebuilt = bool(os.environ.get(binaries.ENV_BIN_DIR))
+    needed = [install.deploy_dir()] + ([] if prebuilt else [binaries.build_script()]) + ([incluster.image_script()] if real_node else [])
+    if not all(path.exists() for path in needed):
+        return "not run from a source checkout (the local cluster is built from its deploy/ and Go tools module)"
+    if not prebuilt and shutil.which("go") is None:
+        return "no Go toolchain to build the local control plane"
+    return None
 
 
 def _offline(reason: str) -> int:

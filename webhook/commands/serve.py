@@ -201,7 +201,7 @@ def _import_cluster_client() -> None:
     workers share one copy: two idle workers and the supervisor 92 MiB of PSS instead of 129
     (bench/README.md)."""
     for module in (kube.client, kube.client_exceptions, kube.watch, kube.urllib3):  # the package brings its config
-        getattr(module, "__name__")  # a lazy module's first attribute read imports it
+        _ = module.__name__  # a lazy module's first attribute read imports it
     # The API classes the serving path uses; the first read of one imports the client's models.
     for api in ("CoreV1Api", "CoordinationV1Api"):
         getattr(kube.client, api)

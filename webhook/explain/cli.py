@@ -284,7 +284,7 @@ def simulate_batch(
     documents = [manifests.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)]
     outcomes = dryrun.evaluate(documents, settings=loaded)
     admitted = [outcome.patched for outcome in outcomes]
-    for pod, outcome in zip(admitted, outcomes):
+    for pod, outcome in zip(admitted, outcomes, strict=True):
         pod.setdefault("metadata", {})["namespace"] = outcome.namespace
     denials = {i: o.decision.denial_message for i, o in enumerate(outcomes) if not o.decision.allowed}
     cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
@@ -335,7 +335,7 @@ def render_simulation(result: simulate.Result | None, *, output: str, asked_for_
     if output == "yaml":
         return yaml.safe_dump(simulation_json(result), sort_keys=False)
     if result is None:
-        return "no number of added nodes (up to %d) lets every pod fit: the pods do not fit that kind of node\n" % simulate.MAX_ADDED_NODES
+        return f"no number of added nodes (up to {simulate.MAX_ADDED_NODES}) lets every pod fit: the pods do not fit that kind of node\n"
     rows = [["POD", "NODE", "CARDS", "NOTE"]]
     for landing in result.landings:
         if landing.denied:

@@ -387,7 +387,7 @@ async def prioritize(request: web.Request) -> web.Response:
             )
             if any(map(operator.is_, entries, itertools.repeat(None))):  # nodes not in the cache score 0
                 unknown = wire.host_priority_json
-                entries = [unknown(name, 0) if entry is None else entry for name, entry in zip(args.node_names, entries)]
+                entries = [unknown(name, 0) if entry is None else entry for name, entry in zip(args.node_names, entries, strict=True)]
             body = wire.priorities_json(entries)  # type: ignore[arg-type]  # no None left (checked above)
             meters.requests.inc(verb="prioritize", result="ok")
             return _json_answer(body)

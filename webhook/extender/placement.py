@@ -186,7 +186,7 @@ def classify_in_order(fits: Sequence[Fit | None], names: Sequence[str]) -> Outco
     fitting = Verdict.FITS
     outcome = Outcome(passed=[], failed={}, unresolvable={})
     passed, failed, unresolvable, found = outcome.passed.append, outcome.failed, outcome.unresolvable, outcome.reasons
-    for name, fit in zip(names, fits):
+    for name, fit in zip(names, fits, strict=True):
         if fit is not None and fit.verdict is fitting:
             passed(name)
             continue
@@ -284,7 +284,7 @@ def _evaluate_shared(
                 f"{request.describe()}, and {request.card.describe()}; the largest such card is GPU{largest.index} "
                 f"with {largest.card.memory_gib} GiB (the node has {_cards_shown(state.node.cards)})",
             )
-    fitting = [c for c, (m, k) in zip(candidates, free) if m >= memory and k >= core]  # whole-used and DRA cards have 0 free
+    fitting = [c for c, (m, k) in zip(candidates, free, strict=True) if m >= memory and k >= core]  # whole-used and DRA cards have 0 free
     if not fitting:
         if not explain:
             return _FULL
@@ -333,7 +333,7 @@ def _short(request: cardrequest.Request, candidates: tuple[cards.CardState, ...]
             f"insufficient GPU memory on any single card (fragmented): the pod needs {request.describe()}; the node has "
             f"{total_free} GiB free in total, but the largest free block is {free[largest][0]} GiB "
             f"(GPU{candidates[largest].index}; free per card: "
-            + ", ".join(f"GPU{c.index} {m}" for c, (m, _) in zip(candidates, free))
+            + ", ".join(f"GPU{c.index} {m}" for c, (m, _) in zip(candidates, free, strict=True))
             + ")",
         )
     else:

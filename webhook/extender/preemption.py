@@ -231,8 +231,8 @@ def _shared_sets(request: cardrequest.Request, state: cards.NodeState, evictable
 
         def frees(chosen: Sequence[_Held]) -> bool:
             return (
-                used_memory - sum(h.memory_gib for h, _ in chosen) + memory <= card.card.memory_gib
-                and used_core - sum(h.core_percent for h, _ in chosen) + core <= gpu.MAX_CORE_PERCENTAGE
+                used_memory - sum(h.memory_gib for h, _ in chosen) + memory <= card.card.memory_gib  # noqa: B023 - called in this iteration only
+                and used_core - sum(h.core_percent for h, _ in chosen) + core <= gpu.MAX_CORE_PERCENTAGE  # noqa: B023 - likewise
                 and not any(h.whole for h, _ in chosen)
             )
 

@@ -481,7 +481,7 @@ class Store:
         the verb and the pod's `cardrequest.Request`). A node whose state leaves out
         `exclude_uid` is judged afresh."""
         names = names if isinstance(names, (list, tuple)) else list(names)
-        return dict(zip(names, self.judged_list(names, now=now, ttl=ttl, exclude_uid=exclude_uid, key=key, judge=judge)))
+        return dict(zip(names, self.judged_list(names, now=now, ttl=ttl, exclude_uid=exclude_uid, key=key, judge=judge), strict=True))
 
     def judged_list(
         self,

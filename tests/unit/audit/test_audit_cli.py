@@ -137,6 +137,10 @@ def test_report_scope_resource_prints_one_scoped_report_per_object(capsys: pytes
         assert item["kind"] == ("PolicyReport" if scope.get("namespace") else "ClusterPolicyReport")
     # the same results, regrouped (the two runs' timestamps differ)
     def bare(items: list[dict[str, object]]) -> list[str]:
-        return sorted(json.dumps({k: v for k, v in r.items() if k != "timestamp"}, sort_keys=True) for item in items for r in item["results"])  # type: ignore[attr-defined]
+        return sorted(
+            json.dumps({k: v for k, v in r.items() if k != "timestamp"}, sort_keys=True)
+            for item in items
+            for r in item["results"]  # type: ignore[attr-defined]
+        )
 
     assert bare(by_resource) == bare(by_namespace)

@@ -282,7 +282,7 @@ def test_per_resource_mode_writes_one_report_per_object_and_deletes_the_stale_on
     cluster_report = wanted[("", "uid-gpu-0")]
     assert cluster_report is not None and cluster_report["kind"] == "ClusterPolicyReport"
     assert violations(cluster_report, crd_schema("wgpolicyk8s.io_clusterpolicyreports.yaml")) == []
-    for key, built in wanted.items():
+    for built in wanted.values():
         if built is not None:
             assert len(built["results"]) == 1 and built["scope"]["name"] == built["results"][0]["resources"][0]["name"]
             assert sum(cast(Mapping[str, int], built["summary"]).values()) == 1  # Counts: every value an int

@@ -126,7 +126,12 @@ def _move(pod: dict[str, Any]) -> defrag.Move:
 def _apply(client: FakeClient, move: defrag.Move, *, timeout: float = 5.0) -> str:
     ticks = iter(range(1000))
     return explain_cli.apply_move(
-        client, move, freed=[("a", (0,))], timeout=timeout, clock=lambda: float(next(ticks)), sleep=lambda _: None  # type: ignore[arg-type]
+        client,  # type: ignore[arg-type]
+        move,
+        freed=[("a", (0,))],
+        timeout=timeout,
+        clock=lambda: float(next(ticks)),
+        sleep=lambda _: None,
     )
 
 

@@ -193,7 +193,7 @@ def test_remembered_verdicts_equal_fresh_ones_through_random_changes(
         fresh = [None if (state := world.cache.state(n, now=world.now, ttl=world.ttl, exclude_uid=uid)) is None else _verdict(wanted, state)
                  for n in names]
         assert found == fresh, f"step {checked}: {pod['metadata']['name']} on {names}"
-        assert world.cache.judged(names, now=world.now, ttl=world.ttl, exclude_uid=uid, key=("check", wanted), judge=judge) == dict(zip(names, fresh))
+        assert world.cache.judged(names, now=world.now, ttl=world.ttl, exclude_uid=uid, key=("check", wanted), judge=judge) == dict(zip(names, fresh, strict=True))
         counting = {n for n in set(names) if (s := world.cache.state(n, now=world.now, ttl=world.ttl)) is not None
                     and uid in {a.uid for a in (*s.allocations, *s.orphans)}}
         excluded += bool(counting)

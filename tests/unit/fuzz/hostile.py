@@ -202,7 +202,7 @@ def structural(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
 def _deep_into(document: Any, nested: Any) -> Any:
     """``document`` with ``nested`` put under its first object member that is itself an object."""
     changed = copy.deepcopy(document)
-    for key, value in changed.items():
+    for _key, value in changed.items():
         if isinstance(value, dict):
             value["deep"] = nested
             return changed

@@ -99,7 +99,8 @@ def test_urllib3s_retry_wrapper_says_the_cause_without_the_connection_objects_re
         def __repr__(self) -> str:
             return "<urllib3.connection.HTTPSConnection object at 0x7f3a2c10>"
 
-    cause = urllib3.exceptions.NewConnectionError(Connection(), "Failed to establish a new connection: [Errno 111] Connection refused")  # type: ignore[arg-type]  # a stand-in connection
+    refused = "Failed to establish a new connection: [Errno 111] Connection refused"
+    cause = urllib3.exceptions.NewConnectionError(Connection(), refused)  # type: ignore[arg-type]  # a stand-in connection
     failure = urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes", reason=cause)  # type: ignore[arg-type]  # no pool needed for the text
     error = errors.translate(failure, what="cannot list Node objects in the cluster")
     assert isinstance(error, errors.Unreachable)

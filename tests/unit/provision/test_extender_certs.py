@@ -123,7 +123,7 @@ def test_kube_scheduler_with_the_client_pair_completes_mutual_tls_with_the_exten
         peer = client_context.wrap_bio(client_in, client_out, server_hostname=f"{extendercerts.SERVICE}.gpu-admission.svc")
         done = {"server": False, "client": False}
         for _ in range(10):
-            for name, side, inbox, outbox, other_inbox in (("client", peer, client_in, client_out, server_in), ("server", server, server_in, server_out, client_in)):
+            for name, side, _inbox, outbox, other_inbox in (("client", peer, client_in, client_out, server_in), ("server", server, server_in, server_out, client_in)):
                 if not done[name]:
                     try:
                         side.do_handshake()

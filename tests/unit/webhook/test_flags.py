@@ -120,7 +120,7 @@ def test_cluster_flags_come_in_pairs_declared_once(path: tuple[str, ...], parser
         assert _option(parser, "-A") is _option(parser, "--all-namespaces")
 
 
-@pytest.mark.parametrize(("path", "parser"), [(p, q) for p, q in LEAVES if _option(q, "-o")], ids=[i for (p, q), i in zip(LEAVES, LEAF_IDS) if _option(q, "-o")])
+@pytest.mark.parametrize(("path", "parser"), [(p, q) for p, q in LEAVES if _option(q, "-o")], ids=[i for (p, q), i in zip(LEAVES, LEAF_IDS, strict=True) if _option(q, "-o")])
 def test_o_is_always_a_format_and_a_file_name_is_refused_naming_output_file(
     path: tuple[str, ...], parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -117,7 +117,8 @@ import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from policies import builtin, dra, gpu, hostpaths, model, podspec, policy, schedulers, trustzone
+from policies import builtin, gpu, hostpaths, model, podspec, policy, schedulers, trustzone
+from policies.gpu import dra
 from policies.builtin import gpu105_scheduler_name
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})

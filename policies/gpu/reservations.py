@@ -7,7 +7,7 @@ ledgers are equal strings:
     {"<uid>":{"pod":"ns/name","node":"gpu-0","cards":[1],"memGiB":4,"corePercent":0,"whole":false,
               "assumedAt":"2026-11-26T12:00:00.000Z","expires":"2026-11-26T12:02:00.000Z"}}
 
-An entry's fields are those of the pod allocation annotation (`policies.allocation`) plus `pod`
+An entry's fields are those of the pod allocation annotation (`policies.gpu.allocation`) plus `pod`
 (namespace/name) and `expires`. An unexpired entry holds its cards for a pod that is not seen bound
 yet; `prune` drops expired entries and those of pods already bound or finished.
 
@@ -36,7 +36,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import allocation, gpu, podspec
+from policies import gpu, podspec
+from policies.gpu import allocation
 
 # A ledger entry younger than this is a bind in flight: its pod may not show up bound (or even in a
 # watch cache) yet. Older entries of pods that are gone or placed elsewhere are dropped early.

@@ -23,7 +23,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import podrequests, podspec
+from policies import podspec
+from policies.gpu import podrequests
 
 # --- node labels --------------------------------------------------------------------------------
 
@@ -262,7 +263,7 @@ def pod_requests_gpu(spec: Mapping[str, Any]) -> bool:
 
 # --- annotations ----------------------------------------------------------------------------------
 
-# A pod's card-model constraint (read by `policies.cardmodel`). For the pods it places, the scheduler
+# A pod's card-model constraint (read by `policies.gpu.cardmodel`). For the pods it places, the scheduler
 # extender judges each card against it from the labeler's inventory; the other pods (`nvidia.com/gpu`,
 # whose card the device plugin picks) get GPU102's node affinity on CARD_NAME_LABEL / CARD_MEMORY_MIB_LABEL.
 GPU_MODEL_ANNOTATION = "gpu-admission.io/gpu-model"  # comma list; the card is one of these models
@@ -270,13 +271,13 @@ EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma lis
 MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB (or Gi); the card has at least this much
 
 # Node annotations. The labeler writes the card inventory and the link topology (their one codec is
-# `policies.inventory`); earlier versions of the scheduler extender kept their reservation ledger
-# here (`policies.reservations`), still read during an upgrade.
+# `policies.gpu.inventory`); earlier versions of the scheduler extender kept their reservation ledger
+# here (`policies.gpu.reservations`), still read during an upgrade.
 INVENTORY_ANNOTATION = "gpu-admission.io/gpu-inventory"
 TOPOLOGY_ANNOTATION = "gpu-admission.io/gpu-topology"
 RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
 # The ledger's home since it left the Node: one Lease per GPU node in the extender's namespace
-# (`policies.reservations.lease_body`), found by LEDGER_LABEL, naming its node in LEDGER_NODE_ANNOTATION
+# (`policies.gpu.reservations.lease_body`), found by LEDGER_LABEL, naming its node in LEDGER_NODE_ANNOTATION
 # and carrying the ledger in RESERVATIONS_ANNOTATION, the same JSON as on the Node.
 LEDGER_LABEL = "gpu-admission.io/ledger"  # "true" on every ledger Lease (list/watch selector)
 LEDGER_NODE_ANNOTATION = "gpu-admission.io/node"  # the node whose ledger a Lease is

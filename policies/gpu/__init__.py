@@ -19,6 +19,7 @@ The relation that matters most:
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -290,6 +291,18 @@ LEDGER_FREED_ANNOTATION = "gpu-admission.io/ledger-freed"
 
 class AnnotationError(ValueError):
     """An annotation of the GPU model that cannot be read; the message is one line naming the key."""
+
+
+def load_annotation(text: str, *, key: str) -> Any:
+    """The JSON document an annotation of the GPU model holds; `AnnotationError` naming `key` when it is not JSON.
+
+    The strict readers of every codec (`inventory`, `allocation`, `reservations`) start here, so a
+    broken annotation is named the same way whichever one reads it.
+    """
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise AnnotationError(f"{key}: not JSON ({error})") from None
 
 
 # gpushare-compatible pod annotations the scheduler extender writes on bind (DESIGN section 3).

@@ -186,10 +186,7 @@ def _read(text: str | None) -> tuple[tuple[str, allocation.Allocation], ...]:
 
 def _decode(text: str, *, strict: bool) -> dict[str, allocation.Allocation]:
     key = gpu.RESERVATIONS_ANNOTATION
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise gpu.AnnotationError(f"{key}: not JSON ({error})") from None
+    document = gpu.load_annotation(text, key=key)
     if not isinstance(document, Mapping):
         raise gpu.AnnotationError(f"{key}: expected a JSON object from pod UID to entry, got {type(document).__name__}")
     found: dict[str, allocation.Allocation] = {}

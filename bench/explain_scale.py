@@ -32,8 +32,9 @@ from typing import Any
 
 import yaml
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import gpu, inventory
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu
+from policies.gpu import inventory
 from webhook import cli
 from webhook.explain import cli as explain_cli
 from webhook.explain import snapshot

@@ -65,7 +65,8 @@ def feasible(total: int, percentage: int = 0) -> int:
 
 
 def make_nodes(count: int) -> list[dict[str, Any]]:
-    from policies import gpu, inventory
+    from policies import gpu
+    from policies.gpu import inventory
 
     listed = inventory.encode_inventory(inventory.Card(index=i, memory_mib=15360, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4))
     return [
@@ -235,7 +236,7 @@ class Driver:
 
     def bound(self, pod: dict[str, Any], best: str) -> dict[str, Any] | None:
         """The pod as its watch event shows it once bind placed it on `best` (None: it does not fit there)."""
-        from policies import allocation, cardrequest
+        from policies.gpu import allocation, cardrequest
         from webhook.extender import placement
 
         memory = cardrequest.pod_request(pod).memory_gib

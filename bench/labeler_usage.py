@@ -15,7 +15,7 @@ max RSS.
 per card as a Poisson process (mean `--pod-every` seconds), live an exponential time (mean
 `--pod-life`), hold a random 2-20 GiB that drifts by a random walk of `--drift` of the card per
 minute; an out-of-band process appears on a node with probability `--oob-rate` per hour and lives
-10 minutes. Each node's labeler passes every `--interval`, and the real `policies.usage.significant`
+10 minutes. Each node's labeler passes every `--interval`, and the real `policies.gpu.usage.significant`
 plus the at-most-once-per-interval limit decide each write. Reported: writes per minute for the
 fleet, next to what writing on every pass and on every change would cost.
 
@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from policies import usage  # noqa: E402 - after the path set-up above
+from policies.gpu import usage  # noqa: E402 - after the path set-up above
 from tests import cgroup_processes  # noqa: E402
 from webhook.labeler import attribution, cgroups, inventory, ownership, runner  # noqa: E402
 import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run

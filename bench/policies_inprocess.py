@@ -12,7 +12,7 @@ reported:
   milliseconds per run and microseconds per pod.
 - `parses`: the calls the audit's checks and node states make on each pod (two
   `cardrequest.pod_request`, four `allocation.pod_allocation`, one `gpu.pod_gpu_requests`), called
-  directly, and, in a tree that has `policies.podparse`, through one `PodParses` for the pass;
+  directly, and, in a tree that has `policies.gpu.podparse`, through one `PodParses` for the pass;
   microseconds per pod.
 
     .venv/bin/python bench/policies_inprocess.py --against REF [--tree REF] [--rounds 5]
@@ -115,7 +115,8 @@ def _inventory_objects(copies: int) -> list[dict[str, Any]]:
 
 def worker(args: argparse.Namespace) -> dict[str, float]:
     sys.path.insert(0, os.getcwd())
-    from policies import allocation, cardrequest, engine, gpu, model, podspec, settings as settings_
+    from policies import engine, gpu, model, podspec, settings as settings_
+    from policies.gpu import allocation, cardrequest
     from webhook.audit import scan
 
     figures: dict[str, float] = {}
@@ -148,7 +149,7 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
 
     figures["parses direct us per pod"] = _cpu(direct, repeat=args.repeat) / len(pods) * 1e6
     try:
-        from policies import podparse  # type: ignore[attr-defined,unused-ignore]
+        from policies.gpu import podparse  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         return figures
     if not pathlib.Path(podparse.__file__).resolve().is_relative_to(pathlib.Path.cwd().resolve()):

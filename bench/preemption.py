@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import extender_throughput as throughput  # noqa: E402 - the bench helpers, after the path fix above
-from policies import gpu, inventory, reservations  # noqa: E402 - after the path fix above
+from policies import gpu
+from policies.gpu import inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
 import records  # noqa: E402 - bench/ is on sys.path; one record per run

@@ -12,7 +12,7 @@ drifts by a random walk, out-of-band processes appearing at a rate per node per 
 minutes); each pod's process has a PID whose cgroup file under a scratch proc root carries a
 kubelet-shaped path with the pod's UID (an out-of-band one a `docker run`-shaped path), so the
 runner's own attribution (`attribution.summarise` through `cgroups.read`), significance rule
-(`policies.usage.significant`), codec (`usage.render` / `usage.parse` of what is on the Node) and
+(`policies.gpu.usage.significant`), codec (`usage.render` / `usage.parse` of what is on the Node) and
 rate limit (`--usage-interval`) decide every write. The pod list the runner asks for comes from the
 model in memory (the KWOK nodes run no pods; a list is a read, not a write).
 
@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import extender_throughput  # noqa: E402 - after the path set-up above
 import labeler_usage  # noqa: E402
 
-from policies import usage  # noqa: E402
+from policies.gpu import usage  # noqa: E402
 from tests import cgroup_processes  # noqa: E402
 from webhook.cluster import binaries, controlplane, nodes  # noqa: E402
 from webhook.labeler import inventory, publisher, runner  # noqa: E402

@@ -275,7 +275,7 @@ def _schema_block() -> str:
     doc = settings.__doc__ or ""
     found = re.search(r"```yaml\n(.*?)```", doc, flags=re.DOTALL)
     if found is None:
-        raise ValueError("policies/settings.py: the docstring has no ```yaml schema block")
+        raise ValueError("policies/settings/__init__.py: the docstring has no ```yaml schema block")
     return found.group(1).rstrip()
 
 
@@ -286,7 +286,7 @@ def settings_page() -> str:
     described = {m.group(1) for m in re.finditer(r"^([A-Za-z]+):", schema, flags=re.MULTILINE)}
     missing = [key for key in keys if key not in described]
     if missing:
-        raise ValueError(f"policies/settings.py: the docstring's schema does not describe {', '.join(missing)}")
+        raise ValueError(f"policies/settings/__init__.py: the docstring's schema does not describe {', '.join(missing)}")
     defaults = settings.Settings()
     doc = settings.__doc__ or ""
     after = doc.split("```", 2)[2].strip()
@@ -321,7 +321,7 @@ def settings_page() -> str:
     }
     for key in keys:
         lines.append(f"| [`{key}`](#{key.lower()}) | {shown.get(key, 'see the schema')} |")
-    lines += ["", "## The schema", "", "From the docstring of `policies/settings.py`:", "", "```yaml", schema, "```", ""]
+    lines += ["", "## The schema", "", "From the docstring of `policies/settings/__init__.py`:", "", "```yaml", schema, "```", ""]
     for key in keys:
         lines += [f"### {key}", "", "```yaml", _key_block(schema, key), "```", ""]
     lines += ["## Resolution", "", after, ""]

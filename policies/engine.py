@@ -226,7 +226,7 @@ def _message(item: policy.Policy, detail: str) -> str:
 
 
 def _error(
-    outcome: _Outcome, item: policy.Policy, *, action: model.Action, settings: settings_.Settings, exc: Exception
+    outcome: _Outcome, item: policy.Policy, *, action: model.Action, settings: settings_.base.Settings, exc: Exception
 ) -> None:
     message = f"{item.id}: policy error: {type(exc).__name__}: {exc}"
     outcome.results[item.id] = model.PolicyResult(policy=item.id, result=model.Result.ERROR, message=message)

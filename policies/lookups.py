@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import dra, envsources, model, podspec, trustzone
+from policies import envsources, model, podspec, trustzone
+from policies.gpu import dra
 
 
 def env_sources(obj: Mapping[str, Any], *, namespace: str) -> frozenset[model.EnvSource]:

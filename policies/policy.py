@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from policies import model, patching, podspec
 
 if TYPE_CHECKING:
-    # settings imports the registry, which imports this module: a runtime import would be a cycle.
-    from policies import settings
+    # The policies read `base.Settings`, which imports no policy. Only for types: importing any
+    # module of the settings package runs its __init__, which joins the built-in registry, which
+    # imports this module.
+    from policies.settings import base as settings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -262,3 +262,5 @@ class Scheduler:
 
 
 DEFAULT_SCHEDULER = Scheduler()
+# The schedulerName the apiserver gives a pod that names none (GPU105 and GPU008 read it as that).
+DEFAULT_SCHEDULER_NAME = "default-scheduler"

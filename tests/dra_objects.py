@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from policies import dra
+from policies.gpu import dra
 
 GPU_CLASS = "gpu.nvidia.com"
 

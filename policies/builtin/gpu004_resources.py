@@ -7,7 +7,7 @@ beside `aliyun.com/gpu-mem`. Per pod: one resource family only, because a node s
 mode and enabling one mode zeroes the others' resources, so a mixed pod can never be scheduled.
 Every `nvidia.com/*` resource (MIG slices, shared cards) is of the `nvidia.com/gpu` family.
 
-Values are judged as the cluster judges them (`policies.quantity`): kube-apiserver decodes every
+Values are judged as the cluster judges them (`policies.gpu.quantity`): kube-apiserver decodes every
 quantity and writes it back in its own form, which is all an admission webhook sees, and after a
 mutating webhook's patch (GPU101 pins every gpu-mem pod) it decodes that form again and validates
 it (`quantity.passes_integer_validation`: `1500m` fails). So `2000m`, `+2`, `2e0` and `0.002k` are
@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import applicability, gpu, podspec, policy, quantity
+from policies import applicability, gpu, podspec, policy
+from policies.gpu import quantity
 
 
 def _check_container(container: podspec.ContainerRef, mentioned: frozenset[str]) -> list[policy.Finding]:

@@ -15,7 +15,7 @@ What it refuses, on Pods and on workload templates (Deployment, Job, CronJob, ..
 - any allocation annotation at create (`policies.gpu.ALLOCATION_ANNOTATIONS`: gpushare's
   `ALIYUN_COM_GPU_MEM_IDX`, `_POD`, `_DEV`, `_ASSIGNED`, `_ASSUME_TIME` and our
   `gpu-admission.io/allocation`), on every pod, GPU or not. The extender's accounting
-  (`policies.allocation.pod_allocation`) reads them from every pod without looking at what the
+  (`policies.gpu.allocation.pod_allocation`) reads them from every pod without looking at what the
   pod asks for, and the gpushare device plugin gives a container the card `ALIYUN_COM_GPU_MEM_IDX`
   names (AliyunContainerService/gpushare-device-plugin, pkg/gpu/nvidia/allocate.go): a forged
   annotation picks the card, shrinks what is counted, or holds cards away from everyone else.

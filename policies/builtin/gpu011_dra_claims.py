@@ -2,7 +2,7 @@
 
 ResourceClaims and ResourceClaimTemplates are namespaced, so tenants write them, and a claim the
 scheduler allocates hands out a card outside the extender's accounting. Each device request (its
-`exactly` and every `firstAvailable` alternative; `policies.dra.requests`) is judged:
+`exactly` and every `firstAvailable` alternative; `policies.gpu.dra.requests`) is judged:
 
 - through a GPU DeviceClass (`dra.gpuClasses`), only in namespaces a `dra.claims` entry grants
   that class (none by default), anchored to namespaces as exceptions are;
@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import dra, lookups, podspec, policy
+from policies import lookups, podspec, policy
+from policies.gpu import dra
 
 
 class DraClaims(policy.Validator):

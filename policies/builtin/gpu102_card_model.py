@@ -1,6 +1,6 @@
 """GPU102: card-model annotations constrain the card a pod gets (seed `002_e2b829a309310c51.txt`).
 
-The annotations (`policies.cardmodel`): `gpu-admission.io/gpu-model: "Tesla-V100-SXM2-32GB, Tesla T4"`
+The annotations (`policies.gpu.cardmodel`): `gpu-admission.io/gpu-model: "Tesla-V100-SXM2-32GB, Tesla T4"`
 (the card is one of these; spaces become `-`, as the label spells them), `gpu-admission.io/exclude-gpu-model`
 (none of these), `gpu-admission.io/min-gpu-memory: "16384"` (at least that many MiB; `Mi`/`MiB`/`Gi`/`GiB`
 suffixes accepted).
@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import applicability, cardmodel, gpu, nodeaffinity, policy
+from policies import applicability, gpu, nodeaffinity, policy
+from policies.gpu import cardmodel
 
 # The families whose every card the extender picks; a pod asking only these gets no node affinity.
 _EXTENDER_FAMILIES = frozenset({gpu.Family.SHARED, gpu.Family.SHARED_CORE, gpu.Family.TOPOLOGY})

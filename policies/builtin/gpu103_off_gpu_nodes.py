@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from policies import applicability, nodeaffinity, podspec, policy, trustzone
 
 if TYPE_CHECKING:
-    from policies import settings as settings_
+    from policies.settings import base as settings_
 
 
 class OffGpuNodes(policy.PodMutator):

@@ -9,9 +9,9 @@ deliberate choice of scheduler and is kept.
 
 from __future__ import annotations
 
-from policies import gpu, patching, podspec, policy
+from policies import gpu, patching, podspec, policy, schedulers
 
-DEFAULT_SCHEDULER = "default-scheduler"
+DEFAULT_SCHEDULER = schedulers.DEFAULT_SCHEDULER_NAME
 
 
 class SchedulerName(policy.PodMutator):

@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import applicability, gpu, model, nodeaffinity, patching, podrequests, podspec, policy
+from policies import applicability, gpu, model, nodeaffinity, patching, podspec, policy
+from policies.gpu import podrequests
 
 MPS_MEMORY_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 

@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation elsewhere
-from policies import gpu, reservations
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation elsewhere
+from policies import gpu
+from policies.gpu import reservations
 from tests.e2e.harness import Cluster, deployment, eventually
 from webhook.cluster import install, nodes
 

@@ -25,7 +25,7 @@ import pytest
 
 from pathlib import Path
 
-from policies import dra, reservations
+from policies.gpu import dra, reservations
 from tests import dra_objects
 from tests.e2e.harness import Cluster, eventually, webhook_settings
 from webhook.cluster import controlplane, install, nodes

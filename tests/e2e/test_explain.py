@@ -19,8 +19,9 @@ import yaml
 
 from tests.e2e.harness import Cluster, deployment, eventually
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, bound, create, make_pool, pools  # noqa: F401 - pools is a fixture
-from policies import allocation as allocation_  # `allocation` reads a pod's annotation here
-from policies import gpu, reservations
+from policies.gpu import allocation as allocation_  # `allocation` reads a pod's annotation here
+from policies import gpu
+from policies.gpu import reservations
 from webhook import cli
 from webhook.cluster import controlplane, install
 

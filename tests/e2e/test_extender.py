@@ -36,7 +36,8 @@ import yaml
 
 from tests import resources
 from tests.e2e.harness import Cluster, eventually, webhook_settings
-from policies import gpu, inventory, reservations
+from policies import gpu
+from policies.gpu import inventory, reservations
 from webhook.cluster import controlplane, install, nodes
 
 pytestmark = pytest.mark.e2e

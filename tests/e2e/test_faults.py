@@ -39,9 +39,10 @@ import yaml
 
 from tests.e2e.harness import Cluster, eventually
 from tests.e2e import test_extender as extender_e2e  # its Replica, KWOK pools, pods and per-card count
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 from webhook.cluster import controlplane, install, nodes
-from policies import cards
+from policies.gpu import cards
 
 pytestmark = pytest.mark.e2e
 

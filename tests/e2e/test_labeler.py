@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import gpu, usage
+from policies import gpu
+from policies.gpu import usage
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
 from webhook.labeler import ownership

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes

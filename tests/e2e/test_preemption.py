@@ -28,7 +28,7 @@ from tests.e2e.harness import Cluster, eventually, webhook_settings
 from tests.e2e import test_extender as extender_e2e
 from tests.e2e.test_usage import http_json
 from webhook import cli
-from policies import reservations
+from policies.gpu import reservations
 from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e

@@ -3,7 +3,7 @@
 kube-apiserver decodes every quantity and writes it back in its own form before an admission
 webhook, the scheduler or the extender sees it. These tests send odd spellings of
 `aliyun.com/gpu-mem` through a server-side dry run and compare the stored form with
-`policies.quantity`'s prediction, check that `gpu-admission dry-run` on the author's manifest
+`policies.gpu.quantity`'s prediction, check that `gpu-admission dry-run` on the author's manifest
 decides as the cluster did, place a `2000m` pod exactly like a `2` pod, and show the extender
 counting a GPU-asking sidecar beside its main container (issue route: sidecars counted once).
 """
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import quantity
+from policies.gpu import quantity
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import install, nodes
 

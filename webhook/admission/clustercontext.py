@@ -40,7 +40,8 @@ from typing import Any
 
 from aiohttp import web
 
-from policies import dra, model
+from policies import model
+from policies.gpu import dra
 from webhook.cmdline import errors, flags
 from webhook.serving import metrics
 from webhook import kube as webhook_kube

@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from policies import reservations
+from policies.gpu import reservations
 from policies import settings as settings_
 from webhook.cmdline import durations, errors, flags
 from webhook.serving import metrics

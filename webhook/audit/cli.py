@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from policies import reservations
+from policies.gpu import reservations
 from webhook import config
 from webhook.cmdline import manifests
 from webhook.cmdline import errors, flags, output

@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from policies import dra, envsources, model, reservations
+from policies import envsources, model
+from policies.gpu import dra, reservations
 from webhook import kube
 from webhook.audit import report, scan
 from webhook.kube import client, client_exceptions, retry
@@ -243,7 +244,7 @@ def inventory(
 
 
 def dra_objects(api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK) -> list[dict[str, Any]]:
-    """Dynamic Resource Allocation (`policies.dra`): the ResourceClaims and ResourceClaimTemplates of
+    """Dynamic Resource Allocation (`policies.gpu.dra`): the ResourceClaims and ResourceClaimTemplates of
     `namespace` (None: all) for GPU011, and on whole-cluster audits the ResourceSlices for the card
     states (GPU216). A cluster that does not serve `resource.k8s.io/v1` has none of them; one whose
     role may not list them still gets the audit, with a warning."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Mapping
 
-from policies import dra, gpu, inspection, model
+from policies import gpu, model
+from policies.gpu import dra, inspection
 from webhook.audit import findings, report, scan
 
 _BAR_WIDTH = 20

@@ -30,7 +30,7 @@ Decisions:
   left alone; pod-level checks against nodes still run.
 - The reservation ledger: a node's is the union of its Node annotation (written by versions before
   the ledger Lease) and its ledger Lease, trusted only in the ledger namespace and when it names
-  its node (`policies.reservations.lease_node`); node states and the checks count both.
+  its node (`policies.gpu.reservations.lease_node`); node states and the checks count both.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from policies import cards, cel, dra, engine, envsources, lookups, model, podparse, podspec, policy, reservations
+from policies import cel, engine, envsources, lookups, model, podspec, policy
+from policies.gpu import cards, dra, podparse, reservations
 from policies import settings as settings_
 from webhook.audit import checks, findings, verdicts
 from webhook.audit.checks import base, facts, gpu217_unrecognised_gpu_node
@@ -126,10 +127,10 @@ class Inventory:
     # Labels by namespace name, from the Namespace objects seen: namespace overrides select on
     # them exactly as in the webhook. A namespace missing here has only its name label.
     namespace_labels: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
-    # Leases: the nodes' reservation ledgers (`policies.reservations`). `run` trusts only those in
+    # Leases: the nodes' reservation ledgers (`policies.gpu.reservations`). `run` trusts only those in
     # the ledger namespace that name their node; any other Lease is ignored.
     leases: tuple[Mapping[str, Any], ...] = ()
-    # Dynamic Resource Allocation (`policies.dra`): ResourceClaims and ResourceClaimTemplates (GPU011
+    # Dynamic Resource Allocation (`policies.gpu.dra`): ResourceClaims and ResourceClaimTemplates (GPU011
     # judges them, and pods by them), and the ResourceSlices that say which card a claim holds.
     claims: tuple[Mapping[str, Any], ...] = ()
     slices: tuple[Mapping[str, Any], ...] = ()

@@ -11,7 +11,7 @@ import gc
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from policies import reservations
+from policies.gpu import reservations
 from policies import settings as settings_
 from webhook.audit import kube, report, scan
 from webhook.kube import envsources as kube_envsources

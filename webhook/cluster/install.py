@@ -17,7 +17,8 @@ from typing import Any
 
 import yaml
 
-from policies import gpu, reservations
+from policies import gpu
+from policies.gpu import reservations
 from webhook.cluster import controlplane, incluster, nodes, realnode
 
 WEBHOOK_CONFIGURATIONS = "webhook-configurations.yaml"

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from policies import reservations
+from policies.gpu import reservations
 from webhook.cmdline import durations
 
 if TYPE_CHECKING:

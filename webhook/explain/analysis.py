@@ -8,7 +8,7 @@ filter and bind run, plus the what-ifs for binds in flight and stale allocations
 own node checks, which run before the extender is asked, come from `predicates`.
 
 A node's reservation ledger is its ledger Lease's (in the ledger namespace, naming the node) and,
-from earlier versions, its Node annotation's, as the extender reads it (`policies.reservations`).
+from earlier versions, its Node annotation's, as the extender reads it (`policies.gpu.reservations`).
 
 Stale allocations: the extender counts a reservation-ledger entry whose pod is not listed for
 `reservations.IN_FLIGHT_GRACE_S` after its bind decision (the pod may not be in its watch cache yet), then
@@ -32,11 +32,12 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import cardrequest, gpu, model, nodeaffinity, podspec, reservations
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu, model, nodeaffinity, podspec
+from policies.gpu import cardrequest, reservations
 from webhook.extender import placement
 from webhook.extender import preemption as preemption_  # `preemption` names a verdict's field here
-from policies import cards, reasons
+from policies.gpu import cards, reasons
 from webhook.extender import store as store_module
 from webhook.explain import predicates
 
@@ -156,7 +157,7 @@ class Cluster:
         self.store.replace_leases(self.leases.values())
         for lease in leases:  # the preempt verb's hold records (`gpu-hold.<node>`): trusted as the extender trusts them
             self.store.put_hold_lease(lease)
-        # Cards allocated by Dynamic Resource Allocation (`policies.dra`): counted as the extender counts them.
+        # Cards allocated by Dynamic Resource Allocation (`policies.gpu.dra`): counted as the extender counts them.
         self.store.replace_slices(slices)
         self.store.replace_claims(claims)
 

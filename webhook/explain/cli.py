@@ -20,14 +20,14 @@ from typing import Any
 
 import yaml
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import reservations
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies.gpu import reservations
 from webhook import config, kube
 from webhook.commands import dryrun
 from webhook.cmdline import manifests
 from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
-from policies import inspection
+from policies.gpu import inspection
 from webhook.extender import kube as extender_kube
 from webhook.explain import analysis, defrag, render, simulate, snapshot
 from webhook.kube import errors as kube_errors
@@ -156,7 +156,7 @@ def read_ledgers(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def read_dra(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The ResourceSlices and allocated ResourceClaims (`policies.dra`): the snapshot's, or the live
+    """The ResourceSlices and allocated ResourceClaims (`policies.gpu.dra`): the snapshot's, or the live
     cluster's; where they cannot be read, a warning says so and no card counts as allocated by DRA."""
     if getattr(args, "snapshot", None):
         taken = snapshot.load(args.snapshot)

@@ -26,10 +26,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import cardrequest, podspec, settings
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import podspec, settings
+from policies.gpu import cardrequest
 from webhook.extender import placement
-from policies import cards
+from policies.gpu import cards
 from webhook.explain import analysis, predicates
 
 CONTROLLERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job"})

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies import gpu, nodeaffinity, podspec
-from policies import reasons
+from policies.gpu import reasons
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})

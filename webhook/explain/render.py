@@ -21,7 +21,7 @@ from typing import Any, NotRequired, TypedDict
 import yaml
 
 from policies import gpu
-from policies import cards, reasons
+from policies.gpu import cards, reasons
 from webhook.explain import analysis
 
 MAX_NODES_SHOWN = 10

@@ -25,10 +25,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import cardrequest, gpu, podspec
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu, podspec
+from policies.gpu import cardrequest
 from webhook.extender import placement, preemption
-from policies import cards
+from policies.gpu import cards
 from webhook.explain import analysis, predicates
 
 Object = dict[str, Any]

@@ -14,12 +14,12 @@ so a support case can be replayed without the cluster. The shape (YAML or JSON):
     ledgerNamespace: gpu-admission            # where the extender keeps the ledger Leases
     leases: [Lease, ...]                      # the nodes' ledger Leases (of that namespace only)
     resourceSlices: [ResourceSlice, ...]      # Dynamic Resource Allocation: the published devices
-    resourceClaims: [ResourceClaim, ...]      # and the allocated claims (`policies.dra`)
+    resourceClaims: [ResourceClaim, ...]      # and the allocated claims (`policies.gpu.dra`)
     reservations: {node: {uid: {...}}}        # the ledgers, decoded: each node's Lease and Node
                                               # annotation together (for people; the objects carry them)
 
 A node's reservation ledger is its ledger Lease's and, from versions before the Lease, its Node
-annotation's (`policies.reservations`); only Leases of the ledger namespace that name their node
+annotation's (`policies.gpu.reservations`); only Leases of the ledger namespace that name their node
 are kept, so a tenant's Lease never enters a snapshot. A snapshot from before the Lease has
 neither key and replays as it did.
 
@@ -36,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from policies import allocation, cardrequest, dra, gpu, podspec, reservations
+from policies import gpu, podspec
+from policies.gpu import allocation, cardrequest, dra, reservations
 from webhook.cmdline import errors
 from webhook.extender import preemption
 

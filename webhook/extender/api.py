@@ -27,7 +27,7 @@ class Api(Protocol):
         ...
 
     async def get_lease(self, namespace: str, name: str) -> Object:
-        """A Lease (a node's reservation ledger, `policies.reservations.lease_body`); NotFound where there is none."""
+        """A Lease (a node's reservation ledger, `policies.gpu.reservations.lease_body`); NotFound where there is none."""
         ...
 
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Object:

@@ -25,11 +25,12 @@ from typing import Any, Protocol, TypeVar
 import orjson
 from aiohttp import web
 
-from policies import allocation, cardrequest, podspec
+from policies import podspec
+from policies.gpu import allocation, cardrequest
 from webhook.serving import metrics
-from policies import reservations
+from policies.gpu import reservations
 from webhook.extender import binder, holds, nudge, occupancy, overview, placement, preemption, reality, taints, wire
-from policies import cards, inspection
+from policies.gpu import cards, inspection
 from webhook.extender import store as store_module
 
 log = logging.getLogger(__name__)

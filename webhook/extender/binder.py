@@ -62,10 +62,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies import allocation as allocation_  # `allocation` is the name of what bind hands out
-from policies import cardrequest, gpu, podspec, reservations
+from policies.gpu import allocation as allocation_  # `allocation` is the name of what bind hands out
+from policies import gpu, podspec
+from policies.gpu import cardrequest, reservations
 from webhook.extender import api, placement, preemption, reality, wire
-from policies import cards
+from policies.gpu import cards
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
 

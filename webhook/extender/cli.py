@@ -16,13 +16,13 @@ from typing import Any
 
 import yaml
 
-from policies import allocation, dra, reservations
-from policies import usage as policies_usage
+from policies.gpu import allocation, dra, reservations
+from policies.gpu import usage as policies_usage
 from webhook import config
 from webhook.cmdline import errors, flags, output
 from webhook.serving import shell
 from webhook.extender import app, binder, kube, native, nudge, taints
-from policies import cards, inspection
+from policies.gpu import cards, inspection
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
 

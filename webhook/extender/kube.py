@@ -31,7 +31,8 @@ from typing import Any
 
 import orjson
 
-from policies import dra, gpu, reservations
+from policies import gpu
+from policies.gpu import dra, reservations
 from webhook import kube
 from webhook.extender import api, native
 from webhook.extender import store as store_module
@@ -462,7 +463,7 @@ LEDGER_SELECTOR = f"{reservations.LEDGER_LABEL}=true"
 
 
 def list_dra(client: KubeApi) -> tuple[list[Object], list[Object], str]:
-    """The ResourceSlices and the allocated ResourceClaims (`policies.dra`), and "" or why they could
+    """The ResourceSlices and the allocated ResourceClaims (`policies.gpu.dra`), and "" or why they could
     not be read: a cluster without the `resource.k8s.io/v1` API (before 1.34, or switched off) has
     none, and every card reads as not allocated by DRA."""
     try:

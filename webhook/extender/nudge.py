@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-from policies import allocation
+from policies.gpu import allocation
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from policies import usage
-from policies import cards, inspection
+from policies.gpu import usage
+from policies.gpu import cards, inspection
 
 GIB = 1 << 30
 PREFIX = "gpu_admission_extender_"

@@ -24,7 +24,8 @@ from prometheus_client import exposition
 from prometheus_client import registry as prom_registry
 from prometheus_client.utils import floatToGoString
 
-from policies import cards, inspection, podspec, usage
+from policies import podspec
+from policies.gpu import cards, inspection, usage
 from webhook.extender import occupancy
 
 

@@ -5,7 +5,7 @@ Pure functions over `cards.NodeState`. The rules:
   is malformed, the node's mode does not serve the pod's resource, the node has no cards, or no
   card (no set of cards) would hold the pod even if empty.
 - A node fits only later (`FailedNodes`) when such a card exists but is occupied now.
-- The pod's card-model constraint (`policies.cardmodel`: GPU102's annotations `gpu-model`,
+- The pod's card-model constraint (`policies.gpu.cardmodel`: GPU102's annotations `gpu-model`,
   `exclude-gpu-model`, `min-gpu-memory`) holds per card: only the cards that meet it count, for the
   verdict, the card chosen and the refusal's reasons. A node without such a card, or whose such cards
   are all too small (or too few, for whole cards), never fits (`CARD_MODEL`), even where its other
@@ -31,9 +31,10 @@ import functools
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
-from policies import cardmodel, cardrequest, gpu, inventory
+from policies import gpu
+from policies.gpu import cardmodel, cardrequest, inventory
 from webhook.extender import topology, wire
-from policies import cards, reasons
+from policies.gpu import cards, reasons
 
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below

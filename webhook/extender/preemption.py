@@ -34,8 +34,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import allocation, cardrequest, gpu, podspec, settings
-from policies import cards
+from policies import gpu, podspec, settings
+from policies.gpu import allocation, cardrequest
+from policies.gpu import cards
 from webhook.extender import placement
 
 # Pods on one card past which the exhaustive search over victim sets gives way to a greedy one

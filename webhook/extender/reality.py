@@ -3,7 +3,7 @@
 Off by default. When on, every Node the extender reads (its watch cache, the Nodes kube-scheduler
 sends, and the fresh read bind decides on) passes through `honour_out_of_band`: each card of the
 labeler's inventory annotation shrinks by the memory that out-of-band processes (processes that
-belong to no pod: `docker run --gpus`, `ctr run`, host processes, leftovers; see `policies.usage`)
+belong to no pod: `docker run --gpus`, `ctr run`, host processes, leftovers; see `policies.gpu.usage`)
 hold on it in the labeler's usage summary. A card with 6000 MiB held out-of-band on a 15360 MiB
 card offers `(15360 - 6000) // 1024 = 9` GiB instead of 15, so a new pod is not placed onto memory
 that is already taken.
@@ -24,7 +24,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, inventory, podspec, usage
+from policies import gpu, podspec
+from policies.gpu import inventory, usage
 
 
 def honour_out_of_band(node: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,7 +1,7 @@
 """The extender's in-memory copy of Nodes, Pods and the nodes' ledger Leases (fed by list+watch),
 indexed by node.
 
-A node's reservation ledger is the union of its Lease's (`policies.reservations.lease_body`, in the
+A node's reservation ledger is the union of its Lease's (`policies.gpu.reservations.lease_body`, in the
 ledger namespace) and, from versions before the Lease, the Node annotation's, which nothing writes
 any more: its entries count until they expire or their pod shows up bound.
 
@@ -25,9 +25,10 @@ import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from policies import allocation, dra, gpu, podspec, reservations
+from policies import gpu, podspec
+from policies.gpu import allocation, dra, reservations
 from webhook.extender import preemption, reality
-from policies import cards
+from policies.gpu import cards
 
 Object = dict[str, Any]
 
@@ -80,7 +81,7 @@ class Store:
         self._current_ttl: float | None = None  # the ttl `_current` was judged with
         self._lapses: list[tuple[float, str]] = []  # (valid_until, node) of remembered states that lapse in time
         self._vouched: dict[str, int] = {}  # node -> the version of this process's last commit whose pods this cache covers
-        # Dynamic Resource Allocation (`policies.dra`): ResourceSlices by name, allocated
+        # Dynamic Resource Allocation (`policies.gpu.dra`): ResourceSlices by name, allocated
         # ResourceClaims by UID (slim), and what they hold per node and card UUID.
         self._slices: dict[str, Object] = {}
         self._claims: dict[str, Object] = {}
@@ -884,7 +885,7 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
     slim_spec: Object = {}
     if isinstance(spec.get("nodeName"), str):
         slim_spec["nodeName"] = spec["nodeName"]
-    # What `policies.podrequests` reads: resources, whether an init container is a sidecar
+    # What `policies.gpu.podrequests` reads: resources, whether an init container is a sidecar
     # (`restartPolicy: Always`, which adds up instead of taking the maximum), and the overhead.
     for kind in ("containers", "initContainers"):
         entries = [

@@ -2,7 +2,7 @@
 
 Every `every` seconds the replica that holds the Lease `gpu-admission-extender-dra` (in the
 ledger namespace) compares the cards that hold extender allocations (the cache's node states) with
-the devices DRA drivers publish for them (`policies.dra.card_devices`: the whole GPU and its MIG
+the devices DRA drivers publish for them (`policies.gpu.dra.card_devices`: the whole GPU and its MIG
 devices, matched by UUID), and creates one DeviceTaintRule per such device (`dra.taint_rule`:
 effect NoSchedule, so claims already allocated keep running) and deletes each of its own rules
 (label `gpu-admission.io/shared-card=true`) whose card is empty again (`dra.plan_rules`).
@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies import dra, podspec, reservations
+from policies import podspec
+from policies.gpu import dra, reservations
 from webhook.extender import kube
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors

@@ -1,7 +1,7 @@
 """The best-connected set of cards: which whole cards a topology pod gets on a node.
 
 The link levels and the node annotation `gpu-admission.io/gpu-topology` they come from belong to
-the GPU model (`policies.inventory`: `read_topology`, `Topology`, `level_score`); this module only
+the GPU model (`policies.gpu.inventory`: `read_topology`, `Topology`, `level_score`); this module only
 chooses cards by them. A node without topology scores every pair the same, so the lowest free
 indices are chosen.
 """
@@ -12,7 +12,7 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
-from policies import inventory
+from policies.gpu import inventory
 
 # Past this many candidate sets the exhaustive search gives way to a greedy one (16 choose 8 is 12870).
 MAX_EXHAUSTIVE_SETS = 20_000

@@ -1,4 +1,4 @@
-"""From the cards' processes to their pods: the usage summary of one node (`policies.usage`).
+"""From the cards' processes to their pods: the usage summary of one node (`policies.gpu.usage`).
 
 Pure apart from the `identify` callable it is given (in production `cgroups.read` over the host's
 `/proc`). A process is attributed to a pod when its cgroup names the UID of a pod the apiserver
@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from policies import usage
+from policies.gpu import usage
 from webhook.labeler import cgroups, inventory
 
 MIRROR_HASH_ANNOTATION = "kubernetes.io/config.hash"

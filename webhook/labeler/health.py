@@ -5,7 +5,7 @@
   apiserver does not (the loop still passes; restarting would not help, see the runner).
 - `/readyz` is 200 once the first pass has finished.
 - `/metrics`: passes by outcome, the Unix time of the last pass that wrote the node (or found
-  it right), process metrics and build info; with real use read (`policies.usage`), per card the
+  it right), process metrics and build info; with real use read (`policies.gpu.usage`), per card the
   memory its processes hold, the memory and number of out-of-band processes, and the usage
   annotation writes; per pod and card (`namespace`, `pod`, `card`) the memory its processes hold
   and what its allocation gives it (`podusage`; a pod's series go when the pod goes, since the
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from policies import usage
+from policies.gpu import usage
 from webhook.serving import metrics
 from webhook.labeler import limits, runner
 

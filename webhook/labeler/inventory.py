@@ -33,7 +33,7 @@ from typing import Any, TypeGuard
 
 import yaml
 
-from policies import inventory as codec  # the GPU model's link levels; this module is the labeler's inventory
+from policies.gpu import inventory as codec  # the GPU model's link levels; this module is the labeler's inventory
 
 
 class InventoryError(ValueError):

@@ -12,8 +12,8 @@ What a node with cards gets:
 | `aliyun.accelerator/nvidia_count` | label | the number of cards |
 | `gpu-admission.io/gpu-memory-mib` | label | the same MiB as a bare number (for `Gt` node affinity) |
 | `gpu-admission.io/driver-version`, `gpu-admission.io/cuda-version` | label | when known |
-| `gpu-admission.io/gpu-inventory` | annotation | the cards, as `policies.inventory` encodes them |
-| `gpu-admission.io/gpu-topology` | annotation | the links, as `policies.inventory` encodes them (only when links are known) |
+| `gpu-admission.io/gpu-inventory` | annotation | the cards, as `policies.gpu.inventory` encodes them |
+| `gpu-admission.io/gpu-topology` | annotation | the links, as `policies.gpu.inventory` encodes them (only when links are known) |
 | `gpu-admission.io/gpu-mixed` | annotation | `"true"`, only on a node whose cards differ in model or memory |
 
 A node without cards gets none of them. The name in the inventory annotation is sanitised like the
@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from policies import gpu
-from policies import inventory as codec  # the annotations' codec; `inventory` is the labeler's own
+from policies.gpu import inventory as codec  # the annotations' codec; `inventory` is the labeler's own
 from webhook.labeler import inventory
 
 MIXED_ANNOTATION = gpu.OWN_PREFIX + "gpu-mixed"

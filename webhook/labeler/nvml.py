@@ -25,7 +25,7 @@ from typing import Any
 
 import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
-from policies import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
+from policies.gpu import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
 from webhook.labeler import inventory
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, quantity
+from policies import gpu
+from policies.gpu import quantity
 from webhook.labeler import labels
 
 logger = logging.getLogger(__name__)

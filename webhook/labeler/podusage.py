@@ -1,8 +1,8 @@
 """Per pod and card: the GPU memory a pod's processes hold beside what its allocation gives it.
 
-Pure. From one node's usage summary (`policies.usage`, what `attribution.summarise` made of the
+Pure. From one node's usage summary (`policies.gpu.usage`, what `attribution.summarise` made of the
 cards' processes) and the node's pods as listed (with their allocation annotations, `spec.nodeName`
-and `status.phase`; `policies.allocation` reads them), one `PodCard` per pod and card:
+and `status.phase`; `policies.gpu.allocation` reads them), one `PodCard` per pod and card:
 
 - every card of a pod's shared allocation on this node, with what the pod's processes hold on it
   (0 where they hold nothing yet) and what it was given (`memGiB` × 1024 MiB);
@@ -23,7 +23,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import allocation, gpu, podspec, usage
+from policies import gpu, podspec
+from policies.gpu import allocation, usage
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -91,7 +91,7 @@ class Publisher:
                     "annotations": dict(metadata.annotations or {}),
                 }
             }
-            # What `policies.allocation` reads besides the annotations: the node it is bound to
+            # What `policies.gpu.allocation` reads besides the annotations: the node it is bound to
             # and whether it has finished (the per-pod figures compare use with the allocation).
             spec, status = getattr(item, "spec", None), getattr(item, "status", None)
             if spec is not None:

@@ -14,7 +14,7 @@ What one pass does when things go wrong:
 | the node does not exist | nothing | `NODE_MISSING` |
 | the apiserver fails | what got through | `API_FAILED` |
 
-Real use (`policies.usage`): when the runner is given a pod lister, each pass also maps the
+Real use (`policies.gpu.usage`): when the runner is given a pod lister, each pass also maps the
 cards' processes to the pods of this node (`attribution`, through the processes' cgroups under
 `proc_root`) and writes the summary annotation `gpu-admission.io/gpu-usage`, rate-limited: only
 when `usage.significant` finds a change against the summary on the Node, and at most once per
@@ -40,7 +40,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from policies import gpu, usage
+from policies import gpu
+from policies.gpu import usage
 from webhook.kube import errors as kube_errors
 from webhook.labeler import attribution, cgroups, inventory, labels, limits, nvml, ownership, podusage, store
 

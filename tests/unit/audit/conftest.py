@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from policies import cards
+from policies.gpu import cards
 from webhook.audit import findings
 from webhook.audit.checks import base
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import dra, model, reservations
+from policies import model
+from policies.gpu import dra, reservations
 from policies import settings as settings_
 from tests.unit.audit.conftest import NodeFactory, PodFactory, allocation
 from tests.unit.audit.test_audit_dra import SLICE, gpu_node, of, run

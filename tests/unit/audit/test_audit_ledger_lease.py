@@ -13,8 +13,9 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from policies import allocation as allocation_
-from policies import gpu, model, reservations
+from policies.gpu import allocation as allocation_
+from policies import gpu, model
+from policies.gpu import reservations
 from policies import settings as settings_
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation
 from webhook.audit import cli, findings, kube, scan

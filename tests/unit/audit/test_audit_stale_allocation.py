@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import allocation as allocation_
-from policies import gpu, model, reasons, reservations
+from policies.gpu import allocation as allocation_
+from policies import gpu, model
+from policies.gpu import reasons, reservations
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation, judge_node
 from webhook.audit.checks import gpu212_stale_allocation
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from policies import gpu, inventory, model, usage
+from policies import gpu, model
+from policies.gpu import inventory, usage
 from policies import settings as settings_
 from tests.unit.audit.conftest import allocation, judge_node, judge_pod
 from webhook.audit import scan

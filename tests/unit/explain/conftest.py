@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import gpu, inventory
-from policies import cards
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu
+from policies.gpu import inventory
+from policies.gpu import cards
 from tests import resources
 
 Object = dict[str, Any]

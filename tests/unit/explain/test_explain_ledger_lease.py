@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 from tests.unit.explain.conftest import ledger_entry
 from webhook import cli
 from webhook.explain import analysis, snapshot

@@ -9,11 +9,12 @@ from typing import Any
 
 import jsonpatch
 
-from policies import allocation, cardrequest, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, cardrequest, reservations
 from webhook import config
 from webhook.admission import decisions
 from webhook.extender import placement
-from policies import cards, reasons
+from policies.gpu import cards, reasons
 from webhook.explain import analysis
 
 NOW = 1_800_000_000.0

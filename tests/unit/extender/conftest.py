@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, gpu, reservations
-from policies import inventory as inventory_  # `inventory` is a factory argument
-from policies import cards
+from policies import gpu
+from policies.gpu import allocation, reservations
+from policies.gpu import inventory as inventory_  # `inventory` is a factory argument
+from policies.gpu import cards
 from webhook.kube import errors as kube_errors
 
 Object = dict[str, Any]

@@ -14,7 +14,8 @@ import pytest
 from aiohttp import test_utils, web
 
 from certs import authority
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 from webhook.serving import metrics
 from webhook.extender import app, binder, store, wire
 

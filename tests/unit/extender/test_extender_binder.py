@@ -7,7 +7,8 @@ import json
 import random
 from typing import Any
 
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 from webhook.extender import binder, wire
 from webhook.kube import errors as kube_errors
 

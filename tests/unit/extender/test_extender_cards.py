@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from policies import cardrequest, gpu, reservations
-from policies import allocation as allocation_
-from policies import cards
+from policies import gpu
+from policies.gpu import cardrequest, reservations
+from policies.gpu import allocation as allocation_
+from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Factory = Any

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, cardrequest, cards, reservations
+from policies.gpu import allocation, cardrequest, cards, reservations
 from webhook.extender import placement
 from webhook.extender import store as store_module
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from policies import allocation, cardrequest, reservations
+from policies.gpu import allocation, cardrequest, reservations
 from webhook.extender import placement, preemption, store
 from tests.unit.extender import conftest
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from policies import cardrequest, cards, dra, inspection, reasons
+from policies.gpu import cardrequest, cards, dra, inspection, reasons
 from webhook.explain import analysis, snapshot
 from webhook.explain import cli as explain_cli
 from webhook.extender import placement, store

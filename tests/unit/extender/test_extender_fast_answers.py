@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from policies import allocation, cardrequest, gpu, inventory
+from policies import gpu
+from policies.gpu import allocation, cardrequest, inventory
 from webhook.extender import app, binder, placement, store, wire
 
 NOW = 1_800_000_000.0
@@ -227,7 +228,7 @@ async def test_node_states_are_computed_before_the_first_filter_once_the_lists_a
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory, make_gpu_pod: Factory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from policies import cards
+    from policies.gpu import cards
 
     computed: list[str] = []
     real = cards.count  # what every state the store computes ends in (`Store.node_state_of`)

@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp import test_utils, web
 
-from policies import cardrequest
-from policies import allocation as allocation_
+from policies.gpu import cardrequest
+from policies.gpu import allocation as allocation_
 from webhook.extender import app, binder, placement, store
-from policies import cards
+from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]

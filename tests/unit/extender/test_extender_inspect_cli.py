@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import dra, allocation, reservations
+from policies.gpu import dra, allocation, reservations
 from webhook.cmdline import errors
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube

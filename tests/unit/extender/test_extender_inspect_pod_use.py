@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import allocation as allocation_
-from policies import cards, inspection, usage
+from policies.gpu import allocation as allocation_
+from policies.gpu import cards, inspection, usage
 
 NOW = 1_800_000_000.0
 NODE = "gpu-a"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import dra, reservations
+from policies.gpu import dra, reservations
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from policies import allocation, cardrequest, cards
+from policies.gpu import allocation, cardrequest, cards
 from webhook.extender import placement
 from webhook.extender import store as store_module
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 from webhook.extender import nudge, store
 from tests.unit.extender.conftest import node, pod
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, cardrequest, gpu, usage
+from policies import gpu
+from policies.gpu import allocation, cardrequest, usage
 from webhook.extender import binder, placement, reality, wire
-from policies import cards, inspection
+from policies.gpu import cards, inspection
 from webhook.extender import store as store_module
 
 Factory = Any

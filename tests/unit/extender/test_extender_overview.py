@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import exposition
 from prometheus_client import registry as prom_registry
 
-from policies import allocation, inspection, usage
+from policies.gpu import allocation, inspection, usage
 from webhook.extender import occupancy, overview, store
 
 NOW = 1_800_000_000.0

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from policies import cardrequest, gpu
-from policies import allocation as allocation_
+from policies import gpu
+from policies.gpu import cardrequest
+from policies.gpu import allocation as allocation_
 from webhook.extender import placement
-from policies import cards
+from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Factory = Any

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 from webhook.extender import app, binder, holds, preemption, store
 from tests.unit.extender import conftest
 

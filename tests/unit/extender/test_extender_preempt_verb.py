@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from policies import allocation
+from policies.gpu import allocation
 from webhook.extender import app, binder, store
 from webhook.serving import metrics
 from tests.unit.extender import conftest
@@ -195,7 +195,7 @@ def test_on_generated_clusters_every_answer_keeps_kube_schedulers_rules_and_neve
     would then share without over-commit."""
     import random
 
-    from policies import cardrequest, cards
+    from policies.gpu import cardrequest, cards
     from webhook.extender import placement, wire
 
     rng = random.Random(27)

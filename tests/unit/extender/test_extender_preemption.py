@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import allocation, cardrequest, cards
+from policies.gpu import allocation, cardrequest, cards
 from webhook.extender import placement, preemption
 from tests.unit.extender import conftest
 

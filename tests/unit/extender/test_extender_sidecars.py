@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from aiohttp import test_utils, web
 
-from policies import cardrequest, gpu
+from policies import gpu
+from policies.gpu import cardrequest
 from webhook.extender import app, binder, store
-from policies import cards
+from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]

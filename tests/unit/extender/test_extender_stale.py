@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import allocation, cardrequest, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, cardrequest, reservations
 from webhook.extender import binder, placement
-from policies import reasons
+from policies.gpu import reasons
 from webhook.extender import store as store_module
 
 NOW = 1_800_000_000.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies import dra
+from policies.gpu import dra
 from webhook.extender import store, taints
 from webhook.kube import errors as kube_errors
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from policies import inventory
+from policies.gpu import inventory
 from webhook.extender import topology
 
 # Two NVLink islands {0,1,2,3} and {4,5,6,7} (NV2 inside, SYS across), like a DGX-1 half each.

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from policies import cards, gpu
-from policies import inventory as codec
+from policies import gpu
+from policies.gpu import cards
+from policies.gpu import inventory as codec
 from webhook.labeler import inventory, labels, ownership
 
 

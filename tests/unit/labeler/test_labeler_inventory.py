@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from policies import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
+from policies.gpu import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
 from webhook.labeler import inventory
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "labeler"

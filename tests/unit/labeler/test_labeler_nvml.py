@@ -11,7 +11,7 @@ from typing import Any
 import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 import pytest
 
-from policies import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
+from policies.gpu import inventory as codec  # the GPU model's link levels; `inventory` is the labeler's
 from webhook.labeler import inventory, nvml
 
 GIB = 2**30

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, gpu, settings, usage
+from policies import gpu, settings
+from policies.gpu import allocation, usage
 from webhook.kube import errors as kube_errors
 from webhook.labeler import health, inventory, limits, podusage, runner
 from webhook.serving import metrics

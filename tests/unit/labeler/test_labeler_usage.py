@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from policies import gpu, usage
+from policies import gpu
+from policies.gpu import usage
 from webhook.kube import errors as kube_errors
 from webhook.labeler import attribution, cgroups, cli, inventory, runner
 

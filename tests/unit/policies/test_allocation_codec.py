@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from policies import allocation, cardrequest, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, cardrequest, reservations
 
 NOW = 1_800_000_000.0
 SHARED = allocation.Allocation(uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW)

@@ -6,7 +6,7 @@ from typing import Any, TypedDict
 
 import pytest
 
-from policies import cardmodel
+from policies.gpu import cardmodel
 
 class CardFacts(TypedDict):
     model: str

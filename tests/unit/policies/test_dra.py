@@ -1,4 +1,4 @@
-"""`policies.dra` reads real ResourceSlices and ResourceClaims: NVIDIA's driver's shapes and
+"""`policies.gpu.dra` reads real ResourceSlices and ResourceClaims: NVIDIA's driver's shapes and
 Kubernetes' own round-trip fixtures (tests/data/dra, each file names its source)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from policies import dra
+from policies.gpu import dra
 
 DATA = pathlib.Path(__file__).parents[2] / "data" / "dra"
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import cardrequest, engine, gpu, model, settings
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import engine, gpu, model, settings
+from policies.gpu import cardrequest
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, WorkloadFactory
 from webhook.audit import scan
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import copy
 
-from policies import dra, model
+from policies import model
+from policies.gpu import dra
 from tests.unit.policies.conftest import Evaluate, ResultOf
 
 DEVICE = dra.Device(driver="gpu.nvidia.com", pool="gpu-0", name="gpu-0", node="gpu-0", uuid="GPU-0000", card_uuid="GPU-0000")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from policies import gpu, inventory
+from policies import gpu
+from policies.gpu import inventory
 
 T4 = inventory.Card(index=0, memory_mib=15360, uuid="GPU-0000", name="Tesla-T4")
 V100 = inventory.Card(index=1, memory_mib=32510, uuid="GPU-0001", name="Tesla-V100-SXM2-32GB")

@@ -1,4 +1,4 @@
-"""`policies.podparse.PodParses`: one parse per pod object, the same answers as the functions it wraps.
+"""`policies.gpu.podparse.PodParses`: one parse per pod object, the same answers as the functions it wraps.
 
 Every answer is held equal to `cardrequest.pod_request`, `allocation.pod_allocation` and
 `gpu.pod_gpu_requests` over generated pods, asked twice (the second time from the table); an entry
@@ -14,7 +14,8 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from policies import allocation, cardrequest, gpu, podparse, podspec
+from policies import gpu, podspec
+from policies.gpu import allocation, cardrequest, podparse
 from tests.unit.policies import test_properties
 
 NOW = 1_800_000_000.0

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from policies import gpu, podrequests
+from policies import gpu
+from policies.gpu import podrequests
 
 MEM = "aliyun.com/gpu-mem"
 

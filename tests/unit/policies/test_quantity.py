@@ -15,7 +15,7 @@ import hypothesis
 
 import pytest
 
-from policies import quantity
+from policies.gpu import quantity
 
 DSI = quantity.Format.DECIMAL_SI
 BSI = quantity.Format.BINARY_SI

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from policies import allocation, gpu, reservations
+from policies import gpu
+from policies.gpu import allocation, reservations
 
 NOW = 1_800_000_000.0
 ENTRY = allocation.Allocation(

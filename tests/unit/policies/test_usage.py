@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from policies import usage
+from policies.gpu import usage
 
 POD = usage.PodUse(uid="u-1", namespace="ml", name="train-0", used_mib=4100, pids=2)
 OOB = usage.OutOfBand(pid=41233, used_mib=5200, container_id="c" * 64)

@@ -22,8 +22,9 @@ import yaml
 from cel_expr_python import cel  # type: ignore[import-untyped]  # stubs without py.typed
 from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import-untyped]
 
-from policies import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies import gpu, usage
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies import gpu
+from policies.gpu import usage
 from webhook.labeler import inventory, labels, ownership
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"

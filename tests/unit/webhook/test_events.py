@@ -170,10 +170,7 @@ async def test_a_denied_workload_gets_an_event_and_the_answer_does_not_wait_for_
         sent.append(body)
 
     recorder = events.Recorder(blocked)
-    app = admission_app.make_app(settings.Settings())
-    app[keys.EVENTS] = recorder
-    app.cleanup_ctx.append(recorder.lifetime)
-    client = await aiohttp_client(app)
+    client = await _recording_client(aiohttp_client, recorder)
     started = time.perf_counter()
     answered = await (await client.post("/validate", json=_review(_deployment(GPU_ENV)))).json()
     assert time.perf_counter() - started < 2.0
@@ -191,15 +188,20 @@ async def test_a_denied_workload_gets_an_event_and_the_answer_does_not_wait_for_
 async def test_allowed_and_dry_run_reviews_record_nothing(aiohttp_client: Callable[..., Any]) -> None:
     sent: list[dict[str, Any]] = []
     recorder = events.Recorder(sent.append)
-    app = admission_app.make_app(settings.Settings())
-    app[keys.EVENTS] = recorder
-    app.cleanup_ctx.append(recorder.lifetime)
-    client = await aiohttp_client(app)
+    client = await _recording_client(aiohttp_client, recorder)
     allowed = await (await client.post("/validate", json=_review(_deployment(None)))).json()
     dry = await (await client.post("/validate", json=_review(_deployment(GPU_ENV), dry_run=True))).json()
     assert allowed["response"]["allowed"] is True and dry["response"]["allowed"] is False
     await asyncio.sleep(0)
     assert recorder.recorded == 0 and recorder.dropped == 0 and sent == []
+
+
+async def _recording_client(aiohttp_client: Callable[..., Any], recorder: events.Recorder) -> Any:
+    """A test client of the admission app with the default settings, its Events sent to `recorder`."""
+    app = admission_app.make_app(settings.Settings())
+    app[keys.EVENTS] = recorder
+    app.cleanup_ctx.append(recorder.lifetime)
+    return await aiohttp_client(app)
 
 
 async def _until(condition: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
@@ -237,10 +239,7 @@ def _pod_review(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]
 async def test_a_pod_kept_off_gpu_nodes_gets_gpu103s_notice_as_an_event_with_its_uid(aiohttp_client: Callable[..., Any]) -> None:
     sent: list[dict[str, Any]] = []
     recorder = events.Recorder(sent.append)
-    app = admission_app.make_app(settings.Settings())
-    app[keys.EVENTS] = recorder
-    app.cleanup_ctx.append(recorder.lifetime)
-    client = await aiohttp_client(app)
+    client = await _recording_client(aiohttp_client, recorder)
 
     answered = await (await client.post("/validate", json=_pod_review(_kept_off_pod()))).json()
     assert answered["response"]["allowed"] is True

@@ -28,7 +28,8 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from policies import allocation, cards, model, podparse, reservations, settings, trustzone
+from policies import model, settings, trustzone
+from policies.gpu import allocation, cards, podparse, reservations
 from webhook.audit import findings
 from webhook.audit.checks import facts
 
@@ -142,7 +143,7 @@ class NodeContext:
     # keeps them (`scan.kept_for_cluster_checks`): no managedFields, and of the status only the phase.
     pods: Sequence[Mapping[str, Any]] = ()
     pods_by_uid: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    # The node's ledger Lease (`policies.reservations`), where it has one the scan trusts (in the
+    # The node's ledger Lease (`policies.gpu.reservations`), where it has one the scan trusts (in the
     # ledger namespace, naming this node), and the entries it holds.
     lease: findings.ObjectRef | None = None
     lease_ledger: Mapping[str, allocation.Allocation] = dataclasses.field(default_factory=dict)

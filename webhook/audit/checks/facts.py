@@ -12,7 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, gpu, nodeaffinity, podspec, quantity, usage
+from policies import gpu, nodeaffinity, podspec
+from policies.gpu import allocation, quantity, usage
 from webhook.audit import findings
 
 
@@ -39,7 +40,7 @@ def name_of(obj: Mapping[str, Any]) -> str:
 
 
 def capacity(node: Mapping[str, Any]) -> dict[str, int]:
-    """The node's GPU resources from `status.capacity` (read by `policies.quantity`; unparseable as 0)."""
+    """The node's GPU resources from `status.capacity` (read by `policies.gpu.quantity`; unparseable as 0)."""
     status = podspec.mapping(podspec.mapping(node.get("status")).get("capacity"))
     return {key: quantity.count(value) or 0 for key, value in status.items() if gpu.is_gpu_resource(key)}
 
@@ -65,7 +66,7 @@ def is_gpu_node(node: Mapping[str, Any]) -> bool:
 
 
 # A CUDA context and allocator rounding put a process somewhat above what it computes with; the
-# figures live in policies.usage, shared with the labeler's limits.
+# figures live in policies.gpu.usage, shared with the labeler's limits.
 USAGE_TOLERANCE_MIB = usage.TOLERANCE_MIB
 USAGE_TOLERANCE_FRACTION = usage.TOLERANCE_FRACTION
 

@@ -3,7 +3,7 @@
 On a pod: our allocation annotation names another node than the one it is bound to. On a node
 (whole-cluster audits, which see every pod): an unexpired entry of its reservation ledger belongs
 to a pod that no longer exists, has finished, or is bound elsewhere. The ledger is the node's
-ledger Lease and, from earlier versions, its Node annotation (`policies.reservations`); an entry
+ledger Lease and, from earlier versions, its Node annotation (`policies.gpu.reservations`); an entry
 of the Lease is named with the Lease, which is also related to the finding. A lapsed entry holds
 nothing (the extender ignores it) and is not judged.
 """

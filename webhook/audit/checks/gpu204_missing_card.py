@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import cards, model
+from policies import model
+from policies.gpu import cards
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, cardrequest, gpu, model, podspec
+from policies import gpu, model, podspec
+from policies.gpu import allocation, cardrequest
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 

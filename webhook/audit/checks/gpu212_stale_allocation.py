@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import allocation, model, podspec, reasons
+from policies import model, podspec
+from policies.gpu import allocation, reasons
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 

@@ -1,6 +1,6 @@
 """GPU213: every process on a GPU belongs to a pod the scheduler accounted for.
 
-From the labeler's usage summary (`policies.usage`): a process that holds a card but belongs to no
+From the labeler's usage summary (`policies.gpu.usage`): a process that holds a card but belongs to no
 pod the apiserver has on the node (`docker run --gpus`, `ctr run`, a host process, a static pod
 without a mirror pod, a leftover of a pod that is gone) is the bypass admission cannot see. The
 finding names the card, PID, memory and, where the cgroup shows one, the container ID. Enforced.
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import model, usage
+from policies import model
+from policies.gpu import usage
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 

@@ -1,7 +1,7 @@
 """GPU216: no card is allocated both by Dynamic Resource Allocation and by the extender.
 
 A card of the node's inventory that an allocated ResourceClaim holds (its device's UUID, or a MIG
-device's parentUUID, in the driver's ResourceSlice: `policies.dra`) and that pods' allocation
+device's parentUUID, in the driver's ResourceSlice: `policies.gpu.dra`) and that pods' allocation
 annotations or ledger entries also hold is double-booked: two accounts hand out the same memory.
 The extender never places a shared pod on a card a claim holds, and its leader keeps a
 DeviceTaintRule on every card that holds shared pods, so this happens when the DeviceTaintRule API

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies import gpu, model, podspec, quantity, trustzone
+from policies import gpu, model, podspec, trustzone
+from policies.gpu import quantity
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 

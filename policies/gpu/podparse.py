@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from policies import allocation, cardrequest, gpu, podrequests, podspec
+from policies import gpu, podspec
+from policies.gpu import allocation, cardrequest, podrequests
 
 DEFAULT_LIMIT = 4096
 

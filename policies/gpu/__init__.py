@@ -19,11 +19,13 @@ The relation that matters most:
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import podrequests, podspec
+from policies import podspec
+from policies.gpu import podrequests
 
 # --- node labels --------------------------------------------------------------------------------
 
@@ -262,7 +264,7 @@ def pod_requests_gpu(spec: Mapping[str, Any]) -> bool:
 
 # --- annotations ----------------------------------------------------------------------------------
 
-# A pod's card-model constraint (read by `policies.cardmodel`). For the pods it places, the scheduler
+# A pod's card-model constraint (read by `policies.gpu.cardmodel`). For the pods it places, the scheduler
 # extender judges each card against it from the labeler's inventory; the other pods (`nvidia.com/gpu`,
 # whose card the device plugin picks) get GPU102's node affinity on CARD_NAME_LABEL / CARD_MEMORY_MIB_LABEL.
 GPU_MODEL_ANNOTATION = "gpu-admission.io/gpu-model"  # comma list; the card is one of these models
@@ -270,13 +272,13 @@ EXCLUDE_GPU_MODEL_ANNOTATION = "gpu-admission.io/exclude-gpu-model"  # comma lis
 MIN_GPU_MEMORY_ANNOTATION = "gpu-admission.io/min-gpu-memory"  # MiB (or Gi); the card has at least this much
 
 # Node annotations. The labeler writes the card inventory and the link topology (their one codec is
-# `policies.inventory`); earlier versions of the scheduler extender kept their reservation ledger
-# here (`policies.reservations`), still read during an upgrade.
+# `policies.gpu.inventory`); earlier versions of the scheduler extender kept their reservation ledger
+# here (`policies.gpu.reservations`), still read during an upgrade.
 INVENTORY_ANNOTATION = "gpu-admission.io/gpu-inventory"
 TOPOLOGY_ANNOTATION = "gpu-admission.io/gpu-topology"
 RESERVATIONS_ANNOTATION = "gpu-admission.io/reservations"
 # The ledger's home since it left the Node: one Lease per GPU node in the extender's namespace
-# (`policies.reservations.lease_body`), found by LEDGER_LABEL, naming its node in LEDGER_NODE_ANNOTATION
+# (`policies.gpu.reservations.lease_body`), found by LEDGER_LABEL, naming its node in LEDGER_NODE_ANNOTATION
 # and carrying the ledger in RESERVATIONS_ANNOTATION, the same JSON as on the Node.
 LEDGER_LABEL = "gpu-admission.io/ledger"  # "true" on every ledger Lease (list/watch selector)
 LEDGER_NODE_ANNOTATION = "gpu-admission.io/node"  # the node whose ledger a Lease is
@@ -289,6 +291,18 @@ LEDGER_FREED_ANNOTATION = "gpu-admission.io/ledger-freed"
 
 class AnnotationError(ValueError):
     """An annotation of the GPU model that cannot be read; the message is one line naming the key."""
+
+
+def load_annotation(text: str, *, key: str) -> Any:
+    """The JSON document an annotation of the GPU model holds; `AnnotationError` naming `key` when it is not JSON.
+
+    The strict readers of every codec (`inventory`, `allocation`, `reservations`) start here, so a
+    broken annotation is named the same way whichever one reads it.
+    """
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise AnnotationError(f"{key}: not JSON ({error})") from None
 
 
 # gpushare-compatible pod annotations the scheduler extender writes on bind (DESIGN section 3).

@@ -32,7 +32,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policies import podspec, reservations
+from policies import podspec
+from policies.gpu import reservations
 
 GROUP = "resource.k8s.io"
 VERSION = "v1"

@@ -7,7 +7,7 @@ ledgers are equal strings:
     {"<uid>":{"pod":"ns/name","node":"gpu-0","cards":[1],"memGiB":4,"corePercent":0,"whole":false,
               "assumedAt":"2026-11-26T12:00:00.000Z","expires":"2026-11-26T12:02:00.000Z"}}
 
-An entry's fields are those of the pod allocation annotation (`policies.allocation`) plus `pod`
+An entry's fields are those of the pod allocation annotation (`policies.gpu.allocation`) plus `pod`
 (namespace/name) and `expires`. An unexpired entry holds its cards for a pod that is not seen bound
 yet; `prune` drops expired entries and those of pods already bound or finished.
 
@@ -36,7 +36,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import allocation, gpu, podspec
+from policies import gpu, podspec
+from policies.gpu import allocation
 
 # A ledger entry younger than this is a bind in flight: its pod may not show up bound (or even in a
 # watch cache) yet. Older entries of pods that are gone or placed elsewhere are dropped early.
@@ -185,10 +186,7 @@ def _read(text: str | None) -> tuple[tuple[str, allocation.Allocation], ...]:
 
 def _decode(text: str, *, strict: bool) -> dict[str, allocation.Allocation]:
     key = gpu.RESERVATIONS_ANNOTATION
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise gpu.AnnotationError(f"{key}: not JSON ({error})") from None
+    document = gpu.load_annotation(text, key=key)
     if not isinstance(document, Mapping):
         raise gpu.AnnotationError(f"{key}: expected a JSON object from pod UID to entry, got {type(document).__name__}")
     found: dict[str, allocation.Allocation] = {}

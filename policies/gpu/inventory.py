@@ -70,7 +70,7 @@ def encode_inventory(cards: Iterable[Card]) -> str:
 
 def decode_inventory(text: str) -> tuple[Card, ...]:
     """The cards of an inventory annotation, sorted by index; `gpu.AnnotationError` when it is malformed."""
-    document = _load(text, key=gpu.INVENTORY_ANNOTATION)
+    document = gpu.load_annotation(text, key=gpu.INVENTORY_ANNOTATION)
     if not isinstance(document, list):
         raise _error(gpu.INVENTORY_ANNOTATION, f"expected a JSON list of cards, got {_kind(document)}")
     cards: dict[int, Card] = {}
@@ -219,7 +219,7 @@ def read_topology(text: str | None) -> Topology:
 
 
 def _topology(text: str, *, strict: bool) -> Topology:
-    document = _load(text, key=gpu.TOPOLOGY_ANNOTATION)
+    document = gpu.load_annotation(text, key=gpu.TOPOLOGY_ANNOTATION)
     if not isinstance(document, Mapping) or not isinstance(document.get("links"), list):
         raise _error(gpu.TOPOLOGY_ANNOTATION, 'expected a JSON object with a "links" list')
     links: dict[frozenset[int], str] = {}
@@ -250,13 +250,6 @@ def _link_problem(entry: object) -> str:
 
 def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def _load(text: str, *, key: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise _error(key, f"not JSON ({error})") from None
 
 
 def _error(key: str, problem: str) -> gpu.AnnotationError:

@@ -4,8 +4,8 @@ One pure function (`node_state`, and `cluster_state` over many nodes) turns what
 holds into "which card of which node carries what". The extender's filter, prioritize and bind,
 `gpu-admission inspect`, `explain` and the audit all read state through it, so they can never
 disagree. The formats it reads belong to the GPU model: the labeler's inventory and topology
-annotations (`policies.inventory`), the pods' allocation annotations (`policies.allocation`) and
-the node's reservation ledger (`policies.reservations`); what a pod asks for is `policies.cardrequest`.
+annotations (`policies.gpu.inventory`), the pods' allocation annotations (`policies.gpu.allocation`) and
+the node's reservation ledger (`policies.gpu.reservations`); what a pod asks for is `policies.gpu.cardrequest`.
 
 Cards of a node (`node_cards`):
 - the labeler's inventory annotation when present, so mixed card sizes on one node work;
@@ -32,7 +32,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies import allocation, dra, gpu, inventory, podspec, quantity, reservations
+from policies import gpu, podspec
+from policies.gpu import allocation, dra, inventory, quantity, reservations
 
 
 # --- cards of a node ------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ class CardState:
     core_used: int = 0
     whole_used: bool = False
     allocations: tuple[allocation.Allocation, ...] = ()
-    # DRA claims allocated this card (matched by its UUID, `policies.dra`): it offers nothing to
+    # DRA claims allocated this card (matched by its UUID, `policies.gpu.dra`): it offers nothing to
     # our pods while any does, whatever they hold of it.
     dra: tuple[dra.Held, ...] = ()
 

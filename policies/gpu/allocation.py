@@ -77,10 +77,7 @@ def fields(allocation: Allocation) -> dict[str, Any]:
 
 def decode(text: str) -> Allocation:
     """Our allocation annotation read back (uid, namespace and name empty); `gpu.AnnotationError` when malformed."""
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise gpu.AnnotationError(f"{gpu.ALLOCATION_ANNOTATION}: not JSON ({error})") from None
+    document = gpu.load_annotation(text, key=gpu.ALLOCATION_ANNOTATION)
     if not isinstance(document, Mapping):
         raise gpu.AnnotationError(f"{gpu.ALLOCATION_ANNOTATION}: expected a JSON object, got {type(document).__name__}")
     parsed = read_fields(document, key=gpu.ALLOCATION_ANNOTATION)

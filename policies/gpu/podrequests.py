@@ -32,7 +32,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policies import podspec, quantity
+from policies import podspec
+from policies.gpu import quantity
 
 SIDECAR_RESTART_POLICY = "Always"
 

@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from policies import cardmodel, gpu, podrequests, podspec
+from policies import gpu, podspec
+from policies.gpu import cardmodel, podrequests
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,7 +54,7 @@ def _managed(name: str) -> bool:
 def pod_request(pod: Mapping[str, Any]) -> Request:
     """The effective request of a pod, per resource, counted as kube-scheduler counts it.
 
-    `policies.podrequests` does the counting: regular containers and sidecars (init containers with
+    `policies.gpu.podrequests` does the counting: regular containers and sidecars (init containers with
     `restartPolicy: Always`) add up, an ordinary init container needs its own amount plus the
     sidecars started before it, and the pod needs the largest of these; values are read as the
     cluster stores them (`2000m` is 2, `1k` is 1000). All containers of a pod share one card, as

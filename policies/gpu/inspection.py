@@ -5,7 +5,7 @@ gpushare`): one row per shared-mode node, one `GPUi(Allocated/Total)` column per
 node's `GPU Memory(GiB)`, a dashed line, and the cluster's allocated/total with the percentage
 (rounded down). Columns are aligned with two spaces, as Go's tabwriter prints them.
 
-Real use beside allocation: given the labeler's usage summaries (`policies.usage`, one per node
+Real use beside allocation: given the labeler's usage summaries (`policies.gpu.usage`, one per node
 name), the table adds a `GPUi(Used)` column per card after the allocation columns: the memory
 the card's processes hold in GiB with one decimal (NVML's memory used where it gives no
 per-process figure), followed by `(<GiB> oob)` where out-of-band processes hold part of it; `-`
@@ -15,7 +15,7 @@ Per pod, where the node has a summary: `-d` adds a `GPUi(Used)` column per card 
 allocated ones (GiB with one decimal that the pod's processes hold there, `0` where none), and JSON
 `usedMiB` per pod on each card, so a pod's use stands next to what it was allocated.
 
-Cards allocated by Dynamic Resource Allocation (`policies.dra`, matched by UUID) show `DRA/<total>`
+Cards allocated by Dynamic Resource Allocation (`policies.gpu.dra`, matched by UUID) show `DRA/<total>`
 in the table and a `DRA` row per claim in `-d`, `-o wide` gains a `DRA` column naming the claims
 (only where some shown card has one, so the seed's views are unchanged without DRA), and JSON a
 `dra` list per card.
@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NotRequired, TypedDict
 
-from policies import allocation as allocation_
+from policies.gpu import allocation as allocation_
 from policies import gpu
-from policies import usage as usage_
-from policies import cards
+from policies.gpu import usage as usage_
+from policies.gpu import cards
 
 RULE = "-" * 86  # the seed's dashed line
 PENDING_HEADER = "PENDING(Allocated)"

@@ -63,11 +63,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from policies import allocation as allocation_  # `allocation` is the name of what bind hands out
-from policies import cardrequest, gpu, podspec, reservations
+from policies import cardrequest, cards, podspec, reservations
 from webhook.extender import api, placement, preemption, reality, wire
-from policies import cards
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
+from webhook.kube import leasewrite
 
 log = logging.getLogger(__name__)
 
@@ -339,19 +339,15 @@ class Binder:
         create fails where one exists by now), else replaced at the read resourceVersion."""
         node_uid = str(podspec.mapping(read.node.get("metadata")).get("uid", ""))
         body = reservations.lease_body(node_name, node_uid, ledger, self._identity, namespace=self._namespace)
-        if read.lease is None:
-            try:
-                return await self._api.create_lease(self._namespace, body)
-            except kube_errors.NotFound as error:
-                raise kube_errors.KubeError(
-                    f"creating the reservation ledger Lease of {node_name} in namespace {self._namespace!r}: {error} "
-                    "(does the ledger namespace exist? see --ledger-namespace)", status=404,
-                ) from error
-        body["metadata"]["resourceVersion"] = str(podspec.mapping(read.lease.get("metadata")).get("resourceVersion", ""))
         try:
-            return await self._api.replace_lease(self._namespace, reservations.lease_name(node_name), body)
+            return await leasewrite.write(self._api, self._namespace, body, read=read.lease)
         except kube_errors.NotFound as error:
-            raise _LeaseGone(str(error)) from error  # deleted since the read: read again (and create it)
+            if read.lease is not None:
+                raise _LeaseGone(str(error)) from error  # deleted since the read: read again (and create it)
+            raise kube_errors.KubeError(
+                f"creating the reservation ledger Lease of {node_name} in namespace {self._namespace!r}: {error} "
+                "(does the ledger namespace exist? see --ledger-namespace)", status=404,
+            ) from error
 
     async def _read(self, node_name: str, *, attempt: int) -> _Read:
         """Step 1: the node (its cards, and any ledger an earlier version left on it), its ledger

@@ -42,7 +42,9 @@ Inside one process, binds to the same node do not race each other: they queue pe
 task commits whatever is waiting as a batch — one read, a card choice per pod in arrival order
 (each seeing the choices before it), one CAS — then every pod goes on to step 4 in parallel. A
 bind to an idle node starts its commit at once; only binds that arrive while one is in flight
-wait, and then they share the next write. The CAS retries are for other replicas.
+wait, and then they share the next write. The CAS retries are for other replicas. A commit's
+write travels on connections of its own (`native.LEDGER`), so it never waits for a free connection
+behind the Binding POSTs of the binds before it.
 
 Ledger entries of pods that are gone (deleted, replaced, finished, bound elsewhere) are dropped at
 the next commit once they are older than a few seconds (one GET per such entry), rather than

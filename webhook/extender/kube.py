@@ -45,12 +45,12 @@ Object = dict[str, Any]
 REQUEST_TIMEOUT_S = 15.0
 WATCH_TIMEOUT_S = 290  # the apiserver closes watches at --min-request-timeout (1800 s) anyway
 LIST_PAGE = 500
-# Apiserver requests at once per lane (`native`). kube-scheduler's own client is not held back like
-# this (HTTP/2, with kube-apiserver v1.34's 100 streams per connection and more connections as
-# needed: k8s.io/apiserver v0.34 pkg/server/secure_serving.go); 200 is the most mutating requests a
-# kube-apiserver serves at once by default (--max-mutating-requests-inflight, pkg/server/config.go).
-# At 64, binds waited up to 0.66 s for a connection in a 1,000-pod backlog (bench/extender_throughput.py).
-POOL_SIZE = 200
+# Apiserver requests at once per lane (`native`). In a 1,000-pod backlog on a loaded machine
+# (bench/extender_throughput.py) binds waited up to 0.66 s for one of 64 shared connections, ledger
+# writes among them; with 200 per lane none waited, but the apiserver's own latency of the same
+# writes rose as much (the queue moved into the apiserver). So 64, with the ledger writes on a lane
+# of their own: they no longer wait behind Bindings, and the apiserver sees at most 64 more.
+POOL_SIZE = 64
 FIELD_MANAGER = "gpu-admission-extender"
 _MERGE_PATCH = "application/merge-patch+json"
 READS = retry.Backoff(attempts=3, base_s=0.1, cap_s=1.0, max_wait_s=2.0)

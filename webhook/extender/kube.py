@@ -47,9 +47,10 @@ WATCH_TIMEOUT_S = 290  # the apiserver closes watches at --min-request-timeout (
 LIST_PAGE = 500
 # Apiserver requests at once per lane (`native`). In a 1,000-pod backlog on a loaded machine
 # (bench/extender_throughput.py) binds waited up to 0.66 s for one of 64 shared connections, ledger
-# writes among them; with 200 per lane none waited, but the apiserver's own latency of the same
-# writes rose as much (the queue moved into the apiserver). So 64, with the ledger writes on a lane
-# of their own: they no longer wait behind Bindings, and the apiserver sees at most 64 more.
+# writes among them. With 200 per lane none waited, but in two of three runs the apiserver's own
+# latency of the same writes rose and the binding p99 did not fall (the queue moved into the
+# apiserver). So 64, with the ledger writes on a lane of their own: they no longer wait behind
+# Bindings, and the apiserver sees at most 64 more at once.
 POOL_SIZE = 64
 FIELD_MANAGER = "gpu-admission-extender"
 _MERGE_PATCH = "application/merge-patch+json"

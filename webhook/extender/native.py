@@ -167,12 +167,16 @@ class Session:
     def _open(self, lane: str) -> aiohttp.ClientSession:
         session = self._sessions.get(lane)
         if session is None or session.closed:
-            trace = aiohttp.TraceConfig()
-            trace.on_connection_queued_start.append(_queued_start)
-            trace.on_connection_queued_end.append(_queued_end)
+            # Tracing costs every request a few calls (aiohttp signals each step): only at debug level.
+            traces = []
+            if log.isEnabledFor(logging.DEBUG):
+                trace = aiohttp.TraceConfig()
+                trace.on_connection_queued_start.append(_queued_start)
+                trace.on_connection_queued_end.append(_queued_end)
+                traces.append(trace)
             session = self._sessions[lane] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._limits[lane], ssl=self._context), skip_auto_headers=("User-Agent",),
-                trace_configs=[trace],
+                trace_configs=traces or None,
             )
         return session
 

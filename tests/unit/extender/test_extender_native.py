@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import pathlib
 import ssl
 import threading
@@ -377,3 +378,24 @@ async def test_a_ledger_write_never_waits_for_a_connection_behind_binds() -> Non
         await api.close()
         await server.close()
     assert seen == ["POST /api/v1/namespaces/team-a/pods/p0/binding", "PUT /apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0"]
+
+
+async def test_at_debug_level_a_wait_for_a_connection_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger=native.log.name)
+
+    async def handle(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.1)
+        return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
+
+    application = web.Application()
+    application.router.add_route("*", "/{tail:.*}", handle)
+    server = test_utils.TestServer(application, host="127.0.0.1")
+    await server.start_server()
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1))
+    try:
+        await asyncio.gather(*(api.bind("team-a", f"p{i}", uid=f"u-{i}", node="gpu-0", annotations={}) for i in range(2)))
+    finally:
+        await api.close()
+        await server.close()
+    waits = [r.getMessage() for r in caplog.records if "for a connection" in r.getMessage()]
+    assert len(waits) == 1 and int(waits[0].split()[1]) >= 50, waits

@@ -16,7 +16,9 @@ scheduler and the watch would do to the extender:
 
 Each request goes through the app's own middleware and handler with the body as bytes, so JSON
 decoding, the verdicts, building the answer and encoding it are all counted; the HTTP parsing of
-aiohttp is not (the same for any answer). The bind itself (apiserver calls) is not measured here.
+aiohttp is not (the same for any answer). The bind itself (apiserver calls) is not measured here;
+its hold check is (`Binder._with_holds` on the bind's node state, in ns per bind: with no
+preemption under way, what every bind pays).
 
     .venv/bin/python bench/extender_cpu.py --nodes 500 --pods 1000 [--against DIR] [--http] [--profile]
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import hashlib
@@ -182,6 +185,14 @@ class Driver:
         self.loop = asyncio.new_event_loop()
         self.spent = 0.0  # CPU seconds inside the app and the store (not building bodies, not reading answers)
         self.filter_times: list[float] = []
+        # The bind's hold check (`Binder._with_holds`: the cards held for preemptors, as filter
+        # judges), timed on each bind's state in ns, with the timer's own cost beside it; None
+        # for a tree whose binder has none.
+        self.hold_check: Any = None
+        with contextlib.suppress(AttributeError, TypeError):
+            self.hold_check = binder.Binder(None, cache=self.store)._with_holds  # type: ignore[arg-type]  # no apiserver: never called
+        self.hold_check_ns: list[int] = []
+        self.timer_ns: list[int] = []
 
     def warm(self, pods: int) -> None:
         """The first `pods` steps, then what the app does once its node states are warm: the
@@ -242,6 +253,12 @@ class Driver:
         memory = cardrequest.pod_request(pod).memory_gib
         wanted = cardrequest.pod_request(pod)
         state = self.store.state(best, now=NOW, ttl=120.0)
+        if state is not None and self.hold_check is not None:
+            started = time.perf_counter_ns()
+            self.hold_check(best, pod["metadata"]["uid"], state, now=NOW)
+            self.hold_check_ns.append(time.perf_counter_ns() - started)
+            started = time.perf_counter_ns()
+            self.timer_ns.append(time.perf_counter_ns() - started)
         chosen = placement.choose(wanted, state) if state is not None else None
         if chosen is None:
             return None
@@ -265,13 +282,17 @@ def run_worker(args: argparse.Namespace) -> None:
         line = sys.stdin.readline()  # the parent's go: rounds of the two trees alternate
         if not line:
             return
-        driver.spent, driver.filter_times = 0.0, []
+        driver.spent, driver.filter_times, driver.hold_check_ns, driver.timer_ns = 0.0, [], [], []
         for _ in range(args.pods):
             driver.step(index)
             index += 1
         spent = driver.spent
         times = sorted(driver.filter_times)
         tail = {f"filter_p{q}_ms": round(1000 * times[min(len(times) - 1, len(times) * q // 100)], 3) for q in (50, 99)}
+        checks, timer = sorted(driver.hold_check_ns), sorted(driver.timer_ns)
+        if checks:  # ns per bind, the timer's own cost included (`bind_hold_timer_ns_p50` is that cost)
+            tail |= {f"bind_hold_check_ns_p{q}": checks[min(len(checks) - 1, len(checks) * q // 100)] for q in (50, 99)}
+            tail["bind_hold_timer_ns_p50"] = timer[len(timer) // 2]
         print(json.dumps({"ms_per_pod": 1000 * spent / args.pods, "digest": driver.digest.hexdigest()} | tail), flush=True)
 
 
@@ -482,7 +503,7 @@ def main() -> int:
     headline |= {f"{label}_ms_per_pod": round(value, 3) for label, value in best.items()}
     for label, rounds in results.items():  # filter CPU per call (direct) or wall times (http), from the quietest round
         quietest = min(rounds, key=lambda r: r["ms_per_pod"])
-        headline |= {f"{label}_{key}": value for key, value in quietest.items() if key.startswith(("filter_", "prioritize_"))}
+        headline |= {f"{label}_{key}": value for key, value in quietest.items() if key.startswith(("filter_", "prioritize_", "bind_hold_"))}
     if "before" in best:
         headline["ratio"] = round(best["after"] / best["before"], 3)
         headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"], strict=True))

@@ -149,15 +149,70 @@ def scheduler_config(state: controlplane.State, *, name: str, extender_port: int
 
 
 def start_scheduler(state: controlplane.State, *, name: str, config: Path, port: int) -> None:
+    """kube-scheduler at `-v=3`: its log then says when each scheduling attempt starts and when each
+    pod is bound (`binding_latencies`)."""
     kubeconfig = str(state.kubeconfig)
     controlplane.start(
         state, name,
         command=[
             str(state.bin_dir / "kube-scheduler"), f"--config={config}",
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "-v=3",
         ],
     )
+
+
+# kube-scheduler v1.34 (pkg/scheduler/schedule_one.go) logs "Attempting to schedule pod" at V(3) as
+# each scheduling cycle begins (cycles run one at a time), and "Successfully bound pod to node" at
+# V(2) when a binding cycle's bind returned: the extender's /bind where an extender binds
+# (`extendersBinding`), else the DefaultBinder's Binding POST (`RunBindPlugins`). Its own Bind
+# histogram times only the latter, and ends at 204.8 ms.
+_KLOG = re.compile(
+    r'^[IWEF]\d{4} (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}\.\d+)\s+\d+ \S+\] '
+    r'"(?P<what>Attempting to schedule pod|Successfully bound pod to node)" pod="(?P<pod>[^"]+)"'
+)
+
+
+def binding_latencies(log: Path) -> list[float]:
+    """Each bound pod's binding latency in seconds, as kube-scheduler's log shows it: from the end
+    of the pod's last scheduling cycle (the start of the next one: the pod is assumed on its node
+    and its binding cycle begins) to "Successfully bound". The same clock and the same two points
+    whoever binds, kube-scheduler itself or the extender. A pod with no cycle after its own (the
+    last one scheduled) is left out."""
+    attempts: list[tuple[float, str]] = []
+    bound: dict[str, float] = {}
+    day, last = 0.0, -1.0
+    for line in log.read_text(errors="replace").splitlines():
+        found = _KLOG.match(line)
+        if found is None:
+            continue
+        at = int(found["h"]) * 3600 + int(found["m"]) * 60 + float(found["s"]) + day
+        if at < last - 43200:  # past midnight
+            day += 86400
+            at += 86400
+        last = at
+        if found["what"].startswith("Attempting"):
+            attempts.append((at, found["pod"]))
+        else:
+            bound.setdefault(found["pod"], at)
+    attempts.sort()
+    starts = [at for at, _ in attempts]
+    cycle_of: dict[str, int] = {}
+    for index, (_, pod) in enumerate(attempts):
+        if pod in bound and starts[index] <= bound[pod]:
+            cycle_of[pod] = index  # its last attempt before the bind
+    return [bound[pod] - starts[index + 1] for pod, index in cycle_of.items() if index + 1 < len(starts) and starts[index + 1] <= bound[pod]]
+
+
+def exact_quantile(values: list[float], q: float) -> float | None:
+    """Quantile `q` of `values` (linear between the closest ranks, as numpy's default); None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def start_extender(state: controlplane.State, *, log_level: str, source: Path | None = None) -> int:
@@ -252,9 +307,32 @@ def cpu_of(state: controlplane.State, names: list[str]) -> dict[str, float]:
     return {name: apiserver_probe.cpu_seconds(state.pids[name]) for name in names if name in state.pids}
 
 
-def apiserver_requests(state: controlplane.State) -> dict[tuple[str, str, str], float]:
+REQUEST_DURATION = "apiserver_request_duration_seconds_bucket"
+# The bind path's writes as the apiserver times them (its handling, etcd included; the client's
+# queueing and the network not): what the extender's own step times compare with. The apiserver
+# does not label by namespace, so "PUT leases" has KWOK's node Lease renewals in it too (the plain
+# rounds show how many).
+TIMED = (("POST", "pods", "binding"), ("PUT", "leases", ""))
+
+
+def apiserver_metrics(state: controlplane.State) -> str:
+    return controlplane.kubectl(state, "get", "--raw", "/metrics").stdout
+
+
+def apiserver_durations(text: str) -> dict[str, float]:
+    """`apiserver_request_duration_seconds` buckets of the `TIMED` writes ("VERB/resource/sub le" -> count)."""
+    found: dict[str, float] = {}
+    for labels, value in apiserver_probe.families(text, {REQUEST_DURATION})[REQUEST_DURATION]:
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        if key in TIMED:
+            name = "/".join(k for k in key if k) + f" {labels['le']}"
+            found[name] = found.get(name, 0.0) + value
+    return found
+
+
+def apiserver_requests(state: controlplane.State, text: str | None = None) -> dict[tuple[str, str, str], float]:
     """`apiserver_request_total` summed over codes, by (verb, resource, subresource)."""
-    text = controlplane.kubectl(state, "get", "--raw", "/metrics").stdout
+    text = apiserver_metrics(state) if text is None else text
     found: dict[tuple[str, str, str], float] = {}
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
@@ -314,6 +392,8 @@ class Round:
     requests: dict[tuple[str, str, str], float]
     extender: dict[str, float]  # its /metrics at the end of the round (latency buckets, conflicts)
     scheduler: dict[str, float] = dataclasses.field(default_factory=dict)  # kube-scheduler's Bind latency buckets
+    bindings: list[float] = dataclasses.field(default_factory=list)  # each pod's binding latency, s (`binding_latencies`)
+    durations: dict[str, float] = dataclasses.field(default_factory=dict)  # the apiserver's latency buckets of `TIMED`
     ledger_writes: int = 0  # successful writes of the ledger Leases (events of `LedgerWatch`)
     probe: apiserver_probe.Snapshot | None = None  # the apiserver's request and watch counters over the round
     profile_ms_per_pod: float | None = None  # apiserver CPU in the profile's window / pods bound in it
@@ -340,7 +420,8 @@ def one_round(
         for start in range(0, count, 250):
             controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start:start + 250]}))
         watched = ["kube-apiserver", "etcd", "extender"] if port is not None else ["kube-apiserver", "etcd"]
-        requests_before = apiserver_requests(state)
+        metrics_before = apiserver_metrics(state)
+        requests_before, durations_before = apiserver_requests(state, metrics_before), apiserver_durations(metrics_before)
         probe_before = apiserver_probe.snapshot(state)
         profile = scheduler_profile = None
         scheduler_port = controlplane.free_port()
@@ -359,7 +440,8 @@ def one_round(
             watch.wait(count, timeout=900)
             after = cpu_of(state, [*watched, name])
             scheduler_scraped = scheduler_bind_metrics(state, scheduler_port)
-            requests_after = apiserver_requests(state)
+            metrics_after = apiserver_metrics(state)
+            requests_after, durations_after = apiserver_requests(state, metrics_after), apiserver_durations(metrics_after)
             probe = apiserver_probe.snapshot(state).minus(probe_before)
             seconds = time.monotonic() - began
             for taken in (profile, scheduler_profile):
@@ -369,6 +451,7 @@ def one_round(
             controlplane.stop(state, [name])
         ledger_writes = ledger.stop()
         scraped = extender_metrics(port) if port is not None else {}
+        bindings = binding_latencies(state.directory / "logs" / f"{name}.log")
     finally:
         if port is not None:
             controlplane.stop(state, ["extender"])
@@ -394,6 +477,9 @@ def one_round(
         f"watches open: {json.dumps({k: v for k, v in sorted(probe.watches_open.items()) if v})}",
         flush=True,
     )
+    durations = {key: value - durations_before.get(key, 0.0) for key, value in durations_after.items()}
+    timed = quantiles([durations])
+    print(f"    apiserver's own latency, ms: {json.dumps({k: round(v, 1) for k, v in timed.items() if k.endswith(('p50', 'p99'))})}", flush=True)
     profiled = None
     if profile is not None and profile.window is not None:
         inside = sum(1 for t in times if profile.window[0] <= t <= profile.window[1])
@@ -410,7 +496,7 @@ def one_round(
         print(f"    apiserver profile not taken: {profile.error or 'the round ended first'}", flush=True)
     return Round(
         rate=rate, seconds=seconds, cpu={k: after[k] - before.get(k, 0.0) for k in after}, requests=requests, extender=scraped,
-        scheduler=scheduler_scraped,
+        scheduler=scheduler_scraped, bindings=bindings, durations=durations,
         ledger_writes=ledger_writes, probe=probe, profile_ms_per_pod=profiled,
     )
 
@@ -436,18 +522,31 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, 
     plain_rate, rate = statistics.median(r.rate for r in plain), statistics.median(r.rate for r in ext)
     # kube-scheduler's own binding (its Bind extension point, plain rounds) over the same backlogs.
     own = quantiles([r.scheduler for r in plain])
-    bind_p99 = latency.get("bind p99", 0.0)
+    # Binding latency the same way on both sides: from kube-scheduler's log (`binding_latencies`).
+    ours_bound = [t for r in ext for t in r.bindings]
+    plain_bound = [t for r in plain for t in r.bindings]
+    bind_p99, plain_p99 = exact_quantile(ours_bound, 0.99), exact_quantile(plain_bound, 0.99)
+    bind_p50, plain_p50 = exact_quantile(ours_bound, 0.5), exact_quantile(plain_bound, 0.5)
+    served, plain_served = quantiles([r.durations for r in ext]), quantiles([r.durations for r in plain])
     return {
         "plain_pods_per_s": round(plain_rate, 1),
         "extender_pods_per_s": round(rate, 1),
         "ratio": round(rate / plain_rate, 3),
-        "bind_p50_ms": round(latency.get("bind p50", 0.0), 1),
-        "bind_p99_ms": round(bind_p99, 1),
-        "plain_bind_p50_ms": _ms(own.get("schedulerbind p50")),
-        "plain_bind_p99_ms": _ms(own.get("schedulerbind p99")),
-        # kube-scheduler's Bind histogram ends at 204.8 ms: a p99 above it is only "at least that".
-        "plain_bind_p99_above_top_bucket": _above_top_bucket([r.scheduler for r in plain], "schedulerbind", 0.99),
-        "bind_p99_over_plain_ms": _ms(bind_p99 - own["schedulerbind p99"]) if _ms(own.get("schedulerbind p99")) is not None else None,
+        "bind_p50_ms": _ms(None if bind_p50 is None else bind_p50 * 1000),
+        "bind_p99_ms": _ms(None if bind_p99 is None else bind_p99 * 1000),
+        "plain_bind_p50_ms": _ms(None if plain_p50 is None else plain_p50 * 1000),
+        "plain_bind_p99_ms": _ms(None if plain_p99 is None else plain_p99 * 1000),
+        "bind_p99_over_plain_ms": _ms((bind_p99 - plain_p99) * 1000) if bind_p99 is not None and plain_p99 is not None else None,
+        "binds_timed": len(ours_bound), "plain_binds_timed": len(plain_bound),
+        # The same writes as the apiserver times them (`TIMED`): how much of a bind is the apiserver's.
+        "apiserver_binding_p99_ms": _ms(served.get("POST/pods/binding p99")),
+        "plain_apiserver_binding_p99_ms": _ms(plain_served.get("POST/pods/binding p99")),
+        "apiserver_lease_put_p99_ms": _ms(served.get("PUT/leases p99")),
+        # The extender's own /bind histogram (its side of the call) and kube-scheduler's Bind
+        # extension point (the DefaultBinder's POST, plain rounds only): a quantile past a
+        # histogram's top bucket is only "at least" that bound, so it is stored as such, not as a time.
+        **_histogram_p99("extender_bind", [r.extender for r in ext], "bind", latency.get("bind p99")),
+        **_histogram_p99("plain_bind_plugin", [r.scheduler for r in plain], "schedulerbind", own.get("schedulerbind p99")),
         "writes_per_pod": round(extender_only(BIND_WRITES), 2),
         "node_writes_per_pod": round(extender_only(NODE_WRITES), 2),
         "lease_writes_per_pod": round(extender_only(LEASE_WRITES), 2),
@@ -465,6 +564,20 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, 
         "conflicts": latency["conflicts"],
         **_apiserver_cpu(plain, ext, pods_per_round=pods_per_round, idle=idle or {}),
     }
+
+
+def _histogram_p99(name: str, scraped: list[dict[str, float]], verb: str, estimate: float | None) -> dict[str, float | None]:
+    """`{name}_p99_ms` from a histogram's estimate, or null with `{name}_p99_ms_at_least` (its top
+    finite bound) where the p99 lies above that bound."""
+    if _above_top_bucket(scraped, verb, 0.99):
+        return {f"{name}_p99_ms": None, f"{name}_p99_ms_at_least": _top_bound(scraped, verb) * 1000}
+    return {f"{name}_p99_ms": _ms(estimate)}
+
+
+def _top_bound(scraped: list[dict[str, float]], verb: str) -> float:
+    """The highest finite bucket bound of `verb`'s histogram, in seconds."""
+    bounds = {float(key.partition(" ")[2]) for one in scraped for key in one if key.partition(" ")[0] == verb}
+    return max((bound for bound in bounds if bound != float("inf")), default=float("nan"))
 
 
 def _above_top_bucket(scraped: list[dict[str, float]], verb: str, q: float) -> bool:

@@ -5,7 +5,6 @@ one), the usage annotation on the Node, the audit's GPU213, an extender with
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -21,8 +20,9 @@ import yaml
 from policies import gpu
 from policies.gpu import usage
 from tests import cgroup_processes
+from tests.e2e import extenders
 from tests.e2e.harness import Cluster, eventually
-from webhook.cluster import controlplane, nodes
+from webhook.cluster import nodes
 
 pytestmark = pytest.mark.e2e
 
@@ -63,15 +63,6 @@ def inspect(cluster: Cluster, node: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "webhook.cli", "inspect", "--kubeconfig", str(cluster.state.kubeconfig), node],
         capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
     )
-
-
-@contextlib.contextmanager
-def process(cluster: Cluster, name: str, command: list[str]) -> Iterator[None]:
-    controlplane.start(cluster.state, name, command=command)
-    try:
-        yield
-    finally:
-        controlplane.stop(cluster.state, [name])
 
 
 @pytest.fixture
@@ -119,7 +110,7 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
     rogue_container = uuid.uuid4().hex + uuid.uuid4().hex
     pod_container = uuid.uuid4().hex + uuid.uuid4().hex
     with (
-        process(cluster, f"labeler-{share_node}", labeler),
+        extenders.process(cluster, f"labeler-{share_node}", labeler),
         cgroup_processes.process_in(mount, cgroup_processes.docker_run_path(rogue_container, tag=tag)) as rogue,
         cgroup_processes.process_in(mount, cgroup_processes.systemd_pod_path(pod_uid, pod_container, tag=tag)) as trainer,
     ):
@@ -145,22 +136,7 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
         assert f"card 0: pid {rogue} holds 6000 MiB in container {rogue_container[:12]}" in gpu213[0]["message"]
 
         # 3. An extender honouring out-of-band use binds the 10 GiB pod to card 1: card 0 has 9 GiB left in reality.
-        port = controlplane.free_port()
-        extender = [
-            sys.executable, "-m", "webhook.extender.cli", "extender", "--port", str(port), "--host", "127.0.0.1",
-            "--kubeconfig", str(cluster.state.kubeconfig), "--honour-out-of-band-usage",
-        ]
-        with process(cluster, f"extender-usage-{tag}", extender):
-            base = f"http://127.0.0.1:{port}"
-
-            def healthy() -> bool:
-                with contextlib.suppress(OSError, ValueError):
-                    with urllib.request.urlopen(f"{base}/healthz", timeout=5) as answer:  # noqa: S310 - a local URL
-                        return bool(answer.status == 200)
-                return False
-
-            eventually(healthy, what="the honouring extender's /healthz")
-
+        with extenders.extender(cluster, f"extender-usage-{tag}", ("--honour-out-of-band-usage",)) as base:
             def sees_the_rogue() -> bool:
                 devices = http_json(f"{base}/inspect/{share_node}")["nodes"][0]["devs"]
                 return bool(devices[0].get("outOfBandMiB") == 6000 and devices[0]["totalGPU"] == 9)

@@ -16,7 +16,6 @@ import contextlib
 import json
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,10 +25,10 @@ import pytest
 
 from policies import gpu
 from tests import cgroup_processes
+from tests.e2e.extenders import extender, process
 from tests.e2e.harness import Cluster, eventually
 # share_node is the shared-mode KWOK node fixture of the usage tests, used here by name.
-from tests.e2e.test_usage import http_json, process, share_node, write_inventory  # noqa: F401 - share_node is a fixture
-from webhook.cluster import controlplane
+from tests.e2e.test_usage import http_json, share_node, write_inventory  # noqa: F401 - share_node is a fixture
 from webhook.labeler import limits
 
 pytestmark = [
@@ -38,23 +37,6 @@ pytestmark = [
 ]
 
 GRACE_S = 8
-
-
-@contextlib.contextmanager
-def extender(cluster: Cluster) -> Iterator[str]:
-    port = controlplane.free_port()
-    command = [sys.executable, "-m", "webhook.extender.cli", "extender", "--port", str(port), "--host", "127.0.0.1", "--kubeconfig", str(cluster.state.kubeconfig)]
-    with process(cluster, f"extender-limits-{port}", command):
-        base = f"http://127.0.0.1:{port}"
-
-        def healthy() -> bool:
-            with contextlib.suppress(OSError, ValueError):
-                with urllib.request.urlopen(f"{base}/healthz", timeout=5) as answer:  # noqa: S310 - a local URL
-                    return bool(answer.status == 200)
-            return False
-
-        eventually(healthy, what="the extender's /healthz")
-        yield base
 
 
 def bound_pod(cluster: Cluster, base: str, *, namespace: str, name: str, node: str, gib: int, labels: dict[str, str] | None = None) -> tuple[str, int]:
@@ -125,7 +107,7 @@ def workloads(
     _, mount = cgroup_processes.hierarchies()[0]
     tag = uuid.uuid4().hex[:8]
     placed: dict[str, tuple[str, int]] = {}
-    with extender(cluster) as base:
+    with extender(cluster, "extender-limits") as base:
         for name, gib, labels in wanted:
             placed[name] = bound_pod(cluster, base, namespace=namespace, name=name, node=node, gib=gib, labels=labels)
     with contextlib.ExitStack() as stack:

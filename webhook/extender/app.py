@@ -19,19 +19,16 @@ import logging
 import operator
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
-from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 import orjson
 from aiohttp import web
 
 from policies import podspec
-from policies.gpu import allocation, cardrequest
-from webhook.serving import metrics
-from policies.gpu import reservations
+from policies.gpu import allocation, cardrequest, cards, inspection, reservations
 from webhook.extender import binder, holds, nudge, occupancy, overview, placement, preemption, reality, taints, wire
-from policies.gpu import cards, inspection
 from webhook.extender import store as store_module
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +135,10 @@ TIDY_EVERY = web.AppKey("tidy_every", float)
 TAINT_KEEPER = web.AppKey("taint_keeper", taints.Keeper)  # the leader's DRA DeviceTaintRules
 OVERVIEW = web.AppKey("overview", overview.Overview)
 NUDGER = web.AppKey("nudger", nudge.Nudger)
-# The victims the preempt verb last answered per preemptor UID: (when, UIDs). kube-scheduler may call
-# again while the first victims are being evicted (its async preemption deletes all but the last
-# victim first); the same victims are then answered again rather than a new set (`Promises`).
-PROMISED = web.AppKey("promised", dict)
-PROMISE_S = 60.0  # how long an answer is remembered: a preemption's evictions take a moment, not minutes
+# The victims the preempt verb last answered per preemptor (`preemption.Promises`). kube-scheduler
+# may call again while the first victims are being evicted (its async preemption deletes all but the
+# last victim first); the same victims are then answered again rather than a new set.
+PROMISED = web.AppKey("promised", preemption.Promises)
 # Lists the cluster's PodDisruptionBudgets for the preempt verb (absent: no budget is known).
 BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey("budgets")
 # Writes a record of each nomination the preempt verb led to (`holds`); absent: the hold lives only
@@ -198,15 +194,11 @@ def make_app(
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
     app.router.add_post("/preempt", preempt)
-    app[PROMISED] = {}
+    app[PROMISED] = preemption.Promises()
     if budgets is not None:
         app[BUDGETS] = budgets
     if leases is not None:
-        promised: dict[str, tuple[float, frozenset[str]]] = app[PROMISED]
-        app[HOLDS] = holds.Recorder(
-            leases, cache, namespace=ledger_namespace, clock=app[SETTINGS].clock,
-            promised=lambda uid: promised.get(uid, (0.0, frozenset()))[1],
-        )
+        app[HOLDS] = holds.Recorder(leases, cache, namespace=ledger_namespace, clock=app[SETTINGS].clock, promised=app[PROMISED].of)
         cache.on_nominated = app[HOLDS].nominated
         app.cleanup_ctx.append(_background("record preemption holds", lambda app: app[HOLDS].run()))
     app.router.add_get("/inspect", inspect_all)
@@ -344,14 +336,10 @@ async def filter_nodes(request: web.Request) -> web.Response:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
             fits = _judged_list(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
-            if cache.nominated_nodes() or cache.hold_nodes():
-                _apply_holds(cache, args, fits, wanted=wanted, settings=settings)
+            holds.judge_fits(cache, args.node_names, fits, pod=args.pod, wanted=wanted, now=settings.clock(), ttl=settings.ttl)
             outcome = placement.classify_in_order(fits, args.node_names)
         else:
-            states = _states(cache, args, settings=settings)
-            if cache.nominated_nodes() or cache.hold_nodes():
-                now = settings.clock()
-                states = {name: None if state is None else _held(cache, name, state, pod=args.pod, now=now) for name, state in states.items()}
+            states = holds.held_states(cache, _states(cache, args, settings=settings), pod=args.pod, now=settings.clock())
             outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
         log.exception("filter %s", args.pod_key)
@@ -443,18 +431,12 @@ async def preempt(request: web.Request) -> web.Response:
         log.warning("preempt %s: cannot list PodDisruptionBudgets", args.pod_key, exc_info=True)
         pdbs = []
     try:
-        promised: dict[str, tuple[float, frozenset[str]]] = request.app[PROMISED]
-        now = request.app[SETTINGS].clock()
-        for stale in [k for k, (when, _) in promised.items() if when + PROMISE_S < now]:
-            del promised[stale]
+        promises, settings = request.app[PROMISED], request.app[SETTINGS]
+        now = settings.clock()
         uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
-        before = promised.get(uid, (0.0, frozenset()))[1]
-        kept = _preempt(cache, args, settings=request.app[SETTINGS], budgets=preemption.budgets_of(pdbs), promised=before)
-        added = {victim for uids, _ in kept.values() for victim in uids} - before
-        if uid and added:
-            # Only a new answer restarts the 60 s: a pod that keeps asking while it waits would
-            # otherwise be remembered, and held back as "under way", for ever.
-            promised[uid] = (now, before | added)
+        before = promises.current(uid, now=now)
+        kept = preemption.answer(cache, args, now=now, ttl=settings.ttl, budgets=preemption.budgets_of(pdbs), promised=before)
+        promises.answered(uid, kept, before=before, now=now)
     except Exception:  # noqa: BLE001 - a bug must fail this call safely (no node), not the process
         log.exception("preempt %s", args.pod_key)
         meters.requests.inc(verb="preempt", result="error")
@@ -464,122 +446,12 @@ async def preempt(request: web.Request) -> web.Response:
     meters.preempted_nodes.inc(len(args.victims) - len(kept), outcome="dropped")
     # Victims being deleted already, or answered before for this preemptor (a second call while the
     # first preemption's victims are evicted), cost nothing new: only new evictions are counted.
-    meters.victims.inc(sum(1 for uids, _ in kept.values() for victim in uids if not _deleting(cache.pod(victim)) and victim not in before))
+    meters.victims.inc(sum(1 for uids, _ in kept.values() for victim in uids if not preemption.deleting(cache.pod(victim)) and victim not in before))
     log.info(
         "preempt %s: %d of %d candidate nodes kept%s", args.pod_key, len(kept), len(args.victims),
         "".join(f"; {node}: {', '.join(uids)}" for node, (uids, _) in sorted(kept.items())),
     )
     return _json_answer(wire.preemption_result(kept))
-
-
-def _preempt(
-    cache: store_module.Store, args: wire.PreemptRequest, *, settings: Settings, budgets: tuple[preemption.Budget, ...],
-    promised: frozenset[str] = frozenset(),
-) -> dict[str, tuple[list[str], int]]:
-    """The answer per offered node. `promised`: victims answered before for this preemptor, counted
-    as going (like pods being deleted), so a second call keeps to the first answer's card."""
-    wanted = cardrequest.pod_request(args.pod)
-    if not wanted.managed:  # nothing of ours to place: kube-scheduler's own choice stands
-        return {node: (list(uids), args.violations.get(node, 0)) for node, uids in args.victims.items() if uids}
-    if preemption.never_preempts(args.pod):
-        return {}
-    uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
-    priority = preemption.priority_of(args.pod)
-    now = settings.clock()
-    if _under_way(cache, args.pod, wanted=wanted, promised=promised, settings=settings, now=now):
-        # This pod's preemption is under way (kube-scheduler's async preemption may call again
-        # before the victims of its first answer are marked): it waits for them, as kube-scheduler's
-        # own rule has it for the nominated node. Answering the other candidates made it evict a
-        # second card on another node: at 500 nodes, for 9 of 20 preemptors.
-        return {}
-    kept: dict[str, tuple[list[str], int]] = {}
-    for node, offered in args.victims.items():
-        state = cache.state(node, now=now, ttl=settings.ttl, exclude_uid=uid)
-        if state is None:
-            continue
-        state = _held(cache, node, state, pod=args.pod, now=now)
-        known = {
-            a.uid: preemption.pod_of(pod) for a in state.allocations if a.bound and (pod := cache.pod(a.uid)) is not None
-        }
-        for victim in promised & known.keys():
-            known[victim] = dataclasses.replace(known[victim], deleting=True)
-        choice = preemption.select(wanted, state, priority=priority, known=known, budgets=budgets)
-        if choice is None or all(victim.deleting for victim in choice.victims):
-            # Nothing to evict (the best card's victims are going already: being deleted, or answered
-            # before for this pod): its preemption is under way here, the pod waits for them to go.
-            # kube-scheduler does the same (no second preemption while victims terminate); an answer
-            # naming only such pods made it nominate again with no eviction, and in e2e the pod then
-            # missed the last victim's delete event and waited two minutes for an unrelated one.
-            continue
-        # Offered victims that hold no card here stay as kube-scheduler chose them: it needed them
-        # for the node's other resources (CPU, memory), which it counts and we do not.
-        holding = {a.uid for a in state.allocations}
-        others = [
-            preemption.pod_of(pod) for victim in offered
-            if victim not in holding and (pod := cache.pod(victim)) is not None and preemption.priority_of(pod) < priority
-        ]
-        victims = sorted((*choice.victims, *others), key=lambda p: (-p.priority, p.started, p.key))
-        kept[node] = ([p.uid for p in victims], preemption.violations(victims, budgets))
-    return kept
-
-
-def _under_way(
-    cache: store_module.Store, pod: Mapping[str, Any], *, wanted: cardrequest.Request, promised: frozenset[str], settings: Settings, now: float,
-) -> bool:
-    """Whether a preemption of this pod is under way: a victim answered to it before is being
-    deleted (kube-scheduler evicts only on the node it picked; the victims answered on the other
-    candidates stay), or a record of its preemption stands with a victim still there
-    (`store.held_for`): the victim's deletion brings the pod back to kube-scheduler; or the pod is
-    nominated to a node where it fits now (its victims are gone, and its next attempt places it:
-    at 500 nodes kube-scheduler asked again after they had gone, with other candidates). Where it
-    does not fit there (a pod of equal priority nominated there too holds the card), nothing is
-    under way: an empty answer would leave it waiting for an event that never comes."""
-    uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
-    if any(_deleting(cache.pod(victim)) for victim in promised):
-        return True
-    if any(
-        uid == str(podspec.mapping(other.get("metadata")).get("uid", ""))
-        for node, records in cache.hold_nodes().items() if uid in records and any(cache.pod(v) is not None for v in records[uid].victims)
-        for other in cache.held_for(node, now=now)
-    ):
-        return True
-    nominated = preemption.nominated_node(pod) or preemption.nominated_node(cache.pod(uid) or {})
-    state = cache.state(nominated, now=now, ttl=settings.ttl, exclude_uid=uid) if nominated else None
-    return state is not None and placement.evaluate(wanted, _held(cache, nominated, state, pod=pod, now=now), explain=False).fits
-
-
-def _deleting(pod: Mapping[str, Any] | None) -> bool:
-    return pod is not None and podspec.mapping(pod.get("metadata")).get("deletionTimestamp") is not None
-
-
-def _held(cache: store_module.Store, name: str, state: cards.NodeState, *, pod: Mapping[str, Any], now: float) -> cards.NodeState:
-    """`Store.with_holds`: the state with the cards held for preemptors of the pod's priority or above."""
-    return cache.with_holds(name, state, pod=pod, now=now)
-
-
-def _apply_holds(
-    cache: store_module.Store, args: wire.NodesRequest, fits: list[placement.Fit | None], *, wanted: cardrequest.Request, settings: Settings
-) -> None:
-    """Judge again, with their holds, the candidate nodes that pods are nominated to (few: only
-    while preemptions are under way)."""
-    nominated = cache.nominated_nodes()
-    recorded = cache.hold_nodes()
-    uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
-    now = settings.clock()
-    for index, name in enumerate(args.node_names):
-        if name not in nominated and name not in recorded:
-            continue
-        state = cache.state(name, now=now, ttl=settings.ttl, exclude_uid=uid)
-        if state is None:
-            continue
-        kept = _held(cache, name, state, pod=args.pod, now=now)
-        if kept is not state:
-            fit = placement.evaluate(wanted, kept, decide=False)
-            if not fit.fits and fit.reasons and (fits[index] or fit).fits:
-                last = fit.reasons[-1]
-                held = dataclasses.replace(last, message=f"{last.message}{preemption.held_note(kept)}")
-                fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
-            fits[index] = fit
 
 
 async def inspect_all(request: web.Request) -> web.Response:

@@ -4,7 +4,7 @@ ledger Lease, create the Binding that carries the allocation annotations.
 Why this cannot over-commit a card, not under a burst, not across a restart, not with several
 extender replicas (docs/architecture.md has the argument in full):
 
-1. Read: the node's ledger Lease (`policies.reservations.lease_body`: one per node in the ledger
+1. Read: the node's ledger Lease (`policies.gpu.reservations.lease_body`: one per node in the ledger
    namespace; its `resourceVersion` R and its ledger), the Node (its cards, and the ledger an
    earlier version kept in its annotation `gpu-admission.io/reservations`, read only), and the
    pods bound to it. From the watch cache when it is provably current: its Lease copy is (step 3
@@ -42,7 +42,9 @@ Inside one process, binds to the same node do not race each other: they queue pe
 task commits whatever is waiting as a batch — one read, a card choice per pod in arrival order
 (each seeing the choices before it), one CAS — then every pod goes on to step 4 in parallel. A
 bind to an idle node starts its commit at once; only binds that arrive while one is in flight
-wait, and then they share the next write. The CAS retries are for other replicas.
+wait, and then they share the next write. The CAS retries are for other replicas. A commit's
+write travels on connections of its own (`native.LEDGER`), so it never waits for a free connection
+behind the Binding POSTs of the binds before it.
 
 Ledger entries of pods that are gone (deleted, replaced, finished, bound elsewhere) are dropped at
 the next commit once they are older than a few seconds (one GET per such entry), rather than
@@ -62,13 +64,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from policies import podspec
 from policies.gpu import allocation as allocation_  # `allocation` is the name of what bind hands out
-from policies import gpu, podspec
-from policies.gpu import cardrequest, reservations
+from policies.gpu import cardrequest, cards, reservations
 from webhook.extender import api, placement, preemption, reality, wire
-from policies.gpu import cards
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
+from webhook.kube import leasewrite
 
 log = logging.getLogger(__name__)
 
@@ -340,19 +342,15 @@ class Binder:
         create fails where one exists by now), else replaced at the read resourceVersion."""
         node_uid = str(podspec.mapping(read.node.get("metadata")).get("uid", ""))
         body = reservations.lease_body(node_name, node_uid, ledger, self._identity, namespace=self._namespace)
-        if read.lease is None:
-            try:
-                return await self._api.create_lease(self._namespace, body)
-            except kube_errors.NotFound as error:
-                raise kube_errors.KubeError(
-                    f"creating the reservation ledger Lease of {node_name} in namespace {self._namespace!r}: {error} "
-                    "(does the ledger namespace exist? see --ledger-namespace)", status=404,
-                ) from error
-        body["metadata"]["resourceVersion"] = str(podspec.mapping(read.lease.get("metadata")).get("resourceVersion", ""))
         try:
-            return await self._api.replace_lease(self._namespace, reservations.lease_name(node_name), body)
+            return await leasewrite.write(self._api, self._namespace, body, read=read.lease)
         except kube_errors.NotFound as error:
-            raise _LeaseGone(str(error)) from error  # deleted since the read: read again (and create it)
+            if read.lease is not None:
+                raise _LeaseGone(str(error)) from error  # deleted since the read: read again (and create it)
+            raise kube_errors.KubeError(
+                f"creating the reservation ledger Lease of {node_name} in namespace {self._namespace!r}: {error} "
+                "(does the ledger namespace exist? see --ledger-namespace)", status=404,
+            ) from error
 
     async def _read(self, node_name: str, *, attempt: int) -> _Read:
         """Step 1: the node (its cards, and any ledger an earlier version left on it), its ledger

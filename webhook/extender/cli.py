@@ -274,10 +274,30 @@ async def _serve(
     server = shell.Shell(
         application, listen=listen, certificates=certificates, registry=application[app.METERS].registry, drain=drain
     )
+    probe = asyncio.create_task(_lag_probe(), name="event loop lag probe") if log.isEnabledFor(logging.DEBUG) else None
     try:
         await server.run()
     finally:
+        if probe is not None:
+            probe.cancel()
         await kube_api.close()
+
+
+LAG_PROBE_S = 0.05
+LAG_LOGGED_S = 0.02
+
+
+async def _lag_probe() -> None:
+    """At debug level only: how late the event loop runs a timer, logged where later than
+    `LAG_LOGGED_S` (a handler holding the loop, or the process waiting for a CPU on a busy
+    machine): what the bind steps' times include besides the apiserver's answer."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LAG_PROBE_S
+        await asyncio.sleep(LAG_PROBE_S)
+        late = loop.time() - due
+        if late > LAG_LOGGED_S:
+            log.debug("event loop %.0f ms late", late * 1000)
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for running without the console script

@@ -15,20 +15,26 @@ Lease's resourceVersion: read (the cache's copy first, the apiserver's after a c
 record, drop those past `preemption.HOLD_MAX_S`, create or replace. Two replicas answering
 preemptions on one node at once each retry on the 409 and keep the other's record. The store takes
 the written Lease at once (`Store.put_hold_lease`), so the hold stands before the watch brings it.
+
+Filter's side of the holds is here too: `judge_fits` and `held_states` judge the candidate nodes
+with the cards held there (`Store.with_holds`), where any pod is nominated or any record stands.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from policies import podspec
-from webhook.extender import preemption
+from policies.gpu import cardrequest, cards
+from webhook.extender import placement, preemption
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
+from webhook.kube import leasewrite
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +44,8 @@ ATTEMPTS = 4
 TIDY_S = 60.0
 
 
-class LeaseApi(Protocol):
+class LeaseApi(leasewrite.Leases, Protocol):
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any]: ...
-
-    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 class Recorder:
@@ -147,13 +149,50 @@ class Recorder:
             node_uid = str(podspec.mapping((self._cache.node(node) or {}).get("metadata")).get("uid", ""))
             body = preemption.hold_lease_body(node, node_uid, change(current), namespace=self._namespace)
             try:
-                if lease is None:
-                    written = await self._api.create_lease(self._namespace, body)
-                else:
-                    body["metadata"]["resourceVersion"] = str(podspec.mapping(lease.get("metadata")).get("resourceVersion", ""))
-                    written = await self._api.replace_lease(self._namespace, name, body)
+                written = await leasewrite.write(self._api, self._namespace, body, read=lease)
             except (kube_errors.Conflict, kube_errors.NotFound):
                 continue  # another writer came first, or the Lease went: read again
             self._cache.put_hold_lease(written)
             return
         raise kube_errors.KubeError(f"the hold Lease of {node} kept changing ({ATTEMPTS} attempts)", status=409)
+
+
+# --- filter's side: the candidate nodes judged with their holds ---
+
+
+def judge_fits(
+    cache: store_module.Store, names: Sequence[str], fits: list[placement.Fit | None], *,
+    pod: Mapping[str, Any], wanted: cardrequest.Request, now: float, ttl: float,
+) -> None:
+    """Judge again, with their holds (`Store.with_holds`), the candidate nodes `names` (whose
+    verdicts `fits` are, in order) that pods are nominated to or hold records on: few, only while
+    preemptions are under way; nothing to do where none are."""
+    nominated = cache.nominated_nodes()
+    recorded = cache.hold_nodes()
+    if not nominated and not recorded:
+        return
+    uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
+    for index, name in enumerate(names):
+        if name not in nominated and name not in recorded:
+            continue
+        state = cache.state(name, now=now, ttl=ttl, exclude_uid=uid)
+        if state is None:
+            continue
+        kept = cache.with_holds(name, state, pod=pod, now=now)
+        if kept is not state:
+            fit = placement.evaluate(wanted, kept, decide=False)
+            if not fit.fits and fit.reasons and (fits[index] or fit).fits:
+                last = fit.reasons[-1]
+                held = dataclasses.replace(last, message=f"{last.message}{preemption.held_note(kept)}")
+                fit = dataclasses.replace(fit, reasons=(*fit.reasons[:-1], held))
+            fits[index] = fit
+
+
+def held_states(
+    cache: store_module.Store, states: Mapping[str, cards.NodeState | None], *, pod: Mapping[str, Any], now: float,
+) -> Mapping[str, cards.NodeState | None]:
+    """`states` with the cards held for preemptors of the pod's priority or above (`Store.with_holds`);
+    `states` itself where no pod is nominated and no record stands."""
+    if not cache.nominated_nodes() and not cache.hold_nodes():
+        return states
+    return {name: None if state is None else cache.with_holds(name, state, pod=pod, now=now) for name, state in states.items()}

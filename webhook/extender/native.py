@@ -17,6 +17,12 @@ client certificate (`cert_file`, `key_file`), `tls_server_name`, hostname checki
 thread at most every `REFRESH_S`). It returns None for a configuration it does not reproduce (a proxy, a
 hostname to assert other than the server's): the caller keeps the client's own path then.
 
+Three lanes, each its own pool of connections, so that one kind of request never waits for a
+connection behind another: `REQUESTS` (the Bindings and reads, at most `limit` at once), `LEDGER`
+(the ledger and hold Leases: a bind commit's write unblocks every bind queued on its node, so it
+must not queue behind those binds' Binding POSTs), and `WATCH` (long-lived streams, no limit: each
+holds its connection for as long as it runs).
+
 Answers are raw: (status, reason, headers, body). No answer (refused, reset, timed out, TLS) is
 `errors.Unreachable`, as `errors.translate` makes of the client's transport failures.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import ssl
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -34,8 +41,11 @@ import aiohttp
 
 from webhook.kube import errors as kube_errors
 
+log = logging.getLogger(__name__)
+
 REFRESH_S = 10.0  # how often a refreshing credential is asked for its current value
 USER_AGENT = "gpu-admission-extender"
+REQUESTS, LEDGER, WATCH = "requests", "ledger", "watch"  # the lanes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,8 +72,8 @@ class Session:
         self._context = context
         self._server_hostname = server_hostname
         self._configuration = configuration  # the client's Configuration, for its credentials
-        self._limit = limit
-        self._session: aiohttp.ClientSession | None = None
+        self._limits = {REQUESTS: limit, LEDGER: limit, WATCH: 0}  # aiohttp: 0 is no limit
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._authorization: str | None = None
         self._authorized_at = float("-inf")
 
@@ -102,9 +112,10 @@ class Session:
         content_type: str = "application/json",
         timeout: float,
         what: str,
+        lane: str = REQUESTS,
     ) -> Answer:
-        """One request; `errors.Unreachable` when no answer came."""
-        session = self._open()
+        """One request on `lane`'s connections; `errors.Unreachable` when no answer came."""
+        session = self._open(lane)
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -126,7 +137,7 @@ class Session:
     ) -> AsyncGenerator[bytes, None]:
         """The non-empty lines of a streamed GET (a watch), as they come; a failing status is the
         `errors` type of the answer, a stream that breaks off `errors.Unreachable`."""
-        session = self._open()
+        session = self._open(WATCH)
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         authorization = await self._credentials()
         if authorization:
@@ -153,11 +164,19 @@ class Session:
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             raise kube_errors.Unreachable(f"{what}: {_reason(error)}") from error
 
-    def _open(self) -> aiohttp.ClientSession:
-        session = self._session
+    def _open(self, lane: str) -> aiohttp.ClientSession:
+        session = self._sessions.get(lane)
         if session is None or session.closed:
-            session = self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limit, ssl=self._context), skip_auto_headers=("User-Agent",),
+            # Tracing costs every request a few calls (aiohttp signals each step): only at debug level.
+            traces = []
+            if log.isEnabledFor(logging.DEBUG):
+                trace = aiohttp.TraceConfig()
+                trace.on_connection_queued_start.append(_queued_start)
+                trace.on_connection_queued_end.append(_queued_end)
+                traces.append(trace)
+            session = self._sessions[lane] = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._limits[lane], ssl=self._context), skip_auto_headers=("User-Agent",),
+                trace_configs=traces or None,
             )
         return session
 
@@ -176,9 +195,18 @@ class Session:
         return self._authorization
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            await session.close()
+
+
+async def _queued_start(session: aiohttp.ClientSession, context: Any, params: Any) -> None:
+    context.queued_at = time.perf_counter()
+
+
+async def _queued_end(session: aiohttp.ClientSession, context: Any, params: Any) -> None:
+    """A request that waited for a free connection (all `limit` busy): say how long, at debug level."""
+    log.debug("waited %.0f ms for a connection to the apiserver", (time.perf_counter() - context.queued_at) * 1000)
 
 
 def _reason(error: BaseException) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import pathlib
 import ssl
 import threading
@@ -343,3 +344,58 @@ async def test_the_watches_run_on_the_event_loop_and_fill_the_store(make_node: A
     # listed at 10, watched from 10; resumed from the bookmark's 15 when that stream ended; the 410 relisted
     assert pods[:4] == ["list", "10", "15", "list"]
     assert cache.pod("uid-p1") is not None, "the relist's pods are in"
+
+
+async def test_a_ledger_write_never_waits_for_a_connection_behind_binds() -> None:
+    """The lanes: with every bind connection busy (a limit of one, held by a Binding the apiserver
+    has not answered), a ledger Lease write still goes out and comes back at once."""
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        if request.path.endswith("/binding"):
+            await release.wait()
+            return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
+        return web.json_response({"metadata": {"name": "gpu-0", "resourceVersion": "8"}})
+
+    application = web.Application()
+    application.router.add_route("*", "/{tail:.*}", handle)
+    server = test_utils.TestServer(application, host="127.0.0.1")
+    await server.start_server()
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1))
+    try:
+        bind = asyncio.create_task(api.bind("team-a", "p0", uid="u-1", node="gpu-0", annotations={}))
+        while not seen:
+            await asyncio.sleep(0.01)
+        stored = await asyncio.wait_for(api.replace_lease("ledger", "gpu-0", {"metadata": {"name": "gpu-0", "resourceVersion": "7"}}), timeout=5)
+        assert stored["metadata"]["resourceVersion"] == "8"
+        assert not bind.done(), "the Binding is still unanswered: the write did not wait for its connection"
+        release.set()
+        await asyncio.wait_for(bind, timeout=5)
+    finally:
+        release.set()
+        await api.close()
+        await server.close()
+    assert seen == ["POST /api/v1/namespaces/team-a/pods/p0/binding", "PUT /apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0"]
+
+
+async def test_at_debug_level_a_wait_for_a_connection_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger=native.log.name)
+
+    async def handle(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.1)
+        return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
+
+    application = web.Application()
+    application.router.add_route("*", "/{tail:.*}", handle)
+    server = test_utils.TestServer(application, host="127.0.0.1")
+    await server.start_server()
+    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1))
+    try:
+        await asyncio.gather(*(api.bind("team-a", f"p{i}", uid=f"u-{i}", node="gpu-0", annotations={}) for i in range(2)))
+    finally:
+        await api.close()
+        await server.close()
+    waits = [r.getMessage() for r in caplog.records if "for a connection" in r.getMessage()]
+    assert len(waits) == 1 and int(waits[0].split()[1]) >= 50, waits

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import test_utils, web
 
 from policies.gpu import allocation
-from webhook.extender import app, binder, store
+from webhook.extender import app, binder, preemption, store
 from webhook.serving import metrics
 from tests.unit.extender import conftest
 
@@ -224,7 +224,7 @@ def test_on_generated_clusters_every_answer_keeps_kube_schedulers_rules_and_neve
         preemptor = _preemptor(f"boss-{round_}", gib=asked, priority=priority)
         offered = {n["metadata"]["name"]: tuple(p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == n["metadata"]["name"])[:1] for n in nodes}
         request = wire.PreemptRequest(pod=preemptor, victims=offered, violations={})
-        kept = app._preempt(filled, request, settings=app.Settings(clock=lambda: NOW), budgets=())
+        kept = preemption.answer(filled, request, now=NOW, ttl=app.Settings().ttl, budgets=())
         for answer, (uids, _) in kept.items():
             answered += 1
             assert answer in offered and uids

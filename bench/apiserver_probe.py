@@ -93,7 +93,12 @@ def snapshot(state: controlplane.State) -> Snapshot:
     text = fetch(state, "/metrics").decode()
     found = families(
         text,
-        {"apiserver_request_total", "apiserver_watch_events_total", "apiserver_watch_events_sizes_sum", "apiserver_longrunning_requests"},
+        {
+            "apiserver_request_total",
+            "apiserver_watch_events_total",
+            "apiserver_watch_events_sizes_sum",
+            "apiserver_longrunning_requests",
+        },
     )
     requests: dict[str, float] = {}
     for labels, value in found["apiserver_request_total"]:
@@ -124,7 +129,9 @@ class Profile:
     a thread once `ready()` is true (polled every 50 ms); `window` is when it ran (monotonic), to
     count what happened inside it."""
 
-    def __init__(self, state: controlplane.State, path: Path, *, seconds: int, ready: Callable[[], bool], server: str = "") -> None:
+    def __init__(
+        self, state: controlplane.State, path: Path, *, seconds: int, ready: Callable[[], bool], server: str = ""
+    ) -> None:
         self.state, self.path, self.seconds, self.ready, self.server = state, path, seconds, ready, server
         self.window: tuple[float, float] | None = None
         self.error = ""
@@ -138,7 +145,9 @@ class Profile:
                 return
         began = time.monotonic()
         try:
-            data = fetch(self.state, f"/debug/pprof/profile?seconds={self.seconds}", timeout=self.seconds + 60, server=self.server)
+            data = fetch(
+                self.state, f"/debug/pprof/profile?seconds={self.seconds}", timeout=self.seconds + 60, server=self.server
+            )
         except Exception as error:  # noqa: BLE001 - a bench figure, reported, not fatal
             self.error = str(error)
             return
@@ -159,7 +168,16 @@ def pprof_top(path: Path, *, cumulative: bool = False, count: int = 25, focus: s
     go = go_binary()
     if go is None or not path.exists():
         return ""
-    command = [go, "tool", "pprof", "-top", f"-nodecount={count}", *(["-cum"] if cumulative else []), *([f"-focus={focus}"] if focus else []), str(path)]
+    command = [
+        go,
+        "tool",
+        "pprof",
+        "-top",
+        f"-nodecount={count}",
+        *(["-cum"] if cumulative else []),
+        *([f"-focus={focus}"] if focus else []),
+        str(path),
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
     return completed.stdout
 

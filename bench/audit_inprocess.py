@@ -44,6 +44,7 @@ import tempfile
 import time
 import urllib.parse
 from typing import Any
+
 import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -78,14 +79,24 @@ def apiserver_pod(index: int, namespace: str, layout: Any, rng: random.Random, r
     created = json.loads(json.dumps(pod))
     token = f"kube-api-access-{_token(rng)}"
     given = pod["metadata"]
-    metadata = {"name": given["name"], "namespace": given["namespace"], "uid": _uid(rng), "resourceVersion": str(resource_version),
-                "generation": 1, "creationTimestamp": STAMP, "labels": dict(sorted(given["labels"].items()))}
+    metadata = {
+        "name": given["name"],
+        "namespace": given["namespace"],
+        "uid": _uid(rng),
+        "resourceVersion": str(resource_version),
+        "generation": 1,
+        "creationTimestamp": STAMP,
+        "labels": dict(sorted(given["labels"].items())),
+    }
     if "annotations" in given:
         metadata["annotations"] = dict(sorted(given["annotations"].items()))
     containers = []
     for container in pod["spec"]["containers"]:
         limits = container["resources"].get("limits", {})
-        requests = {**{k: v for k, v in limits.items()}, **container["resources"].get("requests", {})}  # requests default to limits
+        requests = {
+            **{k: v for k, v in limits.items()},
+            **container["resources"].get("requests", {}),
+        }  # requests default to limits
         made = {"name": container["name"], "image": container["image"]}
         if "env" in container:
             made["env"] = container["env"]
@@ -106,7 +117,13 @@ def apiserver_pod(index: int, namespace: str, layout: Any, rng: random.Random, r
                     "sources": [
                         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
                         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+                                ]
+                            }
+                        },
                     ],
                     "defaultMode": 420,
                 },
@@ -138,10 +155,23 @@ def apiserver_pod(index: int, namespace: str, layout: Any, rng: random.Random, r
     status = {"phase": status.pop("phase"), **status, "qosClass": "Burstable"}
     pod["status"] = status
     metadata["managedFields"] = [
-        {"manager": "audit-throughput-bench", "operation": "Update", "apiVersion": "v1", "time": STAMP, "fieldsType": "FieldsV1",
-         "fieldsV1": _fields({"metadata": created["metadata"], "spec": created["spec"]})},
-        {"manager": "audit-throughput-bench", "operation": "Update", "apiVersion": "v1", "time": STAMP, "fieldsType": "FieldsV1",
-         "fieldsV1": _fields({"status": status}), "subresource": "status"},
+        {
+            "manager": "audit-throughput-bench",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": STAMP,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields({"metadata": created["metadata"], "spec": created["spec"]}),
+        },
+        {
+            "manager": "audit-throughput-bench",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": STAMP,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": _fields({"status": status}),
+            "subresource": "status",
+        },
     ]
     return pod
 
@@ -177,12 +207,26 @@ def kwok_nodes(count: int, rng: random.Random) -> tuple[list[dict[str, Any]], An
         node["metadata"].update(uid=_uid(rng), resourceVersion=str(1000 + version), creationTimestamp=STAMP)
         node["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "0"
         node["metadata"]["managedFields"] = [
-            {"manager": "kwok", "operation": "Update", "apiVersion": "v1", "time": STAMP, "fieldsType": "FieldsV1",
-             "fieldsV1": _fields({"status": {"conditions": {}, "addresses": {}, "daemonEndpoints": {}, "nodeInfo": {}}}), "subresource": "status"},
+            {
+                "manager": "kwok",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": STAMP,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": _fields({"status": {"conditions": {}, "addresses": {}, "daemonEndpoints": {}, "nodeInfo": {}}}),
+                "subresource": "status",
+            },
         ]
         node["status"].update(
             conditions=[
-                {"type": kind, "status": status, "lastHeartbeatTime": STAMP, "lastTransitionTime": STAMP, "reason": reason, "message": message}
+                {
+                    "type": kind,
+                    "status": status,
+                    "lastHeartbeatTime": STAMP,
+                    "lastTransitionTime": STAMP,
+                    "reason": reason,
+                    "message": message,
+                }
                 for kind, status, reason, message in (
                     ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
                     ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
@@ -193,9 +237,18 @@ def kwok_nodes(count: int, rng: random.Random) -> tuple[list[dict[str, Any]], An
             ],
             addresses=[{"type": "InternalIP", "address": "10.240.0.1"}],
             daemonEndpoints={"kubeletEndpoint": {"Port": 10250}},
-            nodeInfo={"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "kwok-v0.8.0", "kernelVersion": "",
-                      "kubeProxyVersion": "", "kubeletVersion": "kwok-v0.8.0", "machineID": "", "operatingSystem": "linux",
-                      "osImage": "", "systemUUID": ""},
+            nodeInfo={
+                "architecture": "amd64",
+                "bootID": "",
+                "containerRuntimeVersion": "kwok-v0.8.0",
+                "kernelVersion": "",
+                "kubeProxyVersion": "",
+                "kubeletVersion": "kwok-v0.8.0",
+                "machineID": "",
+                "operatingSystem": "linux",
+                "osImage": "",
+                "systemUUID": "",
+            },
             phase="Running",
         )
         made.append(node)
@@ -208,14 +261,30 @@ def cluster(pods: int, node_count: int, seed: int) -> dict[str, list[dict[str, A
     nodes_, layout = kwok_nodes(node_count, rng)
     names = [f"bench-{i:02d}" for i in range(NAMESPACES)]
     namespaces: list[dict[str, Any]] = [
-        {"metadata": {"name": n, "uid": _uid(rng), "resourceVersion": str(10 + i), "creationTimestamp": STAMP,
-                      "labels": {"kubernetes.io/metadata.name": n}},
-         "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        {
+            "metadata": {
+                "name": n,
+                "uid": _uid(rng),
+                "resourceVersion": str(10 + i),
+                "creationTimestamp": STAMP,
+                "labels": {"kubernetes.io/metadata.name": n},
+            },
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        }
         for i, n in enumerate(["default", "kube-system", "kube-public", "kube-node-lease", *names])
     ]
     config_maps = [
-        {"metadata": {"name": "kube-root-ca.crt", "namespace": ns["metadata"]["name"], "uid": _uid(rng), "resourceVersion": "20",
-                      "creationTimestamp": STAMP}, "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n" + "A" * 1000 + "\n-----END CERTIFICATE-----\n"}}
+        {
+            "metadata": {
+                "name": "kube-root-ca.crt",
+                "namespace": ns["metadata"]["name"],
+                "uid": _uid(rng),
+                "resourceVersion": "20",
+                "creationTimestamp": STAMP,
+            },
+            "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n" + "A" * 1000 + "\n-----END CERTIFICATE-----\n"},
+        }
         for ns in namespaces
     ]
     listed = []
@@ -262,7 +331,9 @@ class FakePool:
         query = urllib.parse.parse_qs(parts.query)
         self.calls.append(f"{method} {parts.path}?{parts.query}")
         if method != "GET":
-            return urllib3.HTTPResponse(body=io.BytesIO(b"{}"), status=201, headers={"Content-Type": "application/json"}, preload_content=False)
+            return urllib3.HTTPResponse(
+                body=io.BytesIO(b"{}"), status=201, headers={"Content-Type": "application/json"}, preload_content=False
+            )
         limit = int(query.get("limit", ["0"])[0]) or 1_000_000
         token = query.get("continue", [""])[0]
         start = int(token.split("-", 1)[1]) if token else 0
@@ -270,11 +341,17 @@ class FakePool:
         if path not in self._objects:
             if "limit" in query:  # a list of a kind this cluster has none of
                 data = orjson.dumps({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": []})
-                return urllib3.HTTPResponse(body=io.BytesIO(data), status=200, headers={"Content-Type": "application/json"}, preload_content=False)
+                return urllib3.HTTPResponse(
+                    body=io.BytesIO(data), status=200, headers={"Content-Type": "application/json"}, preload_content=False
+                )
             body = orjson.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
-            return urllib3.HTTPResponse(body=io.BytesIO(body), status=404, headers={"Content-Type": "application/json"}, preload_content=False)
+            return urllib3.HTTPResponse(
+                body=io.BytesIO(body), status=404, headers={"Content-Type": "application/json"}, preload_content=False
+            )
         page = self._pages.get((path, start, limit)) or self._page(path, start, limit, orjson)
-        return urllib3.HTTPResponse(body=io.BytesIO(page), status=200, headers={"Content-Type": "application/json"}, preload_content=False)
+        return urllib3.HTTPResponse(
+            body=io.BytesIO(page), status=200, headers={"Content-Type": "application/json"}, preload_content=False
+        )
 
     def clear(self) -> None:
         pass
@@ -346,7 +423,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "reports_digest": reports_digest,
         "memo_hits": sum(m.hits for m in memos),
         "memo_misses": sum(m.misses for m in memos),
-        "memo_policy_hits": sum(getattr(m, "policy_hits", 0) for m in memos),  # misses the policies' results served (trees since 39cc164)
+        "memo_policy_hits": sum(
+            getattr(m, "policy_hits", 0) for m in memos
+        ),  # misses the policies' results served (trees since 39cc164)
         "list_calls": sum(1 for c in pool.calls if c.startswith("GET")),
         "list_calls_without_limit": sum(1 for c in pool.calls if c.startswith("GET") and "limit=" not in c),
     }
@@ -363,7 +442,9 @@ def _tree(ref: str, where: pathlib.Path) -> pathlib.Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--against", help="the commit (or a source directory) to compare with (before)")
-    parser.add_argument("--tree", default="", help="a commit (or a source directory) to measure as 'after' (default: the working tree)")
+    parser.add_argument(
+        "--tree", default="", help="a commit (or a source directory) to measure as 'after' (default: the working tree)"
+    )
     parser.add_argument("--pods", type=int, default=20_000)
     parser.add_argument("--nodes", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -377,8 +458,14 @@ def main() -> int:
     script = str(pathlib.Path(__file__).resolve())
     common = ["--pods", str(args.pods), "--nodes", str(args.nodes), "--seed", str(args.seed)]
     if args.profile:
-        done = subprocess.run([sys.executable, script, "--worker", *common, "--profile", str(pathlib.Path(args.profile).resolve())],
-                              cwd=ROOT, check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, script, "--worker", *common, "--profile", str(pathlib.Path(args.profile).resolve())],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         print(done.stdout.strip().splitlines()[-1])
         return 0
     if not args.against:
@@ -395,17 +482,29 @@ def main() -> int:
         for round_ in range(args.rounds):
             order = ("before", "after") if round_ % 2 == 0 else ("after", "before")
             for name in order:
-                done = subprocess.run([sys.executable, script, "--worker", *common], cwd=trees[name], check=True, capture_output=True,
-                                      text=True, env={**os.environ, "PYTHONPATH": str(trees[name])})
+                done = subprocess.run(
+                    [sys.executable, script, "--worker", *common],
+                    cwd=trees[name],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": str(trees[name])},
+                )
                 runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(f"# {name} round {round_}: {json.dumps(runs[name][-1])}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
-    print(f"before {args.against}, after {args.tree or 'working tree'}; {args.pods} pods on {args.nodes} nodes; "
-          f"{args.rounds} rounds, median; load average {load_before[0]:.1f} -> {load_after[0]:.1f}\n")
+    print(
+        f"before {args.against}, after {args.tree or 'working tree'}; {args.pods} pods on {args.nodes} nodes; "
+        f"{args.rounds} rounds, median; load average {load_before[0]:.1f} -> {load_after[0]:.1f}\n"
+    )
     print("| figure | before | after | after / before |")
     print("|---|---:|---:|---:|")
-    headline: dict[str, Any] = {"pods": args.pods, "nodes": args.nodes, "rounds": args.rounds,
-                                "load": [round(load_before[0], 1), round(load_after[0], 1)]}
+    headline: dict[str, Any] = {
+        "pods": args.pods,
+        "nodes": args.nodes,
+        "rounds": args.rounds,
+        "load": [round(load_before[0], 1), round(load_after[0], 1)],
+    }
     for key in ("cpu_s", "judge_cpu_s", "tail_cpu_s", "wall_s", "max_rss_mib"):
         before = statistics.median(r[key] for r in runs["before"])
         after = statistics.median(r[key] for r in runs["after"])
@@ -421,15 +520,21 @@ def main() -> int:
     headline["after_cpu_s_all"] = [r["cpu_s"] for r in runs["after"]]
     every = [r for name in runs for r in runs[name]]
     headline["outputs_identical"] = all(
-        (r["findings_digest"], r["table_digest"], r["reports_digest"]) == (every[0]["findings_digest"], every[0]["table_digest"], every[0]["reports_digest"])
+        (r["findings_digest"], r["table_digest"], r["reports_digest"])
+        == (every[0]["findings_digest"], every[0]["table_digest"], every[0]["reports_digest"])
         for r in every
     )
     headline["findings"] = every[0]["findings"]
     headline["list_calls"] = [runs["before"][0]["list_calls"], runs["after"][0]["list_calls"]]
-    headline["list_calls_without_limit"] = [runs["before"][0]["list_calls_without_limit"], runs["after"][0]["list_calls_without_limit"]]
+    headline["list_calls_without_limit"] = [
+        runs["before"][0]["list_calls_without_limit"],
+        runs["after"][0]["list_calls_without_limit"],
+    ]
     print(json.dumps(headline))
     records.write(
-        bench="audit_inprocess", inputs=vars(args), figures={**headline, "cpu_s": headline["after_cpu_s"]},
+        bench="audit_inprocess",
+        inputs=vars(args),
+        figures={**headline, "cpu_s": headline["after_cpu_s"]},
         reference={"name": str(args.against), "figures": {"cpu_s": headline["before_cpu_s"]}},
         headline=records.Headline(figure="cpu_s", label="audit CPU in process (median of rounds)", unit="s", better="lower"),
     )

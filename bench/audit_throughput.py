@@ -63,13 +63,13 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 import urllib3
 
 from policies import settings as settings_
 from webhook.audit import kube, scan, sweep
 from webhook.cluster import binaries, controlplane, install, nodes
 from webhook.cmdline import manifests
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_BASES = ("cgpu-binpack-0", "cgpu-binpack-1", "cgpu-spread-0", "share-binpack-0")
@@ -84,7 +84,11 @@ AUDIT_POLICY = {
     "omitStages": ["RequestReceived", "ResponseStarted"],
     "rules": [
         {"level": "Metadata", "verbs": ["list"]},
-        {"level": "Metadata", "resources": [{"group": "wgpolicyk8s.io"}], "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+        {
+            "level": "Metadata",
+            "resources": [{"group": "wgpolicyk8s.io"}],
+            "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+        },
         {"level": "None"},
     ],
 }
@@ -149,7 +153,14 @@ def pod(index: int, namespace: str, layout: Layout) -> dict[str, Any]:
         spec["nodeSelector"] = {"ack.node.gpu.schedule": mode}
         metadata["annotations"] = {
             "gpu-admission.io/allocation": json.dumps(
-                {"node": node, "cards": [card], "memGiB": 1, "corePercent": 0, "whole": False, "assumedAt": "2026-01-01T00:00:00.000Z"}
+                {
+                    "node": node,
+                    "cards": [card],
+                    "memGiB": 1,
+                    "corePercent": 0,
+                    "whole": False,
+                    "assumedAt": "2026-01-01T00:00:00.000Z",
+                }
             ),
             "ALIYUN_COM_GPU_MEM_IDX": str(card),
             "ALIYUN_COM_GPU_MEM_POD": "1",
@@ -176,8 +187,14 @@ def running_status(index: int, pod: dict[str, Any], *, now: str) -> dict[str, An
             ],
             "containerStatuses": [
                 {
-                    "image": c["image"], "imageID": "", "lastState": {}, "name": c["name"], "ready": True,
-                    "restartCount": 0, "started": True, "state": {"running": {"startedAt": now}},
+                    "image": c["image"],
+                    "imageID": "",
+                    "lastState": {},
+                    "name": c["name"],
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": now}},
                 }
                 for c in containers
             ],
@@ -237,7 +254,9 @@ class Raw:
         while True:
             query = {"limit": "5000", **({"continue": token} if token else {})}
             status, data = self.call(
-                "GET", f"{path}{'&' if '?' in path else '?'}{urllib.parse.urlencode(query)}", accept="application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+                "GET",
+                f"{path}{'&' if '?' in path else '?'}{urllib.parse.urlencode(query)}",
+                accept="application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
             )
             if status != 200:
                 raise RuntimeError(f"GET {path}: {status} {data[:300]!r}")
@@ -249,7 +268,11 @@ class Raw:
 
 
 def create_all(
-    raw: Raw, jobs: Sequence[tuple[str, dict[str, Any]]], *, workers: int, what: str,
+    raw: Raw,
+    jobs: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    workers: int,
+    what: str,
     after: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> float:
     """POST every (path, body) with `workers` threads, then `after(path, body)`; returns seconds."""
@@ -277,7 +300,8 @@ def _all_ready(raw: Raw, count: int) -> bool:
     status, data = raw.call("GET", "/api/v1/nodes?limit=0")
     items = json.loads(data).get("items") or ()
     ready = sum(
-        1 for item in items
+        1
+        for item in items
         if any(c.get("type") == "Ready" and c.get("status") == "True" for c in item.get("status", {}).get("conditions", []))
     )
     return status == 200 and ready >= count
@@ -317,7 +341,9 @@ def bring_up(directory: pathlib.Path) -> controlplane.State:
             # Polled: right after the create the CRD has no status.conditions yet, and `kubectl
             # wait` fails on that at once instead of waiting.
             def established(name: str = name) -> bool:
-                waited = controlplane.kubectl(state, "wait", "--for", "condition=established", f"crd/{name}", "--timeout=5s", check=False)
+                waited = controlplane.kubectl(
+                    state, "wait", "--for", "condition=established", f"crd/{name}", "--timeout=5s", check=False
+                )
                 return waited.returncode == 0
 
             controlplane.wait_for(established, what=f"CRD {name} established", timeout=60, state=state)
@@ -337,7 +363,12 @@ def fill(state: controlplane.State, args: argparse.Namespace) -> dict[str, float
     have_ns = set(raw.names("/api/v1/namespaces"))
     missing_ns = [n for n in namespaces if n not in have_ns]
     if missing_ns:
-        create_all(raw, [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}) for n in missing_ns], workers=4, what="namespaces")
+        create_all(
+            raw,
+            [("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}) for n in missing_ns],
+            workers=4,
+            what="namespaces",
+        )
 
         def service_accounts() -> bool:
             return all(raw.call("GET", f"/api/v1/namespaces/{n}/serviceaccounts/default")[0] == 200 for n in missing_ns)
@@ -383,7 +414,8 @@ def fill(state: controlplane.State, args: argparse.Namespace) -> dict[str, float
         # Pods a KWOK-marked run left Pending (a reused cluster): marked here too.
         query = urllib.parse.urlencode({"labelSelector": "bench=audit", "fieldSelector": "status.phase!=Running"})
         pending = [
-            (f"/api/v1/namespaces/{ns}/pods", pod(int(name.split("-")[1]), ns, layout)) for ns, name in raw.refs(f"/api/v1/pods?{query}")
+            (f"/api/v1/namespaces/{ns}/pods", pod(int(name.split("-")[1]), ns, layout))
+            for ns, name in raw.refs(f"/api/v1/pods?{query}")
         ]
         if pending and after is not None:
             print(f"# marking {len(pending)} pending pods Running", file=sys.stderr, flush=True)
@@ -419,7 +451,9 @@ def audit_events(log: pathlib.Path, offset: int, *, since: float, until: float) 
     return found
 
 
-def run_audit(state: controlplane.State, *, scratch: pathlib.Path, label: str, source: pathlib.Path | None = None) -> dict[str, Any]:
+def run_audit(
+    state: controlplane.State, *, scratch: pathlib.Path, label: str, source: pathlib.Path | None = None
+) -> dict[str, Any]:
     """One `gpu-admission audit --write-reports` as a subprocess: wall, peak RSS, list calls, writes."""
     log = state.directory / "logs" / "audit.log"
     time.sleep(1.5)  # the previous run's last events are on disk; this run's window starts clean
@@ -440,7 +474,9 @@ def run_audit(state: controlplane.State, *, scratch: pathlib.Path, label: str, s
     time.sleep(1.5)  # the audit log backend writes an event once the response is complete
     events = audit_events(log, offset, since=since, until=until)
     lists = [e for e in events if e.get("verb") == "list"]
-    unpaged = [e["requestURI"] for e in lists if "limit" not in urllib.parse.parse_qs(urllib.parse.urlsplit(e["requestURI"]).query)]
+    unpaged = [
+        e["requestURI"] for e in lists if "limit" not in urllib.parse.parse_qs(urllib.parse.urlsplit(e["requestURI"]).query)
+    ]
     writes = [f"{e['verb']} {e['requestURI']}" for e in events if e.get("verb") in WRITE_VERBS]
     reported = re.search(r"reports: (\d+) created, (\d+) replaced, (\d+) deleted, (\d+) unchanged", err.read_text())
     by_resource: dict[str, int] = {}
@@ -469,7 +505,9 @@ def main() -> int:
     parser.add_argument("--namespaces", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=2, help="unchanged audit runs after the first")
     parser.add_argument(
-        "--mark-running", choices=("self", "kwok"), default="self",
+        "--mark-running",
+        choices=("self", "kwok"),
+        default="self",
         help="who sets the pods Running: this script (the status KWOK's pod-ready stage writes, PATCHed right after "
         "each create, KWOK stopped) or KWOK itself (a few dozen pods a second with 5,000 nodes on 2 cores)",
     )
@@ -478,11 +516,15 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster running (needs --dir)")
     parser.add_argument("--reuse", action="store_true", help="use the cluster already running in --dir")
     parser.add_argument(
-        "--audit-source", type=pathlib.Path, metavar="DIR",
+        "--audit-source",
+        type=pathlib.Path,
+        metavar="DIR",
         help="run the audit from another source tree (PYTHONPATH=DIR for the audit only): a baseline, e.g. `git archive` of a commit",
     )
     parser.add_argument(
-        "--against", type=pathlib.Path, metavar="DIR",
+        "--against",
+        type=pathlib.Path,
+        metavar="DIR",
         help="also run the audit from this baseline tree, in turns with this checkout (or --audit-source) on the same "
         "cluster, and print both with after/before ratios",
     )
@@ -626,7 +668,10 @@ def _bench_against(state: controlplane.State, args: argparse.Namespace, timings:
     }
     print(json.dumps(headline))
     records.write(
-        bench="audit_throughput", inputs=vars(args), figures=after, reference={"name": str(args.against), "figures": before},
+        bench="audit_throughput",
+        inputs=vars(args),
+        figures=after,
+        reference={"name": str(args.against), "figures": before},
         headline=records.Headline(figure="median_cpu_s", label="audit CPU on the KWOK cluster", unit="s", better="lower"),
     )
     return 0
@@ -663,7 +708,10 @@ def in_process_table(state: controlplane.State, args: argparse.Namespace) -> Non
     reference, _ = timed(lambda: controlplane.kubectl(state, "get", "pods", "-A", "-o", "json"), repeat=repeat)
     listing, inventory = timed(lambda: kube.inventory(api), repeat=repeat, cpu=cpu, label="list")
     auditing, audit = timed(
-        lambda: sweep.audit_cluster(api, settings=settings, namespace=None, now=time.time()), repeat=repeat, cpu=cpu, label="audit"
+        lambda: sweep.audit_cluster(api, settings=settings, namespace=None, now=time.time()),
+        repeat=repeat,
+        cpu=cpu,
+        label="audit",
     )
     unchanged_write, (_, second) = timed(
         lambda: sweep.write_reports(api, audit, all_results=False, now=time.time()), repeat=repeat, cpu=cpu, label="unchanged"
@@ -690,7 +738,9 @@ def in_process_table(state: controlplane.State, args: argparse.Namespace) -> Non
         (f"offline -f: parse {size_mb:.0f} MB JSON + judge", offline_s, cpu["offline"], offline_audit.objects),
         (f"write reports, unchanged ({second.writes} writes)", unchanged_write, cpu["unchanged"], objects_n),
     ]
-    print(f"\n{args.pods} pods, {len(inventory.nodes)} nodes: {objects_n} objects audited, {len(audit.findings)} results, {failing} not pass.\n")
+    print(
+        f"\n{args.pods} pods, {len(inventory.nodes)} nodes: {objects_n} objects audited, {len(audit.findings)} results, {failing} not pass.\n"
+    )
     print("| step | wall s | objects/s (wall) | CPU s (this process) | objects/s (CPU) |")
     print("|---|---:|---:|---:|---:|")
     for label, seconds, used, count in rows:

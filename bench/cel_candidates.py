@@ -42,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
 import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ERROR = object()  # expected: an evaluation error
@@ -132,8 +133,7 @@ WORKLOAD: tuple[str, ...] = (
     "|| !c.securityContext.privileged)",
     "object.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'NVIDIA_VISIBLE_DEVICES' "
     "|| (has(e.value) && e.value.lowerAscii() in ['void', 'none'])))",
-    "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || "
-    "!v.hostPath.path.startsWith('/dev'))",
+    "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath) || !v.hostPath.path.startsWith('/dev'))",
     "object.spec.containers.all(c, !has(c.resources) || !has(c.resources.limits) || "
     "!('aliyun.com/gpu-mem' in c.resources.limits) || int(c.resources.limits['aliyun.com/gpu-mem']) <= 16)",
     "has(object.metadata.annotations) && 'gpu-admission.io/gpu-model' in object.metadata.annotations",
@@ -330,7 +330,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     results: dict[str, Any] = {
-        "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load": os.getloadavg()[0],
@@ -361,13 +361,20 @@ def main() -> int:
     adopted, *others = list(results["candidates"].items())
     measured = [(name, found) for name, found in others if "skipped" not in found]
     if not measured:
-        print("# no record: no other candidate is installed to compare with "
-              "(.venv/bin/pip install cel-python common-expression-language)", file=sys.stderr)
+        print(
+            "# no record: no other candidate is installed to compare with "
+            "(.venv/bin/pip install cel-python common-expression-language)",
+            file=sys.stderr,
+        )
         return 1
     records.write(
-        bench="cel_candidates", inputs=vars(args), figures=adopted[1],
+        bench="cel_candidates",
+        inputs=vars(args),
+        figures=adopted[1],
         reference={"name": measured[0][0], "figures": measured[0][1]},
-        headline=records.Headline(figure="eval_us_median", label=f"CEL evaluation, {adopted[0]} (adopted)", unit="µs", better="lower"),
+        headline=records.Headline(
+            figure="eval_us_median", label=f"CEL evaluation, {adopted[0]} (adopted)", unit="µs", better="lower"
+        ),
     )
     return 0
 

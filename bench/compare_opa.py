@@ -62,10 +62,10 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import loadgen  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 from webhook.certificates import certfiles  # noqa: E402 - after the path set-up above
 from webhook.cluster import controlplane  # noqa: E402 - same
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 OPA_VERSION = "v1.22.3"
 OPA_MODULE = "github.com/open-policy-agent/opa"
@@ -85,16 +85,16 @@ def opa_binary(version: str = OPA_VERSION) -> pathlib.Path:
         raise SystemExit("building OPA needs a Go toolchain")
     directory.mkdir(parents=True, exist_ok=True)
     print(f"building {OPA_MODULE}@{version} into {directory} (a few minutes) ...", file=sys.stderr)
-    subprocess.run(
-        ["go", "install", f"{OPA_MODULE}@{version}"], check=True, env={**os.environ, "GOBIN": str(directory)}
-    )
+    subprocess.run(["go", "install", f"{OPA_MODULE}@{version}"], check=True, env={**os.environ, "GOBIN": str(directory)})
     return target
 
 
 # --- the review bodies ----------------------------------------------------------------------------------
 
 
-def review(obj: dict[str, Any], *, namespace: str = "ml-team", uid: str = "5f1c3a62-0d4e-4b8a-9e2f-bench00000001") -> dict[str, Any]:
+def review(
+    obj: dict[str, Any], *, namespace: str = "ml-team", uid: str = "5f1c3a62-0d4e-4b8a-9e2f-bench00000001"
+) -> dict[str, Any]:
     kind = obj["kind"]
     group, _, version = obj["apiVersion"].rpartition("/")
     return {
@@ -144,9 +144,7 @@ def large_pod() -> dict[str, Any]:
             "name": f"worker-{index}",
             "image": f"registry.example/platform/worker-{index}:2024.11.3",
             "args": [f"--shard={index}", "--log-format=json", "--metrics-addr=:9090"],
-            "env": [
-                {"name": f"CONFIG_SETTING_{n:03d}", "value": f"value-{index}-{n}-" + "x" * 24} for n in range(60)
-            ]
+            "env": [{"name": f"CONFIG_SETTING_{n:03d}", "value": f"value-{index}-{n}-" + "x" * 24} for n in range(60)]
             + [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "envFrom": [{"configMapRef": {"name": f"worker-{index}-settings"}, "prefix": "APP_"}],
             "ports": [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
@@ -210,7 +208,12 @@ def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "dep", "namespace": "ml-team"},
-        "spec": {"template": {"metadata": {"labels": {"app": "x"}}, "spec": pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])["spec"]}},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])["spec"],
+            }
+        },
     }
     # What /validate sees of a privileged CPU pod: the pod after /mutate, GPU103's keep-off affinity
     # included (the validating webhook judges the pod as stored and credits no mutation of its own).
@@ -222,7 +225,12 @@ def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
         ("large allowed", review(large_pod()), True, set()),
         ("GPU001 value", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])), False, {"GPU001"}),
         ("GPU001 void", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": " VOID "}])), True, set()),
-        ("GPU001 valueFrom", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])), False, {"GPU001"}),
+        (
+            "GPU001 valueFrom",
+            review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])),
+            False,
+            {"GPU001"},
+        ),
         ("GPU001 envFrom warns", review(pod(envFrom=[{"configMapRef": {"name": "cm"}}])), True, set()),
         ("GPU002 privileged GPU pod", review(pod(securityContext={"privileged": True})), False, {"GPU002"}),
         ("GPU002 privileged on GPU nodes", review(on_gpu_nodes), False, {"GPU002"}),
@@ -230,13 +238,39 @@ def probes() -> list[tuple[str, dict[str, Any], bool, set[str]]]:
         ("GPU004 requests only", review(pod(resources={"requests": {"aliyun.com/gpu-mem": 3}})), False, {"GPU004"}),
         ("GPU004 zero", review(pod(resources={"limits": {"nvidia.com/gpu": "0"}})), False, {"GPU004"}),
         ("GPU004 fraction", review(pod(resources={"limits": {"nvidia.com/gpu": 1.5}})), False, {"GPU004"}),
-        ("GPU004 unequal", review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3}, "requests": {"aliyun.com/gpu-mem": 2}})), False, {"GPU004"}),
-        ("GPU004 core > 100", review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3, "aliyun.com/gpu-core.percentage": 150}})), False, {"GPU004"}),
+        (
+            "GPU004 unequal",
+            review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3}, "requests": {"aliyun.com/gpu-mem": 2}})),
+            False,
+            {"GPU004"},
+        ),
+        (
+            "GPU004 core > 100",
+            review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3, "aliyun.com/gpu-core.percentage": 150}})),
+            False,
+            {"GPU004"},
+        ),
         ("GPU004 core alone", review(pod(resources={"limits": {"aliyun.com/gpu-core.percentage": 50}})), False, {"GPU004"}),
         ("GPU004 mixed", review(pod(resources={"limits": {"aliyun.com/gpu-mem": 3, "nvidia.com/gpu": 1}})), False, {"GPU004"}),
-        ("exempt namespace", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), namespace="kube-system"), True, set()),
+        (
+            "exempt namespace",
+            review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), namespace="kube-system"),
+            True,
+            set(),
+        ),
         ("Deployment template", review(deployment), False, {"GPU001"}),
-        ("all three", review(pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}], securityContext={"privileged": True}, resources={"limits": {"nvidia.com/gpu": 0}})), False, {"GPU001", "GPU002", "GPU004"}),
+        (
+            "all three",
+            review(
+                pod(
+                    env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}],
+                    securityContext={"privileged": True},
+                    resources={"limits": {"nvidia.com/gpu": 0}},
+                )
+            ),
+            False,
+            {"GPU001", "GPU002", "GPU004"},
+        ),
         ("ok", review(pod(resources=gpu)), True, set()),
     ]
 
@@ -270,8 +304,17 @@ def start(
         # the kernel just handed out is free in practice.
         port = controlplane.free_port()
         argv = [
-            str(opa), "run", "--server", "--addr", f"127.0.0.1:{port}", "--tls-cert-file", str(cert),
-            "--tls-private-key-file", str(key), "--disable-telemetry", str(POLICY),
+            str(opa),
+            "run",
+            "--server",
+            "--addr",
+            f"127.0.0.1:{port}",
+            "--tls-cert-file",
+            str(cert),
+            "--tls-private-key-file",
+            str(key),
+            "--disable-telemetry",
+            str(POLICY),
         ]
         server = loadgen.Server(argv, log=scratch / f"{name}.log")
         server.wait_for_line("Initializing server.")
@@ -285,8 +328,18 @@ def start(
         tree = (trees or {})[match.group(4)] if match.group(4) else loadgen.REPO
         env: dict[str, str] = {}
         argv = [
-            sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(cert),
+            "--tls-private-key-file",
+            str(key),
         ]
         if workers != 1:
             argv += ["--workers", str(workers)]
@@ -317,7 +370,9 @@ def check_agreement(urls: dict[str, str], context: ssl.SSLContext) -> list[str]:
             answer = post(url, json.dumps(body).encode(), context)["response"]
             ids = set(re.findall(r"GPU\d{3}", answer.get("status", {}).get("message", ""))) & THREE
             if answer["allowed"] is not allowed or (not allowed and ids != denying):
-                problems.append(f"{label}: {name} answered allowed={answer['allowed']} naming {sorted(ids)}; expected allowed={allowed} {sorted(denying)}")
+                problems.append(
+                    f"{label}: {name} answered allowed={answer['allowed']} naming {sorted(ids)}; expected allowed={allowed} {sorted(denying)}"
+                )
             if answer.get("uid") != body["request"]["uid"]:
                 problems.append(f"{label}: {name} did not echo the uid")
     return problems
@@ -339,7 +394,12 @@ def measure(
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for body_name, body in bodies.items():
         figures[body_name] = {
-            name: {"idle_rss": loadgen.rss_bytes(server.pid), "idle_pss": loadgen.pss_bytes(server.pid), "pss_peak": 0, "rates": {}}
+            name: {
+                "idle_rss": loadgen.rss_bytes(server.pid),
+                "idle_pss": loadgen.pss_bytes(server.pid),
+                "pss_peak": 0,
+                "rates": {},
+            }
             for name, (server, _) in servers.items()
         }
         for _, url in servers.values():  # warm-up: caches, allocator, connections
@@ -355,23 +415,31 @@ def measure(
             entry["pss_peak"] = max(entry["pss_peak"], meter.pss_peak)
             entry["others_cores"] = meter.others_cores(client_cpu_s=result["client_cpu_s"])
             entry["server_cores"] = meter.cpu_s / meter.wall_s
-            print(f"  {body_name:<5} {name:<7} saturation {result['achieved_rate']:8.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
-                  f"p99 {result['p99_ms']:7.2f} ms  errors {result['errors']}  cpu/1k {entry['cpu_per_1k']:.3f} s  "
-                  f"server {entry['server_cores']:.2f} cores, client {result['client_cpu_s'] / meter.wall_s:.2f}, "
-                  f"others {entry['others_cores']:.2f}", file=sys.stderr)
+            print(
+                f"  {body_name:<5} {name:<7} saturation {result['achieved_rate']:8.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
+                f"p99 {result['p99_ms']:7.2f} ms  errors {result['errors']}  cpu/1k {entry['cpu_per_1k']:.3f} s  "
+                f"server {entry['server_cores']:.2f} cores, client {result['client_cpu_s'] / meter.wall_s:.2f}, "
+                f"others {entry['others_cores']:.2f}",
+                file=sys.stderr,
+            )
         for rate in args.rates:
             for name, (server, url) in servers.items():
                 with loadgen.Meter(server.pid) as meter:
-                    result = loadgen.run(url=url, body=body, ca=ca, seconds=args.duration, rate=rate, connections=args.open_connections)
+                    result = loadgen.run(
+                        url=url, body=body, ca=ca, seconds=args.duration, rate=rate, connections=args.open_connections
+                    )
                 result["cpu_per_1k"] = meter.cpu_s / max(result["ok"], 1) * 1000
                 result["others_cores"] = meter.others_cores(client_cpu_s=result["client_cpu_s"])
                 entry = figures[body_name][name]
                 entry["rates"][rate] = result
                 entry["rss_peak"] = max(entry["rss_peak"], meter.rss_peak)
                 entry["pss_peak"] = max(entry["pss_peak"], meter.pss_peak)
-                print(f"  {body_name:<5} {name:<7} {rate:6.0f}/s -> {result['achieved_rate']:7.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
-                      f"p99 {result['p99_ms']:8.2f} ms  errors {result['errors']}  late {result['late']}  "
-                      f"others {result['others_cores']:.2f} cores", file=sys.stderr)
+                print(
+                    f"  {body_name:<5} {name:<7} {rate:6.0f}/s -> {result['achieved_rate']:7.0f}/s  p50 {result['p50_ms']:7.2f} ms  "
+                    f"p99 {result['p99_ms']:8.2f} ms  errors {result['errors']}  late {result['late']}  "
+                    f"others {result['others_cores']:.2f} cores",
+                    file=sys.stderr,
+                )
     return figures
 
 
@@ -429,20 +497,33 @@ def _mib(value: int) -> str:
     return f"{value / 2**20:.0f}"
 
 
-def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, int], args: argparse.Namespace, before: dict[str, Any], after_load: float) -> str:
+def render(
+    figures: dict[str, dict[str, dict[str, Any]]],
+    *,
+    sizes: dict[str, int],
+    args: argparse.Namespace,
+    before: dict[str, Any],
+    after_load: float,
+) -> str:
     names = list(next(iter(figures.values())))
     rates = list(args.rates)
     lines = [
         f"Machine: {before['cpu']} x{before['nproc']}, Python {before['python']}, OPA {OPA_VERSION}; "
         f"{before['date']}; load average {before['loadavg']:.1f} → {after_load:.1f}.",
         f"Command: `.venv/bin/python bench/compare_opa.py --servers {args.servers} --duration {args.duration:g} "
-        f"--connections {args.connections}" + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
-        + (f" --against {args.against}" if args.against else "") + ("" if args.against_nc else " --no-against-nc") + "`" + (f"; medians of {args.rounds} rounds" if args.rounds > 1 else ""),
+        f"--connections {args.connections}"
+        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+        + (f" --against {args.against}" if args.against else "")
+        + ("" if args.against_nc else " --no-against-nc")
+        + "`"
+        + (f"; medians of {args.rounds} rounds" if args.rounds > 1 else ""),
         "",
     ]
-    header = "| body | server | saturation req/s (p99 ms) [server / others' cores] | " + " | ".join(
-        f"@{r:.0f}/s: achieved, p50, p99 ms, errors [others' cores]" for r in rates
-    ) + " | CPU s / 1k req | RSS idle / peak MiB | PSS idle / peak MiB |"
+    header = (
+        "| body | server | saturation req/s (p99 ms) [server / others' cores] | "
+        + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors [others' cores]" for r in rates)
+        + " | CPU s / 1k req | RSS idle / peak MiB | PSS idle / peak MiB |"
+    )
     for body_name, per_server in figures.items():
         size = sizes[body_name]
         lines += [f"**{body_name} pod** ({size:,} bytes)", "", header, "|---|---|" + "---:|" * (len(rates) + 4)]
@@ -454,7 +535,11 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
                 r = f["rates"][rate]
                 errs = r["errors"] + r["late"]
                 cells.append(f"{r['achieved_rate']:.0f}, {r['p50_ms']:.2f}, {r['p99_ms']:.1f}, {errs} [{r['others_cores']:.1f}]")
-            cells += [f"{f['cpu_per_1k']:.3f}", f"{_mib(f['idle_rss'])} / {_mib(f['rss_peak'])}", f"{_mib(f['idle_pss'])} / {_mib(f['pss_peak'])}"]
+            cells += [
+                f"{f['cpu_per_1k']:.3f}",
+                f"{_mib(f['idle_rss'])} / {_mib(f['rss_peak'])}",
+                f"{_mib(f['idle_pss'])} / {_mib(f['pss_peak'])}",
+            ]
             lines.append(f"| {body_name} | {name} | " + " | ".join(cells) + " |")
         if "opa" in per_server:
             opa = per_server["opa"]
@@ -465,7 +550,9 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
                 cells = [f"{f['saturation']['achieved_rate'] / opa['saturation']['achieved_rate']:.2f}× (higher is better)"]
                 for rate in rates:
                     a, b = f["rates"][rate], opa["rates"][rate]
-                    cells.append(f"p50 {a['p50_ms'] / max(b['p50_ms'], 1e-3):.2f}×, p99 {a['p99_ms'] / max(b['p99_ms'], 1e-3):.2f}×")
+                    cells.append(
+                        f"p50 {a['p50_ms'] / max(b['p50_ms'], 1e-3):.2f}×, p99 {a['p99_ms'] / max(b['p99_ms'], 1e-3):.2f}×"
+                    )
                 cells += [
                     f"{f['cpu_per_1k'] / opa['cpu_per_1k']:.2f}×",
                     f"{f['idle_rss'] / opa['idle_rss']:.2f}× / {f['rss_peak'] / opa['rss_peak']:.2f}×",
@@ -478,16 +565,26 @@ def render(figures: dict[str, dict[str, dict[str, Any]]], *, sizes: dict[str, in
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", default="ours,opa", help="comma list: ours (2 workers), ours<N> (N workers), ours<N>3p (three policies only), opa")
+    parser.add_argument(
+        "--servers",
+        default="ours,opa",
+        help="comma list: ours (2 workers), ours<N> (N workers), ours<N>3p (three policies only), opa",
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before measuring each body (default 3)")
     parser.add_argument("--connections", type=int, default=32, help="closed-loop connections for saturation (default 32)")
     parser.add_argument("--open-connections", type=int, default=64, help="connection pool for open-loop rates (default 64)")
-    parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=list(RATES), help="open-loop rates, comma list")
+    parser.add_argument(
+        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=list(RATES), help="open-loop rates, comma list"
+    )
     parser.add_argument("--bodies", default="small,large", help="comma list of small, large")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat every measurement, server order alternating; medians (default 1)")
-    parser.add_argument("--against", metavar="REF", help="also run every ours* server from a git worktree of REF (named <server>@REF)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat every measurement, server order alternating; medians (default 1)"
+    )
+    parser.add_argument(
+        "--against", metavar="REF", help="also run every ours* server from a git worktree of REF (named <server>@REF)"
+    )
     parser.add_argument(
         "--against-nc",
         action=argparse.BooleanOptionalAction,
@@ -499,7 +596,8 @@ def main() -> int:
     if args.against:
         # An nc twin needs a REF that knows --decision-cache-entries; --against-nc off: no nc twins.
         names = [
-            m for n in names
+            m
+            for n in names
             for m in ((n, f"{n}@{args.against}") if n.startswith("ours") and (args.against_nc or not n.endswith("nc")) else (n,))
         ]
     opa = opa_binary() if "opa" in names else None
@@ -519,8 +617,11 @@ def main() -> int:
         try:
             if args.against:
                 trees[args.against] = scratch / "against"
-                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "add", "--detach", str(trees[args.against]), args.against],
-                               check=True, capture_output=True)
+                subprocess.run(
+                    ["git", "-C", str(loadgen.REPO), "worktree", "add", "--detach", str(trees[args.against]), args.against],
+                    check=True,
+                    capture_output=True,
+                )
             for name in names:
                 servers[name] = start(name, scratch, opa=opa, trees=trees)
             context = ssl.create_default_context(cafile=str(ca))
@@ -540,7 +641,9 @@ def main() -> int:
             for server, _ in servers.values():
                 server.stop()
             for tree in trees.values():
-                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
+                subprocess.run(
+                    ["git", "-C", str(loadgen.REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+                )
         sizes = {name: path.stat().st_size for name, path in bodies.items()}
     if args.json:
         pathlib.Path(args.json).write_text(
@@ -550,15 +653,36 @@ def main() -> int:
     ratios = headline(figures, rates=list(args.rates))
     body, ours_name = _first_ours(figures)
     records.write(
-        bench="compare_opa", inputs=vars(args),
-        figures={"cpu_s_per_1k": round(figures[body][ours_name]["cpu_per_1k"], 4), "server": ours_name, "body": body,
-                 "figures": figures, "ratios_vs_opa": ratios},
-        reference={"name": "OPA, same run (same TLS, bodies and load generator)",
-                   "figures": {"cpu_s_per_1k": round(figures[body]["opa"]["cpu_per_1k"], 4)}},
-        headline=records.Headline(figure="cpu_s_per_1k", label=f"webhook CPU per 1k reviews ({ours_name}, {body} body) against OPA", unit="s", better="lower"),
+        bench="compare_opa",
+        inputs=vars(args),
+        figures={
+            "cpu_s_per_1k": round(figures[body][ours_name]["cpu_per_1k"], 4),
+            "server": ours_name,
+            "body": body,
+            "figures": figures,
+            "ratios_vs_opa": ratios,
+        },
+        reference={
+            "name": "OPA, same run (same TLS, bodies and load generator)",
+            "figures": {"cpu_s_per_1k": round(figures[body]["opa"]["cpu_per_1k"], 4)},
+        },
+        headline=records.Headline(
+            figure="cpu_s_per_1k",
+            label=f"webhook CPU per 1k reviews ({ours_name}, {body} body) against OPA",
+            unit="s",
+            better="lower",
+        ),
     )
-    print(json.dumps({"ratios_vs_opa": ratios, "rounds": args.rounds, "against": args.against,
-                      "loadavg": [round(before["loadavg"], 2), round(os.getloadavg()[0], 2)]}))
+    print(
+        json.dumps(
+            {
+                "ratios_vs_opa": ratios,
+                "rounds": args.rounds,
+                "against": args.against,
+                "loadavg": [round(before["loadavg"], 2), round(os.getloadavg()[0], 2)],
+            }
+        )
+    )
     return 0
 
 

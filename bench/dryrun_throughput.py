@@ -35,11 +35,11 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 from policies import settings  # noqa: E402
-from webhook.commands import dryrun  # noqa: E402
 from webhook.cmdline import manifests
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
+from webhook.commands import dryrun  # noqa: E402
 
 SOURCES = ("examples/workloads", "examples/bypasses")
 
@@ -83,7 +83,10 @@ def timed(action: Callable[[], object], *, repeat: int) -> tuple[float, object]:
 def cli(paths: list[str]) -> float:
     started = time.perf_counter()
     completed = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "dry-run", "-o", "json", *(a for p in paths for a in ("-f", p))], capture_output=True, cwd=loadgen.REPO, check=False
+        [sys.executable, "-m", "webhook.cli", "dry-run", "-o", "json", *(a for p in paths for a in ("-f", p))],
+        capture_output=True,
+        cwd=loadgen.REPO,
+        check=False,
     )
     elapsed = time.perf_counter() - started
     if completed.returncode not in (dryrun.EXIT_ALLOWED, dryrun.EXIT_DENIED):
@@ -124,11 +127,25 @@ def main() -> int:
         rows.append(("render json", len(outcomes), seconds))
         startup = statistics.median(cli([str(scratch / "one")]) for _ in range(args.repeat))
         rows.append(("CLI start-up (1 object)", 1, startup))
-        rows.append(("CLI `dry-run -o json -f DIR` on YAML files", len(objects), statistics.median(cli([str(scratch / "yaml")]) for _ in range(args.repeat))))
-        rows.append(("CLI `dry-run -o json -f DIR` on JSON files", len(objects), statistics.median(cli([str(scratch / "json")]) for _ in range(args.repeat))))
+        rows.append(
+            (
+                "CLI `dry-run -o json -f DIR` on YAML files",
+                len(objects),
+                statistics.median(cli([str(scratch / "yaml")]) for _ in range(args.repeat)),
+            )
+        )
+        rows.append(
+            (
+                "CLI `dry-run -o json -f DIR` on JSON files",
+                len(objects),
+                statistics.median(cli([str(scratch / "json")]) for _ in range(args.repeat)),
+            )
+        )
 
-    print(f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
-          f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}.")
+    print(
+        f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
+        f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}."
+    )
     print(f"Command: `.venv/bin/python bench/dryrun_throughput.py --objects {args.objects} --repeat {args.repeat}`\n")
     print("| stage | objects | seconds (median) | objects/s |")
     print("|---|---:|---:|---:|")
@@ -138,9 +155,13 @@ def main() -> int:
     engine = next(v for k, v in rates.items() if k.startswith("evaluate"))
     parse = next(v for k, v in rates.items() if k.startswith("reference"))
     records.write(
-        bench="dryrun_throughput", inputs=vars(args), figures={"objects_per_s": rates, "evaluate_objects_per_s": engine},
+        bench="dryrun_throughput",
+        inputs=vars(args),
+        figures={"objects_per_s": rates, "evaluate_objects_per_s": engine},
         reference={"name": "yaml.load_all (CSafeLoader) on the same objects", "figures": {"evaluate_objects_per_s": parse}},
-        headline=records.Headline(figure="evaluate_objects_per_s", label="dry-run engine throughput", unit="objects/s", better="higher"),
+        headline=records.Headline(
+            figure="evaluate_objects_per_s", label="dry-run engine throughput", unit="objects/s", better="higher"
+        ),
     )
     return 0
 

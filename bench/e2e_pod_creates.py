@@ -63,11 +63,11 @@ import yaml
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import apiserver_probe  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
 import loadgen  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 from policies import settings as settings_  # noqa: E402
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.commands import mutating_policy  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 NAMESPACE = "default"
 # --real stores its pods with a scheduler nobody runs; GPU008 refuses extender-managed resources for
@@ -120,7 +120,7 @@ def webhook_metrics(state: controlplane.State) -> dict[str, tuple[float, float]]
         text = answer.read().decode()
     found: dict[str, list[float]] = {}
     for line in text.splitlines():
-        match = re.match(r'apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)', line)
+        match = re.match(r"apiserver_admission_webhook_admission_duration_seconds_(sum|count)\{([^}]*)\} (\S+)", line)
         if match:
             name = re.search(r'name="([^"]+)"', match.group(2))
             key = name.group(1) if name else "?"
@@ -130,7 +130,13 @@ def webhook_metrics(state: controlplane.State) -> dict[str, tuple[float, float]]
 
 
 def phase(
-    state: controlplane.State, body: pathlib.Path, *, url: str, args: argparse.Namespace, label: str, webhook_name: str = "webhook"
+    state: controlplane.State,
+    body: pathlib.Path,
+    *,
+    url: str,
+    args: argparse.Namespace,
+    label: str,
+    webhook_name: str = "webhook",
 ) -> dict[str, Any]:
     pki = state.directory / "pki"
     common = {"url": url, "body": body, "ca": pki / "ca.crt", "client_cert": pki / "admin.crt", "client_key": pki / "admin.key"}
@@ -153,8 +159,12 @@ def phase(
         "webhook_calls_per_create": sum(c for _, c in calls.values()) / max(saturation["ok"], 1),
         "rates": {},
     }
-    print(f"  {label:<16} saturation {saturation['achieved_rate']:7.1f}/s p50 {saturation['p50_ms']:7.2f} p99 {saturation['p99_ms']:8.2f} "
-          f"errors {saturation['errors']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    print(
+        f"  {label:<16} saturation {saturation['achieved_rate']:7.1f}/s p50 {saturation['p50_ms']:7.2f} p99 {saturation['p99_ms']:8.2f} "
+        f"errors {saturation['errors']} load {os.getloadavg()[0]:.1f}",
+        file=sys.stderr,
+        flush=True,
+    )
     for index, rate in enumerate(args.rates):
         profile = None
         if args.profile and index == 0:
@@ -170,8 +180,12 @@ def phase(
                 "sampled": (sampled or 0.0) / creates * 1000,
                 **{k: v / creates * 1000 for k, v in apiserver_probe.buckets(profile.path, ADMISSION_BUCKETS).items()},
             }
-        print(f"  {label:<16} {rate:5.0f}/s -> {run['achieved_rate']:7.1f}/s p50 {run['p50_ms']:7.2f} p99 {run['p99_ms']:8.2f} "
-              f"errors {run['errors']} late {run['late']} load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+        print(
+            f"  {label:<16} {rate:5.0f}/s -> {run['achieved_rate']:7.1f}/s p50 {run['p50_ms']:7.2f} p99 {run['p99_ms']:8.2f} "
+            f"errors {run['errors']} late {run['late']} load {os.getloadavg()[0]:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
     return result
 
 
@@ -182,16 +196,33 @@ def start_reference_webhook(state: controlplane.State, tree: pathlib.Path, *, wo
     port = controlplane.free_port()
     state.ports["webhook-ref"] = port
     command = [
-        sys.executable, "-m", "webhook.cli", "serve", "--port", str(port), "--host", "127.0.0.1",
-        "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-        "--kubeconfig", str(state.kubeconfig), "--config", str((state.directory / "bench-config.yaml").resolve()),
+        sys.executable,
+        "-m",
+        "webhook.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--tls-cert-file",
+        str(certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(certs / "tls.key"),
+        "--kubeconfig",
+        str(state.kubeconfig),
+        "--config",
+        str((state.directory / "bench-config.yaml").resolve()),
     ]
     if workers != 1:
         command += ["--workers", str(workers)]
     controlplane.start(state, "webhook-ref", command=command, env={"PYTHONPATH": str(tree)})
     ca = certs / "ca.crt"
     controlplane.wait_for(
-        lambda: _ok(f"https://127.0.0.1:{port}/readyz", ca), what="REF's webhook /readyz", timeout=60, state=state, component="webhook-ref"
+        lambda: _ok(f"https://127.0.0.1:{port}/readyz", ca),
+        what="REF's webhook /readyz",
+        timeout=60,
+        state=state,
+        component="webhook-ref",
     )
 
 
@@ -207,14 +238,29 @@ def start_webhook(state: controlplane.State, *, workers: int) -> None:
         controlplane.stop(state, ["webhook"])
         port = state.ports["webhook"]
         command = [
-            install.executable(), "serve", "--port", str(port), "--host", "127.0.0.1", "--workers", str(workers),
-            "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-            "--config", str(config.resolve()),
+            install.executable(),
+            "serve",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--workers",
+            str(workers),
+            "--tls-cert-file",
+            str(certs / "tls.crt"),
+            "--tls-private-key-file",
+            str(certs / "tls.key"),
+            "--config",
+            str(config.resolve()),
         ]
         controlplane.start(state, "webhook", command=command)
         ca = certs / "ca.crt"
         controlplane.wait_for(
-            lambda: _ok(f"https://127.0.0.1:{port}/readyz", ca), what="the webhook /readyz", timeout=30, state=state, component="webhook"
+            lambda: _ok(f"https://127.0.0.1:{port}/readyz", ca),
+            what="the webhook /readyz",
+            timeout=30,
+            state=state,
+            component="webhook",
         )
     install.register(state)
 
@@ -222,19 +268,28 @@ def start_webhook(state: controlplane.State, *, workers: int) -> None:
 def apply_policy(state: controlplane.State) -> None:
     """GPU104's MutatingAdmissionPolicy, and the mutating webhook skipping ordinary pods; returns once
     an ordinary pod gets the variable from the policy (the webhook no longer sees it)."""
-    exported = mutating_policy.export(settings_.Settings(), now=datetime.datetime.now(datetime.timezone.utc))
+    exported = mutating_policy.export(settings_.Settings(), now=datetime.datetime.now(datetime.UTC))
     controlplane.kubectl(state, "apply", "-f", "-", stdin=mutating_policy.render(exported.manifests))
     with open(install.deploy_dir() / install.WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
         documents = [d for d in yaml.safe_load_all(stream) if d and d.get("kind") == "MutatingWebhookConfiguration"]
     items = install.local_registrations(
-        documents, base_url=f"https://127.0.0.1:{state.ports['webhook']}", ca_bundle=(state.directory / "webhook" / "ca.crt").read_bytes()
+        documents,
+        base_url=f"https://127.0.0.1:{state.ports['webhook']}",
+        ca_bundle=(state.directory / "webhook" / "ca.crt").read_bytes(),
     )
     items = [mutating_policy.with_webhook_condition(item) for item in items]
     controlplane.kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-map-probe"}, "spec": {"containers": [{"name": "p", "image": "p"}]}}
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bench-map-probe"},
+        "spec": {"containers": [{"name": "p", "image": "p"}]},
+    }
 
     def mutated() -> bool:
-        done = controlplane.kubectl(state, "create", "--dry-run=server", "-n", NAMESPACE, "-o", "json", "-f", "-", stdin=json.dumps(probe), check=False)
+        done = controlplane.kubectl(
+            state, "create", "--dry-run=server", "-n", NAMESPACE, "-o", "json", "-f", "-", stdin=json.dumps(probe), check=False
+        )
         return done.returncode == 0 and json.loads(done.stdout)["spec"]["containers"][0].get("env") == [
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
         ]
@@ -253,12 +308,18 @@ def unregister(state: controlplane.State) -> None:
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
         controlplane.kubectl(state, "delete", kind, "-l", "app.kubernetes.io/name=gpu-admission", "--ignore-not-found")
     probe = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bench-probe", "namespace": NAMESPACE},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bench-probe", "namespace": NAMESPACE},
         "spec": {"containers": [{"name": "p", "image": "p", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
     }
     controlplane.wait_for(
-        lambda: controlplane.kubectl(state, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False).returncode == 0,
-        what="the apiserver to stop calling the webhook", timeout=60,
+        lambda: (
+            controlplane.kubectl(state, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False).returncode
+            == 0
+        ),
+        what="the apiserver to stop calling the webhook",
+        timeout=60,
     )
 
 
@@ -276,7 +337,8 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         f"{' --real' if args.real else ''} --webhook-workers {args.webhook_workers} --pods {','.join(args.pods)}{' --map' if args.map else ''}"
         f"{' --against ' + args.against if args.against else ''}`",
         "",
-        "| | creates/s at saturation (p99 ms) | " + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in args.rates)
+        "| | creates/s at saturation (p99 ms) | "
+        + " | ".join(f"@{r:.0f}/s: achieved, p50, p99 ms, errors" for r in args.rates)
         + " | apiserver CPU s / 1k | webhook CPU s / 1k | webhook call, mean ms (apiserver's view) |",
         "|---|---:|" + "---:|" * len(args.rates) + "---:|---:|---|",
     ]
@@ -292,7 +354,11 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     profiled = [name for name in results if "profile_ms_per_create" in results[name]]
     if profiled:
-        lines += ["", f"kube-apiserver CPU per create at {args.rates[0]:.0f}/s (ms, from its CPU profile; cumulative, rows overlap):", ""]
+        lines += [
+            "",
+            f"kube-apiserver CPU per create at {args.rates[0]:.0f}/s (ms, from its CPU profile; cumulative, rows overlap):",
+            "",
+        ]
         rows = list(results[profiled[0]]["profile_ms_per_create"])
         lines.append("| | " + " | ".join(profiled) + " |")
         lines.append("|---|" + "---:|" * len(profiled))
@@ -308,7 +374,9 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
         """What the webhook adds to `key` at `rate`: the mean with it less the mean without."""
         return mean("with", lambda r: r["rates"][rate][key]) - mean("without", lambda r: r["rates"][rate][key])
 
-    cells = [f"{mean('with', lambda r: r['saturation']['achieved_rate']) / mean('without', lambda r: r['saturation']['achieved_rate']):.2f}×"]
+    cells = [
+        f"{mean('with', lambda r: r['saturation']['achieved_rate']) / mean('without', lambda r: r['saturation']['achieved_rate']):.2f}×"
+    ]
     for rate in args.rates:
         p50, p99 = added(rate, "p50_ms"), added(rate, "p99_ms")
         cells.append(f"p50 {p50:+.1f} ms, p99 {p99:+.1f} ms")
@@ -316,19 +384,28 @@ def render(results: dict[str, dict[str, Any]], *, args: argparse.Namespace, mach
     cells += [f"{cpu:+.2f}", "", ""]
     lines.append(f"| **added by the webhook** (mean of {args.rounds} rounds) | " + " | ".join(cells) + " |")
     if any(name.startswith("policy ") for name in results):
-        ratio = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean("without", lambda r: r["saturation"]["achieved_rate"])
-        versus = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean("with", lambda r: r["saturation"]["achieved_rate"])
+        ratio = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean(
+            "without", lambda r: r["saturation"]["achieved_rate"]
+        )
+        versus = mean("policy", lambda r: r["saturation"]["achieved_rate"]) / mean(
+            "with", lambda r: r["saturation"]["achieved_rate"]
+        )
         lines.append(f"| **policy ÷ without; policy ÷ webhook** | {ratio:.2f}×; {versus:.2f}× |" + " |" * (len(args.rates) + 3))
     for side, what in (("against", f"{args.against}"), ("regs", f"this webhook, {args.against}'s registrations,")):
         if any(name.startswith(side + " ") for name in results):
-            ratio = mean(side, lambda r: r["saturation"]["achieved_rate"]) / mean("without", lambda r: r["saturation"]["achieved_rate"])
+            ratio = mean(side, lambda r: r["saturation"]["achieved_rate"]) / mean(
+                "without", lambda r: r["saturation"]["achieved_rate"]
+            )
             cpu = mean(side, lambda r: r["apiserver_cpu_per_1k"]) - mean("without", lambda r: r["apiserver_cpu_per_1k"])
-            lines.append(f"| **{what} ÷ without; apiserver CPU added** | {ratio:.2f}×; {cpu:+.2f} s / 1k |" + " |" * (len(args.rates) + 3))
+            lines.append(
+                f"| **{what} ÷ without; apiserver CPU added** | {ratio:.2f}×; {cpu:+.2f} s / 1k |" + " |" * (len(args.rates) + 3)
+            )
     return "\n".join(lines)
 
 
 def _ratio(results: dict[str, dict[str, Any]], *, side: str = "with", base: str = "without") -> float:
     """Creates/s at saturation of one side ÷ another (with the webhook ÷ without), means over the rounds."""
+
     def mean(kind: str) -> float:
         values = [float(r["saturation"]["achieved_rate"]) for name, r in results.items() if name.startswith(kind + " ")]
         return sum(values) / len(values)
@@ -339,6 +416,7 @@ def _ratio(results: dict[str, dict[str, Any]], *, side: str = "with", base: str 
 def _headline(kind: str, results: dict[str, dict[str, Any]]) -> dict[str, float]:
     """One pod kind's figures for the closing JSON line: the ratio, both rates, the webhook calls
     per create and the p99 at saturation with the webhook."""
+
     def mean(side: str, pick: Callable[[dict[str, Any]], float]) -> float:
         values = [pick(r) for name, r in results.items() if name.startswith(side + " ")]
         return sum(values) / len(values)
@@ -351,31 +429,41 @@ def _headline(kind: str, results: dict[str, dict[str, Any]]) -> dict[str, float]
         f"{kind}_with_p99_ms": round(mean("with", lambda r: r["saturation"]["p99_ms"]), 1),
     }
     if any(name.startswith("against ") for name in results):
-        figures.update({
-            f"{kind}_against_ratio": round(_ratio(results, side="against"), 3),
-            f"{kind}_against_per_s": round(mean("against", lambda r: r["saturation"]["achieved_rate"]), 1),
-            f"{kind}_with_vs_against": round(_ratio(results, side="with", base="against"), 3),
-            f"{kind}_apiserver_ms_with": round(mean("with", lambda r: r["apiserver_cpu_per_1k"]), 2),
-            f"{kind}_apiserver_ms_against": round(mean("against", lambda r: r["apiserver_cpu_per_1k"]), 2),
-            f"{kind}_apiserver_ms_without": round(mean("without", lambda r: r["apiserver_cpu_per_1k"]), 2),
-            f"{kind}_regs_ratio": round(_ratio(results, side="regs"), 3),
-            f"{kind}_with_vs_regs": round(_ratio(results, side="with", base="regs"), 3),
-            f"{kind}_apiserver_ms_regs": round(mean("regs", lambda r: r["apiserver_cpu_per_1k"]), 2),
-        })
+        figures.update(
+            {
+                f"{kind}_against_ratio": round(_ratio(results, side="against"), 3),
+                f"{kind}_against_per_s": round(mean("against", lambda r: r["saturation"]["achieved_rate"]), 1),
+                f"{kind}_with_vs_against": round(_ratio(results, side="with", base="against"), 3),
+                f"{kind}_apiserver_ms_with": round(mean("with", lambda r: r["apiserver_cpu_per_1k"]), 2),
+                f"{kind}_apiserver_ms_against": round(mean("against", lambda r: r["apiserver_cpu_per_1k"]), 2),
+                f"{kind}_apiserver_ms_without": round(mean("without", lambda r: r["apiserver_cpu_per_1k"]), 2),
+                f"{kind}_regs_ratio": round(_ratio(results, side="regs"), 3),
+                f"{kind}_with_vs_regs": round(_ratio(results, side="with", base="regs"), 3),
+                f"{kind}_apiserver_ms_regs": round(mean("regs", lambda r: r["apiserver_cpu_per_1k"]), 2),
+            }
+        )
     for side in ("with", "against", "regs"):
-        profiled = [r["profile_ms_per_create"] for name, r in results.items() if name.startswith(side + " ") and "profile_ms_per_create" in r]
+        profiled = [
+            r["profile_ms_per_create"]
+            for name, r in results.items()
+            if name.startswith(side + " ") and "profile_ms_per_create" in r
+        ]
         if profiled:
             figures[f"{kind}_apiserver_profile_ms_{side}"] = round(sum(p["sampled"] for p in profiled) / len(profiled), 3)
             figures[f"{kind}_should_call_hook_ms_{side}"] = round(
                 sum(p["whether to call (ShouldCallHook)"] for p in profiled) / len(profiled), 3
             )
     if any(name.startswith("policy ") for name in results):
-        figures.update({
-            f"{kind}_policy_ratio": round(_ratio(results, side="policy"), 3),
-            f"{kind}_policy_vs_webhook": round(_ratio(results, side="policy", base="with"), 3),
-            f"{kind}_policy_per_s": round(mean("policy", lambda r: r["saturation"]["achieved_rate"]), 1),
-            f"{kind}_policy_webhook_calls_per_create": round(mean("policy", lambda r: r.get("webhook_calls_per_create", 0.0)), 2),
-        })
+        figures.update(
+            {
+                f"{kind}_policy_ratio": round(_ratio(results, side="policy"), 3),
+                f"{kind}_policy_vs_webhook": round(_ratio(results, side="policy", base="with"), 3),
+                f"{kind}_policy_per_s": round(mean("policy", lambda r: r["saturation"]["achieved_rate"]), 1),
+                f"{kind}_policy_webhook_calls_per_create": round(
+                    mean("policy", lambda r: r.get("webhook_calls_per_create", 0.0)), 2
+                ),
+            }
+        )
     return figures
 
 
@@ -384,27 +472,39 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement (default 10)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of unmeasured load per phase (default 3)")
     parser.add_argument("--connections", type=int, default=16, help="closed-loop connections / open-loop pool (default 16)")
-    parser.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50.0, 100.0, 200.0], help="open-loop rates, comma list")
-    parser.add_argument("--rounds", type=int, default=2, help="without/with pairs, alternated so background load hits both (default 2)")
+    parser.add_argument(
+        "--rates",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[50.0, 100.0, 200.0],
+        help="open-loop rates, comma list",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="without/with pairs, alternated so background load hits both (default 2)"
+    )
     parser.add_argument("--real", action="store_true", help="store the pods instead of server-side dry runs")
     parser.add_argument("--webhook-workers", type=int, default=1, help="gpu-admission serve --workers (default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON here")
     parser.add_argument(
-        "--pods", type=lambda s: [k for k in s.split(",") if k], default=["gpu"],
+        "--pods",
+        type=lambda s: [k for k in s.split(",") if k],
+        default=["gpu"],
         help="pod kinds, comma list of gpu (aliyun.com/gpu-mem) and cpu (an ordinary pod); each is measured "
         "in every phase of the same run (default gpu)",
     )
     parser.add_argument(
-        "--map", action="store_true",
+        "--map",
+        action="store_true",
         help="also a third phase per round: GPU104 as a MutatingAdmissionPolicy (feature gate on) and the mutating "
         "webhook skipping ordinary pods (rows 'policy')",
     )
     parser.add_argument(
-        "--against", metavar="REF",
+        "--against",
+        metavar="REF",
         help="also a phase per round with the webhook and its registrations from a git worktree of REF (rows 'against')",
     )
     parser.add_argument(
-        "--profile", action="store_true",
+        "--profile",
+        action="store_true",
         help="a kube-apiserver CPU profile over the first --rates run of every phase: CPU per create around the webhooks",
     )
     args = parser.parse_args()
@@ -420,7 +520,10 @@ def main() -> int:
         directory = pathlib.Path(tmp) / "cluster"
         started = time.monotonic()
         state = install.bring_up(
-            directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), with_install=False,
+            directory,
+            bin_dir=bin_dir,
+            fake_nodes=nodes.load(None),
+            with_install=False,
             apiserver_flags=controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.map else (),
         )
         print(f"control plane up in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
@@ -435,8 +538,18 @@ def main() -> int:
             policy = False
             tree = pathlib.Path(tmp) / "against"
             if args.against:
-                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "add", "--detach", str(tree), args.against], check=True, capture_output=True)
-            modes = ("without", "with", "policy") if args.map else ("without", "with", "against", "regs") if args.against else ("without", "with")
+                subprocess.run(
+                    ["git", "-C", str(loadgen.REPO), "worktree", "add", "--detach", str(tree), args.against],
+                    check=True,
+                    capture_output=True,
+                )
+            modes = (
+                ("without", "with", "policy")
+                if args.map
+                else ("without", "with", "against", "regs")
+                if args.against
+                else ("without", "with")
+            )
             for round_ in range(1, args.rounds + 1):
                 # Every other round the phases with a webhook run in reverse order, so that neither
                 # side always follows the other (a registration switch, a cold server).
@@ -469,19 +582,31 @@ def main() -> int:
                         controlplane.kubectl(state, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true")
                         controlplane.kubectl(state, "create", "namespace", namespace)
                         controlplane.wait_for(
-                            lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0,
-                            what="the bench namespace's ServiceAccount", timeout=60,
+                            lambda: (
+                                controlplane.kubectl(
+                                    state, "get", "serviceaccount", "default", "-n", namespace, check=False
+                                ).returncode
+                                == 0
+                            ),
+                            what="the bench namespace's ServiceAccount",
+                            timeout=60,
                         )
                     for kind, body in bodies.items():
                         label = f"{mode} webhook #{round_}" if mode not in ("policy", "regs") else f"{mode} #{round_}"
                         results[kind][label] = phase(
-                            state, body, url=url, args=args, label=f"{label} ({kind} pod)",
+                            state,
+                            body,
+                            url=url,
+                            args=args,
+                            label=f"{label} ({kind} pod)",
                             webhook_name="webhook-ref" if mode == "against" else "webhook",
                         )
         finally:
             controlplane.down(directory)
             if args.against:
-                subprocess.run(["git", "-C", str(loadgen.REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
+                subprocess.run(
+                    ["git", "-C", str(loadgen.REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+                )
     headline: dict[str, float] = {}
     for kind, figures in results.items():
         print(f"\n{kind.upper()} pod\n")
@@ -493,10 +618,16 @@ def main() -> int:
         pathlib.Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2, default=str))
     print(json.dumps(headline))
     records.write(
-        bench="e2e_pod_creates", inputs=vars(args), figures=headline,
-        reference={"name": "the same apiserver without the webhook",
-                   "figures": {k.replace("_without_", "_with_"): v for k, v in headline.items() if "_without_" in k}},
-        headline=records.Headline(figure="cpu_with_per_s", label="CPU-pod creates at saturation, with the webhook", unit="creates/s", better="higher"),
+        bench="e2e_pod_creates",
+        inputs=vars(args),
+        figures=headline,
+        reference={
+            "name": "the same apiserver without the webhook",
+            "figures": {k.replace("_without_", "_with_"): v for k, v in headline.items() if "_without_" in k},
+        },
+        headline=records.Headline(
+            figure="cpu_with_per_s", label="CPU-pod creates at saturation, with the webhook", unit="creates/s", better="higher"
+        ),
         ratio=headline.get("cpu_ratio"),
     )
     return 0

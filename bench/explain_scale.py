@@ -30,15 +30,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 import yaml
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies.gpu import inventory
 from webhook import cli
 from webhook.explain import cli as explain_cli
 from webhook.explain import snapshot
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 NOW = 1_800_000_000.0
 CARD_MIB = 15360
@@ -50,13 +50,24 @@ def node(name: str, *, mode: str, placement: str = "binpack") -> dict[str, Any]:
     labels = {"ack.node.gpu.schedule": mode, "aliyun.accelerator/nvidia_name": "Tesla-T4", "kubernetes.io/hostname": name}
     if mode != "topology":
         labels["ack.node.gpu.placement"] = placement
-    capacity = {"aliyun.com/gpu": str(count)} if mode == "topology" else {"aliyun.com/gpu-mem": str(15 * count), "aliyun.com/gpu-count": str(count)}
+    capacity = (
+        {"aliyun.com/gpu": str(count)}
+        if mode == "topology"
+        else {"aliyun.com/gpu-mem": str(15 * count), "aliyun.com/gpu-count": str(count)}
+    )
     if mode == "core_mem":
         capacity["aliyun.com/gpu-core.percentage"] = str(100 * count)
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels, "annotations": {gpu.INVENTORY_ANNOTATION: inventory.encode_inventory(listed)}},
-        "spec": {}, "status": {"capacity": capacity, "allocatable": capacity},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": labels,
+            "annotations": {gpu.INVENTORY_ANNOTATION: inventory.encode_inventory(listed)},
+        },
+        "spec": {},
+        "status": {"capacity": capacity, "allocatable": capacity},
     }
 
 
@@ -69,7 +80,8 @@ def gpu_pod(name: str, *, mem: int = 0, core: int = 0, whole: int = 0, namespace
     if whole:
         limits["aliyun.com/gpu"] = str(whole)
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}"},
         "spec": {"containers": [{"name": "main", "image": "registry.example/app:1", "resources": {"limits": limits}}]},
         "status": {"phase": "Pending"},
@@ -79,8 +91,16 @@ def gpu_pod(name: str, *, mem: int = 0, core: int = 0, whole: int = 0, namespace
 def synthetic(nodes: int, *, seed: int = 7) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """`nodes` GPU nodes, about half full of bound pods."""
     rng = random.Random(seed)
-    kinds = [("cgpu", "binpack")] * 5 + [("cgpu", "spread")] * 2 + [("share", "binpack")] + [("core_mem", "binpack")] + [("topology", "")]
-    made = [node(f"gpu-{i:04d}", mode=kinds[i % len(kinds)][0], placement=kinds[i % len(kinds)][1] or "binpack") for i in range(nodes)]
+    kinds = (
+        [("cgpu", "binpack")] * 5
+        + [("cgpu", "spread")] * 2
+        + [("share", "binpack")]
+        + [("core_mem", "binpack")]
+        + [("topology", "")]
+    )
+    made = [
+        node(f"gpu-{i:04d}", mode=kinds[i % len(kinds)][0], placement=kinds[i % len(kinds)][1] or "binpack") for i in range(nodes)
+    ]
     pods: list[dict[str, Any]] = []
     for item in made:
         name = item["metadata"]["name"]
@@ -94,7 +114,9 @@ def synthetic(nodes: int, *, seed: int = 7) -> tuple[list[dict[str, Any]], list[
             used = 0
             while used < 8:
                 size = rng.randint(1, 6)
-                pods.append(_placed(f"{name}-c{index}-{used}", node_name=name, card=index, mem=size, core=20 if mode == "core_mem" else 0))
+                pods.append(
+                    _placed(f"{name}-c{index}-{used}", node_name=name, card=index, mem=size, core=20 if mode == "core_mem" else 0)
+                )
                 used += size
     return made, pods
 
@@ -102,8 +124,15 @@ def synthetic(nodes: int, *, seed: int = 7) -> tuple[list[dict[str, Any]], list[
 def _placed(name: str, *, node_name: str, card: int, mem: int = 0, core: int = 0, whole: bool = False) -> dict[str, Any]:
     obj = gpu_pod(name, mem=mem, core=core, whole=1 if whole else 0, namespace="bench")
     allocation = allocation_.Allocation(
-        uid=obj["metadata"]["uid"], namespace="bench", name=name, node=node_name, cards=(card,), memory_gib=mem,
-        core_percent=core, whole=whole, assumed_at=NOW - 600,
+        uid=obj["metadata"]["uid"],
+        namespace="bench",
+        name=name,
+        node=node_name,
+        cards=(card,),
+        memory_gib=mem,
+        core_percent=core,
+        whole=whole,
+        assumed_at=NOW - 600,
     )
     obj["metadata"]["annotations"] = allocation_.bind_annotations(allocation, card_memory_gib=15)
     obj["spec"]["nodeName"] = node_name
@@ -169,7 +198,9 @@ def main() -> int:
         manifests = pathlib.Path(directory) / "batch.yaml"
         manifests.write_text(yaml.safe_dump_all(batch(args.pods)))
         explain_cli_s = timed(quiet(["explain", "pod", "want-10", "-n", "team-a", "--snapshot", str(snap)]), repeat=args.repeat)
-        analysis_s = timed(lambda: explain_cli.explain_pod(pending, nodes=nodes, pods=[*placed, pending], now=NOW), repeat=args.repeat)
+        analysis_s = timed(
+            lambda: explain_cli.explain_pod(pending, nodes=nodes, pods=[*placed, pending], now=NOW), repeat=args.repeat
+        )
         simulate_s = timed(quiet(["simulate", "-f", str(manifests), "--snapshot", str(snap)]), repeat=args.repeat)
         result = explain_cli.simulate_batch(batch(args.pods), nodes=nodes, pods=placed, now=NOW)
     assert result is not None
@@ -179,11 +210,20 @@ def main() -> int:
     print(f"load average at the end: {os.getloadavg()[0]:.1f}; medians of {args.repeat}, wall s / CPU s")
     print(f"explain pod (CLI, snapshot file):        {explain_cli_s[0]:.2f} / {explain_cli_s[1]:.2f}")
     print(f"explain pod (analysis on read objects):  {analysis_s[0]:.2f} / {analysis_s[1]:.2f}")
-    print(f"simulate {args.pods} pods (CLI, snapshot file):  {simulate_s[0]:.2f} / {simulate_s[1]:.2f} ({landed} land, {args.pods - landed} do not fit)")
+    print(
+        f"simulate {args.pods} pods (CLI, snapshot file):  {simulate_s[0]:.2f} / {simulate_s[1]:.2f} ({landed} land, {args.pods - landed} do not fit)"
+    )
     records.write(
-        bench="explain_scale", inputs=vars(args),
-        figures={"explain_cli_wall_s": explain_cli_s[0], "explain_cli_cpu_s": explain_cli_s[1], "explain_analysis_cpu_s": analysis_s[1],
-                 "simulate_wall_s": simulate_s[0], "simulate_cpu_s": simulate_s[1], "landed": landed},
+        bench="explain_scale",
+        inputs=vars(args),
+        figures={
+            "explain_cli_wall_s": explain_cli_s[0],
+            "explain_cli_cpu_s": explain_cli_s[1],
+            "explain_analysis_cpu_s": analysis_s[1],
+            "simulate_wall_s": simulate_s[0],
+            "simulate_cpu_s": simulate_s[1],
+            "landed": landed,
+        },
         headline=records.Headline(figure="explain_cli_cpu_s", label="explain pod on a snapshot", unit="CPU s", better="lower"),
     )
     return 0

@@ -48,8 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
+from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = 1_800_000_000.0
@@ -71,7 +71,9 @@ def make_nodes(count: int) -> list[dict[str, Any]]:
     from policies import gpu
     from policies.gpu import inventory
 
-    listed = inventory.encode_inventory(inventory.Card(index=i, memory_mib=15360, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4))
+    listed = inventory.encode_inventory(
+        inventory.Card(index=i, memory_mib=15360, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4)
+    )
     return [
         {
             "apiVersion": "v1",
@@ -80,13 +82,29 @@ def make_nodes(count: int) -> list[dict[str, Any]]:
                 "name": f"bench-{i:04d}",
                 "uid": f"node-uid-{i}",
                 "resourceVersion": str(100 + i),
-                "labels": {"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", "kubernetes.io/hostname": f"bench-{i:04d}"},
+                "labels": {
+                    "ack.node.gpu.schedule": "cgpu",
+                    "ack.node.gpu.placement": "binpack",
+                    "kubernetes.io/hostname": f"bench-{i:04d}",
+                },
                 "annotations": {gpu.INVENTORY_ANNOTATION: listed, "node.alpha.kubernetes.io/ttl": "0"},
             },
             "spec": {},
             "status": {
-                "capacity": {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4", "cpu": "32", "memory": "256Gi", "pods": "110"},
-                "allocatable": {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4", "cpu": "32", "memory": "256Gi", "pods": "110"},
+                "capacity": {
+                    "aliyun.com/gpu-mem": "60",
+                    "aliyun.com/gpu-count": "4",
+                    "cpu": "32",
+                    "memory": "256Gi",
+                    "pods": "110",
+                },
+                "allocatable": {
+                    "aliyun.com/gpu-mem": "60",
+                    "aliyun.com/gpu-count": "4",
+                    "cpu": "32",
+                    "memory": "256Gi",
+                    "pods": "110",
+                },
                 "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 250}.{i % 250}"}],
             },
         }
@@ -114,7 +132,10 @@ def make_pod(index: int, *, memory: int, version: int) -> dict[str, Any]:
                     "apiVersion": "v1",
                     "time": "2026-11-26T17:00:00Z",
                     "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:bench": {}}}, "f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}}}}},
+                    "fieldsV1": {
+                        "f:metadata": {"f:labels": {".": {}, "f:bench": {}}},
+                        "f:spec": {"f:containers": {'k:{"name":"main"}': {".": {}}}},
+                    },
                 }
             ],
         },
@@ -263,7 +284,13 @@ class Driver:
         if chosen is None:
             return None
         held = allocation.Allocation(
-            uid=pod["metadata"]["uid"], namespace="default", name=pod["metadata"]["name"], node=best, cards=chosen, memory_gib=memory, assumed_at=NOW
+            uid=pod["metadata"]["uid"],
+            namespace="default",
+            name=pod["metadata"]["name"],
+            node=best,
+            cards=chosen,
+            memory_gib=memory,
+            assumed_at=NOW,
         )
         self.version += 1
         bound: dict[str, Any] = json.loads(json.dumps(pod))
@@ -359,7 +386,10 @@ def run_server(args: argparse.Namespace) -> None:
             if command == "cpu":
                 seen = {verb: list(values) for verb, values in observed.items()}
                 observed.clear()
-                print(json.dumps({"cpu": time.process_time() - steering[0] - (time.thread_time() - started), "observed": seen}), flush=True)
+                print(
+                    json.dumps({"cpu": time.process_time() - steering[0] - (time.thread_time() - started), "observed": seen}),
+                    flush=True,
+                )
                 steering[0] += time.thread_time() - started
         loop.call_soon_threadsafe(loop.stop)
 
@@ -374,14 +404,25 @@ class _Remote:
     def __init__(self, tree: Path, args: argparse.Namespace) -> None:
         import http.client
 
-        command = [sys.executable, str(Path(__file__).resolve()), "--serve", "--nodes", str(args.nodes), "--warmup", str(args.warmup),
-                   "--percentage", str(args.percentage)]
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve",
+            "--nodes",
+            str(args.nodes),
+            "--warmup",
+            str(args.warmup),
+            "--percentage",
+            str(args.percentage),
+        ]
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
         self.process = subprocess.Popen(command, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         port = json.loads(self._read())["port"]
         self.http = http.client.HTTPConnection("127.0.0.1", port)
         self.digest = hashlib.sha256()
-        self.walls: dict[str, list[float]] = {}  # per verb: seconds from sending the request to the answer read, as the client sees it
+        self.walls: dict[
+            str, list[float]
+        ] = {}  # per verb: seconds from sending the request to the answer read, as the client sees it
         self.observed: dict[str, list[float]] = {}  # per verb: what the server's middleware recorded
 
     def _read(self) -> str:
@@ -438,9 +479,13 @@ def run_http(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, list
             for _ in range(args.pods):
                 remote.step()
             spent = remote.cpu() - before
-            tails = {f"{verb}_{where}_p{q}_ms": _quantile(values, q)
-                     for where, found in (("wall", remote.walls), ("observed", remote.observed))
-                     for verb, values in found.items() if verb in ("filter", "prioritize") for q in (50, 99)}
+            tails = {
+                f"{verb}_{where}_p{q}_ms": _quantile(values, q)
+                for where, found in (("wall", remote.walls), ("observed", remote.observed))
+                for verb, values in found.items()
+                if verb in ("filter", "prioritize")
+                for q in (50, 99)
+            }
             results[label].append({"ms_per_pod": 1000 * spent / args.pods, "digest": remote.digest.hexdigest()} | tails)
             shown = ", ".join(f"{key} {value}" for key, value in tails.items() if key.startswith("filter"))
             print(f"{label} (http): {results[label][-1]['ms_per_pod']:.3f} ms/pod; {shown}", file=sys.stderr, flush=True)
@@ -462,8 +507,21 @@ def profile(args: argparse.Namespace) -> None:
 
 
 def _spawn(tree: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--nodes", str(args.nodes), "--pods", str(args.pods),
-               "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--percentage", str(args.percentage)]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--nodes",
+        str(args.nodes),
+        "--pods",
+        str(args.pods),
+        "--rounds",
+        str(args.rounds),
+        "--warmup",
+        str(args.warmup),
+        "--percentage",
+        str(args.percentage),
+    ]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     return subprocess.Popen(command, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -475,13 +533,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=200, help="pods scheduled before measuring")
     parser.add_argument(
-        "--percentage", type=int, default=0,
+        "--percentage",
+        type=int,
+        default=0,
         help="kube-scheduler's percentageOfNodesToScore: how many node names filter gets (default 0: its adaptive "
         "default; the shipped scheduler-config-second.yaml and extender_throughput.py use 100, every node)",
     )
     parser.add_argument("--against", type=Path, help="another source tree (a worktree of an older commit) run side by side")
     parser.add_argument("--profile", action="store_true", help="print cProfile's tables for this tree instead")
-    parser.add_argument("--http", action="store_true", help="serve the app on a local port in the child and send the verbs over HTTP")
+    parser.add_argument(
+        "--http", action="store_true", help="serve the app on a local port in the child and send the verbs over HTTP"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -499,22 +561,35 @@ def main() -> int:
     else:
         results = run_direct(args, trees)
     best = {label: min(r["ms_per_pod"] for r in rounds) for label, rounds in results.items()}
-    headline: dict[str, Any] = {"nodes": args.nodes, "feasible": feasible(args.nodes, args.percentage), "pods": args.pods * args.rounds, "http": args.http}
+    headline: dict[str, Any] = {
+        "nodes": args.nodes,
+        "feasible": feasible(args.nodes, args.percentage),
+        "pods": args.pods * args.rounds,
+        "http": args.http,
+    }
     headline |= {f"{label}_ms_per_pod": round(value, 3) for label, value in best.items()}
     for label, rounds in results.items():  # filter CPU per call (direct) or wall times (http), from the quietest round
         quietest = min(rounds, key=lambda r: r["ms_per_pod"])
-        headline |= {f"{label}_{key}": value for key, value in quietest.items() if key.startswith(("filter_", "prioritize_", "bind_hold_"))}
+        headline |= {
+            f"{label}_{key}": value for key, value in quietest.items() if key.startswith(("filter_", "prioritize_", "bind_hold_"))
+        }
     if "before" in best:
         headline["ratio"] = round(best["after"] / best["before"], 3)
-        headline["same_answers"] = all(a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"], strict=True))
+        headline["same_answers"] = all(
+            a["digest"] == b["digest"] for a, b in zip(results["after"], results["before"], strict=True)
+        )
     print(json.dumps(headline))
     if "before" not in best:
         print("# no record: a record needs the reference of the same run (--against DIR)", flush=True)
         return 0
     records.write(
-        bench="extender_cpu", inputs=vars(args), figures=headline,
+        bench="extender_cpu",
+        inputs=vars(args),
+        figures=headline,
         reference={"name": str(args.against), "figures": {"after_ms_per_pod": headline["before_ms_per_pod"]}},
-        headline=records.Headline(figure="after_ms_per_pod", label=f"extender CPU per pod in process, {args.nodes:,} nodes", unit="ms", better="lower"),
+        headline=records.Headline(
+            figure="after_ms_per_pod", label=f"extender CPU per pod in process, {args.nodes:,} nodes", unit="ms", better="lower"
+        ),
     )
     return 0
 

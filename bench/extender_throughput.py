@@ -56,18 +56,21 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import apiserver_probe  # noqa: E402 - the bench helpers, after the path fix above
-from policies import gpu
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
+
+from policies import gpu  # noqa: E402 - after the path fix above
 from policies.gpu import inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 CONFIG = ROOT / "deploy" / "scheduler-config-second.yaml"
 T4 = 15360
 
 
 def fake_nodes(count: int) -> list[nodes.FakeNode]:
-    listed = inventory.encode_inventory(inventory.Card(index=i, memory_mib=T4, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4))
+    listed = inventory.encode_inventory(
+        inventory.Card(index=i, memory_mib=T4, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4)
+    )
     return [
         nodes.FakeNode(
             name=f"bench-{i:04d}",
@@ -87,7 +90,9 @@ def pods(count: int, *, scheduler: str, prefix: str) -> list[dict[str, Any]]:
             "metadata": {"name": f"{prefix}-{i:05d}", "namespace": "default", "labels": {"bench": prefix}},
             "spec": {
                 "schedulerName": scheduler,
-                "containers": [{"name": "main", "image": "registry.example/infer:1", "resources": {"limits": {"aliyun.com/gpu-mem": "1"}}}],
+                "containers": [
+                    {"name": "main", "image": "registry.example/infer:1", "resources": {"limits": {"aliyun.com/gpu-mem": "1"}}}
+                ],
             },
         }
         for i in range(count)
@@ -153,11 +158,16 @@ def start_scheduler(state: controlplane.State, *, name: str, config: Path, port:
     pod is bound (`binding_latencies`)."""
     kubeconfig = str(state.kubeconfig)
     controlplane.start(
-        state, name,
+        state,
+        name,
         command=[
-            str(state.bin_dir / "kube-scheduler"), f"--config={config}",
-            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}", "-v=3",
+            str(state.bin_dir / "kube-scheduler"),
+            f"--config={config}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "-v=3",
         ],
     )
 
@@ -168,7 +178,7 @@ def start_scheduler(state: controlplane.State, *, name: str, config: Path, port:
 # (`extendersBinding`), else the DefaultBinder's Binding POST (`RunBindPlugins`). Its own Bind
 # histogram times only the latter, and ends at 204.8 ms.
 _KLOG = re.compile(
-    r'^[IWEF]\d{4} (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}\.\d+)\s+\d+ \S+\] '
+    r"^[IWEF]\d{4} (?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2}\.\d+)\s+\d+ \S+\] "
     r'"(?P<what>Attempting to schedule pod|Successfully bound pod to node)" pod="(?P<pod>[^"]+)"'
 )
 
@@ -201,7 +211,11 @@ def binding_latencies(log: Path) -> list[float]:
     for index, (_, pod) in enumerate(attempts):
         if pod in bound and starts[index] <= bound[pod]:
             cycle_of[pod] = index  # its last attempt before the bind
-    return [bound[pod] - starts[index + 1] for pod, index in cycle_of.items() if index + 1 < len(starts) and starts[index + 1] <= bound[pod]]
+    return [
+        bound[pod] - starts[index + 1]
+        for pod, index in cycle_of.items()
+        if index + 1 < len(starts) and starts[index + 1] <= bound[pod]
+    ]
 
 
 def exact_quantile(values: list[float], q: float) -> float | None:
@@ -218,8 +232,20 @@ def exact_quantile(values: list[float], q: float) -> float | None:
 def start_extender(state: controlplane.State, *, log_level: str, source: Path | None = None) -> int:
     """`gpu-admission extender` from this tree, or from `source` (an exported older commit)."""
     port = controlplane.free_port()
-    command = [sys.executable, "-m", "webhook.extender.cli", "extender", "--port", str(port), "--host", "127.0.0.1",
-               "--kubeconfig", str(state.kubeconfig), "--log-level", log_level]
+    command = [
+        sys.executable,
+        "-m",
+        "webhook.extender.cli",
+        "extender",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--kubeconfig",
+        str(state.kubeconfig),
+        "--log-level",
+        log_level,
+    ]
     controlplane.start(state, "extender", command=command, env={"PYTHONPATH": str(source)} if source is not None else None)
 
     def healthy() -> bool:
@@ -234,7 +260,9 @@ def extender_metrics(port: int) -> dict[str, float]:
     """The extender's latency histogram buckets ("verb le" -> cumulative count) and its bind conflicts."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120).read().decode()  # thousands of nodes: seconds
     found = {}
-    for match in re.finditer(r'gpu_admission_extender_request_duration_seconds_bucket\{le="(?P<le>[^"]+)",verb="(?P<verb>\w+)"\} (?P<n>\S+)', text):
+    for match in re.finditer(
+        r'gpu_admission_extender_request_duration_seconds_bucket\{le="(?P<le>[^"]+)",verb="(?P<verb>\w+)"\} (?P<n>\S+)', text
+    ):
         found[f"{match['verb']} {match['le']}"] = float(match["n"])
     conflicts = re.search(r"^gpu_admission_extender_bind_conflicts_total (\S+)$", text, re.MULTILINE)
     found["conflicts"] = float(conflicts.group(1)) if conflicts else 0.0
@@ -271,7 +299,9 @@ def quantiles(scraped: list[dict[str, float]]) -> dict[str, float]:
 
 
 # The extender's latency bounds before 15, 20, 30 and 40 ms were added (and +Inf).
-COARSE_BOUNDS = frozenset({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf")})
+COARSE_BOUNDS = frozenset(
+    {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf")}
+)
 
 
 SCHEDULER_BIND = "scheduler_framework_extension_point_duration_seconds_bucket"
@@ -371,7 +401,9 @@ class LedgerWatch:
     def _run(self) -> None:
         while not self.stopped.is_set():
             try:
-                for event, obj in self.api.watch(self.path, resource_version=self.version, stopped=self.stopped, label_selector=self.selector):
+                for event, obj in self.api.watch(
+                    self.path, resource_version=self.version, stopped=self.stopped, label_selector=self.selector
+                ):
                     self.version = str((obj.get("metadata") or {}).get("resourceVersion", self.version))
                     if event in ("ADDED", "MODIFIED"):
                         self.writes += 1
@@ -400,8 +432,17 @@ class Round:
 
 
 def one_round(
-    state: controlplane.State, api: kube.KubeApi, *, kind: str, index: int, count: int, source: Path | None | bool, log_level: str,
-    consulted: bool = True, profile_seconds: int = 0, profile_dir: Path | None = None,
+    state: controlplane.State,
+    api: kube.KubeApi,
+    *,
+    kind: str,
+    index: int,
+    count: int,
+    source: Path | None | bool,
+    log_level: str,
+    consulted: bool = True,
+    profile_seconds: int = 0,
+    profile_dir: Path | None = None,
 ) -> Round:
     """One backlog of `count` pods drained by a fresh kube-scheduler; `source` False: no extender,
     None: the extender of this tree, a path: the extender of that exported tree. The extender is
@@ -411,14 +452,24 @@ def one_round(
     kube-apiserver CPU profile of that many seconds, from the tenth bound pod on, into
     `profile_dir`."""
     name = f"bench-{kind}-{index}"
-    port = None if source is False else start_extender(state, log_level=log_level, source=source if isinstance(source, Path) else None)
+    port = (
+        None
+        if source is False
+        else start_extender(state, log_level=log_level, source=source if isinstance(source, Path) else None)
+    )
     try:
         config = scheduler_config(state, name=name, extender_port=port if consulted else None)
         batch = pods(count, scheduler=name, prefix=name)
         watch = BindWatch(api, label=name)
         ledger = LedgerWatch(api)
         for start in range(0, count, 250):
-            controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start:start + 250]}))
+            controlplane.kubectl(
+                state,
+                "create",
+                "-f",
+                "-",
+                stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": batch[start : start + 250]}),
+            )
         watched = ["kube-apiserver", "etcd", "extender"] if port is not None else ["kube-apiserver", "etcd"]
         metrics_before = apiserver_metrics(state)
         requests_before, durations_before = apiserver_requests(state, metrics_before), apiserver_durations(metrics_before)
@@ -427,10 +478,16 @@ def one_round(
         scheduler_port = controlplane.free_port()
         if profile_seconds and profile_dir is not None:
             profile = apiserver_probe.Profile(
-                state, profile_dir / f"apiserver-{kind}-{index}.pprof", seconds=profile_seconds, ready=lambda: len(watch.bound) >= max(1, count // 10),
+                state,
+                profile_dir / f"apiserver-{kind}-{index}.pprof",
+                seconds=profile_seconds,
+                ready=lambda: len(watch.bound) >= max(1, count // 10),
             )
             scheduler_profile = apiserver_probe.Profile(  # the same window, kube-scheduler's side
-                state, profile_dir / f"scheduler-{kind}-{index}.pprof", seconds=profile_seconds, ready=lambda: len(watch.bound) >= max(1, count // 10),
+                state,
+                profile_dir / f"scheduler-{kind}-{index}.pprof",
+                seconds=profile_seconds,
+                ready=lambda: len(watch.bound) >= max(1, count // 10),
                 server=f"https://127.0.0.1:{scheduler_port}",
             )
         began = time.monotonic()
@@ -464,7 +521,9 @@ def one_round(
         flush=True,
     )
     requests = {key: requests_after[key] - requests_before.get(key, 0.0) for key in requests_after}
-    bind_path = {"/".join(k for k in key if k): requests.get(key, 0.0) / count for key in (*BIND_WRITES, *BIND_READS) if requests.get(key)}
+    bind_path = {
+        "/".join(k for k in key if k): requests.get(key, 0.0) / count for key in (*BIND_WRITES, *BIND_READS) if requests.get(key)
+    }
     print(
         f"    apiserver requests per pod on the bind path: {json.dumps({k: round(v, 2) for k, v in bind_path.items()})}; "
         f"ledger Lease writes (watched) {ledger_writes / count:.2f}/pod",
@@ -479,29 +538,48 @@ def one_round(
     )
     durations = {key: value - durations_before.get(key, 0.0) for key, value in durations_after.items()}
     timed = quantiles([durations])
-    print(f"    apiserver's own latency, ms: {json.dumps({k: round(v, 1) for k, v in timed.items() if k.endswith(('p50', 'p99'))})}", flush=True)
+    print(
+        f"    apiserver's own latency, ms: {json.dumps({k: round(v, 1) for k, v in timed.items() if k.endswith(('p50', 'p99'))})}",
+        flush=True,
+    )
     profiled = None
     if profile is not None and profile.window is not None:
         inside = sum(1 for t in times if profile.window[0] <= t <= profile.window[1])
         cpu = apiserver_probe.profile_cpu_seconds(profile.path)
         if cpu is not None and inside:
             profiled = cpu * 1000 / inside
-        print(f"    apiserver profile {profile.path.name}: {cpu} CPU s over {inside} binds -> {profiled and round(profiled, 2)} ms/pod", flush=True)
+        print(
+            f"    apiserver profile {profile.path.name}: {cpu} CPU s over {inside} binds -> {profiled and round(profiled, 2)} ms/pod",
+            flush=True,
+        )
         if scheduler_profile is not None and scheduler_profile.window is not None:
             inside = sum(1 for t in times if scheduler_profile.window[0] <= t <= scheduler_profile.window[1])
             cpu = apiserver_probe.profile_cpu_seconds(scheduler_profile.path)
-            print(f"    kube-scheduler profile {scheduler_profile.path.name}: {cpu} CPU s over {inside} binds"
-                  f" -> {cpu and inside and round(cpu * 1000 / inside, 2)} ms/pod", flush=True)
+            print(
+                f"    kube-scheduler profile {scheduler_profile.path.name}: {cpu} CPU s over {inside} binds"
+                f" -> {cpu and inside and round(cpu * 1000 / inside, 2)} ms/pod",
+                flush=True,
+            )
     elif profile is not None:
         print(f"    apiserver profile not taken: {profile.error or 'the round ended first'}", flush=True)
     return Round(
-        rate=rate, seconds=seconds, cpu={k: after[k] - before.get(k, 0.0) for k in after}, requests=requests, extender=scraped,
-        scheduler=scheduler_scraped, bindings=bindings, durations=durations,
-        ledger_writes=ledger_writes, probe=probe, profile_ms_per_pod=profiled,
+        rate=rate,
+        seconds=seconds,
+        cpu={k: after[k] - before.get(k, 0.0) for k in after},
+        requests=requests,
+        extender=scraped,
+        scheduler=scheduler_scraped,
+        bindings=bindings,
+        durations=durations,
+        ledger_writes=ledger_writes,
+        probe=probe,
+        profile_ms_per_pod=profiled,
     )
 
 
-def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, idle: dict[str, float] | None = None) -> dict[str, float | None]:
+def headline(
+    rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, idle: dict[str, float] | None = None
+) -> dict[str, float | None]:
     """The figures of the `kind` extender rounds against the plain ones. `idle`: the apiserver's
     CPU cores with nothing scheduled, taken off each round's CPU for as long as the round lasted
     (a slower round pays more of that background per pod)."""
@@ -515,7 +593,9 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, 
     def extender_only(keys: tuple[tuple[str, str, str], ...]) -> float:
         found = 0.0
         for key in keys:
-            background = 0.0 if key == ("POST", "pods", "binding") else sum(r.requests.get(key, 0.0) for r in plain) / plain_seconds
+            background = (
+                0.0 if key == ("POST", "pods", "binding") else sum(r.requests.get(key, 0.0) for r in plain) / plain_seconds
+            )
             found += sum(max(0.0, r.requests.get(key, 0.0) - background * r.seconds) for r in ext)
         return found / total
 
@@ -537,7 +617,8 @@ def headline(rounds: dict[str, list[Round]], kind: str, *, pods_per_round: int, 
         "plain_bind_p50_ms": _ms(None if plain_p50 is None else plain_p50 * 1000),
         "plain_bind_p99_ms": _ms(None if plain_p99 is None else plain_p99 * 1000),
         "bind_p99_over_plain_ms": _ms((bind_p99 - plain_p99) * 1000) if bind_p99 is not None and plain_p99 is not None else None,
-        "binds_timed": len(ours_bound), "plain_binds_timed": len(plain_bound),
+        "binds_timed": len(ours_bound),
+        "plain_binds_timed": len(plain_bound),
         # The same writes as the apiserver times them (`TIMED`): how much of a bind is the apiserver's.
         "apiserver_binding_p99_ms": _ms(served.get("POST/pods/binding p99")),
         "plain_apiserver_binding_p99_ms": _ms(plain_served.get("POST/pods/binding p99")),
@@ -622,7 +703,9 @@ def _apiserver_cpu(plain: list[Round], ext: list[Round], *, pods_per_round: int,
     return found
 
 
-def print_profiles(rounds: dict[str, list[Round]], directory: Path, *, component: str, table: tuple[tuple[str, str], ...]) -> None:
+def print_profiles(
+    rounds: dict[str, list[Round]], directory: Path, *, component: str, table: tuple[tuple[str, str], ...]
+) -> None:
     """CPU ms per bound pod in each round's profile window, by where it went (cumulative: rows overlap).
     The binds inside a window are those the apiserver profile counted; both profiles share it."""
     columns = []
@@ -639,17 +722,27 @@ def print_profiles(rounds: dict[str, list[Round]], directory: Path, *, component
     print(f"\n| {component} CPU ms per bound pod (profile window, cumulative) | " + " | ".join(c[0] for c in columns) + " |")
     print("|---|" + "---:|" * len(columns))
     totals = [apiserver_probe.profile_cpu_seconds(path) or 0.0 for _, path, _ in columns]
-    print("| all | " + " | ".join(f"{total * 1000 / binds:.2f}" for total, (_, _, binds) in zip(totals, columns, strict=True)) + " |")
+    print(
+        "| all | "
+        + " | ".join(f"{total * 1000 / binds:.2f}" for total, (_, _, binds) in zip(totals, columns, strict=True))
+        + " |"
+    )
     spent = [apiserver_probe.buckets(path, table) for _, path, _ in columns]
     for label, _ in table:
-        print(f"| {label} | " + " | ".join(f"{one[label] * 1000 / binds:.2f}" for one, (_, _, binds) in zip(spent, columns, strict=True)) + " |")
+        print(
+            f"| {label} | "
+            + " | ".join(f"{one[label] * 1000 / binds:.2f}" for one, (_, _, binds) in zip(spent, columns, strict=True))
+            + " |"
+        )
 
 
 def export(ref: str) -> Path:
     """The Python packages of commit `ref`, exported to a temporary directory (nothing in this
     checkout changes); the extender runs from there with it first on PYTHONPATH."""
     directory = Path(tempfile.mkdtemp(prefix="extender-bench-src-"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "webhook", "policies", "certs"], capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "webhook", "policies", "certs"], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
     return directory
 
@@ -659,22 +752,43 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=1000, help="pods per round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per scheduler (alternating)")
-    parser.add_argument("--against", metavar="REF", default=None,
-                        help="also run the extender of this commit (rounds 'before'), interleaved with the others")
-    parser.add_argument("--extender-ref", metavar="REF", default=None,
-                        help="the rounds 'extender' (and 'watching') run the extender of this commit instead of the working "
-                             "tree (a figure of a commit, whatever is being edited meanwhile)")
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        default=None,
+        help="also run the extender of this commit (rounds 'before'), interleaved with the others",
+    )
+    parser.add_argument(
+        "--extender-ref",
+        metavar="REF",
+        default=None,
+        help="the rounds 'extender' (and 'watching') run the extender of this commit instead of the working "
+        "tree (a figure of a commit, whatever is being edited meanwhile)",
+    )
     parser.add_argument("--dir", type=Path, default=None, help="cluster directory (default: a temporary one)")
     parser.add_argument("--extender-log-level", default="info", choices=("debug", "info", "warning"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster directory (logs) in place")
-    parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
-                        help="take a kube-apiserver CPU profile of SECONDS in each round (from the tenth bound pod on); "
-                             "figures per pod inside its window, files under the cluster directory's profiles/")
-    parser.add_argument("--idle", type=float, default=10.0, metavar="SECONDS",
-                        help="measure the apiserver's idle CPU (KWOK heartbeats, controllers) for SECONDS before the rounds (0: not)")
-    parser.add_argument("--watching", action="store_true",
-                        help="also rounds 'watching': the plain scheduler while this tree's extender runs unconsulted "
-                             "(its watches and background work only)")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="take a kube-apiserver CPU profile of SECONDS in each round (from the tenth bound pod on); "
+        "figures per pod inside its window, files under the cluster directory's profiles/",
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="measure the apiserver's idle CPU (KWOK heartbeats, controllers) for SECONDS before the rounds (0: not)",
+    )
+    parser.add_argument(
+        "--watching",
+        action="store_true",
+        help="also rounds 'watching': the plain scheduler while this tree's extender runs unconsulted "
+        "(its watches and background work only)",
+    )
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="extender-bench-"))
     older = export(args.against) if args.against else None
@@ -688,37 +802,60 @@ def main() -> int:
     state = controlplane.up(directory, bin_dir=bin_dir, fake_nodes=every[:500], timeout=600)
     try:
         for start in range(500, len(every), 500):
-            items = [n.manifest() for n in every[start:start + 500]]
-            controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+            items = [n.manifest() for n in every[start : start + 500]]
+            controlplane.kubectl(
+                state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+            )
         if len(every) > 500:
             controlplane.wait_for(
-                lambda: ready_nodes(state) >= len(every), what=f"{len(every)} fake nodes Ready", timeout=900, state=state, component="kwok"
+                lambda: ready_nodes(state) >= len(every),
+                what=f"{len(every)} fake nodes Ready",
+                timeout=900,
+                state=state,
+                component="kwok",
             )
         print(f"  up in {time.monotonic() - started:.0f} s; nproc {os.cpu_count()}; load {os.getloadavg()[0]:.1f}", flush=True)
         controlplane.stop(state, ["kube-scheduler"])  # the stock one would race for nothing; ours start per round
         # The extender's ledger Leases live in its namespace (deploy/ makes it; here, we do).
         controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
-        idle = apiserver_probe.idle_cores(state, ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"], seconds=args.idle) if args.idle else {}
+        idle = (
+            apiserver_probe.idle_cores(state, ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"], seconds=args.idle)
+            if args.idle
+            else {}
+        )
         if idle:
             print(f"  idle CPU cores over {args.idle:.0f} s: {json.dumps(idle)}", flush=True)
         profile_dir = directory / "profiles"
         profile_dir.mkdir(exist_ok=True)
         kinds: dict[str, Path | None | bool] = {
-            "plain": False, **({"watching": current} if args.watching else {}), **({"before": older} if older else {}), "extender": current,
+            "plain": False,
+            **({"watching": current} if args.watching else {}),
+            **({"before": older} if older else {}),
+            "extender": current,
         }
         rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
         for index in range(args.rounds):
             for kind, source in kinds.items():
                 rounds[kind].append(
                     one_round(
-                        state, api, kind=kind, index=index, count=args.pods, source=source, log_level=args.extender_log_level,
-                        consulted=kind != "watching", profile_seconds=args.profile, profile_dir=profile_dir,
+                        state,
+                        api,
+                        kind=kind,
+                        index=index,
+                        count=args.pods,
+                        source=source,
+                        log_level=args.extender_log_level,
+                        consulted=kind != "watching",
+                        profile_seconds=args.profile,
+                        profile_dir=profile_dir,
                     )
                 )
         if args.idle:
             time.sleep(min(args.idle, 10.0))  # KWOK's catching up with the last round's pods
-            later = apiserver_probe.idle_cores(state, ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"], seconds=args.idle)
+            later = apiserver_probe.idle_cores(
+                state, ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"], seconds=args.idle
+            )
             print(f"  idle CPU cores after the rounds, over {args.idle:.0f} s: {json.dumps(later)}", flush=True)
             idle = {name: round((idle.get(name, 0.0) + value) / 2, 3) for name, value in later.items()}
         figures = {kind: headline(rounds, kind, pods_per_round=args.pods, idle=idle) for kind in kinds if kind != "plain"}
@@ -729,14 +866,27 @@ def main() -> int:
             print(f"| {kind} | {', '.join(f'{r.rate:.0f}' for r in values)} | {statistics.median(r.rate for r in values):.0f} |")
         for kind, found in figures.items():
             print(f"\n{kind}: {json.dumps(found)}")
-        line: dict[str, Any] = {"nodes": args.nodes, "pods": args.pods, "rounds": args.rounds, **({"ref": args.extender_ref} if current else {}),
-                                **figures["extender"]}
+        line: dict[str, Any] = {
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "rounds": args.rounds,
+            **({"ref": args.extender_ref} if current else {}),
+            **figures["extender"],
+        }
         if "before" in figures:
             line["before"] = {"ref": args.against, **figures["before"]}
         if "watching" in figures:
-            line["watching"] = {k: figures["watching"][k] for k in ("ratio", "extender_cpu_ms_per_pod", "apiserver_cpu_ms_per_pod",
-                                                                   "apiserver_cpu_ms_per_pod_above_idle", "apiserver_profile_ms_per_pod")
-                                if k in figures["watching"]}
+            line["watching"] = {
+                k: figures["watching"][k]
+                for k in (
+                    "ratio",
+                    "extender_cpu_ms_per_pod",
+                    "apiserver_cpu_ms_per_pod",
+                    "apiserver_cpu_ms_per_pod_above_idle",
+                    "apiserver_profile_ms_per_pod",
+                )
+                if k in figures["watching"]
+            }
         if args.profile:
             print(f"apiserver profiles: {profile_dir} (go tool pprof -top FILE)", flush=True)
             for component, table in (("apiserver", apiserver_probe.BUCKETS), ("scheduler", apiserver_probe.SCHEDULER_BUCKETS)):
@@ -744,11 +894,23 @@ def main() -> int:
         print(json.dumps(line), flush=True)  # the last line: the headline figures
         # 5,000 nodes and more is a record of its own: the table and the plots compare like with like.
         records.write(
-            bench="extender_throughput_5000" if args.nodes >= 5000 else "extender_throughput", inputs=vars(args), figures=line,
-            reference={"name": "plain kube-scheduler (no extender), same run",
-                       "figures": {"extender_pods_per_s": line["plain_pods_per_s"], "bind_p50_ms": line["plain_bind_p50_ms"],
-                                   "bind_p99_ms": line["plain_bind_p99_ms"]}},
-            headline=records.Headline(figure="extender_pods_per_s", label=f"pods scheduled per second with the extender, {args.nodes:,} nodes", unit="pods/s", better="higher"),
+            bench="extender_throughput_5000" if args.nodes >= 5000 else "extender_throughput",
+            inputs=vars(args),
+            figures=line,
+            reference={
+                "name": "plain kube-scheduler (no extender), same run",
+                "figures": {
+                    "extender_pods_per_s": line["plain_pods_per_s"],
+                    "bind_p50_ms": line["plain_bind_p50_ms"],
+                    "bind_p99_ms": line["plain_bind_p99_ms"],
+                },
+            },
+            headline=records.Headline(
+                figure="extender_pods_per_s",
+                label=f"pods scheduled per second with the extender, {args.nodes:,} nodes",
+                unit="pods/s",
+                better="higher",
+            ),
             ratio=line.get("ratio") if isinstance(line.get("ratio"), (int, float)) else None,
         )
     finally:

@@ -125,8 +125,7 @@ def check_extender(path: str, status: int, data: bytes, label: str) -> None:
 def fuzz_round(
     client: fuzz.Client, endpoints: list[str], strategy: Any, tally: Tally, *, deadline: float, examples: int, admission: bool
 ) -> None:
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=False, suppress_health_check=list(HealthCheck))
     @given(drawn=strategy, content_type=hostile.CONTENT_TYPES)
     def one(drawn: hostile.Body, content_type: str | None) -> None:
         if time.monotonic() > deadline:
@@ -174,8 +173,20 @@ def main() -> int:
         try:
             if "webhook" in targets:
                 servers["webhook"] = loadgen.Server(
-                    [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                     "--tls-cert-file", str(scratch / "tls.crt"), "--tls-private-key-file", str(scratch / "tls.key")],
+                    [
+                        sys.executable,
+                        "-m",
+                        "webhook.cli",
+                        "serve",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        "0",
+                        "--tls-cert-file",
+                        str(scratch / "tls.crt"),
+                        "--tls-private-key-file",
+                        str(scratch / "tls.key"),
+                    ],
                     log=scratch / "webhook.log",
                 )
             if "extender" in targets:
@@ -217,11 +228,15 @@ def main() -> int:
                 server.stop()
 
     total = sum(tally.requests.values())
-    print(f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
-          f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}.")
+    print(
+        f"Machine: {machine['cpu']} x{machine['nproc']}, Python {machine['python']}; {machine['date']}; "
+        f"load average {machine['loadavg']:.1f} → {os.getloadavg()[0]:.1f}."
+    )
     print(f"Command: `.venv/bin/python bench/fuzz_long.py --minutes {args.minutes:g} --targets {args.targets}`\n")
-    print(f"{total:,} requests in {elapsed / 60:.1f} min ({total / elapsed:.0f}/s), failures: {tally.failure_count}, "
-          f"slowest answer {tally.slowest * 1000:.0f} ms, servers alive at the end: {alive}\n")
+    print(
+        f"{total:,} requests in {elapsed / 60:.1f} min ({total / elapsed:.0f}/s), failures: {tally.failure_count}, "
+        f"slowest answer {tally.slowest * 1000:.0f} ms, servers alive at the end: {alive}\n"
+    )
     print("| endpoint | requests | " + " | ".join(f"HTTP {s}" for s in sorted({k[2] for k in tally.statuses})) + " |")
     codes = sorted({k[2] for k in tally.statuses})
     print("|---|---:|" + "---:|" * len(codes))
@@ -239,18 +254,26 @@ def main() -> int:
         if values:
             per_minute = values[::12]  # a sample every 5 s
             half = values[len(values) // 2]
-            print(f"| {name} | {values[0] / 2**20:.1f} | {max(values) / 2**20:.1f} | {values[-1] / 2**20:.1f} | "
-                  f"{' '.join(f'{v / 2**20:.0f}' for v in per_minute)} | {(values[-1] - half) / 2**20:+.1f} MiB |")
+            print(
+                f"| {name} | {values[0] / 2**20:.1f} | {max(values) / 2**20:.1f} | {values[-1] / 2**20:.1f} | "
+                f"{' '.join(f'{v / 2**20:.0f}' for v in per_minute)} | {(values[-1] - half) / 2**20:+.1f} MiB |"
+            )
     if tally.known:
-        print(f"\nRegression of the fixed extender defect (200 'internal error' instead of 400 for an unknown charset "
-              f"or a body nested past the decoder's limit), counted apart: {dict(tally.known)}")
+        print(
+            f"\nRegression of the fixed extender defect (200 'internal error' instead of 400 for an unknown charset "
+            f"or a body nested past the decoder's limit), counted apart: {dict(tally.known)}"
+        )
     if tally.failures:
         print("\nFirst failures:")
         for line in tally.failures:
             print(f"- {line}")
     records.write(
-        bench="fuzz_long", inputs=vars(args), figures={"failures": tally.failure_count, "known_regressions": dict(tally.known)},
-        headline=records.Headline(figure="failures", label="answers that were neither a verdict nor a 400", unit="count", better="lower"),
+        bench="fuzz_long",
+        inputs=vars(args),
+        figures={"failures": tally.failure_count, "known_regressions": dict(tally.known)},
+        headline=records.Headline(
+            figure="failures", label="answers that were neither a verdict nor a 400", unit="count", better="lower"
+        ),
     )
     return 0 if tally.failure_count == 0 and not tally.known else 1
 

@@ -43,10 +43,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
+
 from policies.gpu import usage  # noqa: E402 - after the path set-up above
 from tests import cgroup_processes  # noqa: E402
 from webhook.labeler import attribution, cgroups, inventory, ownership, runner  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 NODE = "bench-gpu-0"
 CARDS = 8
@@ -56,7 +57,10 @@ class MemoryNodes:
     """An in-memory Node with merge patches (what the runner writes), counting writes."""
 
     def __init__(self) -> None:
-        self.obj: dict[str, Any] = {"metadata": {"name": NODE, "resourceVersion": "1", "labels": {"ack.node.gpu.schedule": "share"}, "annotations": {}}, "status": {"capacity": {}, "allocatable": {}}}
+        self.obj: dict[str, Any] = {
+            "metadata": {"name": NODE, "resourceVersion": "1", "labels": {"ack.node.gpu.schedule": "share"}, "annotations": {}},
+            "status": {"capacity": {}, "allocatable": {}},
+        }
         self.writes = 0
 
     def get(self, name: str) -> ownership.Node:
@@ -97,7 +101,8 @@ def processes(count: int, pod_uids: list[str]) -> Iterator[tuple[list[int], Path
     tag = uuid.uuid4().hex[:8]
     paths = [
         cgroup_processes.systemd_pod_path(pod_uids[i % len(pod_uids)], uuid.uuid4().hex * 2, tag=tag)
-        if i % 10 else cgroup_processes.docker_run_path(uuid.uuid4().hex * 2, tag=tag)
+        if i % 10
+        else cgroup_processes.docker_run_path(uuid.uuid4().hex * 2, tag=tag)
         for i in range(count)
     ]
     if found:
@@ -132,8 +137,16 @@ def interval(args: argparse.Namespace) -> int:
                 if index == pass_number % CARDS and pass_number % 10 == 0:
                     mine = mine[1:]  # a pod's process ends on one card every tenth pass
                 listed = [{"pid": pid, "usedMiB": memory[pid]} for pid in mine]
-                cards.append({"index": index, "uuid": f"GPU-{index}", "name": "NVIDIA H100 80GB HBM3", "memoryMiB": 81559,
-                              "usedMiB": sum(p["usedMiB"] for p in listed), "processes": listed})
+                cards.append(
+                    {
+                        "index": index,
+                        "uuid": f"GPU-{index}",
+                        "name": "NVIDIA H100 80GB HBM3",
+                        "memoryMiB": 81559,
+                        "usedMiB": sum(p["usedMiB"] for p in listed),
+                        "processes": listed,
+                    }
+                )
             scratch_file = path.with_suffix(".tmp")
             scratch_file.write_text(json.dumps({"gpus": cards}))
             scratch_file.replace(path)
@@ -141,7 +154,9 @@ def interval(args: argparse.Namespace) -> int:
         write(1)
         nodes = MemoryNodes()
         loop = runner.Runner(
-            source=lambda: inventory.load(path), nodes=nodes, pods=ListedPods(pods),
+            source=lambda: inventory.load(path),
+            nodes=nodes,
+            pods=ListedPods(pods),
             options=runner.Options(node_name=NODE, usage_interval_s=0.0, proc_root=proc_root),
         )
         loop.step()  # the first pass writes everything: not what a steady interval costs
@@ -157,8 +172,10 @@ def interval(args: argparse.Namespace) -> int:
             inv = inventory.load(path)
             started = time.process_time()
             summary = attribution.summarise(
-                inv, pods=[attribution.PodRef.from_object(p) for p in pods],
-                identify=lambda pid: cgroups.read(pid, proc_root=proc_root), now=time.time(),
+                inv,
+                pods=[attribution.PodRef.from_object(p) for p in pods],
+                identify=lambda pid: cgroups.read(pid, proc_root=proc_root),
+                now=time.time(),
             )
             usage.significant(usage.parse(nodes.obj["metadata"]["annotations"].get(usage.USAGE_ANNOTATION)), summary)
             usage.render(summary)
@@ -173,16 +190,29 @@ def interval(args: argparse.Namespace) -> int:
         annotation = nodes.obj["metadata"]["annotations"][usage.USAGE_ANNOTATION]
     cpu_ms = sorted(c * 1000 for c in cpu)
     print(f"labeler pass on a node with {CARDS} cards, {args.processes} GPU processes, {len(pods)} pods listed ({how})")
-    print(f"  passes: {args.passes}; usage annotation writes: {loop.usage_writes - writes_before}; annotation size {len(annotation)} bytes")
-    print(f"  CPU per pass: median {statistics.median(cpu_ms):.2f} ms, p95 {cpu_ms[int(len(cpu_ms) * 0.95) - 1]:.2f} ms, max {cpu_ms[-1]:.2f} ms")
-    print(f"  of which reading real use (cgroups of {args.processes} processes, attribution, significance, codec): median {statistics.median(usage_cpu) * 1000:.2f} ms")
+    print(
+        f"  passes: {args.passes}; usage annotation writes: {loop.usage_writes - writes_before}; annotation size {len(annotation)} bytes"
+    )
+    print(
+        f"  CPU per pass: median {statistics.median(cpu_ms):.2f} ms, p95 {cpu_ms[int(len(cpu_ms) * 0.95) - 1]:.2f} ms, max {cpu_ms[-1]:.2f} ms"
+    )
+    print(
+        f"  of which reading real use (cgroups of {args.processes} processes, attribution, significance, codec): median {statistics.median(usage_cpu) * 1000:.2f} ms"
+    )
     print(f"  at --interval 60s: {statistics.mean(cpu) / 60 * 100:.4f} % of one core")
-    print(f"  Python heap peak per pass (tracemalloc): median {statistics.median(peaks) / 1024:.0f} KiB, max {max(peaks) / 1024:.0f} KiB")
+    print(
+        f"  Python heap peak per pass (tracemalloc): median {statistics.median(peaks) / 1024:.0f} KiB, max {max(peaks) / 1024:.0f} KiB"
+    )
     print(f"  process max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f} MiB")
     records.write(
-        bench="labeler_usage", inputs=vars(args),
-        figures={"cpu_ms_per_pass_median": round(statistics.median(cpu_ms), 2), "real_use_ms_median": round(statistics.median(usage_cpu) * 1000, 2),
-                 "annotation_bytes": len(annotation), "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
+        bench="labeler_usage",
+        inputs=vars(args),
+        figures={
+            "cpu_ms_per_pass_median": round(statistics.median(cpu_ms), 2),
+            "real_use_ms_median": round(statistics.median(usage_cpu) * 1000, 2),
+            "annotation_bytes": len(annotation),
+            "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        },
         headline=records.Headline(figure="cpu_ms_per_pass_median", label="labeler CPU per pass", unit="ms", better="lower"),
     )
     return 0
@@ -230,7 +260,14 @@ def simulate(args: argparse.Namespace) -> Churn:
         for node in range(args.nodes):
             for card in range(CARDS):
                 if rng.random() < arrival:
-                    pods[node].append(SimPod(str(uuid.UUID(int=rng.getrandbits(128))), card, rng.randint(2, 20) * 1024, now + rng.expovariate(1 / args.pod_life)))
+                    pods[node].append(
+                        SimPod(
+                            str(uuid.UUID(int=rng.getrandbits(128))),
+                            card,
+                            rng.randint(2, 20) * 1024,
+                            now + rng.expovariate(1 / args.pod_life),
+                        )
+                    )
             pods[node] = [p for p in pods[node] if p.ends > now]
             for p in pods[node]:
                 p.mib = max(256, int(p.mib + rng.gauss(0, args.drift * total * step / 60)))
@@ -240,9 +277,13 @@ def simulate(args: argparse.Namespace) -> Churn:
                 oob[node] = (rng.randint(1000, 99999), rng.randint(1, 10) * 1024, now + 600)
             cards = tuple(
                 usage.CardUse(
-                    index=card, total_mib=total,
-                    used_mib=sum(p.mib for p in pods[node] if p.card == card) + (oob[node][1] if node in oob and card == 0 else 0),
-                    pods=tuple(usage.PodUse(uid=p.uid, namespace="ns", name="p", used_mib=p.mib) for p in pods[node] if p.card == card),
+                    index=card,
+                    total_mib=total,
+                    used_mib=sum(p.mib for p in pods[node] if p.card == card)
+                    + (oob[node][1] if node in oob and card == 0 else 0),
+                    pods=tuple(
+                        usage.PodUse(uid=p.uid, namespace="ns", name="p", used_mib=p.mib) for p in pods[node] if p.card == card
+                    ),
                     out_of_band=(usage.OutOfBand(pid=oob[node][0], used_mib=oob[node][1]),) if node in oob and card == 0 else (),
                 )
                 for card in range(CARDS)
@@ -267,19 +308,35 @@ def churn(args: argparse.Namespace) -> int:
     found = simulate(args)
     limited, every_change, per_minute = found.limited, found.every_change, found.per_minute
     minutes = args.minutes
-    print(f"simulated {args.nodes} nodes x {CARDS} cards for {minutes} min (after {args.warmup} min warm-up), labeler every {step:g}s, "
-          f"--usage-interval {args.usage_interval:g}s; pods every {args.pod_every:g}s per card, living {args.pod_life:g}s on average, "
-          f"drift {args.drift * 100:g}%/min, out-of-band {args.oob_rate:g}/node/hour")
-    print(f"  usage annotation writes: {limited / minutes:.0f} per minute for the fleet ({limited / minutes / args.nodes:.3f} per node per minute)")
-    print(f"  writing on every change instead: {every_change / minutes:.0f} per minute; on every pass: {args.nodes * 60 / step:.0f} per minute")
-    buckets = [sum(per_minute[i:i + int(60 / step)]) for i in range(0, len(per_minute), max(1, int(60 / step)))]
+    print(
+        f"simulated {args.nodes} nodes x {CARDS} cards for {minutes} min (after {args.warmup} min warm-up), labeler every {step:g}s, "
+        f"--usage-interval {args.usage_interval:g}s; pods every {args.pod_every:g}s per card, living {args.pod_life:g}s on average, "
+        f"drift {args.drift * 100:g}%/min, out-of-band {args.oob_rate:g}/node/hour"
+    )
+    print(
+        f"  usage annotation writes: {limited / minutes:.0f} per minute for the fleet ({limited / minutes / args.nodes:.3f} per node per minute)"
+    )
+    print(
+        f"  writing on every change instead: {every_change / minutes:.0f} per minute; on every pass: {args.nodes * 60 / step:.0f} per minute"
+    )
+    buckets = [sum(per_minute[i : i + int(60 / step)]) for i in range(0, len(per_minute), max(1, int(60 / step)))]
     print(f"  busiest minute: {max(buckets)} writes; quietest: {min(buckets)}")
     records.write(
-        bench="labeler_usage_churn", inputs=vars(args),
-        figures={"writes_per_min": round(limited / minutes, 1), "every_change_per_min": round(every_change / minutes, 1),
-                 "busiest_minute": max(buckets), "quietest_minute": min(buckets)},
+        bench="labeler_usage_churn",
+        inputs=vars(args),
+        figures={
+            "writes_per_min": round(limited / minutes, 1),
+            "every_change_per_min": round(every_change / minutes, 1),
+            "busiest_minute": max(buckets),
+            "quietest_minute": min(buckets),
+        },
         reference={"name": "writing on every change", "figures": {"writes_per_min": round(every_change / minutes, 1)}},
-        headline=records.Headline(figure="writes_per_min", label="usage annotation writes a minute for the fleet (simulated)", unit="writes/min", better="lower"),
+        headline=records.Headline(
+            figure="writes_per_min",
+            label="usage annotation writes a minute for the fleet (simulated)",
+            unit="writes/min",
+            better="lower",
+        ),
     )
     return 0
 

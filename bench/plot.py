@@ -25,7 +25,6 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, never a display
 import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
-
 import records  # noqa: E402 - bench/ is on sys.path when run as bench/plot.py
 
 OUT = records.REPO / "docs" / "img" / "bench"
@@ -54,8 +53,12 @@ def transcribed(all_records: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]
 
 
 def draw(
-    bench: str, points: Sequence[tuple[str, str, float]], headline: Mapping[str, Any], path: pathlib.Path,
-    *, history: set[tuple[str, str]] | None = None,
+    bench: str,
+    points: Sequence[tuple[str, str, float]],
+    headline: Mapping[str, Any],
+    path: pathlib.Path,
+    *,
+    history: set[tuple[str, str]] | None = None,
 ) -> None:
     """One PNG: the ratio per record, the line at 1, which way is better; the points in `history`
     (transcribed from prose) hollow and grey, the measured ones filled."""
@@ -66,10 +69,19 @@ def draw(
     old = [(x, y) for x, y, p in zip(xs, ys, points, strict=True) if (p[0], p[1]) in (history or set())]
     new = [(x, y) for x, y, p in zip(xs, ys, points, strict=True) if (p[0], p[1]) not in (history or set())]
     if old:
-        axes.plot([x for x, _ in old], [y for _, y in old], linestyle="none", marker="o", markerfacecolor="white",
-                  color="#9e9e9e", label="transcribed from prose")
+        axes.plot(
+            [x for x, _ in old],
+            [y for _, y in old],
+            linestyle="none",
+            marker="o",
+            markerfacecolor="white",
+            color="#9e9e9e",
+            label="transcribed from prose",
+        )
     if new:
-        axes.plot([x for x, _ in new], [y for _, y in new], linestyle="none", marker="o", color="#3f51b5", label="measured by a run")
+        axes.plot(
+            [x for x, _ in new], [y for _, y in new], linestyle="none", marker="o", color="#3f51b5", label="measured by a run"
+        )
     axes.legend(fontsize=7, loc="lower right")
     axes.axhline(1.0, color="#9e9e9e", linestyle="--", linewidth=1)
     for x, (_date, _commit, ratio) in zip(xs, points, strict=True):
@@ -83,7 +95,9 @@ def draw(
     axes.set_title(f"{bench}: {headline.get('label', '')} ({better})", fontsize=9)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", metadata={"Title": bench, "Description": f"{DIGEST_KEY}={digest(points)}", "Software": None})
+    figure.savefig(
+        path, format="png", metadata={"Title": bench, "Description": f"{DIGEST_KEY}={digest(points)}", "Software": None}
+    )
     plt.close(figure)
 
 

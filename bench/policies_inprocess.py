@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
 import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -55,7 +56,9 @@ def _container(limits: dict[str, str] | None = None) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
-        "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
+        "volumeMounts": [
+            {"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}
+        ],
     }
     if limits:
         found["resources"] = {"limits": limits, "requests": dict(limits)}
@@ -63,10 +66,18 @@ def _container(limits: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 def _pods() -> dict[str, dict[str, Any]]:
-    small = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-             "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]}}
-    cpu = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    small = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]},
+    }
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
     deployment = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -78,8 +89,18 @@ def _pods() -> dict[str, dict[str, Any]]:
             "schedulerName": "default-scheduler",
             "serviceAccountName": "default",
             "terminationGracePeriodSeconds": 30,
-            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
-            "volumes": [{"name": "kube-api-access-x1", "projected": {"defaultMode": 420, "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ],
+            "volumes": [
+                {
+                    "name": "kube-api-access-x1",
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}],
+                    },
+                }
+            ],
         },
     }
     return {"small-gpu": small, "cpu": cpu, "deployment-gpu": deployment}
@@ -115,7 +136,8 @@ def _inventory_objects(copies: int) -> list[dict[str, Any]]:
 
 def worker(args: argparse.Namespace) -> dict[str, float]:
     sys.path.insert(0, os.getcwd())
-    from policies import engine, gpu, model, podspec, settings as settings_
+    from policies import engine, gpu, model, podspec
+    from policies import settings as settings_
     from policies.gpu import allocation, cardrequest
     from webhook.audit import scan
 
@@ -196,10 +218,27 @@ def main() -> int:
             for round_ in range(args.rounds):
                 order = ("before", "after") if round_ % 2 == 0 else ("after", "before")
                 for name in order:
-                    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", "--against", args.against,
-                               "--repeat", str(args.repeat), "--evaluations", str(args.evaluations), "--copies", str(args.copies)]
-                    done = subprocess.run(command, cwd=trees[name], check=True, capture_output=True, text=True,
-                                          env={**os.environ, "PYTHONPATH": str(trees[name])})
+                    command = [
+                        sys.executable,
+                        str(pathlib.Path(__file__).resolve()),
+                        "--worker",
+                        "--against",
+                        args.against,
+                        "--repeat",
+                        str(args.repeat),
+                        "--evaluations",
+                        str(args.evaluations),
+                        "--copies",
+                        str(args.copies),
+                    ]
+                    done = subprocess.run(
+                        command,
+                        cwd=trees[name],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                        env={**os.environ, "PYTHONPATH": str(trees[name])},
+                    )
                     runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
         finally:
             for path in trees.values():
@@ -207,7 +246,9 @@ def main() -> int:
                     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
     load_after = os.getloadavg()
     median = {name: {key: statistics.median(r[key] for r in rs if key in r) for key in rs[0]} for name, rs in runs.items()}
-    print(f"before {args.against}, after {args.tree or 'working tree'}; {args.rounds} rounds, min of {args.repeat} each, median over rounds")
+    print(
+        f"before {args.against}, after {args.tree or 'working tree'}; {args.rounds} rounds, min of {args.repeat} each, median over rounds"
+    )
     print(f"load average {load_before[0]:.1f} -> {load_after[0]:.1f}\n")
     print("| figure | before | after | after / before |")
     print("|---|---:|---:|---:|")
@@ -223,10 +264,13 @@ def main() -> int:
     print(json.dumps(headline))
     first = next(iter(median["after"]))  # the first pod with the default settings
     records.write(
-        bench="policies_inprocess", inputs=vars(args),
+        bench="policies_inprocess",
+        inputs=vars(args),
         figures={"engine_us": median["after"][first], "engine_figure": first, **median["after"]},
         reference={"name": str(args.against), "figures": {"engine_us": median["before"][first], **median["before"]}},
-        headline=records.Headline(figure="engine_us", label=f"engine CPU in process ({first.removesuffix(' us')})", unit="µs", better="lower"),
+        headline=records.Headline(
+            figure="engine_us", label=f"engine CPU in process ({first.removesuffix(' us')})", unit="µs", better="lower"
+        ),
     )
     return 0
 

@@ -35,11 +35,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import extender_throughput as throughput  # noqa: E402 - the bench helpers, after the path fix above
-from policies import gpu
+import records  # noqa: E402 - bench/ is on sys.path; one record per run
+
+from policies import gpu  # noqa: E402 - after the path fix above
 from policies.gpu import inventory, reservations  # noqa: E402 - after the path fix above
 from webhook.cluster import binaries, controlplane, install, nodes  # noqa: E402
 from webhook.extender import kube  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path; one record per run
 
 CARD_MIB = 16384
 HIGH = "bench-preemptor"
@@ -47,7 +48,9 @@ SCHEDULER = "bench-preemption"
 
 
 def fake_nodes(count: int) -> list[nodes.FakeNode]:
-    listed = inventory.encode_inventory(inventory.Card(index=i, memory_mib=CARD_MIB, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(2))
+    listed = inventory.encode_inventory(
+        inventory.Card(index=i, memory_mib=CARD_MIB, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(2)
+    )
     return [
         nodes.FakeNode(
             name=f"bench-{i:04d}",
@@ -62,11 +65,18 @@ def fake_nodes(count: int) -> list[nodes.FakeNode]:
 def pod(name: str, *, gib: int, label: str, high: bool = False) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "schedulerName": SCHEDULER,
-        "containers": [{"name": "main", "image": "registry.example/infer:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(gib)}}}],
+        "containers": [
+            {"name": "main", "image": "registry.example/infer:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(gib)}}}
+        ],
     }
     if high:
         spec["priorityClassName"] = HIGH
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"bench": label}}, "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"bench": label}},
+        "spec": spec,
+    }
 
 
 def scheduler_config(state: controlplane.State, *, port: int, verb: bool) -> Path:
@@ -111,15 +121,27 @@ def fill(state: controlplane.State, api: kube.KubeApi, *, count: int, batch: int
     began = time.monotonic()
     pods = [pod(f"low-{i:05d}", gib=8, label="low") for i in range(count)]
     for start in range(0, len(pods), batch):
-        controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods[start:start + batch]}))
-    controlplane.wait_for(lambda: len(placed(api, "low")) == count, what="the cluster full", timeout=1800, state=state, component="extender")
+        controlplane.kubectl(
+            state,
+            "create",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods[start : start + batch]}),
+        )
+    controlplane.wait_for(
+        lambda: len(placed(api, "low")) == count, what="the cluster full", timeout=1800, state=state, component="extender"
+    )
     return time.monotonic() - began
 
 
-def phase(state: controlplane.State, api: kube.KubeApi, args: argparse.Namespace, *, verb: bool, extender_port: int) -> dict[str, Any]:
+def phase(
+    state: controlplane.State, api: kube.KubeApi, args: argparse.Namespace, *, verb: bool, extender_port: int
+) -> dict[str, Any]:
     """Fill the cluster with kube-scheduler configured with (or without) the verb, then the preemptors."""
     controlplane.stop(state, [SCHEDULER])
-    throughput.start_scheduler(state, name=SCHEDULER, config=scheduler_config(state, port=extender_port, verb=verb), port=controlplane.free_port())
+    throughput.start_scheduler(
+        state, name=SCHEDULER, config=scheduler_config(state, port=extender_port, verb=verb), port=controlplane.free_port()
+    )
     label = "with the verb" if verb else "without it"
     fill_s = fill(state, api, count=4 * args.nodes, batch=args.batch)
     print(f"{label}: {4 * args.nodes} pods placed on {args.nodes} nodes in {fill_s:.1f} s", flush=True)
@@ -144,8 +166,11 @@ def phase(state: controlplane.State, api: kube.KubeApi, args: argparse.Namespace
         gone = {n: where for n, where in before.items() if n not in after}
         if mine is None or mine[2] != "Running":
             # Recorded, not fatal: without the verb this is what the default preemption does.
-            print(f"  {name}: not Running after {args.timeout:.0f} s; {len(gone)} pods evicted meanwhile on "
-                  f"{len({n for n, _, _ in gone.values()})} nodes", flush=True)
+            print(
+                f"  {name}: not Running after {args.timeout:.0f} s; {len(gone)} pods evicted meanwhile on "
+                f"{len({n for n, _, _ in gone.values()})} nodes",
+                flush=True,
+            )
             figures |= {"stuck": name, "stuck_after_s": args.timeout, "evicted_for_it": len(gone), "runs_before": len(seconds)}
             break
         seconds.append(took)
@@ -173,7 +198,12 @@ def side(args: argparse.Namespace, *, verb: bool, directory: Path) -> dict[str, 
     try:
         controlplane.stop(state, ["kube-scheduler"])
         controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
-        priority_class = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": HIGH}, "value": 1000}
+        priority_class = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": HIGH},
+            "value": 1000,
+        }
         controlplane.kubectl(state, "create", "-f", "-", stdin=json.dumps(priority_class))
         port = throughput.start_extender(state, log_level="info")
         api = kube.KubeApi(kube.load_client(str(state.kubeconfig)))
@@ -208,22 +238,40 @@ def main() -> int:
         reference: dict[str, Any] = {"name": name, "figures": without}
     else:
         # A preemptor that never ran within --timeout: its time is at least that, censored, not a time.
-        reference = records.censored(name, figure="to_running_p50_s", at_least=float(without.get("stuck_after_s") or args.timeout), figures=without)
+        reference = records.censored(
+            name, figure="to_running_p50_s", at_least=float(without.get("stuck_after_s") or args.timeout), figures=without
+        )
     records.write(
-        bench="preemption", inputs=vars(args), figures=ours, reference=reference,
-        headline=records.Headline(figure="to_running_p50_s", label=f"preemptor creation to Running, p50, {args.nodes:,} full nodes", unit="s", better="lower"),
+        bench="preemption",
+        inputs=vars(args),
+        figures=ours,
+        reference=reference,
+        headline=records.Headline(
+            figure="to_running_p50_s",
+            label=f"preemptor creation to Running, p50, {args.nodes:,} full nodes",
+            unit="s",
+            better="lower",
+        ),
     )
     if len(results) == 2:
         with_, without = results
         # Without the verb the first preemptor may never run: its time is then at least the timeout.
         slow = without.get("to_running_p50_s", without.get("stuck_after_s"))
         first_victims = without.get("evicted_for_it", without.get("victims_mean"))
-        print(json.dumps({
-            "nodes": args.nodes,
-            "to_running_p50_with_over_without": round(with_["to_running_p50_s"] / slow, 3) if slow and "to_running_p50_s" in with_ else None,
-            "without_ran": without.get("ran", 0),
-            "victims_with_over_without": round(with_["victims_mean"] / first_victims, 3) if first_victims and "victims_mean" in with_ else None,
-        }))
+        print(
+            json.dumps(
+                {
+                    "nodes": args.nodes,
+                    "to_running_p50_with_over_without": round(with_["to_running_p50_s"] / slow, 3)
+                    if slow and "to_running_p50_s" in with_
+                    else None,
+                    "without_ran": without.get("ran", 0),
+                    "victims_with_over_without": round(with_["victims_mean"] / first_victims, 3)
+                    if first_victims and "victims_mean" in with_
+                    else None,
+                }
+            )
+        )
     return 0
 
 

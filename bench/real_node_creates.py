@@ -29,21 +29,29 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import e2e_pod_creates  # noqa: E402 - bench/ is not a package; its helpers sit beside the scripts
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 from webhook.cluster import binaries, controlplane, incluster, install, nodes  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 
 def cold_start(state: controlplane.State) -> float:
     """Seconds from deleting one webhook pod to its replacement being Ready."""
-    listed = json.loads(controlplane.kubectl(state, "get", "pods", "-n", incluster.NAMESPACE, "-l", "app.kubernetes.io/component=webhook", "-o", "json").stdout)
+    listed = json.loads(
+        controlplane.kubectl(
+            state, "get", "pods", "-n", incluster.NAMESPACE, "-l", "app.kubernetes.io/component=webhook", "-o", "json"
+        ).stdout
+    )
     before = {p["metadata"]["name"] for p in listed["items"]}
     victim = sorted(before)[0]
     started = time.monotonic()
     controlplane.kubectl(state, "delete", "pod", victim, "-n", incluster.NAMESPACE, "--wait=false")
 
     def replaced() -> bool:
-        now = json.loads(controlplane.kubectl(state, "get", "pods", "-n", incluster.NAMESPACE, "-l", "app.kubernetes.io/component=webhook", "-o", "json").stdout)
+        now = json.loads(
+            controlplane.kubectl(
+                state, "get", "pods", "-n", incluster.NAMESPACE, "-l", "app.kubernetes.io/component=webhook", "-o", "json"
+            ).stdout
+        )
         return any(
             p["metadata"]["name"] not in before
             and any(c.get("type") == "Ready" and c.get("status") == "True" for c in p.get("status", {}).get("conditions", []))
@@ -67,11 +75,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-admission-real-bench-") as tmp:
         directory = pathlib.Path(tmp) / "cluster"
         started = time.monotonic()
-        state = install.bring_up(directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), real_node=True, in_cluster=True, image=args.image)
+        state = install.bring_up(
+            directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), real_node=True, in_cluster=True, image=args.image
+        )
         results["cluster_up_s"] = time.monotonic() - started
         try:
             results["webhook_pod_cold_start_s"] = cold_start(state)
-            controlplane.kubectl(state, "rollout", "status", "deployment/gpu-admission-webhook", "-n", incluster.NAMESPACE, "--timeout=180s")
+            controlplane.kubectl(
+                state, "rollout", "status", "deployment/gpu-admission-webhook", "-n", incluster.NAMESPACE, "--timeout=180s"
+            )
             body = pathlib.Path(tmp) / "pod.json"
             body.write_text(json.dumps(e2e_pod_creates.pod(real=False)))
             url = f"{state.server}/api/v1/namespaces/default/pods?dryRun=All"
@@ -80,10 +92,23 @@ def main() -> int:
             # Until the last pod has drained, its certificate loop would inject the in-cluster CA
             # into the registrations again and the local webhook's calls would fail TLS.
             controlplane.wait_for(
-                lambda: not json.loads(controlplane.kubectl(
-                    state, "get", "pods", "-n", incluster.NAMESPACE, "-l", "app.kubernetes.io/component=webhook", "-o", "json"
-                ).stdout)["items"],
-                what="the in-cluster webhook pods gone", timeout=240,
+                lambda: (
+                    not json.loads(
+                        controlplane.kubectl(
+                            state,
+                            "get",
+                            "pods",
+                            "-n",
+                            incluster.NAMESPACE,
+                            "-l",
+                            "app.kubernetes.io/component=webhook",
+                            "-o",
+                            "json",
+                        ).stdout
+                    )["items"]
+                ),
+                what="the in-cluster webhook pods gone",
+                timeout=240,
             )
             install.start_webhook(state)
             install.register(state)
@@ -100,9 +125,16 @@ def main() -> int:
     }
     print(json.dumps(summary, indent=2))
     records.write(
-        bench="real_node_creates", inputs=vars(args), figures={**summary, "creates_per_s": summary["in_containers"]["achieved_rate"]},
-        reference={"name": "the webhook as a local process on the same cluster", "figures": {"creates_per_s": summary["local_process"]["achieved_rate"]}},
-        headline=records.Headline(figure="creates_per_s", label="pod creates through the webhook in containers", unit="creates/s", better="higher"),
+        bench="real_node_creates",
+        inputs=vars(args),
+        figures={**summary, "creates_per_s": summary["in_containers"]["achieved_rate"]},
+        reference={
+            "name": "the webhook as a local process on the same cluster",
+            "figures": {"creates_per_s": summary["local_process"]["achieved_rate"]},
+        },
+        headline=records.Headline(
+            figure="creates_per_s", label="pod creates through the webhook in containers", unit="creates/s", better="higher"
+        ),
     )
     return 0
 

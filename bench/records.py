@@ -154,8 +154,12 @@ def results_dir() -> pathlib.Path:
 def commit(repo: pathlib.Path = REPO) -> str:
     """The short commit of the tree the bench ran, with ``-dirty`` when tracked files had changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head}-dirty" if dirty else head
@@ -323,9 +327,11 @@ def table(latest_records: Sequence[Mapping[str, Any]]) -> str:
     measured_at = commits(latest_records)
     measured = sum(1 for r in latest_records if r.get("source") == "measured")
     if measured_at:
-        lead = (f"Measured at commit `{measured_at[0]}`"
-                + (f" (and {', '.join(f'`{c}`' for c in measured_at[1:])})" if len(measured_at) > 1 else "")
-                + f": {measured} of {len(latest_records)} benches; the others' latest figures are transcribed from older prose.")
+        lead = (
+            f"Measured at commit `{measured_at[0]}`"
+            + (f" (and {', '.join(f'`{c}`' for c in measured_at[1:])})" if len(measured_at) > 1 else "")
+            + f": {measured} of {len(latest_records)} benches; the others' latest figures are transcribed from older prose."
+        )
     else:
         lead = "No bench has a measured record yet: every figure below is transcribed from older prose."
     lines = [
@@ -394,7 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = check_run(args.results, args.benches, commit_prefix=args.commit)
     for problem in problems:
         print(f"record: {problem}")
-    print(f"records: {len(args.benches) - len({p.split(':')[0] for p in problems})} of {len(args.benches)} benches wrote a well-formed record")
+    print(
+        f"records: {len(args.benches) - len({p.split(':')[0] for p in problems})} of {len(args.benches)} benches wrote a well-formed record"
+    )
     return 1 if problems else 0
 
 

@@ -100,19 +100,37 @@ def pod(
     spec = json.loads(json.dumps(tpl["spec"]))
     token = f"kube-api-access-{_suffix(rng)}"
     for container in spec["containers"]:
-        container.update(terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File", imagePullPolicy="IfNotPresent")
-        container["volumeMounts"] = [{"name": token, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]
+        container.update(
+            terminationMessagePath="/dev/termination-log", terminationMessagePolicy="File", imagePullPolicy="IfNotPresent"
+        )
+        container["volumeMounts"] = [
+            {"name": token, "readOnly": True, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+        ]
     spec.update(
-        restartPolicy="Always", terminationGracePeriodSeconds=30, dnsPolicy="ClusterFirst", securityContext={},
-        schedulerName="default-scheduler", enableServiceLinks=True, preemptionPolicy="PreemptLowerPriority", priority=0,
+        restartPolicy="Always",
+        terminationGracePeriodSeconds=30,
+        dnsPolicy="ClusterFirst",
+        securityContext={},
+        schedulerName="default-scheduler",
+        enableServiceLinks=True,
+        preemptionPolicy="PreemptLowerPriority",
+        priority=0,
         tolerations=[
             {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
             {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
         ],
-        volumes=[{"name": token, "projected": {"defaultMode": 420, "sources": [
-            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        ]}}],
+        volumes=[
+            {
+                "name": token,
+                "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    ],
+                },
+            }
+        ],
     )
     spec.update(spec_extra or {})
     stamp = (datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC) + datetime.timedelta(seconds=at)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -123,15 +141,31 @@ def pod(
         "uid": f"{rng.getrandbits(128):032x}",
         "creationTimestamp": stamp,
         "labels": {**tpl["labels"], **(labels or {})},
-        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": stamp,
-                           "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:generateName": {}}}}],
+        "managedFields": [
+            {
+                "manager": "kube-controller-manager",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": stamp,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:generateName": {}}},
+            }
+        ],
     }
     if tpl["annotations"] or annotations:
         metadata["annotations"] = {**tpl["annotations"], **(annotations or {})}
     if owner is not None:
         kind, name, uid = owner
-        metadata["ownerReferences"] = [{"apiVersion": "apps/v1" if kind != "Job" else "batch/v1", "kind": kind, "name": name,
-                                        "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1" if kind != "Job" else "batch/v1",
+                "kind": kind,
+                "name": name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
@@ -158,12 +192,16 @@ def stream(args: argparse.Namespace) -> list[Create]:
             at += 0.5
 
     class Maker:
-        def __init__(self, namespace: str, tpl: dict[str, Any], generate_name: str, owner: tuple[str, str, str] | None, per_pod: Any = None) -> None:
+        def __init__(
+            self, namespace: str, tpl: dict[str, Any], generate_name: str, owner: tuple[str, str, str] | None, per_pod: Any = None
+        ) -> None:
             self.namespace, self.tpl, self.generate_name, self.owner, self.per_pod = namespace, tpl, generate_name, owner, per_pod
 
         def __call__(self, index: int, at: float) -> dict[str, Any]:
             extra = self.per_pod(index) if self.per_pod else {}
-            return pod(rng, self.tpl, namespace=self.namespace, generate_name=self.generate_name, at=at, owner=self.owner, **extra)
+            return pod(
+                rng, self.tpl, namespace=self.namespace, generate_name=self.generate_name, at=at, owner=self.owner, **extra
+            )
 
     horizon = args.horizon_s
     for d in range(args.deployments):
@@ -187,37 +225,66 @@ def stream(args: argparse.Namespace) -> list[Create]:
         name, namespace = f"job-{j}-{_suffix(rng)}", rng.choice(namespaces)
         uid = f"{rng.getrandbits(128):032x}"
         tpl = template(rng, name=name, gpu=rng.random() < 0.5)
-        tpl["labels"] = {**tpl["labels"], "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-                         "controller-uid": uid, "job-name": name}
+        tpl["labels"] = {
+            **tpl["labels"],
+            "batch.kubernetes.io/controller-uid": uid,
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": uid,
+            "job-name": name,
+        }
         tpl["spec"]["restartPolicy"] = "Never"
         indexed = rng.random() < args.indexed_share
         count = rng.choice([1, 2, 5, 10, 20, 50, 100]) if not indexed else rng.choice([4, 8, 16])
 
         def per_index(index: int, name: str = name) -> dict[str, Any]:
-            return {"labels": {"batch.kubernetes.io/job-completion-index": str(index)},
-                    "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
-                    "spec_extra": {"hostname": f"{name}-{index}", "subdomain": name}}
+            return {
+                "labels": {"batch.kubernetes.io/job-completion-index": str(index)},
+                "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                "spec_extra": {"hostname": f"{name}-{index}", "subdomain": name},
+            }
 
-        burst("indexed-job" if indexed else "job", rng.random() * horizon, count,
-              Maker(namespace, tpl, name + "-", ("Job", name, uid), per_index if indexed else None))
+        burst(
+            "indexed-job" if indexed else "job",
+            rng.random() * horizon,
+            count,
+            Maker(namespace, tpl, name + "-", ("Job", name, uid), per_index if indexed else None),
+        )
     for s in range(args.statefulsets):
         name, namespace = f"sts-{s}", rng.choice(namespaces)
         tpl = template(rng, name=name, gpu=rng.random() < 0.3)
 
         def per_ordinal(index: int, name: str = name) -> dict[str, Any]:
-            return {"labels": {"statefulset.kubernetes.io/pod-name": f"{name}-{index}", "apps.kubernetes.io/pod-index": str(index)},
-                    "spec_extra": {"hostname": f"{name}-{index}", "subdomain": name}}
+            return {
+                "labels": {"statefulset.kubernetes.io/pod-name": f"{name}-{index}", "apps.kubernetes.io/pod-index": str(index)},
+                "spec_extra": {"hostname": f"{name}-{index}", "subdomain": name},
+            }
 
-        burst("statefulset", rng.random() * horizon, rng.choice([1, 3, 5]), Maker(namespace, tpl, "", ("StatefulSet", name, f"sts-{name}"), per_ordinal))
+        burst(
+            "statefulset",
+            rng.random() * horizon,
+            rng.choice([1, 3, 5]),
+            Maker(namespace, tpl, "", ("StatefulSet", name, f"sts-{name}"), per_ordinal),
+        )
     for d in range(args.daemonsets):
         name = f"ds-{d}"
         tpl = template(rng, name=name, gpu=False)
 
         def per_node(index: int) -> dict[str, Any]:
             term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [f"node-{index}"]}]}
-            return {"spec_extra": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}}}
+            return {
+                "spec_extra": {
+                    "affinity": {
+                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+                    }
+                }
+            }
 
-        burst("daemonset", rng.random() * horizon, args.nodes, Maker("kube-system" if d % 2 else "monitoring", tpl, name + "-", ("DaemonSet", name, f"ds-{name}"), per_node))
+        burst(
+            "daemonset",
+            rng.random() * horizon,
+            args.nodes,
+            Maker("kube-system" if d % 2 else "monitoring", tpl, name + "-", ("DaemonSet", name, f"ds-{name}"), per_node),
+        )
     for b in range(args.bare):
         name = f"bare-{b}"
         tpl = template(rng, name=name, gpu=rng.random() < 0.4)
@@ -229,7 +296,10 @@ def stream(args: argparse.Namespace) -> list[Create]:
 
 def _decide(cache: decisioncache.Cache | None, create: Create, config: settings.Settings) -> None:
     question = decisions.Question(
-        object=create.pod, namespace=create.namespace, user="system:serviceaccount:kube-system:controller", groups=("system:serviceaccounts",)
+        object=create.pod,
+        namespace=create.namespace,
+        user="system:serviceaccount:kube-system:controller",
+        groups=("system:serviceaccounts",),
     )
     if cache is None:
         decisions.answer(question, settings=config)
@@ -248,7 +318,9 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=50, help="nodes each DaemonSet runs a pod on (default 50)")
     parser.add_argument("--bare", type=int, default=400, help="bare pods (default 400)")
     parser.add_argument("--namespaces", type=int, default=12)
-    parser.add_argument("--horizon-s", type=float, default=3600.0, help="controllers start within this many seconds (default 3600)")
+    parser.add_argument(
+        "--horizon-s", type=float, default=3600.0, help="controllers start within this many seconds (default 3600)"
+    )
     parser.add_argument("--sizes", default="64,256,1024,4096", help="cache sizes to try (default 64,256,1024,4096)")
     parser.add_argument("--rounds", type=int, default=3, help="CPU timing rounds, alternating (default 3)")
     args = parser.parse_args()
@@ -268,12 +340,15 @@ def main() -> int:
                 hits[create.source] += 1
         rate = cache.hits / len(creates)
         summary["hit_rate"][size] = round(rate, 4)
-        print(f"cache {size:5d} entries: hit rate {rate:6.1%}  (" + ", ".join(
-            f"{s} {hits[s] / n:.0%}" for s, n in by_source.most_common()) + ")")
+        print(
+            f"cache {size:5d} entries: hit rate {rate:6.1%}  ("
+            + ", ".join(f"{s} {hits[s] / n:.0%}" for s, n in by_source.most_common())
+            + ")"
+        )
     # CPU: the same stream through the engine alone and through the default-size cache, alternating.
     timings: dict[str, list[float]] = {"off": [], "on": []}
     for round_ in range(args.rounds):
-        for mode in (("off", "on") if round_ % 2 == 0 else ("on", "off")):
+        for mode in ("off", "on") if round_ % 2 == 0 else ("on", "off"):
             maybe_cache = decisioncache.Cache() if mode == "on" else None
             started = time.process_time()
             for create in creates:
@@ -288,14 +363,20 @@ def main() -> int:
     for question in questions:
         cache._key(question, obj=question.object or {}, env_sources=())  # noqa: SLF001
     key_us = (time.process_time() - started) / len(creates) * 1e6
-    print(f"engine CPU per review over the stream (median of {args.rounds}): cache off {off:.1f} µs, "
-          f"cache on ({decisioncache.DEFAULT_MAX_ENTRIES} entries) {on:.1f} µs ({on / off:.2f}x); the key costs {key_us:.1f} µs a review")
+    print(
+        f"engine CPU per review over the stream (median of {args.rounds}): cache off {off:.1f} µs, "
+        f"cache on ({decisioncache.DEFAULT_MAX_ENTRIES} entries) {on:.1f} µs ({on / off:.2f}x); the key costs {key_us:.1f} µs a review"
+    )
     summary.update(cpu_us_off=round(off, 1), cpu_us_on=round(on, 1), cpu_ratio=round(on / off, 3), key_us=round(key_us, 1))
     print(json.dumps(summary))
     records.write(
-        bench="replica_stream", inputs=vars(args), figures={**summary, "engine_us_per_review": round(on, 1)},
+        bench="replica_stream",
+        inputs=vars(args),
+        figures={**summary, "engine_us_per_review": round(on, 1)},
         reference={"name": "the same stream without the decision cache", "figures": {"engine_us_per_review": round(off, 1)}},
-        headline=records.Headline(figure="engine_us_per_review", label="engine CPU per review over a modelled create stream", unit="µs", better="lower"),
+        headline=records.Headline(
+            figure="engine_us_per_review", label="engine CPU per review over a modelled create stream", unit="µs", better="lower"
+        ),
     )
     return 0
 

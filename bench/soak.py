@@ -27,10 +27,9 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compare_opa  # noqa: E402 - bench/ is not a package; the review bodies live there
 import loadgen  # noqa: E402
-
-from webhook.certificates import certfiles  # noqa: E402
 import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
+from webhook.certificates import certfiles  # noqa: E402
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
@@ -83,10 +82,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=int, default=30, help="how long (default 30)")
     parser.add_argument("--rate", type=float, default=200.0, help="arrivals per second (default 200)")
-    parser.add_argument("--workers", type=int, default=1, help="serve --workers (default 1: one process, the memory figure per process)")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="serve --workers (default 1: one process, the memory figure per process)"
+    )
     parser.add_argument("--warmup-minutes", type=int, default=3, help="minutes left out of the growth figure (default 3)")
     parser.add_argument("--json", metavar="FILE", help="also write every minute as JSON here")
-    parser.add_argument("--segment-seconds", type=float, default=60.0, help=argparse.SUPPRESS)  # shorter "minutes" to try the script
+    parser.add_argument(
+        "--segment-seconds", type=float, default=60.0, help=argparse.SUPPRESS
+    )  # shorter "minutes" to try the script
     args = parser.parse_args()
     started = loadgen.machine()
     rows: list[dict[str, Any]] = []
@@ -98,24 +101,51 @@ def main() -> int:
         base = url.rsplit("/", 1)[0]
         try:
             rss0 = loadgen.rss_bytes(server.pid)
-            print(f"# soak {args.minutes} min at {args.rate:g}/s, serve --workers {args.workers}; {started['date']}; "
-                  f"{started['cpu']} x{started['nproc']}; idle RSS {rss0 / 2**20:.1f} MiB", flush=True)
-            print(f"{'min':>3} {'body':<6} {'endpoint':<9} {'achieved/s':>10} {'errors':>6} {'late':>5} {'p50 ms':>7} {'p99 ms':>8} "
-                  f"{'max ms':>8} {'cpu s':>6} {'RSS MiB':>8} {'load':>5}", flush=True)
+            print(
+                f"# soak {args.minutes} min at {args.rate:g}/s, serve --workers {args.workers}; {started['date']}; "
+                f"{started['cpu']} x{started['nproc']}; idle RSS {rss0 / 2**20:.1f} MiB",
+                flush=True,
+            )
+            print(
+                f"{'min':>3} {'body':<6} {'endpoint':<9} {'achieved/s':>10} {'errors':>6} {'late':>5} {'p50 ms':>7} {'p99 ms':>8} "
+                f"{'max ms':>8} {'cpu s':>6} {'RSS MiB':>8} {'load':>5}",
+                flush=True,
+            )
             for minute in range(1, args.minutes + 1):
                 label, endpoint, body = cycle[(minute - 1) % len(cycle)]
                 with loadgen.Meter(server.pid) as meter:
-                    result = loadgen.run(url=base + endpoint, body=body, ca=scratch / "tls" / "ca.crt", seconds=args.segment_seconds, rate=args.rate, connections=32)
+                    result = loadgen.run(
+                        url=base + endpoint,
+                        body=body,
+                        ca=scratch / "tls" / "ca.crt",
+                        seconds=args.segment_seconds,
+                        rate=args.rate,
+                        connections=32,
+                    )
                 row = {
-                    "minute": minute, "body": label, "endpoint": endpoint, "achieved": result["achieved_rate"],
-                    "ok": result["ok"], "errors": result["errors"], "late": result["late"], "statuses": result["statuses"],
-                    "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"], "max_ms": result["max_ms"],
-                    "cpu_s": meter.cpu_s, "rss": meter.rss_end, "rss_peak": meter.rss_peak, "load": os.getloadavg()[0],
+                    "minute": minute,
+                    "body": label,
+                    "endpoint": endpoint,
+                    "achieved": result["achieved_rate"],
+                    "ok": result["ok"],
+                    "errors": result["errors"],
+                    "late": result["late"],
+                    "statuses": result["statuses"],
+                    "p50_ms": result["p50_ms"],
+                    "p99_ms": result["p99_ms"],
+                    "max_ms": result["max_ms"],
+                    "cpu_s": meter.cpu_s,
+                    "rss": meter.rss_end,
+                    "rss_peak": meter.rss_peak,
+                    "load": os.getloadavg()[0],
                 }
                 rows.append(row)
-                print(f"{minute:>3} {label:<6} {endpoint:<9} {row['achieved']:>10.1f} {row['errors']:>6} {row['late']:>5} "
-                      f"{row['p50_ms']:>7.2f} {row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} {row['cpu_s']:>6.1f} "
-                      f"{row['rss'] / 2**20:>8.1f} {row['load']:>5.1f}", flush=True)
+                print(
+                    f"{minute:>3} {label:<6} {endpoint:<9} {row['achieved']:>10.1f} {row['errors']:>6} {row['late']:>5} "
+                    f"{row['p50_ms']:>7.2f} {row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} {row['cpu_s']:>6.1f} "
+                    f"{row['rss'] / 2**20:>8.1f} {row['load']:>5.1f}",
+                    flush=True,
+                )
                 if server.process.poll() is not None:
                     print(f"the server exited with {server.process.returncode}", flush=True)
                     return 1
@@ -159,8 +189,12 @@ def main() -> int:
     summary["rss_drift_same_traffic_mib"] = {k: round(v, 2) for k, v in drift.items() if not k.endswith(" first")}
     print("# summary " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}), flush=True)
     records.write(
-        bench="soak", inputs=vars(args), figures=summary,
-        headline=records.Headline(figure="rss_growth_after_warmup_mib", label="RSS growth at a steady rate", unit="MiB", better="lower"),
+        bench="soak",
+        inputs=vars(args),
+        figures=summary,
+        headline=records.Headline(
+            figure="rss_growth_after_warmup_mib", label="RSS growth at a steady rate", unit="MiB", better="lower"
+        ),
     )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"machine": started, "rows": rows, "summary": summary}, indent=2))

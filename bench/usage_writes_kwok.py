@@ -61,12 +61,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import extender_throughput  # noqa: E402 - after the path set-up above
 import labeler_usage  # noqa: E402
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 from policies.gpu import usage  # noqa: E402
 from tests import cgroup_processes  # noqa: E402
 from webhook.cluster import binaries, controlplane, nodes  # noqa: E402
 from webhook.labeler import inventory, publisher, runner  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 CARDS = labeler_usage.CARDS
 CARD_MIB = 81920  # what the simulation gives every card
@@ -84,10 +84,19 @@ def simulated_writes_per_min(name: str, *, nodes: int, args: argparse.Namespace)
     """The simulation's figure for the same model, nodes, warm-up and counted minutes, computed in
     this run (``labeler_usage.simulate``, the code behind ``labeler_usage.py churn``)."""
     usage_interval, pod_every, pod_life, drift, oob_rate = MODELS[name]
-    found = labeler_usage.simulate(argparse.Namespace(
-        nodes=nodes, minutes=args.minutes, warmup=args.warmup, interval=args.interval, usage_interval=usage_interval,
-        pod_every=pod_every, pod_life=pod_life, drift=drift, oob_rate=oob_rate,
-    ))
+    found = labeler_usage.simulate(
+        argparse.Namespace(
+            nodes=nodes,
+            minutes=args.minutes,
+            warmup=args.warmup,
+            interval=args.interval,
+            usage_interval=usage_interval,
+            pod_every=pod_every,
+            pod_life=pod_life,
+            drift=drift,
+            oob_rate=oob_rate,
+        )
+    )
     return found.writes_per_min(args.minutes)
 
 
@@ -120,7 +129,9 @@ class Fleet:
     an out-of-band process's names a `docker run` container.
     """
 
-    def __init__(self, names: list[str], *, proc_root: Path, model: tuple[float, float, float, float, float], step: float, seed: int) -> None:
+    def __init__(
+        self, names: list[str], *, proc_root: Path, model: tuple[float, float, float, float, float], step: float, seed: int
+    ) -> None:
         _, self.pod_every, self.pod_life, self.drift, self.oob_rate = model
         self.names = names
         self.proc_root = proc_root
@@ -146,9 +157,16 @@ class Fleet:
         for node in self.names:
             for card in range(CARDS):
                 if rng.random() < arrival:
-                    pod = labeler_usage.SimPod(str(uuid.UUID(int=rng.getrandbits(128))), card, rng.randint(2, 20) * 1024, now + rng.expovariate(1 / self.pod_life))
+                    pod = labeler_usage.SimPod(
+                        str(uuid.UUID(int=rng.getrandbits(128))),
+                        card,
+                        rng.randint(2, 20) * 1024,
+                        now + rng.expovariate(1 / self.pod_life),
+                    )
                     self.pods[node].append(pod)
-                    self.pid_of[pod.uid] = self._process(cgroup_processes.systemd_pod_path(pod.uid, uuid.uuid4().hex * 2, tag=self.tag))
+                    self.pid_of[pod.uid] = self._process(
+                        cgroup_processes.systemd_pod_path(pod.uid, uuid.uuid4().hex * 2, tag=self.tag)
+                    )
             for pod in self.pods[node]:
                 if pod.ends <= now:
                     self.pid_of.pop(pod.uid, None)
@@ -168,10 +186,16 @@ class Fleet:
             procs = [inventory.Process(pid=self.pid_of[p.uid], used_mib=p.mib) for p in self.pods[node] if p.card == card]
             if card == 0 and node in self.oob:
                 procs.append(inventory.Process(pid=self.oob[node][0], used_mib=self.oob[node][1]))
-            cards.append(inventory.Card(
-                index=card, uuid=f"GPU-{node}-{card}", name="NVIDIA H100 80GB HBM3", memory_mib=CARD_MIB,
-                used_mib=sum(p.used_mib or 0 for p in procs), processes=tuple(procs),
-            ))
+            cards.append(
+                inventory.Card(
+                    index=card,
+                    uuid=f"GPU-{node}-{card}",
+                    name="NVIDIA H100 80GB HBM3",
+                    memory_mib=CARD_MIB,
+                    used_mib=sum(p.used_mib or 0 for p in procs),
+                    processes=tuple(procs),
+                )
+            )
         return inventory.make(cards)
 
     def pods_on(self, node_name: str) -> list[Mapping[str, Any]]:
@@ -225,8 +249,13 @@ def run_model(
         runners = {
             node: runner.Runner(
                 source=lambda node=node: fleet.inventory(node),
-                nodes=api, pods=fleet, clock=clock, wall_clock=lambda: 1.8e9 + clock.now,
-                options=runner.Options(node_name=node, interval_s=args.interval, usage_interval_s=usage_interval, proc_root=Path(scratch)),
+                nodes=api,
+                pods=fleet,
+                clock=clock,
+                wall_clock=lambda: 1.8e9 + clock.now,
+                options=runner.Options(
+                    node_name=node, interval_s=args.interval, usage_interval_s=usage_interval, proc_root=Path(scratch)
+                ),
             )
             for node in names
         }
@@ -236,7 +265,6 @@ def run_model(
             fleet.tick(clock.now)
         outcomes: dict[str, int] = {}
         with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-
             # Labelers start at different times (the simulation's random phase): node i's labeler
             # starts at settle tick i mod (usage interval / pass interval).
             spread = max(1, min(ticks_settle, round(usage_interval / args.interval)))
@@ -264,14 +292,19 @@ def run_model(
     seen = {k: seen_after.get(k, 0.0) - seen_before.get(k, 0.0) for k in seen_after}
     failed = {k: v for k, v in outcomes.items() if k not in (runner.Outcome.CHANGED, runner.Outcome.UNCHANGED)}
     result = {
-        "model": name, "usage_interval_s": usage_interval, "nodes": len(names), "simulated_minutes": minutes,
+        "model": name,
+        "usage_interval_s": usage_interval,
+        "nodes": len(names),
+        "simulated_minutes": minutes,
         "real_seconds": round(real_s, 1),
-        "apiserver_patch_nodes": int(seen["patch"]), "labeler_writes": believed,
+        "apiserver_patch_nodes": int(seen["patch"]),
+        "labeler_writes": believed,
         "apiserver_writes_per_min": round(seen["patch"] / minutes, 1),
         "labeler_writes_per_min": round(believed / minutes, 1),
         "per_node_per_min": round(seen["patch"] / minutes / len(names), 3),
         "simulation_writes_per_min": simulated_writes_per_min(name, nodes=len(names), args=args),
-        "apiserver_get_nodes": int(seen["get"]), "apiserver_patch_nodes_status": int(seen["patch_status"]),
+        "apiserver_get_nodes": int(seen["get"]),
+        "apiserver_patch_nodes_status": int(seen["patch_status"]),
         "failed_passes": {str(k): v for k, v in failed.items()},
         "cpu_s": {k: round(cpu_after[k] - cpu_before.get(k, 0.0), 1) for k in cpu_after},
     }
@@ -314,31 +347,60 @@ def main() -> int:
         print(f"  no Node PATCH for 10 s after {wait_quiet(state):.0f} s", flush=True)
         api = publisher.connect(str(state.kubeconfig))
         names = [n.name for n in fleet_nodes]
-        print(f"{args.nodes} labelers in one process, a pass every {args.interval:g} simulated s; per model {args.warmup:g} min model warm-up, "
-              f"{args.settle:g} min of passes uncounted, {args.minutes:g} min counted", flush=True)
+        print(
+            f"{args.nodes} labelers in one process, a pass every {args.interval:g} simulated s; per model {args.warmup:g} min model warm-up, "
+            f"{args.settle:g} min of passes uncounted, {args.minutes:g} min counted",
+            flush=True,
+        )
         for seed, name in enumerate(chosen, start=1):
             results.append(run_model(name, state=state, api=api, names=names, args=args, seed=seed))
     finally:
         with contextlib.suppress(Exception):
             controlplane.down(directory)
-    print("\n| churn model | `--usage-interval` | apiserver Node PATCHes/min | labelers' writes/min | per node/min | simulation writes/min |")
+    print(
+        "\n| churn model | `--usage-interval` | apiserver Node PATCHes/min | labelers' writes/min | per node/min | simulation writes/min |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['model']} | {r['usage_interval_s']:.0f} s | {r['apiserver_writes_per_min']:.1f} | {r['labeler_writes_per_min']:.1f} | "
-              f"{r['per_node_per_min']:.3f} | {r['simulation_writes_per_min']} |")
-    print(json.dumps({"bench": "usage_writes_kwok", "nodes": args.nodes, "minutes_per_model": args.minutes, "usage_summary": usage.USAGE_ANNOTATION,
-                      "writes_per_min": {r["model"]: r["apiserver_writes_per_min"] for r in results},
-                      "labeler_writes_per_min": {r["model"]: r["labeler_writes_per_min"] for r in results},
-                      "simulation_writes_per_min": {r["model"]: r["simulation_writes_per_min"] for r in results}}))
+        print(
+            f"| {r['model']} | {r['usage_interval_s']:.0f} s | {r['apiserver_writes_per_min']:.1f} | {r['labeler_writes_per_min']:.1f} | "
+            f"{r['per_node_per_min']:.3f} | {r['simulation_writes_per_min']} |"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "usage_writes_kwok",
+                "nodes": args.nodes,
+                "minutes_per_model": args.minutes,
+                "usage_summary": usage.USAGE_ANNOTATION,
+                "writes_per_min": {r["model"]: r["apiserver_writes_per_min"] for r in results},
+                "labeler_writes_per_min": {r["model"]: r["labeler_writes_per_min"] for r in results},
+                "simulation_writes_per_min": {r["model"]: r["simulation_writes_per_min"] for r in results},
+            }
+        )
+    )
     first = results[0]
     records.write(
-        bench="usage_writes_kwok", inputs=vars(args),
-        figures={"writes_per_min": first["apiserver_writes_per_min"], "model": first["model"],
-                 **{f"writes_per_min_{r['model']}": r["apiserver_writes_per_min"] for r in results}},
-        reference={"name": "the simulation (labeler_usage.simulate), same models, nodes and minutes, computed in this run",
-                   "figures": {"writes_per_min": first["simulation_writes_per_min"],
-                               **{f"writes_per_min_{r['model']}": r["simulation_writes_per_min"] for r in results}}},
-        headline=records.Headline(figure="writes_per_min", label=f"Node PATCHes a minute, {args.nodes:,} nodes, {first['model']}", unit="writes/min", better="lower"),
+        bench="usage_writes_kwok",
+        inputs=vars(args),
+        figures={
+            "writes_per_min": first["apiserver_writes_per_min"],
+            "model": first["model"],
+            **{f"writes_per_min_{r['model']}": r["apiserver_writes_per_min"] for r in results},
+        },
+        reference={
+            "name": "the simulation (labeler_usage.simulate), same models, nodes and minutes, computed in this run",
+            "figures": {
+                "writes_per_min": first["simulation_writes_per_min"],
+                **{f"writes_per_min_{r['model']}": r["simulation_writes_per_min"] for r in results},
+            },
+        },
+        headline=records.Headline(
+            figure="writes_per_min",
+            label=f"Node PATCHes a minute, {args.nodes:,} nodes, {first['model']}",
+            unit="writes/min",
+            better="lower",
+        ),
     )
     return 0
 

@@ -33,10 +33,10 @@ import aiohttp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import loadgen  # noqa: E402 - bench/ is not a package; machine() lives there
+import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 from webhook.certificates import certfiles  # noqa: E402
 from webhook.serving import tls  # noqa: E402
-import records  # noqa: E402 - bench/ is on sys.path (scripts run as bench/<name>.py); one record per run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 REVIEW = REPO / "tests" / "data" / "reviews" / "pod-create-gpu-mem.json"
@@ -52,8 +52,12 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--against", metavar="REF", help="also measure a server from git REF, alternating, and print ratios")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --against (default 3)")
-    parser.add_argument("--review", type=pathlib.Path, action="append",
-                        help="AdmissionReview body to send (repeatable; default: the gpu-mem pod create)")
+    parser.add_argument(
+        "--review",
+        type=pathlib.Path,
+        action="append",
+        help="AdmissionReview body to send (repeatable; default: the gpu-mem pod create)",
+    )
     args = parser.parse_args()
     if args.against:
         return _compare(args)
@@ -64,7 +68,9 @@ def main() -> int:
         print(json.dumps({"machine": machine, "concurrency": args.concurrency, "results": results}, indent=2))
     else:
         print(f"# {machine['date']}  {machine['cpu']} x{machine['nproc']}  Python {machine['python']}")
-        print(f"# concurrency {args.concurrency}, {args.duration:g} s per endpoint after {args.warmup:g} s warm-up, TLS keep-alive")
+        print(
+            f"# concurrency {args.concurrency}, {args.duration:g} s per endpoint after {args.warmup:g} s warm-up, TLS keep-alive"
+        )
         print(f"{'endpoint':<10} {'requests':>9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
         for row in results:
             print(
@@ -85,8 +91,9 @@ def _compare(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-admission-bench-") as scratch_dir:
         scratch = pathlib.Path(scratch_dir)
         other = scratch / "against"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(other), args.against],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(other), args.against], check=True, capture_output=True
+        )
         try:
             trees = {"this": REPO, args.against: other}
             figures: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -99,12 +106,15 @@ def _compare(args: argparse.Namespace) -> int:
                         for row in asyncio.run(_bench(work, args, tree, body)):
                             figures.setdefault((stem, row["endpoint"], name), []).append(row)
         finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(other)],
-                           check=False, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(other)], check=False, capture_output=True
+            )
     machine = loadgen.machine()
     print(f"# {machine['date']}  {machine['cpu']} x{machine['nproc']}  Python {machine['python']}")
-    print(f"# concurrency {args.concurrency}, {args.duration:g} s per endpoint, {args.rounds} alternating rounds; "
-          f"medians; ratio = this tree / {args.against}")
+    print(
+        f"# concurrency {args.concurrency}, {args.duration:g} s per endpoint, {args.rounds} alternating rounds; "
+        f"medians; ratio = this tree / {args.against}"
+    )
     print(f"{'review':<22} {'endpoint':<10} {'req/s':>14} {'p99 ms':>14} {'CPU s/1k':>16} {'ratio CPU':>9}")
     summary: dict[str, float] = {}
     ours: dict[str, float] = {}
@@ -116,13 +126,16 @@ def _compare(args: argparse.Namespace) -> int:
             ratio = this["cpu_s_per_1k"] / base["cpu_s_per_1k"] if base["cpu_s_per_1k"] else float("nan")
             summary[f"{stem}{endpoint}"] = round(ratio, 3)
             ours[f"{stem}{endpoint}"], theirs[f"{stem}{endpoint}"] = this["cpu_s_per_1k"], base["cpu_s_per_1k"]
-            print(f"{stem:<22} {endpoint:<10} {this['rps']:>6.0f}/{base['rps']:<7.0f} "
-                  f"{this['p99_ms']:>6.2f}/{base['p99_ms']:<7.2f} {this['cpu_s_per_1k']:>7.3f}/{base['cpu_s_per_1k']:<8.3f} "
-                  f"{ratio:>9.3f}")
+            print(
+                f"{stem:<22} {endpoint:<10} {this['rps']:>6.0f}/{base['rps']:<7.0f} "
+                f"{this['p99_ms']:>6.2f}/{base['p99_ms']:<7.2f} {this['cpu_s_per_1k']:>7.3f}/{base['cpu_s_per_1k']:<8.3f} "
+                f"{ratio:>9.3f}"
+            )
     print(json.dumps({"cpu_ratio": summary, "against": args.against}))
     first = f"{_bodies(args)[0][0]}/validate"
     records.write(
-        bench="webhook_load", inputs=vars(args),
+        bench="webhook_load",
+        inputs=vars(args),
         figures={"cpu_s_per_1k": ours[first], "review": first, "cpu_s_per_1k_by_review": ours, "cpu_ratio": summary},
         reference={"name": args.against, "figures": {"cpu_s_per_1k": theirs[first], "cpu_s_per_1k_by_review": theirs}},
         headline=records.Headline(figure="cpu_s_per_1k", label=f"webhook CPU per 1k reviews, {first}", unit="s", better="lower"),
@@ -146,10 +159,26 @@ async def _bench(scratch: pathlib.Path, args: argparse.Namespace, tree: pathlib.
     log_path, out_path = scratch / "server.log", scratch / "server.out"
     with log_path.open("w") as log, out_path.open("w") as out:
         server = subprocess.Popen(  # noqa: ASYNC220 - starts the server and returns; nothing here waits on it
-            [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-             "--tls-cert-file", str(scratch / "tls.crt"), "--tls-private-key-file", str(scratch / "tls.key"),
-             "--log-level", args.server_log_level],
-            stdout=out, stderr=log, cwd=tree, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--tls-cert-file",
+                str(scratch / "tls.crt"),
+                "--tls-private-key-file",
+                str(scratch / "tls.key"),
+                "--log-level",
+                args.server_log_level,
+            ],
+            stdout=out,
+            stderr=log,
+            cwd=tree,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)},
         )
     try:
         port = _wait_for_port(out_path, log_path, server)

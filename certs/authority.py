@@ -79,9 +79,7 @@ def subject_alternative_names(hosts: list[str] | tuple[str, ...]) -> list[x509.G
     return names
 
 
-def issue_ca(
-    *, now: datetime.datetime, common_name: str = CA_COMMON_NAME, validity: datetime.timedelta = CA_VALIDITY
-) -> KeyPair:
+def issue_ca(*, now: datetime.datetime, common_name: str = CA_COMMON_NAME, validity: datetime.timedelta = CA_VALIDITY) -> KeyPair:
     """Create a self-signed CA that may sign serving certificates only (path length 0)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -139,9 +137,7 @@ def issue_serving(
     )
 
 
-def issue_client(
-    ca: KeyPair, *, common_name: str, organizations: tuple[str, ...] = (), now: datetime.datetime
-) -> KeyPair:
+def issue_client(ca: KeyPair, *, common_name: str, organizations: tuple[str, ...] = (), now: datetime.datetime) -> KeyPair:
     """Create a TLS client certificate (Kubernetes reads CN as the user, O as the groups)."""
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
@@ -194,9 +190,7 @@ def _issue_leaf(
     return KeyPair(certificate=builder.sign(ca.key, hashes.SHA256()), key=key)
 
 
-def issue_bundle(
-    *, hosts: list[str] | tuple[str, ...], now: datetime.datetime, ca: KeyPair | None = None
-) -> Bundle:
+def issue_bundle(*, hosts: list[str] | tuple[str, ...], now: datetime.datetime, ca: KeyPair | None = None) -> Bundle:
     """Issue a serving certificate for ``hosts``, from ``ca`` when given (rotation) or a new CA."""
     authority = ca if ca is not None else issue_ca(now=now)
     return Bundle(ca=authority, serving=issue_serving(authority, hosts=hosts, now=now))
@@ -212,10 +206,7 @@ def load_ca(*, certificate_pem: bytes, key_pem: bytes) -> KeyPair:
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise InvalidCA("the CA key is not an ECDSA key")
     public = certificate.public_key()
-    if (
-        not isinstance(public, ec.EllipticCurvePublicKey)
-        or public.public_numbers() != key.public_key().public_numbers()
-    ):
+    if not isinstance(public, ec.EllipticCurvePublicKey) or public.public_numbers() != key.public_key().public_numbers():
         raise InvalidCA("the CA key does not match the CA certificate")
     try:
         constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints).value

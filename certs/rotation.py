@@ -324,7 +324,9 @@ def _signing_ca(trusted: Sequence[x509.Certificate], key_pem: bytes) -> tuple[au
         public = certificate.public_key()
         if isinstance(public, ec.EllipticCurvePublicKey) and public.public_numbers() == numbers:
             try:
-                return authority.load_ca(certificate_pem=certificate.public_bytes(serialization.Encoding.PEM), key_pem=key_pem), ""
+                return authority.load_ca(
+                    certificate_pem=certificate.public_bytes(serialization.Encoding.PEM), key_pem=key_pem
+                ), ""
             except authority.InvalidCA as error:
                 return None, f"{CA_CERT}: {error}"
     return None, f"{CA_KEY} matches no certificate in {CA_CERT}"

@@ -197,7 +197,9 @@ def policy_page(item: policy.Policy) -> str:
         outcome = judge(example)
         lines += [f"### {outcome.verdict.capitalize()}: {example.title}", ""]
         if example.operation != "CREATE" or example.subresource:
-            lines += [f"An {example.operation} of `pods/{example.subresource}`" if example.subresource else f"An {example.operation}."]
+            lines += [
+                f"An {example.operation} of `pods/{example.subresource}`" if example.subresource else f"An {example.operation}."
+            ]
             if example.node_labels is not None:
                 lines[-1] += f", on a node labelled `{json.dumps(dict(example.node_labels), separators=(',', ': '))}`"
             lines += ["", "Before:", "", "```yaml", _yaml(example.old_object), "```", "", "After:", ""]
@@ -311,7 +313,9 @@ def settings_page() -> str:
         "exceptions": "none",
         "exemptNamespaces": ", ".join(f"`{n}`" for n in sorted(defaults.exempt_namespaces)),
         "defaultSharedMode": f"`{defaults.default_shared_mode.value}`",
-        "gpuSchedulerName": f"`{defaults.gpu_scheduler_name!r}`" if not defaults.gpu_scheduler_name else f"`{defaults.gpu_scheduler_name}`",
+        "gpuSchedulerName": f"`{defaults.gpu_scheduler_name!r}`"
+        if not defaults.gpu_scheduler_name
+        else f"`{defaults.gpu_scheduler_name}`",
         "extenderSchedulers": ", ".join(f"`{n}`" for n in defaults.extender_scheduler_names),
         "visibleDevicesNeutralValue": f"`{defaults.visible_devices_neutral_value}`",
         "userPolicyBudgetSeconds": f"`{defaults.user_policy_budget_s:g}`",
@@ -386,8 +390,14 @@ def _command_section(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> 
     if parser.description:
         lines += [textwrap.dedent(parser.description).strip(), ""]
     children = _subparsers(parser)
-    positionals = [a for a in parser._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction) and a.help != argparse.SUPPRESS]
-    options = [a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+    positionals = [
+        a
+        for a in parser._actions
+        if not a.option_strings and not isinstance(a, argparse._SubParsersAction) and a.help != argparse.SUPPRESS
+    ]
+    options = [
+        a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)
+    ]
     if children:
         lines += ["| command | what it does |", "|---|---|"]
         helps = {c.dest: c.help for a in parser._actions if isinstance(a, argparse._SubParsersAction) for c in a._choices_actions}
@@ -477,7 +487,9 @@ def _replace_region(text: str, body: str, *, begin: str, end: str, where: str) -
 
 def bench_readme(current: str) -> str:
     """`bench/README.md` with its table of current figures regenerated."""
-    return _replace_region(current, bench_table() + "\n", begin=f"<!-- {BEGIN} -->", end=f"<!-- {END} -->", where="bench/README.md")
+    return _replace_region(
+        current, bench_table() + "\n", begin=f"<!-- {BEGIN} -->", end=f"<!-- {END} -->", where="bench/README.md"
+    )
 
 
 def mkdocs_yml(current: str) -> str:

@@ -197,9 +197,7 @@ class CelPolicy(policy.Validator):
         for validation in self.spec.validations:
             passed = evaluate(validation.expression, activation)
             if not isinstance(passed, bool):
-                raise EvaluationError(
-                    f"{validation.expression.field} returned {type(passed).__name__}, not a bool"
-                )
+                raise EvaluationError(f"{validation.expression.field} returned {type(passed).__name__}, not a bool")
             if not passed:
                 findings.append(policy.Finding(detail=_message(validation, activation)))
         return findings
@@ -427,8 +425,7 @@ def parse_spec(document: object, *, source: str, env: Any | None = None) -> Spec
         raise InvalidPolicy(f"{source}: a policy must be a mapping, got {type(document).__name__}")
     if document.get("apiVersion") != API_VERSION or document.get("kind") != KIND:
         raise InvalidPolicy(
-            f"{source}: apiVersion/kind must be {API_VERSION}/{KIND}, "
-            f"got {document.get('apiVersion')!r}/{document.get('kind')!r}"
+            f"{source}: apiVersion/kind must be {API_VERSION}/{KIND}, got {document.get('apiVersion')!r}/{document.get('kind')!r}"
         )
     metadata = podspec.mapping(document.get("metadata"))
     spec = document.get("spec")
@@ -437,8 +434,7 @@ def parse_spec(document: object, *, source: str, env: Any | None = None) -> Spec
     policy_id = spec.get("id")
     if not isinstance(policy_id, str) or not _ID.match(policy_id):
         raise InvalidPolicy(
-            f"{source}: spec.id: must be 2-32 upper-case letters, digits, '-' or '_' starting with a letter, "
-            f"got {policy_id!r}"
+            f"{source}: spec.id: must be 2-32 upper-case letters, digits, '-' or '_' starting with a letter, got {policy_id!r}"
         )
     where = f"{source}: policy {policy_id}"
     _known_keys(spec, field="spec", known=_SPEC_KEYS, where=where)
@@ -590,15 +586,11 @@ def _validations(env: Any, value: object, *, where: str) -> tuple[Validation, ..
             message_expression = (
                 None
                 if entry.get("messageExpression") is None
-                else compile_expression(
-                    env, entry["messageExpression"], field=f"{field}.messageExpression", want="string"
-                )
+                else compile_expression(env, entry["messageExpression"], field=f"{field}.messageExpression", want="string")
             )
         except InvalidPolicy as error:
             raise InvalidPolicy(f"{where}: {error}") from None
         out.append(
-            Validation(
-                expression=expression, message=message.strip(), message_expression=message_expression, reason=reason
-            )
+            Validation(expression=expression, message=message.strip(), message_expression=message_expression, reason=reason)
         )
     return tuple(out)

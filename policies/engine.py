@@ -178,9 +178,7 @@ def _context(
         # No pod in it: an empty template carrying the object's metadata, and no containers.
         metadata = podspec.mapping(working.get("metadata"))
         empty = podspec.Template(kind=str(kind), spec_path="", spec={}, metadata_path="/metadata", metadata=metadata)
-        return policy.Context(
-            request=request, settings=settings, template=empty, containers=(), whole_pod=True, object=working
-        )
+        return policy.Context(request=request, settings=settings, template=empty, containers=(), whole_pod=True, object=working)
     if ephemeral_only:
         containers = tuple(podspec.new_ephemeral_containers(working, old_object=request.old_object))
     else:
@@ -216,7 +214,7 @@ def _scheduling_only(operations: Sequence[patching.Operation], context: policy.C
         path = operation.get("path")
         if not isinstance(path, str) or not path.startswith(prefix):
             return False
-        if path[len(prefix):].split("/", 1)[0] not in _SCHEDULING_FIELDS:
+        if path[len(prefix) :].split("/", 1)[0] not in _SCHEDULING_FIELDS:
             return False
     return True
 

@@ -14,45 +14,49 @@ import types
 from collections.abc import Mapping, Sequence
 
 # The protected roots, resolved as `resolve` writes them, with what each one exposes.
-PROTECTED_ROOTS: Mapping[str, str] = types.MappingProxyType({
-    "/dev": "device nodes, the GPUs' among them",
-    "/proc": "the host's processes and, through /proc/1/root, its whole filesystem",
-    "/sys": "the cards' PCI resources and device attributes",
-    "/run": "container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories",
-    "/var/lib/kubelet": "the kubelet's state: pod tokens, credentials, device-plugin and plugin registries",
-    "/var/lib/containerd": "the container runtime's state",
-    "/var/lib/docker": "the container runtime's state",
-    "/var/lib/dockershim": "the container runtime's state",
-    "/var/lib/cri-dockerd": "the container runtime's state",
-    "/var/lib/containers": "the container runtime's state",
-    "/var/lib/crio": "the container runtime's state",
-    "/etc/kubernetes": "static pod manifests and kubeconfigs",
-    "/etc/containerd": "the container runtime's configuration",
-    "/etc/crio": "the container runtime's configuration",
-    "/etc/docker": "the container runtime's configuration",
-    "/etc/containers": "the container runtime's configuration and OCI hooks",
-    "/usr/share/containers": "OCI hooks, the NVIDIA hook among them",
-    "/etc/nvidia-container-runtime": "the NVIDIA container toolkit's configuration",
-    "/etc/nvidia-container-toolkit": "the NVIDIA container toolkit's configuration",
-    "/etc/cdi": "CDI specs, which say what a GPU request injects",
-    "/etc/cni": "CNI configuration, run as root for every pod",
-    "/opt/cni": "CNI plugins, run as root for every pod",
-    "/usr/bin": "programs the runtime runs as root, the NVIDIA runtime and hook among them",
-    "/usr/sbin": "programs the runtime runs as root",
-    "/usr/local": "programs the runtime runs as root, the NVIDIA toolkit among them",
-    "/bin": "programs the runtime runs as root",
-    "/sbin": "programs the runtime runs as root",
-    "/usr/lib": "libraries the NVIDIA hook loads as root and injects, the driver's among them",
-    "/usr/lib64": "libraries the NVIDIA hook loads as root and injects",
-    "/lib": "libraries and kernel modules, the driver's among them",
-    "/lib64": "libraries the NVIDIA hook loads as root and injects",
-})
+PROTECTED_ROOTS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "/dev": "device nodes, the GPUs' among them",
+        "/proc": "the host's processes and, through /proc/1/root, its whole filesystem",
+        "/sys": "the cards' PCI resources and device attributes",
+        "/run": "container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories",
+        "/var/lib/kubelet": "the kubelet's state: pod tokens, credentials, device-plugin and plugin registries",
+        "/var/lib/containerd": "the container runtime's state",
+        "/var/lib/docker": "the container runtime's state",
+        "/var/lib/dockershim": "the container runtime's state",
+        "/var/lib/cri-dockerd": "the container runtime's state",
+        "/var/lib/containers": "the container runtime's state",
+        "/var/lib/crio": "the container runtime's state",
+        "/etc/kubernetes": "static pod manifests and kubeconfigs",
+        "/etc/containerd": "the container runtime's configuration",
+        "/etc/crio": "the container runtime's configuration",
+        "/etc/docker": "the container runtime's configuration",
+        "/etc/containers": "the container runtime's configuration and OCI hooks",
+        "/usr/share/containers": "OCI hooks, the NVIDIA hook among them",
+        "/etc/nvidia-container-runtime": "the NVIDIA container toolkit's configuration",
+        "/etc/nvidia-container-toolkit": "the NVIDIA container toolkit's configuration",
+        "/etc/cdi": "CDI specs, which say what a GPU request injects",
+        "/etc/cni": "CNI configuration, run as root for every pod",
+        "/opt/cni": "CNI plugins, run as root for every pod",
+        "/usr/bin": "programs the runtime runs as root, the NVIDIA runtime and hook among them",
+        "/usr/sbin": "programs the runtime runs as root",
+        "/usr/local": "programs the runtime runs as root, the NVIDIA toolkit among them",
+        "/bin": "programs the runtime runs as root",
+        "/sbin": "programs the runtime runs as root",
+        "/usr/lib": "libraries the NVIDIA hook loads as root and injects, the driver's among them",
+        "/usr/lib64": "libraries the NVIDIA hook loads as root and injects",
+        "/lib": "libraries and kernel modules, the driver's among them",
+        "/lib64": "libraries the NVIDIA hook loads as root and injects",
+    }
+)
 # Protected like roots, but their parents (`/tmp`, `/var/log`) are not refused: see the docstring.
-PROTECTED_LEAVES: Mapping[str, str] = types.MappingProxyType({
-    "/tmp/nvidia-mps": "the CUDA MPS control daemon's pipes, which run work in and reconfigure every tenant's MPS server",
-    "/tmp/nvidia-log": "the CUDA MPS control daemon's logs",
-    "/var/log/nvidia-mps": "the CUDA MPS control daemon's logs",
-})
+PROTECTED_LEAVES: Mapping[str, str] = types.MappingProxyType(
+    {
+        "/tmp/nvidia-mps": "the CUDA MPS control daemon's pipes, which run work in and reconfigure every tenant's MPS server",
+        "/tmp/nvidia-log": "the CUDA MPS control daemon's logs",
+        "/var/log/nvidia-mps": "the CUDA MPS control daemon's logs",
+    }
+)
 # Children of protected roots that expose no device, runtime or control state.
 BUILT_IN_ALLOWED: tuple[str, ...] = ("/dev/shm", "/sys/fs/cgroup")
 # Paths that pass (with what lies under them, and their parents that pass at all) only when every
@@ -134,7 +138,6 @@ class HostPathRules:
         inside = ancestors[protected[0]] if ancestors[protected[-1]] in self.protect else ancestors[protected[-1]]
         reason = self.protect[inside] if inside in self.protect else self.leaves[inside]
         return Verdict(root=inside, reason=reason, contains=False)
-
 
     def read_only_root(self, path: str) -> str | None:
         """The read-only path that `path` (as written) lies in or contains; None when it has none."""

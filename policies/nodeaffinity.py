@@ -66,9 +66,7 @@ def _preferred_terms(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 # --- which node labels mark GPU nodes (the one definition; GPU002, GPU103 and the audit use it) ---
 
 # ACK's and our own labels: any value marks a GPU node.
-GPU_NODE_LABELS: frozenset[str] = frozenset(
-    {gpu.SCHEDULE_LABEL, gpu.PLACEMENT_LABEL, gpu.CARD_MEMORY_MIB_LABEL}
-)
+GPU_NODE_LABELS: frozenset[str] = frozenset({gpu.SCHEDULE_LABEL, gpu.PLACEMENT_LABEL, gpu.CARD_MEMORY_MIB_LABEL})
 GPU_NODE_LABEL_PREFIXES: tuple[str, ...] = (
     gpu.ACCELERATOR_LABEL_PREFIX,
     # The NVIDIA GPU Operator's per-operand switches (nvidia.com/gpu.deploy.driver, .device-plugin,
@@ -139,11 +137,7 @@ def constrains(spec: Mapping[str, Any], key: str) -> bool:
     """Whether the pod's nodeSelector or any required affinity term says something about `key`."""
     if node_selector(spec).get(key) is not None:
         return True
-    return any(
-        expression.get("key") == key
-        for term in required_terms(spec)
-        for expression in expressions(term)
-    )
+    return any(expression.get("key") == key for term in required_terms(spec) for expression in expressions(term))
 
 
 def _values(expression: Mapping[str, Any]) -> frozenset[str]:
@@ -199,9 +193,7 @@ def mode_constraint(spec: Mapping[str, Any]) -> ModeConstraint | None:
     allowed_all = frozenset(_ALL_MODES)
     for constraint in constraints:
         allowed_all &= constraint.allowed
-    return ModeConstraint(
-        allowed=allowed_all, source=" and ".join(constraint.source for constraint in constraints)
-    )
+    return ModeConstraint(allowed=allowed_all, source=" and ".join(constraint.source for constraint in constraints))
 
 
 def expression(key: str, operator: str, values: Sequence[str] = ()) -> dict[str, Any]:
@@ -220,9 +212,7 @@ def _same(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
     )
 
 
-def require(
-    spec: Mapping[str, Any], *, spec_path: str, requirements: Sequence[Mapping[str, Any]]
-) -> list[patching.Operation]:
+def require(spec: Mapping[str, Any], *, spec_path: str, requirements: Sequence[Mapping[str, Any]]) -> list[patching.Operation]:
     """`add` operations that make every requirement hold in the pod's required node affinity.
 
     Each requirement goes into every existing nodeSelectorTerm that lacks it (terms are ORed), or
@@ -273,18 +263,12 @@ def require(
         term_path = patching.join(terms_path, str(index))
         present = term.get("matchExpressions")
         if present is None:
-            operations.append(
-                patching.add(
-                    patching.join(term_path, "matchExpressions"), [dict(r) for r in requirements]
-                )
-            )
+            operations.append(patching.add(patching.join(term_path, "matchExpressions"), [dict(r) for r in requirements]))
             continue
         if not isinstance(present, (list, tuple)):
             continue
         existing = [e for e in present if isinstance(e, Mapping)]
         for requirement in requirements:
             if not any(_same(requirement, e) for e in existing):
-                operations.append(
-                    patching.add(patching.join(term_path, "matchExpressions", "-"), dict(requirement))
-                )
+                operations.append(patching.add(patching.join(term_path, "matchExpressions", "-"), dict(requirement)))
     return operations

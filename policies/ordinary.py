@@ -125,9 +125,7 @@ def _container_ok(c: str) -> str:
     )
     env_from = f"(!has({c}.envFrom) || size({c}.envFrom) == 0)"
     mounts = _optional_all(f"{c}.volumeMounts", "m", f"!has(m.mountPath) || !m.mountPath.contains('{DEVICE_LIST_NAME}')")
-    devices = _optional_all(
-        f"{c}.volumeDevices", "m", f"!has(m.devicePath) || !m.devicePath.contains('{DEVICE_LIST_NAME}')"
-    )
+    devices = _optional_all(f"{c}.volumeDevices", "m", f"!has(m.devicePath) || !m.devicePath.contains('{DEVICE_LIST_NAME}')")
     # Any host port sends the review, the simplest superset: /validate judges it against the allowlist.
     host_ports = _optional_all(f"{c}.ports", "p", "!has(p.hostPort) || p.hostPort == 0")
     return " && ".join((resources, security, env, env_from, mounts, devices, host_ports))

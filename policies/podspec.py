@@ -233,7 +233,7 @@ def capability_name(value: object) -> str:
     if not isinstance(value, str):
         return ""
     name = value.strip().upper()
-    return name[len("CAP_"):] if name.startswith("CAP_") else name
+    return name[len("CAP_") :] if name.startswith("CAP_") else name
 
 
 def added_capabilities(container: Mapping[str, Any]) -> tuple[str, ...]:

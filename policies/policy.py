@@ -142,11 +142,7 @@ class ContainerValidator(Validator):
         """The findings of every container in scope, where the pod-level precondition holds."""
         if not self.applies(context):
             return ()
-        return [
-            finding
-            for container in context.containers
-            for finding in self.check_container(context, container)
-        ]
+        return [finding for container in context.containers for finding in self.check_container(context, container)]
 
     def applies(self, context: Context) -> bool:
         """A pod-level precondition; by default every pod."""
@@ -154,9 +150,7 @@ class ContainerValidator(Validator):
         return True
 
     @abc.abstractmethod
-    def check_container(
-        self, context: Context, container: podspec.ContainerRef
-    ) -> Iterable[Finding]:
+    def check_container(self, context: Context, container: podspec.ContainerRef) -> Iterable[Finding]:
         """Every finding on one container."""
 
 

@@ -76,7 +76,10 @@ def token_volume_name(obj: Mapping[str, Any]) -> str | None:
     tokens = [
         v["name"]
         for v in volumes
-        if isinstance(v, Mapping) and "projected" in v and isinstance(v.get("name"), str) and v["name"].startswith(TOKEN_VOLUME_PREFIX)
+        if isinstance(v, Mapping)
+        and "projected" in v
+        and isinstance(v.get("name"), str)
+        and v["name"].startswith(TOKEN_VOLUME_PREFIX)
     ]
     return tokens[0] if len(tokens) == 1 else None
 

@@ -253,7 +253,9 @@ def without_reserved(ranges: Iterable[PortRange]) -> tuple[PortRange, ...]:
 DEFAULT_HOST_PORTS: tuple[PortRange, ...] = without_reserved([PortRange(low=HOST_PORT_FLOOR, high=HOST_PORT_CEILING)])
 
 # Pod Security `baseline`'s SELinux types a container may run as.
-BASELINE_SELINUX_TYPES: frozenset[str] = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+BASELINE_SELINUX_TYPES: frozenset[str] = frozenset(
+    {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+)
 HOST_NAMESPACES: tuple[str, ...] = ("hostNetwork", "hostPID", "hostIPC")
 
 
@@ -355,8 +357,8 @@ DEFAULT_GPU_NODE_LABELS: tuple[NodeLabel, ...] = (
     NodeLabel(
         key="nvidia.com/gpu.present",
         values=_TRUE,
-        source="NVIDIA GPU Operator (controllers/state_manager.go gpuNodeLabels: \"true\" on GPU nodes, "
-        "\"false\" once their GPUs are gone)",
+        source='NVIDIA GPU Operator (controllers/state_manager.go gpuNodeLabels: "true" on GPU nodes, '
+        '"false" once their GPUs are gone)',
     ),
     NodeLabel(
         key="nvidia.com/gpu.count",
@@ -369,8 +371,7 @@ DEFAULT_GPU_NODE_LABELS: tuple[NodeLabel, ...] = (
     NodeLabel(
         key="feature.node.kubernetes.io/pci-10de.present",
         values=_TRUE,
-        source="Node Feature Discovery, NVIDIA's PCI vendor 10de with deviceLabelFields [vendor] (the GPU "
-        "Operator's setting)",
+        source="Node Feature Discovery, NVIDIA's PCI vendor 10de with deviceLabelFields [vendor] (the GPU Operator's setting)",
     ),
     NodeLabel(
         key="feature.node.kubernetes.io/pci-0302_10de.present",
@@ -465,11 +466,15 @@ class TrustZone:
 
     def is_gpu_taint(self, key: object) -> bool:
         """Whether a taint key marks GPU nodes: `nvidia.com/gpu`, a GPU resource or node label, or configured."""
-        return isinstance(key, str) and bool(key) and (
-            self.is_gpu_resource(key)
-            or nodeaffinity.is_gpu_node_label(key)
-            or key in self.gpu_node_taints
-            or any(label.key == key for label in self.node_labels)
+        return (
+            isinstance(key, str)
+            and bool(key)
+            and (
+                self.is_gpu_resource(key)
+                or nodeaffinity.is_gpu_node_label(key)
+                or key in self.gpu_node_taints
+                or any(label.key == key for label in self.node_labels)
+            )
         )
 
 
@@ -569,9 +574,7 @@ def intent(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE) -> str:
     return ""
 
 
-def reach(
-    spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE, *, node_labels: Mapping[str, str] | None = None
-) -> Reach:
+def reach(spec: Mapping[str, Any], zone: TrustZone = DEFAULT_ZONE, *, node_labels: Mapping[str, str] | None = None) -> Reach:
     """Whether (and why) a pod with this spec can reach a GPU node; see the module docstring."""
     if zone.strict:
         return Reach(why="strict mode (trustZone.strict) judges every pod as if on a GPU node", intent=True)
@@ -675,7 +678,9 @@ def pod_power(
             if source == HOST_PATH:
                 path = podspec.mapping(volume.get(HOST_PATH)).get("path")
                 if isinstance(path, str) and allowance.host_path(path) is None:
-                    yield Power(kind=VOLUME, detail=f'volume "{name}" mounts hostPath {_shown(path)}, {_not_allowed(path, rules)}')
+                    yield Power(
+                        kind=VOLUME, detail=f'volume "{name}" mounts hostPath {_shown(path)}, {_not_allowed(path, rules)}'
+                    )
             elif source not in allowance.volume_types:
                 yield Power(kind=VOLUME, detail=f'volume "{name}" is a {source} volume, a type GPU nodes do not allow')
 
@@ -694,9 +699,7 @@ def _not_allowed(path: str, rules: hostpaths.HostPathRules) -> str:
     return f"which is not an allowed host path ({where} {verdict.root}: {verdict.reason})"
 
 
-def writable_mounts(
-    spec: Mapping[str, Any], containers: Iterable[podspec.ContainerRef], allowance: Allowance
-) -> Iterator[Power]:
+def writable_mounts(spec: Mapping[str, Any], containers: Iterable[podspec.ContainerRef], allowance: Allowance) -> Iterator[Power]:
     """Mounts, by `containers`, of an allowed read-only host path that are not read-only.
 
     A mount of exactly one of ACK's lxcfs files (`LXCFS_FILES`), without a subPath, may be

@@ -16,9 +16,9 @@ import pytest_asyncio
 from aiohttp import test_utils
 
 from policies import settings as engine_settings
+from webhook.admission import app as admission_app
 from webhook.certificates import certfiles
 from webhook.serving import tls
-from webhook.admission import app as admission_app
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -131,9 +131,7 @@ ClientFactory = Callable[..., Awaitable[WebhookClient]]
 
 
 @pytest_asyncio.fixture
-async def webhook_client(
-    server_ssl: ssl.SSLContext, client_ssl: ssl.SSLContext
-) -> AsyncIterator[ClientFactory]:
+async def webhook_client(server_ssl: ssl.SSLContext, client_ssl: ssl.SSLContext) -> AsyncIterator[ClientFactory]:
     """Start ``make_app(settings)`` on a free port over real TLS; return a client that trusts our CA."""
     clients: list[WebhookClient] = []
 

@@ -23,14 +23,16 @@ def fresh_machine_commands(markdown: str) -> list[str]:
     """The commands of the first fenced block under the heading that starts with `SECTION`:
     its lines less comments and blank lines, a line ending in a backslash joined to the next."""
     lines = markdown.splitlines()
-    heading = next((i for i, line in enumerate(lines) if line.startswith("#") and line.lstrip("#").strip().startswith(SECTION)), None)
+    heading = next(
+        (i for i, line in enumerate(lines) if line.startswith("#") and line.lstrip("#").strip().startswith(SECTION)), None
+    )
     if heading is None:
         raise ReadmeError(f"no heading starting with {SECTION!r}")
     level = len(lines[heading]) - len(lines[heading].lstrip("#"))
     commands: list[str] = []
     inside = closed = False
     pending = ""
-    for line in lines[heading + 1:]:
+    for line in lines[heading + 1 :]:
         if not inside and line.startswith("#") and len(line) - len(line.lstrip("#")) <= level:
             break  # the next section at the same level or above: the block was not in this one
         if line.strip().startswith("```"):

@@ -16,7 +16,10 @@ def exchange(
     context = ssl.create_default_context(cafile=str(ca_file))
     if client is not None:
         context.load_cert_chain(*client)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain, context.wrap_socket(plain, server_hostname="127.0.0.1") as sock:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as plain,
+        context.wrap_socket(plain, server_hostname="127.0.0.1") as sock,
+    ):
         der = sock.getpeercert(binary_form=True)
         assert der is not None
         sock.sendall(request)

@@ -50,9 +50,7 @@ def commands(names: Sequence[str] = MODULES) -> tuple[ModuleType, ...]:
 
 
 def make_parser(modules: Sequence[str] = MODULES) -> argparse.ArgumentParser:
-    parser = flags.Parser(
-        prog=PROG, description="Safe GPU scheduling for Kubernetes: admission webhook, dry-run and tools."
-    )
+    parser = flags.Parser(prog=PROG, description="Safe GPU scheduling for Kubernetes: admission webhook, dry-run and tools.")
     flags.add_version(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands(modules):

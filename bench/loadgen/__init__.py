@@ -66,9 +66,25 @@ def run(
 ) -> dict[str, Any]:
     """One load-generator run; its JSON answer (see main.go ``result``)."""
     command = [
-        str(binary()), "-url", url, "-body", str(body), "-ca", str(ca), "-connections", str(connections),
-        "-rate", str(rate), "-duration", f"{seconds}s", "-warmup", f"{warmup}s", "-timeout", f"{timeout_s}s",
-        "-content-type", content_type,
+        str(binary()),
+        "-url",
+        url,
+        "-body",
+        str(body),
+        "-ca",
+        str(ca),
+        "-connections",
+        str(connections),
+        "-rate",
+        str(rate),
+        "-duration",
+        f"{seconds}s",
+        "-warmup",
+        f"{warmup}s",
+        "-timeout",
+        f"{timeout_s}s",
+        "-content-type",
+        content_type,
     ]
     if client_cert is not None and client_key is not None:
         command += ["-cert", str(client_cert), "-key", str(client_key)]
@@ -207,7 +223,10 @@ class Server:
         self.log = log
         self._stream = log.open("w")
         self.process = subprocess.Popen(
-            self.argv, stdout=self._stream, stderr=subprocess.STDOUT, cwd=cwd,
+            self.argv,
+            stdout=self._stream,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
 

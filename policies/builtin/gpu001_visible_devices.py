@@ -54,9 +54,7 @@ class VisibleDevices(policy.ContainerValidator):
         del context
         return facts.scope_guarded_env
 
-    def check_container(
-        self, context: policy.Context, container: podspec.ContainerRef
-    ) -> Iterable[policy.Finding]:
+    def check_container(self, context: policy.Context, container: podspec.ContainerRef) -> Iterable[policy.Finding]:
         """Findings for the container's env and envFrom."""
         found: list[policy.Finding] = []
         env_from = podspec.sequence(container.container.get("envFrom"))
@@ -90,11 +88,7 @@ def _check_entry(
             if name == gpu.VISIBLE_DEVICES_ENV
             else "drop it"
         )
-        return [
-            policy.Finding(
-                detail=f"{container.label} sets {name} from {where}, which can change after admission; {advice}"
-            )
-        ]
+        return [policy.Finding(detail=f"{container.label} sets {name} from {where}, which can change after admission; {advice}")]
     value = entry.get("value")
     value = "" if value is None else value
     shown = value if isinstance(value, str) else repr(value)
@@ -132,7 +126,7 @@ def _check_env_from(
         return [
             policy.Finding(
                 detail=f"{container.label} takes envFrom {kind} {name!r} with prefix {prefix!r}, which composes "
-                f"{', '.join(sorted(composed))} from a key such as {example[len(prefix):]!r}; use a prefix that "
+                f"{', '.join(sorted(composed))} from a key such as {example[len(prefix) :]!r}; use a prefix that "
                 "begins no GPU variable (e.g. APP_)"
             )
         ]
@@ -176,9 +170,7 @@ def sources_guarded(context: policy.Context) -> bool:
             continue
         if exception.expires is not None and (now is None or exception.expired(now)):
             continue
-        if exception.namespaces is None or exception.namespaces.matches(
-            namespace, _namespace_labels(namespace, labels)
-        ):
+        if exception.namespaces is None or exception.namespaces.matches(namespace, _namespace_labels(namespace, labels)):
             return False
     return True
 
@@ -189,11 +181,8 @@ def _namespace_labels(namespace: str, labels: Mapping[str, str] | None) -> Mappi
     return known
 
 
-def _lookup(
-    context: policy.Context, kind: envsources.SourceKind, name: str
-) -> Mapping[str, str] | None:
+def _lookup(context: policy.Context, kind: envsources.SourceKind, name: str) -> Mapping[str, str] | None:
     lookup = context.request.env_lookup
     if lookup is None:
         return None
     return lookup(model.EnvSource(kind=kind, namespace=context.namespace, name=name))
-

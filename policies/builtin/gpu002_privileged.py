@@ -38,9 +38,7 @@ from policies import applicability, policy, trustzone
 
 def reach(context: policy.Context) -> trustzone.Reach:
     """Whether the pod in `context` can reach a GPU node (the request's node labels where known)."""
-    return trustzone.reach(
-        context.template.spec, context.settings.trust_zone, node_labels=context.request.node_labels
-    )
+    return trustzone.reach(context.template.spec, context.settings.trust_zone, node_labels=context.request.node_labels)
 
 
 def power(context: policy.Context, kind: str) -> list[trustzone.Power]:

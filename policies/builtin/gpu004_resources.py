@@ -40,11 +40,7 @@ def _check_container(container: podspec.ContainerRef, mentioned: frozenset[str])
     who = container.label
     for name in named:
         if name not in limits:
-            findings.append(
-                policy.Finding(
-                    detail=f"{who} sets {name} in requests only; GPU resources belong in limits"
-                )
-            )
+            findings.append(policy.Finding(detail=f"{who} sets {name} in requests only; GPU resources belong in limits"))
             continue
         # What the webhook sees, and what the apiserver validates once a mutation re-decodes the pod.
         found = quantity.stored(limits[name])
@@ -60,34 +56,19 @@ def _check_container(container: podspec.ContainerRef, mentioned: frozenset[str])
             )
             continue
         if limit is None or limit <= 0:
-            findings.append(
-                policy.Finding(
-                    detail=f"{who} sets {name}={limits[name]!r}; it must be a positive integer"
-                )
-            )
+            findings.append(policy.Finding(detail=f"{who} sets {name}={limits[name]!r}; it must be a positive integer"))
             continue
         request = quantity.stored(requests[name]) if name in requests else None
         if name in requests and (request is None or found is None or not request.same_value(found)):
             findings.append(
-                policy.Finding(
-                    detail=f"{who} requests {name}={requests[name]!r} but limits it to {limit}; "
-                    "they must be equal"
-                )
+                policy.Finding(detail=f"{who} requests {name}={requests[name]!r} but limits it to {limit}; they must be equal")
             )
         if name == gpu.Resource.GPU_CORE_PERCENTAGE and limit > gpu.MAX_CORE_PERCENTAGE:
-            findings.append(
-                policy.Finding(
-                    detail=f"{who} sets {name}={limit}; it must be at most {gpu.MAX_CORE_PERCENTAGE}"
-                )
-            )
+            findings.append(policy.Finding(detail=f"{who} sets {name}={limit}; it must be at most {gpu.MAX_CORE_PERCENTAGE}"))
     if gpu.Resource.GPU_MEM not in named:
         for needs_memory in (gpu.Resource.GPU_CORE_PERCENTAGE, gpu.Resource.GPU_COUNT):
             if needs_memory in named:
-                findings.append(
-                    policy.Finding(
-                        detail=f"{who} sets {needs_memory} without {gpu.Resource.GPU_MEM}"
-                    )
-                )
+                findings.append(policy.Finding(detail=f"{who} sets {needs_memory} without {gpu.Resource.GPU_MEM}"))
     return findings
 
 
@@ -116,14 +97,8 @@ class WellFormedResources(policy.PodValidator):
                     by_family.setdefault(family, []).append(container.label)
         families = gpu.merge_families(by_family)
         if len(families) > 1:
-            parts = [
-                f"{family} ({', '.join(sorted(set(by_family[family])))})"
-                for family in sorted(families)
-            ]
+            parts = [f"{family} ({', '.join(sorted(set(by_family[family])))})" for family in sorted(families)]
             findings.append(
-                policy.Finding(
-                    detail="pod mixes resource families " + " and ".join(parts)
-                    + "; a node serves only one"
-                )
+                policy.Finding(detail="pod mixes resource families " + " and ".join(parts) + "; a node serves only one")
             )
         return findings

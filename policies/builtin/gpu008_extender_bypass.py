@@ -160,9 +160,7 @@ def _device_plugin_assignment(changed: list[str], old: Mapping[str, Any], new: M
 def _update_findings(context: policy.Context) -> list[policy.Finding]:
     old = _annotations(context.request.old_object)
     new = context.template.annotations
-    changed = [
-        key for key in gpu.ALLOCATION_ANNOTATIONS if (key in old) != (key in new) or old.get(key) != new.get(key)
-    ]
+    changed = [key for key in gpu.ALLOCATION_ANNOTATIONS if (key in old) != (key in new) or old.get(key) != new.get(key)]
     if not changed or _device_plugin_assignment(changed, old, new):
         return []
     described = ", ".join(_change(key, old, new) for key in changed)

@@ -81,20 +81,26 @@ def _judge_claim(obj: Mapping[str, Any], *, context: policy.Context, prefix: str
         where = f"{prefix}request {request.name!r}"
         if request.class_name in settings.gpu_classes:
             if not settings.may_claim(request.class_name, namespace=namespace, namespace_labels=labels):
-                found.append(policy.Finding(
-                    detail=f"{where} claims GPU DeviceClass {request.class_name!r}, which namespace {namespace!r} is "
-                    f"not granted (settings dra.claims)"
-                ))
+                found.append(
+                    policy.Finding(
+                        detail=f"{where} claims GPU DeviceClass {request.class_name!r}, which namespace {namespace!r} is "
+                        f"not granted (settings dra.claims)"
+                    )
+                )
         else:
             reaching = [s for s in request.selectors if dra.selector_reaches(s, drivers=settings.gpu_drivers)]
             if reaching:
-                found.append(policy.Finding(
-                    detail=f"{where} selects through DeviceClass {request.class_name!r}, which is no GPU class, with a "
-                    f"selector that may pick a GPU ({reaching[0]!r}); claim GPUs through a GPU class"
-                ))
+                found.append(
+                    policy.Finding(
+                        detail=f"{where} selects through DeviceClass {request.class_name!r}, which is no GPU class, with a "
+                        f"selector that may pick a GPU ({reaching[0]!r}); claim GPUs through a GPU class"
+                    )
+                )
         if request.admin_access and namespace not in settings.admin_namespaces:
-            found.append(policy.Finding(
-                detail=f"{where} asks for adminAccess, which namespace {namespace!r} is not an admin namespace for "
-                f"(settings dra.adminNamespaces)"
-            ))
+            found.append(
+                policy.Finding(
+                    detail=f"{where} asks for adminAccess, which namespace {namespace!r} is not an admin namespace for "
+                    f"(settings dra.adminNamespaces)"
+                )
+            )
     return found

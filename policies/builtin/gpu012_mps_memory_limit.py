@@ -44,16 +44,20 @@ class MpsMemoryLimitEnv(policy.ContainerValidator):
             if entry.get("name") != gpu106.MPS_MEMORY_LIMIT_ENV:
                 continue
             if "valueFrom" in entry:
-                found.append(policy.Finding(
-                    detail=f"{container.label} sets {gpu106.MPS_MEMORY_LIMIT_ENV} from valueFrom, which can change after admission; drop it"
-                ))
+                found.append(
+                    policy.Finding(
+                        detail=f"{container.label} sets {gpu106.MPS_MEMORY_LIMIT_ENV} from valueFrom, which can change after admission; drop it"
+                    )
+                )
                 continue
             value = entry.get("value")
             if value == expected:
                 continue
             shown = value if isinstance(value, str) else repr(value)
-            found.append(policy.Finding(
-                detail=f"{container.label} sets {gpu106.MPS_MEMORY_LIMIT_ENV}={shown}; the webhook sets it to {expected} "
-                "from aliyun.com/gpu-mem: drop it and request the memory instead"
-            ))
+            found.append(
+                policy.Finding(
+                    detail=f"{container.label} sets {gpu106.MPS_MEMORY_LIMIT_ENV}={shown}; the webhook sets it to {expected} "
+                    "from aliyun.com/gpu-mem: drop it and request the memory instead"
+                )
+            )
         return found

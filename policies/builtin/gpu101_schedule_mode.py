@@ -39,9 +39,7 @@ class ScheduleMode(policy.PodMutator):
             return policy.Mutation()
         selector = spec.get("nodeSelector")
         if selector is None:
-            operation = patching.add(
-                patching.join(path, "nodeSelector"), {gpu.SCHEDULE_LABEL: str(mode)}
-            )
+            operation = patching.add(patching.join(path, "nodeSelector"), {gpu.SCHEDULE_LABEL: str(mode)})
         elif isinstance(selector, Mapping):
             operation = patching.add(patching.join(path, "nodeSelector", gpu.SCHEDULE_LABEL), str(mode))
         else:

@@ -61,17 +61,11 @@ class CardModel(policy.PodMutator):
             nodeaffinity.expression(key, operator, list(values))
             for key, operator, values in cardmodel.node_requirements(constraint)
         ]
-        operations = nodeaffinity.require(
-            context.template.spec, spec_path=context.template.spec_path, requirements=requirements
-        )
+        operations = nodeaffinity.require(context.template.spec, spec_path=context.template.spec_path, requirements=requirements)
         if not operations:
             return policy.Mutation()
-        described = "; ".join(
-            f"{r['key']} {r['operator']} {', '.join(r['values'])}" for r in requirements
-        )
-        return policy.Mutation(
-            operations=tuple(operations), changes=(f"required node affinity {described}",)
-        )
+        described = "; ".join(f"{r['key']} {r['operator']} {', '.join(r['values'])}" for r in requirements)
+        return policy.Mutation(operations=tuple(operations), changes=(f"required node affinity {described}",))
 
 
 def placed_by_extender(spec: Mapping[str, Any]) -> bool:

@@ -58,14 +58,10 @@ class OffGpuNodes(policy.PodMutator):
         if not reach or reach.intent:
             return policy.Mutation()
         allowance = settings.allowance(context.namespace, context.request.namespace_labels)
-        found = trustzone.node_power(
-            spec, podspec.iter_containers(spec, spec_path=context.template.spec_path), allowance
-        )
+        found = trustzone.node_power(spec, podspec.iter_containers(spec, spec_path=context.template.spec_path), allowance)
         if not (found or settings.keep_non_gpu_pods_off_gpu_nodes):
             return policy.Mutation()
-        operations = nodeaffinity.require(
-            spec, spec_path=context.template.spec_path, requirements=settings.trust_zone.keep_off
-        )
+        operations = nodeaffinity.require(spec, spec_path=context.template.spec_path, requirements=settings.trust_zone.keep_off)
         if not operations:
             return policy.Mutation()
         if not found:
@@ -92,7 +88,9 @@ def notice(found: Sequence[trustzone.Power]) -> str:
     return f"kept off GPU nodes ({ADDED}): {because(found)}"
 
 
-def kept_off(spec: Mapping[str, Any], settings: settings_.Settings, *, namespace: str, namespace_labels: Mapping[str, str] | None) -> str:
+def kept_off(
+    spec: Mapping[str, Any], settings: settings_.Settings, *, namespace: str, namespace_labels: Mapping[str, str] | None
+) -> str:
     """GPU103's notice for a stored pod that stays off GPU nodes and has node power; "" otherwise.
 
     The validating webhook sees the pod with its generated name and uid, so the Event it writes

@@ -26,9 +26,7 @@ class VoidDevices(policy.ContainerMutator):
         del context
         return facts.scope_without_gpu
 
-    def mutate_container(
-        self, context: policy.Context, container: podspec.ContainerRef
-    ) -> policy.Mutation:
+    def mutate_container(self, context: policy.Context, container: podspec.ContainerRef) -> policy.Mutation:
         """The env entry, where the container requests no GPU and does not name the variable."""
         if context.settings.trust_zone.requests_gpu(container.container):
             return policy.Mutation()
@@ -41,7 +39,5 @@ class VoidDevices(policy.ContainerMutator):
             return policy.Mutation()
         return policy.Mutation(
             operations=(operation,),
-            changes=(
-                f"{container.label}: added {gpu.VISIBLE_DEVICES_ENV}={neutral}",
-            ),
+            changes=(f"{container.label}: added {gpu.VISIBLE_DEVICES_ENV}={neutral}",),
         )

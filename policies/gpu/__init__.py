@@ -118,9 +118,8 @@ NVIDIA_MIG_PREFIX = "nvidia.com/mig-"
 
 def is_gpu_resource(name: object) -> bool:
     """Whether a resource name asks for a GPU: one of `Resource`, `nvidia.com/gpu.shared` or a MIG slice."""
-    return isinstance(name, str) and (
-        name in GPU_RESOURCES or name in NVIDIA_GPU_RESOURCES or name.startswith(NVIDIA_MIG_PREFIX)
-    )
+    return isinstance(name, str) and (name in GPU_RESOURCES or name in NVIDIA_GPU_RESOURCES or name.startswith(NVIDIA_MIG_PREFIX))
+
 
 # The resources the scheduler extender places (DESIGN section 3), in one order (memory, core
 # percentage, whole cards) for the extender's request arithmetic; `nvidia.com/gpu` is not one of
@@ -384,9 +383,7 @@ def is_device_annotation(key: object) -> bool:
     """Whether a pod annotation key asks the node for devices: a `DEVICE_ANNOTATION_DOMAINS` key."""
     if not isinstance(key, str):
         return False
-    return any(
-        key == d or key.startswith(d + "/") or (d.endswith(".") and key.startswith(d)) for d in DEVICE_ANNOTATION_DOMAINS
-    )
+    return any(key == d or key.startswith(d + "/") or (d.endswith(".") and key.startswith(d)) for d in DEVICE_ANNOTATION_DOMAINS)
 
 
 # CRI-O's devices annotation (cri-o/cri-o, pkg/annotations/v2 `Devices` and its v1 spelling), read

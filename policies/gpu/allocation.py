@@ -82,7 +82,17 @@ def decode(text: str) -> Allocation:
         raise gpu.AnnotationError(f"{gpu.ALLOCATION_ANNOTATION}: expected a JSON object, got {type(document).__name__}")
     parsed = read_fields(document, key=gpu.ALLOCATION_ANNOTATION)
     node, cards, memory, core, whole, assumed = parsed
-    return Allocation(uid="", namespace="", name="", node=node, cards=cards, memory_gib=memory, core_percent=core, whole=whole, assumed_at=assumed)
+    return Allocation(
+        uid="",
+        namespace="",
+        name="",
+        node=node,
+        cards=cards,
+        memory_gib=memory,
+        core_percent=core,
+        whole=whole,
+        assumed_at=assumed,
+    )
 
 
 Fields = tuple[str, tuple[int, ...], int, int, bool, float | None]  # node, cards, GiB, core %, whole, assumedAt
@@ -141,8 +151,16 @@ def pod_allocation(pod: Mapping[str, Any], *, now: float, ttl: float = DEFAULT_R
         if not bound_to and (assumed is None or assumed + ttl <= now):
             return None  # an annotated pod that never got bound: the reservation has expired
         return Allocation(
-            uid=uid, namespace=namespace, name=name, node=node, cards=cards, memory_gib=memory,
-            core_percent=core, whole=whole, assumed_at=assumed, bound=bool(bound_to),
+            uid=uid,
+            namespace=namespace,
+            name=name,
+            node=node,
+            cards=cards,
+            memory_gib=memory,
+            core_percent=core,
+            whole=whole,
+            assumed_at=assumed,
+            bound=bool(bound_to),
         )
     if not bound_to:
         return None
@@ -193,7 +211,9 @@ def parse_time(value: object) -> float | None:
 
 
 @functools.lru_cache(maxsize=65536)  # pure and immutable: one entry per allocated pod
-@functools.lru_cache(maxsize=4096)  # a pure function of an immutable string: every reader of one pod, and the extender's re-reads, share one json.loads
+@functools.lru_cache(
+    maxsize=4096
+)  # a pure function of an immutable string: every reader of one pod, and the extender's re-reads, share one json.loads
 def _read(text: str | None) -> Fields | None:
     if not text:
         return None

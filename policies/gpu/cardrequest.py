@@ -64,10 +64,14 @@ def pod_request(pod: Mapping[str, Any]) -> Request:
     asked = podrequests.pod_requests(spec, wanted=_managed)
     if asked.malformed:
         bad = asked.malformed[0]
-        return Request(problem=f"{bad.container} asks for {bad.resource}: {bad.value!r}, which is not a whole non-negative number")
+        return Request(
+            problem=f"{bad.container} asks for {bad.resource}: {bad.value!r}, which is not a whole non-negative number"
+        )
     memory, core, whole = (asked.get(name) for name in gpu.EXTENDER_MANAGED)
     if whole and (memory or core):
-        return Request(problem=f"{gpu.Resource.ALIYUN_GPU} (whole cards) cannot be combined with {gpu.Resource.GPU_MEM} or {gpu.Resource.GPU_CORE_PERCENTAGE}")
+        return Request(
+            problem=f"{gpu.Resource.ALIYUN_GPU} (whole cards) cannot be combined with {gpu.Resource.GPU_MEM} or {gpu.Resource.GPU_CORE_PERCENTAGE}"
+        )
     if core and not memory:
         return Request(problem=f"{gpu.Resource.GPU_CORE_PERCENTAGE} needs {gpu.Resource.GPU_MEM} beside it")
     if core > gpu.MAX_CORE_PERCENTAGE:

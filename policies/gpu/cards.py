@@ -35,7 +35,6 @@ from typing import Any
 from policies import gpu, podspec
 from policies.gpu import allocation, dra, inventory, quantity, reservations
 
-
 # --- cards of a node ------------------------------------------------------------------------------
 
 
@@ -251,7 +250,12 @@ def node_state(
         cards = node_cards(node)
         ledger = dict(reservations) if reservations is not None else _ledger(node)
     return count(
-        cards, (holding(pod, now=now, ttl=ttl) for pod in pods), ledger=ledger, now=now, exclude_uid=exclude_uid, dra_holds=dra_holds
+        cards,
+        (holding(pod, now=now, ttl=ttl) for pod in pods),
+        ledger=ledger,
+        now=now,
+        exclude_uid=exclude_uid,
+        dra_holds=dra_holds,
     )
 
 
@@ -340,8 +344,14 @@ def _occupy(node: NodeCards, allocations: Iterable[allocation.Allocation]) -> No
             whole[index] = whole[index] or held.whole
             on_card[index].append(held)
     states = tuple(
-        CardState(card=card, memory_used=memory[card.index], core_used=core[card.index], whole_used=whole[card.index],
-                  allocations=tuple(on_card[card.index]), dra=by_uuid.get(card.uuid, ()) if card.uuid else ())
+        CardState(
+            card=card,
+            memory_used=memory[card.index],
+            core_used=core[card.index],
+            whole_used=whole[card.index],
+            allocations=tuple(on_card[card.index]),
+            dra=by_uuid.get(card.uuid, ()) if card.uuid else (),
+        )
         for card in node.cards
     )
     return NodeState(node=node, cards=states, allocations=tuple(placed), orphans=tuple(orphans))

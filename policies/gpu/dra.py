@@ -108,7 +108,11 @@ class Held:
         return f"{self.namespace}/{self.claim}"
 
     def describe(self) -> str:
-        share = " (a share: " + ", ".join(f"{k}={v}" for k, v in self.consumed) + ")" if self.consumed else (" (a share)" if self.shared else "")
+        share = (
+            " (a share: " + ", ".join(f"{k}={v}" for k, v in self.consumed) + ")"
+            if self.consumed
+            else (" (a share)" if self.shared else "")
+        )
         return f"ResourceClaim {self.claim_key} (device {self.device} of driver {self.driver}){share}"
 
 
@@ -251,7 +255,10 @@ def holds(
             if held.admin_access or device is None or not device.card_uuid:
                 continue
             found.setdefault(device.node, {}).setdefault(device.card_uuid, []).append(held)
-    return {node: {uuid: tuple(sorted(h, key=lambda x: (x.claim_key, x.device))) for uuid, h in cards.items()} for node, cards in found.items()}
+    return {
+        node: {uuid: tuple(sorted(h, key=lambda x: (x.claim_key, x.device))) for uuid, h in cards.items()}
+        for node, cards in found.items()
+    }
 
 
 def unmatched(
@@ -279,7 +286,9 @@ def unmatched_text(found: Sequence[Held]) -> str:
     if not found:
         return ""
     lines = ["", "DRA claims on a device no ResourceSlice publishes with a UUID (not matched to any card, so not shown on one):"]
-    lines.extend(f"  {h.claim_key}: device {h.device} of driver {h.driver}, pool {h.pool}{' (a share)' if h.shared else ''}" for h in found)
+    lines.extend(
+        f"  {h.claim_key}: device {h.device} of driver {h.driver}, pool {h.pool}{' (a share)' if h.shared else ''}" for h in found
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -346,9 +355,7 @@ def devices_to_taint(
     return tuple(sorted(found, key=lambda d: d.key))
 
 
-def plan_rules(
-    wanted: Iterable[Device], existing: Iterable[Mapping[str, Any]]
-) -> tuple[tuple[Device, ...], tuple[str, ...]]:
+def plan_rules(wanted: Iterable[Device], existing: Iterable[Mapping[str, Any]]) -> tuple[tuple[Device, ...], tuple[str, ...]]:
     """What the leader must do: the devices that need a rule, and the names of our rules to delete
     (a device no longer wanted)."""
     by_name = {rule_name(d): d for d in wanted}
@@ -399,7 +406,9 @@ def hold_claim(device: Device, *, namespace: str) -> dict[str, Any]:
 def hold_allocation(device: Device) -> dict[str, Any]:
     """The `status.allocation` of a hold claim: the one device, for the claim's one request (the
     apiserver checks the request name; it never checks the device against other claims)."""
-    return {"devices": {"results": [{"request": HOLD_REQUEST, "driver": device.driver, "pool": device.pool, "device": device.name}]}}
+    return {
+        "devices": {"results": [{"request": HOLD_REQUEST, "driver": device.driver, "pool": device.pool, "device": device.name}]}
+    }
 
 
 def hold_device(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NotRequired, TypedDict
 
-from policies.gpu import allocation as allocation_
 from policies import gpu
-from policies.gpu import usage as usage_
+from policies.gpu import allocation as allocation_
 from policies.gpu import cards
+from policies.gpu import usage as usage_
 
 RULE = "-" * 86  # the seed's dashed line
 PENDING_HEADER = "PENDING(Allocated)"
@@ -107,7 +107,10 @@ def summary(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
             cells.append(str(sum(a.memory_gib for a in state.orphans)))
         rows.append([state.name, state.node.address or "-", *cells, f"{state.memory_used}/{state.memory_total}"])
     used, total = _totals(shown)
-    return "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"]) + "\n"
+    return (
+        "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"])
+        + "\n"
+    )
 
 
 def details(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUsage] | None = None) -> str:
@@ -134,7 +137,15 @@ def details(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
         claims = sorted({h.claim_key: h for c in by_index for h in c.dra}.values(), key=lambda h: h.claim_key)
         for held in claims:
             cells = ["DRA" if any(h.claim_key == held.claim_key for h in c.dra) else "0" for c in by_index]
-            rows.append([held.claim, held.namespace, *cells, *(["-"] * len(by_index) if node_usage is not None else []), *(["0"] if pending else [])])
+            rows.append(
+                [
+                    held.claim,
+                    held.namespace,
+                    *cells,
+                    *(["-"] * len(by_index) if node_usage is not None else []),
+                    *(["0"] if pending else []),
+                ]
+            )
         lines += [f"NAME:       {state.name}", f"IPADDRESS:  {state.node.address or '-'}", ""]
         lines += _align(rows)
         lines += [
@@ -168,7 +179,8 @@ def as_json(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.Nod
         for device, card in zip(devices, sorted(state.cards, key=lambda c: c.index), strict=True):
             if card.dra:
                 device["dra"] = [
-                    {"claim": h.claim_key, "driver": h.driver, "pool": h.pool, "device": h.device, "shared": h.shared} for h in card.dra
+                    {"claim": h.claim_key, "driver": h.driver, "pool": h.pool, "device": h.device, "shared": h.shared}
+                    for h in card.dra
                 ]
         if node_usage is not None:
             for device in devices:
@@ -274,18 +286,23 @@ def wide(states: Iterable[cards.NodeState], *, usage: Mapping[str, usage_.NodeUs
     for state in shown:
         node_usage = usage.get(state.name) if usage is not None else None
         for card in sorted(state.cards, key=lambda c: c.index):
-            rows.append([
-                state.name,
-                state.node.address or "-",
-                state.node.mode_label or "-",
-                str(card.index),
-                card.card.model or "-",
-                card.card.uuid or "-",
-                f"{_used(card)}/{card.card.memory_gib}",
-                str(gpu.MAX_CORE_PERCENTAGE if card.whole_used else min(card.core_used, gpu.MAX_CORE_PERCENTAGE)),
-                _real(node_usage.card(card.index)) if node_usage is not None else "-",
-                str(len(card.allocations)),
-                *([",".join(h.claim_key for h in card.dra) or "-"] if with_dra else []),
-            ])
+            rows.append(
+                [
+                    state.name,
+                    state.node.address or "-",
+                    state.node.mode_label or "-",
+                    str(card.index),
+                    card.card.model or "-",
+                    card.card.uuid or "-",
+                    f"{_used(card)}/{card.card.memory_gib}",
+                    str(gpu.MAX_CORE_PERCENTAGE if card.whole_used else min(card.core_used, gpu.MAX_CORE_PERCENTAGE)),
+                    _real(node_usage.card(card.index)) if node_usage is not None else "-",
+                    str(len(card.allocations)),
+                    *([",".join(h.claim_key for h in card.dra) or "-"] if with_dra else []),
+                ]
+            )
     used, total = _totals(shown)
-    return "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"]) + "\n"
+    return (
+        "\n".join([*_align(rows), RULE, "Allocated/Total GPU Memory In Cluster:", f"{used}/{total} ({_percent(used, total)}%)"])
+        + "\n"
+    )

@@ -35,7 +35,7 @@ import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from policies import gpu
 

@@ -63,7 +63,16 @@ class QuantityError(ValueError):
 
 
 _DECIMAL_SUFFIXES: dict[str, int] = {
-    "n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
 }
 _DECIMAL_SUFFIX_OF: dict[int, str] = {exponent: name for name, exponent in _DECIMAL_SUFFIXES.items()}
 _BINARY_SUFFIXES: dict[str, int] = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
@@ -73,7 +82,9 @@ _DIGITS = frozenset("0123456789")
 _EXPONENT_DIGITS = re.compile(r"^[+-]?[0-9]+$")
 # unicode.IsSpace in Go (White_Space), which strings.TrimSpace trims; Python's str.strip would also
 # trim U+001C..U+001F, which Go keeps.
-_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_GO_SPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def _ten(power: int) -> int:

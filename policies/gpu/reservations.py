@@ -28,6 +28,7 @@ upgrade every reader takes the union of both (`union`). A Lease is trusted only 
 namespace, under its node's own name, and only when it names its node (`lease_node`): tenants can
 create Leases in their own namespaces, and such a Lease must never hold (or free) a card.
 """
+
 from __future__ import annotations
 
 import functools
@@ -211,6 +212,15 @@ def _entry(uid: str, entry: object, *, key: str) -> allocation.Allocation:
         raise gpu.AnnotationError(f"{key}: pod must be a namespace/name string, got {pod!r}")
     namespace, _, name = pod.partition("/")
     return allocation.Allocation(
-        uid=uid, namespace=namespace, name=name, node=node, cards=cards, memory_gib=memory, core_percent=core,
-        whole=whole, assumed_at=assumed, expires=expires, source="reservation",
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        node=node,
+        cards=cards,
+        memory_gib=memory,
+        core_percent=core,
+        whole=whole,
+        assumed_at=assumed,
+        expires=expires,
+        source="reservation",
     )

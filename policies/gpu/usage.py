@@ -203,12 +203,15 @@ def _card(entry: object) -> CardUse | None:
         return None
     pods = tuple(p for p in (_pod(item) for item in _list(entry.get("pods"))) if p is not None)
     oob = tuple(o for o in (_oob(item) for item in _list(entry.get("outOfBand"))) if o is not None)
-    unknown = tuple(
-        item["pid"] for item in _list(entry.get("unknown")) if isinstance(item, Mapping) and _count(item.get("pid"))
-    )
+    unknown = tuple(item["pid"] for item in _list(entry.get("unknown")) if isinstance(item, Mapping) and _count(item.get("pid")))
     truncated = entry.get("truncated")
     return CardUse(
-        index=index, total_mib=total, used_mib=used, pods=pods, out_of_band=oob, unknown=unknown,
+        index=index,
+        total_mib=total,
+        used_mib=used,
+        pods=pods,
+        out_of_band=oob,
+        unknown=unknown,
         truncated=truncated if _count(truncated) else 0,
     )
 

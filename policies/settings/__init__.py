@@ -126,13 +126,13 @@ from typing import Any
 
 from policies import builtin, model, policy
 from policies.settings import base, claims, policyactions, scheduling, shapes, trust, usagelimits
+from policies.settings.base import _ACTION_TABLES as _ACTION_TABLES
 
 # The names callers use, from the section that owns each.
 from policies.settings.base import DEFAULT_EXEMPT_NAMESPACES as DEFAULT_EXEMPT_NAMESPACES
 from policies.settings.base import DEFAULT_USER_POLICY_BUDGET_S as DEFAULT_USER_POLICY_BUDGET_S
 from policies.settings.base import MAX_USER_POLICY_BUDGET_S as MAX_USER_POLICY_BUDGET_S
 from policies.settings.base import NEUTRAL_VISIBLE_DEVICES_CHOICES as NEUTRAL_VISIBLE_DEVICES_CHOICES
-from policies.settings.base import _ACTION_TABLES as _ACTION_TABLES
 from policies.settings.base import expired_exceptions as expired_exceptions
 from policies.settings.claims import DEFAULT_GPU_CLASSES as DEFAULT_GPU_CLASSES
 from policies.settings.claims import ClaimGrant as ClaimGrant
@@ -235,9 +235,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         default_shared_mode=base.shared_mode(data.get("defaultSharedMode")),
         gpu_scheduler_name=scheduling.scheduler_name(data.get("gpuSchedulerName")),
         extender_scheduler_names=scheduling.extender_schedulers(data.get("extenderSchedulers")),
-        keep_non_gpu_pods_off_gpu_nodes=shapes.flag(
-            data.get("keepNonGpuPodsOffGpuNodes"), field="keepNonGpuPodsOffGpuNodes"
-        ),
+        keep_non_gpu_pods_off_gpu_nodes=shapes.flag(data.get("keepNonGpuPodsOffGpuNodes"), field="keepNonGpuPodsOffGpuNodes"),
         error_actions=policyactions.error_actions(data.get("errorActions")),
         visible_devices_neutral_value=base.neutral_value(data.get("visibleDevicesNeutralValue")),
         user_policy_budget_s=base.budget(data.get("userPolicyBudgetSeconds")),

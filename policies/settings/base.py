@@ -19,7 +19,6 @@ from typing import Any, Protocol, Self
 from policies import gpu, hostpaths, model, schedulers, trustzone
 from policies.settings import claims, policyactions, scheduling, selection, shapes, trust, usagelimits
 
-
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
 # NVIDIA_VISIBLE_DEVICES values that expose no device node: `void` (and empty) behave like runc,
 # `none` mounts the driver but no card. Anything else could name cards, so it cannot be configured.
@@ -95,6 +94,7 @@ class Settings:
             if entry.match.matches(namespace, labels):
                 return entry
         return usagelimits.DEFAULT_USAGE_LIMIT
+
     # The GPU scheduler this is the gate in front of (`scheduler`) and its trusted writers.
     scheduler: schedulers.Scheduler = schedulers.DEFAULT_SCHEDULER
     # True in the settings that judge objects as stored (`for_stored_objects`: audit, explain); how
@@ -166,8 +166,7 @@ class Settings:
         off = frozenset(policy_ids)
         actions = {**self.actions, **{policy_id: model.Action.OFF for policy_id in off}}
         overrides = tuple(
-            dataclasses.replace(o, actions={k: v for k, v in o.actions.items() if k not in off})
-            for o in self.namespace_overrides
+            dataclasses.replace(o, actions={k: v for k, v in o.actions.items() if k not in off}) for o in self.namespace_overrides
         )
         return dataclasses.replace(self, actions=actions, namespace_overrides=overrides)
 

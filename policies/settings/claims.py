@@ -40,16 +40,26 @@ def read(value: object) -> DraSettings:
     if value is None:
         return DraSettings()
     if not isinstance(value, Mapping):
-        raise shapes.InvalidSettings(f"dra: must be a mapping with gpuDrivers, gpuClasses, claims, adminNamespaces; got {value!r}")
+        raise shapes.InvalidSettings(
+            f"dra: must be a mapping with gpuDrivers, gpuClasses, claims, adminNamespaces; got {value!r}"
+        )
     shapes.keys(value, field="dra", known=("gpuDrivers", "gpuClasses", "claims", "adminNamespaces"))
     grants: list[ClaimGrant] = []
-    for field, entry in shapes.entries(value.get("claims") or [], field="dra.claims", known=("name", "namespaces", "namespaceSelector", "classes")):
+    for field, entry in shapes.entries(
+        value.get("claims") or [], field="dra.claims", known=("name", "namespaces", "namespaceSelector", "classes")
+    ):
         name, match = selection.anchored_entry(entry, field=field)
-        grants.append(ClaimGrant(name=name, match=match, classes=frozenset(shapes.strings(entry.get("classes"), field=f"{field}.classes"))))
+        grants.append(
+            ClaimGrant(name=name, match=match, classes=frozenset(shapes.strings(entry.get("classes"), field=f"{field}.classes")))
+        )
     admins = value.get("adminNamespaces")
     return DraSettings(
-        gpu_drivers=shapes.strings(value["gpuDrivers"], field="dra.gpuDrivers") if "gpuDrivers" in value else (dra.NVIDIA_DRIVER,),
-        gpu_classes=frozenset(shapes.strings(value["gpuClasses"], field="dra.gpuClasses")) if "gpuClasses" in value else DEFAULT_GPU_CLASSES,
+        gpu_drivers=shapes.strings(value["gpuDrivers"], field="dra.gpuDrivers")
+        if "gpuDrivers" in value
+        else (dra.NVIDIA_DRIVER,),
+        gpu_classes=frozenset(shapes.strings(value["gpuClasses"], field="dra.gpuClasses"))
+        if "gpuClasses" in value
+        else DEFAULT_GPU_CLASSES,
         claims=tuple(grants),
         admin_namespaces=frozenset() if admins is None else shapes.namespace_names(admins, field="dra.adminNamespaces"),
     )

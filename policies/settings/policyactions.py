@@ -17,9 +17,7 @@ from policies.settings import selection, shapes
 
 
 def default_error_actions() -> Mapping[model.PolicyKind, model.Action]:
-    return types.MappingProxyType(
-        {model.PolicyKind.VALIDATE: model.Action.ENFORCE, model.PolicyKind.MUTATE: model.Action.WARN}
-    )
+    return types.MappingProxyType({model.PolicyKind.VALIDATE: model.Action.ENFORCE, model.PolicyKind.MUTATE: model.Action.WARN})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,7 +60,9 @@ class PolicyException:
         if self.object_selector is not None:
             candidates = [shapes.labels(metadata.get("labels"))]
             template = shapes.mapping(shapes.mapping(shapes.mapping(obj.get("spec")).get("template")).get("metadata"))
-            jobs = shapes.mapping(shapes.mapping(shapes.mapping(shapes.mapping(obj.get("spec")).get("jobTemplate")).get("spec")).get("template"))
+            jobs = shapes.mapping(
+                shapes.mapping(shapes.mapping(shapes.mapping(obj.get("spec")).get("jobTemplate")).get("spec")).get("template")
+            )
             for found in (template, shapes.mapping(jobs.get("metadata"))):
                 if "labels" in found:
                     candidates.append(shapes.labels(found.get("labels")))

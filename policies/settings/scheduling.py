@@ -38,7 +38,9 @@ def scheduler(value: object) -> schedulers.Scheduler:
         return schedulers.DEFAULT_SCHEDULER
     entry: Mapping[str, Any] = {"profile": value} if isinstance(value, str) else shapes.mapping(value)
     if not entry:
-        raise shapes.InvalidSettings(f"scheduler: must be a profile name ({_PROFILE_NAMES}) or a mapping with profile and writers, got {value!r}")
+        raise shapes.InvalidSettings(
+            f"scheduler: must be a profile name ({_PROFILE_NAMES}) or a mapping with profile and writers, got {value!r}"
+        )
     shapes.keys(entry, field="scheduler", known=("profile", "writers"))
     field = "scheduler" if isinstance(value, str) else "scheduler.profile"
     name = entry.get("profile")
@@ -48,10 +50,15 @@ def scheduler(value: object) -> schedulers.Scheduler:
     if entry.get("writers") is None:
         return schedulers.Scheduler(profile=profile, writers=profile.default_writers)
     if not profile.writer_annotations:
-        raise shapes.InvalidSettings(f"scheduler.writers: the {profile.name} profile has no device annotations for anyone to write")
+        raise shapes.InvalidSettings(
+            f"scheduler.writers: the {profile.name} profile has no device annotations for anyone to write"
+        )
     writers: list[schedulers.ServiceAccount] = []
     for where, writer in shapes.entries(
-        entry["writers"], field="scheduler.writers", known=("namespace", "serviceAccount"), shape="{namespace: ..., serviceAccount: ...}"
+        entry["writers"],
+        field="scheduler.writers",
+        known=("namespace", "serviceAccount"),
+        shape="{namespace: ..., serviceAccount: ...}",
     ):
         namespace, account = writer.get("namespace"), writer.get("serviceAccount")
         if not isinstance(namespace, str) or not schedulers.is_namespace_name(namespace):

@@ -12,9 +12,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policies.gpu import dra
 from policies.settings import shapes
-
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on every namespace
 
@@ -94,9 +92,7 @@ def label_selector(value: object, *, field: str) -> LabelSelector:
         raise shapes.InvalidSettings(f"{field}: must be a mapping with matchLabels and/or matchExpressions, got {value!r}")
     shapes.keys(value, field=field, known=("matchLabels", "matchExpressions"))
     labels = value.get("matchLabels") or {}
-    if not isinstance(labels, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-    ):
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise shapes.InvalidSettings(f"{field}.matchLabels: must map label keys to string values, got {labels!r}")
     requirements = []
     for where, entry in shapes.entries(
@@ -144,8 +140,7 @@ def anchored(namespaces: NamespaceMatch | None, *, field: str, name: str, what: 
     positive = selector is not None and (
         bool(selector.match_labels)
         or any(
-            r.operator == "In" or (r.operator == "Exists" and r.key != NAMESPACE_NAME_LABEL)
-            for r in selector.match_expressions
+            r.operator == "In" or (r.operator == "Exists" and r.key != NAMESPACE_NAME_LABEL) for r in selector.match_expressions
         )
     )
     if namespaces is not None and (namespaces.names or positive):

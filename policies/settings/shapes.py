@@ -68,7 +68,7 @@ def timestamp(value: object, *, field: str) -> datetime.datetime:
     if isinstance(value, datetime.datetime):
         return aware(value)
     if isinstance(value, datetime.date):  # YAML reads a bare 2026-12-31 as a date
-        return datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.timezone.utc)
+        return datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.UTC)
     if isinstance(value, str):
         try:
             return aware(datetime.datetime.fromisoformat(value.strip()))
@@ -79,8 +79,8 @@ def timestamp(value: object, *, field: str) -> datetime.datetime:
 
 def aware(moment: datetime.datetime) -> datetime.datetime:
     if moment.tzinfo is None:
-        return moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.astimezone(datetime.timezone.utc)
+        return moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC)
 
 
 def mapping(value: object) -> Mapping[str, Any]:

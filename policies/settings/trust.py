@@ -70,7 +70,9 @@ def _gpu_node_labels(value: object, *, field: str) -> tuple[trustzone.NodeLabel,
         values = shapes.strings(entry["values"], field=f"{where}.values") if entry.get("values") is not None else ()
         for position, item in enumerate(values):
             if not _LABEL_VALUE.match(item):
-                raise shapes.InvalidSettings(f"{where}.values[{position}]: {item!r} is not a valid label value (up to 63 characters)")
+                raise shapes.InvalidSettings(
+                    f"{where}.values[{position}]: {item!r} is not a valid label value (up to 63 characters)"
+                )
         found.append(trustzone.NodeLabel(key=key, values=values, source="the settings (trustZone.gpuNodeLabels)"))
     return tuple(found)
 
@@ -78,7 +80,7 @@ def _gpu_node_labels(value: object, *, field: str) -> tuple[trustzone.NodeLabel,
 def _host_ports(value: object, *, field: str) -> tuple[trustzone.PortRange, ...]:
     """A list of host ports and ranges (`8888`, `"8000-8999"`)."""
     if not isinstance(value, list):
-        raise shapes.InvalidSettings(f"{field}: must be a list of ports and ranges (8888, \"8000-8999\"), got {value!r}")
+        raise shapes.InvalidSettings(f'{field}: must be a list of ports and ranges (8888, "8000-8999"), got {value!r}')
     found: list[trustzone.PortRange] = []
     for index, entry in enumerate(value):
         where = f"{field}[{index}]"
@@ -90,7 +92,7 @@ def _host_ports(value: object, *, field: str) -> tuple[trustzone.PortRange, ...]
             first, _, last = entry.strip().partition("-")
             low, high = int(first), int(last or first)
         else:
-            raise shapes.InvalidSettings(f"{where}: must be a port or a range \"LOW-HIGH\", got {entry!r}")
+            raise shapes.InvalidSettings(f'{where}: must be a port or a range "LOW-HIGH", got {entry!r}')
         assert isinstance(low, int) and isinstance(high, int)
         if not (1 <= low <= 65535 and 1 <= high <= 65535):
             raise shapes.InvalidSettings(f"{where}: {entry!r} is not within 1-65535")
@@ -98,6 +100,8 @@ def _host_ports(value: object, *, field: str) -> tuple[trustzone.PortRange, ...]
             raise shapes.InvalidSettings(f"{where}: {entry!r} is upside down (the first port must not be above the last)")
         found.append(trustzone.PortRange(low=low, high=high))
     return tuple(found)
+
+
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -112,7 +116,9 @@ def _allowed_host_path(entry: object, *, field: str) -> trustzone.HostPath:
         raise shapes.InvalidSettings(f"{field}.path: must be an absolute path, got {path!r}")
     resolved = hostpaths.resolve(path)
     if resolved == "/":
-        raise shapes.InvalidSettings(f"{field}.path: {path!r} is the node's whole filesystem; give the namespaces that need it an exception")
+        raise shapes.InvalidSettings(
+            f"{field}.path: {path!r} is the node's whole filesystem; give the namespaces that need it an exception"
+        )
     read_only = entry.get("readOnly", True)
     if not isinstance(read_only, bool):
         raise shapes.InvalidSettings(f"{field}.readOnly: must be true or false, got {read_only!r}")
@@ -166,7 +172,9 @@ def zone(value: object, legacy: object) -> tuple[trustzone.TrustZone, trustzone.
     resources = shapes.strings(value.get("gpuResources") or [], field="trustZone.gpuResources", allow_empty_list=True)
     for index, name in enumerate(resources):
         if not _RESOURCE_NAME.match(name.removesuffix("*").rstrip("-_.") or "-"):
-            raise shapes.InvalidSettings(f"trustZone.gpuResources[{index}]: {name!r} is not a resource name (a trailing * is a prefix)")
+            raise shapes.InvalidSettings(
+                f"trustZone.gpuResources[{index}]: {name!r} is not a resource name (a trailing * is a prefix)"
+            )
     zone = trustzone.TrustZone(
         strict=shapes.flag(value.get("strict"), field="trustZone.strict"),
         gpu_resources=resources,

@@ -8,7 +8,6 @@ from typing import Any
 
 from policies.settings import selection, shapes
 
-
 USAGE_OBSERVE = "observe"  # usageLimits modes: an Event when a pod goes above its request and back
 USAGE_EVICT = "evict"  # the Event, then the Eviction API after the grace period
 USAGE_MODES = (USAGE_OBSERVE, USAGE_EVICT)

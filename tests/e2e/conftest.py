@@ -31,7 +31,11 @@ def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     # others (test_dra.py starts a second cluster without them: `dra_device_taint_flags(False)`).
     apiserver_flags, scheduler_flags = controlplane.dra_device_taint_flags(True)
     state = install.bring_up(
-        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=nodes.load(None),
+        apiserver_flags=apiserver_flags,
+        scheduler_flags=scheduler_flags,
     )
     try:
         yield Cluster(state)

@@ -28,8 +28,17 @@ def extender(cluster: Cluster, name: str, flags: Sequence[str] = ()) -> Iterator
     its base URL once /healthz answers 200 (its first list of nodes and pods is in)."""
     port = controlplane.free_port()
     command = [
-        sys.executable, "-m", "webhook.extender.cli", "extender", "--port", str(port), "--host", "127.0.0.1",
-        "--kubeconfig", str(cluster.state.kubeconfig), *flags,
+        sys.executable,
+        "-m",
+        "webhook.extender.cli",
+        "extender",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--kubeconfig",
+        str(cluster.state.kubeconfig),
+        *flags,
     ]
     with process(cluster, f"{name}-{port}", command):
         base = f"http://127.0.0.1:{port}"

@@ -50,7 +50,9 @@ class Cluster:
         name = f"e2e-{uuid.uuid4().hex[:8]}"
         completed = self.kubectl("create", "namespace", name)
         assert completed.returncode == 0, completed.stderr
-        eventually(lambda: self.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0, what=f"ServiceAccount in {name}")
+        eventually(
+            lambda: self.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0, what=f"ServiceAccount in {name}"
+        )
         return name
 
     def running_pods(self, *, namespace: str, selector: str = "", count: int = 1, timeout: float = 60) -> list[dict[str, Any]]:
@@ -59,7 +61,9 @@ class Cluster:
 
         def ready() -> bool:
             nonlocal found
-            found = [p for p in self.pods(namespace=namespace, selector=selector) if p.get("status", {}).get("phase") == "Running"]
+            found = [
+                p for p in self.pods(namespace=namespace, selector=selector) if p.get("status", {}).get("phase") == "Running"
+            ]
             return len(found) >= count
 
         eventually(ready, what=f"{count} running pods in {namespace} {selector}", timeout=timeout)
@@ -91,7 +95,11 @@ def deployment(
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}}, "template": {"metadata": metadata, "spec": spec}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": metadata, "spec": spec},
+        },
     }
 
 

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def pod(name: str, *, env: dict[str, str] | None = None, limits: dict[str, Any] | None = None, privileged: bool = False) -> dict[str, Any]:
+def pod(
+    name: str, *, env: dict[str, str] | None = None, limits: dict[str, Any] | None = None, privileged: bool = False
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in env.items()]
@@ -103,7 +105,10 @@ def test_the_seed_workloads_are_admitted_and_run_where_the_seeds_say(cluster: Cl
         seed("Pod", "tensorflow-mnist"),
     ]
     _, where = run_admitted(cluster, workloads, namespace=ns, timeout=90)
-    by_prefix = {next(n for n in where if n.startswith(prefix)): prefix for prefix in ("tf-notebook", "not-in-gpu-node", "cgpu-test-0", "cgpu-test-no-isolation-0", "tensorflow-mnist")}
+    by_prefix = {
+        next(n for n in where if n.startswith(prefix)): prefix
+        for prefix in ("tf-notebook", "not-in-gpu-node", "cgpu-test-0", "cgpu-test-no-isolation-0", "tensorflow-mnist")
+    }
     labels = {prefix: where[name] for name, prefix in by_prefix.items()}
     # 000_2d8695719794de07.txt: tf-notebook asks for a Tesla-M40 by nodeSelector, not-in-gpu-node avoids GPU nodes.
     assert labels["tf-notebook"]["aliyun.accelerator/nvidia_name"] == "Tesla-M40"
@@ -128,10 +133,22 @@ def test_a_pod_in_kube_system_is_left_untouched(cluster: Cluster) -> None:
 
 def test_a_server_side_dry_run_is_answered_and_stores_nothing(cluster: Cluster) -> None:
     ns = cluster.namespace()
-    allowed = cluster.kubectl("create", "-n", ns, "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod("dry", limits={"aliyun.com/gpu-mem": 2})))
+    allowed = cluster.kubectl(
+        "create",
+        "-n",
+        ns,
+        "--dry-run=server",
+        "-o",
+        "json",
+        "-f",
+        "-",
+        stdin=json.dumps(pod("dry", limits={"aliyun.com/gpu-mem": 2})),
+    )
     assert allowed.returncode == 0, allowed.stderr
     assert json.loads(allowed.stdout)["spec"]["nodeSelector"] == {"ack.node.gpu.schedule": "cgpu"}
-    denied = cluster.kubectl("create", "-n", ns, "--dry-run=server", "-f", "-", stdin=json.dumps(pod("dry2", env={"NVIDIA_VISIBLE_DEVICES": "all"})))
+    denied = cluster.kubectl(
+        "create", "-n", ns, "--dry-run=server", "-f", "-", stdin=json.dumps(pod("dry2", env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    )
     assert denied.returncode != 0 and "GPU001" in denied.stderr
     assert cluster.pods(namespace=ns) == []
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation elsewhere
 from policies import gpu
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation elsewhere
 from policies.gpu import reservations
 from tests.e2e.harness import Cluster, deployment, eventually
 from webhook.cluster import install, nodes
@@ -100,12 +100,20 @@ def webhook_unregistered(cluster: Cluster) -> Iterator[None]:
 def audit(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "webhook.audit.cli", "--kubeconfig", str(cluster.state.kubeconfig), *args],
-        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
     )
 
 
 def report(cluster: Cluster, namespace: str | None) -> dict[str, Any] | None:
-    args = ("get", "policyreport", REPORT, "-n", namespace, "-o", "json") if namespace else ("get", "clusterpolicyreport", REPORT, "-o", "json")
+    args = (
+        ("get", "policyreport", REPORT, "-n", namespace, "-o", "json")
+        if namespace
+        else ("get", "clusterpolicyreport", REPORT, "-o", "json")
+    )
     completed = cluster.kubectl(*args)
     if completed.returncode != 0:
         assert "NotFound" in completed.stderr, completed.stderr
@@ -144,23 +152,34 @@ def test_existing_violators_are_reported_and_disappear_once_fixed(cluster: Clust
         ("Deployment", "bypass", "GPU001"),
     } <= found
     # The template's finding is reported once, on the Deployment, not on its ReplicaSet and pods.
-    assert not {item for item in found if item[0] in ("ReplicaSet", "Pod") and item[1].startswith("bypass-") and item[2] == "GPU001"}
+    assert not {
+        item for item in found if item[0] in ("ReplicaSet", "Pod") and item[1].startswith("bypass-") and item[2] == "GPU001"
+    }
     by_pod = {(r["resources"][0]["name"], r["policy"]): r for r in namespaced["results"]}
     sneaky = by_pod[("sneaky", "GPU001")]
     assert sneaky["message"] == (
         "GPU001: containers must not set the environment that chooses GPUs or switches off their isolation: "
         'container "main" sets NVIDIA_VISIBLE_DEVICES=all; request GPUs as resources, or use void'
     )
-    assert (sneaky["result"], sneaky["severity"], sneaky["source"], sneaky["properties"]) == ("fail", "high", "gpu-admission", {"action": "enforce"})
+    assert (sneaky["result"], sneaky["severity"], sneaky["source"], sneaky["properties"]) == (
+        "fail",
+        "high",
+        "gpu-admission",
+        {"action": "enforce"},
+    )
     assert set(sneaky["timestamp"]) == {"seconds", "nanos"}
-    counted = {name: sum(1 for r in namespaced["results"] if r["result"] == name) for name in ("pass", "fail", "warn", "error", "skip")}
+    counted = {
+        name: sum(1 for r in namespaced["results"] if r["result"] == name) for name in ("pass", "fail", "warn", "error", "skip")
+    }
     assert namespaced["summary"] == counted
 
     cluster_report = report(cluster, None)
     assert cluster_report is not None
-    (overcommitted,) = [r for r in cluster_report["results"] if r["policy"] == "GPU202" and r["resources"][0]["name"] == OVERCOMMIT_NODE]
+    (overcommitted,) = [
+        r for r in cluster_report["results"] if r["policy"] == "GPU202" and r["resources"][0]["name"] == OVERCOMMIT_NODE
+    ]
     assert overcommitted["result"] == "fail"
-    assert "card 0: " in overcommitted["message"] and f"Pod/overcommit" in overcommitted["message"]
+    assert "card 0: " in overcommitted["message"] and "Pod/overcommit" in overcommitted["message"]
     assert {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "overcommit"}.items() <= next(
         ref for ref in overcommitted["resources"] if ref.get("name") == "overcommit"
     ).items()
@@ -186,7 +205,8 @@ def test_existing_violators_are_reported_and_disappear_once_fixed(cluster: Clust
     assert report(cluster, ns) is None  # a namespace without findings has no report
     cluster_after = report(cluster, None)
     assert not [
-        r for r in (cluster_after or {}).get("results", [])
+        r
+        for r in (cluster_after or {}).get("results", [])
         if any(ref.get("name") == "overcommit" and ref.get("namespace") == ns for ref in r["resources"])
     ]
 
@@ -216,7 +236,11 @@ def test_a_namespace_override_selected_by_label_applies_in_the_live_audit(cluste
         json.dumps(
             {
                 "namespaceOverrides": [
-                    {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU001": {"action": "warn"}}}
+                    {
+                        "name": "lab",
+                        "namespaceSelector": {"matchLabels": {"team": "lab"}},
+                        "policies": {"GPU001": {"action": "warn"}},
+                    }
                 ]
             }
         )
@@ -259,10 +283,25 @@ class _Replica:
         self.log = log
         with log.open("wb") as out:
             self.process = subprocess.Popen(
-                [install.executable(), "serve", "--host", "127.0.0.1", "--port", "0",
-                 "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                 "--audit-interval", "1s", "--kubeconfig", str(cluster.state.kubeconfig)],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAMESPACE": "default"},
+                [
+                    install.executable(),
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--tls-cert-file",
+                    str(certs / "tls.crt"),
+                    "--tls-private-key-file",
+                    str(certs / "tls.key"),
+                    "--audit-interval",
+                    "1s",
+                    "--kubeconfig",
+                    str(cluster.state.kubeconfig),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "POD_NAMESPACE": "default"},
             )
         self.port = 0
 
@@ -278,7 +317,9 @@ class _Replica:
         try:
             return _metric(f"https://127.0.0.1:{self.port}/metrics", self.context, name)
         except OSError:
-            assert self.process.poll() is None, f"serve exited with {self.process.returncode}:\n{self.log.read_text(errors='replace')}"
+            assert self.process.poll() is None, (
+                f"serve exited with {self.process.returncode}:\n{self.log.read_text(errors='replace')}"
+            )
             raise
 
     def stop(self) -> None:
@@ -298,13 +339,17 @@ def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster
         # Both must be serving before their metrics are read: under load one can write the report
         # while the other is still starting.
         eventually(lambda: all([replica.listening() for replica in replicas]), what="both replicas listening", timeout=60)
-        eventually(lambda: ("Pod", "sneaky", "GPU001") in failing(report(cluster, ns)), what="a background-written report", timeout=60)
+        eventually(
+            lambda: ("Pod", "sneaky", "GPU001") in failing(report(cluster, ns)), what="a background-written report", timeout=60
+        )
 
         def leaders() -> list[float | None]:
             return [replica.metric("gpu_admission_audit_leader") for replica in replicas]
 
         eventually(lambda: sorted(value or 0.0 for value in leaders()) == [0.0, 1.0], what="exactly one leader", timeout=30)
-        holder = json.loads(cluster.kubectl("get", "lease", "gpu-admission-audit", "-n", "default", "-o", "json").stdout)["spec"]["holderIdentity"]
+        holder = json.loads(cluster.kubectl("get", "lease", "gpu-admission-audit", "-n", "default", "-o", "json").stdout)["spec"][
+            "holderIdentity"
+        ]
         assert holder
         # Under load a Lease renewal can miss and leadership move; judge the replica that leads now,
         # once it has finished a run of its own.
@@ -324,7 +369,9 @@ def test_serve_replicas_audit_in_the_background_with_one_leader(cluster: Cluster
         # The leader stops (releasing the Lease); the other replica takes over and keeps the report current.
         leader.stop()
         (follower,) = [r for r in replicas if r is not leader]
-        eventually(lambda: follower.metric("gpu_admission_audit_leader") == 1.0, what="the other replica to take over", timeout=30)
+        eventually(
+            lambda: follower.metric("gpu_admission_audit_leader") == 1.0, what="the other replica to take over", timeout=30
+        )
         cluster.kubectl("delete", "pod", "sneaky", "-n", ns, "--wait=true", "--timeout=60s")
         eventually(lambda: report(cluster, ns) is None, what="the fixed namespace's report to go", timeout=60)
     finally:
@@ -351,8 +398,15 @@ def test_the_audit_reads_the_ledger_lease_in_the_ledger_namespace_and_never_a_te
 
     def orphan(node: str) -> allocation_.Allocation:
         return allocation_.Allocation(
-            uid=str(uuid.uuid4()), namespace=tenant, name=f"gone-{node}", node=node, cards=(0,), memory_gib=4,
-            assumed_at=now - 60, expires=now + 600, source="reservation",
+            uid=str(uuid.uuid4()),
+            namespace=tenant,
+            name=f"gone-{node}",
+            node=node,
+            cards=(0,),
+            memory_gib=4,
+            assumed_at=now - 60,
+            expires=now + 600,
+            source="reservation",
         )
 
     leases = [(node_a, ledger_namespace), (node_b, tenant)]
@@ -364,7 +418,9 @@ def test_the_audit_reads_the_ledger_lease_in_the_ledger_namespace_and_never_a_te
             assert cluster.apply(body, namespace=namespace).returncode == 0
         completed = audit(cluster, "-o", "json", "--ledger-namespace", ledger_namespace)
         assert completed.returncode in (0, 1), completed.stderr
-        results = [r for item in json.loads(completed.stdout)["items"] if item["kind"] == "ClusterPolicyReport" for r in item["results"]]
+        results = [
+            r for item in json.loads(completed.stdout)["items"] if item["kind"] == "ClusterPolicyReport" for r in item["results"]
+        ]
         found = {r["resources"][0]["name"]: r for r in results if r["policy"] == "GPU203"}
         assert found[node_a]["result"] == "warn", found[node_a]  # GPU203 fails at warn level
         assert f"gone-{node_a}" in found[node_a]["message"]

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, deployment, eventually
 from policies.trustzone import DEFAULT_ZONE
+from tests.e2e.harness import Cluster, deployment, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,9 @@ def test_a_cdi_annotation_on_create_is_refused_and_an_ordinary_one_is_admitted(c
     admitted = create(cluster, pod("plain", annotations={"team": "ml", "CDI.K8S.IO/gpu": "nvidia.com/gpu=all"}), namespace=ns)
 
     assert refused_by(refused, "GPU010"), refused.stderr
-    assert "annotation cdi.k8s.io/gpu asks the node's container runtime for devices (CDI or NRI device injection)" in refused.stderr
+    assert (
+        "annotation cdi.k8s.io/gpu asks the node's container runtime for devices (CDI or NRI device injection)" in refused.stderr
+    )
     assert "ask for GPUs as resources (nvidia.com/gpu, aliyun.com/gpu-mem)" in refused.stderr
     assert cluster.kubectl("get", "pod", "all-cards", "-n", ns).returncode != 0
     assert admitted.returncode == 0, admitted.stderr
@@ -76,7 +78,14 @@ def test_a_device_annotation_added_later_is_refused_and_ordinary_edits_are_never
 
     added = cluster.kubectl("annotate", "pod", name, "-n", ns, "nvidia.cdi.k8s.io/pod=nvidia.com/gpu=all")
     patched = cluster.kubectl(
-        "patch", "pod", name, "-n", ns, "--type=merge", "-p", json.dumps({"metadata": {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}})
+        "patch",
+        "pod",
+        name,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}}),
     )
 
     assert refused_by(added, "GPU010"), added.stderr
@@ -100,7 +109,9 @@ def test_a_device_annotation_added_later_is_refused_and_ordinary_edits_are_never
 def test_crios_devices_annotation_with_a_card_is_refused_and_with_fuse_admitted(cluster: Cluster) -> None:
     ns = cluster.namespace()
 
-    refused = create(cluster, pod("crio-card", annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse,/dev/nvidia0"}), namespace=ns)
+    refused = create(
+        cluster, pod("crio-card", annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse,/dev/nvidia0"}), namespace=ns
+    )
     admitted = create(cluster, pod("buildah", annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse"}), namespace=ns)
 
     assert refused_by(refused, "GPU010"), refused.stderr

@@ -24,8 +24,14 @@ SOURCES_WEBHOOK = 'admission webhook "validate-env-sources.gpu-admission.io" den
 PODS_WEBHOOK = 'admission webhook "validate.gpu-admission.io" denied the request'
 
 
-def gpu_pod(name: str, *, env: list[dict[str, Any]] | None = None, env_from: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1", "resources": {"limits": {"aliyun.com/gpu-mem": 1}}}
+def gpu_pod(
+    name: str, *, env: list[dict[str, Any]] | None = None, env_from: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "registry.example/app:1",
+        "resources": {"limits": {"aliyun.com/gpu-mem": 1}},
+    }
     if env is not None:
         container["env"] = env
     if env_from is not None:
@@ -104,7 +110,9 @@ def test_env_from_with_a_prefix_composing_the_variable_is_refused(cluster: Clust
     # An ordinary key: nothing for GPU007 to refuse; the prefix is what composes the name.
     assert cluster.apply(config_map("devices", {"VISIBLE_DEVICES": "all"}), namespace=ns).returncode == 0
 
-    refused = cluster.apply(gpu_pod("composer", env_from=[{"prefix": "NVIDIA_", "configMapRef": {"name": "devices"}}]), namespace=ns)
+    refused = cluster.apply(
+        gpu_pod("composer", env_from=[{"prefix": "NVIDIA_", "configMapRef": {"name": "devices"}}]), namespace=ns
+    )
 
     assert refused.returncode != 0
     assert PODS_WEBHOOK in refused.stderr
@@ -120,7 +128,7 @@ def test_a_gpu_mem_container_setting_an_isolation_variable_is_refused(cluster: C
 
     assert refused.returncode != 0
     assert PODS_WEBHOOK in refused.stderr
-    assert 'GPU001' in refused.stderr and f'container "main" sets {name}={value}' in refused.stderr
+    assert "GPU001" in refused.stderr and f'container "main" sets {name}={value}' in refused.stderr
     assert cluster.pods(namespace=ns) == []
 
 
@@ -130,9 +138,18 @@ def test_ordinary_sources_and_their_gpu_consumers_pass_and_never_reach_the_webho
 
     created = cluster.apply([config_map(marker, {"LOG_LEVEL": "debug"}), secret(marker, {"password": "x"})], namespace=ns)
     assert created.returncode == 0, created.stderr
-    updated = cluster.apply([config_map(marker, {"LOG_LEVEL": "info", "CUDA_VISIBLE_DEVICES": "0"}), secret(marker, {"password": "y"})], namespace=ns)
+    updated = cluster.apply(
+        [config_map(marker, {"LOG_LEVEL": "info", "CUDA_VISIBLE_DEVICES": "0"}), secret(marker, {"password": "y"})], namespace=ns
+    )
     assert updated.returncode == 0, updated.stderr
-    pod = gpu_pod("app", env_from=[{"configMapRef": {"name": marker}}, {"secretRef": {"name": marker}}, {"prefix": "APP_", "configMapRef": {"name": marker}}])
+    pod = gpu_pod(
+        "app",
+        env_from=[
+            {"configMapRef": {"name": marker}},
+            {"secretRef": {"name": marker}},
+            {"prefix": "APP_", "configMapRef": {"name": marker}},
+        ],
+    )
     admitted = cluster.apply(pod, namespace=ns)
     assert admitted.returncode == 0, admitted.stderr
     assert cluster.get("pod", "app", namespace=ns)["spec"]["containers"][0]["envFrom"][0] == {"configMapRef": {"name": marker}}
@@ -174,9 +191,29 @@ def test_a_source_that_predates_the_webhook_is_reported_by_the_audit_and_cannot_
 
         # Back under the webhook: the void ConfigMap cannot be edited while it keeps the key, not even
         # to another harmless value; removing the key is the way out.
-        edited = cluster.kubectl("patch", "configmap", "legacy", "-n", ns, "--type", "merge", "-p", json.dumps({"data": {"NVIDIA_VISIBLE_DEVICES": "none"}}))
+        edited = cluster.kubectl(
+            "patch",
+            "configmap",
+            "legacy",
+            "-n",
+            ns,
+            "--type",
+            "merge",
+            "-p",
+            json.dumps({"data": {"NVIDIA_VISIBLE_DEVICES": "none"}}),
+        )
         assert edited.returncode != 0 and SOURCES_WEBHOOK in edited.stderr
-        removed = cluster.kubectl("patch", "configmap", "legacy", "-n", ns, "--type", "json", "-p", json.dumps([{"op": "remove", "path": "/data/NVIDIA_VISIBLE_DEVICES"}]))
+        removed = cluster.kubectl(
+            "patch",
+            "configmap",
+            "legacy",
+            "-n",
+            ns,
+            "--type",
+            "json",
+            "-p",
+            json.dumps([{"op": "remove", "path": "/data/NVIDIA_VISIBLE_DEVICES"}]),
+        )
         assert removed.returncode == 0, removed.stderr
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Cluster, deployment
 from policies.trustzone import DEFAULT_ZONE
+from tests.e2e.harness import Cluster, deployment
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,12 @@ def pod(
     }
     if limits:
         container["resources"] = {"limits": limits}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [container], "volumes": [volume]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], "volumes": [volume]},
+    }
 
 
 def test_the_container_runtime_socket_by_host_path_is_refused_with_gpu003(cluster: Cluster) -> None:
@@ -51,7 +56,9 @@ def test_the_container_runtime_socket_by_host_path_is_refused_with_gpu003(cluste
 def test_the_docker_socket_through_var_run_is_refused_in_a_deployment(cluster: Cluster) -> None:
     ns = cluster.namespace()
     template = pod(
-        "x", volume={"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}}, mount_path="/var/run/docker.sock",
+        "x",
+        volume={"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}},
+        mount_path="/var/run/docker.sock",
         limits={"nvidia.com/gpu": 1},
     )
 
@@ -67,13 +74,15 @@ def test_the_device_list_volume_in_a_gpu_mem_pod_is_refused_with_gpu006(cluster:
     ns = cluster.namespace()
     # An emptyDir, so that only GPU006 speaks (a /dev/null hostPath is GPU003's too).
     devices = {"name": "devices", "emptyDir": {}}
-    attack = pod("device-list", volume=devices, mount_path="/var/run/nvidia-container-devices/all", limits={"aliyun.com/gpu-mem": 1})
+    attack = pod(
+        "device-list", volume=devices, mount_path="/var/run/nvidia-container-devices/all", limits={"aliyun.com/gpu-mem": 1}
+    )
 
     completed = cluster.apply(attack, namespace=ns)
 
     assert completed.returncode != 0
     assert (
-        'GPU006: no container may mount anything at the NVIDIA device-list path /var/run/nvidia-container-devices: '
+        "GPU006: no container may mount anything at the NVIDIA device-list path /var/run/nvidia-container-devices: "
         'container "main" mounts volume "devices" at /var/run/nvidia-container-devices/all, which the NVIDIA container '
         'toolkit reads as a request for GPU "all"; request GPUs as resources'
     ) in completed.stderr
@@ -84,7 +93,9 @@ def test_the_device_list_volume_in_a_gpu_mem_pod_is_refused_with_gpu006(cluster:
 def test_the_dev_null_host_path_at_the_device_list_path_is_refused_by_both_policies(cluster: Cluster) -> None:
     ns = cluster.namespace()
     dev_null = {"name": "devices", "hostPath": {"path": "/dev/null"}}
-    attack = pod("dev-null", volume=dev_null, mount_path="/var/run/nvidia-container-devices/all", limits={"aliyun.com/gpu-mem": 1})
+    attack = pod(
+        "dev-null", volume=dev_null, mount_path="/var/run/nvidia-container-devices/all", limits={"aliyun.com/gpu-mem": 1}
+    )
 
     completed = cluster.apply(attack, namespace=ns)
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from policies import nodeaffinity
-from tests.e2e.harness import Cluster
 from policies.trustzone import DEFAULT_ZONE
+from tests.e2e.harness import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +23,9 @@ CPU_NODE = "cpu-0"
 CARD_LABEL = "aliyun.accelerator/nvidia_name"
 
 
-def pod(name: str, *, capabilities: list[str] | None = None, limits: dict[str, Any] | None = None, node: str | None = None) -> dict[str, Any]:
+def pod(
+    name: str, *, capabilities: list[str] | None = None, limits: dict[str, Any] | None = None, node: str | None = None
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
     if capabilities is not None:
         container["securityContext"] = {"capabilities": {"add": capabilities}}
@@ -57,8 +59,15 @@ def run_pod(cluster: Cluster, manifest: dict[str, Any], *, namespace: str) -> di
 def debug(cluster: Cluster, name: str, *, namespace: str, profile: str, container: str = "debugger") -> Any:
     """`kubectl debug POD --profile=...`: adds an ephemeral container through pods/ephemeralcontainers."""
     return cluster.kubectl(
-        "debug", name, "-n", namespace, f"--profile={profile}", "--image=registry.example/busybox:1",
-        "-c", container, "--target=main",
+        "debug",
+        name,
+        "-n",
+        namespace,
+        f"--profile={profile}",
+        "--image=registry.example/busybox:1",
+        "-c",
+        container,
+        "--target=main",
     )
 
 
@@ -119,7 +128,9 @@ def test_kubectl_debug_netadmin_is_refused_on_a_pod_running_on_a_gpu_node(cluste
     completed = debug(cluster, "net-on-gpu", namespace=ns, profile="netadmin")
 
     assert completed.returncode != 0
-    assert 'GPU009' in completed.stderr and 'ephemeral container "debugger" adds capability NET_ADMIN, NET_RAW' in completed.stderr
+    assert (
+        "GPU009" in completed.stderr and 'ephemeral container "debugger" adds capability NET_ADMIN, NET_RAW' in completed.stderr
+    )
     assert ephemeral(cluster, "net-on-gpu", namespace=ns) == {}
 
 
@@ -144,19 +155,19 @@ def test_a_sys_admin_ephemeral_container_patched_onto_a_pod_on_a_gpu_node_is_ref
     }
     patch = json.dumps({"spec": {"ephemeralContainers": [added]}})
 
-    completed = cluster.kubectl("patch", "pod", "patched", "-n", ns, "--subresource=ephemeralcontainers", "--type=strategic", "-p", patch)
+    completed = cluster.kubectl(
+        "patch", "pod", "patched", "-n", ns, "--subresource=ephemeralcontainers", "--type=strategic", "-p", patch
+    )
 
     assert completed.returncode != 0
-    assert 'GPU009' in completed.stderr and 'ephemeral container "raw" adds capability CAP_SYS_ADMIN' in completed.stderr
+    assert "GPU009" in completed.stderr and 'ephemeral container "raw" adds capability CAP_SYS_ADMIN' in completed.stderr
     assert ephemeral(cluster, "patched", namespace=ns) == {}
 
 
 def test_kubectl_debug_of_a_gpu_node_itself_is_refused(cluster: Cluster) -> None:
     ns = cluster.namespace()
 
-    completed = cluster.kubectl(
-        "debug", f"node/{GPU_NODE}", "-n", ns, "--profile=sysadmin", "--image=registry.example/busybox:1"
-    )
+    completed = cluster.kubectl("debug", f"node/{GPU_NODE}", "-n", ns, "--profile=sysadmin", "--image=registry.example/busybox:1")
 
     assert completed.returncode != 0
     # The pod names a GPU node (the webhook reads the node's labels): the host's root filesystem by

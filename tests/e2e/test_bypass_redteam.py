@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from policies import nodeaffinity
-from tests.e2e.harness import Cluster, eventually, webhook_settings
 from policies.trustzone import DEFAULT_ZONE
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -46,9 +46,7 @@ GPU_MEM = {"aliyun.com/gpu-mem": 1}
 CARD_LABEL = "aliyun.accelerator/nvidia_name"
 OFF_GPU_NODES = [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
 KEPT_OFF = "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes"
-GPU003_REFUSES = (
-    "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
-)
+GPU003_REFUSES = "GPU003: a pod that can reach a GPU node may mount only the host paths and volume types GPU nodes allow: "
 # An admin's allowance of both paths for every namespace (read-only, the default of an allowance).
 ALLOWANCE: dict[str, Any] = {"trustZone": {"allow": {"hostPaths": ["/sys/fs/cgroup", "/var/log"]}}}
 
@@ -84,7 +82,10 @@ def required_terms(stored: dict[str, Any]) -> list[Mapping[str, Any]]:
 def scheduled(cluster: Cluster, name: str, *, namespace: str) -> dict[str, Any]:
     """Pod `name` once kube-scheduler has bound it, as stored then."""
     return cluster.pod_once(
-        name, namespace=namespace, condition=lambda found: bool(found["spec"].get("nodeName")), what=f"{namespace}/{name} scheduled"
+        name,
+        namespace=namespace,
+        condition=lambda found: bool(found["spec"].get("nodeName")),
+        what=f"{namespace}/{name} scheduled",
     )
 
 
@@ -116,7 +117,9 @@ def ephemeral(cluster: Cluster, name: str, *, namespace: str) -> dict[str, dict[
     return {c["name"]: c for c in stored["spec"].get("ephemeralContainers", [])}
 
 
-@pytest.mark.parametrize("mount", [{}, {"readOnly": True}, RECURSIVE_RO], ids=["writable", "top-level-read-only", "recursively-read-only"])
+@pytest.mark.parametrize(
+    "mount", [{}, {"readOnly": True}, RECURSIVE_RO], ids=["writable", "top-level-read-only", "recursively-read-only"]
+)
 def test_a_cgroup_host_path_on_a_named_gpu_node_is_refused_however_it_is_mounted(cluster: Cluster, mount: dict[str, Any]) -> None:
     # A writable cgroup v1 hierarchy lets a root container leave its device cgroup; on a GPU node no
     # cgroup host path is allowed at all (an admin may allow it, recursively read-only).
@@ -147,7 +150,9 @@ def test_a_cgroup_mount_on_the_cpu_only_node_is_admitted_as_written_with_its_deb
     assert set(ephemeral(cluster, "metrics", namespace=ns)) == {"debugger"}
 
 
-@pytest.mark.parametrize("mount", [{}, {"readOnly": True}, RECURSIVE_RO], ids=["writable", "top-level-read-only", "recursively-read-only"])
+@pytest.mark.parametrize(
+    "mount", [{}, {"readOnly": True}, RECURSIVE_RO], ids=["writable", "top-level-read-only", "recursively-read-only"]
+)
 def test_a_cgroup_host_path_in_a_gpu_pod_is_refused_however_it_is_mounted(cluster: Cluster, mount: dict[str, Any]) -> None:
     # No cgroup host path is allowed on GPU nodes by default, not even recursively read-only.
     ns = cluster.namespace()
@@ -199,7 +204,11 @@ def test_an_admins_cgroup_allowance_admits_only_recursively_read_only_mounts_in_
         stored = cluster.get("pod", "metrics", namespace=ns)
         assert stored["spec"]["containers"][0]["volumeMounts"][0]["recursiveReadOnly"] == "Enabled"
         assert CARD_LABEL in cluster.node_labels(stored["spec"]["nodeName"])  # it runs on a GPU node
-        debug = {"name": "debugger", "image": "registry.example/busybox:1", "volumeMounts": [{"name": "cgroup", "mountPath": "/cg"}]}
+        debug = {
+            "name": "debugger",
+            "image": "registry.example/busybox:1",
+            "volumeMounts": [{"name": "cgroup", "mountPath": "/cg"}],
+        }
 
         refused = add_ephemeral(cluster, "metrics", namespace=ns, container=debug)
 
@@ -242,9 +251,7 @@ TENANT = "tenant-alice"
 
 def as_tenant(cluster: Cluster, namespace: str) -> None:
     """Bind the built-in `edit` role to TENANT in `namespace` (what a namespace's owner gets)."""
-    completed = cluster.kubectl(
-        "create", "rolebinding", "tenant-edit", "-n", namespace, "--clusterrole=edit", f"--user={TENANT}"
-    )
+    completed = cluster.kubectl("create", "rolebinding", "tenant-edit", "-n", namespace, "--clusterrole=edit", f"--user={TENANT}")
     assert completed.returncode == 0, completed.stderr
 
 
@@ -322,8 +329,15 @@ def test_a_kubelets_own_mirror_pod_is_still_skipped(cluster: Cluster) -> None:
     }
 
     completed = cluster.kubectl(
-        "create", "-n", ns, "--as=system:node:cpu-0", "--as-group=system:nodes", "--as-group=system:authenticated",
-        "-f", "-", stdin=json.dumps(mirror),
+        "create",
+        "-n",
+        ns,
+        "--as=system:node:cpu-0",
+        "--as-group=system:nodes",
+        "--as-group=system:authenticated",
+        "-f",
+        "-",
+        stdin=json.dumps(mirror),
     )
 
     # GPU003 would refuse the /dev hostPath: admitted means the validating webhook skipped the kubelet's
@@ -368,8 +382,20 @@ def test_a_gated_pod_cannot_drop_the_affinity_that_keeps_it_off_gpu_nodes(cluste
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"} in terms[0]["matchExpressions"]
     attempts = [
-        [{"op": "replace", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions", "value": []}],
-        [{"op": "add", "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/-", "value": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "Exists"}]}}],
+        [
+            {
+                "op": "replace",
+                "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchExpressions",
+                "value": [],
+            }
+        ],
+        [
+            {
+                "op": "add",
+                "path": "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/-",
+                "value": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "Exists"}]},
+            }
+        ],
         [{"op": "remove", "path": "/spec/affinity"}],
     ]
 

@@ -33,7 +33,11 @@ TAINT = "gpu-admission.io/e2e-bypass"
 CARD_MIB = 15360
 SETTINGS = {
     "namespaceOverrides": [
-        {"name": "hand-placed", "namespaceSelector": {"matchLabels": {HAND_PLACED: "true"}}, "policies": {"GPU008": {"action": "off"}}}
+        {
+            "name": "hand-placed",
+            "namespaceSelector": {"matchLabels": {HAND_PLACED: "true"}},
+            "policies": {"GPU008": {"action": "off"}},
+        }
     ]
 }
 
@@ -130,7 +134,9 @@ def test_a_cpu_pod_with_node_name_is_admitted(bypass_cluster: Cluster, gpu_node:
     ],
     ids=["gpushare-keys-on-a-gpu-pod", "our-allocation-on-a-cpu-pod"],
 )
-def test_forged_allocation_annotations_on_create_are_refused(bypass_cluster: Cluster, mem: int | None, annotations: dict[str, str]) -> None:
+def test_forged_allocation_annotations_on_create_are_refused(
+    bypass_cluster: Cluster, mem: int | None, annotations: dict[str, str]
+) -> None:
     ns = bypass_cluster.namespace()
     completed = create(bypass_cluster, pod("forged", mem=mem, annotations=annotations), namespace=ns)
     assert refused_by_gpu008(completed), completed.stderr
@@ -157,7 +163,9 @@ def test_a_deployment_template_with_node_name_is_refused_when_applied(bypass_clu
 # --- the extender's own writes, and UPDATEs of a running pod ---------------------------------------
 
 
-def test_the_extender_still_places_and_binds_a_gpu_mem_pod(bypass_cluster: Cluster, gpu_node: str, placed: tuple[str, str]) -> None:
+def test_the_extender_still_places_and_binds_a_gpu_mem_pod(
+    bypass_cluster: Cluster, gpu_node: str, placed: tuple[str, str]
+) -> None:
     # The Binding carries the annotations; with the pod UPDATE rule registered it still goes through.
     ns, name = placed
     found = bypass_cluster.get("pod", name, namespace=ns)
@@ -178,7 +186,9 @@ def test_the_extender_still_places_and_binds_a_gpu_mem_pod(bypass_cluster: Clust
     ],
     ids=["move-card", "drop-allocation", "shrink", "merge-patch", "json-patch-remove"],
 )
-def test_changing_a_running_pods_allocation_is_refused(bypass_cluster: Cluster, placed: tuple[str, str], command: tuple[str, ...]) -> None:
+def test_changing_a_running_pods_allocation_is_refused(
+    bypass_cluster: Cluster, placed: tuple[str, str], command: tuple[str, ...]
+) -> None:
     ns, name = placed
     before = annotations_of(bypass_cluster, ns, name)
     verb, *rest = command
@@ -203,7 +213,9 @@ def reviews_of(cluster: Cluster, namespace: str, name: str) -> int:
     return log.count(f" UPDATE Pod/{name} ns={namespace} ")
 
 
-def test_ordinary_updates_of_the_running_gpu_pod_are_allowed_and_never_sent(bypass_cluster: Cluster, placed: tuple[str, str]) -> None:
+def test_ordinary_updates_of_the_running_gpu_pod_are_allowed_and_never_sent(
+    bypass_cluster: Cluster, placed: tuple[str, str]
+) -> None:
     ns, name = placed
     forged = bypass_cluster.kubectl("annotate", "pod", name, "-n", ns, "ALIYUN_COM_GPU_MEM_IDX=7", "--overwrite")
     assert refused_by_gpu008(forged), forged.stderr
@@ -228,7 +240,11 @@ def test_the_device_plugins_assignment_is_allowed(bypass_cluster: Cluster, gpu_n
     assert created.returncode == 0, created.stderr
     bypass_cluster.running_pods(namespace=ns, count=1, timeout=120)
     assert annotations_of(bypass_cluster, ns, name)["ALIYUN_COM_GPU_MEM_ASSIGNED"] == "false"
-    patch = {"metadata": {"annotations": {"ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(time.time_ns())}}}
+    patch = {
+        "metadata": {
+            "annotations": {"ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": str(time.time_ns())}
+        }
+    }
     completed = bypass_cluster.kubectl("patch", "pod", name, "-n", ns, "--type=strategic", "-p", json.dumps(patch))
     assert completed.returncode == 0, completed.stderr
     assert annotations_of(bypass_cluster, ns, name)["ALIYUN_COM_GPU_MEM_ASSIGNED"] == "true"
@@ -242,17 +258,26 @@ def test_the_device_plugins_assignment_is_allowed(bypass_cluster: Cluster, gpu_n
 def audit(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "webhook.audit.cli", "--kubeconfig", str(cluster.state.kubeconfig), *args],
-        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
     )
 
 
-def test_the_audit_reports_a_pod_placed_by_hand_without_allocation(bypass_cluster: Cluster, gpu_node: str, placed: tuple[str, str]) -> None:
+def test_the_audit_reports_a_pod_placed_by_hand_without_allocation(
+    bypass_cluster: Cluster, gpu_node: str, placed: tuple[str, str]
+) -> None:
     # An admin's namespace with GPU008 off: a 25 GiB pod pinned to a node of 2 x 15 GiB cards is
     # admitted and runs with no card allocation; the node-level sum (25 <= 30) sees nothing wrong.
     ns = f"e2e-hand-{uuid.uuid4().hex[:6]}"
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {HAND_PLACED: "true"}}}
     assert bypass_cluster.kubectl("create", "-f", "-", stdin=json.dumps(body)).returncode == 0
-    eventually(lambda: bypass_cluster.kubectl("get", "serviceaccount", "default", "-n", ns).returncode == 0, what=f"ServiceAccount in {ns}")
+    eventually(
+        lambda: bypass_cluster.kubectl("get", "serviceaccount", "default", "-n", ns).returncode == 0,
+        what=f"ServiceAccount in {ns}",
+    )
     completed = create(bypass_cluster, pod("by-hand", mem=25, nodeName=gpu_node), namespace=ns)
     assert completed.returncode == 0, completed.stderr
     bypass_cluster.running_pods(namespace=ns, count=1, timeout=120)
@@ -265,5 +290,7 @@ def test_the_audit_reports_a_pod_placed_by_hand_without_allocation(bypass_cluste
     verdicts = {r["resources"][0]["name"]: (r["result"], r["properties"]["action"]) for r in results if r["policy"] == "GPU210"}
     assert verdicts == {"by-hand": ("fail", "enforce"), "placed": ("pass", "enforce")}
     [message] = [r["message"] for r in results if r["policy"] == "GPU210" and r["result"] == "fail"]
-    assert f"it runs on node {gpu_node} asking for 25 GiB (aliyun.com/gpu-mem) on one card but holds no card allocation" in message
+    assert (
+        f"it runs on node {gpu_node} asking for 25 GiB (aliyun.com/gpu-mem) on one card but holds no card allocation" in message
+    )
     assert not [r for r in results if r["policy"] == "GPU008"]

@@ -69,7 +69,9 @@ def test_card_model_annotations_hold_for_the_card_on_a_mixed_node(cluster: Clust
     create(
         cluster,
         [
-            annotated(gpu_pod("large", pool=pool, scheduler=scheduler, group="c", mem=4), {"gpu-admission.io/min-gpu-memory": "20Gi"}),
+            annotated(
+                gpu_pod("large", pool=pool, scheduler=scheduler, group="c", mem=4), {"gpu-admission.io/min-gpu-memory": "20Gi"}
+            ),
             annotated(
                 gpu_pod("sixteen", pool=pool, scheduler=scheduler, group="c", mem=20),
                 {"gpu-admission.io/gpu-model": "Tesla-V100-SXM2-16GB"},
@@ -83,7 +85,9 @@ def test_card_model_annotations_hold_for_the_card_on_a_mixed_node(cluster: Clust
     def placed(name: str) -> bool:
         return bool(cluster.get("pod", name, namespace=ns)["spec"].get("nodeName"))
 
-    eventually(lambda: placed("large") and placed("ordinary"), what="the min-gpu-memory pod and the ordinary pod bound", timeout=120)
+    eventually(
+        lambda: placed("large") and placed("ordinary"), what="the min-gpu-memory pod and the ordinary pod bound", timeout=120
+    )
     large, ordinary = (cluster.get("pod", name, namespace=ns) for name in ("large", "ordinary"))
     # The webhook left the node choice to the extender: node affinity on the smallest-card label would
     # have kept this pod off the node (16160 MiB < 20 GiB) although two of its cards qualify.
@@ -93,6 +97,8 @@ def test_card_model_annotations_hold_for_the_card_on_a_mixed_node(cluster: Clust
     assert large["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_DEV"] == "31"
 
     expected = "no GPU card that meets the pod's card-model constraint is large enough: the pod needs 20 GiB (aliyun.com/gpu-mem)"
-    eventually(lambda: any(expected in m for m in events_of(cluster, ns, "sixteen")), what="the FailedScheduling event of the 16 GB pod")
+    eventually(
+        lambda: any(expected in m for m in events_of(cluster, ns, "sixteen")), what="the FailedScheduling event of the 16 GB pod"
+    )
     assert not placed("sixteen")  # the free 32 GB card would hold 20 GiB: the model keeps the pod off it
     assert card_use(cluster, pool, ns) == {node: [4, 0, 4, 0]}

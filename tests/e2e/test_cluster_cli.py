@@ -21,7 +21,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_up_status_second_up_and_down(bin_dir: Path, tmp_path: Path) -> None:
     nodes_file = tmp_path / "nodes.yaml"
-    nodes_file.write_text("nodes:\n  - name: solo\n    labels: {ack.node.gpu.schedule: cgpu}\n    capacity: {aliyun.com/gpu-mem: 60}\n")
+    nodes_file.write_text(
+        "nodes:\n  - name: solo\n    labels: {ack.node.gpu.schedule: cgpu}\n    capacity: {aliyun.com/gpu-mem: 60}\n"
+    )
     directory = tmp_path / "c"
     try:
         started = run("up", "--dir", str(directory), "--nodes", str(nodes_file), "--no-install")

@@ -26,7 +26,11 @@ LAB_WARNS = {
         {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}},
         # Where GPU007 only warns, a ConfigMap can carry the key (as one made before GPU007 was
         # enforced would): GPU001 then reads it through the cluster context.
-        {"name": "legacy", "namespaceSelector": {"matchLabels": {"sources": "legacy"}}, "policies": {"GPU007": {"action": "warn"}}},
+        {
+            "name": "legacy",
+            "namespaceSelector": {"matchLabels": {"sources": "legacy"}},
+            "policies": {"GPU007": {"action": "warn"}},
+        },
     ]
 }
 
@@ -44,7 +48,9 @@ def namespace(cluster: Cluster, **labels: str) -> str:
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
     completed = cluster.kubectl("create", "-f", "-", stdin=json.dumps(body))
     assert completed.returncode == 0, completed.stderr
-    eventually(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0, what=f"ServiceAccount in {name}")
+    eventually(
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name).returncode == 0, what=f"ServiceAccount in {name}"
+    )
     return name
 
 
@@ -56,7 +62,12 @@ def gpu_pod(name: str, **container: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "containers": [
-                {"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": {"nvidia.com/gpu": 1}}, **container}
+                {
+                    "name": "main",
+                    "image": "registry.example/trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    **container,
+                }
             ]
         },
     }
@@ -95,7 +106,12 @@ def test_a_label_added_later_reaches_the_webhook_through_the_watch(lab_cluster: 
 def test_env_from_a_config_map_that_sets_visible_devices_is_refused_naming_it(lab_cluster: Cluster) -> None:
     # GPU007 refuses such a ConfigMap in an ordinary namespace; in the legacy one it only warns.
     where = namespace(lab_cluster, sources="legacy")
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-env"}, "data": {"NVIDIA_VISIBLE_DEVICES": "all"}}
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gpu-env"},
+        "data": {"NVIDIA_VISIBLE_DEVICES": "all"},
+    }
     created, stderr = create(lab_cluster, config_map, namespace=where)
     assert created and "GPU007" in stderr, stderr
     admitted, stderr = create(lab_cluster, gpu_pod("sneaky", envFrom=[{"configMapRef": {"name": "gpu-env"}}]), namespace=where)

@@ -17,7 +17,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def test_the_demo_admits_the_seed_workloads_refuses_every_bypass_and_shows_placement(bin_dir: Path, tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     try:
-        completed = subprocess.run([CLI, "demo", "--dir", str(directory)], capture_output=True, text=True, timeout=300, check=False)
+        completed = subprocess.run(
+            [CLI, "demo", "--dir", str(directory)], capture_output=True, text=True, timeout=300, check=False
+        )
     finally:
         subprocess.run([CLI, "cluster", "down", "--dir", str(directory)], capture_output=True, check=False, timeout=120)
     out = completed.stdout
@@ -30,9 +32,9 @@ def test_the_demo_admits_the_seed_workloads_refuses_every_bypass_and_shows_place
     for path in bypasses:
         # Refused by the webhook, naming the policy the example's file name says (gpu003-... -> GPU003:).
         policy = path.name.split("-", 1)[0].upper()
-        assert any(
-            line.strip().startswith(f"REFUSED   {path.name}: ") and f"{policy}:" in line for line in out.splitlines()
-        ), f"{path.name} not refused by {policy}:\n{out}"
+        assert any(line.strip().startswith(f"REFUSED   {path.name}: ") and f"{policy}:" in line for line in out.splitlines()), (
+            f"{path.name} not refused by {policy}:\n{out}"
+        )
     assert "FAILED" not in out
     placement = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("   ") and " Running " in line}
     assert placement["not-in-gpu-node"][2] == "cpu-0"

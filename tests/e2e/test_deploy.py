@@ -49,16 +49,24 @@ def overlay(tmp_path: Path, *, tag: str, shared_mode: str) -> Path:
     [config_map] = [d for d in yaml.safe_load_all((DEPLOY / "policy-config.yaml").read_text()) if d]
     settings = config_map["data"]["config.yaml"].replace("defaultSharedMode: cgpu", f"defaultSharedMode: {shared_mode}")
     assert settings != config_map["data"]["config.yaml"]
-    patch = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-admission-policy", "namespace": "gpu-admission"},
-             "data": {"config.yaml": settings}}
+    patch = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "gpu-admission-policy", "namespace": "gpu-admission"},
+        "data": {"config.yaml": settings},
+    }
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(patch))
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [base],
-        "images": [{"name": "gpu-admission", "newTag": tag}],
-        "patches": [{"path": "policy.yaml"}],
-    }))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [base],
+                "images": [{"name": "gpu-admission", "newTag": tag}],
+                "patches": [{"path": "policy.yaml"}],
+            }
+        )
+    )
     return tmp_path
 
 
@@ -70,7 +78,9 @@ def part_of(state: controlplane.State) -> list[str]:
 
 
 def webhook_pods(state: controlplane.State) -> list[dict[str, Any]]:
-    found = json.loads(kubectl(state, "get", "pods", "-n", "gpu-admission", "-l", "app.kubernetes.io/component=webhook", "-o", "json"))
+    found = json.loads(
+        kubectl(state, "get", "pods", "-n", "gpu-admission", "-l", "app.kubernetes.io/component=webhook", "-o", "json")
+    )
     items: list[dict[str, Any]] = found["items"]
     return items
 
@@ -90,7 +100,10 @@ def test_apply_installs_every_object_of_the_base_and_a_second_apply_changes_noth
     for pod in webhook_pods(cluster):
         assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
         assert pod["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpu-admission"
-    versions = {line: kubectl(cluster, "get", line, "-n", "gpu-admission", "-o", "jsonpath={.metadata.resourceVersion}") for line in ("pdb/gpu-admission-webhook", "deployment/gpu-admission-webhook")}
+    versions = {
+        line: kubectl(cluster, "get", line, "-n", "gpu-admission", "-o", "jsonpath={.metadata.resourceVersion}")
+        for line in ("pdb/gpu-admission-webhook", "deployment/gpu-admission-webhook")
+    }
     again = kubectl(cluster, "apply", "-k", str(DEPLOY)).strip().splitlines()
     # kubectl reports a PodDisruptionBudget as "configured" on every client-side apply: its selector
     # is patched with strategy "replace", so the patch always carries it. The object stays the same.
@@ -114,8 +127,12 @@ def test_an_upgrade_changes_the_image_and_the_setting_in_place(cluster: controlp
     stored = json.loads(kubectl(cluster, "get", "configmap", "gpu-admission-policy", "-n", "gpu-admission", "-o", "json"))
     assert "defaultSharedMode: share" in stored["data"]["config.yaml"]
     eventually(
-        lambda: {p["spec"]["containers"][0]["image"] for p in webhook_pods(cluster) if "deletionTimestamp" not in p["metadata"]} == {"gpu-admission:0.2.0"},
-        what="the rollout to the new image", timeout=120,
+        lambda: (
+            {p["spec"]["containers"][0]["image"] for p in webhook_pods(cluster) if "deletionTimestamp" not in p["metadata"]}
+            == {"gpu-admission:0.2.0"}
+        ),
+        what="the rollout to the new image",
+        timeout=120,
     )
     # Nothing new but the rollouts' own children (the one image also rolls the extender Deployment
     # and the labeler DaemonSet; each child is owned by its workload and collected with it).
@@ -129,38 +146,55 @@ def test_delete_leaves_nothing_labelled_part_of_gpu_admission(cluster: controlpl
     # them: deleting our install must leave both.
     kubectl(cluster, "apply", "-k", str(DEPLOY / "crds"))
     kubectl(cluster, "wait", "--for", "condition=established", "crd/policyreports.wgpolicyk8s.io", "--timeout=60s")
-    theirs = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
-              "metadata": {"name": "kyverno-polr", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "kyverno"}}}
+    theirs = {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "PolicyReport",
+        "metadata": {"name": "kyverno-polr", "namespace": "default", "labels": {"app.kubernetes.io/managed-by": "kyverno"}},
+    }
     kubectl(cluster, "apply", "-f", "-", stdin=json.dumps(theirs))
     deleted = controlplane.kubectl(cluster, "delete", "-k", str(DEPLOY), "--wait=true", "--timeout=120s", check=False)
     assert deleted.returncode == 0, deleted.stderr
-    eventually(lambda: controlplane.kubectl(cluster, "get", "namespace", "gpu-admission", check=False).returncode != 0,
-               what="the namespace gone", timeout=120)
+    eventually(
+        lambda: controlplane.kubectl(cluster, "get", "namespace", "gpu-admission", check=False).returncode != 0,
+        what="the namespace gone",
+        timeout=120,
+    )
     eventually(lambda: part_of(cluster) == [], what="no object labelled part-of gpu-admission", timeout=60)
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         assert controlplane.kubectl(cluster, "get", kind, "gpu-admission", check=False).returncode != 0
     for crd in ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"):
         assert controlplane.kubectl(cluster, "get", "crd", crd, check=False).returncode == 0, f"{crd} deleted with our install"
-    assert kubectl(cluster, "get", "policyreport", "kyverno-polr", "-n", "default", "-o", "name").strip() == "policyreport.wgpolicyk8s.io/kyverno-polr"
+    assert (
+        kubectl(cluster, "get", "policyreport", "kyverno-polr", "-n", "default", "-o", "name").strip()
+        == "policyreport.wgpolicyk8s.io/kyverno-polr"
+    )
 
 
 def test_the_cert_manager_component_builds_on_the_base(cluster: controlplane.State, tmp_path: Path) -> None:
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [os.path.relpath(DEPLOY, tmp_path)],
-        "components": [os.path.relpath(DEPLOY / "overlays" / "cert-manager", tmp_path)],
-    }))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY, tmp_path)],
+                "components": [os.path.relpath(DEPLOY / "overlays" / "cert-manager", tmp_path)],
+            }
+        )
+    )
     objects = {(d["kind"], d["metadata"]["name"]): d for d in rendered(cluster, tmp_path)}
     assert ("Certificate", "gpu-admission-webhook") in objects and ("Issuer", "gpu-admission-ca") in objects
     # The webhook no longer manages certificates, so that RBAC goes; its cluster context's (namespaces,
     # ConfigMaps) and the extender's and labeler's stay.
     rbac = {(kind, name) for kind, name in objects if kind in {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}}
     assert not {name for _, name in rbac} & {"gpu-admission-webhook"}, rbac
-    assert {("ClusterRole", "gpu-admission-webhook-context"), ("ClusterRoleBinding", "gpu-admission-webhook-context")} <= rbac, rbac
+    assert {("ClusterRole", "gpu-admission-webhook-context"), ("ClusterRoleBinding", "gpu-admission-webhook-context")} <= rbac, (
+        rbac
+    )
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         annotations = objects[(kind, "gpu-admission")]["metadata"]["annotations"]
         assert annotations["cert-manager.io/inject-ca-from"] == "gpu-admission/gpu-admission-webhook"
     container = objects[("Deployment", "gpu-admission-webhook")]["spec"]["template"]["spec"]["containers"][0]
-    assert "--self-managed-certs" not in container["args"] and "--tls-cert-file=/etc/gpu-admission/tls/tls.crt" in container["args"]
+    assert (
+        "--self-managed-certs" not in container["args"] and "--tls-cert-file=/etc/gpu-admission/tls/tls.crt" in container["args"]
+    )
     assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpu-admission" for d in objects.values())

@@ -19,24 +19,29 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pathlib import Path
-
 from policies.gpu import dra, reservations
 from tests import dra_objects
 from tests.e2e.harness import Cluster, eventually, webhook_settings
-from webhook.cluster import controlplane, install, nodes
 from tests.e2e.test_explain import codes, explain, pod, wait_bound, wait_unschedulable
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, create, make_pool, pools  # noqa: F401 - pools is a fixture
+from webhook.cluster import controlplane, install, nodes
 
 pytestmark = pytest.mark.e2e
 
 CLASS = {
-    "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
-    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]},
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {"cel": {"expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}
+        ]
+    },
 }
 
 
@@ -64,7 +69,11 @@ def plain_cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     directory = tmp_path_factory.mktemp("plain-cluster")
     apiserver_flags, scheduler_flags = controlplane.dra_device_taint_flags(False)
     state = install.bring_up(
-        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:1], apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=nodes.load(None)[:1],
+        apiserver_flags=apiserver_flags,
+        scheduler_flags=scheduler_flags,
     )
     try:
         yield Cluster(state)
@@ -87,7 +96,9 @@ def claim(name: str) -> dict[str, Any]:
 
 def claiming_pod(name: str, *, pool: Pool, claim_name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
         "spec": {
             "nodeSelector": {POOL_LABEL: pool.name},
             "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
@@ -99,7 +110,13 @@ def claiming_pod(name: str, *, pool: Pool, claim_name: str) -> dict[str, Any]:
 
 def claimed_device(cluster: Cluster, name: str, *, namespace: str) -> str:
     """The device the scheduler allocated to the claim ("" while it has none)."""
-    results = cluster.get("resourceclaim", name, namespace=namespace).get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+    results = (
+        cluster.get("resourceclaim", name, namespace=namespace)
+        .get("status", {})
+        .get("allocation", {})
+        .get("devices", {})
+        .get("results", [])
+    )
     return str(results[0]["device"]) if results else ""
 
 
@@ -110,8 +127,21 @@ def wait_claimed(cluster: Cluster, name: str, *, namespace: str) -> str:
 
 def inspect_json(cluster: Cluster, node: str) -> dict[str, Any]:
     completed = subprocess.run(
-        [sys.executable, "-m", "webhook.extender.cli", "inspect", "--kubeconfig", str(cluster.state.kubeconfig), "-o", "json", node],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "webhook.extender.cli",
+            "inspect",
+            "--kubeconfig",
+            str(cluster.state.kubeconfig),
+            "-o",
+            "json",
+            node,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     found: dict[str, Any] = json.loads(completed.stdout)["nodes"][0]
@@ -157,7 +187,9 @@ def test_a_claim_allocated_first_keeps_its_card_from_gpu_mem_pods_until_released
     assert cluster.kubectl("delete", "pod", "trainer", "-n", ns, "--wait=false").returncode == 0
     assert cluster.kubectl("delete", "resourceclaim", "train", "-n", ns, "--timeout=90s").returncode == 0
     eventually(lambda: dra_cards(cluster, node) == {}, what="the claim gone from inspect", timeout=60)
-    eventually(lambda: bool(cluster.get("pod", "want-15", namespace=ns)["spec"].get("nodeName")), what="want-15 bound", timeout=120)
+    eventually(
+        lambda: bool(cluster.get("pod", "want-15", namespace=ns)["spec"].get("nodeName")), what="want-15 bound", timeout=120
+    )
     assert allocation(cluster.get("pod", "want-15", namespace=ns))["cards"] == [held]
 
 
@@ -196,8 +228,12 @@ def test_a_tenant_claim_is_refused_and_a_granted_namespaces_claim_admitted(clust
     tenant = cluster.namespace()
     refused = cluster.kubectl("create", "-n", tenant, "-f", "-", stdin=json.dumps(claim("mine")))
     assert refused.returncode != 0 and "GPU011" in refused.stderr, refused.stderr
-    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "t"},
-                "spec": {"spec": claim("x")["spec"]}}
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t"},
+        "spec": {"spec": claim("x")["spec"]},
+    }
     refused = cluster.kubectl("create", "-n", tenant, "-f", "-", stdin=json.dumps(template))
     assert refused.returncode != 0 and "GPU011" in refused.stderr, refused.stderr
     admitted = cluster.kubectl("create", "-n", granted, "-f", "-", stdin=json.dumps(claim(f"ok-{uuid.uuid4().hex[:6]}")))
@@ -207,7 +243,14 @@ def test_a_tenant_claim_is_refused_and_a_granted_namespaces_claim_admitted(clust
 def hold_claims(cluster: Cluster) -> dict[str, str]:
     """The extender's hold claims: card UUID -> the device the claim is allocated."""
     completed = cluster.kubectl(
-        "get", "resourceclaims", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{dra.RULE_LABEL}=true", "-o", "json",
+        "get",
+        "resourceclaims",
+        "-n",
+        reservations.LEDGER_NAMESPACE,
+        "-l",
+        f"{dra.RULE_LABEL}=true",
+        "-o",
+        "json",
     )
     assert completed.returncode == 0, completed.stderr
     found: dict[str, str] = {}
@@ -235,7 +278,11 @@ def test_shared_cards_are_kept_from_claims_and_an_emptied_one_is_allocatable_wit
     try:
         with contextlib.ExitStack() as stack:
             # The session cluster's grant is the module's (`granted`); the plain cluster gets its own.
-            ns = request.getfixturevalue("granted") if gates == "on" else stack.enter_context(granting(cluster, tmp_path_factory.mktemp("dra-off")))
+            ns = (
+                request.getfixturevalue("granted")
+                if gates == "on"
+                else stack.enter_context(granting(cluster, tmp_path_factory.mktemp("dra-off")))
+            )
             pool = make_pool(cluster, created, gpus=(15360,) * 4)
             (node,) = pool.nodes
             publish(cluster, pool)
@@ -260,7 +307,11 @@ def test_shared_cards_are_kept_from_claims_and_an_emptied_one_is_allocatable_wit
             assert claimed_device(cluster, "second", namespace=ns) == ""
             # Card 1 emptied of shared pods: the waiting claim gets it within 60 s.
             assert cluster.kubectl("delete", "pod", used[1], "-n", ns, "--wait=false").returncode == 0
-            eventually(lambda: claimed_device(cluster, "second", namespace=ns) == "gpu-1", what="the second claim allocated card 1", timeout=60)
+            eventually(
+                lambda: claimed_device(cluster, "second", namespace=ns) == "gpu-1",
+                what="the second claim allocated card 1",
+                timeout=60,
+            )
             assert dra_cards(cluster, node) == {1: [f"{ns}/second"], 3: [f"{ns}/first"]}
             if gates == "off":
                 assert set(hold_claims(cluster)) >= {f"GPU-{pool.name}-0", f"GPU-{pool.name}-2"}

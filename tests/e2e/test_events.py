@@ -40,7 +40,11 @@ def test_a_denied_deployment_gets_one_rate_limited_event_naming_the_policy(clust
     eventually(lambda: len(policy_events(cluster, ns)) == 1, what="the PolicyViolation event", timeout=30)
     (event,) = policy_events(cluster, ns)
     assert event["type"] == "Warning" and event["source"]["component"] == "gpu-admission"
-    assert {k: event["involvedObject"].get(k) for k in ("kind", "name", "namespace")} == {"kind": "Deployment", "name": "sneaky", "namespace": ns}
+    assert {k: event["involvedObject"].get(k) for k in ("kind", "name", "namespace")} == {
+        "kind": "Deployment",
+        "name": "sneaky",
+        "namespace": ns,
+    }
     assert event["message"].startswith("CREATE denied by GPU001: ")
     # kubectl finds it by the object's name, as `kubectl get events --field-selector involvedObject.name=...`
     by_name = cluster.kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=sneaky", "-o", "name")
@@ -51,7 +55,9 @@ def test_a_denied_deployment_gets_one_rate_limited_event_naming_the_policy(clust
         assert again.returncode != 0 and "GPU001" in again.stderr
     plain = cluster.apply(deployment("plain"), namespace=ns)
     assert plain.returncode == 0, plain.stderr
-    dry = cluster.kubectl("apply", "-n", ns, "--dry-run=server", "-f", "-", stdin=json.dumps(deployment("dry", env={"NVIDIA_VISIBLE_DEVICES": "0"})))
+    dry = cluster.kubectl(
+        "apply", "-n", ns, "--dry-run=server", "-f", "-", stdin=json.dumps(deployment("dry", env={"NVIDIA_VISIBLE_DEVICES": "0"}))
+    )
     assert dry.returncode != 0 and "GPU001" in dry.stderr
     # a later, different refusal in the same namespace is written (the writer is alive), and only it
     other = cluster.apply(deployment("other", env={"NVIDIA_VISIBLE_DEVICES": "1"}), namespace=ns)

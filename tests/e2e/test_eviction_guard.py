@@ -37,13 +37,22 @@ def guarded(cluster: Cluster, accounts: None) -> Iterator[None]:  # noqa: F811 -
     applied = cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac}))
     assert applied.returncode == 0, applied.stderr
     component = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
-    [entry] = [op["value"] for p in component["patches"] if p["target"]["kind"] == "ValidatingWebhookConfiguration" for op in yaml.safe_load(p["patch"])]
+    [entry] = [
+        op["value"]
+        for p in component["patches"]
+        if p["target"]["kind"] == "ValidatingWebhookConfiguration"
+        for op in yaml.safe_load(p["patch"])
+    ]
     document = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": REGISTRATION}, "webhooks": [entry],
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": REGISTRATION},
+        "webhooks": [entry],
     }
     ca_bundle = (cluster.state.directory / "webhook" / "ca.crt").read_bytes()
-    [local] = install.local_registrations([document], base_url=f"https://127.0.0.1:{cluster.state.ports['webhook']}", ca_bundle=ca_bundle)
+    [local] = install.local_registrations(
+        [document], base_url=f"https://127.0.0.1:{cluster.state.ports['webhook']}", ca_bundle=ca_bundle
+    )
     assert base64.b64decode(local["webhooks"][0]["clientConfig"]["caBundle"]) == ca_bundle
     applied = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(local))
     assert applied.returncode == 0, applied.stderr
@@ -55,7 +64,9 @@ def guarded(cluster: Cluster, accounts: None) -> Iterator[None]:  # noqa: F811 -
 
 def victim(cluster: Cluster, namespace: str, name: str, node: str) -> dict[str, Any]:
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.example/app:1"}]},
     }
     completed = cluster.apply(pod, namespace=namespace)
@@ -69,7 +80,10 @@ def evict(caller: As, namespace: str, name: str) -> tuple[int, str]:
 
 
 def test_the_labeler_evicts_pods_of_its_own_node_only(
-    cluster: Cluster, guarded: None, labeler_pod: str, two_nodes: tuple[str, str]  # noqa: F811 - the imported fixtures
+    cluster: Cluster,
+    guarded: None,
+    labeler_pod: str,
+    two_nodes: tuple[str, str],  # noqa: F811 - the imported fixtures
 ) -> None:
     node_a, node_b = two_nodes
     namespace = cluster.namespace()
@@ -103,6 +117,12 @@ def test_the_labeler_evicts_pods_of_its_own_node_only(
 
     eventually(evicted, what="the pod on the labeler's node evicted")
     # Others are not matched: the admin evicts the pod on B.
-    completed = cluster.kubectl("create", "-f", "-", "--raw", f"/api/v1/namespaces/{namespace}/pods/on-b/eviction",
-                                stdin=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "on-b", "namespace": namespace}}))
+    completed = cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        "--raw",
+        f"/api/v1/namespaces/{namespace}/pods/on-b/eviction",
+        stdin=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "on-b", "namespace": namespace}}),
+    )
     assert completed.returncode == 0, completed.stderr

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+from policies import gpu
+from policies.gpu import allocation as allocation_  # `allocation` reads a pod's annotation here
+from policies.gpu import reservations
 from tests.e2e.harness import Cluster, deployment, eventually
 from tests.e2e.test_extender import POOL_LABEL, TAINT_KEY, Pool, allocation, bound, create, make_pool, pools  # noqa: F401 - pools is a fixture
-from policies.gpu import allocation as allocation_  # `allocation` reads a pod's annotation here
-from policies import gpu
-from policies.gpu import reservations
 from webhook import cli
 from webhook.cluster import controlplane, install
 
@@ -31,7 +31,9 @@ GIB16 = 16 * 1024
 DEFRAG_LABEL = "gpu-admission.io/e2e-defrag"
 
 
-def pod(name: str, *, pool: Pool, mem: int | None = None, whole: int | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    name: str, *, pool: Pool, mem: int | None = None, whole: int | None = None, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     limits = {"aliyun.com/gpu-mem": str(mem)} if mem is not None else {"aliyun.com/gpu": str(whole)}
     return {
         "apiVersion": "v1",
@@ -135,7 +137,9 @@ def test_a_cordoned_node_is_unschedulable(cluster: Cluster, pools: list[str], ca
     assert report["suggestion"]["node"] == node and "uncordon" in report["suggestion"]["change"]
 
 
-def write_ledger_lease(cluster: Cluster, node: str, entry: allocation_.Allocation, *, namespace: str = reservations.LEDGER_NAMESPACE) -> None:
+def write_ledger_lease(
+    cluster: Cluster, node: str, entry: allocation_.Allocation, *, namespace: str = reservations.LEDGER_NAMESPACE
+) -> None:
     """The node's ledger Lease holding `entry`, as the extender writes it (in `namespace`)."""
     uid = cluster.get("node", node, namespace="default")["metadata"]["uid"]
     body = reservations.lease_body(node, uid, {entry.uid: entry}, "e2e", namespace=namespace)
@@ -156,8 +160,15 @@ def test_a_stale_reservation_is_reported_then_released_by_the_extender(
     # A bind that committed its ledger entry (in the node's ledger Lease) and whose pod was deleted before the Binding.
     now = time.time()
     entry = allocation_.Allocation(
-        uid=str(uuid.uuid4()), namespace="gone", name="deleted-mid-bind", node=node, cards=(0,), memory_gib=16,
-        assumed_at=now + 15, expires=now + 60, source="reservation",  # in flight a while: time to explain
+        uid=str(uuid.uuid4()),
+        namespace="gone",
+        name="deleted-mid-bind",
+        node=node,
+        cards=(0,),
+        memory_gib=16,
+        assumed_at=now + 15,
+        expires=now + 60,
+        source="reservation",  # in flight a while: time to explain
     )
     write_ledger_lease(cluster, node, entry)
     ns = cluster.namespace()
@@ -171,7 +182,9 @@ def test_a_stale_reservation_is_reported_then_released_by_the_extender(
     eventually(lambda: entry.uid not in lease_ledger(cluster, node), what="the stale ledger entry pruned", timeout=90)
 
 
-def test_a_tenants_forged_ledger_lease_holds_no_card(cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tenants_forged_ledger_lease_holds_no_card(
+    cluster: Cluster, pools: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """A tenant may create Leases in its own namespace: one dressed as the node's ledger (label, node
     annotation, the ledger's name) holding the only card must block neither explain nor the extender."""
     pool = make_pool(cluster, pools, gpus=(GIB16,))
@@ -179,8 +192,15 @@ def test_a_tenants_forged_ledger_lease_holds_no_card(cluster: Cluster, pools: li
     ns = cluster.namespace()
     now = time.time()
     entry = allocation_.Allocation(
-        uid=str(uuid.uuid4()), namespace=ns, name="squatter", node=node, cards=(0,), memory_gib=16,
-        assumed_at=now + 300, expires=now + 600, source="reservation",  # would hold the card for minutes
+        uid=str(uuid.uuid4()),
+        namespace=ns,
+        name="squatter",
+        node=node,
+        cards=(0,),
+        memory_gib=16,
+        assumed_at=now + 300,
+        expires=now + 600,
+        source="reservation",  # would hold the card for minutes
     )
     write_ledger_lease(cluster, node, entry, namespace=ns)
     create(cluster, [pod("wanted", pool=pool, mem=8)], namespace=ns)
@@ -225,11 +245,17 @@ def test_defrag_apply_frees_the_planned_card_within_the_budget_and_the_pending_p
     assert cluster.kubectl("label", "node", node_a, f"{DEFRAG_LABEL}={group}").returncode == 0
     create(cluster, [pod("fixed-a", pool=first, mem=14)], namespace=ns)
     wait_bound(cluster, ns, 1)
-    mover = deployment("mover", {
-        "nodeSelector": {DEFRAG_LABEL: group},
-        "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [{"name": "main", "image": "registry.example/app:1", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}],
-    }, app="mover")
+    mover = deployment(
+        "mover",
+        {
+            "nodeSelector": {DEFRAG_LABEL: group},
+            "tolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {"name": "main", "image": "registry.example/app:1", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}
+            ],
+        },
+        app="mover",
+    )
     assert cluster.apply(mover, namespace=ns).returncode == 0
     wait_bound(cluster, ns, 2)  # on A GPU1: GPU0 has 2 GiB left
     second = make_pool(cluster, pools, gpus=(GIB16,))
@@ -238,13 +264,16 @@ def test_defrag_apply_frees_the_planned_card_within_the_budget_and_the_pending_p
     create(cluster, [pod("fixed-b", pool=second, mem=12)], namespace=ns)
     wait_bound(cluster, ns, 3)
     budget = {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "mover"},
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "mover"},
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "mover"}}},
     }
     assert cluster.apply(budget, namespace=ns).returncode == 0
     eventually(
         lambda: cluster.get("pdb", "mover", namespace=ns).get("status", {}).get("disruptionsAllowed") == 1,
-        what="the budget allows one disruption", timeout=90,
+        what="the budget allows one disruption",
+        timeout=90,
     )
     target = pod("want-14", pool=first, mem=14)
     create(cluster, [target], namespace=ns)
@@ -262,9 +291,13 @@ def test_defrag_apply_frees_the_planned_card_within_the_budget_and_the_pending_p
     ]
     assert planned["freed"] == [{"node": node_a, "cards": [1]}] and planned["targetNode"] == node_a
     assert cli.main(["defrag", "apply", "--for", str(manifest), "--kubeconfig", kubeconfig, "--yes", "--timeout", "120"]) == 0
-    eventually(lambda: cluster.get("pod", "want-14", namespace=ns)["spec"].get("nodeName") == node_a, what="want-14 bound", timeout=120)
+    eventually(
+        lambda: cluster.get("pod", "want-14", namespace=ns)["spec"].get("nodeName") == node_a, what="want-14 bound", timeout=120
+    )
     assert allocation(cluster.get("pod", "want-14", namespace=ns))["cards"] == [1]
-    movers = [p for p in bound(cluster, ns) if p["metadata"]["name"].startswith("mover-") and not p["metadata"].get("deletionTimestamp")]
+    movers = [
+        p for p in bound(cluster, ns) if p["metadata"]["name"].startswith("mover-") and not p["metadata"].get("deletionTimestamp")
+    ]
     assert [(p["spec"]["nodeName"], allocation(p)["cards"]) for p in movers] == [(node_b, [0])]
 
 
@@ -279,8 +312,15 @@ def test_a_stale_reservation_does_not_survive_an_extender_restart(
     try:
         now = time.time()
         entry = allocation_.Allocation(
-            uid=str(uuid.uuid4()), namespace="gone", name="deleted-while-down", node=node, cards=(0,), memory_gib=16,
-            assumed_at=now + 10, expires=now + 90, source="reservation",
+            uid=str(uuid.uuid4()),
+            namespace="gone",
+            name="deleted-while-down",
+            node=node,
+            cards=(0,),
+            memory_gib=16,
+            assumed_at=now + 10,
+            expires=now + 90,
+            source="reservation",
         )
         patch = {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: reservations.encode({entry.uid: entry})}}}
         assert cluster.kubectl("patch", "node", node, "--type", "merge", "-p", json.dumps(patch)).returncode == 0

@@ -34,10 +34,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import resources
-from tests.e2e.harness import Cluster, eventually, webhook_settings
 from policies import gpu
 from policies.gpu import inventory, reservations
+from tests import resources
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 from webhook.cluster import controlplane, install, nodes
 
 pytestmark = pytest.mark.e2e
@@ -69,13 +69,26 @@ class Replica:
     def start_extender(self) -> None:
         self.port = self.port or controlplane.free_port()
         command = [
-            sys.executable, "-m", "webhook.extender.cli", "extender", "--port", str(self.port), "--host", "127.0.0.1",
-            "--kubeconfig", str(self.state.kubeconfig), "--reservation-ttl", "60",
+            sys.executable,
+            "-m",
+            "webhook.extender.cli",
+            "extender",
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            "--kubeconfig",
+            str(self.state.kubeconfig),
+            "--reservation-ttl",
+            "60",
         ]
         controlplane.start(self.state, self.extender, command=command)
         controlplane.wait_for(
             lambda: _http_status(f"http://127.0.0.1:{self.port}/healthz") == 200,
-            what=f"{self.extender} /healthz", timeout=30, state=self.state, component=self.extender,
+            what=f"{self.extender} /healthz",
+            timeout=30,
+            state=self.state,
+            component=self.extender,
         )
 
     def kill_extender(self) -> None:
@@ -97,14 +110,20 @@ class Replica:
         port = controlplane.free_port()
         kubeconfig = str(self.state.kubeconfig)
         command = [
-            str(self.state.bin_dir / "kube-scheduler"), f"--config={path}",
-            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            str(self.state.bin_dir / "kube-scheduler"),
+            f"--config={path}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
         ]
         controlplane.start(self.state, self.scheduler, command=command)
         controlplane.wait_for(
             lambda: _http_status(f"https://127.0.0.1:{port}/healthz") == 200,
-            what=f"{self.scheduler} /healthz", timeout=60, state=self.state, component=self.scheduler,
+            what=f"{self.scheduler} /healthz",
+            timeout=60,
+            state=self.state,
+            component=self.scheduler,
         )
 
     def stop(self) -> None:
@@ -154,8 +173,10 @@ def _replica(cluster: Cluster, tag: str) -> Replica:
     assert tag in TAGS, "a scheduler the webhook's extenderSchedulers does not list gets no GPU pods"
     suffix = uuid.uuid4().hex[:6]
     replica = Replica(
-        cluster=cluster, scheduler_name=scheduler_name(tag),
-        extender=f"e2e-extender-{tag}-{suffix}", scheduler=f"e2e-scheduler-{tag}-{suffix}",
+        cluster=cluster,
+        scheduler_name=scheduler_name(tag),
+        extender=f"e2e-extender-{tag}-{suffix}",
+        scheduler=f"e2e-scheduler-{tag}-{suffix}",
     )
     replica.start_extender()
     try:
@@ -208,7 +229,13 @@ def make_pool(
     pool = f"p{uuid.uuid4().hex[:8]}"
     gpu_cards = [inventory.Card(index=i, memory_mib=mib, uuid=f"GPU-{pool}-{i}", name="Tesla-T4") for i, mib in enumerate(gpus)]
     gib = [mib // 1024 for mib in gpus]
-    capacity = {"aliyun.com/gpu-mem": "0", "aliyun.com/gpu-count": "0", "aliyun.com/gpu": "0", "aliyun.com/gpu-core.percentage": "0", "nvidia.com/gpu": "0"}
+    capacity = {
+        "aliyun.com/gpu-mem": "0",
+        "aliyun.com/gpu-count": "0",
+        "aliyun.com/gpu": "0",
+        "aliyun.com/gpu-core.percentage": "0",
+        "nvidia.com/gpu": "0",
+    }
     if mode == "topology":
         capacity["aliyun.com/gpu"] = str(len(gpus))
     else:
@@ -243,7 +270,14 @@ def make_pool(
 
 
 def gpu_pod(
-    name: str, *, pool: Pool, scheduler: str, group: str, mem: int | None = None, core: int | None = None, whole: int | None = None
+    name: str,
+    *,
+    pool: Pool,
+    scheduler: str,
+    group: str,
+    mem: int | None = None,
+    core: int | None = None,
+    whole: int | None = None,
 ) -> dict[str, Any]:
     limits = resources.gpu_limits(mem=mem, core=core, whole=whole)
     return {
@@ -260,7 +294,9 @@ def gpu_pod(
 
 
 def create(cluster: Cluster, pods: list[dict[str, Any]], *, namespace: str) -> None:
-    completed = cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    completed = cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
+    )
     assert completed.returncode == 0, completed.stderr
 
 
@@ -283,7 +319,9 @@ def card_use(cluster: Cluster, pool: Pool, namespace: str) -> dict[str, list[int
             used[node][int(index)] += int(annotations.get("ALIYUN_COM_GPU_MEM_POD", "0"))
     for node, per_card in used.items():
         for index, gib in enumerate(per_card):
-            assert gib <= pool.card_gib[index], f"{node} GPU{index} over-committed: {gib} of {pool.card_gib[index]} GiB ({per_card})"
+            assert gib <= pool.card_gib[index], (
+                f"{node} GPU{index} over-committed: {gib} of {pool.card_gib[index]} GiB ({per_card})"
+            )
     return used
 
 
@@ -301,9 +339,13 @@ def wait_settled(cluster: Cluster, pool: Pool, namespace: str, *, placed: int, t
         placed_now = [p for p in pods if p["spec"].get("nodeName")]
         assert len(placed_now) <= placed, f"{len(placed_now)} pods bound, but the cards hold {placed}"
         judged = [
-            p for p in pods
+            p
+            for p in pods
             if not p["spec"].get("nodeName")
-            and any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in p.get("status", {}).get("conditions", []))
+            and any(
+                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in p.get("status", {}).get("conditions", [])
+            )
         ]
         return len(pods) == total and len(placed_now) == placed and len(judged) == total - placed
 
@@ -340,14 +382,21 @@ def test_binpack_fills_cards_as_the_seed_shows_and_inspect_prints_the_seed_table
 ) -> None:
     pool = make_pool(cluster, pools, placement="binpack")
     ns = cluster.namespace()
-    create(cluster, [gpu_pod(f"binpack-{i}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="b", mem=3) for i in range(8)], namespace=ns)
+    create(
+        cluster,
+        [gpu_pod(f"binpack-{i}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="b", mem=3) for i in range(8)],
+        namespace=ns,
+    )
     cluster.running_pods(namespace=ns, count=8, timeout=120)
     (node,) = pool.nodes
     assert card_use(cluster, pool, ns)[node] == [15, 9, 0, 0]
 
     inspected = subprocess.run(
         [sys.executable, "-m", "webhook.extender.cli", "inspect", "--kubeconfig", str(cluster.state.kubeconfig), node],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout.splitlines()
     assert inspected[0].split() == ["NAME", "IPADDRESS", *(f"GPU{i}(Allocated/Total)" for i in range(4)), "GPU", "Memory(GiB)"]
     assert inspected[1].split()[0] == node and inspected[1].split()[2:] == ["15/15", "9/15", "0/15", "0/15", "24/60"]
@@ -355,10 +404,18 @@ def test_binpack_fills_cards_as_the_seed_shows_and_inspect_prints_the_seed_table
 
     plugin = Path(sys.executable).with_name("kubectl-inspect-cgpu")
     assert plugin.exists(), "reinstall the package (pip install -e .) to get the kubectl-inspect-cgpu script"
-    environment = {**os.environ, "KUBECONFIG": str(cluster.state.kubeconfig), "PATH": f"{plugin.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    environment = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.state.kubeconfig),
+        "PATH": f"{plugin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     details = subprocess.run(
         [str(cluster.state.bin_dir / "kubectl"), "inspect", "cgpu", "-d", node],
-        capture_output=True, text=True, check=True, timeout=60, env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=environment,
     ).stdout
     rows = {line.split()[0]: line.split()[2:] for line in details.splitlines() if line.startswith("binpack-")}
     assert sorted(rows) == [f"binpack-{i}" for i in range(8)]
@@ -368,7 +425,11 @@ def test_binpack_fills_cards_as_the_seed_shows_and_inspect_prints_the_seed_table
 def test_spread_puts_pods_on_different_cards(cluster: Cluster, gpu_scheduler: Replica, pools: list[str]) -> None:
     pool = make_pool(cluster, pools, placement="spread")
     ns = cluster.namespace()
-    create(cluster, [gpu_pod(f"spread-{i}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="s", mem=4) for i in range(3)], namespace=ns)
+    create(
+        cluster,
+        [gpu_pod(f"spread-{i}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="s", mem=4) for i in range(3)],
+        namespace=ns,
+    )
     cluster.running_pods(namespace=ns, count=3, timeout=120)
     assert card_use(cluster, pool, ns)[pool.nodes[0]] == [4, 4, 4, 0]
 
@@ -377,7 +438,11 @@ def test_a_burst_of_100_pods_never_over_commits_a_card(cluster: Cluster, gpu_sch
     pool = make_pool(cluster, pools, count=2)
     ns = cluster.namespace()
     # 300 GiB of asks for 8 cards of 15 GiB: exactly 40 pods of 3 GiB fit.
-    create(cluster, [gpu_pod(f"burst-{i:03d}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="burst", mem=3) for i in range(100)], namespace=ns)
+    create(
+        cluster,
+        [gpu_pod(f"burst-{i:03d}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="burst", mem=3) for i in range(100)],
+        namespace=ns,
+    )
     wait_settled(cluster, pool, ns, placed=40, total=100)
     assert card_use(cluster, pool, ns) == {name: [15, 15, 15, 15] for name in pool.nodes}
 
@@ -392,7 +457,10 @@ def test_an_extender_killed_and_restarted_mid_burst_does_not_over_commit(
     # wave two (40) arrives while it is down. 24 fit in all.
     creating = subprocess.Popen(
         [str(cluster.state.bin_dir / "kubectl"), f"--kubeconfig={cluster.state.kubeconfig}", "create", "-n", ns, "-f", "-"],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert creating.stdin is not None
     creating.stdin.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": burst[:20]}))
@@ -420,7 +488,11 @@ def test_two_extender_replicas_binding_onto_the_same_cards_never_over_commit(
         ns = cluster.namespace()
         before = [gpu_scheduler.metric("gpu_admission_extender_requests_total", verb="bind", result="ok"), 0.0]
         schedulers = [gpu_scheduler.scheduler_name, second.scheduler_name]
-        create(cluster, [gpu_pod(f"twin-{i:02d}", pool=pool, scheduler=schedulers[i % 2], group="t", mem=5) for i in range(80)], namespace=ns)
+        create(
+            cluster,
+            [gpu_pod(f"twin-{i:02d}", pool=pool, scheduler=schedulers[i % 2], group="t", mem=5) for i in range(80)],
+            namespace=ns,
+        )
         wait_settled(cluster, pool, ns, placed=24, total=80)
         assert card_use(cluster, pool, ns) == {name: [15, 15, 15, 15] for name in pool.nodes}
         binds = [
@@ -429,12 +501,16 @@ def test_two_extender_replicas_binding_onto_the_same_cards_never_over_commit(
         ]
         assert all(b > 0 for b in binds), f"both replicas should have bound pods: {binds}"
         # Their compare-and-swap was on each node's ledger Lease; neither wrote a ledger onto a Node.
-        leases = json.loads(cluster.kubectl(
-            "get", "leases", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{reservations.LEDGER_LABEL}=true", "-o", "json"
-        ).stdout)["items"]
+        leases = json.loads(
+            cluster.kubectl(
+                "get", "leases", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{reservations.LEDGER_LABEL}=true", "-o", "json"
+            ).stdout
+        )["items"]
         assert set(pool.nodes) <= set(reservations.leases_by_node(leases)), "every node bound to has its ledger Lease"
         for name in pool.nodes:
-            assert gpu.RESERVATIONS_ANNOTATION not in cluster.get("node", name, namespace="default")["metadata"].get("annotations", {})
+            assert gpu.RESERVATIONS_ANNOTATION not in cluster.get("node", name, namespace="default")["metadata"].get(
+                "annotations", {}
+            )
     finally:
         second.stop()
 
@@ -444,9 +520,13 @@ def test_a_topology_pod_gets_nvlink_connected_cards(cluster: Cluster, gpu_schedu
     links = [(a, b, "NV2" if a % 2 == b % 2 else "SYS") for a in range(8) for b in range(a + 1, 8)]
     pool = make_pool(cluster, pools, mode="topology", gpus=(32510,) * 8, links=links)
     ns = cluster.namespace()
-    create(cluster, [gpu_pod("allreduce-0", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="topo", whole=4)], namespace=ns)
+    create(
+        cluster, [gpu_pod("allreduce-0", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="topo", whole=4)], namespace=ns
+    )
     (first,) = cluster.running_pods(namespace=ns, count=1, timeout=120)
-    create(cluster, [gpu_pod("allreduce-1", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="topo", whole=4)], namespace=ns)
+    create(
+        cluster, [gpu_pod("allreduce-1", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="topo", whole=4)], namespace=ns
+    )
     pods = cluster.running_pods(namespace=ns, count=2, timeout=120)
     second = next(p for p in pods if p["metadata"]["name"] == "allreduce-1")
     assert allocation(first)["cards"] in ([0, 2, 4, 6], [1, 3, 5, 7]) and allocation(first)["whole"] is True
@@ -459,7 +539,11 @@ def test_core_mem_pods_are_accounted_by_core_percentage(cluster: Cluster, gpu_sc
     ns = cluster.namespace()
     # 2 GiB and 40 % each: memory would allow 11 per card, cores allow 2 (80 %): 4 pods run. The
     # fifth fits the node's total (200 %, what kube-scheduler checks) but no single card.
-    create(cluster, [gpu_pod(f"core-{i}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="c", mem=2, core=40) for i in range(5)], namespace=ns)
+    create(
+        cluster,
+        [gpu_pod(f"core-{i}", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="c", mem=2, core=40) for i in range(5)],
+        namespace=ns,
+    )
     wait_settled(cluster, pool, ns, placed=4, total=5)
     cores = [0, 0]
     for pod in bound(cluster, ns):
@@ -479,7 +563,9 @@ def test_a_pod_that_fits_nowhere_stays_pending_with_the_extenders_message(
     pool = make_pool(cluster, pools)
     ns = cluster.namespace()
     create(cluster, [gpu_pod("too-big", pool=pool, scheduler=gpu_scheduler.scheduler_name, group="big", mem=20)], namespace=ns)
-    expected = "no GPU card is large enough: the pod needs 20 GiB (aliyun.com/gpu-mem) on one card; the largest card is GPU0 with 15 GiB"
+    expected = (
+        "no GPU card is large enough: the pod needs 20 GiB (aliyun.com/gpu-mem) on one card; the largest card is GPU0 with 15 GiB"
+    )
     eventually(lambda: any(expected in m for m in events_of(cluster, ns, "too-big")), what="the FailedScheduling event")
     assert not cluster.get("pod", "too-big", namespace=ns)["spec"].get("nodeName")
 

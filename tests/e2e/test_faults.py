@@ -37,12 +37,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import Cluster, eventually
-from tests.e2e import test_extender as extender_e2e  # its Replica, KWOK pools, pods and per-card count
 from policies import gpu
-from policies.gpu import allocation, reservations
+from policies.gpu import allocation, cards, reservations
+from tests.e2e import test_extender as extender_e2e  # its Replica, KWOK pools, pods and per-card count
+from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import controlplane, install, nodes
-from policies.gpu import cards
 
 pytestmark = pytest.mark.e2e
 
@@ -101,7 +100,9 @@ def _ready(cluster: Cluster, name: str) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
 
 
-def gpu_pod(name: str, *, node: str, mem: int, scheduler: str = "default-scheduler", annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def gpu_pod(
+    name: str, *, node: str, mem: int, scheduler: str = "default-scheduler", annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -110,13 +111,17 @@ def gpu_pod(name: str, *, node: str, mem: int, scheduler: str = "default-schedul
             "schedulerName": scheduler,
             "nodeSelector": {"faults": node},
             "tolerations": [{"key": TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(mem)}}}],
+            "containers": [
+                {"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(mem)}}}
+            ],
         },
     }
 
 
 def create(cluster: Cluster, pods: list[dict[str, Any]], *, namespace: str) -> None:
-    completed = cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    completed = cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": pods})
+    )
     assert completed.returncode == 0, completed.stderr
 
 
@@ -158,8 +163,14 @@ def allocation_problems(pods: list[dict[str, Any]], *, gib: int) -> list[str]:
             problems.append(f"{name} on {node}: no readable allocation in {annotations}")
             continue
         wanted = {"node": node, "cards": [index], "memGiB": gib}
-        if {key: recorded.get(key) for key in wanted} != wanted or annotations.get("ALIYUN_COM_GPU_MEM_POD") != str(gib) or not 0 <= index < CARDS:
-            problems.append(f"{name} on {node}: allocation {recorded}, gpushare card {index} of {annotations.get('ALIYUN_COM_GPU_MEM_POD')} GiB")
+        if (
+            {key: recorded.get(key) for key in wanted} != wanted
+            or annotations.get("ALIYUN_COM_GPU_MEM_POD") != str(gib)
+            or not 0 <= index < CARDS
+        ):
+            problems.append(
+                f"{name} on {node}: allocation {recorded}, gpushare card {index} of {annotations.get('ALIYUN_COM_GPU_MEM_POD')} GiB"
+            )
     return problems
 
 
@@ -171,7 +182,9 @@ def tally(pods: list[dict[str, Any]]) -> Counter[str]:
         if pod["spec"].get("nodeName"):
             counts["bound"] += 1
             continue
-        reasons = [c.get("reason") or "none" for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled"]
+        reasons = [
+            c.get("reason") or "none" for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled"
+        ]
         counts[f"pending/{reasons[0] if reasons else 'none'}"] += 1
     return counts
 
@@ -183,7 +196,11 @@ def create_through_outages(cluster: Cluster, pods: list[dict[str, Any]], *, name
     deadline = time.monotonic() + timeout
     while True:
         completed = cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=body)
-        errors = [line for line in completed.stderr.splitlines() if line.strip() and "AlreadyExists" not in line and not line.startswith("Warning:")]
+        errors = [
+            line
+            for line in completed.stderr.splitlines()
+            if line.strip() and "AlreadyExists" not in line and not line.startswith("Warning:")
+        ]
         if completed.returncode == 0 or not errors:
             return
         assert time.monotonic() < deadline, f"pods not created within {timeout:g}s: {completed.stderr}"
@@ -216,7 +233,9 @@ def created_in_background(cluster: Cluster, pods: list[dict[str, Any]], *, names
 
 def ledger_leases(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """The extender's ledger Leases by node, as the apiserver stores them."""
-    completed = cluster.kubectl("get", "leases", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{reservations.LEDGER_LABEL}=true", "-o", "json")
+    completed = cluster.kubectl(
+        "get", "leases", "-n", reservations.LEDGER_NAMESPACE, "-l", f"{reservations.LEDGER_LABEL}=true", "-o", "json"
+    )
     assert completed.returncode == 0, completed.stderr
     return {node: dict(lease) for node, lease in reservations.leases_by_node(json.loads(completed.stdout)["items"]).items()}
 
@@ -242,7 +261,10 @@ def unschedulable_count(cluster: Cluster, namespace: str) -> int:
         1
         for p in cluster.pods(namespace=namespace)
         if not p["spec"].get("nodeName")
-        and any(c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in p.get("status", {}).get("conditions", []))
+        and any(
+            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+            for c in p.get("status", {}).get("conditions", [])
+        )
     )
 
 
@@ -251,12 +273,24 @@ def restart_extender(cluster: Cluster, *, ttl: float) -> None:
     state = cluster.state
     port = state.ports["extender"]
     command = [
-        install.executable(), "extender", "--port", str(port), "--host", "127.0.0.1",
-        "--kubeconfig", str(state.kubeconfig), "--reservation-ttl", f"{ttl:g}",
+        install.executable(),
+        "extender",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--kubeconfig",
+        str(state.kubeconfig),
+        "--reservation-ttl",
+        f"{ttl:g}",
     ]
     controlplane.start(state, "extender", command=command)
     controlplane.wait_for(
-        lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), what="the extender /healthz", timeout=30, state=state, component="extender"
+        lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"),
+        what="the extender /healthz",
+        timeout=30,
+        state=state,
+        component="extender",
     )
 
 
@@ -281,8 +315,11 @@ def restart_apiserver(cluster: Cluster, *, outage_s: float = 6.0) -> None:
         time.sleep(0.5)  # the outage itself: nothing to poll for while the apiserver is down
     controlplane.start(state, "kube-apiserver")
     controlplane.wait_for(
-        lambda: cluster.kubectl("get", "--raw", "/readyz").returncode == 0, what="kube-apiserver back", timeout=60,
-        state=state, component="kube-apiserver",
+        lambda: cluster.kubectl("get", "--raw", "/readyz").returncode == 0,
+        what="kube-apiserver back",
+        timeout=60,
+        state=state,
+        component="kube-apiserver",
     )
 
 
@@ -334,11 +371,15 @@ def test_after_an_apiserver_restart_the_extender_and_labelers_recover_and_nothin
 
     eventually(settled, what="12 pods bound and 4 unschedulable after the restart", timeout=180)
     assert bound_use(throwaway, gpu_node) == [CARD_GIB] * CARDS
-    first_pods = {p["metadata"]["name"]: p["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] for p in throwaway.pods(namespace=namespace) if p["metadata"]["name"].startswith("before-")}
+    first_pods = {
+        p["metadata"]["name"]: p["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"]
+        for p in throwaway.pods(namespace=namespace)
+        if p["metadata"]["name"].startswith("before-")
+    }
     assert len(first_pods) == 6, "pods bound before the restart keep their cards"
 
     # A labeler that recovered follows its node's inventory again: one card gone, then back.
-    node = next(name for name in state.pids if name.startswith("labeler-"))[len("labeler-"):]
+    node = next(name for name in state.pids if name.startswith("labeler-"))[len("labeler-") :]
     inventory = state.directory / "inventory" / f"{node}.yaml"
     original = inventory.read_text()
     document = yaml.safe_load(original)
@@ -346,20 +387,29 @@ def test_after_an_apiserver_restart_the_extender_and_labelers_recover_and_nothin
     document["gpus"] = document["gpus"][:-1]
     inventory.write_text(yaml.safe_dump(document, sort_keys=False))
     try:
-        eventually(lambda: labels_of(throwaway, node).get("aliyun.accelerator/nvidia_count") == str(count - 1),
-                   what=f"the labeler of {node} to see a card fewer", timeout=60)
+        eventually(
+            lambda: labels_of(throwaway, node).get("aliyun.accelerator/nvidia_count") == str(count - 1),
+            what=f"the labeler of {node} to see a card fewer",
+            timeout=60,
+        )
     finally:
         inventory.write_text(original)
-    eventually(lambda: labels_of(throwaway, node).get("aliyun.accelerator/nvidia_count") == str(count),
-               what=f"the labeler of {node} to see the card again", timeout=60)
+    eventually(
+        lambda: labels_of(throwaway, node).get("aliyun.accelerator/nvidia_count") == str(count),
+        what=f"the labeler of {node} to see the card again",
+        timeout=60,
+    )
     throwaway.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
 def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reservation_expires(
     throwaway: Cluster, gpu_node: str
 ) -> None:
-    eventually(lambda: sum(bound_use(throwaway, gpu_node)) == 0 and sum(held(throwaway, gpu_node, ttl=SHORT_TTL_S)) == 0,
-               what=f"{gpu_node} empty after the previous test", timeout=120)
+    eventually(
+        lambda: sum(bound_use(throwaway, gpu_node)) == 0 and sum(held(throwaway, gpu_node, ttl=SHORT_TTL_S)) == 0,
+        what=f"{gpu_node} empty after the previous test",
+        timeout=120,
+    )
     controlplane.stop(throwaway.state, ["extender"])
     restart_extender(throwaway, ttl=SHORT_TTL_S)
     namespace = throwaway.namespace()
@@ -371,22 +421,62 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
     # - card 2, an entry for a pod that is gone: the binder may drop it at once, it must not hold the card.
     now = time.time()
     expires = now + SHORT_TTL_S
-    after_annotate = allocation.Allocation(uid="", namespace=namespace, name="cut-after-annotate", node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now)
-    create(throwaway, [
-        gpu_pod("cut-after-commit", node=gpu_node, mem=10, scheduler="nobody"),
-        gpu_pod("cut-after-annotate", node=gpu_node, mem=10, scheduler="nobody",
-                annotations=allocation.bind_annotations(after_annotate, card_memory_gib=CARD_GIB)),
-    ], namespace=namespace)
-    uids = {name: throwaway.get("pod", name, namespace=namespace)["metadata"]["uid"] for name in ("cut-after-commit", "cut-after-annotate")}
-    ledger = {
-        uids["cut-after-commit"]: allocation.Allocation(uid=uids["cut-after-commit"], namespace=namespace, name="cut-after-commit",
-                                                   node=gpu_node, cards=(0,), memory_gib=10, assumed_at=now, expires=expires),
-        uids["cut-after-annotate"]: allocation.Allocation(uid=uids["cut-after-annotate"], namespace=namespace, name="cut-after-annotate",
-                                                     node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now, expires=expires),
-        "gone-uid": allocation.Allocation(uid="gone-uid", namespace=namespace, name="gone", node=gpu_node, cards=(2,), memory_gib=10,
-                                     assumed_at=now, expires=expires),
+    after_annotate = allocation.Allocation(
+        uid="", namespace=namespace, name="cut-after-annotate", node=gpu_node, cards=(1,), memory_gib=10, assumed_at=now
+    )
+    create(
+        throwaway,
+        [
+            gpu_pod("cut-after-commit", node=gpu_node, mem=10, scheduler="nobody"),
+            gpu_pod(
+                "cut-after-annotate",
+                node=gpu_node,
+                mem=10,
+                scheduler="nobody",
+                annotations=allocation.bind_annotations(after_annotate, card_memory_gib=CARD_GIB),
+            ),
+        ],
+        namespace=namespace,
+    )
+    uids = {
+        name: throwaway.get("pod", name, namespace=namespace)["metadata"]["uid"]
+        for name in ("cut-after-commit", "cut-after-annotate")
     }
-    completed = throwaway.kubectl("annotate", "node", gpu_node, "--overwrite", f"{gpu.RESERVATIONS_ANNOTATION}={reservations.encode(ledger)}")
+    ledger = {
+        uids["cut-after-commit"]: allocation.Allocation(
+            uid=uids["cut-after-commit"],
+            namespace=namespace,
+            name="cut-after-commit",
+            node=gpu_node,
+            cards=(0,),
+            memory_gib=10,
+            assumed_at=now,
+            expires=expires,
+        ),
+        uids["cut-after-annotate"]: allocation.Allocation(
+            uid=uids["cut-after-annotate"],
+            namespace=namespace,
+            name="cut-after-annotate",
+            node=gpu_node,
+            cards=(1,),
+            memory_gib=10,
+            assumed_at=now,
+            expires=expires,
+        ),
+        "gone-uid": allocation.Allocation(
+            uid="gone-uid",
+            namespace=namespace,
+            name="gone",
+            node=gpu_node,
+            cards=(2,),
+            memory_gib=10,
+            assumed_at=now,
+            expires=expires,
+        ),
+    }
+    completed = throwaway.kubectl(
+        "annotate", "node", gpu_node, "--overwrite", f"{gpu.RESERVATIONS_ANNOTATION}={reservations.encode(ledger)}"
+    )
     assert completed.returncode == 0, completed.stderr
     assert held(throwaway, gpu_node, ttl=SHORT_TTL_S)[:3] == [10, 10, 10]
 
@@ -419,9 +509,14 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
     try:
         eventually(only_free_cards_used, what="cards 2 and 3 taken by the burst", timeout=120)
     except AssertionError as error:
-        pending = [(p["metadata"]["name"], [c.get("message") for c in p.get("status", {}).get("conditions", [])])
-                   for p in throwaway.pods(namespace=namespace) if not p["spec"].get("nodeName")]
-        raise AssertionError(f"{error}: cards {bound_use(throwaway, gpu_node)}, held {held(throwaway, gpu_node, ttl=SHORT_TTL_S)}, pending {pending}") from None
+        pending = [
+            (p["metadata"]["name"], [c.get("message") for c in p.get("status", {}).get("conditions", [])])
+            for p in throwaway.pods(namespace=namespace)
+            if not p["spec"].get("nodeName")
+        ]
+        raise AssertionError(
+            f"{error}: cards {bound_use(throwaway, gpu_node)}, held {held(throwaway, gpu_node, ttl=SHORT_TTL_S)}, pending {pending}"
+        ) from None
 
     # Once the reservations expire, cards 0 and 1 are free again and the remaining whole-card pods
     # get them; the pods whose binds were cut stay unbound and hold nothing.
@@ -430,7 +525,9 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
         reserved_cards_untouched()
         return bound_use(throwaway, gpu_node) == [CARD_GIB] * CARDS
 
-    eventually(all_cards_taken, what="every card taken once the reservations expired", timeout=max(0.0, expires - time.time()) + 180)
+    eventually(
+        all_cards_taken, what="every card taken once the reservations expired", timeout=max(0.0, expires - time.time()) + 180
+    )
     names = {p["metadata"]["name"] for p in throwaway.pods(namespace=namespace) if p["spec"].get("nodeName")}
     assert names == {f"whole-{i}" for i in range(4)}, names
     assert held(throwaway, gpu_node, ttl=SHORT_TTL_S) == [CARD_GIB] * CARDS, "nothing but the bound pods holds a card"
@@ -455,14 +552,18 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
     controlplane.stop(throwaway.state, ["extender"])
     restart_extender(throwaway, ttl=SHORT_TTL_S)  # replica a: its cut binds hold a card for 40 s, not 120
     second = extender_e2e.Replica(
-        cluster=throwaway, scheduler_name=f"faults-b-{pool.name}", extender=f"extender-b-{pool.name}", scheduler=f"scheduler-b-{pool.name}"
+        cluster=throwaway,
+        scheduler_name=f"faults-b-{pool.name}",
+        extender=f"extender-b-{pool.name}",
+        scheduler=f"scheduler-b-{pool.name}",
     )
     second.start_extender()
     try:
         second.start_scheduler()
         schedulers = ("default-scheduler", second.scheduler_name)
         burst = [
-            extender_e2e.gpu_pod(f"burst-{i:03d}", pool=pool, scheduler=schedulers[i % 2], group="burst", mem=BURST_GIB) for i in range(BURST_PODS)
+            extender_e2e.gpu_pod(f"burst-{i:03d}", pool=pool, scheduler=schedulers[i % 2], group="burst", mem=BURST_GIB)
+            for i in range(BURST_PODS)
         ]
         seen: dict[str, Any] = {}
 
@@ -475,7 +576,11 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
             eventually(lambda: bound_at_least(40), what="40 pods of the burst bound", timeout=120)
             seen["apiserver restarted at"] = seen["bound"]
             restart_apiserver(throwaway)
-            eventually(lambda: bound_at_least(BURST_CAPACITY // 2), what=f"{BURST_CAPACITY // 2} pods bound after the apiserver restart", timeout=120)
+            eventually(
+                lambda: bound_at_least(BURST_CAPACITY // 2),
+                what=f"{BURST_CAPACITY // 2} pods bound after the apiserver restart",
+                timeout=120,
+            )
             seen["replica a killed at"] = seen["bound"]
             kill_extender(throwaway)
             extender_e2e.card_use(throwaway, pool, namespace)
@@ -483,8 +588,11 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
             leases = ledger_leases(throwaway)
             ledgers = [reservations.lease_reservations(leases[name]) for name in pool.nodes if name in leases]
             seen["entries of unbound pods at the kill"] = sum(1 for ledger in ledgers for uid in ledger if uid in unbound)
-            assert not any(reservations.node_reservations(n) for n in json.loads(
-                throwaway.kubectl("get", "nodes", "-l", f"{extender_e2e.POOL_LABEL}={pool.name}", "-o", "json").stdout)["items"]
+            assert not any(
+                reservations.node_reservations(n)
+                for n in json.loads(
+                    throwaway.kubectl("get", "nodes", "-l", f"{extender_e2e.POOL_LABEL}={pool.name}", "-o", "json").stdout
+                )["items"]
             ), "this version writes no ledger onto a Node"
             restart_extender(throwaway, ttl=SHORT_TTL_S)
         seen["faults over after s"] = round(time.monotonic() - started)
@@ -506,7 +614,9 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
             return len(pods) == len(burst) and counts["bound"] == fits and counts["pending/Unschedulable"] == len(burst) - fits
 
         try:
-            eventually(settled, what=f"{fits} of {len(burst)} pods bound and the rest unschedulable", timeout=SHORT_TTL_S + 60 + 120)
+            eventually(
+                settled, what=f"{fits} of {len(burst)} pods bound and the rest unschedulable", timeout=SHORT_TTL_S + 60 + 120
+            )
         except AssertionError as error:
             raise AssertionError(f"{error}: {seen}") from None
         use = extender_e2e.card_use(throwaway, pool, namespace)
@@ -514,9 +624,9 @@ def test_a_long_burst_through_an_apiserver_restart_and_a_killed_replica_loses_no
         assert sorted(p["metadata"]["name"] for p in pods) == sorted(p["metadata"]["name"] for p in burst), "pods lost"
         assert all(gib == list(pool.card_gib) for gib in use.values()), use
         waiting = [p for p in pods if not p["spec"].get("nodeName")]
-        assert all(
-            c.get("message") for p in waiting for c in p["status"]["conditions"] if c.get("type") == "PodScheduled"
-        ), "a Pending pod without the scheduler's message"
+        assert all(c.get("message") for p in waiting for c in p["status"]["conditions"] if c.get("type") == "PodScheduled"), (
+            "a Pending pod without the scheduler's message"
+        )
         by_scheduler = Counter(p["spec"]["schedulerName"] for p in pods if p["spec"].get("nodeName"))
         assert all(by_scheduler[s] > 0 for s in schedulers), f"both replicas should have bound pods: {by_scheduler}"
         print(

@@ -96,9 +96,19 @@ def assert_same(chart: dict[Key, dict[str, Any]], base: dict[Key, dict[str, Any]
 
 
 def test_helm_lint_passes_with_the_defaults_and_every_mode(helm: Path) -> None:
-    for values in ([], ["certificates.mode=certManager", "extender.mode=secondScheduler", "crds.install=true",
-                        "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true", "labeler.enabled=false"],
-                   ["labeler.processAttribution=true"], ["labeler.processAttribution=true", "labeler.usageLimits=true"]):
+    for values in (
+        [],
+        [
+            "certificates.mode=certManager",
+            "extender.mode=secondScheduler",
+            "crds.install=true",
+            "monitoring.serviceMonitor.enabled=true",
+            "monitoring.prometheusRule.enabled=true",
+            "labeler.enabled=false",
+        ],
+        ["labeler.processAttribution=true"],
+        ["labeler.processAttribution=true", "labeler.usageLimits=true"],
+    ):
         command = [str(helm), "lint", "--strict", str(CHART)] + [arg for v in values for arg in ("--set", v)]
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
         assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -123,11 +133,17 @@ def test_cert_manager_mode_renders_the_base_with_the_cert_manager_component(helm
 def test_monitoring_values_render_the_base_with_the_monitoring_component(helm: Path, kubectl: Path, tmp_path: Path) -> None:
     chart = render(helm, "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true")
     assert_same(chart, kustomize(kubectl, tmp_path, "components/monitoring"))
-    labelled = render(helm, "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack")
-    assert labelled[("PrometheusRule", "gpu-admission", "gpu-admission")]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    labelled = render(
+        helm, "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.labels.release=kube-prometheus-stack"
+    )
+    assert (
+        labelled[("PrometheusRule", "gpu-admission", "gpu-admission")]["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    )
 
 
-def test_process_attribution_renders_the_base_with_the_process_attribution_component(helm: Path, kubectl: Path, tmp_path: Path) -> None:
+def test_process_attribution_renders_the_base_with_the_process_attribution_component(
+    helm: Path, kubectl: Path, tmp_path: Path
+) -> None:
     chart = render(helm, "labeler.processAttribution=true")
     assert_same(chart, kustomize(kubectl, tmp_path, "components/process-attribution"))
     labeler = chart[("DaemonSet", "gpu-admission", "gpu-admission-labeler")]["spec"]["template"]["spec"]
@@ -150,11 +166,17 @@ def test_usage_limits_render_the_base_with_the_usage_limits_component(helm: Path
 
 
 def test_usage_limits_without_process_attribution_are_refused_with_the_reason(helm: Path) -> None:
-    for values in (["labeler.usageLimits=true"], ["labeler.usageLimits=true", "labeler.processAttribution=true", "labeler.enabled=false"]):
+    for values in (
+        ["labeler.usageLimits=true"],
+        ["labeler.usageLimits=true", "labeler.processAttribution=true", "labeler.enabled=false"],
+    ):
         command = [str(helm), "template", "gpu-admission", str(CHART), "--kube-version", KUBE_VERSION]
         command += [arg for v in values for arg in ("--set", v)]
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
-        assert completed.returncode != 0 and "labeler.usageLimits needs labeler.enabled and labeler.processAttribution" in completed.stderr
+        assert (
+            completed.returncode != 0
+            and "labeler.usageLimits needs labeler.enabled and labeler.processAttribution" in completed.stderr
+        )
 
 
 def test_crds_are_opt_in_and_kept_on_uninstall(helm: Path, kubectl: Path) -> None:
@@ -174,8 +196,14 @@ def test_crds_are_opt_in_and_kept_on_uninstall(helm: Path, kubectl: Path) -> Non
 def test_values_change_only_what_they_name(helm: Path) -> None:
     default = render(helm)
     changed = render(
-        helm, "image.repository=registry.example/gpu-admission", "image.tag=9.9.9", "webhook.replicas=5", "extender.replicas=1",
-        "webhook.resources.requests.cpu=1", "policySettings.policies.GPU103.action=warn", "labeler.enabled=false",
+        helm,
+        "image.repository=registry.example/gpu-admission",
+        "image.tag=9.9.9",
+        "webhook.replicas=5",
+        "extender.replicas=1",
+        "webhook.resources.requests.cpu=1",
+        "policySettings.policies.GPU103.action=warn",
+        "labeler.enabled=false",
         "namespace.create=false",
     )
     webhook = changed[("Deployment", "gpu-admission", "gpu-admission-webhook")]
@@ -184,14 +212,20 @@ def test_values_change_only_what_they_name(helm: Path) -> None:
     assert webhook["spec"]["template"]["spec"]["containers"][0]["resources"] == {"requests": {"cpu": 1}}
     extender = changed[("Deployment", "gpu-admission", "gpu-admission-extender")]
     assert extender["spec"]["replicas"] == 1
-    assert {c["image"] for c in extender["spec"]["template"]["spec"]["initContainers"] + extender["spec"]["template"]["spec"]["containers"]} == {
-        "registry.example/gpu-admission:9.9.9"
-    }
+    assert {
+        c["image"]
+        for c in extender["spec"]["template"]["spec"]["initContainers"] + extender["spec"]["template"]["spec"]["containers"]
+    } == {"registry.example/gpu-admission:9.9.9"}
     policy = yaml.safe_load(changed[("ConfigMap", "gpu-admission", "gpu-admission-policy")]["data"]["config.yaml"])
     assert policy == {"policies": {"GPU103": {"action": "warn"}}}
     gone = set(default) - set(changed)
-    assert gone == {key for key in default if key[2] == "gpu-admission-labeler" and key[0] != "ValidatingAdmissionPolicy"
-                    and key[0] != "ValidatingAdmissionPolicyBinding"} | {("Namespace", "", "gpu-admission")}
+    assert gone == {
+        key
+        for key in default
+        if key[2] == "gpu-admission-labeler"
+        and key[0] != "ValidatingAdmissionPolicy"
+        and key[0] != "ValidatingAdmissionPolicyBinding"
+    } | {("Namespace", "", "gpu-admission")}
 
 
 def test_second_scheduler_mode_runs_kube_scheduler_with_the_shipped_configuration(helm: Path) -> None:
@@ -200,7 +234,9 @@ def test_second_scheduler_mode_runs_kube_scheduler_with_the_shipped_configuratio
     deployment = chart[("Deployment", "gpu-admission", "gpu-admission-scheduler")]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "gpu-admission-scheduler"
-    config = yaml.safe_load(chart[("ConfigMap", "gpu-admission", "gpu-admission-scheduler-config-in-cluster")]["data"]["scheduler-config.yaml"])
+    config = yaml.safe_load(
+        chart[("ConfigMap", "gpu-admission", "gpu-admission-scheduler-config-in-cluster")]["data"]["scheduler-config.yaml"]
+    )
     shipped = yaml.safe_load((DEPLOY / "scheduler-config-second.yaml").read_text())
     assert "kubeconfig" not in config.get("clientConnection", {})  # in-cluster
     assert config["extenders"] == shipped["extenders"] and config["profiles"] == shipped["profiles"]
@@ -208,15 +244,25 @@ def test_second_scheduler_mode_runs_kube_scheduler_with_the_shipped_configuratio
     tls_dir = os.path.dirname(shipped["extenders"][0]["tlsConfig"]["certFile"])
     assert tls_dir in mounted
     secret = next(v["secret"] for v in pod["volumes"] if "secret" in v)
-    assert {item["path"] for item in secret["items"]} == {os.path.basename(shipped["extenders"][0]["tlsConfig"][k]) for k in ("caFile", "certFile", "keyFile")}
-    bindings = {doc["roleRef"]["name"] for (kind, _, _), doc in chart.items() if kind == "ClusterRoleBinding" and "scheduler" in doc["metadata"]["name"]}
+    assert {item["path"] for item in secret["items"]} == {
+        os.path.basename(shipped["extenders"][0]["tlsConfig"][k]) for k in ("caFile", "certFile", "keyFile")
+    }
+    bindings = {
+        doc["roleRef"]["name"]
+        for (kind, _, _), doc in chart.items()
+        if kind == "ClusterRoleBinding" and "scheduler" in doc["metadata"]["name"]
+    }
     assert bindings == {"system:kube-scheduler", "system:volume-scheduler"}
     with pytest.raises(AssertionError, match="extender.mode"):
         render(helm, "extender.mode=elsewhere")
 
 
 def test_values_outside_the_schema_are_refused_with_their_name(helm: Path) -> None:
-    for wrong, named in (("certificates.mode=vault", "certificates.mode"), ("webhook.replicas=0", "webhook.replicas"),
-                         ("webhook.replica=3", "replica"), ("crds.install=maybe", "crds.install")):
+    for wrong, named in (
+        ("certificates.mode=vault", "certificates.mode"),
+        ("webhook.replicas=0", "webhook.replicas"),
+        ("webhook.replica=3", "replica"),
+        ("crds.install=maybe", "crds.install"),
+    ):
         with pytest.raises(AssertionError, match=named):
             render(helm, wrong)

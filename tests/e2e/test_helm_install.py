@@ -12,7 +12,6 @@ node guard's ValidatingAdmissionPolicies, ConfigMaps, the namespace, the CRDs.
 from __future__ import annotations
 
 import functools
-
 import json
 import subprocess
 from collections.abc import Iterator
@@ -33,8 +32,12 @@ CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpu-admission
 RELEASE = "gpu-admission"
 PART_OF = "app.kubernetes.io/part-of=gpu-admission"
 CLUSTER_KINDS = (
-    "clusterroles", "clusterrolebindings", "mutatingwebhookconfigurations", "validatingwebhookconfigurations",
-    "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+    "clusterroles",
+    "clusterrolebindings",
+    "mutatingwebhookconfigurations",
+    "validatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
 )
 
 
@@ -46,7 +49,9 @@ def bare(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
     directory = tmp_path_factory.mktemp("helm-cluster")
     fake = nodes.load(None)
     state = controlplane.up(
-        directory, bin_dir=bin_dir, fake_nodes=fake,
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=fake,
         before_scheduler=functools.partial(install.start_extender, create_ledger_namespace=False),
     )
     try:
@@ -58,7 +63,10 @@ def bare(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cl
 
 def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(ecosystem.tool("helm")), "--kubeconfig", str(cluster.state.kubeconfig), *args], capture_output=True, text=True, check=False
+        [str(ecosystem.tool("helm")), "--kubeconfig", str(cluster.state.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 
@@ -76,7 +84,9 @@ def _point_at_local_webhook(cluster: Cluster) -> None:
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration")
     ]
     ca_bundle = (cluster.state.directory / "webhook" / "ca.crt").read_bytes()
-    items = install.local_registrations(documents, base_url=f"https://127.0.0.1:{cluster.state.ports['webhook']}", ca_bundle=ca_bundle)
+    items = install.local_registrations(
+        documents, base_url=f"https://127.0.0.1:{cluster.state.ports['webhook']}", ca_bundle=ca_bundle
+    )
     completed = cluster.kubectl("replace", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     assert completed.returncode == 0, completed.stderr
 
@@ -90,7 +100,9 @@ def _point_at_local_webhook(cluster: Cluster) -> None:
 
 def test_helm_install_admits_and_places_the_seeds_and_uninstall_leaves_nothing(bare: Cluster) -> None:
     cluster = bare
-    installed = helm(cluster, "install", RELEASE, str(CHART), "--namespace", "default", "--set", "crds.install=true", "--timeout", "2m")
+    installed = helm(
+        cluster, "install", RELEASE, str(CHART), "--namespace", "default", "--set", "crds.install=true", "--timeout", "2m"
+    )
     assert installed.returncode == 0, installed.stderr
     # What the chart installed is real in the apiserver.
     assert _ours(cluster, "validatingadmissionpolicies") == [
@@ -98,8 +110,18 @@ def test_helm_install_admits_and_places_the_seeds_and_uninstall_leaves_nothing(b
         "validatingadmissionpolicy.admissionregistration.k8s.io/gpu-admission-labeler-node-guard",
     ]
     assert cluster.kubectl("get", "crd", "policyreports.wgpolicyk8s.io").returncode == 0
-    assert cluster.kubectl("auth", "can-i", "patch", "nodes", "--as=system:serviceaccount:gpu-admission:gpu-admission-extender").stdout.strip() == "yes"
-    assert cluster.kubectl("auth", "can-i", "delete", "pods", "--as=system:serviceaccount:gpu-admission:gpu-admission-extender").stdout.strip() == "no"
+    assert (
+        cluster.kubectl(
+            "auth", "can-i", "patch", "nodes", "--as=system:serviceaccount:gpu-admission:gpu-admission-extender"
+        ).stdout.strip()
+        == "yes"
+    )
+    assert (
+        cluster.kubectl(
+            "auth", "can-i", "delete", "pods", "--as=system:serviceaccount:gpu-admission:gpu-admission-extender"
+        ).stdout.strip()
+        == "no"
+    )
 
     _point_at_local_webhook(cluster)
     ns = cluster.namespace()
@@ -124,7 +146,11 @@ def test_helm_install_admits_and_places_the_seeds_and_uninstall_leaves_nothing(b
     assert uninstalled.returncode == 0, uninstalled.stderr
     for kind in CLUSTER_KINDS:
         assert _ours(cluster, kind) == [], kind
-    eventually(lambda: cluster.kubectl("get", "namespace", "gpu-admission").returncode != 0, what="the namespace gpu-admission to go", timeout=180)
+    eventually(
+        lambda: cluster.kubectl("get", "namespace", "gpu-admission").returncode != 0,
+        what="the namespace gpu-admission to go",
+        timeout=180,
+    )
     assert helm(cluster, "list", "--all-namespaces", "-q").stdout.strip() == ""
     # Kept, as asked: other engines' reports live in them.
     kept = cluster.kubectl("get", "crd", "policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io", "-o", "name")

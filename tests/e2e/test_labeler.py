@@ -45,8 +45,17 @@ def write_inventory(path: Path, *, count: int, name: str = "Tesla T4", memory_mi
 def labeler(cluster: Cluster, node: str, inventory: Path, *extra: str) -> list[str]:
     """The command line of one labeler process (the module entry point: same parser as the console script)."""
     return [
-        sys.executable, "-m", "webhook.labeler.cli", "labeler",
-        "--node-name", node, "--kubeconfig", str(cluster.state.kubeconfig), "--inventory", str(inventory), *extra,
+        sys.executable,
+        "-m",
+        "webhook.labeler.cli",
+        "labeler",
+        "--node-name",
+        node,
+        "--kubeconfig",
+        str(cluster.state.kubeconfig),
+        "--inventory",
+        str(inventory),
+        *extra,
     ]
 
 
@@ -114,13 +123,19 @@ def test_labels_and_capacity_follow_the_inventory_and_the_mode(cluster: Cluster,
             have_labels = obj["metadata"].get("labels", {})
             status = obj["status"]
             return all(have_labels.get(k) == v for k, v in want_labels.items()) and all(
-                status.get("capacity", {}).get(k) == v and status.get("allocatable", {}).get(k) == v for k, v in want_capacity.items()
+                status.get("capacity", {}).get(k) == v and status.get("allocatable", {}).get(k) == v
+                for k, v in want_capacity.items()
             )
 
         # Labels and cgpu capacity appear: 4 x 15 GiB.
         eventually(
             lambda: has(
-                {gpu.CARD_NAME_LABEL: "Tesla-T4", gpu.CARD_MEMORY_LABEL: "15360MiB", gpu.CARD_COUNT_LABEL: "4", gpu.CARD_MEMORY_MIB_LABEL: "15360"},
+                {
+                    gpu.CARD_NAME_LABEL: "Tesla-T4",
+                    gpu.CARD_MEMORY_LABEL: "15360MiB",
+                    gpu.CARD_COUNT_LABEL: "4",
+                    gpu.CARD_MEMORY_MIB_LABEL: "15360",
+                },
                 {"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4", "aliyun.com/gpu": "0", "nvidia.com/gpu": "0"},
             ),
             what="labels and cgpu capacity",
@@ -150,7 +165,9 @@ def test_labels_and_capacity_follow_the_inventory_and_the_mode(cluster: Cluster,
 
         def unlabeled() -> bool:
             obj = node_object(cluster, gpu_node)["metadata"]
-            return gpu.CARD_COUNT_LABEL not in obj.get("labels", {}) and ownership.OWNED_ANNOTATION not in obj.get("annotations", {})
+            return gpu.CARD_COUNT_LABEL not in obj.get("labels", {}) and ownership.OWNED_ANNOTATION not in obj.get(
+                "annotations", {}
+            )
 
         eventually(unlabeled, what="owned labels removed", timeout=30)
         eventually(lambda: has({}, {"aliyun.com/gpu": "0"}), what="no cards advertised", timeout=30)
@@ -210,26 +227,47 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
     eventually(lambda: can("patch", "nodes/status"), what="the RBAC binding to take effect")
     assert can("get", "nodes") and can("patch", "nodes")
     assert can("list", "pods", "-A")  # the pods of its node, to attribute GPU processes (fieldSelector)
-    for verb, resource in [("list", "nodes"), ("watch", "nodes"), ("delete", "nodes"), ("update", "nodes/status"), ("create", "pods"), ("get", "secrets")]:
+    for verb, resource in [
+        ("list", "nodes"),
+        ("watch", "nodes"),
+        ("delete", "nodes"),
+        ("update", "nodes/status"),
+        ("create", "pods"),
+        ("get", "secrets"),
+    ]:
         assert not can(verb, resource, "-A"), f"{verb} {resource} should be refused"
 
     # The service account's own token is enough for a full pass with --advertise: the token of a pod
     # on that node, as the kubelet mounts it (deploy/node-guard.yaml refuses a token without the
     # pod's node claim, and any node but that one).
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"labeler-{gpu_node}", "namespace": "gpu-admission"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"labeler-{gpu_node}", "namespace": "gpu-admission"},
         "spec": {
-            "serviceAccountName": "gpu-admission-labeler", "nodeName": gpu_node,
+            "serviceAccountName": "gpu-admission-labeler",
+            "nodeName": gpu_node,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "labeler", "image": "gpu-admission:0.1.0",
-                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+            "containers": [
+                {
+                    "name": "labeler",
+                    "image": "gpu-admission:0.1.0",
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
         },
     }
     created = cluster.apply(pod, namespace="gpu-admission")
     assert created.returncode == 0, created.stderr
     token = cluster.kubectl(
-        "create", "token", "gpu-admission-labeler", "-n", "gpu-admission", "--duration=10m",
-        "--bound-object-kind=Pod", f"--bound-object-name=labeler-{gpu_node}",
+        "create",
+        "token",
+        "gpu-admission-labeler",
+        "-n",
+        "gpu-admission",
+        "--duration=10m",
+        "--bound-object-kind=Pod",
+        f"--bound-object-name=labeler-{gpu_node}",
     )
     assert token.returncode == 0, token.stderr
     kubeconfig = tmp_path / "labeler.kubeconfig"
@@ -238,7 +276,15 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "local", "cluster": {"server": cluster.state.server, "certificate-authority": str(cluster.state.directory / "pki" / "ca.crt")}}],
+                "clusters": [
+                    {
+                        "name": "local",
+                        "cluster": {
+                            "server": cluster.state.server,
+                            "certificate-authority": str(cluster.state.directory / "pki" / "ca.crt"),
+                        },
+                    }
+                ],
                 "users": [{"name": "labeler", "user": {"token": token.stdout.strip()}}],
                 "contexts": [{"name": "labeler", "context": {"cluster": "local", "user": "labeler"}}],
                 "current-context": "labeler",
@@ -247,7 +293,19 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
     )
     inventory = write_inventory(tmp_path / "inventory.yaml", count=2)
     completed = run_once(
-        [sys.executable, "-m", "webhook.labeler.cli", "labeler", "--node-name", gpu_node, "--kubeconfig", str(kubeconfig), "--inventory", str(inventory), "--advertise"]
+        [
+            sys.executable,
+            "-m",
+            "webhook.labeler.cli",
+            "labeler",
+            "--node-name",
+            gpu_node,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--inventory",
+            str(inventory),
+            "--advertise",
+        ]
     )
     assert completed.returncode == 0, completed.stderr
     assert cluster.node_labels(gpu_node)[gpu.CARD_COUNT_LABEL] == "2"
@@ -257,7 +315,19 @@ def test_the_manifest_is_valid_and_its_service_account_can_label_a_node_and_noth
     document["gpus"][0].update({"usedMiB": 700, "processes": [{"pid": os.getpid(), "usedMiB": 700}]})
     inventory.write_text(yaml.safe_dump(document))
     completed = run_once(
-        [sys.executable, "-m", "webhook.labeler.cli", "labeler", "--node-name", gpu_node, "--kubeconfig", str(kubeconfig), "--inventory", str(inventory), "--advertise"]
+        [
+            sys.executable,
+            "-m",
+            "webhook.labeler.cli",
+            "labeler",
+            "--node-name",
+            gpu_node,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--inventory",
+            str(inventory),
+            "--advertise",
+        ]
     )
     assert completed.returncode == 0, completed.stderr
     written = usage.of_node(node_object(cluster, gpu_node))

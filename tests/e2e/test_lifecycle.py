@@ -73,7 +73,12 @@ class Stream:
             cert_file=str(pki / "admin.crt"),
             key_file=str(pki / "admin.key"),
         )
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stream"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "stream"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+        }
         self._body = json.dumps(pod).encode()
         self.ok = 0
         self.failures: list[str] = []
@@ -119,7 +124,9 @@ class Stream:
 def certs_generate(directory: Path) -> None:
     subprocess.run(
         [install.executable(), "certs", "generate", "--out-dir", str(directory), "--host", "127.0.0.1"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
 
 
@@ -128,7 +135,9 @@ def start(state: controlplane.State, *args: str) -> str:
     name = f"webhook-{uuid.uuid4().hex[:6]}"
     controlplane.start(state, name, command=[install.executable(), "serve", "--host", "127.0.0.1", *args])
     log = state.directory / "logs" / f"{name}.log"
-    controlplane.wait_for(lambda: "listening on https://" in log.read_text(), what=f"{name} listening", timeout=60, state=state, component=name)
+    controlplane.wait_for(
+        lambda: "listening on https://" in log.read_text(), what=f"{name} listening", timeout=60, state=state, component=name
+    )
     return name
 
 
@@ -144,7 +153,12 @@ def register(state: controlplane.State, *, port: int, ca_bundle: bytes) -> None:
 
 
 def admitted(state: controlplane.State) -> bool:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
     done = controlplane.kubectl(state, "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod), check=False)
     return done.returncode == 0 and "NVIDIA_VISIBLE_DEVICES" in done.stdout
 
@@ -152,7 +166,10 @@ def admitted(state: controlplane.State) -> bool:
 def served(port: int, *, ca_bundle: bytes) -> x509.Certificate:
     """The certificate the webhook serves now, verified against ``ca_bundle``."""
     context = ssl.create_default_context(cadata=ca_bundle.decode())
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
@@ -173,7 +190,7 @@ def metric(port: int, name: str, *, ca_bundle: bytes) -> dict[str, float]:
     values = {}
     for line in text.splitlines():
         if line.startswith(name + "{"):
-            labels, value = line[len(name):].rsplit(" ", 1)
+            labels, value = line[len(name) :].rsplit(" ", 1)
             values[labels] = float(value)
     return values
 
@@ -207,8 +224,17 @@ def test_rewriting_the_files_with_the_same_ca_rotates_the_served_certificate_wit
     certs = tmp_path / "certs"
     certs_generate(certs)
     port = controlplane.free_port()
-    name = start(cluster, "--port", str(port), "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                 "--cert-check-interval", "0.2s")
+    name = start(
+        cluster,
+        "--port",
+        str(port),
+        "--tls-cert-file",
+        str(certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(certs / "tls.key"),
+        "--cert-check-interval",
+        "0.2s",
+    )
     try:
         ca_bundle = (certs / "ca.crt").read_bytes()
         register(cluster, port=port, ca_bundle=ca_bundle)
@@ -217,10 +243,14 @@ def test_rewriting_the_files_with_the_same_ca_rotates_the_served_certificate_wit
         with Stream(cluster) as stream:
             stream.more(30)
             certs_generate(certs)  # same CA (kept in the directory), new serving pair
-            eventually(lambda: served(port, ca_bundle=ca_bundle).serial_number != before.serial_number, what="the new certificate served")
+            eventually(
+                lambda: served(port, ca_bundle=ca_bundle).serial_number != before.serial_number, what="the new certificate served"
+            )
             after_rotation = stream.ok
             stream.more(30)
-        assert stream.failures == [], f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        assert stream.failures == [], (
+            f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        )
         assert stream.ok >= after_rotation + 30
         now_served = served(port, ca_bundle=ca_bundle)
         assert now_served == x509.load_pem_x509_certificate((certs / "tls.crt").read_bytes())
@@ -236,25 +266,54 @@ def test_a_ca_rotation_keeps_both_cas_trusted_and_fails_no_request(cluster: cont
     certs_generate(certs)
     old_ca = x509.load_pem_x509_certificate((certs / "ca.crt").read_bytes())
     port = controlplane.free_port()
-    name = start(cluster, "--port", str(port), "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-                 "--cert-check-interval", "0.2s")
+    name = start(
+        cluster,
+        "--port",
+        str(port),
+        "--tls-cert-file",
+        str(certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(certs / "tls.key"),
+        "--cert-check-interval",
+        "0.2s",
+    )
     try:
         register(cluster, port=port, ca_bundle=(certs / "ca.crt").read_bytes())
         eventually(lambda: admitted(cluster), what="the webhook called by the apiserver")
         with Stream(cluster) as stream:
             stream.more(30)
             rotated = subprocess.run(
-                [install.executable(), "certs", "rotate", "--ca", "--out-dir", str(certs), "--kubeconfig", str(cluster.kubeconfig),
-                 "--webhook-configuration", CONFIGURATION, "--propagation-delay", "2s"],
-                capture_output=True, text=True, timeout=120, check=False,
+                [
+                    install.executable(),
+                    "certs",
+                    "rotate",
+                    "--ca",
+                    "--out-dir",
+                    str(certs),
+                    "--kubeconfig",
+                    str(cluster.kubeconfig),
+                    "--webhook-configuration",
+                    CONFIGURATION,
+                    "--propagation-delay",
+                    "2s",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
             )
             assert rotated.returncode == 0, rotated.stdout + rotated.stderr
             material = rotation.parse({key: (certs / key).read_bytes() for key in rotation.KEYS})
             assert material.ca is not None and material.serving is not None
             new_ca = material.ca.certificate
-            eventually(lambda: rotation.signed_by(served(port, ca_bundle=material.bundle_pem()), new_ca), what="the leaf from the new CA served")
+            eventually(
+                lambda: rotation.signed_by(served(port, ca_bundle=material.bundle_pem()), new_ca),
+                what="the leaf from the new CA served",
+            )
             stream.more(30)
-        assert stream.failures == [], f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        assert stream.failures == [], (
+            f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        )
         assert new_ca != old_ca
         assert material.trusted == (new_ca, old_ca), "ca.crt holds the new CA first and keeps the old one"
         for bundle in bundles(cluster):
@@ -271,10 +330,21 @@ def test_sigterm_to_one_of_two_replicas_fails_no_request(cluster: controlplane.S
     certs = tmp_path / "certs"
     certs_generate(certs)
     port = controlplane.free_port()
-    common = ["--port", str(port), "--reuse-port", "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
-              # The listener closes at once (the kernel then sends new connections to the other
-              # replica, as endpoint removal would); kept-alive connections get up to 95 s.
-              "--drain-seconds", "0", "--drain-idle-seconds", "95"]
+    common = [
+        "--port",
+        str(port),
+        "--reuse-port",
+        "--tls-cert-file",
+        str(certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(certs / "tls.key"),
+        # The listener closes at once (the kernel then sends new connections to the other
+        # replica, as endpoint removal would); kept-alive connections get up to 95 s.
+        "--drain-seconds",
+        "0",
+        "--drain-idle-seconds",
+        "95",
+    ]
     first, second = start(cluster, *common), start(cluster, *common)
     try:
         register(cluster, port=port, ca_bundle=(certs / "ca.crt").read_bytes())
@@ -289,7 +359,9 @@ def test_sigterm_to_one_of_two_replicas_fails_no_request(cluster: controlplane.S
             before = stream.ok
             status = terminate(cluster, victim, timeout=120)
             stream.more(100)
-        assert stream.failures == [], f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        assert stream.failures == [], (
+            f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        )
         assert status == 0
         assert stream.ok >= before + 100
         first_log = log_of(cluster, victim)
@@ -302,33 +374,63 @@ def test_sigterm_to_one_of_two_replicas_fails_no_request(cluster: controlplane.S
 # --- self-managed: renewals and a CA rotation by the Lease holder, two replicas ---------------------
 
 
-def test_self_managed_replicas_renew_and_rotate_the_ca_under_load_with_one_writer_and_no_failed_request(cluster: controlplane.State) -> None:
+def test_self_managed_replicas_renew_and_rotate_the_ca_under_load_with_one_writer_and_no_failed_request(
+    cluster: controlplane.State,
+) -> None:
     port = controlplane.free_port()
     register(cluster, port=port, ca_bundle=b"")  # nothing trusted yet: the webhook injects its CA
     common = [
-        "--port", str(port), "--reuse-port", "--self-managed-certs", "--kubeconfig", str(cluster.kubeconfig),
-        "--namespace", NAMESPACE, "--service", "", "--cert-host", "127.0.0.1", "--cert-check-interval", "0.5s",
+        "--port",
+        str(port),
+        "--reuse-port",
+        "--self-managed-certs",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--service",
+        "",
+        "--cert-host",
+        "127.0.0.1",
+        "--cert-check-interval",
+        "0.5s",
         # A year of renewals in seconds: a serving certificate every ~6 s, a new CA after ~16 s.
-        "--cert-validity", "12s", "--renew-before", "6s", "--ca-validity", "30s", "--ca-renew-before", "14s",
-        "--ca-propagation-delay", "2s", "--drain-idle-seconds", "95",
+        "--cert-validity",
+        "12s",
+        "--renew-before",
+        "6s",
+        "--ca-validity",
+        "30s",
+        "--ca-renew-before",
+        "14s",
+        "--ca-propagation-delay",
+        "2s",
+        "--drain-idle-seconds",
+        "95",
     ]
     replicas = [start(cluster, *common), start(cluster, *common)]
     try:
         eventually(lambda: admitted(cluster), what="the injected caBundle trusted by the apiserver")
-        secret = json.loads(controlplane.kubectl(cluster, "get", "secret", "gpu-admission-webhook-tls", "-n", NAMESPACE, "-o", "json").stdout)
+        secret = json.loads(
+            controlplane.kubectl(cluster, "get", "secret", "gpu-admission-webhook-tls", "-n", NAMESPACE, "-o", "json").stdout
+        )
         assert secret["type"] == "kubernetes.io/tls"
         assert sorted(secret["data"]) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
         assert secret["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpu-admission"
         first_ca = rotation.parse({k: base64.b64decode(v) for k, v in secret["data"].items()}).trusted[0]
 
         def stored() -> rotation.Material:
-            data = json.loads(controlplane.kubectl(cluster, "get", "secret", "gpu-admission-webhook-tls", "-n", NAMESPACE, "-o", "json").stdout)["data"]
+            data = json.loads(
+                controlplane.kubectl(cluster, "get", "secret", "gpu-admission-webhook-tls", "-n", NAMESPACE, "-o", "json").stdout
+            )["data"]
             return rotation.parse({k: base64.b64decode(v) for k, v in data.items()})
 
         def rotated_and_served() -> bool:
             material = stored()
             return (
-                material.ca is not None and material.serving is not None and material.ca.certificate != first_ca
+                material.ca is not None
+                and material.serving is not None
+                and material.ca.certificate != first_ca
                 and rotation.signed_by(material.serving.certificate, material.ca.certificate)
                 and rotation.signed_by(served(port, ca_bundle=material.bundle_pem()), material.ca.certificate)
             )
@@ -337,7 +439,9 @@ def test_self_managed_replicas_renew_and_rotate_the_ca_under_load_with_one_write
             stream.more(30)
             eventually(rotated_and_served, what="a CA rotation completed and served", timeout=90)
             stream.more(30)
-        assert stream.failures == [], f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        assert stream.failures == [], (
+            f"{len(stream.failures)} failed of {stream.ok + len(stream.failures)}: {stream.failures[:3]}"
+        )
         logs = {name: log_of(cluster, name) for name in replicas}
         writers = [name for name, text in logs.items() if "issued" in text]
         assert len(writers) == 1, "exactly one replica (the Lease holder) writes the Secret"
@@ -345,9 +449,13 @@ def test_self_managed_replicas_renew_and_rotate_the_ca_under_load_with_one_write
         assert logs[writer].count("issued a new one") >= 2 and "issued a new CA, the old one stays trusted" in logs[writer]
         for text in logs.values():
             assert text.count("now serving the certificate from secret") >= 3, "every replica reloads each renewal"
-        lease = json.loads(controlplane.kubectl(cluster, "get", "lease", "gpu-admission-webhook-certs", "-n", NAMESPACE, "-o", "json").stdout)
+        lease = json.loads(
+            controlplane.kubectl(cluster, "get", "lease", "gpu-admission-webhook-certs", "-n", NAMESPACE, "-o", "json").stdout
+        )
         assert lease["spec"]["holderIdentity"] is not None
-        eventually(lambda: all(bundle == stored().bundle_pem() for bundle in bundles(cluster)), what="every caBundle equal to ca.crt")
+        eventually(
+            lambda: all(bundle == stored().bundle_pem() for bundle in bundles(cluster)), what="every caBundle equal to ca.crt"
+        )
     finally:
         stop_all(cluster, replicas)
 
@@ -357,11 +465,24 @@ def test_self_managed_replicas_renew_and_rotate_the_ca_under_load_with_one_write
 
 def test_certs_install_then_show_reports_the_secret_and_the_trust_of_the_caBundles(cluster: controlplane.State) -> None:
     secret = f"install-{uuid.uuid4().hex[:6]}"
-    where = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", NAMESPACE, "--certs-secret", secret, "--webhook-configuration", CONFIGURATION]
-    installed = subprocess.run([install.executable(), "certs", "install", *where], capture_output=True, text=True, timeout=60, check=False)
+    where = [
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--certs-secret",
+        secret,
+        "--webhook-configuration",
+        CONFIGURATION,
+    ]
+    installed = subprocess.run(
+        [install.executable(), "certs", "install", *where], capture_output=True, text=True, timeout=60, check=False
+    )
     assert installed.returncode == 0, installed.stderr
     assert "no CA stored: issued a new CA" in installed.stdout and "caBundle(s) updated" in installed.stdout
-    shown = subprocess.run([install.executable(), "certs", "show", *where, "-o", "json"], capture_output=True, text=True, timeout=60, check=False)
+    shown = subprocess.run(
+        [install.executable(), "certs", "show", *where, "-o", "json"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert shown.returncode == 0, shown.stderr
     report: dict[str, Any] = json.loads(shown.stdout)
     roles = {row["role"]: row for row in report["certificates"]}

@@ -37,7 +37,9 @@ def test_promtool_checks_the_rules(promtool: Path, rule_file: Path) -> None:
     assert "SUCCESS: 9 rules found" in completed.stdout
 
 
-def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
     day = 86400
     tests = {
         "rule_files": [str(rule_file)],
@@ -47,10 +49,14 @@ def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promt
                 "interval": "1m",
                 "input_series": [
                     # Expires in 20 days (at t=0): the 30-day warning, not the 7-day page.
-                    {"series": 'gpu_admission_certificate_expiry_timestamp_seconds{certificate="serving",namespace="gpu-admission",pod="w-1"}',
-                     "values": f"{20 * day}x120"},
-                    {"series": 'gpu_admission_certificate_expiry_timestamp_seconds{certificate="ca",namespace="gpu-admission",pod="w-1"}',
-                     "values": f"{3000 * day}x120"},
+                    {
+                        "series": 'gpu_admission_certificate_expiry_timestamp_seconds{certificate="serving",namespace="gpu-admission",pod="w-1"}',
+                        "values": f"{20 * day}x120",
+                    },
+                    {
+                        "series": 'gpu_admission_certificate_expiry_timestamp_seconds{certificate="ca",namespace="gpu-admission",pod="w-1"}',
+                        "values": f"{3000 * day}x120",
+                    },
                     # A labeler that wrote at t=0 and never again; another that writes every minute.
                     {"series": 'gpu_admission_labeler_last_success_timestamp_seconds{pod="labeler-a"}', "values": "0x60"},
                     {"series": 'gpu_admission_labeler_last_success_timestamp_seconds{pod="labeler-b"}', "values": "0+60x60"},
@@ -62,17 +68,44 @@ def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promt
                     {"series": 'gpu_admission_reviews_total{endpoint="validate",result="allowed"}', "values": "0+60x60"},
                 ],
                 "alert_rule_test": [
-                    {"eval_time": "90m", "alertname": "GpuAdmissionCertificateExpiresSoon", "exp_alerts": [
-                        {"exp_labels": {"severity": "warning", "certificate": "serving", "namespace": "gpu-admission", "pod": "w-1"},
-                         "exp_annotations": _annotations(rule_file, "GpuAdmissionCertificateExpiresSoon",
-                                                         {"certificate": "serving"}, "19d 22h 30m 0s")}]},
+                    {
+                        "eval_time": "90m",
+                        "alertname": "GpuAdmissionCertificateExpiresSoon",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "certificate": "serving",
+                                    "namespace": "gpu-admission",
+                                    "pod": "w-1",
+                                },
+                                "exp_annotations": _annotations(
+                                    rule_file, "GpuAdmissionCertificateExpiresSoon", {"certificate": "serving"}, "19d 22h 30m 0s"
+                                ),
+                            }
+                        ],
+                    },
                     {"eval_time": "90m", "alertname": "GpuAdmissionCertificateExpiresVerySoon", "exp_alerts": []},
-                    {"eval_time": "30m", "alertname": "GpuAdmissionExtenderBindFailures", "exp_alerts": [
-                        {"exp_labels": {"severity": "warning"},
-                         "exp_annotations": _annotations(rule_file, "GpuAdmissionExtenderBindFailures", {}, "20")}]},
-                    {"eval_time": "30m", "alertname": "GpuAdmissionDenyRateHigh", "exp_alerts": [
-                        {"exp_labels": {"severity": "warning"},
-                         "exp_annotations": _annotations(rule_file, "GpuAdmissionDenyRateHigh", {}, "50%")}]},
+                    {
+                        "eval_time": "30m",
+                        "alertname": "GpuAdmissionExtenderBindFailures",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning"},
+                                "exp_annotations": _annotations(rule_file, "GpuAdmissionExtenderBindFailures", {}, "20"),
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "30m",
+                        "alertname": "GpuAdmissionDenyRateHigh",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning"},
+                                "exp_annotations": _annotations(rule_file, "GpuAdmissionDenyRateHigh", {}, "50%"),
+                            }
+                        ],
+                    },
                     {"eval_time": "30m", "alertname": "GpuAdmissionLatencyNearTimeout", "exp_alerts": []},
                 ],
             }
@@ -81,9 +114,16 @@ def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promt
     # The stale labeler: checked apart, since its annotation carries a duration that depends on
     # the evaluation time only.
     tests["tests"][0]["alert_rule_test"].append(  # type: ignore[index]
-        {"eval_time": "20m", "alertname": "GpuAdmissionLabelerStale", "exp_alerts": [
-            {"exp_labels": {"severity": "warning", "pod": "labeler-a"},
-             "exp_annotations": _annotations(rule_file, "GpuAdmissionLabelerStale", {"pod": "labeler-a"}, "20m 0s")}]}
+        {
+            "eval_time": "20m",
+            "alertname": "GpuAdmissionLabelerStale",
+            "exp_alerts": [
+                {
+                    "exp_labels": {"severity": "warning", "pod": "labeler-a"},
+                    "exp_annotations": _annotations(rule_file, "GpuAdmissionLabelerStale", {"pod": "labeler-a"}, "20m 0s"),
+                }
+            ],
+        }
     )
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(tests))
@@ -91,7 +131,9 @@ def test_the_alerts_fire_on_the_series_they_watch_and_stay_quiet_otherwise(promt
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
 
-def test_the_pod_above_request_alert_fires_after_its_time_and_not_on_stale_figures(promtool: Path, rule_file: Path, tmp_path: Path) -> None:
+def test_the_pod_above_request_alert_fires_after_its_time_and_not_on_stale_figures(
+    promtool: Path, rule_file: Path, tmp_path: Path
+) -> None:
     used, requested = "gpu_admission_labeler_pod_memory_used_mib", "gpu_admission_labeler_pod_memory_requested_mib"
     a = 'instance="10.0.0.1:8089",namespace="ml",pod="train-0",card="0"'
     b = 'instance="10.0.0.1:8089",namespace="ml",pod="infer-0",card="0"'
@@ -99,28 +141,53 @@ def test_the_pod_above_request_alert_fires_after_its_time_and_not_on_stale_figur
     tests = {
         "rule_files": [str(rule_file)],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                # train-0: 2048 MiB above its 4096 for 30 minutes; infer-0 within its request.
-                {"series": f"{used}{{{a}}}", "values": "6144x30"},
-                {"series": f"{requested}{{{a}}}", "values": "4096x30"},
-                {"series": f"{used}{{{b}}}", "values": "1000x30"},
-                {"series": f"{requested}{{{b}}}", "values": "8192x30"},
-                {"series": 'gpu_admission_labeler_usage_stale{instance="10.0.0.1:8089",namespace="gpu-admission",pod="labeler-a"}', "values": "0x30"},
-                # train-1 is above too, but its labeler's figures are stale: no alert.
-                {"series": f"{used}{{{c}}}", "values": "9000x30"},
-                {"series": f"{requested}{{{c}}}", "values": "4096x30"},
-                {"series": 'gpu_admission_labeler_usage_stale{instance="10.0.0.2:8089",namespace="gpu-admission",pod="labeler-b"}', "values": "1x30"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": "10m", "alertname": "GpuAdmissionPodAboveGpuMemoryRequest", "exp_alerts": []},
-                {"eval_time": "20m", "alertname": "GpuAdmissionPodAboveGpuMemoryRequest", "exp_alerts": [
-                    {"exp_labels": {"severity": "warning", "instance": "10.0.0.1:8089", "namespace": "ml", "pod": "train-0", "card": "0"},
-                     "exp_annotations": _annotations(rule_file, "GpuAdmissionPodAboveGpuMemoryRequest",
-                                                     {"namespace": "ml", "pod": "train-0", "card": "0"}, "2048")}]},
-            ],
-        }],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    # train-0: 2048 MiB above its 4096 for 30 minutes; infer-0 within its request.
+                    {"series": f"{used}{{{a}}}", "values": "6144x30"},
+                    {"series": f"{requested}{{{a}}}", "values": "4096x30"},
+                    {"series": f"{used}{{{b}}}", "values": "1000x30"},
+                    {"series": f"{requested}{{{b}}}", "values": "8192x30"},
+                    {
+                        "series": 'gpu_admission_labeler_usage_stale{instance="10.0.0.1:8089",namespace="gpu-admission",pod="labeler-a"}',
+                        "values": "0x30",
+                    },
+                    # train-1 is above too, but its labeler's figures are stale: no alert.
+                    {"series": f"{used}{{{c}}}", "values": "9000x30"},
+                    {"series": f"{requested}{{{c}}}", "values": "4096x30"},
+                    {
+                        "series": 'gpu_admission_labeler_usage_stale{instance="10.0.0.2:8089",namespace="gpu-admission",pod="labeler-b"}',
+                        "values": "1x30",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": "GpuAdmissionPodAboveGpuMemoryRequest", "exp_alerts": []},
+                    {
+                        "eval_time": "20m",
+                        "alertname": "GpuAdmissionPodAboveGpuMemoryRequest",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "instance": "10.0.0.1:8089",
+                                    "namespace": "ml",
+                                    "pod": "train-0",
+                                    "card": "0",
+                                },
+                                "exp_annotations": _annotations(
+                                    rule_file,
+                                    "GpuAdmissionPodAboveGpuMemoryRequest",
+                                    {"namespace": "ml", "pod": "train-0", "card": "0"},
+                                    "2048",
+                                ),
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
     }
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(tests))

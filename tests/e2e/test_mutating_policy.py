@@ -32,14 +32,16 @@ from webhook.commands import mutating_policy
 
 pytestmark = pytest.mark.e2e
 
-NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
 
 @pytest.fixture(scope="module")
 def map_cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     directory = tmp_path_factory.mktemp("map-cluster")
     state = install.bring_up(
-        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None)[:2],
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=nodes.load(None)[:2],
         apiserver_flags=controlplane.MUTATING_ADMISSION_POLICY_FLAGS,
     )
     try:
@@ -58,8 +60,12 @@ def pod(name: str, *containers: dict[str, Any], init: tuple[dict[str, Any], ...]
 CPU_PODS = (
     pod("bare", {"name": "main"}),
     pod("with-env", {"name": "main", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}),
-    pod("two", {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}, {"name": "b", "env": [{"name": "C", "value": "3"}]},
-        init=({"name": "setup"}, {"name": "prep", "env": [{"name": "D", "value": "4"}]})),
+    pod(
+        "two",
+        {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}},
+        {"name": "b", "env": [{"name": "C", "value": "3"}]},
+        init=({"name": "setup"}, {"name": "prep", "env": [{"name": "D", "value": "4"}]}),
+    ),
     pod("named-already", {"name": "main", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]}, {"name": "side"}),
 )
 # A GPU pod with a CPU sidecar: only the sidecar gets the variable.
@@ -68,7 +74,9 @@ GPU_POD = pod("gpu", {"name": "train", "resources": {"limits": {"nvidia.com/gpu"
 
 def dry_run(cluster: Cluster, manifest: dict[str, Any], *, namespace: str) -> dict[str, Any]:
     """The pod as the apiserver would store it, its random service-account token volume name made fixed."""
-    completed = cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-", stdin=json.dumps(manifest))
+    completed = cluster.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-", stdin=json.dumps(manifest)
+    )
     assert completed.returncode == 0, completed.stderr
     created: dict[str, Any] = json.loads(re.sub(r'"kube-api-access-[a-z0-9]+"', '"kube-api-access"', completed.stdout))
     return created
@@ -96,7 +104,9 @@ def mutating_registration(cluster: Cluster, *, skip_ordinary: bool) -> None:
         documents = [d for d in yaml.safe_load_all(stream) if d and d.get("kind") == "MutatingWebhookConfiguration"]
     state = cluster.state
     items = install.local_registrations(
-        documents, base_url=f"https://127.0.0.1:{state.ports['webhook']}", ca_bundle=(state.directory / "webhook" / "ca.crt").read_bytes()
+        documents,
+        base_url=f"https://127.0.0.1:{state.ports['webhook']}",
+        ca_bundle=(state.directory / "webhook" / "ca.crt").read_bytes(),
     )
     if skip_ordinary:
         items = [mutating_policy.with_webhook_condition(i) for i in items]
@@ -168,11 +178,16 @@ def test_with_the_policy_an_ordinary_pod_costs_no_webhook_call(map_cluster: Clus
         assert cluster.get("pod", "plain", namespace=ns)["spec"]["containers"][0]["env"] == [VOID]
         completed = cluster.apply(GPU_POD, namespace=ns)
         assert completed.returncode == 0, completed.stderr
-        eventually(lambda: webhook_calls(cluster, name="gpu", namespace=ns) == {"mutate": 1, "validate": 1},
-                   what=f"the GPU pod reviewed twice, got {webhook_calls(cluster, name='gpu', namespace=ns)}", timeout=20)
+        eventually(
+            lambda: webhook_calls(cluster, name="gpu", namespace=ns) == {"mutate": 1, "validate": 1},
+            what=f"the GPU pod reviewed twice, got {webhook_calls(cluster, name='gpu', namespace=ns)}",
+            timeout=20,
+        )
         assert webhook_calls(cluster, name="plain", namespace=ns) == {"mutate": 0, "validate": 0}
         # A bypass attempt is not ordinary: still sent, still refused.
-        completed = cluster.apply(pod("bypass", {"name": "m", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}), namespace=ns)
+        completed = cluster.apply(
+            pod("bypass", {"name": "m", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}), namespace=ns
+        )
         assert completed.returncode != 0 and "GPU001" in completed.stderr
     finally:
         delete_policy(cluster)

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
 
@@ -55,7 +55,10 @@ def accounts(cluster: Cluster) -> None:
         as_user = f"--as=system:serviceaccount:{NAMESPACE}:{account}"
         return cluster.kubectl("auth", "can-i", *args, as_user).stdout.strip() == "yes"
 
-    eventually(lambda: can(LABELER, "patch", "nodes/status") and can(EXTENDER, "create", "pods", "--subresource=binding", "-A"), what="the RBAC bindings")
+    eventually(
+        lambda: can(LABELER, "patch", "nodes/status") and can(EXTENDER, "create", "pods", "--subresource=binding", "-A"),
+        what="the RBAC bindings",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +67,9 @@ def two_nodes(cluster: Cluster) -> Iterator[tuple[str, str]]:
     suffix = uuid.uuid4().hex[:6]
     names = (f"guard-a-{suffix}", f"guard-b-{suffix}")
     manifests: list[Mapping[str, Any]] = [
-        nodes.FakeNode(name=name, labels={gpu.SCHEDULE_LABEL: gpu.Mode.CGPU, "topology.kubernetes.io/zone": "z1"}, capacity={}).manifest()
+        nodes.FakeNode(
+            name=name, labels={gpu.SCHEDULE_LABEL: gpu.Mode.CGPU, "topology.kubernetes.io/zone": "z1"}, capacity={}
+        ).manifest()
         for name in names
     ]
     completed = cluster.apply(manifests, namespace="default")
@@ -80,16 +85,20 @@ def labeler_pod(cluster: Cluster, accounts: None, two_nodes: tuple[str, str]) ->
     """A pod of the labeler's ServiceAccount bound to node A (restricted, as the namespace enforces)."""
     name = f"labeler-guard-{uuid.uuid4().hex[:6]}"
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "serviceAccountName": LABELER,
             "nodeName": two_nodes[0],
             "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "labeler", "image": "gpu-admission:0.1.0",
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            }],
+            "containers": [
+                {
+                    "name": "labeler",
+                    "image": "gpu-admission:0.1.0",
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
         },
     }
     completed = cluster.apply(pod, namespace=NAMESPACE)
@@ -125,7 +134,9 @@ class As:
     def call(self, method: str, path: str, body: Mapping[str, Any], *, content_type: str = "application/json") -> tuple[int, str]:
         """The HTTP status and the apiserver's message (a Status' message, or the object's kind)."""
         request = urllib.request.Request(
-            self.server + path, method=method, data=json.dumps(body).encode(),
+            self.server + path,
+            method=method,
+            data=json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self.jwt}", "Content-Type": content_type, "Accept": "application/json"},
         )
         try:
@@ -151,6 +162,7 @@ def labels_patch(values: dict[str, str | None]) -> dict[str, Any]:
 def test_the_install_applied_the_guard_from_deploy_and_the_apiserver_type_checks_it_clean(cluster: Cluster) -> None:
     shipped = {d["metadata"]["name"]: d for d in documents("node-guard.yaml") if d["kind"] == "ValidatingAdmissionPolicy"}
     assert set(shipped) == set(GUARDS)
+
     def checked(name: str) -> bool:
         found = cluster.get("validatingadmissionpolicy", name, namespace="default")
         return bool(found.get("status", {}).get("observedGeneration") == found["metadata"]["generation"])
@@ -176,31 +188,49 @@ def test_the_labelers_pod_token_may_write_its_own_nodes_gpu_labels_and_capacity_
     labeler = As(cluster, token(cluster, LABELER, "--bound-object-kind=Pod", f"--bound-object-name={labeler_pod}"))
 
     # Allowed: its own labels and annotations on node A, added and removed again, and GPU capacity.
-    changes: list[dict[str, str | None]] = [{gpu.CARD_MEMORY_MIB_LABEL: "15360", gpu.CARD_COUNT_LABEL: "2"}, {gpu.CARD_MEMORY_MIB_LABEL: None}]
+    changes: list[dict[str, str | None]] = [
+        {gpu.CARD_MEMORY_MIB_LABEL: "15360", gpu.CARD_COUNT_LABEL: "2"},
+        {gpu.CARD_MEMORY_MIB_LABEL: None},
+    ]
     for change in changes:
         code, output = labeler.patch(node_a, labels_patch(change))
         assert code == 200, output
     code, output = labeler.patch(node_a, {"metadata": {"annotations": {gpu.INVENTORY_ANNOTATION: "[]"}}})
     assert code == 200, output
-    code, output = labeler.patch(node_a, {"status": {"capacity": {str(gpu.Resource.GPU_MEM): "30"}, "allocatable": {str(gpu.Resource.GPU_MEM): "30"}}}, status=True)
+    code, output = labeler.patch(
+        node_a,
+        {"status": {"capacity": {str(gpu.Resource.GPU_MEM): "30"}, "allocatable": {str(gpu.Resource.GPU_MEM): "30"}}},
+        status=True,
+    )
     assert code == 200, output
     found = node(cluster, node_a)
-    assert found["metadata"]["labels"][gpu.CARD_COUNT_LABEL] == "2" and gpu.CARD_MEMORY_MIB_LABEL not in found["metadata"]["labels"]
+    assert (
+        found["metadata"]["labels"][gpu.CARD_COUNT_LABEL] == "2" and gpu.CARD_MEMORY_MIB_LABEL not in found["metadata"]["labels"]
+    )
     assert found["status"]["capacity"][str(gpu.Resource.GPU_MEM)] == "30"
 
     # Refused: node B; other labels, the mode, taints and cpu capacity on node A; the extender's ledger.
     refusals = [
-        (labeler.patch(node_b, labels_patch({gpu.CARD_COUNT_LABEL: "8"})), f"the labeler running on node {node_a} may not change node {node_b}"),
+        (
+            labeler.patch(node_b, labels_patch({gpu.CARD_COUNT_LABEL: "8"})),
+            f"the labeler running on node {node_a} may not change node {node_b}",
+        ),
         (labeler.patch(node_a, labels_patch({"topology.kubernetes.io/zone": "z2"})), "not topology.kubernetes.io/zone"),
         (labeler.patch(node_a, labels_patch({gpu.SCHEDULE_LABEL: gpu.Mode.SHARE})), f"not {gpu.SCHEDULE_LABEL}"),
         (labeler.patch(node_a, {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}), "may not change the Node spec"),
-        (labeler.patch(node_a, {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}}), f"not {gpu.RESERVATIONS_ANNOTATION}"),
+        (
+            labeler.patch(node_a, {"metadata": {"annotations": {gpu.RESERVATIONS_ANNOTATION: "{}"}}}),
+            f"not {gpu.RESERVATIONS_ANNOTATION}",
+        ),
         (labeler.patch(node_a, {"status": {"capacity": {"cpu": "999"}}}, status=True), "the GPU capacity"),
     ]
     for (code, output), expected in refusals:
         assert code == 403 and REFUSED in output and expected in output, output
     found = node(cluster, node_a)
-    assert found["metadata"]["labels"]["topology.kubernetes.io/zone"] == "z1" and found["metadata"]["labels"][gpu.SCHEDULE_LABEL] == "cgpu"
+    assert (
+        found["metadata"]["labels"]["topology.kubernetes.io/zone"] == "z1"
+        and found["metadata"]["labels"][gpu.SCHEDULE_LABEL] == "cgpu"
+    )
     assert found["status"]["capacity"]["cpu"] != "999" and "taints" not in found["spec"]
     assert gpu.CARD_COUNT_LABEL not in node(cluster, node_b)["metadata"].get("labels", {})
 
@@ -223,7 +253,9 @@ def test_the_extender_may_stamp_a_node_and_change_nothing_else_not_even_the_old_
     guard narrows that to the one key: not the old ledger annotation (an old replica beside a new
     one must not commit there), not labels, other annotations, spec or status."""
     extender = As(cluster, token(cluster, EXTENDER))
-    code, output = extender.patch(two_nodes[1], {"metadata": {"annotations": {gpu.LEDGER_FREED_ANNOTATION: "2026-11-26T18:00:00.000Z"}}})
+    code, output = extender.patch(
+        two_nodes[1], {"metadata": {"annotations": {gpu.LEDGER_FREED_ANNOTATION: "2026-11-26T18:00:00.000Z"}}}
+    )
     assert code == 200, output
     assert node(cluster, two_nodes[1])["metadata"]["annotations"][gpu.LEDGER_FREED_ANNOTATION] == "2026-11-26T18:00:00.000Z"
     current = node(cluster, two_nodes[1])["metadata"]["resourceVersion"]
@@ -243,19 +275,28 @@ def test_the_extenders_binding_carries_only_the_allocation_annotations(
     cluster: Cluster, accounts: None, two_nodes: tuple[str, str]
 ) -> None:
     namespace = cluster.namespace()
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits"},
-           "spec": {"schedulerName": "nobody-schedules-this", "containers": [{"name": "app", "image": "app"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "waits"},
+        "spec": {"schedulerName": "nobody-schedules-this", "containers": [{"name": "app", "image": "app"}]},
+    }
     created = cluster.apply(pod, namespace=namespace)
     assert created.returncode == 0, created.stderr
     uid = cluster.get("pod", "waits", namespace=namespace)["metadata"]["uid"]
-    allocation = allocation_.Allocation(uid=uid, namespace=namespace, name="waits", node=two_nodes[1], cards=(0,), memory_gib=1, assumed_at=1.0)
+    allocation = allocation_.Allocation(
+        uid=uid, namespace=namespace, name="waits", node=two_nodes[1], cards=(0,), memory_gib=1, assumed_at=1.0
+    )
     written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     extender = As(cluster, token(cluster, EXTENDER))
 
     def bind(annotations: dict[str, str]) -> tuple[int, str]:
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": "waits", "namespace": namespace, "uid": uid, "annotations": annotations},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": two_nodes[1]}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "waits", "namespace": namespace, "uid": uid, "annotations": annotations},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": two_nodes[1]},
+        }
         return extender.call("POST", f"/api/v1/namespaces/{namespace}/pods/waits/binding", body)
 
     code, output = bind({**written, gpu.OWN_PREFIX + "gpu-model": "A100"})

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from policies import ordinary
-from tests.e2e.harness import Cluster, eventually, webhook_settings
 from policies.trustzone import DEFAULT_ZONE
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +34,11 @@ def calls(cluster: Cluster, *, name: str, namespace: str) -> dict[str, int]:
 
 def settled(cluster: Cluster, *, name: str, namespace: str, mutate: int, validate: int) -> None:
     # Log lines may land a moment after the answer; wait for the expected counts, then hold them.
-    eventually(lambda: calls(cluster, name=name, namespace=namespace) == {"mutate": mutate, "validate": validate},
-               what=f"{name}: {mutate} mutate and {validate} validate calls, got {calls(cluster, name=name, namespace=namespace)}",
-               timeout=20)
+    eventually(
+        lambda: calls(cluster, name=name, namespace=namespace) == {"mutate": mutate, "validate": validate},
+        what=f"{name}: {mutate} mutate and {validate} validate calls, got {calls(cluster, name=name, namespace=namespace)}",
+        timeout=20,
+    )
 
 
 def test_an_ordinary_pod_reaches_the_webhook_once_and_is_mutated(cluster: Cluster) -> None:
@@ -70,8 +72,18 @@ def test_a_pod_made_non_ordinary_by_a_host_port_alone_is_still_judged(cluster: C
     assert terms == [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
     web = pod("web", ports=[{"containerPort": 80}])
     # A preferred term the condition reads (and finds no GPU node label in) on the way.
-    web["spec"]["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}}]}}
+    web["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 1,
+                    "preference": {
+                        "matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]
+                    },
+                }
+            ]
+        }
+    }
     plain = cluster.apply(web, namespace=ns)
     assert plain.returncode == 0, plain.stderr
     settled(cluster, name="web", namespace=ns, mutate=1, validate=0)
@@ -95,7 +107,9 @@ def test_a_pod_made_non_ordinary_by_a_host_path_alone_is_still_judged(cluster: C
     terms = stored["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [dict(e) for e in DEFAULT_ZONE.keep_off]}]
     assert stored["spec"]["nodeName"] == "cpu-0"  # the only node without GPUs in the default node set
-    asking = pod("gpu-runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}], resources={"limits": {"aliyun.com/gpu-mem": 1}})
+    asking = pod(
+        "gpu-runner", volumeMounts=[{"name": "run", "mountPath": "/host-run"}], resources={"limits": {"aliyun.com/gpu-mem": 1}}
+    )
     asking["spec"]["volumes"] = [{"name": "run", "hostPath": {"path": "/run"}}]
     refused = cluster.apply(asking, namespace=ns)
     assert refused.returncode != 0
@@ -129,6 +143,8 @@ def test_a_large_ordinary_pod_is_still_admitted_within_the_conditions_cost_budge
     ns = cluster.namespace()
     env = [{"name": f"SETTING_{i}", "value": "x"} for i in range(8000)]
     manifest = pod("large", env=env)
-    manifest["spec"]["initContainers"] = [{"name": f"init{i}", "image": "registry.example/app:1", "env": env[:2000]} for i in range(4)]
+    manifest["spec"]["initContainers"] = [
+        {"name": f"init{i}", "image": "registry.example/app:1", "env": env[:2000]} for i in range(4)
+    ]
     completed = cluster.kubectl("create", "--dry-run=server", "-n", ns, "-f", "-", stdin=json.dumps(manifest))
     assert completed.returncode == 0, completed.stderr[-2000:]

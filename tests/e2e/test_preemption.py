@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import Cluster, eventually, webhook_settings
+from policies.gpu import reservations
 from tests.e2e import test_extender as extender_e2e
+from tests.e2e.harness import Cluster, eventually, webhook_settings
 from tests.e2e.test_usage import http_json
 from webhook import cli
-from policies.gpu import reservations
 from webhook.cluster import controlplane, install
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +64,10 @@ def extender_schedulers(cluster: Cluster, tmp_path_factory: pytest.TempPathFacto
 def _replica(cluster: Cluster, tag: str, *, preempt_verb: bool) -> extender_e2e.Replica:
     suffix = uuid.uuid4().hex[:6]
     replica = extender_e2e.Replica(
-        cluster=cluster, scheduler_name=scheduler_name(tag), extender=f"e2e-pe-extender-{tag}-{suffix}", scheduler=f"e2e-pe-scheduler-{tag}-{suffix}"
+        cluster=cluster,
+        scheduler_name=scheduler_name(tag),
+        extender=f"e2e-pe-extender-{tag}-{suffix}",
+        scheduler=f"e2e-pe-scheduler-{tag}-{suffix}",
     )
     replica.start_extender()
     try:
@@ -90,14 +93,20 @@ def _start_scheduler(replica: extender_e2e.Replica, config: dict[str, Any]) -> N
     port = controlplane.free_port()
     kubeconfig = str(replica.state.kubeconfig)
     command = [
-        str(replica.state.bin_dir / "kube-scheduler"), f"--config={path}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={port}",
+        str(replica.state.bin_dir / "kube-scheduler"),
+        f"--config={path}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
     ]
     controlplane.start(replica.state, replica.scheduler, command=command)
     controlplane.wait_for(
         lambda: extender_e2e._http_status(f"https://127.0.0.1:{port}/healthz") == 200,
-        what=f"{replica.scheduler} /healthz", timeout=60, state=replica.state, component=replica.scheduler,
+        what=f"{replica.scheduler} /healthz",
+        timeout=60,
+        state=replica.state,
+        component=replica.scheduler,
     )
 
 
@@ -119,8 +128,14 @@ def with_verb(cluster: Cluster) -> Iterator[extender_e2e.Replica]:
 
 
 def _fill_two_cards(
-    cluster: Cluster, pool: extender_e2e.Pool, namespace: str, scheduler: str, *,
-    classes: dict[str, str] | None = None, labels: dict[str, dict[str, str]] | None = None, slow: tuple[str, ...] = (),
+    cluster: Cluster,
+    pool: extender_e2e.Pool,
+    namespace: str,
+    scheduler: str,
+    *,
+    classes: dict[str, str] | None = None,
+    labels: dict[str, dict[str, str]] | None = None,
+    slow: tuple[str, ...] = (),
 ) -> dict[str, int]:
     """a0, b1, c0, d1 created one after another (each Running before the next): name -> card.
     `classes` gives some a PriorityClass, `labels` some labels; `slow` ones carry a finalizer, so
@@ -135,7 +150,9 @@ def _fill_two_cards(
         if name in slow:
             low["metadata"]["finalizers"] = [FINALIZER]
         extender_e2e.create(cluster, [low], namespace=namespace)
-        pod = cluster.pod_once(name, namespace=namespace, condition=lambda p: p.get("status", {}).get("phase") == "Running", what=f"{name} Running")
+        pod = cluster.pod_once(
+            name, namespace=namespace, condition=lambda p: p.get("status", {}).get("phase") == "Running", what=f"{name} Running"
+        )
         cards[name] = int(pod["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"])
     assert cards == {"a0": 0, "b1": 1, "c0": 0, "d1": 1}, cards
     return cards
@@ -151,7 +168,9 @@ def _names(cluster: Cluster, namespace: str) -> set[str]:
     return {p["metadata"]["name"] for p in cluster.pods(namespace=namespace) if not p["metadata"].get("deletionTimestamp")}
 
 
-def _running(cluster: Cluster, pool: extender_e2e.Pool, namespace: str, *names: str, timeout: float = 120) -> dict[str, dict[str, Any]]:
+def _running(
+    cluster: Cluster, pool: extender_e2e.Pool, namespace: str, *names: str, timeout: float = 120
+) -> dict[str, dict[str, Any]]:
     """Until every pod in `names` runs, checking no card is over-committed at each poll; the pods then."""
     found: dict[str, dict[str, Any]] = {}
 
@@ -169,7 +188,9 @@ def _cards_of(pod: dict[str, Any]) -> set[int]:
     return {int(i) for i in pod["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"].split(",")}
 
 
-def test_with_the_verb_both_victims_are_on_one_card_and_the_preemptor_runs_there(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
+def test_with_the_verb_both_victims_are_on_one_card_and_the_preemptor_runs_there(
+    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
+) -> None:
     replica = with_verb
     before = replica.metric("gpu_admission_extender_preemption_victims_total")
     namespace = cluster.namespace()
@@ -231,13 +252,18 @@ def test_without_the_verb_the_default_scatters_victims_and_record_what_follows(c
 def _release(cluster: Cluster, namespace: str, *names: str) -> None:
     """Remove the `slow` finalizer: a Terminating pod then goes."""
     for name in names:
-        cluster.kubectl("patch", "pod", name, "-n", namespace, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+        cluster.kubectl(
+            "patch", "pod", name, "-n", namespace, "--type=json", "-p", '[{"op":"remove","path":"/metadata/finalizers"}]'
+        )
 
 
 def _nominated_while_a_victim_terminates(cluster: Cluster, namespace: str) -> dict[str, Any]:
     """The preemptor once nominated, with one victim (a finalizer holds it) still Terminating."""
     return cluster.pod_once(
-        "boss", namespace=namespace, what="the preemptor nominated", timeout=120,
+        "boss",
+        namespace=namespace,
+        what="the preemptor nominated",
+        timeout=120,
         condition=lambda p: bool(p.get("status", {}).get("nominatedNodeName")) and not p["spec"].get("nodeName"),
     )
 
@@ -245,9 +271,16 @@ def _nominated_while_a_victim_terminates(cluster: Cluster, namespace: str) -> di
 def _turned_away(cluster: Cluster, namespace: str, name: str) -> None:
     """Until the scheduler has judged `name` and found no place (PodScheduled False, Unschedulable)."""
     cluster.pod_once(
-        name, namespace=namespace, what=f"{name} judged unschedulable", timeout=60,
-        condition=lambda p: not p["spec"].get("nodeName") and any(
-            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable" for c in p.get("status", {}).get("conditions", [])
+        name,
+        namespace=namespace,
+        what=f"{name} judged unschedulable",
+        timeout=60,
+        condition=lambda p: (
+            not p["spec"].get("nodeName")
+            and any(
+                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in p.get("status", {}).get("conditions", [])
+            )
         ),
     )
 
@@ -270,30 +303,57 @@ def test_a_held_card_survives_an_extender_restart_and_is_not_given_to_a_lower_po
         node = boss["status"]["nominatedNodeName"]
         # The record of the nomination is in the ledger namespace before the restart.
         eventually(
-            lambda: boss["metadata"]["uid"] in cluster.kubectl(
-                "get", "lease", f"gpu-hold.{node}", "-n", reservations.LEDGER_NAMESPACE, "-o", "jsonpath={.metadata.annotations}",
-            ).stdout,
-            what="the hold recorded", timeout=30,
+            lambda: (
+                boss["metadata"]["uid"]
+                in cluster.kubectl(
+                    "get",
+                    "lease",
+                    f"gpu-hold.{node}",
+                    "-n",
+                    reservations.LEDGER_NAMESPACE,
+                    "-o",
+                    "jsonpath={.metadata.annotations}",
+                ).stdout
+            ),
+            what="the hold recorded",
+            timeout=30,
         )
         replica.kill_extender()
         replica.start_extender()
         # What kube-scheduler does when a call for the preemptor fails (the extender down, a bind
         # refused): the nomination is cleared. Done here so that the case does not hang on timing.
         completed = cluster.kubectl(
-            "patch", "pod", "boss", "-n", namespace, "--subresource=status", "--type=merge", "-p", '{"status":{"nominatedNodeName":null}}',
+            "patch",
+            "pod",
+            "boss",
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"nominatedNodeName":null}}',
         )
         assert completed.returncode == 0, completed.stderr
-        extender_e2e.create(cluster, [extender_e2e.gpu_pod("late", pool=pool, scheduler=replica.scheduler_name, group="low", mem=8)], namespace=namespace)
+        extender_e2e.create(
+            cluster,
+            [extender_e2e.gpu_pod("late", pool=pool, scheduler=replica.scheduler_name, group="low", mem=8)],
+            namespace=namespace,
+        )
         _turned_away(cluster, namespace, "late")
         deadline = time.monotonic() + 15  # and it stays away while the victim terminates
         while time.monotonic() < deadline:
             extender_e2e.card_use(cluster, pool, namespace)
-            assert not cluster.get("pod", "late", namespace=namespace)["spec"].get("nodeName"), "the held card went to a lower pod"
+            assert not cluster.get("pod", "late", namespace=namespace)["spec"].get("nodeName"), (
+                "the held card went to a lower pod"
+            )
         nomination = cluster.get("pod", "boss", namespace=namespace).get("status", {}).get("nominatedNodeName")
         assert not nomination, "the preemptor must not preempt again while its victim terminates"
         # explain shows the hold and whom it holds for, and refuses the late pod there for it.
         capsys.readouterr()
-        assert cli.main(["explain", "pod", "late", "-n", namespace, "--kubeconfig", str(cluster.state.kubeconfig), "-o", "json"]) == 0
+        assert (
+            cli.main(["explain", "pod", "late", "-n", namespace, "--kubeconfig", str(cluster.state.kubeconfig), "-o", "json"])
+            == 0
+        )
         report = json.loads(capsys.readouterr().out)
         (hold,) = [h for h in report["holds"] if h["node"] == node]
         assert hold["pod"] == f"{namespace}/boss" and hold["standing"] and len(hold["cards"]) == 1, hold
@@ -322,31 +382,42 @@ def test_a_held_card_survives_an_extender_restart_and_is_not_given_to_a_lower_po
     assert "late" in _names(cluster, namespace)
 
 
-def test_mixed_priorities_free_the_card_without_a_higher_pod(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
+def test_mixed_priorities_free_the_card_without_a_higher_pod(
+    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
+) -> None:
     namespace = cluster.namespace()
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
-    cards = _fill_two_cards(cluster, pool, namespace, with_verb.scheduler_name, classes={"b1": VIP})  # card 1 holds a pod above the preemptor
+    cards = _fill_two_cards(
+        cluster, pool, namespace, with_verb.scheduler_name, classes={"b1": VIP}
+    )  # card 1 holds a pod above the preemptor
     extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=with_verb.scheduler_name)], namespace=namespace)
     found = _running(cluster, pool, namespace, "boss")
     assert _cards_of(found["boss"]) == {0}
     assert set(cards) - _names(cluster, namespace) == {"a0", "c0"}
 
 
-def test_a_disruption_budget_moves_the_victims_to_the_other_card(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
+def test_a_disruption_budget_moves_the_victims_to_the_other_card(
+    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
+) -> None:
     # Without the budget card 1 would go (its pods are the younger); the budget guards both of them.
     namespace = cluster.namespace()
     budget = {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard"},
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard"},
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"guarded": "yes"}}},
     }
     completed = cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(budget))
     assert completed.returncode == 0, completed.stderr
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
-    cards = _fill_two_cards(cluster, pool, namespace, with_verb.scheduler_name, labels={"b1": {"guarded": "yes"}, "d1": {"guarded": "yes"}})
+    cards = _fill_two_cards(
+        cluster, pool, namespace, with_verb.scheduler_name, labels={"b1": {"guarded": "yes"}, "d1": {"guarded": "yes"}}
+    )
     # The extender reads the budget's status: wait until the disruption controller has counted both pods.
     eventually(
         lambda: cluster.get("poddisruptionbudget", "guard", namespace=namespace).get("status", {}).get("expectedPods") == 2,
-        what="the budget's status", timeout=60,
+        what="the budget's status",
+        timeout=60,
     )
     extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=with_verb.scheduler_name)], namespace=namespace)
     found = _running(cluster, pool, namespace, "boss")
@@ -360,7 +431,11 @@ def test_a_whole_card_preemptor_frees_a_set_of_cards(cluster: Cluster, pools: li
     holders: dict[str, set[int]] = {}
     for index in range(4):
         name = f"w{index}"
-        extender_e2e.create(cluster, [extender_e2e.gpu_pod(name, pool=pool, scheduler=with_verb.scheduler_name, group="low", whole=1)], namespace=namespace)
+        extender_e2e.create(
+            cluster,
+            [extender_e2e.gpu_pod(name, pool=pool, scheduler=with_verb.scheduler_name, group="low", whole=1)],
+            namespace=namespace,
+        )
         holders[name] = _cards_of(_running(cluster, pool, namespace, name)[name])
     boss = extender_e2e.gpu_pod("boss", pool=pool, scheduler=with_verb.scheduler_name, group="high", whole=2)
     boss["spec"]["priorityClassName"] = HIGH
@@ -370,26 +445,36 @@ def test_a_whole_card_preemptor_frees_a_set_of_cards(cluster: Cluster, pools: li
     assert len(gone) == 2 and set().union(*(holders[g] for g in gone)) == _cards_of(found["boss"])
 
 
-def test_two_preemptors_at_once_each_free_a_card_of_their_own(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
+def test_two_preemptors_at_once_each_free_a_card_of_their_own(
+    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
+) -> None:
     namespace = cluster.namespace()
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
     _fill_two_cards(cluster, pool, namespace, with_verb.scheduler_name)
     extender_e2e.create(
-        cluster, [_preemptor(name, pool=pool, scheduler=with_verb.scheduler_name) for name in ("boss-1", "boss-2")], namespace=namespace
+        cluster,
+        [_preemptor(name, pool=pool, scheduler=with_verb.scheduler_name) for name in ("boss-1", "boss-2")],
+        namespace=namespace,
     )
     found = _running(cluster, pool, namespace, "boss-1", "boss-2", timeout=180)
     assert _cards_of(found["boss-1"]) | _cards_of(found["boss-2"]) == {0, 1}
     assert _names(cluster, namespace) == {"boss-1", "boss-2"}
 
 
-def test_a_preemptor_deleted_while_nominated_releases_its_hold(cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica) -> None:
+def test_a_preemptor_deleted_while_nominated_releases_its_hold(
+    cluster: Cluster, pools: list[str], with_verb: extender_e2e.Replica
+) -> None:
     namespace = cluster.namespace()
     pool = extender_e2e.make_pool(cluster, pools, placement="spread", gpus=(CARD_MIB, CARD_MIB))
     _fill_two_cards(cluster, pool, namespace, with_verb.scheduler_name, slow=("c0", "d1"))
     try:
         extender_e2e.create(cluster, [_preemptor("boss", pool=pool, scheduler=with_verb.scheduler_name)], namespace=namespace)
         _nominated_while_a_victim_terminates(cluster, namespace)
-        extender_e2e.create(cluster, [extender_e2e.gpu_pod("late", pool=pool, scheduler=with_verb.scheduler_name, group="low", mem=8)], namespace=namespace)
+        extender_e2e.create(
+            cluster,
+            [extender_e2e.gpu_pod("late", pool=pool, scheduler=with_verb.scheduler_name, group="low", mem=8)],
+            namespace=namespace,
+        )
         _turned_away(cluster, namespace, "late")  # held for the boss
         cluster.kubectl("delete", "pod", "boss", "-n", namespace, "--wait=true", "--timeout=60s")
         found = _running(cluster, pool, namespace, "late")  # the hold lapsed: the freed 8 GiB are the late pod's

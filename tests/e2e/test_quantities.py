@@ -31,9 +31,38 @@ T4_MIB = 15360
 
 # Spellings the cluster admits as a whole number of GiB (Kubernetes 1.34 writes 1000E and 10^21 back
 # as 1, and validates that after the webhook's patch re-decodes the pod).
-ACCEPTED = ["2", "2000m", "+2", "2e0", "0.002k", "1k", "1000", "1.500k", "02", " 2 ", "2.", "1e3", "1Ki", "9223372036854775", "1000E", "1000000000000000000000"]
+ACCEPTED = [
+    "2",
+    "2000m",
+    "+2",
+    "2e0",
+    "0.002k",
+    "1k",
+    "1000",
+    "1.500k",
+    "02",
+    " 2 ",
+    "2.",
+    "1e3",
+    "1Ki",
+    "9223372036854775",
+    "1000E",
+    "1000000000000000000000",
+]
 # Spellings the cluster refuses: not an integer, negative, not a quantity, past what it counts exactly.
-REFUSED = ["1500m", "0.5", "-2", "1kk", "K", "1KB", "--1", "1e19", "999999999999999999", "9223372036854776", "99999999999999999999999"]
+REFUSED = [
+    "1500m",
+    "0.5",
+    "-2",
+    "1kk",
+    "K",
+    "1KB",
+    "--1",
+    "1e19",
+    "999999999999999999",
+    "9223372036854776",
+    "99999999999999999999999",
+]
 
 
 def gpu_pod(name: str, mem: object, *, pool: str | None = None, sidecar: object = None) -> dict[str, Any]:
@@ -42,7 +71,12 @@ def gpu_pod(name: str, mem: object, *, pool: str | None = None, sidecar: object 
     }
     if sidecar is not None:
         spec["initContainers"] = [
-            {"name": "proxy", "image": "registry.example/proxy:1", "restartPolicy": "Always", "resources": {"limits": {MEM: sidecar}}}
+            {
+                "name": "proxy",
+                "image": "registry.example/proxy:1",
+                "restartPolicy": "Always",
+                "resources": {"limits": {MEM: sidecar}},
+            }
         ]
     if pool is not None:
         spec["nodeSelector"] = {POOL_LABEL: pool}
@@ -58,7 +92,11 @@ def our_dry_run(pod: dict[str, Any], *, namespace: str) -> dict[str, Any]:
     """`gpu-admission dry-run` on the author's manifest, as YAML (a CI pipeline's view)."""
     manifest = {**pod, "metadata": {**pod["metadata"], "namespace": namespace}}
     completed = subprocess.run(
-        [install.executable(), "dry-run", "-f", "-", "-o", "json"], input=yaml.safe_dump(manifest), capture_output=True, text=True, check=False
+        [install.executable(), "dry-run", "-f", "-", "-o", "json"],
+        input=yaml.safe_dump(manifest),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert completed.returncode in (0, 1), completed.stderr
     (result,) = json.loads(completed.stdout)["results"]
@@ -69,9 +107,16 @@ def make_pool(cluster: Cluster, *, cards: int) -> str:
     """One KWOK cgpu node of `cards` T4s, as the labeler leaves it, tainted for this module's pods."""
     pool = f"q{uuid.uuid4().hex[:8]}"
     inventory = [{"index": i, "uuid": f"GPU-{pool}-{i}", "name": "Tesla-T4", "memoryMiB": T4_MIB} for i in range(cards)]
-    capacity = {MEM: str(cards * (T4_MIB // 1024)), "aliyun.com/gpu-count": str(cards), "aliyun.com/gpu": "0", "nvidia.com/gpu": "0"}
+    capacity = {
+        MEM: str(cards * (T4_MIB // 1024)),
+        "aliyun.com/gpu-count": str(cards),
+        "aliyun.com/gpu": "0",
+        "nvidia.com/gpu": "0",
+    }
     labels = {"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack", POOL_LABEL: pool}
-    manifest = nodes.FakeNode(name=pool, labels=labels, capacity=capacity, annotations={"gpu-admission.io/gpu-inventory": json.dumps(inventory)}).manifest()
+    manifest = nodes.FakeNode(
+        name=pool, labels=labels, capacity=capacity, annotations={"gpu-admission.io/gpu-inventory": json.dumps(inventory)}
+    ).manifest()
     manifest["spec"]["taints"] = [{"key": TAINT_KEY, "value": pool, "effect": "NoSchedule"}]
     completed = cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
     assert completed.returncode == 0, completed.stderr
@@ -158,7 +203,9 @@ def test_a_gpu_asking_sidecar_counts_beside_the_main_container(cluster: Cluster)
         def unschedulable() -> bool:
             pod = cluster.get("pod", "pair", namespace=ns)
             conditions = [c for c in pod.get("status", {}).get("conditions", []) if c.get("type") == "PodScheduled"]
-            return not pod["spec"].get("nodeName") and any(c.get("reason") == "Unschedulable" and "16 GiB" in c.get("message", "") for c in conditions)
+            return not pod["spec"].get("nodeName") and any(
+                c.get("reason") == "Unschedulable" and "16 GiB" in c.get("message", "") for c in conditions
+            )
 
         eventually(unschedulable, what="the 8 + 8 GiB sidecar pod judged unschedulable by the extender", timeout=120)
     finally:

@@ -65,21 +65,30 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[controlplane.Sta
     directory = tmp_path_factory.mktemp("realnode")
     started = time.monotonic()
     up = install.bring_up(
-        directory, bin_dir=bin_dir, fake_nodes=nodes.load(None), real_node=True, in_cluster=True,
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=nodes.load(None),
+        real_node=True,
+        in_cluster=True,
         image=os.environ.get("GPU_ADMISSION_IMAGE"),
     )
     print(f"real node with gpu-admission in containers up in {time.monotonic() - started:.0f}s")
     try:
         controlplane.kubectl(up, "create", "namespace", NAMESPACE)
-        eventually(lambda: kubectl(up, "get", "serviceaccount", "default", "-n", NAMESPACE, check=False).returncode == 0,
-                   what="the test namespace", timeout=60)
+        eventually(
+            lambda: kubectl(up, "get", "serviceaccount", "default", "-n", NAMESPACE, check=False).returncode == 0,
+            what="the test namespace",
+            timeout=60,
+        )
         yield up
     finally:
         stopped = install.tear_down(directory)
         assert "kubelet" in stopped and "containerd" in stopped
 
 
-def kubectl(state: controlplane.State, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    state: controlplane.State, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     return controlplane.kubectl(state, *args, stdin=stdin, check=check)
 
 
@@ -93,7 +102,16 @@ def apply_example(state: controlplane.State, path: Path) -> subprocess.Completed
     documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
     for document in documents:
         document.get("metadata", {}).pop("namespace", None)
-    return kubectl(state, "apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}), check=False)
+    return kubectl(
+        state,
+        "apply",
+        "-n",
+        NAMESPACE,
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}),
+        check=False,
+    )
 
 
 def test_the_webhook_and_the_extender_run_as_containers_on_the_real_node(state: controlplane.State) -> None:
@@ -115,10 +133,30 @@ def test_logs_and_exec_reach_the_kubelet_which_refuses_anonymous_callers(state: 
     [pod, *_] = pods(state, incluster.NAMESPACE, "app.kubernetes.io/component=webhook")
     name = pod["metadata"]["name"]
     assert kubectl(state, "logs", "-n", incluster.NAMESPACE, name).stdout.strip(), "the webhook logs something at start"
-    who = kubectl(state, "exec", "-n", incluster.NAMESPACE, name, "--", "/opt/gpu-admission/bin/python", "-c", "import os; print(os.getuid())")
+    who = kubectl(
+        state,
+        "exec",
+        "-n",
+        incluster.NAMESPACE,
+        name,
+        "--",
+        "/opt/gpu-admission/bin/python",
+        "-c",
+        "import os; print(os.getuid())",
+    )
     assert who.stdout.strip() == "65532", "every command runs as the image's non-root user"
-    written = kubectl(state, "exec", "-n", incluster.NAMESPACE, name, "--", "/opt/gpu-admission/bin/python", "-c",
-                      "open('/opt/x', 'w')", check=False)
+    written = kubectl(
+        state,
+        "exec",
+        "-n",
+        incluster.NAMESPACE,
+        name,
+        "--",
+        "/opt/gpu-admission/bin/python",
+        "-c",
+        "open('/opt/x', 'w')",
+        check=False,
+    )
     assert written.returncode != 0 and "Read-only file system" in written.stderr
     context = ssl.create_default_context(cafile=str(state.directory / "pki" / "ca.crt"))
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -127,9 +165,13 @@ def test_logs_and_exec_reach_the_kubelet_which_refuses_anonymous_callers(state: 
 
 
 def test_the_extender_filters_only_for_callers_with_the_install_made_client_certificate(state: controlplane.State) -> None:
-    ip = kubectl(state, "get", "service", incluster.EXTENDER_SERVICE, "-n", incluster.NAMESPACE, "-o", "jsonpath={.spec.clusterIP}").stdout.strip()
+    ip = kubectl(
+        state, "get", "service", incluster.EXTENDER_SERVICE, "-n", incluster.NAMESPACE, "-o", "jsonpath={.spec.clusterIP}"
+    ).stdout.strip()
     files = state.directory / "scheduler-extender"
-    arguments = json.dumps({"Pod": {"metadata": {"name": "probe", "namespace": "default"}, "spec": {"containers": []}}, "NodeNames": []}).encode()
+    arguments = json.dumps(
+        {"Pod": {"metadata": {"name": "probe", "namespace": "default"}, "spec": {"containers": []}}, "NodeNames": []}
+    ).encode()
 
     def filter_status(context: ssl.SSLContext) -> int:
         request = urllib.request.Request(f"https://{ip}:443/filter", data=arguments, headers={"Content-Type": "application/json"})
@@ -181,10 +223,14 @@ def test_each_bypass_is_refused_by_the_webhook_in_its_container(state: controlpl
 
 
 def test_a_rollout_restart_of_the_webhook_fails_no_pod_create(state: controlplane.State) -> None:
-    probe = json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "during-rollout-", "namespace": NAMESPACE},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    })
+    probe = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "during-rollout-", "namespace": NAMESPACE},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+    )
     failures: list[str] = []
     creates = {"count": 0}
     done = threading.Event()
@@ -200,7 +246,16 @@ def test_a_rollout_restart_of_the_webhook_fails_no_pod_create(state: controlplan
     worker.start()
     try:
         kubectl(state, "rollout", "restart", "deployment/gpu-admission-webhook", "-n", incluster.NAMESPACE)
-        status = kubectl(state, "rollout", "status", "deployment/gpu-admission-webhook", "-n", incluster.NAMESPACE, "--timeout=300s", check=False)
+        status = kubectl(
+            state,
+            "rollout",
+            "status",
+            "deployment/gpu-admission-webhook",
+            "-n",
+            incluster.NAMESPACE,
+            "--timeout=300s",
+            check=False,
+        )
         assert status.returncode == 0, status.stderr
         time.sleep(2)  # creates after the last old pod went, on the new pods alone
     finally:
@@ -210,7 +265,9 @@ def test_a_rollout_restart_of_the_webhook_fails_no_pod_create(state: controlplan
     assert failures == [], failures[:3]
 
 
-def test_the_labeler_runs_on_the_gpu_less_node_says_no_nvml_once_labels_nothing_and_never_restarts(state: controlplane.State) -> None:
+def test_the_labeler_runs_on_the_gpu_less_node_says_no_nvml_once_labels_nothing_and_never_restarts(
+    state: controlplane.State,
+) -> None:
     # Late in the module on purpose: by now the pod has run for minutes, several 60 s passes.
     [pod] = pods(state, incluster.NAMESPACE, "app.kubernetes.io/component=labeler")
     name = pod["metadata"]["name"]
@@ -220,13 +277,19 @@ def test_the_labeler_runs_on_the_gpu_less_node_says_no_nvml_once_labels_nothing_
     if age < 70:  # at least one more pass than the first
         time.sleep(70 - age)
     for _ in range(2):  # restartCount 0 now and ~20 s later: no crash loop, no failed liveness probe
-        [status] = json.loads(kubectl(state, "get", "pod", name, "-n", incluster.NAMESPACE, "-o", "json").stdout)["status"]["containerStatuses"]
+        [status] = json.loads(kubectl(state, "get", "pod", name, "-n", incluster.NAMESPACE, "-o", "json").stdout)["status"][
+            "containerStatuses"
+        ]
         assert status["ready"] and status["restartCount"] == 0, status
         time.sleep(20)
     log = kubectl(state, "logs", name, "-n", incluster.NAMESPACE).stdout
     assert len([line for line in log.splitlines() if "NVML is not available on this node" in line]) == 1, log
     node = json.loads(kubectl(state, "get", "node", realnode.NODE_NAME, "-o", "json").stdout)
-    ours = [k for k in node["metadata"].get("labels", {}) if k.startswith(gpu.ACCELERATOR_LABEL_PREFIX) or k == gpu.CARD_MEMORY_MIB_LABEL]
+    ours = [
+        k
+        for k in node["metadata"].get("labels", {})
+        if k.startswith(gpu.ACCELERATOR_LABEL_PREFIX) or k == gpu.CARD_MEMORY_MIB_LABEL
+    ]
     ours += [k for k in node["metadata"].get("annotations", {}) if k.startswith(gpu.OWN_PREFIX)]
     ours += [k for k in node["status"].get("capacity", {}) if k.startswith("aliyun.com/")]
     assert ours == [], ours
@@ -235,7 +298,10 @@ def test_the_labeler_runs_on_the_gpu_less_node_says_no_nvml_once_labels_nothing_
 def _ctr(state: controlplane.State, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     completed = subprocess.run(
         ["ctr", "--address", str(realnode.socket_path(state)), "-n", realnode.NAMESPACE, *args],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert not check or completed.returncode == 0, f"ctr {' '.join(args)}: {completed.stderr}"
     return completed
@@ -249,7 +315,9 @@ def _task_pid(state: controlplane.State, container_id: str) -> int:
     raise AssertionError(f"no running task {container_id}")
 
 
-def test_the_labeler_attributes_a_real_pod_and_flags_a_ctr_container_which_the_audit_reports(state: controlplane.State, tmp_path: Path) -> None:
+def test_the_labeler_attributes_a_real_pod_and_flags_a_ctr_container_which_the_audit_reports(
+    state: controlplane.State, tmp_path: Path
+) -> None:
     # Real processes in the cgroups the kubelet and containerd made: the extender's container (a pod
     # of the cluster) and a container started with `ctr run` beside the kubelet (no pod at all).
     [pod, *_] = pods(state, incluster.NAMESPACE, "app.kubernetes.io/component=extender")
@@ -263,34 +331,77 @@ def test_the_labeler_attributes_a_real_pod_and_flags_a_ctr_container_which_the_a
         rogue_pid = _task_pid(state, rogue_id)
         assert f"/{realnode.NAMESPACE}/{rogue_id}" in Path(f"/proc/{rogue_pid}/cgroup").read_text()
         inventory = tmp_path / "inventory.yaml"
-        inventory.write_text(yaml.safe_dump({"gpus": [{
-            "index": 0, "uuid": "GPU-real-node-0", "name": "Tesla T4", "memoryMiB": 15360, "usedMiB": 7000,
-            "processes": [{"pid": pod_pid, "usedMiB": 1000}, {"pid": rogue_pid, "usedMiB": 6000}],
-        }]}))
-        labeler = [install.executable(), "labeler", "--node-name", realnode.NODE_NAME, "--kubeconfig", str(state.kubeconfig),
-                   "--inventory", str(inventory), "--proc-root", "/proc", "--once"]
-        preview = subprocess.run([*labeler, "--dry-run", "--list-pods", "-o", "json"], capture_output=True, text=True, check=False, timeout=120)
+        inventory.write_text(
+            yaml.safe_dump(
+                {
+                    "gpus": [
+                        {
+                            "index": 0,
+                            "uuid": "GPU-real-node-0",
+                            "name": "Tesla T4",
+                            "memoryMiB": 15360,
+                            "usedMiB": 7000,
+                            "processes": [{"pid": pod_pid, "usedMiB": 1000}, {"pid": rogue_pid, "usedMiB": 6000}],
+                        }
+                    ]
+                }
+            )
+        )
+        labeler = [
+            install.executable(),
+            "labeler",
+            "--node-name",
+            realnode.NODE_NAME,
+            "--kubeconfig",
+            str(state.kubeconfig),
+            "--inventory",
+            str(inventory),
+            "--proc-root",
+            "/proc",
+            "--once",
+        ]
+        preview = subprocess.run(
+            [*labeler, "--dry-run", "--list-pods", "-o", "json"], capture_output=True, text=True, check=False, timeout=120
+        )
         assert preview.returncode == 0, preview.stderr
         [card] = json.loads(preview.stdout)["usage"]
         assert card["processes"] == [
-            {"pid": pod_pid, "usedMiB": 1000, "containerID": status["containerID"].removeprefix("containerd://"),
-             "pod": {"namespace": incluster.NAMESPACE, "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}},
+            {
+                "pid": pod_pid,
+                "usedMiB": 1000,
+                "containerID": status["containerID"].removeprefix("containerd://"),
+                "pod": {"namespace": incluster.NAMESPACE, "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
+            },
             {"pid": rogue_pid, "usedMiB": 6000, "outOfBand": True, "containerID": rogue_id},
         ], card
         written = subprocess.run(labeler, capture_output=True, text=True, check=False, timeout=120)
         assert written.returncode == 0, written.stderr
-        audited = subprocess.run([install.executable(), "audit", "--kubeconfig", str(state.kubeconfig), "-o", "json"],
-                                 capture_output=True, text=True, check=False, timeout=300)
+        audited = subprocess.run(
+            [install.executable(), "audit", "--kubeconfig", str(state.kubeconfig), "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         results = [r for item in json.loads(audited.stdout)["items"] for r in item.get("results", [])]
         gpu213 = [r for r in results if r["policy"] == "GPU213" and realnode.NODE_NAME in r["message"]]
         assert len(gpu213) == 1 and gpu213[0]["result"] == "fail", gpu213
         message = gpu213[0]["message"]
-        assert f"card 0: pid {rogue_pid} holds 6000 MiB in container {rogue_id[:12]}, started on the node outside Kubernetes" in message
+        assert (
+            f"card 0: pid {rogue_pid} holds 6000 MiB in container {rogue_id[:12]}, started on the node outside Kubernetes"
+            in message
+        )
         assert f"pid {pod_pid}" not in message, "the pod's process is accounted for"
     finally:
         _ctr(state, "tasks", "kill", "-s", "SIGKILL", rogue_id, check=False)
-        eventually(lambda: _ctr(state, "tasks", "delete", rogue_id, check=False).returncode == 0 or rogue_id not in _ctr(state, "tasks", "ls").stdout,
-                   what="the ctr task gone", timeout=30)
+        eventually(
+            lambda: (
+                _ctr(state, "tasks", "delete", rogue_id, check=False).returncode == 0
+                or rogue_id not in _ctr(state, "tasks", "ls").stdout
+            ),
+            what="the ctr task gone",
+            timeout=30,
+        )
         _ctr(state, "containers", "delete", rogue_id, check=False)
         # Take off what the labeler wrote on the node, so the uninstall finds it as the install left it.
         after = json.loads(kubectl(state, "get", "node", realnode.NODE_NAME, "-o", "json").stdout)["metadata"]
@@ -308,7 +419,9 @@ def test_uninstall_leaves_nothing_of_ours(state: controlplane.State) -> None:
     incluster.uninstall(state)
     assert kubectl(state, "get", "namespace", incluster.NAMESPACE, check=False).returncode != 0
     kinds = kubectl(state, "api-resources", "--verbs=list", "-o", "name").stdout.split()
-    left = kubectl(state, "get", ",".join(kinds), "--all-namespaces", "-l", PART_OF, "-o", "name", "--ignore-not-found").stdout.split()
+    left = kubectl(
+        state, "get", ",".join(kinds), "--all-namespaces", "-l", PART_OF, "-o", "name", "--ignore-not-found"
+    ).stdout.split()
     assert left == []
     for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         assert kubectl(state, "get", kind, "gpu-admission", check=False).returncode != 0

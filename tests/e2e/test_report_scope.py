@@ -18,7 +18,9 @@ __all__ = ["crds"]  # the fixture, used by name
 
 
 def scoped_reports(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
-    completed = cluster.kubectl("get", "policyreports", "-n", namespace, "-l", "gpu-admission.io/report-scope=resource", "-o", "json")
+    completed = cluster.kubectl(
+        "get", "policyreports", "-n", namespace, "-l", "gpu-admission.io/report-scope=resource", "-o", "json"
+    )
     assert completed.returncode == 0, completed.stderr
     items: list[dict[str, Any]] = json.loads(completed.stdout)["items"]
     return items
@@ -37,12 +39,18 @@ def test_per_resource_reports_are_scoped_owned_and_collected_with_their_object(c
     assert found["scope"] == {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "sneaky", "uid": uid}
     assert found["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "sneaky", "uid": uid}]
     assert {r["policy"] for r in found["results"] if r["result"] == "fail"} >= {"GPU001"}
-    assert cluster.kubectl("get", "policyreport", "gpu-admission", "-n", ns).returncode != 0  # no per-namespace report was written
+    assert (
+        cluster.kubectl("get", "policyreport", "gpu-admission", "-n", ns).returncode != 0
+    )  # no per-namespace report was written
 
     again = audit(cluster, "-n", ns, "--write-reports", "--report-scope", "resource")
     assert "0 created, 0 replaced, 0 deleted" in again.stderr  # an unchanged namespace writes nothing
 
     deleted = cluster.kubectl("delete", "pod", "sneaky", "-n", ns, "--grace-period=0", "--force")
     assert deleted.returncode == 0, deleted.stderr
-    eventually(lambda: all(item["metadata"]["name"] != uid for item in scoped_reports(cluster, ns)), what="the report collected with its pod", timeout=90)
+    eventually(
+        lambda: all(item["metadata"]["name"] != uid for item in scoped_reports(cluster, ns)),
+        what="the report collected with its pod",
+        timeout=90,
+    )
     cluster.kubectl("delete", "namespace", ns, "--wait=false")

@@ -81,7 +81,9 @@ def scheduler_account(cluster: Cluster, namespace: str, name: str) -> str:
 
 
 @pytest.fixture(scope="module", params=sorted(PROFILES))
-def profiled(request: pytest.FixtureRequest, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Cluster]]:
+def profiled(
+    request: pytest.FixtureRequest, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Cluster]]:
     profile = str(request.param)
     with webhook_settings(cluster, {"scheduler": profile}, directory=tmp_path_factory.mktemp(profile)):
         yield profile, cluster
@@ -110,7 +112,9 @@ def test_the_schedulers_service_account_writes_its_device_annotations_and_a_tena
     assert {key: stored[key] for key in written} == written
 
     # once written, a tenant cannot change them either
-    changed = {key: value.replace("3000", "30000").replace("16Gi", "80Gi").replace("16384", "81920") for key, value in written.items()}
+    changed = {
+        key: value.replace("3000", "30000").replace("16Gi", "80Gi").replace("16384", "81920") for key, value in written.items()
+    }
     assert changed != written
     assert annotate(cluster, "shared", namespace=ns, annotations=changed).returncode != 0
 
@@ -133,7 +137,9 @@ def test_a_tenant_cannot_create_a_pod_carrying_them(profiled: tuple[str, Cluster
     [{"securityContext": {"privileged": True}}, {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}],
     ids=["privileged", "all-cards"],
 )
-def test_a_tenant_pod_with_the_schedulers_resources_and_a_bypass_is_refused(profiled: tuple[str, Cluster], bypass: dict[str, Any]) -> None:
+def test_a_tenant_pod_with_the_schedulers_resources_and_a_bypass_is_refused(
+    profiled: tuple[str, Cluster], bypass: dict[str, Any]
+) -> None:
     profile, cluster = profiled
     ns = cluster.namespace()
     pod = example(PROFILES[profile][1], "bypass")
@@ -143,7 +149,7 @@ def test_a_tenant_pod_with_the_schedulers_resources_and_a_bypass_is_refused(prof
 
     assert completed.returncode != 0
     policy = "GPU002" if "securityContext" in bypass else "GPU001"
-    assert f'denied the request: {policy}: ' in completed.stderr
+    assert f"denied the request: {policy}: " in completed.stderr
     assert cluster.pods(namespace=ns) == []
 
 
@@ -206,7 +212,7 @@ def test_kai_fractions_stay_refused_through_the_real_apiserver(kai: Cluster) -> 
 
     refused = create(kai, mutated, namespace=ns)
     assert refused.returncode != 0
-    assert 'denied the request: GPU001: ' in refused.stderr
+    assert "denied the request: GPU001: " in refused.stderr
     assert f"from ConfigMap '{name}' key 'NVIDIA_VISIBLE_DEVICES'" in refused.stderr
     assert create(kai, plain, namespace=ns).returncode == 0
     assert [p["metadata"]["name"] for p in kai.pods(namespace=ns)] == ["plain"]
@@ -219,5 +225,5 @@ def test_kai_fractions_stay_refused_through_the_real_apiserver(kai: Cluster) -> 
         impersonate = [f"--as={user}"] if user else []
         written = kai.kubectl("patch", "configmap", name, "-n", ns, "--type=merge", "-p", patch, *impersonate)
         assert written.returncode != 0
-        assert 'denied the request: GPU007: ' in written.stderr
+        assert "denied the request: GPU007: " in written.stderr
     assert "data" not in kai.get("configmap", name, namespace=ns)

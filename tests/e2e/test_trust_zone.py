@@ -63,7 +63,11 @@ def test_a_gpu_pod_mounting_the_kubelets_flexvolume_directory_is_refused(cluster
 def test_a_gpu_pod_adding_a_capability_no_list_named_is_refused(cluster: Cluster, spelled: str) -> None:
     ns = cluster.namespace()
 
-    completed = create(cluster, pod("module", limits={"aliyun.com/gpu-mem": 1}, securityContext={"capabilities": {"add": [spelled]}}), namespace=ns)
+    completed = create(
+        cluster,
+        pod("module", limits={"aliyun.com/gpu-mem": 1}, securityContext={"capabilities": {"add": [spelled]}}),
+        namespace=ns,
+    )
 
     assert completed.returncode != 0
     assert "GPU002: " in completed.stderr and f'container "main" adds capability {spelled}' in completed.stderr
@@ -72,7 +76,9 @@ def test_a_gpu_pod_adding_a_capability_no_list_named_is_refused(cluster: Cluster
 
 def ci_runner(name: str) -> dict[str, Any]:
     """A privileged CI runner with the Docker socket, asking for no GPU."""
-    runner = pod(name, securityContext={"privileged": True}, volumeMounts=[{"name": "docker", "mountPath": "/var/run/docker.sock"}])
+    runner = pod(
+        name, securityContext={"privileged": True}, volumeMounts=[{"name": "docker", "mountPath": "/var/run/docker.sock"}]
+    )
     runner["spec"]["volumes"] = [{"name": "docker", "hostPath": {"path": "/var/run/docker.sock", "type": "Socket"}}]
     return runner
 
@@ -89,7 +95,9 @@ def test_a_ci_runner_with_the_docker_socket_is_warned_kept_off_gpu_nodes_and_pla
     completed = create(cluster, ci_runner("ci-runner"), namespace=ns)
 
     assert completed.returncode == 0, completed.stderr
-    assert "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes" in completed.stderr
+    assert (
+        "Warning: GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes" in completed.stderr
+    )
     assert "volume \"docker\" mounts hostPath /run/docker.sock (written '/var/run/docker.sock')" in completed.stderr
     stored = cluster.pod_once(
         "ci-runner", namespace=ns, condition=lambda found: bool(found.get("spec", {}).get("nodeName")), what="ci-runner scheduled"
@@ -123,7 +131,10 @@ def test_a_ci_runner_waits_pending_while_only_gpu_nodes_are_schedulable_and_then
     assert "node(s) didn't match Pod's node affinity/selector" in message
 
     placed = cluster.pod_once(
-        "waiting-runner", namespace=ns, condition=lambda found: bool(found["spec"].get("nodeName")), what="waiting-runner scheduled"
+        "waiting-runner",
+        namespace=ns,
+        condition=lambda found: bool(found["spec"].get("nodeName")),
+        what="waiting-runner scheduled",
     )
 
     assert placed["spec"]["nodeName"] == CPU_NODE
@@ -192,7 +203,11 @@ def foreign_gpu_nodes(cluster: Cluster) -> Iterator[None]:
 def audit(cluster: Cluster) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "webhook.audit.cli", "--kubeconfig", str(cluster.state.kubeconfig)],
-        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
     )
 
 
@@ -231,7 +246,9 @@ def test_a_privileged_cpu_pod_lands_on_no_gpu_node_whoever_labelled_it(cluster: 
     assert described.returncode == 0 and "KeptOffGpuNodes" in described.stdout
 
 
-def test_the_audit_names_the_gpu_node_no_label_marks_and_its_label_closes_the_hole(cluster: Cluster, foreign_gpu_nodes: None) -> None:
+def test_the_audit_names_the_gpu_node_no_label_marks_and_its_label_closes_the_hole(
+    cluster: Cluster, foreign_gpu_nodes: None
+) -> None:
     found = audit(cluster)
 
     rows = [line for line in found.stdout.splitlines() if "GPU217" in line]
@@ -265,7 +282,15 @@ def test_host_ports_in_the_trust_zone(cluster: Cluster) -> None:
     admitted = cluster.apply(notebook, namespace=ns)
     assert admitted.returncode == 0, admitted.stderr
 
-    cpu = harness.deployment("kubelet-squatter", {"containers": [{"name": "main", "image": "registry.example/app:1", "ports": [{"containerPort": 80, "hostPort": 10250}]}]}, app="squatter")
+    cpu = harness.deployment(
+        "kubelet-squatter",
+        {
+            "containers": [
+                {"name": "main", "image": "registry.example/app:1", "ports": [{"containerPort": 80, "hostPort": 10250}]}
+            ]
+        },
+        app="squatter",
+    )
     applied = cluster.apply(cpu, namespace=ns)
     assert applied.returncode == 0, applied.stderr
     (running,) = cluster.running_pods(namespace=ns, selector="app=squatter", timeout=120)

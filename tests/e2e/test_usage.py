@@ -36,8 +36,12 @@ def write_inventory(path: Path, *, processes: dict[int, list[dict[str, int]]]) -
     document = {
         "gpus": [
             {
-                "index": index, "uuid": f"GPU-usage-{index}", "name": "Tesla T4", "memoryMiB": CARD_MIB,
-                "usedMiB": sum(p["usedMiB"] for p in processes.get(index, [])), "processes": processes.get(index, []),
+                "index": index,
+                "uuid": f"GPU-usage-{index}",
+                "name": "Tesla T4",
+                "memoryMiB": CARD_MIB,
+                "usedMiB": sum(p["usedMiB"] for p in processes.get(index, [])),
+                "processes": processes.get(index, []),
             }
             for index in (0, 1)
         ],
@@ -61,7 +65,11 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
 def inspect(cluster: Cluster, node: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "webhook.cli", "inspect", "--kubeconfig", str(cluster.state.kubeconfig), node],
-        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
     )
 
 
@@ -83,18 +91,26 @@ def share_node(cluster: Cluster) -> Iterator[str]:
         cluster.kubectl("delete", "node", name, "--wait=false")
 
 
-@pytest.mark.skipif(not HIERARCHIES, reason="needs root and a writable cgroup filesystem to run processes in kubelet-shaped cgroups")
-def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(cluster: Cluster, share_node: str, tmp_path: Path) -> None:
+@pytest.mark.skipif(
+    not HIERARCHIES, reason="needs root and a writable cgroup filesystem to run processes in kubelet-shaped cgroups"
+)
+def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(
+    cluster: Cluster, share_node: str, tmp_path: Path
+) -> None:
     _, mount = HIERARCHIES[0]
     namespace = cluster.namespace()
     tag = uuid.uuid4().hex[:8]
     # A pod the default scheduler cannot place (a selector no node matches): the test binds it itself.
     pod_name = "usage-trainer"
     manifest = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod_name},
         "spec": {
             "nodeSelector": {gpu.SCHEDULE_LABEL: "share", "gpu-admission.io/e2e-hold": "true"},
-            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"aliyun.com/gpu-mem": "10"}}}],
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"aliyun.com/gpu-mem": "10"}}}
+            ],
         },
     }
     completed = cluster.apply(manifest, namespace=namespace)
@@ -104,8 +120,21 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
     inventory = tmp_path / "inventory.yaml"
     write_inventory(inventory, processes={})
     labeler = [
-        sys.executable, "-m", "webhook.labeler.cli", "labeler", "--node-name", share_node, "--kubeconfig", str(cluster.state.kubeconfig),
-        "--inventory", str(inventory), "--interval", "300ms", "--usage-interval", "1s", "--advertise",
+        sys.executable,
+        "-m",
+        "webhook.labeler.cli",
+        "labeler",
+        "--node-name",
+        share_node,
+        "--kubeconfig",
+        str(cluster.state.kubeconfig),
+        "--inventory",
+        str(inventory),
+        "--interval",
+        "300ms",
+        "--usage-interval",
+        "1s",
+        "--advertise",
     ]
     rogue_container = uuid.uuid4().hex + uuid.uuid4().hex
     pod_container = uuid.uuid4().hex + uuid.uuid4().hex
@@ -114,21 +143,30 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
         cgroup_processes.process_in(mount, cgroup_processes.docker_run_path(rogue_container, tag=tag)) as rogue,
         cgroup_processes.process_in(mount, cgroup_processes.systemd_pod_path(pod_uid, pod_container, tag=tag)) as trainer,
     ):
-        eventually(lambda: (found := node_usage(cluster, share_node)) is not None and not found.cards[0].out_of_band, what="the first usage summary")
+        eventually(
+            lambda: (found := node_usage(cluster, share_node)) is not None and not found.cards[0].out_of_band,
+            what="the first usage summary",
+        )
 
         # 1. `docker run --gpus` beside the kubelet: 6000 MiB on card 0 that no pod accounts for.
         write_inventory(inventory, processes={0: [{"pid": rogue, "usedMiB": 6000}]})
 
         def rogue_published() -> bool:
             found = node_usage(cluster, share_node)
-            return found is not None and [(o.pid, o.used_mib, o.container_id) for o in found.cards[0].out_of_band] == [(rogue, 6000, rogue_container)]
+            return found is not None and [(o.pid, o.used_mib, o.container_id) for o in found.cards[0].out_of_band] == [
+                (rogue, 6000, rogue_container)
+            ]
 
         eventually(rogue_published, what="the out-of-band process in the node's usage summary")
 
         # 2. The audit reports it, naming node, card, PID, memory and container.
         audited = subprocess.run(
             [sys.executable, "-m", "webhook.audit.cli", "--kubeconfig", str(cluster.state.kubeconfig), "-o", "json"],
-            capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            cwd=REPO,
         )
         results = [r for item in json.loads(audited.stdout)["items"] for r in item.get("results", [])]
         gpu213 = [r for r in results if r["policy"] == "GPU213" and share_node in r["message"]]
@@ -137,12 +175,15 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
 
         # 3. An extender honouring out-of-band use binds the 10 GiB pod to card 1: card 0 has 9 GiB left in reality.
         with extenders.extender(cluster, f"extender-usage-{tag}", ("--honour-out-of-band-usage",)) as base:
+
             def sees_the_rogue() -> bool:
                 devices = http_json(f"{base}/inspect/{share_node}")["nodes"][0]["devs"]
                 return bool(devices[0].get("outOfBandMiB") == 6000 and devices[0]["totalGPU"] == 9)
 
             eventually(sees_the_rogue, what="the extender's cache with the usage summary")
-            answer = http_json(f"{base}/bind", {"PodName": pod_name, "PodNamespace": namespace, "PodUID": pod_uid, "Node": share_node})
+            answer = http_json(
+                f"{base}/bind", {"PodName": pod_name, "PodNamespace": namespace, "PodUID": pod_uid, "Node": share_node}
+            )
             assert answer == {"Error": ""}
         bound = cluster.get("pod", pod_name, namespace=namespace)
         assert bound["spec"]["nodeName"] == share_node
@@ -154,7 +195,9 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
         def trainer_attributed() -> bool:
             found = node_usage(cluster, share_node)
             card = found.card(1) if found is not None else None
-            return card is not None and [(p.uid, p.namespace, p.name, p.used_mib) for p in card.pods] == [(pod_uid, namespace, pod_name, 2048)]
+            return card is not None and [(p.uid, p.namespace, p.name, p.used_mib) for p in card.pods] == [
+                (pod_uid, namespace, pod_name, 2048)
+            ]
 
         eventually(trainer_attributed, what="the pod's process attributed to its pod")
         found = node_usage(cluster, share_node)
@@ -170,7 +213,12 @@ def test_an_out_of_band_process_is_published_audited_avoided_and_inspected(clust
 
         # 6. The labeler's dry-run names each process's pod, or says outOfBand.
         dry = subprocess.run(
-            [*labeler[: labeler.index("--interval")], "--dry-run", "--list-pods", "-o", "json"], capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+            [*labeler[: labeler.index("--interval")], "--dry-run", "--list-pods", "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=REPO,
         )
         assert dry.returncode == 0, dry.stderr
         processes = {p["pid"]: p for card in json.loads(dry.stdout)["usage"] for p in card["processes"]}

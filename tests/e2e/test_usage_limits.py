@@ -27,25 +27,35 @@ from policies import gpu
 from tests import cgroup_processes
 from tests.e2e.extenders import extender, process
 from tests.e2e.harness import Cluster, eventually
+
 # share_node is the shared-mode KWOK node fixture of the usage tests, used here by name.
 from tests.e2e.test_usage import http_json, share_node, write_inventory  # noqa: F401 - share_node is a fixture
 from webhook.labeler import limits
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not cgroup_processes.hierarchies(), reason="needs root and a writable cgroup filesystem to run processes in kubelet-shaped cgroups"),
+    pytest.mark.skipif(
+        not cgroup_processes.hierarchies(),
+        reason="needs root and a writable cgroup filesystem to run processes in kubelet-shaped cgroups",
+    ),
 ]
 
 GRACE_S = 8
 
 
-def bound_pod(cluster: Cluster, base: str, *, namespace: str, name: str, node: str, gib: int, labels: dict[str, str] | None = None) -> tuple[str, int]:
+def bound_pod(
+    cluster: Cluster, base: str, *, namespace: str, name: str, node: str, gib: int, labels: dict[str, str] | None = None
+) -> tuple[str, int]:
     """A gpu-mem pod bound to `node` by the extender; its UID and card."""
     manifest = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
         "spec": {
             "nodeSelector": {gpu.SCHEDULE_LABEL: "share", "gpu-admission.io/e2e-hold": "true"},
-            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(gib)}}}],
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"aliyun.com/gpu-mem": str(gib)}}}
+            ],
         },
     }
     completed = cluster.apply(manifest, namespace=namespace)
@@ -85,15 +95,32 @@ def labeler(cluster: Cluster, node: str, inventory: Path, settings: dict[str, An
     config = directory / "config.yaml"
     config.write_text(json.dumps(settings))  # the webhook's settings file shape; JSON is YAML
     command = [
-        sys.executable, "-m", "webhook.labeler.cli", "labeler", "--node-name", node, "--kubeconfig", str(cluster.state.kubeconfig),
-        "--inventory", str(inventory), "--interval", "300ms", "--usage-interval", "1s", "--usage-limits", str(config), "--advertise",
+        sys.executable,
+        "-m",
+        "webhook.labeler.cli",
+        "labeler",
+        "--node-name",
+        node,
+        "--kubeconfig",
+        str(cluster.state.kubeconfig),
+        "--inventory",
+        str(inventory),
+        "--interval",
+        "300ms",
+        "--usage-interval",
+        "1s",
+        "--usage-limits",
+        str(config),
+        "--advertise",
     ]
     with process(cluster, f"labeler-{node}", command):
 
         def advertised() -> bool:
             found = cluster.get("node", node, namespace="default")
             annotations = found["metadata"].get("annotations", {})
-            return bool(found["status"].get("allocatable", {}).get("aliyun.com/gpu-mem")) and gpu.INVENTORY_ANNOTATION in annotations
+            return (
+                bool(found["status"].get("allocatable", {}).get("aliyun.com/gpu-mem")) and gpu.INVENTORY_ANNOTATION in annotations
+            )
 
         eventually(advertised, what=f"node {node} labelled and advertised")
         yield
@@ -145,24 +172,33 @@ def test_observe_sends_events_and_never_evicts(cluster: Cluster, share_node: str
         time.sleep(GRACE_S + 2)
         assert not gone(cluster, namespace, "hog")  # observe never evicts
         use(inventory, pods, {"hog": 1000, "calm": 3000})
-        eventually(lambda: reasons(cluster, namespace, "hog") == [limits.ABOVE_REASON, limits.UNDER_REASON], what="the Event back under")
+        eventually(
+            lambda: reasons(cluster, namespace, "hog") == [limits.ABOVE_REASON, limits.UNDER_REASON], what="the Event back under"
+        )
         assert events(cluster, namespace, "hog")[1][1] == "Normal"
         assert reasons(cluster, namespace, "calm") == [] and not gone(cluster, namespace, "calm")
 
 
-def test_evict_after_the_grace_period_only_the_pod_above_and_a_budget_is_respected(cluster: Cluster, share_node: str, tmp_path: Path) -> None:
+def test_evict_after_the_grace_period_only_the_pod_above_and_a_budget_is_respected(
+    cluster: Cluster, share_node: str, tmp_path: Path
+) -> None:
     namespace = cluster.namespace()
     inventory = tmp_path / "inventory.yaml"
     write_inventory(inventory, processes={})
     budget = {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "kept"},
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "kept"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kept"}}},
     }
     completed = cluster.apply(budget, namespace=namespace)
     assert completed.returncode == 0, completed.stderr
     settings = {"usageLimits": [{"name": "e2e", "namespaces": [namespace], "mode": "evict", "gracePeriodSeconds": GRACE_S}]}
     wanted = [("hog", 2, {}), ("calm", 4, {}), ("kept", 2, {"app": "kept"})]
-    with labeler(cluster, share_node, inventory, settings, tmp_path), workloads(cluster, share_node, namespace=namespace, wanted=wanted) as pods:
+    with (
+        labeler(cluster, share_node, inventory, settings, tmp_path),
+        workloads(cluster, share_node, namespace=namespace, wanted=wanted) as pods,
+    ):
         use(inventory, pods, {"hog": 6000, "calm": 3000, "kept": 6000})
         eventually(lambda: reasons(cluster, namespace, "hog")[:1] == [limits.ABOVE_REASON], what="the Event above the request")
         seen_above = time.monotonic()
@@ -174,7 +210,9 @@ def test_evict_after_the_grace_period_only_the_pod_above_and_a_budget_is_respect
         evicted = [message for reason, _, message in events(cluster, namespace, "hog") if reason == limits.EVICTED_REASON]
         assert len(evicted) == 1 and "3952 MiB above" in evicted[0] and "usageLimits entry 'e2e'" in evicted[0], evicted
         # The pod the budget protects is above too: refused, reported, still there.
-        eventually(lambda: limits.REFUSED_REASON in reasons(cluster, namespace, "kept"), what="the refused eviction reported", timeout=30)
+        eventually(
+            lambda: limits.REFUSED_REASON in reasons(cluster, namespace, "kept"), what="the refused eviction reported", timeout=30
+        )
         [(_, _, refusal)] = [e for e in events(cluster, namespace, "kept") if e[0] == limits.REFUSED_REASON]
         assert "disruption budget" in refusal and "not forced" in refusal, refusal
         time.sleep(2)

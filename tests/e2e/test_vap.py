@@ -49,7 +49,12 @@ def as_pod(document: dict[str, Any], name: str) -> dict[str, Any]:
     else:
         spec = document["spec"]
         template = spec["jobTemplate"]["spec"]["template"] if document["kind"] == "CronJob" else spec["template"]
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": copy.deepcopy(template.get("metadata") or {}), "spec": copy.deepcopy(template["spec"])}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": copy.deepcopy(template.get("metadata") or {}),
+            "spec": copy.deepcopy(template["spec"]),
+        }
     pod["metadata"]["name"] = name
     pod["metadata"].pop("namespace", None)
     return pod

@@ -47,7 +47,10 @@ def nvidia_smi() -> list[dict[str, str]]:
         unavailable("nvidia-smi is not installed: nothing to compare NVML with")
     completed = subprocess.run(
         ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     rows = csv.reader(io.StringIO(completed.stdout), skipinitialspace=True)
     return [{"index": r[0], "uuid": r[1], "name": r[2], "memory": r[3]} for r in rows if r]

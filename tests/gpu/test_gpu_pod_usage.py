@@ -97,12 +97,26 @@ class Nodes:
 
 class Pods:
     def pods_on(self, node_name: str) -> list[Mapping[str, Any]]:
-        allocation = {"node": NODE, "cards": [0], "memGiB": GIVEN_GIB, "corePercent": 0, "whole": False, "assumedAt": "2026-01-01T00:00:00.000Z"}
-        return [{
-            "metadata": {"uid": UID, "namespace": "ml", "name": "allocator", "annotations": {gpu.ALLOCATION_ANNOTATION: json.dumps(allocation)}},
-            "spec": {"nodeName": NODE},
-            "status": {"phase": "Running"},
-        }]
+        allocation = {
+            "node": NODE,
+            "cards": [0],
+            "memGiB": GIVEN_GIB,
+            "corePercent": 0,
+            "whole": False,
+            "assumedAt": "2026-01-01T00:00:00.000Z",
+        }
+        return [
+            {
+                "metadata": {
+                    "uid": UID,
+                    "namespace": "ml",
+                    "name": "allocator",
+                    "annotations": {gpu.ALLOCATION_ANNOTATION: json.dumps(allocation)},
+                },
+                "spec": {"nodeName": NODE},
+                "status": {"phase": "Running"},
+            }
+        ]
 
 
 def seen(pid: int) -> inventory.Inventory:

@@ -18,7 +18,9 @@ import records  # noqa: E402
 HELPERS = {"records.py", "plot.py", "apiserver_probe.py"}  # not benches: nothing to record
 
 
-def test_a_record_names_the_bench_commit_machine_inputs_figures_and_reference(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_record_names_the_bench_commit_machine_inputs_figures_and_reference(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPU_ADMISSION_BENCH_RESULTS", str(tmp_path))
     path = records.write(
         bench="example",
@@ -48,9 +50,13 @@ def test_every_bench_script_writes_its_record_through_the_shared_helper(script: 
     tree = ast.parse((BENCH / script).read_text())
     imported = any(isinstance(n, ast.Import) and any(a.name == "records" for a in n.names) for n in tree.body)
     writes = [
-        n for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "write"
-        and isinstance(n.func.value, ast.Name) and n.func.value.id == "records"
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "write"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "records"
     ]
     assert imported and writes, f"bench/{script} must import records and call records.write(...) at the end of a run"
 
@@ -69,7 +75,9 @@ def test_the_plots_are_current_with_the_records() -> None:
     committed = {p.stem: p for p in plot.OUT.glob("*.png")}
     assert set(committed) == set(points), "run `.venv/bin/python bench/plot.py` and commit docs/img/bench/"
     for bench, path in committed.items():
-        assert plot.written_digest(path) == plot.digest(points[bench]), f"{path.name} is stale: run `.venv/bin/python bench/plot.py`"
+        assert plot.written_digest(path) == plot.digest(points[bench]), (
+            f"{path.name} is stale: run `.venv/bin/python bench/plot.py`"
+        )
 
 
 def test_plot_draws_a_png_per_bench_with_a_ratio_and_marks_what_it_drew(tmp_path: pathlib.Path) -> None:
@@ -84,4 +92,6 @@ def test_plot_draws_a_png_per_bench_with_a_ratio_and_marks_what_it_drew(tmp_path
     assert [p.name for p in written] == ["a.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png"]
     assert (tmp_path / "a.png").read_bytes().startswith(b"\x89PNG")
-    assert plot.written_digest(tmp_path / "a.png") == plot.digest([("2026-01-01T00:00:00Z", "c1", 0.9), ("2026-01-02T00:00:00Z", "c2", 0.8)])
+    assert plot.written_digest(tmp_path / "a.png") == plot.digest(
+        [("2026-01-01T00:00:00Z", "c1", 0.9), ("2026-01-02T00:00:00Z", "c2", 0.8)]
+    )

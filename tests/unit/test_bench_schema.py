@@ -23,9 +23,13 @@ SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 def _writes(script: str) -> list[ast.Call]:
     tree = ast.parse((BENCH / script).read_text())
     return [
-        n for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "write"
-        and isinstance(n.func.value, ast.Name) and n.func.value.id == "records"
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "write"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "records"
     ]
 
 
@@ -63,7 +67,9 @@ def test_every_record_a_bench_writes_names_its_schemas_headline_unit_and_directi
         schema = records.SCHEMAS[bench]
         headline = _keyword(call, "headline")
         assert isinstance(headline, ast.Call), f"bench/{script}: headline=records.Headline(...)"
-        assert _literal(_keyword(headline, "figure")) == schema.figure, f"bench/{script}: the headline figure is not {schema.figure!r}"
+        assert _literal(_keyword(headline, "figure")) == schema.figure, (
+            f"bench/{script}: the headline figure is not {schema.figure!r}"
+        )
         assert _literal(_keyword(headline, "unit")) == schema.unit, f"bench/{script}: the headline unit is not {schema.unit!r}"
         assert _literal(_keyword(headline, "better")) == schema.better, f"bench/{script}: better is not {schema.better!r}"
         reference = _keyword(call, "reference")
@@ -75,7 +81,9 @@ def test_every_record_a_bench_writes_names_its_schemas_headline_unit_and_directi
         )
         # Where the reference's figures are written out here, they carry the headline's key.
         if isinstance(reference, ast.Dict):
-            figures = dict(zip((_literal(k) if k is not None else None for k in reference.keys), reference.values, strict=True)).get("figures")
+            figures = dict(
+                zip((_literal(k) if k is not None else None for k in reference.keys), reference.values, strict=True)
+            ).get("figures")
             if isinstance(figures, ast.Dict):
                 keys = {_literal(k) if k is not None else "**" for k in figures.keys}
                 assert schema.figure in keys or "**" in keys, f"bench/{script}: the reference's figures have no {schema.figure!r}"
@@ -88,7 +96,11 @@ def test_every_schema_belongs_to_a_bench_that_writes_it() -> None:
 
 def test_run_all_runs_every_bench_in_both_scales() -> None:
     script = (BENCH / "run_all.sh").read_text()
-    smoke, full = script.split('if [ "$smoke" = 1 ]; then\n  # Tiny', 1)[1].split("\nfi\nif [ \"$real_node\" = 1 ]", 1)[0].split("\nelse\n", 1)
+    smoke, full = (
+        script.split('if [ "$smoke" = 1 ]; then\n  # Tiny', 1)[1]
+        .split('\nfi\nif [ "$real_node" = 1 ]', 1)[0]
+        .split("\nelse\n", 1)
+    )
     named = {tier: set(re.findall(r"^\s*run (\w+)\s", text, re.MULTILINE)) for tier, text in (("smoke", smoke), ("full", full))}
     # real_node_creates needs root and Docker: --with-real-node adds it, after both.
     # extender_throughput_5000: the same script at 5,000 nodes, in the full run only.
@@ -100,7 +112,9 @@ def test_run_all_runs_every_bench_in_both_scales() -> None:
 def _record(**changes: Any) -> dict[str, Any]:
     schema = records.SCHEMAS["extender_throughput"]
     record = records.make(
-        bench="extender_throughput", inputs={}, figures={schema.figure: 100.0},
+        bench="extender_throughput",
+        inputs={},
+        figures={schema.figure: 100.0},
         reference={"name": "plain", "figures": {schema.figure: 200.0}},
         headline=records.Headline(figure=schema.figure, label="pods/s", unit=schema.unit, better=schema.better),
     )
@@ -131,17 +145,27 @@ def test_a_reference_that_did_not_finish_is_censored_with_no_ratio() -> None:
     reference = records.censored("no preempt verb", figure=schema.figure, at_least=120.0, figures={"stuck_after_s": 120.0})
     record = records.make(bench="preemption", inputs={}, figures={schema.figure: 0.6}, reference=reference, headline=head)
     assert record["ratio"] is None
-    assert record["reference"] == {"name": "no preempt verb", "figures": {"stuck_after_s": 120.0}, "censored": {schema.figure: 120.0}}
+    assert record["reference"] == {
+        "name": "no preempt verb",
+        "figures": {"stuck_after_s": 120.0},
+        "censored": {schema.figure: 120.0},
+    }
     assert records.check(record) == []
-    assert records.check({**record, "ratio": 0.005}) == ["preemption: the reference is censored (>= 120.0), so the ratio must be null"]
+    assert records.check({**record, "ratio": 0.005}) == [
+        "preemption: the reference is censored (>= 120.0), so the ratio must be null"
+    ]
     assert "≥ 120 (did not finish: no preempt verb)" in records.table([record])
 
 
-def test_a_bench_of_the_schemas_cannot_write_a_record_that_does_not_match(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bench_of_the_schemas_cannot_write_a_record_that_does_not_match(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPU_ADMISSION_BENCH_RESULTS", str(tmp_path))
     with pytest.raises(ValueError, match="no reference measured in the same run"):
         records.write(
-            bench="extender_throughput", inputs={}, figures={"extender_pods_per_s": 1.0},
+            bench="extender_throughput",
+            inputs={},
+            figures={"extender_pods_per_s": 1.0},
             headline=records.Headline(figure="extender_pods_per_s", label="x", unit="pods/s", better="higher"),
         )
 
@@ -149,8 +173,12 @@ def test_a_bench_of_the_schemas_cannot_write_a_record_that_does_not_match(tmp_pa
 def test_a_run_is_checked_bench_by_bench(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPU_ADMISSION_BENCH_RESULTS", str(tmp_path))
     schema = records.SCHEMAS["fuzz_long"]
-    records.write(bench="fuzz_long", inputs={}, figures={schema.figure: 0},
-                  headline=records.Headline(figure=schema.figure, label="x", unit=schema.unit, better=schema.better))
+    records.write(
+        bench="fuzz_long",
+        inputs={},
+        figures={schema.figure: 0},
+        headline=records.Headline(figure=schema.figure, label="x", unit=schema.unit, better=schema.better),
+    )
     assert records.check_run(tmp_path, ["fuzz_long"]) == []
     assert records.check_run(tmp_path, ["fuzz_long", "soak"]) == [f"soak: no record in {tmp_path}"]
     assert records.check_run(tmp_path, ["fuzz_long"], commit_prefix="0000000") == [
@@ -169,6 +197,6 @@ def test_ci_runs_the_bench_smoke_tier_after_the_control_plane_is_built() -> None
     [default] = re.findall(r"^TIERS=\((.*)\)$", script, flags=re.MULTILINE)
     tiers = default.split()
     assert tiers.index("controlplane") < tiers.index("bench")
-    body = script[script.index("\nbench() {"):]
+    body = script[script.index("\nbench() {") :]
     body = body[: body.index("\n}\n")]
     assert "bash bench/run_all.sh --smoke" in body and "GPU_ADMISSION_BENCH_RESULTS=" in body

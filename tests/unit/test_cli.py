@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-
 import http.client
 import io
 import json
@@ -119,7 +118,18 @@ def test_json_report_shape_sources_and_patched_objects(capsys: pytest.CaptureFix
         f"{tree}/nested/service.json#0",
     ]
     for result in report["results"]:
-        assert set(result) == {"source", "apiVersion", "kind", "namespace", "name", "allowed", "violations", "patch", "patchAppliesTo", "object"}
+        assert set(result) == {
+            "source",
+            "apiVersion",
+            "kind",
+            "namespace",
+            "name",
+            "allowed",
+            "violations",
+            "patch",
+            "patchAppliesTo",
+            "object",
+        }
     plain, shared, whole, sneaky, service = report["results"]
     assert (plain["namespace"], shared["namespace"], whole["namespace"]) == ("team-a", "default", "team-b")
     assert shared["patch"] == [{"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}}]
@@ -177,7 +187,10 @@ def test_table_shows_a_row_per_object_with_violations_and_patches(capsys: pytest
         (["-f", str(MANIFESTS / "bad" / "scalar.yaml")], ["scalar.yaml#0", "not a Kubernetes object"]),
         (["-f", str(MANIFESTS / "bad" / "no-kind.yaml")], ["no-kind.yaml#0", "kind is missing"]),
         (["-f", str(MANIFESTS / "bad" / "broken.json")], ["broken.json#0", "invalid JSON"]),
-        (["-f", str(MANIFESTS / "tree"), "--config", str(MANIFESTS / "bad" / "config-bad-action.yaml")], ["config-bad-action.yaml", "GPU001"]),
+        (
+            ["-f", str(MANIFESTS / "tree"), "--config", str(MANIFESTS / "bad" / "config-bad-action.yaml")],
+            ["config-bad-action.yaml", "GPU001"],
+        ),
         (["-f", str(MANIFESTS / "tree"), "--config", "missing-config.yaml"], ["missing-config.yaml", "cannot read config"]),
     ],
 )
@@ -206,7 +219,12 @@ def test_a_bad_list_item_names_its_position(capsys: pytest.CaptureFixture[str], 
 
 def test_certs_generate_writes_the_files_for_every_host(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
     status, out, _ = _run(capsys, "certs", "generate", "--out-dir", str(tmp_path), "--host", "svc.ns.svc", "--host", "10.0.0.1")
-    assert status == 0 and sorted(pathlib.Path(line).name for line in out.splitlines()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    assert status == 0 and sorted(pathlib.Path(line).name for line in out.splitlines()) == [
+        "ca.crt",
+        "ca.key",
+        "tls.crt",
+        "tls.key",
+    ]
     leaf = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
     sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert sans.get_values_for_type(x509.DNSName) == ["svc.ns.svc"]
@@ -226,7 +244,16 @@ def test_serve_with_a_missing_certificate_is_one_line(capsys: pytest.CaptureFixt
 
 def test_serve_with_a_key_that_does_not_match_is_one_line(capsys: pytest.CaptureFixture[str], tls_dir: pathlib.Path) -> None:
     _assert_one_line_error(
-        *_run(capsys, "serve", "--port", "0", "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tls_dir / "ca.key")),
+        *_run(
+            capsys,
+            "serve",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(tls_dir / "tls.crt"),
+            "--tls-private-key-file",
+            str(tls_dir / "ca.key"),
+        ),
         "cannot load the TLS pair",
     )
 
@@ -245,9 +272,25 @@ def _wait_for_line(stream: Any, process: subprocess.Popen[str], needle: str, *, 
 def test_serve_answers_over_tls_reloads_on_sighup_and_stops_on_sigterm(tmp_path: pathlib.Path) -> None:
     assert cli.main(["certs", "generate", "--out-dir", str(tmp_path), "--host", "127.0.0.1"]) == 0
     process = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(tmp_path / "tls.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "tls.key"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         port = int(_wait_for_line(process.stdout, process, "listening on https://").rstrip().rsplit(":", 1)[1])
@@ -278,7 +321,9 @@ def test_serve_answers_over_tls_reloads_on_sighup_and_stops_on_sigterm(tmp_path:
             process.wait()
 
 
-def test_export_vap_output_is_a_format_and_the_file_is_output_file(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+def test_export_vap_output_is_a_format_and_the_file_is_output_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
     status, out, err = _run(capsys, "policies", "export-vap", "-o", "json")
     listed = json.loads(out)
     assert status == 0 and listed["kind"] == "List" and listed["apiVersion"] == "v1"
@@ -295,7 +340,9 @@ def test_export_vap_output_is_a_format_and_the_file_is_output_file(capsys: pytes
 
 
 @pytest.mark.parametrize("old", ["vap.yaml", "out/vap.json", "-"])
-def test_export_vap_refuses_the_old_o_file_spelling_naming_output_file(capsys: pytest.CaptureFixture[str], old: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_vap_refuses_the_old_o_file_spelling_naming_output_file(
+    capsys: pytest.CaptureFixture[str], old: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:
         cli.main(["policies", "export-vap", "-o", old])
@@ -313,10 +360,14 @@ def test_export_vap_refuses_an_unknown_format(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exited:
         cli.main(["policies", "export-vap", "-o", "csv"])
     assert exited.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith("argument -o/--output: invalid choice: 'csv' (choose from yaml, json)")
+    assert (
+        capsys.readouterr().err.splitlines()[-1].endswith("argument -o/--output: invalid choice: 'csv' (choose from yaml, json)")
+    )
 
 
-def test_an_output_file_that_cannot_be_written_is_one_line_and_leaves_nothing(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+def test_an_output_file_that_cannot_be_written_is_one_line_and_leaves_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
     target = tmp_path / "missing" / "vap.yaml"
     _assert_one_line_error(*_run(capsys, "policies", "export-vap", "--output-file", str(target)), f"{target}: cannot write")
     assert list(tmp_path.iterdir()) == []
@@ -343,7 +394,9 @@ def test_an_output_file_is_replaced_whole(capsys: pytest.CaptureFixture[str], tm
     ],
     ids=lambda argv: " ".join(argv[:2]),
 )
-def test_output_file_holds_exactly_what_stdout_would(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, argv: list[str]) -> None:
+def test_output_file_holds_exactly_what_stdout_would(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, argv: list[str]
+) -> None:
     status, printed, _ = _run(capsys, *argv, "-o", "yaml")
     target = tmp_path / "out.yaml"
     assert _run(capsys, *argv, "-o", "yaml", "--output-file", str(target))[:2] == (status, "")
@@ -399,22 +452,51 @@ def test_dry_run_of_an_unmutated_kind_says_nothing_is_patched(capsys: pytest.Cap
 def test_serve_with_log_format_json_writes_one_json_object_per_line_with_the_review_uid(tmp_path: pathlib.Path) -> None:
     assert cli.main(["certs", "generate", "--out-dir", str(tmp_path), "--host", "127.0.0.1"]) == 0
     process = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--log-format", "json",
-         "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--log-format",
+            "json",
+            "--tls-cert-file",
+            str(tmp_path / "tls.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "tls.key"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         port = int(_wait_for_line(process.stdout, process, "listening on https://").rstrip().rsplit(":", 1)[1])
         review = {
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
             "request": {
-                "uid": "json-log-uid-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "team-a", "operation": "CREATE",
+                "uid": "json-log-uid-1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "team-a",
+                "operation": "CREATE",
                 "userInfo": {"username": "alice"},
-                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "m", "image": "i"}]}},
+                "object": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "p"},
+                    "spec": {"containers": [{"name": "m", "image": "i"}]},
+                },
             },
         }
-        connection = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=str(tmp_path / "ca.crt")), timeout=10)
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", port, context=ssl.create_default_context(cafile=str(tmp_path / "ca.crt")), timeout=10
+        )
         connection.request("POST", "/validate", body=json.dumps(review), headers={"Content-Type": "application/json"})
         assert json.loads(connection.getresponse().read())["response"]["uid"] == "json-log-uid-1"
         connection.close()

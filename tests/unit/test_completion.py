@@ -24,10 +24,14 @@ def _complete(script: str, *words: str) -> list[str]:
     """What bash offers for the last of `words` (the word being typed) after the others."""
     program = (
         script
-        + "\nCOMP_WORDS=(" + " ".join(f"'{w}'" for w in words) + f")\nCOMP_CWORD={len(words) - 1}\n"
+        + "\nCOMP_WORDS=("
+        + " ".join(f"'{w}'" for w in words)
+        + f")\nCOMP_CWORD={len(words) - 1}\n"
         + '_gpu_admission\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
     )
-    done = subprocess.run(["bash", "--norc", "--noprofile"], input=program, capture_output=True, text=True, check=True, timeout=30)
+    done = subprocess.run(
+        ["bash", "--norc", "--noprofile"], input=program, capture_output=True, text=True, check=True, timeout=30
+    )
     return done.stdout.split()
 
 
@@ -65,7 +69,9 @@ def test_every_subcommand_and_flag_of_the_parser_is_in_the_tree() -> None:
     assert "--write-reports" not in commands[("audit",)].values  # a switch takes no value
 
 
-def test_o_completes_formats_and_output_file_a_file_name(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_o_completes_formats_and_output_file_a_file_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = _script("bash", capsys)
     assert _complete(script, "gpu-admission", "policies", "export-vap", "-o", "") == ["yaml", "json"]
     assert _complete(script, "gpu-admission", "snapshot", "-o", "") == ["yaml", "json"]
@@ -106,7 +112,9 @@ def test_the_zsh_script_declares_itself_and_shares_the_tables(capsys: pytest.Cap
 def test_zsh_offers_subcommands_choices_and_files(capsys: pytest.CaptureFixture[str]) -> None:
     # compadd and _files stand in for zsh's completion system: they print what they are given
     # (the real compadd then keeps those matching the word typed so far).
-    program = _script("zsh", capsys) + """
+    program = (
+        _script("zsh", capsys)
+        + """
 compadd() { shift $(( ${@[(i)--]} )); print -l -- "$@"; }
 _files() { print "<files>"; }
 words=(gpu-admission ''); CURRENT=2; _gpu_admission; print =
@@ -114,6 +122,7 @@ words=(gpu-admission inspect -o ''); CURRENT=4; _gpu_admission; print =
 words=(gpu-admission audit --kubeconfig ''); CURRENT=4; _gpu_admission; print =
 words=(gpu-admission certs rotate --kubeconfig show -); CURRENT=6; _gpu_admission
 """
+    )
     program = program.replace('if [[ "${funcstack[1]}" == "_gpu_admission" ]]; then', "if true; then :; elif false; then")
     done = subprocess.run(["zsh", "-f"], input=program, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr

@@ -53,7 +53,11 @@ def test_the_cli_reference_has_a_section_per_command() -> None:
 def test_the_site_builds_strict(tmp_path: pathlib.Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=generate.ROOT, capture_output=True, text=True, timeout=300, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+        cwd=generate.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert (tmp_path / "site" / "policies" / "GPU001" / "index.html").exists()
@@ -70,7 +74,11 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: pathlib.Path) -> None:
     (tmp_path / "mkdocs.yml").write_text(config)
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode != 0
     assert "no-such-page.md" in done.stderr

@@ -24,7 +24,7 @@ def test_ci_runs_the_commands_the_readme_gives_in_its_default_run() -> None:
     script = (CI / "run").read_text()
     [default] = re.findall(r"^TIERS=\((.*)\)$", script, flags=re.MULTILINE)
     assert "fresh" in default.split()
-    body = script[script.index("\nfresh() {"):]
+    body = script[script.index("\nfresh() {") :]
     body = body[: body.index("\n}\n")]
     assert '"$base" bash .ci/fresh-machine' in body
     assert "--env GPU_ADMISSION_E2E=require" in body, "the end-to-end tier must not skip unseen in the fresh container"
@@ -34,12 +34,31 @@ def test_ci_runs_the_commands_the_readme_gives_in_its_default_run() -> None:
 
 
 def test_the_commands_are_the_first_block_under_the_heading_less_comments_with_continuations_joined() -> None:
-    markdown = "\n".join([
-        "# Project", "", "```sh", "not this", "```",
-        "## Fresh machine: three commands", "", "Text.", "",
-        "```sh", "# 1. install", "python3 -m venv .venv && \\", "  .venv/bin/pip install .", "", "# 2. test", "make test", "```",
-        "", "```sh", "not this either", "```",
-    ])
+    markdown = "\n".join(
+        [
+            "# Project",
+            "",
+            "```sh",
+            "not this",
+            "```",
+            "## Fresh machine: three commands",
+            "",
+            "Text.",
+            "",
+            "```sh",
+            "# 1. install",
+            "python3 -m venv .venv && \\",
+            "  .venv/bin/pip install .",
+            "",
+            "# 2. test",
+            "make test",
+            "```",
+            "",
+            "```sh",
+            "not this either",
+            "```",
+        ]
+    )
     assert readme.fresh_machine_commands(markdown) == ["python3 -m venv .venv && .venv/bin/pip install .", "make test"]
 
 

@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from policies import model, settings
-from webhook.serving import metrics
 from webhook.admission import decisioncache, decisions, evictions, handlers, keys
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,10 @@ _PROBE_POD = {
 
 
 def make_app(
-    config: settings.Settings, *, max_body_bytes: int = MAX_BODY_BYTES, decision_cache_entries: int = decisioncache.DEFAULT_MAX_ENTRIES
+    config: settings.Settings,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    decision_cache_entries: int = decisioncache.DEFAULT_MAX_ENTRIES,
 ) -> web.Application:
     """Build the webhook app for ``config``; serve it over TLS (see ``webhook.commands.serve``).
 

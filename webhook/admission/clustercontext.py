@@ -42,15 +42,15 @@ from aiohttp import web
 
 from policies import model
 from policies.gpu import dra
-from webhook.cmdline import errors, flags
-from webhook.serving import metrics
 from webhook import kube as webhook_kube
 from webhook.admission import claims as claims_module
 from webhook.admission import envsources, events, keys, namespaces, nodes
-from webhook.kube import envsources as kube_envsources
+from webhook.cmdline import errors, flags
 from webhook.kube import client, retry
+from webhook.kube import envsources as kube_envsources
 from webhook.kube import errors as kube_errors
 from webhook.kube import watch as kube_watch
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +133,21 @@ class Wanted:
 
 def wanted(args: argparse.Namespace, *, access: bool) -> Wanted:
     """Resolve the flags: on by default with access; asked for explicitly without access is an error."""
-    asked = [flag for flag, value in (("--namespace-labels", args.namespace_labels), ("--lookup-configmaps", args.lookup_configmaps), ("--lookup-nodes", args.lookup_nodes), ("--lookup-secrets", args.lookup_secrets or None), ("--events", getattr(args, "events", None))) if value]
+    asked = [
+        flag
+        for flag, value in (
+            ("--namespace-labels", args.namespace_labels),
+            ("--lookup-configmaps", args.lookup_configmaps),
+            ("--lookup-nodes", args.lookup_nodes),
+            ("--lookup-secrets", args.lookup_secrets or None),
+            ("--events", getattr(args, "events", None)),
+        )
+        if value
+    ]
     if asked and not access:
-        raise errors.InputError(f"{', '.join(asked)} need cluster access: give --kubeconfig, or run in a pod with a service account token")
+        raise errors.InputError(
+            f"{', '.join(asked)} need cluster access: give --kubeconfig, or run in a pod with a service account token"
+        )
     return Wanted(
         namespace_labels=access and args.namespace_labels is not False,
         configmaps=access and args.lookup_configmaps is not False,
@@ -161,7 +173,10 @@ class KubeNamespaces:
             if token:
                 extra["_continue"] = token
             response = retry.call(
-                functools.partial(self._core.list_namespace, **extra), what="cannot list namespaces", idempotent=True, backoff=retry.ONCE
+                functools.partial(self._core.list_namespace, **extra),
+                what="cannot list namespaces",
+                idempotent=True,
+                backoff=retry.ONCE,
             )
             page = json.loads(response.data)
             items.extend(page.get("items") or ())
@@ -191,7 +206,9 @@ class KubeNamespaces:
         try:
             response = retry.call(
                 lambda: self._core.read_namespace(name, _preload_content=False, _request_timeout=timeout_s),
-                what=f"cannot read namespace {name}", idempotent=True, backoff=retry.ONCE,
+                what=f"cannot read namespace {name}",
+                idempotent=True,
+                backoff=retry.ONCE,
             )
         except kube_errors.NotFound:
             return None
@@ -286,7 +303,11 @@ def from_args(args: argparse.Namespace) -> Context | None:
         "uid=- cluster context: namespace labels %s, ConfigMap lookups %s, Secret lookups %s, Node lookups %s, events %s",
         *("on" if on else "off" for on in (parts.namespace_labels, parts.configmaps, parts.secrets, parts.nodes, parts.events)),
     )
-    claim_cache = claims_module.Cache(functools.partial(read_claim, api, timeout_s=claims_module.DEFAULT_TIMEOUT_S)) if parts.claims else None
+    claim_cache = (
+        claims_module.Cache(functools.partial(read_claim, api, timeout_s=claims_module.DEFAULT_TIMEOUT_S))
+        if parts.claims
+        else None
+    )
     return Context(api=api, informer=informer, env=env, node_labels=node_cache, recorder=recorder, claims=claim_cache)
 
 
@@ -296,7 +317,9 @@ def create_event(api: client.ApiClient, body: Mapping[str, Any], *, timeout_s: f
     namespace = body["metadata"]["namespace"]
     retry.call(
         lambda: core.create_namespaced_event(namespace, dict(body), _preload_content=False, _request_timeout=timeout_s),
-        what=f"cannot record an event in {namespace}", idempotent=False, backoff=retry.ONCE,
+        what=f"cannot record an event in {namespace}",
+        idempotent=False,
+        backoff=retry.ONCE,
     )
 
 
@@ -312,7 +335,9 @@ def read_claim(api: client.ApiClient, key: tuple[str, str, str], *, timeout_s: f
             lambda: custom.get_namespaced_custom_object(
                 dra.GROUP, dra.VERSION, namespace, plural, name, _preload_content=False, _request_timeout=timeout_s
             ),
-            what=f"cannot read {kind} {namespace}/{name}", idempotent=True, backoff=retry.ONCE,
+            what=f"cannot read {kind} {namespace}/{name}",
+            idempotent=True,
+            backoff=retry.ONCE,
         )
     except kube_errors.NotFound:
         return {}
@@ -329,7 +354,9 @@ def read_pod_node(api: client.ApiClient, namespace: str, name: str, *, timeout_s
     try:
         answer = retry.call(
             lambda: core.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=timeout_s),
-            what=f"cannot read pod {namespace}/{name}", idempotent=True, backoff=retry.ONCE,
+            what=f"cannot read pod {namespace}/{name}",
+            idempotent=True,
+            backoff=retry.ONCE,
         )
     except kube_errors.NotFound:
         return None
@@ -344,7 +371,9 @@ def read_node_labels(api: client.ApiClient, name: str, *, timeout_s: float) -> M
     try:
         response = retry.call(
             lambda: core.read_node(name, _preload_content=False, _request_timeout=timeout_s),
-            what=f"cannot read node {name}", idempotent=True, backoff=retry.ONCE,
+            what=f"cannot read node {name}",
+            idempotent=True,
+            backoff=retry.ONCE,
         )
     except kube_errors.NotFound:
         return None

@@ -29,10 +29,10 @@ from aiohttp import web
 
 from policies import settings
 from webhook import config
-from webhook.cmdline import errors
-from webhook.serving import metrics
-from webhook.config import userpolicies
 from webhook.admission import keys
+from webhook.cmdline import errors
+from webhook.config import userpolicies
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 

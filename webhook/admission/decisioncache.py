@@ -200,7 +200,12 @@ _STORED = {False: b"\x00", True: b"\x01"}  # the key's last byte: judged as sent
 
 def _mentions(decision: model.Decision, values: list[str]) -> bool:
     """Whether any message or the patch of ``decision`` contains one of ``values``."""
-    texts = [v.message for v in decision.violations] + [r.message for r in decision.results] + list(decision.warnings) + list(decision.notices)
+    texts = (
+        [v.message for v in decision.violations]
+        + [r.message for r in decision.results]
+        + list(decision.warnings)
+        + list(decision.notices)
+    )
     texts += [decision.exempt_reason, json.dumps(list(decision.patch), ensure_ascii=False)]
     joined = "\n".join(texts)
     return any(value in joined for value in values)

@@ -84,7 +84,7 @@ def answer(question: Question, *, settings: settings.Settings) -> model.Decision
             env_lookup=question.env_lookup,
             node_labels=question.node_labels,
             claims=question.claims,
-            now=question.now if question.now is not None else datetime.datetime.now(datetime.timezone.utc),
+            now=question.now if question.now is not None else datetime.datetime.now(datetime.UTC),
             clock=time.monotonic,
         ),
         settings=settings,

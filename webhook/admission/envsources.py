@@ -72,7 +72,13 @@ class Cache:
             data = await asyncio.wait_for(asyncio.to_thread(self.reader, source), timeout=self.timeout_s)
         except TimeoutError:
             # Not cached: the next review tries again. The thread ends with the read's own timeout.
-            log.warning("uid=- %s %s/%s not read within %.1fs; GPU001 judges it unknown", source.kind, source.namespace, source.name, self.timeout_s)
+            log.warning(
+                "uid=- %s %s/%s not read within %.1fs; GPU001 judges it unknown",
+                source.kind,
+                source.namespace,
+                source.name,
+                self.timeout_s,
+            )
             return None
         except Exception as error:  # noqa: BLE001 - a failed read only means the data is unknown
             log.warning("uid=- cannot read %s %s/%s: %s", source.kind, source.namespace, source.name, error)

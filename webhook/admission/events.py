@@ -217,8 +217,11 @@ class Recorder:
                 self.failed += 1
                 log.warning(
                     "uid=- event %s/%s for %s/%s not written: %s",
-                    body["metadata"]["namespace"], body["metadata"]["name"],
-                    body["involvedObject"]["kind"], body["involvedObject"]["name"], str(error).splitlines()[0] if str(error) else type(error).__name__,
+                    body["metadata"]["namespace"],
+                    body["metadata"]["name"],
+                    body["involvedObject"]["kind"],
+                    body["involvedObject"]["name"],
+                    str(error).splitlines()[0] if str(error) else type(error).__name__,
                 )
             finally:
                 queue.task_done()

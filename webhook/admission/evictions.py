@@ -76,13 +76,23 @@ async def validate_eviction(request: web.Request) -> web.Response:
     extra = user_info.get("extra") if isinstance(user_info, dict) else None
     pod_node = request.app.get(keys.POD_NODES)
     why = await asyncio.to_thread(
-        judge, user=checked.user, extra=extra if isinstance(extra, dict) else {}, namespace=checked.namespace,
-        name=checked.name, pod_node=pod_node,
+        judge,
+        user=checked.user,
+        extra=extra if isinstance(extra, dict) else {},
+        namespace=checked.namespace,
+        name=checked.name,
+        pod_node=pod_node,
     )
     if why:
-        log.warning("uid=%s eviction of pod %s/%s by %s refused: %s", checked.uid, checked.namespace, checked.name, checked.user, why)
+        log.warning(
+            "uid=%s eviction of pod %s/%s by %s refused: %s", checked.uid, checked.namespace, checked.name, checked.user, why
+        )
     answer = response.build(
-        uid=checked.uid, allowed=not why, api_version=checked.api_version, kind=checked.kind,
-        status_code=response.DENIED_CODE if why else None, message=why,
+        uid=checked.uid,
+        allowed=not why,
+        api_version=checked.api_version,
+        kind=checked.kind,
+        status_code=response.DENIED_CODE if why else None,
+        message=why,
     )
     return web.Response(body=jsoncodec.dumps(answer), content_type="application/json", charset="utf-8")

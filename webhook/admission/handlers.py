@@ -17,8 +17,8 @@ from aiohttp import web
 
 from policies import lookups, model, ordinary, podspec
 from policies.builtin import gpu103_off_gpu_nodes
-from webhook.serving import metrics
 from webhook.admission import decisions, events, jsoncodec, keys, mirror, response, review
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,15 @@ async def _answer(request: web.Request, *, meters: metrics.WebhookMetrics, endpo
         meters.admission_reviews.inc(endpoint=endpoint, result="error")
         return web.json_response(response.for_internal_error(request=checked, endpoint=endpoint))
 
-    _record(meters, endpoint=endpoint, decision=decision, answer=answer, operation=checked.operation, kind=checked.object_kind, started=started)
+    _record(
+        meters,
+        endpoint=endpoint,
+        decision=decision,
+        answer=answer,
+        operation=checked.operation,
+        kind=checked.object_kind,
+        started=started,
+    )
     log.info(
         "uid=%s endpoint=%s %s %s/%s ns=%s dryRun=%s allowed=%s violations=%s patch_ops=%d%s",
         checked.uid,
@@ -177,7 +185,13 @@ def _record_notice(request: web.Request, checked: review.Review, decision: model
     test first), whose required affinity keeps it off every GPU node and that has node power: the
     mutating webhook's warning reaches `kubectl describe pod` too."""
     obj = checked.object
-    if checked.operation != "CREATE" or checked.object_kind != "Pod" or checked.subresource or obj is None or decision.exempt_reason:
+    if (
+        checked.operation != "CREATE"
+        or checked.object_kind != "Pod"
+        or checked.subresource
+        or obj is None
+        or decision.exempt_reason
+    ):
         return
     spec = podspec.mapping(obj.get("spec"))
     if not podspec.mapping(spec.get("affinity")):
@@ -262,5 +276,9 @@ def _record(
     # A client other than kube-apiserver could send any kind: only the kinds we judge get a series.
     kind_label = kind if kind in podspec.SUPPORTED_KINDS else "other"
     meters.review_duration.observe(
-        time.perf_counter() - started, endpoint=endpoint, operation=operation, kind=kind_label, allowed="true" if allowed else "false"
+        time.perf_counter() - started,
+        endpoint=endpoint,
+        operation=operation,
+        kind=kind_label,
+        allowed="true" if allowed else "false",
     )

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from aiohttp import web
 
 from policies import settings
-from webhook.serving import metrics
 from webhook.admission import claims, decisioncache, envsources, events, namespaces, nodes
+from webhook.serving import metrics
 
 
 @dataclasses.dataclass

@@ -24,7 +24,9 @@ from webhook.admission import review
 
 ANNOTATION = "kubernetes.io/config.mirror"
 KUBELET_USER_PREFIX = "system:node:"
-DECISION = model.Decision(allowed=True, exempt_reason="a kubelet's mirror pod (the kubelet runs its static pods whatever admission says)")
+DECISION = model.Decision(
+    allowed=True, exempt_reason="a kubelet's mirror pod (the kubelet runs its static pods whatever admission says)"
+)
 
 
 def is_kubelets_mirror_pod(checked: review.Review) -> bool:

@@ -74,7 +74,9 @@ class Labels:
         if kind == "ERROR":
             code = obj.get("code")
             status = code if isinstance(code, int) else 0
-            answer = kube_errors.Answer(status=status, body=json.dumps(dict(obj), default=str), reason=str(obj.get("reason") or ""))
+            answer = kube_errors.Answer(
+                status=status, body=json.dumps(dict(obj), default=str), reason=str(obj.get("reason") or "")
+            )
             raise kube_errors.translate(answer, what="namespace watch")
         metadata = obj.get("metadata")
         metadata = metadata if isinstance(metadata, Mapping) else {}
@@ -186,7 +188,11 @@ class Informer:
                 asyncio.to_thread(self.source.read, name, timeout_s=self.miss_timeout_s), timeout=self.miss_timeout_s
             )
         except Exception as error:  # noqa: BLE001 - a failed read only means labels unknown
-            log.warning("uid=- namespace labels: %s not cached and not readable: %s", name, str(error).splitlines()[0] if str(error) else type(error).__name__)
+            log.warning(
+                "uid=- namespace labels: %s not cached and not readable: %s",
+                name,
+                str(error).splitlines()[0] if str(error) else type(error).__name__,
+            )
             return None
         if obj is None:
             return None

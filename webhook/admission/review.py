@@ -162,9 +162,7 @@ def check(data: object) -> Review:
     )
 
 
-def _optional(
-    container: Mapping[str, Any], key: str, expected: type[_T], default: _T, *, where: str = "request"
-) -> _T:
+def _optional(container: Mapping[str, Any], key: str, expected: type[_T], default: _T, *, where: str = "request") -> _T:
     value = container.get(key)
     if value is None:
         return default

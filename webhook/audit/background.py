@@ -31,14 +31,14 @@ from typing import Any
 
 from aiohttp import web
 
-from policies.gpu import reservations
 from policies import settings as settings_
-from webhook.cmdline import durations, errors, flags
-from webhook.serving import metrics
+from policies.gpu import reservations
 from webhook import kube as webhook_kube
 from webhook.audit import kube, report, sweep
+from webhook.cmdline import errors, flags
 from webhook.kube import errors as kube_errors
 from webhook.kube import leader
+from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +77,27 @@ class AuditMetrics:
 def audit_metrics(registry: metrics.Registry) -> AuditMetrics:
     """Register the background audit's meters in `registry`."""
     return AuditMetrics(
-        runs=registry.register(metrics.Counter("gpu_admission_audit_runs_total", "Background audit runs by result (ok, error).", ("result",))),
+        runs=registry.register(
+            metrics.Counter("gpu_admission_audit_runs_total", "Background audit runs by result (ok, error).", ("result",))
+        ),
         duration=registry.register(
-            metrics.Histogram("gpu_admission_audit_duration_seconds", "Time one background audit run took.", (), buckets=DURATION_BUCKETS)
+            metrics.Histogram(
+                "gpu_admission_audit_duration_seconds", "Time one background audit run took.", (), buckets=DURATION_BUCKETS
+            )
         ),
         last_run=registry.register(
             metrics.Gauge(
-                "gpu_admission_audit_last_run_timestamp_seconds", "Unix time the last successful audit run ended.", (), multiprocess_mode="livemax"
+                "gpu_admission_audit_last_run_timestamp_seconds",
+                "Unix time the last successful audit run ended.",
+                (),
+                multiprocess_mode="livemax",
             )
         ),
-        leader=registry.register(metrics.Gauge("gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", (), multiprocess_mode="livesum")),
+        leader=registry.register(
+            metrics.Gauge(
+                "gpu_admission_audit_leader", "1 while this replica holds the audit Lease.", (), multiprocess_mode="livesum"
+            )
+        ),
         results=registry.register(
             metrics.Gauge(
                 "gpu_admission_audit_results",
@@ -148,7 +159,9 @@ class Background:
     def set_leader(self, leader: bool) -> None:
         election = self.elector.election
         if leader != self.state.leader:
-            log.info("uid=- background audit: %s the lease %s/%s", "acquired" if leader else "lost", election.namespace, election.name)
+            log.info(
+                "uid=- background audit: %s the lease %s/%s", "acquired" if leader else "lost", election.namespace, election.name
+            )
         self.state.leader = leader
         self.meters.leader.set(1.0 if leader else 0.0)
         if leader:
@@ -211,7 +224,11 @@ def cluster_job(
             _, written = sweep.write_reports(api, audit, all_results=all_results, now=now)
             log.info(
                 "uid=- background audit: %d object(s), reports %d created, %d replaced, %d deleted, %d unchanged",
-                audit.objects, written.created, written.replaced, written.deleted, written.unchanged,
+                audit.objects,
+                written.created,
+                written.replaced,
+                written.deleted,
+                written.unchanged,
             )
         else:
             log.info("uid=- background audit: lost the lease during the run; nothing written")
@@ -274,7 +291,8 @@ class BackgroundAudit:
         background = Background(
             interval=self.interval,
             elector=elector,
-            job=self.job or cluster_job(api, settings=self.settings, all_results=self.all_results, ledger_namespace=self.ledger_namespace),
+            job=self.job
+            or cluster_job(api, settings=self.settings, all_results=self.all_results, ledger_namespace=self.ledger_namespace),
             meters=audit_metrics(registry),
             state=self.state,
         )

@@ -14,12 +14,10 @@ from typing import Any
 
 import yaml
 
-from policies.gpu import reservations
 from webhook import config
-from webhook.cmdline import manifests
-from webhook.cmdline import errors, flags, output
 from webhook import kube as webhook_kube
 from webhook.audit import kube, render, report, scan, sweep
+from webhook.cmdline import errors, flags, manifests, output
 
 OUTPUTS = ("table", "json", "yaml", "markdown", "html")
 EXIT_CLEAN, EXIT_ENFORCED, EXIT_ERROR = 0, 1, 2
@@ -48,7 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="replace the wgpolicyk8s.io/v1alpha2 PolicyReports (one per namespace) and the ClusterPolicyReport",
     )
     parser.add_argument(
-        "--report-scope", choices=report.REPORT_SCOPES, default="namespace",
+        "--report-scope",
+        choices=report.REPORT_SCOPES,
+        default="namespace",
         help="namespace: one PolicyReport per namespace (the default); resource: one per object, named by its uid, "
         "with scope set and owned by the object, as Kyverno writes them",
     )
@@ -84,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
             documents = manifests.read(args.filename, stdin=sys.stdin)
             scope = sweep.scope_of(args.namespace)
             audit = scan.run(
-                scan.Inventory.of(d.object for d in documents), settings=settings, scope=scope, now=now,
+                scan.Inventory.of(d.object for d in documents),
+                settings=settings,
+                scope=scope,
+                now=now,
                 ledger_namespace=args.ledger_namespace,
             )
             reports = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope)
@@ -96,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
                     api, settings=settings, namespace=args.namespace, now=now, ledger_namespace=args.ledger_namespace
                 )
                 if args.write_reports:
-                    reports, written = sweep.write_reports(api, audit, all_results=args.all_results, now=now, scope=args.report_scope)
+                    reports, written = sweep.write_reports(
+                        api, audit, all_results=args.all_results, now=now, scope=args.report_scope
+                    )
                 else:
                     reports, written = sweep.reports(audit, all_results=args.all_results, now=now, scope=args.report_scope), None
             finally:

@@ -55,11 +55,19 @@ class ObjectRef:
         if type(metadata) is not dict:
             metadata = podspec.mapping(metadata)
         get = metadata.get
-        namespace, kind, name, api_version, uid = get("namespace"), obj.get("kind"), get("name"), obj.get("apiVersion"), get("uid")
+        namespace, kind, name, api_version, uid = (
+            get("namespace"),
+            obj.get("kind"),
+            get("name"),
+            obj.get("apiVersion"),
+            get("uid"),
+        )
         if not isinstance(name, str) or not name:
             name = get("generateName")
         if cls is not ObjectRef:
-            return cls(namespace=_text(namespace), kind=_text(kind), name=_text(name), api_version=_text(api_version), uid=_text(uid))
+            return cls(
+                namespace=_text(namespace), kind=_text(kind), name=_text(name), api_version=_text(api_version), uid=_text(uid)
+            )
         # The dataclass' keyword __init__ costs more than the object; the audit makes one reference
         # per judged object and several per miss of the verdict memo. Set field by field, in field
         # order, as __init__ does: the same instance, with the same compact attribute dict (see
@@ -157,7 +165,15 @@ def finding(
 def retargeted(found: Finding, subject: ObjectRef) -> Finding:
     """``dataclasses.replace(found, subject=subject)``, the fast way (see `finding`)."""
     return finding(
-        found.policy, found.rule, found.result, found.action, found.severity, found.category, found.message, subject, found.related
+        found.policy,
+        found.rule,
+        found.result,
+        found.action,
+        found.severity,
+        found.category,
+        found.message,
+        subject,
+        found.related,
     )
 
 

@@ -15,8 +15,6 @@ done. Reads (and the resourceVersion-guarded replaces, and deletes) are retried 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import concurrent.futures
 import dataclasses
 import functools
@@ -29,7 +27,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from policies import envsources, model
+from policies import envsources
 from policies.gpu import dra, reservations
 from webhook import kube
 from webhook.audit import report, scan
@@ -95,7 +93,10 @@ class _Raw:
     def get(self, path: str, **kwargs: Any) -> Any:
         query = [(name, kwargs[key]) for key, name in _QUERY if kwargs.get(key) is not None]
         serialized = self._api.param_serialize(
-            method="GET", resource_path=path, query_params=query, header_params={"Accept": "application/json"},
+            method="GET",
+            resource_path=path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
         response = self._api.call_api(*serialized, _request_timeout=kwargs.get("_request_timeout"))
@@ -121,7 +122,9 @@ class _RawCore:
 def _listing(raw: _Raw, kind: str, api_version: str, plural: str, *, namespaced: bool = True) -> _Listing:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return _Listing(
-        kind=kind, api_version=api_version, all_namespaces=raw.lister(f"{prefix}/{plural}"),
+        kind=kind,
+        api_version=api_version,
+        all_namespaces=raw.lister(f"{prefix}/{plural}"),
         namespaced=raw.namespaced(plural, prefix=prefix) if namespaced else None,
     )
 
@@ -210,7 +213,11 @@ def _decode(kind: str, data: bytes) -> dict[str, Any]:
 
 
 def objects(
-    api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK, ledger_namespace: str = reservations.LEDGER_NAMESPACE
+    api: client.ApiClient,
+    *,
+    namespace: str | None = None,
+    chunk: int = CHUNK,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> Iterator[dict[str, Any]]:
     """What the audit judges, as one stream, Pods last: every Node, the nodes' ledger Leases (of
     `ledger_namespace`; whole-cluster audits only), the Namespaces, the workloads and the
@@ -237,7 +244,11 @@ def objects(
 
 
 def inventory(
-    api: client.ApiClient, *, namespace: str | None = None, chunk: int = CHUNK, ledger_namespace: str = reservations.LEDGER_NAMESPACE
+    api: client.ApiClient,
+    *,
+    namespace: str | None = None,
+    chunk: int = CHUNK,
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
 ) -> scan.Inventory:
     """Pods, workloads (of `namespace`, or all namespaces), every Node, the ledger Leases, and the Namespaces' labels."""
     return scan.Inventory.of(objects(api, namespace=namespace, chunk=chunk, ledger_namespace=ledger_namespace))
@@ -251,13 +262,23 @@ def dra_objects(api: client.ApiClient, *, namespace: str | None = None, chunk: i
     raw = _Raw(api)
     prefix = f"/apis/{dra.GROUP}/{dra.VERSION}"
     listings = [
-        _Listing(kind=kind, api_version=f"{dra.GROUP}/{dra.VERSION}", all_namespaces=raw.lister(f"{prefix}/{plural}"),
-                 namespaced=raw.namespaced(plural, prefix=prefix))
+        _Listing(
+            kind=kind,
+            api_version=f"{dra.GROUP}/{dra.VERSION}",
+            all_namespaces=raw.lister(f"{prefix}/{plural}"),
+            namespaced=raw.namespaced(plural, prefix=prefix),
+        )
         for kind, plural in (("ResourceClaim", "resourceclaims"), ("ResourceClaimTemplate", "resourceclaimtemplates"))
     ]
     if namespace is None:
-        listings.append(_Listing(kind="ResourceSlice", api_version=f"{dra.GROUP}/{dra.VERSION}",
-                                 all_namespaces=raw.lister(f"{prefix}/resourceslices"), namespaced=None))
+        listings.append(
+            _Listing(
+                kind="ResourceSlice",
+                api_version=f"{dra.GROUP}/{dra.VERSION}",
+                all_namespaces=raw.lister(f"{prefix}/resourceslices"),
+                namespaced=None,
+            )
+        )
     found: list[dict[str, Any]] = []
     for listing in listings:
         try:
@@ -269,7 +290,9 @@ def dra_objects(api: client.ApiClient, *, namespace: str | None = None, chunk: i
     return found
 
 
-def ledger_leases(api: client.ApiClient, *, namespace: str = reservations.LEDGER_NAMESPACE, chunk: int = CHUNK) -> list[dict[str, Any]]:
+def ledger_leases(
+    api: client.ApiClient, *, namespace: str = reservations.LEDGER_NAMESPACE, chunk: int = CHUNK
+) -> list[dict[str, Any]]:
     """The nodes' ledger Leases in the ledger namespace (by their label), paged.
 
     Only this namespace is listed: a Lease elsewhere is never a ledger. Whoever may not list them (a
@@ -278,13 +301,18 @@ def ledger_leases(api: client.ApiClient, *, namespace: str = reservations.LEDGER
     """
     coordination: Any = client.CoordinationV1Api(api)
     listing = _Listing(
-        kind="Lease", api_version="coordination.k8s.io/v1",
-        all_namespaces=coordination.list_namespaced_lease, namespaced=coordination.list_namespaced_lease,
+        kind="Lease",
+        api_version="coordination.k8s.io/v1",
+        all_namespaces=coordination.list_namespaced_lease,
+        namespaced=coordination.list_namespaced_lease,
     )
     try:
         return list(
             _pages(
-                listing, namespace=namespace, chunk=chunk, label_selector=f"{reservations.LEDGER_LABEL}=true",
+                listing,
+                namespace=namespace,
+                chunk=chunk,
+                label_selector=f"{reservations.LEDGER_LABEL}=true",
                 what=f"cannot list the ledger Leases in namespace {namespace}",
             )
         )
@@ -353,14 +381,18 @@ def existing_reports(
     what = "cannot list PolicyReports (are the CRDs of deploy/crds/ applied?)"
     if namespace is None:
         reports = _Listing(
-            kind="PolicyReport", api_version=report.API_VERSION,
+            kind="PolicyReport",
+            api_version=report.API_VERSION,
             all_namespaces=functools.partial(custom.list_cluster_custom_object, report.GROUP, report.VERSION, "policyreports"),
             namespaced=None,
         )
     else:
         reports = _Listing(
-            kind="PolicyReport", api_version=report.API_VERSION,
-            all_namespaces=functools.partial(custom.list_namespaced_custom_object, report.GROUP, report.VERSION, namespace, "policyreports"),
+            kind="PolicyReport",
+            api_version=report.API_VERSION,
+            all_namespaces=functools.partial(
+                custom.list_namespaced_custom_object, report.GROUP, report.VERSION, namespace, "policyreports"
+            ),
             namespaced=None,
         )
     for item in _pages(reports, namespace=None, chunk=CHUNK, label_selector=selector, what=what):
@@ -371,8 +403,11 @@ def existing_reports(
             found[str(metadata.get("namespace", ""))] = item
     if cluster:
         cluster_reports = _Listing(
-            kind="ClusterPolicyReport", api_version=report.API_VERSION,
-            all_namespaces=functools.partial(custom.list_cluster_custom_object, report.GROUP, report.VERSION, "clusterpolicyreports"),
+            kind="ClusterPolicyReport",
+            api_version=report.API_VERSION,
+            all_namespaces=functools.partial(
+                custom.list_cluster_custom_object, report.GROUP, report.VERSION, "clusterpolicyreports"
+            ),
             namespaced=None,
         )
         what = "cannot list ClusterPolicyReports (are the CRDs of deploy/crds/ applied?)"
@@ -392,9 +427,15 @@ def _write(custom: Any, step: report.Step) -> None:
     if step.verb is report.Verb.DELETE:
         try:
             if step.namespace:
-                _call(f"cannot delete {where}", lambda: custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name))
+                _call(
+                    f"cannot delete {where}",
+                    lambda: custom.delete_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name),
+                )
             else:
-                _call(f"cannot delete {where}", lambda: custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, name))
+                _call(
+                    f"cannot delete {where}",
+                    lambda: custom.delete_cluster_custom_object(report.GROUP, report.VERSION, plural, name),
+                )
         except kube_errors.NotFound:
             pass  # already gone is what we wanted
         return
@@ -413,7 +454,11 @@ def _write(custom: Any, step: report.Step) -> None:
                 # A namespace being deleted takes no new objects; its pods (and our report) go with it.
                 log.warning("not writing %s: the namespace is being deleted", where)
         else:
-            _call(f"cannot create {where}", lambda: custom.create_cluster_custom_object(report.GROUP, report.VERSION, plural, body), idempotent=False)
+            _call(
+                f"cannot create {where}",
+                lambda: custom.create_cluster_custom_object(report.GROUP, report.VERSION, plural, body),
+                idempotent=False,
+            )
         return
     body["metadata"]["resourceVersion"] = step.resource_version  # guards the replace: a repeat that lost is a 409
     if step.namespace:
@@ -422,7 +467,10 @@ def _write(custom: Any, step: report.Step) -> None:
             lambda: custom.replace_namespaced_custom_object(report.GROUP, report.VERSION, step.namespace, plural, name, body),
         )
     else:
-        _call(f"cannot replace {where}", lambda: custom.replace_cluster_custom_object(report.GROUP, report.VERSION, plural, name, body))
+        _call(
+            f"cannot replace {where}",
+            lambda: custom.replace_cluster_custom_object(report.GROUP, report.VERSION, plural, name, body),
+        )
 
 
 def _terminating(error: kube_errors.KubeError) -> bool:
@@ -452,9 +500,15 @@ def apply(api: client.ApiClient, steps: list[report.Step]) -> int:
 def _read(custom: Any, namespace: str, name: str = report.NAME) -> Mapping[str, Any] | None:
     try:
         if namespace:
-            found = _call(f"cannot read {name}", lambda: custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", name))
+            found = _call(
+                f"cannot read {name}",
+                lambda: custom.get_namespaced_custom_object(report.GROUP, report.VERSION, namespace, "policyreports", name),
+            )
         else:
-            found = _call(f"cannot read {name}", lambda: custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", name))
+            found = _call(
+                f"cannot read {name}",
+                lambda: custom.get_cluster_custom_object(report.GROUP, report.VERSION, "clusterpolicyreports", name),
+            )
     except kube_errors.NotFound:
         return None
     return found if isinstance(found, Mapping) else None

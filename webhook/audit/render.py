@@ -112,9 +112,7 @@ def markdown(audit: scan.Audit, *, all_results: bool = False) -> str:
     out = ["## gpu-admission audit", ""]
     out.append("| fail | warn | error | skip | pass | objects |")
     out.append("|---:|---:|---:|---:|---:|---:|")
-    out.append(
-        f"| {tally['fail']} | {tally['warn']} | {tally['error']} | {tally['skip']} | {tally['pass']} | {audit.objects} |"
-    )
+    out.append(f"| {tally['fail']} | {tally['warn']} | {tally['error']} | {tally['skip']} | {tally['pass']} | {audit.objects} |")
     out += ["", f"_{_md(summary_line(audit))}_", ""]
     if admin_access_line(audit):
         out += [_md(admin_access_line(audit)), ""]
@@ -220,7 +218,7 @@ def html_page(audit: scan.Audit, *, all_results: bool = False, title: str = "gpu
         parts.append('<p class="empty">No findings.</p>')
     for namespace, items in groups.items():
         heading = "Cluster (nodes)" if namespace == "" else f"Namespace <code>{_e(namespace)}</code>"
-        parts.append(f"<h3>{heading} <span class=\"num\">({len(items)})</span></h3>")
+        parts.append(f'<h3>{heading} <span class="num">({len(items)})</span></h3>')
         parts.append(
             "<table><thead><tr><th>Object</th><th>Policy</th><th>Result</th><th>Action</th>"
             "<th>Severity</th><th>Message</th></tr></thead><tbody>"
@@ -243,8 +241,8 @@ def html_page(audit: scan.Audit, *, all_results: bool = False, title: str = "gpu
         parts.append(
             f'<div class="node"><h3><code>{_e(node["name"])}</code></h3>'
             f'<div class="meta">mode {_e(node["mode"])}, placement {_e(node["placement"])}, '
-            f'{len(node["devs"])} card(s), {node["usedGPU"]}/{node["totalGPU"]} GiB allocated, '
-            f'{len({(p["namespace"], p["name"]) for d in node["devs"] for p in d["pods"]})} pod(s)</div>'
+            f"{len(node['devs'])} card(s), {node['usedGPU']}/{node['totalGPU']} GiB allocated, "
+            f"{len({(p['namespace'], p['name']) for d in node['devs'] for p in d['pods']})} pod(s)</div>"
         )
         parts.extend(_card_rows(node))
         parts.append("</div>")

@@ -257,9 +257,7 @@ def desired_by_resource(
     for finding in audited:
         if finding.result is not skip and finding.subject.namespace in owned:
             by_subject.setdefault(finding.subject, []).append(finding)
-    wanted: dict[Key, WireReport | None] = {
-        key: None for key in previous if isinstance(key, tuple) and key[0] in owned
-    }
+    wanted: dict[Key, WireReport | None] = {key: None for key in previous if isinstance(key, tuple) and key[0] in owned}
     for subject, selected in sorted(by_subject.items(), key=lambda item: (item[0].namespace, item[0].kind, item[0].name)):
         key = (subject.namespace, resource_report_name(subject))
         wanted[key] = build(selected, namespace=subject.namespace, now=now, previous=previous.get(key), subject=subject)
@@ -329,9 +327,7 @@ def same(existing: Mapping[str, Any], wanted: WireReport) -> bool:
     )
 
 
-def plan(
-    wanted: Mapping[Any, WireReport | None], existing: Mapping[Any, Mapping[str, Any]]
-) -> list[Step]:
+def plan(wanted: Mapping[Any, WireReport | None], existing: Mapping[Any, Mapping[str, Any]]) -> list[Step]:
     """The writes that make `existing` (our reports now, by namespace) match `wanted`.
 
     Unchanged reports produce no step; a report that exists where `wanted` has None (or no entry

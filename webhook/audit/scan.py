@@ -44,8 +44,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from policies import cel, engine, envsources, lookups, model, podspec, policy
-from policies.gpu import cards, dra, podparse, reservations
 from policies import settings as settings_
+from policies.gpu import cards, dra, podparse, reservations
 from webhook.audit import checks, findings, verdicts
 from webhook.audit.checks import base, facts, gpu217_unrecognised_gpu_node
 
@@ -278,7 +278,12 @@ def evaluate_policies(
         claims = {key: claims.get(key) or {} for key in lookups.claims_to_look_up(obj)}
     decision = engine.evaluate(
         model.Request(
-            operation="CREATE", object=obj, namespace=namespace, env_lookup=env_lookup, now=now, namespace_labels=namespace_labels,
+            operation="CREATE",
+            object=obj,
+            namespace=namespace,
+            env_lookup=env_lookup,
+            now=now,
+            namespace_labels=namespace_labels,
             claims=claims,
         ),
         settings=effective,
@@ -307,7 +312,9 @@ def evaluate_policies(
                 if result is model.Result.WARN:
                     action = model.milder(action, model.Action.WARN)
         out.append(
-            findings.finding(item.id, description.rule, result, action, description.severity, description.category, message, subject)
+            findings.finding(
+                item.id, description.rule, result, action, description.severity, description.category, message, subject
+            )
         )
     return out
 
@@ -387,7 +394,9 @@ def kept_for_cluster_checks(pod: Mapping[str, Any]) -> dict[str, Any]:
     if "metadata" in pod:
         metadata = pod["metadata"]
         slim["metadata"] = (
-            {key: value for key, value in metadata.items() if key != "managedFields"} if isinstance(metadata, Mapping) else metadata
+            {key: value for key, value in metadata.items() if key != "managedFields"}
+            if isinstance(metadata, Mapping)
+            else metadata
         )
     if "status" in pod:
         status = pod["status"]
@@ -490,7 +499,7 @@ def run(
     trusted only in `ledger_namespace` (tenants can create Leases in their own namespaces).
     """
     effective = audit_settings(settings)
-    moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)  # for exception expiry
+    moment = datetime.datetime.fromtimestamp(now, datetime.UTC)  # for exception expiry
     nodes_by_name = {facts.name_of(node): node for node in inventory.nodes}
     gpu_nodes = {facts.name_of(node) for node in inventory.nodes if facts.is_gpu_node(node)}
     models: dict[str, cards.NodeCards] = {}
@@ -531,7 +540,9 @@ def run(
             claims=claims_by_namespace.get(namespace, {}),
         )
 
-    def pod_results(obj: Mapping[str, Any], placed: Mapping[str, Any], namespace: str, context: base.PodContext) -> list[findings.Finding]:
+    def pod_results(
+        obj: Mapping[str, Any], placed: Mapping[str, Any], namespace: str, context: base.PodContext
+    ) -> list[findings.Finding]:
         """A pod's results: the policies', the template checks' and the pod checks'. All but those of
         the pod checks that read the pod's identity are remembered per template (`verdicts`)."""
         own = [placed_in(found, namespace) for check in own_pod_checks if (found := check.check_pod(obj, context)) is not None]
@@ -609,7 +620,11 @@ def run(
             if context is None:
                 node = nodes_by_name.get(bound_to)
                 context = contexts[bound_to] = base.PodContext(
-                    now=now, node=node, nodes=nodes_by_name, models=models, parses=parses,
+                    now=now,
+                    node=node,
+                    nodes=nodes_by_name,
+                    models=models,
+                    parses=parses,
                     gpu_node=node is not None and facts.is_gpu_node(node),
                 )
             judge(pod, (), pod=context)
@@ -664,14 +679,21 @@ def run(
             lease_ledger = reservations.lease_reservations(lease, namespace=ledger_namespace) if lease is not None else {}
             ledger = {**reservations.node_reservations(node), **lease_ledger}
             state = cards.node_state(
-                node, [decoded[i] for i in grouped.get(node_name, ())], now=now, reservations=ledger,
+                node,
+                [decoded[i] for i in grouped.get(node_name, ())],
+                now=now,
+                reservations=ledger,
                 dra_holds=held.get(node_name, dra.NO_HOLDS),
             )
             if state.node.cards:
                 states.append(state)
             node_context = base.NodeContext(
-                state=state, now=now, pods=[decoded[i] for i in bound.get(node_name, ())], pods_by_uid=pods_by_uid,
-                lease=_lease_ref(lease) if lease is not None else None, lease_ledger=lease_ledger,
+                state=state,
+                now=now,
+                pods=[decoded[i] for i in bound.get(node_name, ())],
+                pods_by_uid=pods_by_uid,
+                lease=_lease_ref(lease) if lease is not None else None,
+                lease_ledger=lease_ledger,
                 zone=settings.trust_zone,
             )
             results.extend(found for check in NODE_CHECKS if (found := check.check_node(node, node_context)) is not None)

@@ -11,11 +11,11 @@ import gc
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from policies.gpu import reservations
 from policies import settings as settings_
+from policies.gpu import reservations
 from webhook.audit import kube, report, scan
-from webhook.kube import envsources as kube_envsources
 from webhook.kube import client
+from webhook.kube import envsources as kube_envsources
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,7 +53,11 @@ def audit_cluster(
     inventory = scan.Inventory.streamed(kube.objects(api, namespace=namespace, ledger_namespace=ledger_namespace))
     with collector_paused() if pause_collector else contextlib.nullcontext():
         return scan.run(
-            inventory, settings=settings, scope=scope_of(namespace), now=now, env_lookup=kube_envsources.env_lookup(api),
+            inventory,
+            settings=settings,
+            scope=scope_of(namespace),
+            now=now,
+            env_lookup=kube_envsources.env_lookup(api),
             ledger_namespace=ledger_namespace,
         )
 

@@ -47,7 +47,8 @@ from typing import Any
 
 import orjson
 
-from policies import gpu, replicas, settings as settings_
+from policies import gpu, replicas
+from policies import settings as settings_
 from webhook.audit import findings
 
 MAX_ENTRIES = 16_384
@@ -260,7 +261,9 @@ class Memo:
         self.hits += 1
         return [retarget(f, subject) for f in found]
 
-    def put(self, digest: bytes, volatile: Sequence[str], subject: findings.ObjectRef, results: Sequence[findings.Finding]) -> None:
+    def put(
+        self, digest: bytes, volatile: Sequence[str], subject: findings.ObjectRef, results: Sequence[findings.Finding]
+    ) -> None:
         """Remember ``results`` (all about ``subject``) unless one of them is about something else or names a volatile value."""
         self._remember(self._entries, digest, volatile, subject, results)
 
@@ -275,7 +278,11 @@ class Memo:
         for found in results:
             if found.subject != subject:
                 return
-            if volatile and found.related and any(value in ref.name or value == ref.uid for ref in found.related for value in volatile):
+            if (
+                volatile
+                and found.related
+                and any(value in ref.name or value == ref.uid for ref in found.related for value in volatile)
+            ):
                 return
         if volatile:
             # Every message at once: joined, a value found across two messages only keeps a set out
@@ -294,4 +301,4 @@ class Memo:
 def _past_id(found: findings.Finding) -> str:
     """``found.message`` less its opening ``"<policy ID>: "`` (the finding's own ``policy``), if it has one."""
     message, opening = found.message, found.policy + ": "
-    return message[len(opening):] if message.startswith(opening) else message
+    return message[len(opening) :] if message.startswith(opening) else message

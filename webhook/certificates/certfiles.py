@@ -24,7 +24,6 @@ import functools
 import json
 import os
 import pathlib
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -35,8 +34,8 @@ from cryptography import x509
 
 from certs import authority, rotation
 from webhook import kube
-from webhook.cmdline import errors, flags, output
 from webhook.certificates import extendercerts, provision
+from webhook.cmdline import errors, flags, output
 
 CA_CERT = rotation.CA_CERT
 CA_KEY = rotation.CA_KEY
@@ -111,11 +110,18 @@ def _location(parser: argparse.ArgumentParser, *, files_help: str) -> None:
     parser.add_argument("--out-dir", metavar="DIR", help=files_help)
     flags.add_cluster(parser)
     flags.add_namespaces(
-        parser, namespace_help=f"namespace of the Secret (default: {provision.DEFAULT_NAMESPACE})",
-        all_help=None, default=provision.DEFAULT_NAMESPACE,
+        parser,
+        namespace_help=f"namespace of the Secret (default: {provision.DEFAULT_NAMESPACE})",
+        all_help=None,
+        default=provision.DEFAULT_NAMESPACE,
     )
     parser.add_argument("--certs-secret", default=provision.SECRET, metavar="NAME", help=f"default: {provision.SECRET}")
-    parser.add_argument("--service", default=provision.SERVICE, metavar="NAME", help=f"Service the certificate is for (default: {provision.SERVICE})")
+    parser.add_argument(
+        "--service",
+        default=provision.SERVICE,
+        metavar="NAME",
+        help=f"Service the certificate is for (default: {provision.SERVICE})",
+    )
     parser.add_argument(
         "--webhook-configuration",
         metavar="NAME",
@@ -269,7 +275,9 @@ def run_install(args: argparse.Namespace) -> int:
         if args.out_dir:
             material = provision.read(FileStore(pathlib.Path(args.out_dir)))
             if material.problems or material.ca is None or material.serving is None:
-                raise errors.InputError(f"{args.out_dir}: {'; '.join(material.problems) or 'needs ca.crt, ca.key, tls.crt and tls.key'}")
+                raise errors.InputError(
+                    f"{args.out_dir}: {'; '.join(material.problems) or 'needs ca.crt, ca.key, tls.crt and tls.key'}"
+                )
             secret.write(material.files(), previous=secret.read())
             print(f"{secret.describe()}: written from {args.out_dir}")
             injected = clients.inject(material.bundle_pem())
@@ -338,7 +346,9 @@ def run_show(args: argparse.Namespace) -> int:
         if not rows:
             lines.append("  nothing stored")
         for row in rows:
-            trust = "" if row["trustedByClients"] is None else f"  trusted by {row['trustedByClients']}/{row['clients']} caBundle(s)"
+            trust = (
+                "" if row["trustedByClients"] is None else f"  trusted by {row['trustedByClients']}/{row['clients']} caBundle(s)"
+            )
             lines.append(
                 f"  {row['role']:<10} {row['subject']:<44} expires {row['notAfter']} ({row['daysLeft']:.0f} d)"
                 f"  renew {row['renewAt']}{trust}"
@@ -359,12 +369,19 @@ def describe(material: rotation.Material, *, now: datetime.datetime, bundles: li
         role = "ca" if signing else ("ca (old)" if index else "ca (no key)")
         rows.append(_row(role, certificate, now=now, renew_before=policy.ca_renew_before, bundles=bundles))
     if material.serving is not None:
-        rows.append(_row("serving", material.serving.certificate, now=now, renew_before=policy.serving_renew_before, bundles=None))
+        rows.append(
+            _row("serving", material.serving.certificate, now=now, renew_before=policy.serving_renew_before, bundles=None)
+        )
     return rows
 
 
 def _row(
-    role: str, certificate: x509.Certificate, *, now: datetime.datetime, renew_before: datetime.timedelta, bundles: list[bytes] | None
+    role: str,
+    certificate: x509.Certificate,
+    *,
+    now: datetime.datetime,
+    renew_before: datetime.timedelta,
+    bundles: list[bytes] | None,
 ) -> dict[str, Any]:
     names = certificate.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
     subject = str(names[0].value) if names else ", ".join(rotation.sans(certificate))

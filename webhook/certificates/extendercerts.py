@@ -35,8 +35,8 @@ from collections.abc import Mapping
 
 from certs import authority, rotation
 from webhook import kube
-from webhook.cmdline import errors, flags
 from webhook.certificates import provision
+from webhook.cmdline import errors, flags
 
 SERVICE = "gpu-admission-extender"
 SERVING_SECRET = "gpu-admission-extender-tls"
@@ -158,8 +158,10 @@ def add_action(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument("--out-dir", metavar="DIR", help="write the extender's tls.crt, tls.key and ca.crt here")
     flags.add_cluster(parser)
     flags.add_namespaces(
-        parser, namespace_help=f"namespace of the Secrets (default: {provision.DEFAULT_NAMESPACE})",
-        all_help=None, default=provision.DEFAULT_NAMESPACE,
+        parser,
+        namespace_help=f"namespace of the Secrets (default: {provision.DEFAULT_NAMESPACE})",
+        all_help=None,
+        default=provision.DEFAULT_NAMESPACE,
     )
     parser.add_argument("--service", default=SERVICE, metavar="NAME", help=f"the extender's Service (default: {SERVICE})")
     parser.add_argument("--host", action="append", default=[], metavar="NAME", help="one more SAN (DNS name or IP), repeatable")

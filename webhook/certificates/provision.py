@@ -31,9 +31,8 @@ from typing import Any, Protocol
 from certs import rotation
 from webhook import kube
 from webhook.cmdline import durations, errors
-from webhook.kube import leader, retry
+from webhook.kube import client, leader, retry
 from webhook.serving import tls
-from webhook.kube import client
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +140,11 @@ class SecretStore:
     def read(self) -> Stored | None:
         try:
             response = retry.call(
-                lambda: self._core.read_namespaced_secret(self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=f"cannot read {self.describe()}", idempotent=True,
+                lambda: self._core.read_namespaced_secret(
+                    self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                ),
+                what=f"cannot read {self.describe()}",
+                idempotent=True,
             )
         except kube.errors.NotFound:
             return None
@@ -154,7 +156,9 @@ class SecretStore:
             except (binascii.Error, ValueError):
                 entries[key] = b""
         metadata = secret.get("metadata") or {}
-        return Stored(entries=entries, version=metadata.get("resourceVersion"), metadata=metadata, kind=secret.get("type") or "Opaque")
+        return Stored(
+            entries=entries, version=metadata.get("resourceVersion"), metadata=metadata, kind=secret.get("type") or "Opaque"
+        )
 
     def write(self, entries: Mapping[str, bytes], *, previous: Stored | None) -> None:
         metadata: dict[str, Any] = (
@@ -174,13 +178,19 @@ class SecretStore:
         what = f"cannot write {self.describe()}"
         if previous is None:  # a create that lost its answer may have happened: 429 only is retried
             retry.call(
-                lambda: self._core.create_namespaced_secret(self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=what, idempotent=False,
+                lambda: self._core.create_namespaced_secret(
+                    self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                ),
+                what=what,
+                idempotent=False,
             )
         else:  # metadata carries the resourceVersion read: a repeat that lost is a 409
             retry.call(
-                lambda: self._core.replace_namespaced_secret(self.name, self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=what, idempotent=True,
+                lambda: self._core.replace_namespaced_secret(
+                    self.name, self.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                ),
+                what=what,
+                idempotent=True,
             )
 
 
@@ -202,7 +212,8 @@ class WebhookClients:
         try:
             response = retry.call(
                 lambda: reader(self.name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=f"cannot read the {kind} webhook configuration {self.name}", idempotent=True,
+                what=f"cannot read the {kind} webhook configuration {self.name}",
+                idempotent=True,
             )
         except kube.errors.NotFound:
             return None
@@ -239,7 +250,9 @@ class WebhookClients:
         configuration = self._read(kind)
         if configuration is None:
             return 0
-        stale = [hook for hook in configuration.get("webhooks") or [] if (hook.get("clientConfig") or {}).get("caBundle") != encoded]
+        stale = [
+            hook for hook in configuration.get("webhooks") or [] if (hook.get("clientConfig") or {}).get("caBundle") != encoded
+        ]
         if not stale:
             return 0
         for hook in stale:
@@ -248,7 +261,8 @@ class WebhookClients:
         # The body carries resourceVersion: a concurrent change is a 409, never overwritten.
         retry.call(
             lambda: replace(self.name, configuration, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-            what=f"cannot update the {kind} webhook configuration {self.name}", idempotent=True,
+            what=f"cannot update the {kind} webhook configuration {self.name}",
+            idempotent=True,
         )
         return len(stale)
 
@@ -301,7 +315,12 @@ def reconcile(
     injected = clients.inject(plan.material.bundle_pem()) if clients is not None else 0
     waiting = plan.waiting
     if injected:
-        log.info("uid=- %s: set caBundle in %d webhook entr%s", clients.describe() if clients else "", injected, "y" if injected == 1 else "ies")
+        log.info(
+            "uid=- %s: set caBundle in %d webhook entr%s",
+            clients.describe() if clients else "",
+            injected,
+            "y" if injected == 1 else "ies",
+        )
         if waiting:  # decided on the bundles as read before this injection
             waiting = "the new CA was injected just now: the serving certificate from it follows once it has propagated"
     return Outcome(material=plan.material, reasons=plan.reasons, waiting=waiting, written=plan.changed, injected=injected)

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from webhook.cmdline import errors
 from webhook.cluster import binaries, controlplane, install, nodes, realnode
+from webhook.cmdline import errors
 
 ERRORS = (controlplane.ClusterError, binaries.BinariesError, nodes.NodeFileError)
 # No --kubeconfig or --context here: the local cluster is named by its directory, which holds its own
@@ -43,16 +43,24 @@ def add_parser(subparsers: Any) -> None:
     up.add_argument("--no-install", action="store_true", help="do not start and register the webhook")
     up.add_argument("--config", type=Path, default=None, metavar="FILE", help="policy settings file for the webhook")
     up.add_argument(
-        "--real-node", action="store_true",
+        "--real-node",
+        action="store_true",
         help="also join a real kubelet on this machine (containerd, CNI, kube-proxy; needs root and docker.io)",
     )
     up.add_argument(
-        "--in-cluster", action="store_true",
+        "--in-cluster",
+        action="store_true",
         help="with --real-node: build the image and install gpu-admission from deploy/ as containers on the real node",
     )
-    up.add_argument("--image", default=None, metavar="IMAGE", help="with --in-cluster: a local image built from the Dockerfile, instead of building one")
     up.add_argument(
-        "--mutating-admission-policies", action="store_true",
+        "--image",
+        default=None,
+        metavar="IMAGE",
+        help="with --in-cluster: a local image built from the Dockerfile, instead of building one",
+    )
+    up.add_argument(
+        "--mutating-admission-policies",
+        action="store_true",
         help="enable kube-apiserver's MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1 "
         "(for `policies export-map`)",
     )
@@ -81,9 +89,18 @@ def _up(args: argparse.Namespace) -> int:
     bin_dir = binaries.ensure(real_node=args.real_node)
     dra_apiserver, dra_scheduler = controlplane.dra_device_taint_flags(args.dra_device_taints)
     state = install.bring_up(
-        args.dir, bin_dir=bin_dir, fake_nodes=fake_nodes, with_install=not args.no_install, config=args.config, real_node=args.real_node,
-        in_cluster=args.in_cluster, image=args.image,
-        apiserver_flags=(*(controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.mutating_admission_policies else ()), *dra_apiserver),
+        args.dir,
+        bin_dir=bin_dir,
+        fake_nodes=fake_nodes,
+        with_install=not args.no_install,
+        config=args.config,
+        real_node=args.real_node,
+        in_cluster=args.in_cluster,
+        image=args.image,
+        apiserver_flags=(
+            *(controlplane.MUTATING_ADMISSION_POLICY_FLAGS if args.mutating_admission_policies else ()),
+            *dra_apiserver,
+        ),
         scheduler_flags=dra_scheduler,
     )
     real = f", real node {realnode.NODE_NAME} Ready at {state.node_ip}" if args.real_node else ""
@@ -127,5 +144,3 @@ def _status(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     print(binaries.ensure(force=args.force, real_node=args.real_node))
     return 0
-
-

@@ -55,7 +55,13 @@ class State:
         return f"https://127.0.0.1:{self.ports['kube-apiserver']}"
 
     def save(self) -> None:
-        data = {"bin_dir": str(self.bin_dir), "ports": self.ports, "pids": self.pids, "extra_args": self.extra_args, "node_ip": self.node_ip}
+        data = {
+            "bin_dir": str(self.bin_dir),
+            "ports": self.ports,
+            "pids": self.pids,
+            "extra_args": self.extra_args,
+            "node_ip": self.node_ip,
+        }
         tmp = self.directory / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
         tmp.replace(self.directory / STATE_FILE)
@@ -69,8 +75,12 @@ class State:
         except (OSError, ValueError) as error:
             raise ClusterError(f"{directory / STATE_FILE}: unreadable state: {error}") from error
         return cls(
-            directory=directory, bin_dir=Path(data["bin_dir"]), ports=data["ports"], pids=data["pids"],
-            extra_args=data.get("extra_args", {}), node_ip=data.get("node_ip", ""),
+            directory=directory,
+            bin_dir=Path(data["bin_dir"]),
+            ports=data["ports"],
+            pids=data["pids"],
+            extra_args=data.get("extra_args", {}),
+            node_ip=data.get("node_ip", ""),
         )
 
     def running(self) -> dict[str, bool]:
@@ -175,8 +185,7 @@ def up(
     (directory / "logs").mkdir(exist_ok=True)
     state = State(directory=directory, bin_dir=bin_dir)
     state.ports = {
-        name: free_port()
-        for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+        name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
     }
     pki.write_all(directory / "pki")
     if prepare is not None:
@@ -196,15 +205,45 @@ def up(
                     write_scheduler_config(state, configuration)
             start(state, name)
             if name == "etcd":
-                _wait(lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"), what="etcd", deadline=deadline, state=state, component="etcd")
+                _wait(
+                    lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"),
+                    what="etcd",
+                    deadline=deadline,
+                    state=state,
+                    component="etcd",
+                )
             if name == "kube-apiserver":
-                _wait(lambda: _api_ok(state, "/readyz"), what="kube-apiserver /readyz", deadline=deadline, state=state, component=name)
-        kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [n.manifest() for n in fake_nodes]}))
+                _wait(
+                    lambda: _api_ok(state, "/readyz"),
+                    what="kube-apiserver /readyz",
+                    deadline=deadline,
+                    state=state,
+                    component=name,
+                )
+        kubectl(
+            state,
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [n.manifest() for n in fake_nodes]}),
+        )
         names = [node.name for node in fake_nodes]
-        _wait(lambda: _nodes_ready(state, names), what=f"{len(names)} fake nodes Ready", deadline=deadline, state=state, component="kwok")
+        _wait(
+            lambda: _nodes_ready(state, names),
+            what=f"{len(names)} fake nodes Ready",
+            deadline=deadline,
+            state=state,
+            component="kwok",
+        )
         # kube-controller-manager creates each namespace's `default` ServiceAccount; until it has, the
         # ServiceAccount admission plugin refuses pods there.
-        _wait(lambda: _has_default_serviceaccount(state), what="the default ServiceAccount", deadline=deadline, state=state, component="kube-controller-manager")
+        _wait(
+            lambda: _has_default_serviceaccount(state),
+            what="the default ServiceAccount",
+            deadline=deadline,
+            state=state,
+            component="kube-controller-manager",
+        )
     except BaseException:
         stop(state)
         raise
@@ -285,9 +324,7 @@ def wait_for(
     _wait(predicate, what=what, deadline=time.monotonic() + timeout, state=state, component=component)
 
 
-def _wait(
-    predicate: Callable[[], bool], *, what: str, deadline: float, state: State | None, component: str
-) -> None:
+def _wait(predicate: Callable[[], bool], *, what: str, deadline: float, state: State | None, component: str) -> None:
     delay = 0.1
     while True:
         if state is not None and component and component in state.pids and not _alive(state.pids[component]):
@@ -309,10 +346,13 @@ def _command(state: State, name: str) -> list[str]:
     if name == "etcd":
         peer = f"http://127.0.0.1:{p['etcd-peer']}"
         return [
-            str(b / "etcd"), "--name=local", f"--data-dir={d / 'etcd'}",
+            str(b / "etcd"),
+            "--name=local",
+            f"--data-dir={d / 'etcd'}",
             f"--listen-client-urls=http://127.0.0.1:{p['etcd']}",
             f"--advertise-client-urls=http://127.0.0.1:{p['etcd']}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=local={peer}",
             "--unsafe-no-fsync=true",  # test data only; fsync dominates etcd latency on small disks
             "--log-level=warn",
@@ -321,9 +361,12 @@ def _command(state: State, name: str) -> list[str]:
         return [
             str(b / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={p['kube-apiserver']}", f"--cert-dir={pki_dir}",
-            f"--tls-cert-file={pki_dir / 'apiserver.crt'}", f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={p['kube-apiserver']}",
+            f"--cert-dir={pki_dir}",
+            f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
             f"--client-ca-file={pki_dir / 'ca.crt'}",
             "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -337,9 +380,11 @@ def _command(state: State, name: str) -> list[str]:
     if name == "kube-controller-manager":
         return [
             str(b / "kube-controller-manager"),
-            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={p['kube-controller-manager']}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p['kube-controller-manager']}",
             "--leader-elect=false",
             f"--service-account-private-key-file={pki_dir / 'sa.key'}",
             f"--root-ca-file={pki_dir / 'ca.crt'}",
@@ -349,16 +394,21 @@ def _command(state: State, name: str) -> list[str]:
         ]
     if name == "kube-scheduler":
         return [
-            str(b / "kube-scheduler"), f"--config={d / 'scheduler.yaml'}",
-            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={p['kube-scheduler']}",
+            str(b / "kube-scheduler"),
+            f"--config={d / 'scheduler.yaml'}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p['kube-scheduler']}",
         ]
     if name == "kwok":
         return [
-            str(b / "kwok"), f"--kubeconfig={kubeconfig}",
+            str(b / "kwok"),
+            f"--kubeconfig={kubeconfig}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={nodes.KWOK_ANNOTATION}=fake",
-            "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1",
+            "--cidr=10.244.0.0/16",
+            "--node-ip=10.240.0.1",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{p['kwok']}",
             f"--config={b / 'kwok-stages.yaml'}",
@@ -372,7 +422,12 @@ def _write_kubeconfig(state: State) -> None:
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "local", "cluster": {"server": state.server, "certificate-authority": str(pki_dir / "ca.crt")}}],
-        "users": [{"name": "admin", "user": {"client-certificate": str(pki_dir / "admin.crt"), "client-key": str(pki_dir / "admin.key")}}],
+        "users": [
+            {
+                "name": "admin",
+                "user": {"client-certificate": str(pki_dir / "admin.crt"), "client-key": str(pki_dir / "admin.key")},
+            }
+        ],
         "contexts": [{"name": "gpu-admission-local", "context": {"cluster": "local", "user": "admin"}}],
         "current-context": "gpu-admission-local",
     }
@@ -383,7 +438,9 @@ def _write_kubeconfig(state: State) -> None:
 
 def write_scheduler_config(state: State, configuration: Mapping[str, Any] | None = None) -> None:
     """Write the scheduler's configuration, pointed at this cluster and without leader election."""
-    config: dict[str, Any] = dict(configuration or {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
+    config: dict[str, Any] = dict(
+        configuration or {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"}
+    )
     config["clientConnection"] = {**config.get("clientConnection", {}), "kubeconfig": str(state.kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
     (state.directory / "scheduler.yaml").write_text(json.dumps(config, indent=2))

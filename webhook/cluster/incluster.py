@@ -68,7 +68,9 @@ def overlay_dir(state: controlplane.State) -> Path:
     return state.directory / "overlay"
 
 
-def overlay(*, base: str, image_name: str = IMAGE_NAME, image_tag: str = IMAGE_TAG, node_label: str = realnode.REAL_LABEL) -> dict[str, Any]:
+def overlay(
+    *, base: str, image_name: str = IMAGE_NAME, image_tag: str = IMAGE_TAG, node_label: str = realnode.REAL_LABEL
+) -> dict[str, Any]:
     """The test overlay's kustomization: image, replicas, and the real node for every workload."""
     selector = {"spec": {"template": {"spec": {"nodeSelector": {node_label: "true"}}}}}
     patches: list[dict[str, Any]] = []
@@ -81,13 +83,17 @@ def overlay(*, base: str, image_name: str = IMAGE_NAME, image_tag: str = IMAGE_T
             patch["spec"]["replicas"] = EXTENDER_REPLICAS
         patches.append({"patch": yaml.safe_dump(patch, sort_keys=False)})
         # Appended (a JSON patch), so that a workload's own tolerations stay; "-" needs the list.
-        patches.append({
-            "target": {"kind": kind, "name": name, "namespace": NAMESPACE},
-            "patch": yaml.safe_dump([
-                *([] if kind == "DaemonSet" else [{"op": "add", "path": "/spec/template/spec/tolerations", "value": []}]),
-                {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": TOLERATION},
-            ]),
-        })
+        patches.append(
+            {
+                "target": {"kind": kind, "name": name, "namespace": NAMESPACE},
+                "patch": yaml.safe_dump(
+                    [
+                        *([] if kind == "DaemonSet" else [{"op": "add", "path": "/spec/template/spec/tolerations", "value": []}]),
+                        {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": TOLERATION},
+                    ]
+                ),
+            }
+        )
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -100,13 +106,17 @@ def overlay(*, base: str, image_name: str = IMAGE_NAME, image_tag: str = IMAGE_T
 def write_overlay(state: controlplane.State) -> Path:
     directory = overlay_dir(state)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(overlay(base=os.path.relpath(deploy_dir(), directory)), sort_keys=False))
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(overlay(base=os.path.relpath(deploy_dir(), directory)), sort_keys=False)
+    )
     return directory
 
 
 def build_image(*, tag: str = IMAGE) -> str:
     """`docker build` of the repository's Dockerfile on the local base (tests/e2e/image/build.sh)."""
-    completed = subprocess.run(["bash", str(image_script()), tag], stdout=subprocess.PIPE, stderr=None, text=True, check=False, timeout=1800)
+    completed = subprocess.run(
+        ["bash", str(image_script()), tag], stdout=subprocess.PIPE, stderr=None, text=True, check=False, timeout=1800
+    )
     if completed.returncode != 0:
         raise controlplane.ClusterError(f"building the image {tag} failed (exit {completed.returncode})")
     return tag
@@ -124,6 +134,7 @@ def scheduler_configuration(document: Mapping[str, Any], *, cluster_ip: str, fil
 
 def point_scheduler_at_the_extender(state: controlplane.State, *, timeout: float = 60.0) -> None:
     """Write the client pair the install made and restart kube-scheduler with the Service's address."""
+
     def secret_ready() -> bool:
         return controlplane.kubectl(state, "get", "secret", CLIENT_SECRET, "-n", NAMESPACE, check=False).returncode == 0
 
@@ -135,7 +146,9 @@ def point_scheduler_at_the_extender(state: controlplane.State, *, timeout: float
         path = files / key
         path.write_bytes(base64.b64decode(secret["data"][key]))
         path.chmod(0o600)
-    cluster_ip = controlplane.kubectl(state, "get", "service", EXTENDER_SERVICE, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}").stdout.strip()
+    cluster_ip = controlplane.kubectl(
+        state, "get", "service", EXTENDER_SERVICE, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}"
+    ).stdout.strip()
     with open(deploy_dir() / "scheduler-config.yaml", encoding="utf-8") as stream:
         document = yaml.safe_load(stream)
     controlplane.write_scheduler_config(state, scheduler_configuration(document, cluster_ip=cluster_ip, files=files))
@@ -143,7 +156,11 @@ def point_scheduler_at_the_extender(state: controlplane.State, *, timeout: float
     controlplane.start(state, "kube-scheduler")
     port = state.ports["kube-scheduler"]
     controlplane.wait_for(
-        lambda: _healthz(state, port), what="kube-scheduler /healthz after the restart", timeout=timeout, state=state, component="kube-scheduler"
+        lambda: _healthz(state, port),
+        what="kube-scheduler /healthz after the restart",
+        timeout=timeout,
+        state=state,
+        component="kube-scheduler",
     )
 
 
@@ -196,5 +213,6 @@ def uninstall(state: controlplane.State, *, timeout_s: float = 300.0) -> None:
     controlplane.kubectl(state, "delete", "-k", str(overlay_dir(state)), "--wait=false", "--ignore-not-found")
     controlplane.wait_for(
         lambda: controlplane.kubectl(state, "get", "namespace", NAMESPACE, check=False).returncode != 0,
-        what=f"the namespace {NAMESPACE} deleted", timeout=timeout_s,
+        what=f"the namespace {NAMESPACE} deleted",
+        timeout=timeout_s,
     )

@@ -66,15 +66,26 @@ def start_webhook(state: controlplane.State, *, config: Path | None = None, time
     if not (certs / "tls.crt").exists():
         subprocess.run(
             [executable(), "certs", "generate", "--out-dir", str(certs), "--host", "127.0.0.1", "--host", "localhost"],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
     port = state.ports.get("webhook") or controlplane.free_port()
     state.ports["webhook"] = port
     command = [
-        executable(), "serve", "--port", str(port), "--host", "127.0.0.1",
-        "--tls-cert-file", str(certs / "tls.crt"), "--tls-private-key-file", str(certs / "tls.key"),
+        executable(),
+        "serve",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--tls-cert-file",
+        str(certs / "tls.crt"),
+        "--tls-private-key-file",
+        str(certs / "tls.key"),
         # Cluster access like the real webhook's: namespace labels, ConfigMap lookups for GPU001.
-        "--kubeconfig", str(state.kubeconfig),
+        "--kubeconfig",
+        str(state.kubeconfig),
     ]
     if config is not None:
         command += ["--config", str(config.resolve())]
@@ -97,7 +108,13 @@ def register(state: controlplane.State, *, timeout: float = 60.0, deploy: Path |
     port = port or state.ports["webhook"]
     items = local_registrations(documents, base_url=f"https://127.0.0.1:{port}", ca_bundle=ca_bundle)
     controlplane.kubectl(state, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    controlplane.wait_for(lambda: _webhook_effective(state), what="the apiserver to call the webhook", timeout=timeout, state=state, component="webhook")
+    controlplane.wait_for(
+        lambda: _webhook_effective(state),
+        what="the apiserver to call the webhook",
+        timeout=timeout,
+        state=state,
+        component="webhook",
+    )
 
 
 def local_scheduler_configuration(document: Mapping[str, Any], *, base_url: str) -> dict[str, Any]:
@@ -110,7 +127,9 @@ def local_scheduler_configuration(document: Mapping[str, Any], *, base_url: str)
     return changed
 
 
-def start_extender(state: controlplane.State, *, timeout: float = 30.0, create_ledger_namespace: bool = True) -> dict[str, Any] | None:
+def start_extender(
+    state: controlplane.State, *, timeout: float = 30.0, create_ledger_namespace: bool = True
+) -> dict[str, Any] | None:
     """Start `gpu-admission extender` under the cluster and return the scheduler configuration
     that calls it (None while `deploy/` has no scheduler configuration). Its reservation ledgers
     are Leases in the ledger namespace, created here unless `create_ledger_namespace` is False
@@ -127,7 +146,11 @@ def start_extender(state: controlplane.State, *, timeout: float = 30.0, create_l
         controlplane.kubectl(state, "create", "namespace", reservations.LEDGER_NAMESPACE, check=False)
     controlplane.start(state, "extender", command=command)
     controlplane.wait_for(
-        lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), what="the extender /healthz", timeout=timeout, state=state, component="extender"
+        lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"),
+        what="the extender /healthz",
+        timeout=timeout,
+        state=state,
+        component="extender",
     )
     return local_scheduler_configuration(document, base_url=f"http://127.0.0.1:{port}")
 
@@ -142,8 +165,17 @@ def start_labelers(state: controlplane.State, fake_nodes: Sequence[nodes.FakeNod
         inventory = directory / f"{node.name}.yaml"
         inventory.write_text(yaml.safe_dump(dict(node.inventory or {}), sort_keys=False))
         command = [
-            executable(), "labeler", "--node-name", node.name, "--kubeconfig", str(state.kubeconfig),
-            "--inventory", str(inventory), "--interval", "2s", "--advertise",
+            executable(),
+            "labeler",
+            "--node-name",
+            node.name,
+            "--kubeconfig",
+            str(state.kubeconfig),
+            "--inventory",
+            str(inventory),
+            "--interval",
+            "2s",
+            "--advertise",
         ]
         controlplane.start(state, f"labeler-{node.name}", command=command)
     names = {node.name for node in labelled}
@@ -200,8 +232,13 @@ def bring_up(
         realnode.check_host(bin_dir)
     local = with_install and not in_cluster
     state = controlplane.up(
-        directory, bin_dir=bin_dir, fake_nodes=fake_nodes, before_scheduler=start_extender if local else None,
-        prepare=realnode.prepare if real_node else None, apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=fake_nodes,
+        before_scheduler=start_extender if local else None,
+        prepare=realnode.prepare if real_node else None,
+        apiserver_flags=apiserver_flags,
+        scheduler_flags=scheduler_flags,
     )
     try:
         if real_node:
@@ -211,7 +248,9 @@ def bring_up(
         elif with_install:
             start_labelers(state, fake_nodes)  # the KWOK GPU nodes' NVML stand-ins
             incluster.install(state, image=image)
-            controlplane.wait_for(lambda: _webhook_effective(state), what="the apiserver to call the in-cluster webhook", timeout=120, state=state)
+            controlplane.wait_for(
+                lambda: _webhook_effective(state), what="the apiserver to call the in-cluster webhook", timeout=120, state=state
+            )
     except BaseException:
         tear_down(directory)
         raise
@@ -236,7 +275,9 @@ def _webhook_effective(state: controlplane.State) -> bool:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "gpu-admission-install-probe", "namespace": _PROBE_NAMESPACE},
-        "spec": {"containers": [{"name": "probe", "image": "probe", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
+        "spec": {
+            "containers": [{"name": "probe", "image": "probe", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
+        },
     }
     completed = controlplane.kubectl(state, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(probe), check=False)
     return completed.returncode != 0 and "GPU001" in completed.stderr

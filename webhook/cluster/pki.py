@@ -18,7 +18,7 @@ APISERVER_HOSTS = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.s
 def write_all(directory: Path) -> None:
     """Create every file the components need under `directory` (ca, apiserver, admin, sa)."""
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca = authority.issue_ca(now=now, common_name="gpu-admission local cluster CA")
     pairs = {
         "ca": ca,

@@ -122,7 +122,8 @@ def apiserver_flags(state: controlplane.State, *, address: str) -> list[str]:
     `kubernetes` Service has an endpoint), the Node authorizer, and a client pair for kubelets."""
     keys = state.directory / "pki"
     return [
-        "--bind-address=0.0.0.0", f"--advertise-address={address}",
+        "--bind-address=0.0.0.0",
+        f"--advertise-address={address}",
         "--endpoint-reconciler-type=lease",
         "--authorization-mode=Node",  # a string list: appended to the base RBAC, so RBAC,Node
         f"--kubelet-client-certificate={keys / 'apiserver-kubelet-client.crt'}",
@@ -148,7 +149,9 @@ def write_pki(state: controlplane.State, *, address: str) -> None:
     now = datetime.datetime.now(datetime.UTC)
     pairs = {
         "kubelet-serving": authority.issue_serving(ca, hosts=(address, NODE_NAME), now=now),
-        "kubelet-client": authority.issue_client(ca, common_name=f"system:node:{NODE_NAME}", organizations=("system:nodes",), now=now),
+        "kubelet-client": authority.issue_client(
+            ca, common_name=f"system:node:{NODE_NAME}", organizations=("system:nodes",), now=now
+        ),
         "kube-proxy": authority.issue_client(ca, common_name="system:kube-proxy", now=now),
         "apiserver-kubelet-client": authority.issue_client(ca, common_name="kube-apiserver-kubelet-client", now=now),
     }
@@ -176,35 +179,45 @@ def write_configs(state: controlplane.State, *, address: str, cni_bin: Path) -> 
     for sub in ("containerd-root", "containerd-state", "kubelet", "net.d", "cni-data"):
         (base / sub).mkdir(parents=True, exist_ok=True)
     (base / "containerd.toml").write_text(
-        "\n".join([
-            "version = 2",
-            f'root = "{base / "containerd-root"}"',
-            f'state = "{base / "containerd-state"}"',
-            "[grpc]",
-            f'  address = "{socket_path(state)}"',
-            '[plugins."io.containerd.grpc.v1.cri"]',
-            f'  sandbox_image = "{PAUSE_IMAGE}"',
-            "  restrict_oom_score_adj = true",
-            "  enable_selinux = false",
-            '  [plugins."io.containerd.grpc.v1.cri".containerd]',
-            '    snapshotter = "overlayfs"',
-            '    default_runtime_name = "runc"',
-            '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
-            '      runtime_type = "io.containerd.runc.v2"',
-            '  [plugins."io.containerd.grpc.v1.cri".cni]',
-            f'    bin_dir = "{cni_bin}"',
-            f'    conf_dir = "{base / "net.d"}"',
-            "",
-        ])
+        "\n".join(
+            [
+                "version = 2",
+                f'root = "{base / "containerd-root"}"',
+                f'state = "{base / "containerd-state"}"',
+                "[grpc]",
+                f'  address = "{socket_path(state)}"',
+                '[plugins."io.containerd.grpc.v1.cri"]',
+                f'  sandbox_image = "{PAUSE_IMAGE}"',
+                "  restrict_oom_score_adj = true",
+                "  enable_selinux = false",
+                '  [plugins."io.containerd.grpc.v1.cri".containerd]',
+                '    snapshotter = "overlayfs"',
+                '    default_runtime_name = "runc"',
+                '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
+                '      runtime_type = "io.containerd.runc.v2"',
+                '  [plugins."io.containerd.grpc.v1.cri".cni]',
+                f'    bin_dir = "{cni_bin}"',
+                f'    conf_dir = "{base / "net.d"}"',
+                "",
+            ]
+        )
     )
     conflist = {
         "cniVersion": "1.0.0",
         "name": "gpu-admission",
         "plugins": [
             {
-                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}],
-                         "dataDir": str(base / "cni-data")},
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(base / "cni-data"),
+                },
             },
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],
@@ -248,7 +261,13 @@ def write_configs(state: controlplane.State, *, address: str, cni_bin: Path) -> 
     }
     (base / "kubelet.yaml").write_text(json.dumps(kubelet_config, indent=2))
     for name, user in (("kubelet", "kubelet-client"), ("kube-proxy", "kube-proxy")):
-        _write_kubeconfig(base / f"{name}.kubeconfig", server=state.server, ca=keys / "ca.crt", cert=keys / f"{user}.crt", key=keys / f"{user}.key")
+        _write_kubeconfig(
+            base / f"{name}.kubeconfig",
+            server=state.server,
+            ca=keys / "ca.crt",
+            cert=keys / f"{user}.crt",
+            key=keys / f"{user}.key",
+        )
     proxy_config = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
@@ -268,7 +287,8 @@ def write_configs(state: controlplane.State, *, address: str, cni_bin: Path) -> 
 
 def _write_kubeconfig(path: Path, *, server: str, ca: Path, cert: Path, key: Path) -> None:
     config = {
-        "apiVersion": "v1", "kind": "Config",
+        "apiVersion": "v1",
+        "kind": "Config",
         "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
         "users": [{"name": "user", "user": {"client-certificate": str(cert), "client-key": str(key)}}],
         "contexts": [{"name": "local", "context": {"cluster": "local", "user": "user"}}],
@@ -281,7 +301,8 @@ def _write_kubeconfig(path: Path, *, server: str, ca: Path, cert: Path, key: Pat
 def bind_kubelet_api(state: controlplane.State) -> None:
     """Let the apiserver's kubelet client (logs, exec, port-forward) use the kubelet's API."""
     binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
         "metadata": {"name": "gpu-admission-local:apiserver-kubelet-client"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}],
@@ -305,7 +326,10 @@ def load_image(state: controlplane.State, archive: Path) -> None:
     """Import a `docker save` archive into the node's containerd (CRI's namespace)."""
     completed = subprocess.run(
         ["ctr", "--address", str(socket_path(state)), "-n", NAMESPACE, "images", "import", "--no-unpack", str(archive)],
-        capture_output=True, text=True, check=False, timeout=300,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     if completed.returncode != 0:
         raise RealNodeError(f"ctr images import {archive.name}: {completed.stderr.strip() or completed.stdout.strip()}")
@@ -314,7 +338,9 @@ def load_image(state: controlplane.State, archive: Path) -> None:
 def docker_image_archive(state: controlplane.State, image: str) -> Path:
     """`docker save` of a local image into the node directory."""
     archive = node_dir(state) / (image.replace("/", "_").replace(":", "_") + ".tar")
-    completed = subprocess.run(["docker", "save", "-o", str(archive), image], capture_output=True, text=True, check=False, timeout=300)
+    completed = subprocess.run(
+        ["docker", "save", "-o", str(archive), image], capture_output=True, text=True, check=False, timeout=300
+    )
     if completed.returncode != 0:
         raise RealNodeError(f"docker save {image}: {completed.stderr.strip()}")
     return archive
@@ -328,7 +354,9 @@ def build_pause_image(state: controlplane.State) -> None:
         context.mkdir(parents=True, exist_ok=True)
         shutil.copy2(state.bin_dir / "pause", context / "pause")
         (context / "Dockerfile").write_text('FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n')
-        completed = subprocess.run(["docker", "build", "-q", "-t", PAUSE_IMAGE, str(context)], capture_output=True, text=True, check=False, timeout=300)
+        completed = subprocess.run(
+            ["docker", "build", "-q", "-t", PAUSE_IMAGE, str(context)], capture_output=True, text=True, check=False, timeout=300
+        )
         if completed.returncode != 0:
             raise RealNodeError(f"building the pause image: {completed.stderr.strip()}")
     load_image(state, docker_image_archive(state, PAUSE_IMAGE))
@@ -349,18 +377,27 @@ def start(state: controlplane.State, *, address: str, timeout: float = 180.0) ->
     build_pause_image(state)
     bind_kubelet_api(state)
     controlplane.start(
-        state, "kubelet",
+        state,
+        "kubelet",
         command=[
-            str(state.bin_dir / "kubelet"), f"--config={base / 'kubelet.yaml'}", f"--kubeconfig={base / 'kubelet.kubeconfig'}",
-            f"--root-dir={base / 'kubelet'}", f"--hostname-override={NODE_NAME}", f"--node-ip={address}",
-            f"--node-labels={REAL_LABEL}=true", "--v=1",
+            str(state.bin_dir / "kubelet"),
+            f"--config={base / 'kubelet.yaml'}",
+            f"--kubeconfig={base / 'kubelet.kubeconfig'}",
+            f"--root-dir={base / 'kubelet'}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={address}",
+            f"--node-labels={REAL_LABEL}=true",
+            "--v=1",
         ],
     )
     controlplane.start(
-        state, "kube-proxy",
+        state,
+        "kube-proxy",
         command=[str(state.bin_dir / "kube-proxy"), f"--config={base / 'kube-proxy.yaml'}", "--v=1"],
     )
-    controlplane.wait_for(lambda: _node_ready(state), what=f"the real node {NODE_NAME} Ready", timeout=timeout, state=state, component="kubelet")
+    controlplane.wait_for(
+        lambda: _node_ready(state), what=f"the real node {NODE_NAME} Ready", timeout=timeout, state=state, component="kubelet"
+    )
 
 
 def stop(state: controlplane.State) -> list[str]:
@@ -421,7 +458,11 @@ def teardown_directory(directory: Path) -> list[str]:
 
 def _ctr(state: controlplane.State, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["ctr", "--address", str(socket_path(state)), "-n", NAMESPACE, *args], capture_output=True, text=True, check=False, timeout=timeout
+        ["ctr", "--address", str(socket_path(state)), "-n", NAMESPACE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
     )
 
 
@@ -452,15 +493,21 @@ def _sandboxes(state: controlplane.State) -> dict[str, str]:
     return found
 
 
-def cni_delete_requests(conflist: dict[str, object], *, container: str, netns: str, cni_path: str) -> list[tuple[dict[str, str], bytes]]:
+def cni_delete_requests(
+    conflist: dict[str, object], *, container: str, netns: str, cni_path: str
+) -> list[tuple[dict[str, str], bytes]]:
     """CNI DEL for one sandbox, plugin by plugin in reverse order: (environment, stdin) pairs."""
     plugins = conflist.get("plugins")
     requests: list[tuple[dict[str, str], bytes]] = []
     for plugin in reversed(plugins if isinstance(plugins, list) else []):
         config = {"cniVersion": conflist.get("cniVersion"), "name": conflist.get("name"), **plugin}
         environment = {
-            "CNI_COMMAND": "DEL", "CNI_CONTAINERID": container, "CNI_NETNS": netns, "CNI_IFNAME": "eth0",
-            "CNI_PATH": cni_path, "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "CNI_COMMAND": "DEL",
+            "CNI_CONTAINERID": container,
+            "CNI_NETNS": netns,
+            "CNI_IFNAME": "eth0",
+            "CNI_PATH": cni_path,
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         }
         requests.append((environment, json.dumps(config).encode()))
     return requests

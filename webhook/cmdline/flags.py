@@ -92,14 +92,21 @@ def add_namespaces(
         where.add_argument("-A", "--all-namespaces", action="store_true", help=all_help)
 
 
-def add_output(parser: _Container, formats: Sequence[str], *, default: str | None = "table", default_help: str | None = None) -> None:
+def add_output(
+    parser: _Container, formats: Sequence[str], *, default: str | None = "table", default_help: str | None = None
+) -> None:
     """``-o/--output`` with the formats this command prints (each one of ``OUTPUT_FORMATS``); a
     ``default`` of None leaves the choice to the command, which ``default_help`` then describes."""
     unknown = [name for name in formats if name not in OUTPUT_FORMATS]
     if unknown or (default not in formats if default is not None else default_help is None):
         raise ValueError(f"output formats {unknown} unknown, or default {default!r} not offered")
     parser.add_argument(
-        "-o", "--output", type=_output_format(tuple(formats)), choices=tuple(formats), default=default, metavar="FORMAT",
+        "-o",
+        "--output",
+        type=_output_format(tuple(formats)),
+        choices=tuple(formats),
+        default=default,
+        metavar="FORMAT",
         help=f"output format: {'|'.join(formats)} (default: {default_help or default})",
     )
 
@@ -124,7 +131,9 @@ def add_ledger_namespace(parser: _Container, *, note: str = "") -> None:
     """`--ledger-namespace`: where the scheduler extender keeps the nodes' reservation-ledger Leases.
     Every command that writes or reads the ledgers takes it; a Lease elsewhere is never a ledger."""
     parser.add_argument(
-        "--ledger-namespace", default=reservations.LEDGER_NAMESPACE, metavar="NAMESPACE",
+        "--ledger-namespace",
+        default=reservations.LEDGER_NAMESPACE,
+        metavar="NAMESPACE",
         help="where the scheduler extender keeps the nodes' reservation-ledger Leases, one per GPU node "
         f"(default: %(default)s; a Lease elsewhere is never read as a ledger{note})",
     )
@@ -132,7 +141,8 @@ def add_ledger_namespace(parser: _Container, *, note: str = "") -> None:
 
 def add_output_file(parser: _Container) -> None:
     parser.add_argument(
-        "--output-file", metavar="FILE",
+        "--output-file",
+        metavar="FILE",
         help="write the output to FILE (whole, or not at all: a temporary file renamed over it) instead of stdout",
     )
 
@@ -189,7 +199,10 @@ CERT_CHECK_INTERVAL: Final = datetime.timedelta(seconds=10)
 def add_cert_check_interval(parser: _Container, *, what: str) -> None:
     """``--cert-check-interval``: how often a server looks at ``what`` for new certificates."""
     parser.add_argument(
-        "--cert-check-interval", type=duration_delta, default=CERT_CHECK_INTERVAL, metavar="DURATION",
+        "--cert-check-interval",
+        type=duration_delta,
+        default=CERT_CHECK_INTERVAL,
+        metavar="DURATION",
         help=f"how often {what} are checked for changes, loaded when they change (default: 10s)",
     )
 
@@ -197,12 +210,18 @@ def add_cert_check_interval(parser: _Container, *, what: str) -> None:
 def add_drain(parser: _Container) -> None:
     """``--drain-seconds`` and ``--drain-idle-seconds``: how a server drains on SIGTERM/SIGINT."""
     parser.add_argument(
-        "--drain-seconds", type=duration, default=0.0, metavar="DURATION",
+        "--drain-seconds",
+        type=duration,
+        default=0.0,
+        metavar="DURATION",
         help="on SIGTERM, keep accepting for DURATION, with readyz 503 and 'Connection: close' on every "
         "response (default: 0; in a Deployment: longer than endpoints take to drop the pod, e.g. 10s)",
     )
     parser.add_argument(
-        "--drain-idle-seconds", type=duration, default=0.0, metavar="DURATION",
+        "--drain-idle-seconds",
+        type=duration,
+        default=0.0,
+        metavar="DURATION",
         help="then, with the listener closed, wait up to DURATION for clients to close their kept-alive "
         "connections (default: 0; Go clients such as kube-apiserver close idle ones after 90s, so e.g. 95s)",
     )
@@ -212,7 +231,9 @@ def add_logging(parser: _Container) -> None:
     """``--log-level`` and ``--log-format`` of a long-running command."""
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
     parser.add_argument(
-        "--log-format", default="text", choices=LOG_FORMATS,
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
         help="text lines, or one JSON object per line with time, level, logger, message and the "
         "line's key=value fields (default: text)",
     )

@@ -84,7 +84,13 @@ def _tables(commands: list[Command], *, name: str) -> str:
     lines += ["    esac", "}", f"{name}_options() {{", '    case "$1" in']
     for command in commands:
         lines.append(f"        {_quote(' '.join(command.path))}) echo {_quote(' '.join(command.options))} ;;")
-    lines += ["    esac", "}", "# status 0 when flag $2 of command $1 takes a value; prints its choices", f"{name}_value() {{", '    case "$1|$2" in']
+    lines += [
+        "    esac",
+        "}",
+        "# status 0 when flag $2 of command $1 takes a value; prints its choices",
+        f"{name}_value() {{",
+        '    case "$1|$2" in',
+    ]
     for command in commands:
         by_choices: dict[tuple[str, ...], list[str]] = {}
         for option, choices in command.values.items():

@@ -25,10 +25,9 @@ import yaml
 
 from policies import gpu
 from webhook import config
-from webhook.commands import dryrun
-from webhook.cmdline import manifests
-from webhook.cmdline import errors
 from webhook.cluster import binaries, controlplane, incluster, install, nodes, realnode
+from webhook.cmdline import errors, manifests
+from webhook.commands import dryrun
 
 NAMESPACE = "demo"
 # The examples as the wheel carries them (setup.py's build_py copies examples/ here); a source
@@ -56,7 +55,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"cluster directory (default: {DEFAULT_DIR})")
     parser.add_argument("--offline", action="store_true", help="skip the cluster: dry-run the examples only")
     parser.add_argument(
-        "--real-node", action="store_true",
+        "--real-node",
+        action="store_true",
         help="the same story with gpu-admission installed from deploy/ as containers on a real kubelet "
         "(needs root, docker.io, containerd; see `cluster up --real-node --in-cluster`)",
     )
@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
 def no_cluster(*, real_node: bool = False) -> str | None:
     """Why no local cluster can be built here (one line), or None when one can."""
     prebuilt = bool(os.environ.get(binaries.ENV_BIN_DIR))
-    needed = [install.deploy_dir()] + ([] if prebuilt else [binaries.build_script()]) + ([incluster.image_script()] if real_node else [])
+    needed = (
+        [install.deploy_dir()]
+        + ([] if prebuilt else [binaries.build_script()])
+        + ([incluster.image_script()] if real_node else [])
+    )
     if not all(path.exists() for path in needed):
         return "not run from a source checkout (the local cluster is built from its deploy/ and Go tools module)"
     if not prebuilt and shutil.which("go") is None:
@@ -107,15 +111,23 @@ def _on_cluster(directory: Path, *, real_node: bool = False, dra_device_taints: 
         print("   with a real node: the image is built and gpu-admission installed from deploy/ as containers")
     apiserver_flags, scheduler_flags = controlplane.dra_device_taint_flags(dra_device_taints)
     state = install.bring_up(
-        directory, bin_dir=bin_dir, fake_nodes=fake_nodes, real_node=real_node, in_cluster=real_node,
-        apiserver_flags=apiserver_flags, scheduler_flags=scheduler_flags,
+        directory,
+        bin_dir=bin_dir,
+        fake_nodes=fake_nodes,
+        real_node=real_node,
+        in_cluster=real_node,
+        apiserver_flags=apiserver_flags,
+        scheduler_flags=scheduler_flags,
     )
     where = "as containers on the real node" if real_node else "as local processes"
-    print(f"   {len(fake_nodes)} fake nodes Ready; webhook, extender {where}; {sum(n.inventory is not None for n in fake_nodes)} labelers running")
+    print(
+        f"   {len(fake_nodes)} fake nodes Ready; webhook, extender {where}; {sum(n.inventory is not None for n in fake_nodes)} labelers running"
+    )
     controlplane.kubectl(state, "create", "namespace", NAMESPACE)
     controlplane.wait_for(
         lambda: controlplane.kubectl(state, "get", "serviceaccount", "default", "-n", NAMESPACE, check=False).returncode == 0,
-        what="the demo namespace", timeout=30,
+        what="the demo namespace",
+        timeout=30,
     )
 
     ok = True
@@ -204,7 +216,9 @@ def _short(message: str) -> str:
 
 
 def _pods(state: controlplane.State) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = json.loads(controlplane.kubectl(state, "get", "pods", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    items: list[dict[str, Any]] = json.loads(controlplane.kubectl(state, "get", "pods", "-n", NAMESPACE, "-o", "json").stdout)[
+        "items"
+    ]
     return items
 
 
@@ -248,4 +262,6 @@ def _inspect(state: controlplane.State) -> str:
 
 def _columns(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("   " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return "\n".join(
+        "   " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )

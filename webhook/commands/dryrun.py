@@ -26,9 +26,9 @@ import yaml
 
 from policies import model, podspec, settings
 from webhook import config
+from webhook.admission import decisions
 from webhook.cmdline import errors, flags, manifests, output
 from webhook.cmdline.manifests import Document
-from webhook.admission import decisions
 
 EXIT_ALLOWED, EXIT_DENIED = 0, 1
 Output = Literal["table", "json", "yaml"]
@@ -94,7 +94,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--config", metavar="FILE", help="settings YAML (policy actions, exempt namespaces, ...)")
     parser.add_argument("--policies-dir", metavar="DIR", help="directory of user (CEL) policy YAML files")
     flags.add_namespaces(
-        parser, namespace_help="namespace for objects that name none (default: default)", all_help=None, default=decisions.DEFAULT_NAMESPACE
+        parser,
+        namespace_help="namespace for objects that name none (default: default)",
+        all_help=None,
+        default=decisions.DEFAULT_NAMESPACE,
     )
     parser.set_defaults(func=run)
 
@@ -107,9 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_DENIED if any(not outcome.decision.allowed for outcome in outcomes) else EXIT_ALLOWED
 
 
-def evaluate(
-    documents: Sequence[Document], *, settings: settings.Settings, default_namespace: str = "default"
-) -> list[Outcome]:
+def evaluate(documents: Sequence[Document], *, settings: settings.Settings, default_namespace: str = "default") -> list[Outcome]:
     """Decide every document as the webhook would, and apply each patch to a copy of its object.
 
     Namespace documents among the inputs give their labels to the objects in them (for namespace
@@ -149,8 +150,7 @@ def report(outcomes: Sequence[Outcome]) -> WireReport:
                 "name": _name(obj),
                 "allowed": outcome.decision.allowed,
                 "violations": [
-                    {"policy": v.policy, "action": str(v.action), "message": v.message}
-                    for v in outcome.decision.violations
+                    {"policy": v.policy, "action": str(v.action), "message": v.message} for v in outcome.decision.violations
                 ],
                 "patch": [dict(op) for op in outcome.decision.patch],
                 "patchAppliesTo": patch_applies_to(obj),
@@ -186,7 +186,9 @@ def render_table(outcomes: Sequence[Outcome]) -> str:
         lines = [f"{v.action.upper():<7} {v.message}" for v in decision.violations]
         lines += [f"PATCH   {_describe_op(op)}" for op in decision.patch]
         if decision.patch and patch_applies_to(obj) == PATCH_APPLIES_TO_TEMPLATE_PODS:
-            lines.append(f"NOTE    {obj.get('kind')} is stored unpatched; the patch applies to the pods created from its template")
+            lines.append(
+                f"NOTE    {obj.get('kind')} is stored unpatched; the patch applies to the pods created from its template"
+            )
         if decision.exempt_reason:
             lines.append(f"EXEMPT  {decision.exempt_reason}")
         details.append(lines)

@@ -19,7 +19,6 @@ from webhook import config
 from webhook.cmdline import flags, output
 from webhook.commands import mutating_policy, vap
 
-
 EXPORT_OUTPUTS = ("yaml", "json")
 
 
@@ -51,7 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run_export(args: argparse.Namespace) -> int:
     loaded = config.load(args.config, policies_dir=args.policies_dir)
-    exported = vap.export(loaded, now=datetime.datetime.now(datetime.timezone.utc))
+    exported = vap.export(loaded, now=datetime.datetime.now(datetime.UTC))
     for note in exported.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.output == "json":
@@ -73,9 +72,14 @@ def run_list(args: argparse.Namespace) -> int:
         rows.append((item.id, str(item.kind), str(loaded.action(item.id)), spec.source if spec else "built-in", item.summary))
     if args.output != "table":
         listed = [dict(zip(("id", "kind", "action", "source", "summary"), row, strict=True)) for row in rows[1:]]
-        output.emit(json.dumps(listed, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(listed, sort_keys=False), path=args.output_file)
+        output.emit(
+            json.dumps(listed, indent=2) + "\n" if args.output == "json" else yaml.safe_dump(listed, sort_keys=False),
+            path=args.output_file,
+        )
         return 0
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ("  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] + "\n" for row in rows)
+    lines = (
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] + "\n" for row in rows
+    )
     output.emit("".join(lines), path=args.output_file)
     return 0

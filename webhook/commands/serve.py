@@ -43,15 +43,13 @@ from collections.abc import AsyncIterator, Iterator
 from certs import rotation
 from policies import settings
 from webhook import config, kube
-from webhook.admission import clustercontext, configwatch
+from webhook.admission import app as admission_app
+from webhook.admission import clustercontext, configwatch, decisioncache, keys
+from webhook.audit import background as audit_background
+from webhook.certificates import provision
 from webhook.cmdline import errors, flags
 from webhook.kube import leader
 from webhook.serving import metrics, shell, tls, workers
-from webhook.certificates import provision
-from webhook.admission import app as admission_app
-from webhook.admission import decisioncache
-from webhook.admission import keys
-from webhook.audit import background as audit_background
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +118,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     managed.add_argument(
         "--self-managed-certs",
         action="store_true",
-        help="keep a CA and serving pair in a Secret, renewed ahead of expiry, and inject the CA into the "
-        "webhook configurations",
+        help="keep a CA and serving pair in a Secret, renewed ahead of expiry, and inject the CA into the webhook configurations",
     )
-    flags.add_namespaces(managed, namespace_help="namespace of the Secret, Service and Lease (default: the pod's own)", all_help=None)
+    flags.add_namespaces(
+        managed, namespace_help="namespace of the Secret, Service and Lease (default: the pod's own)", all_help=None
+    )
     managed.add_argument("--certs-secret", default=provision.SECRET, metavar="NAME", help=f"default: {provision.SECRET}")
     managed.add_argument(
-        "--service", default=provision.SERVICE, metavar="NAME", help=f"Service the certificate is for (default: {provision.SERVICE})"
+        "--service",
+        default=provision.SERVICE,
+        metavar="NAME",
+        help=f"Service the certificate is for (default: {provision.SERVICE})",
     )
     managed.add_argument(
         "--webhook-configuration",
@@ -138,11 +140,33 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     managed.add_argument(
         "--cert-host", action="append", default=[], metavar="NAME", help="one more SAN (DNS name or IP), repeatable"
     )
-    managed.add_argument("--lease", default=provision.LEASE, metavar="NAME", help=f"Lease of the writing replica (default: {provision.LEASE})")
-    managed.add_argument("--cert-validity", type=flags.duration_delta, default=rotation.Policy().serving_validity, metavar="DURATION", help="default: 365d")
-    managed.add_argument("--renew-before", type=flags.duration_delta, default=rotation.SERVING_RENEW_BEFORE, metavar="DURATION", help="default: 60d")
-    managed.add_argument("--ca-validity", type=flags.duration_delta, default=rotation.Policy().ca_validity, metavar="DURATION", help="default: 3650d")
-    managed.add_argument("--ca-renew-before", type=flags.duration_delta, default=rotation.CA_RENEW_BEFORE, metavar="DURATION", help="default: 365d")
+    managed.add_argument(
+        "--lease", default=provision.LEASE, metavar="NAME", help=f"Lease of the writing replica (default: {provision.LEASE})"
+    )
+    managed.add_argument(
+        "--cert-validity",
+        type=flags.duration_delta,
+        default=rotation.Policy().serving_validity,
+        metavar="DURATION",
+        help="default: 365d",
+    )
+    managed.add_argument(
+        "--renew-before",
+        type=flags.duration_delta,
+        default=rotation.SERVING_RENEW_BEFORE,
+        metavar="DURATION",
+        help="default: 60d",
+    )
+    managed.add_argument(
+        "--ca-validity",
+        type=flags.duration_delta,
+        default=rotation.Policy().ca_validity,
+        metavar="DURATION",
+        help="default: 3650d",
+    )
+    managed.add_argument(
+        "--ca-renew-before", type=flags.duration_delta, default=rotation.CA_RENEW_BEFORE, metavar="DURATION", help="default: 365d"
+    )
     managed.add_argument(
         "--ca-propagation-delay",
         type=flags.duration_delta,
@@ -267,7 +291,9 @@ async def _serve(
 def _files(args: argparse.Namespace) -> shell.CertificateSource:
     return shell.files(
         shell.TlsFiles(
-            cert_file=args.tls_cert_file, key_file=args.tls_private_key_file, check_interval=args.cert_check_interval.total_seconds()
+            cert_file=args.tls_cert_file,
+            key_file=args.tls_private_key_file,
+            check_interval=args.cert_check_interval.total_seconds(),
         )
     )
 

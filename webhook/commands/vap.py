@@ -148,7 +148,11 @@ def _manifests(rule: Rule, *, conditions: Sequence[Mapping[str, str]], exempt: f
     policy = {
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": rule.name, "labels": labels, "annotations": {"gpu-admission.io/policy-id": rule.id, "gpu-admission.io/source": rule.source}},
+        "metadata": {
+            "name": rule.name,
+            "labels": labels,
+            "annotations": {"gpu-admission.io/policy-id": rule.id, "gpu-admission.io/source": rule.source},
+        },
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": constraints,
@@ -240,8 +244,15 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
                 f"!dyn(c).?securityContext.?capabilities.?add.orValue([]).exists(x, {named} in {_lit(needing)}))"
             )
         pod = " && ".join(
-            [f"!object.spec.?{field}.orValue(false)" for field in trustzone.HOST_NAMESPACES if field not in allowance.host_namespaces]
-            + ["!object.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false)", _selinux_ok("object.spec.?securityContext.?seLinuxOptions")]
+            [
+                f"!object.spec.?{field}.orValue(false)"
+                for field in trustzone.HOST_NAMESPACES
+                if field not in allowance.host_namespaces
+            ]
+            + [
+                "!object.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false)",
+                _selinux_ok("object.spec.?securityContext.?seLinuxOptions"),
+            ]
         )
         validations = [
             validation(
@@ -259,9 +270,16 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
         allowance = settings.widest_allowance
         kinds = " || ".join(f"has(v.{kind})" for kind in sorted(allowance.volume_types))
         # A read-only entry allows what lies under it, a writable one only itself (trustzone.Allowance.host_path).
-        allowed = _LEAD + "(?:" + "|".join(
-            f"(?:{a}){_UNDER if entry.read_only else _END + '$'}" for entry in allowance.host_paths for a in _spellings(entry.path)
-        ) + ")"
+        allowed = (
+            _LEAD
+            + "(?:"
+            + "|".join(
+                f"(?:{a}){_UNDER if entry.read_only else _END + '$'}"
+                for entry in allowance.host_paths
+                for a in _spellings(entry.path)
+            )
+            + ")"
+        )
         validations = [
             validation(
                 f"!variables.{REACH} || !has(object.spec.volumes) || object.spec.volumes.all(v, {kinds} || "
@@ -304,7 +322,9 @@ def _builtin(policy_id: str, *, summary: str, settings: settings_.Settings) -> R
                 _every_container(f"!({core} in {limits} || {count} in {limits}) || {mem} in {limits}"),
                 f"{gpu.Resource.GPU_CORE_PERCENTAGE} and {gpu.Resource.GPU_COUNT} come only beside {gpu.Resource.GPU_MEM}",
             ),
-            validation(families, "the pod mixes GPU resource families (one of nvidia.com/gpu, aliyun.com/gpu-mem, aliyun.com/gpu)"),
+            validation(
+                families, "the pod mixes GPU resource families (one of nvidia.com/gpu, aliyun.com/gpu-mem, aliyun.com/gpu)"
+            ),
         ]
     variables = (
         ({"name": STAYS_OFF, "expression": _stays_off(settings)}, {"name": REACH, "expression": _reach(settings)})
@@ -333,7 +353,9 @@ def _user(spec: cel.Spec) -> Rule:
         out["message"] = prefix + (item.message or f"failed expression: {' '.join(item.expression.source.split())}")
         if item.message_expression is not None:
             out["messageExpression"] = f"{_lit(prefix)} + ({bound(item.message_expression.source)})"
-        out["reason"] = item.reason if item.reason in ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge") else "Forbidden"
+        out["reason"] = (
+            item.reason if item.reason in ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge") else "Forbidden"
+        )
         validations.append(out)
     return Rule(
         id=spec.id,
@@ -469,7 +491,9 @@ def _reach(settings: settings_.Settings) -> str:
     """
     if settings.trust_zone.strict:
         return "true"
-    asked = f"({_requests_gpu(settings.trust_zone)} || object.spec.?resourceClaims.orValue([]).size() > 0 || {_targets_gpu_nodes()})"
+    asked = (
+        f"({_requests_gpu(settings.trust_zone)} || object.spec.?resourceClaims.orValue([]).size() > 0 || {_targets_gpu_nodes()})"
+    )
     return f"({asked} || (!variables.{STAYS_OFF} && request.?subResource.orValue('') != {_lit(podspec.EPHEMERAL_SUBRESOURCE)}))"
 
 
@@ -503,10 +527,7 @@ def _host_ports_ok(allowance: trustzone.Allowance) -> str:
 def _selinux_ok(options: str) -> str:
     """CEL: the SELinux options at `options` (an optional) are within Pod Security baseline's."""
     types = _lit(sorted(trustzone.BASELINE_SELINUX_TYPES))
-    return (
-        f"!{options}.?user.hasValue() && !{options}.?role.hasValue() && "
-        f"{options}.?type.orValue('') in {types}"
-    )
+    return f"!{options}.?user.hasValue() && !{options}.?role.hasValue() && {options}.?type.orValue('') in {types}"
 
 
 def _is_gpu_label(key: str) -> str:
@@ -575,8 +596,7 @@ def _exception_matches(exception: settings_.PolicyException) -> str:
         parts.append(_namespace_matches(exception.namespaces))
     if exception.names:
         name = (
-            "(object.metadata.?name.orValue('') != '' ? object.metadata.name : "
-            "object.metadata.?generateName.orValue('') + '*')"
+            "(object.metadata.?name.orValue('') != '' ? object.metadata.name : object.metadata.?generateName.orValue('') + '*')"
         )
         pattern = "^(" + "|".join(_glob(p) for p in exception.names) + ")$"
         parts.append(f"{name}.matches({_lit(pattern)})")

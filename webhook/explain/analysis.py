@@ -32,14 +32,13 @@ import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu, model, nodeaffinity, podspec
-from policies.gpu import cardrequest, reservations
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies.gpu import cardrequest, cards, reasons, reservations
+from webhook.explain import predicates
 from webhook.extender import placement
 from webhook.extender import preemption as preemption_  # `preemption` names a verdict's field here
-from policies.gpu import cards, reasons
 from webhook.extender import store as store_module
-from webhook.explain import predicates
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
 
@@ -132,7 +131,11 @@ class Cluster:
     """Nodes and pods as the extender sees them: its cache, plus what `explain` needs beside it."""
 
     def __init__(
-        self, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float,
+        self,
+        nodes: Iterable[Mapping[str, Any]],
+        pods: Iterable[Mapping[str, Any]],
+        *,
+        now: float,
         ttl: float = allocation_.DEFAULT_RESERVATION_TTL_S,
         leases: Iterable[Mapping[str, Any]] = (),
         ledger_namespace: str = reservations.LEDGER_NAMESPACE,
@@ -193,18 +196,33 @@ class Cluster:
         state = self.held(name, self.state(name), pod=lowest)
         found = []
         for uid, record in sorted(records.items(), key=lambda item: item[1].at):
-            victims = tuple(sorted(
-                f"{podspec.mapping(p.get('metadata')).get('namespace', '')}/{podspec.mapping(p.get('metadata')).get('name', '')}"
-                if (p := self.pods_by_uid.get(victim)) is not None else f"{victim} (gone)"
-                for victim in record.victims
-            ))
-            held_cards = () if state is None or uid not in standing else tuple(sorted({
-                card for a in state.allocations if a.uid == uid and a.source == "nomination" for card in a.cards
-            }))
-            found.append(HoldNote(
-                node=name, pod=f"{record.namespace}/{record.name}", uid=uid, priority=record.priority, victims=victims, at=record.at,
-                standing=uid in standing, cards=held_cards,
-            ))
+            victims = tuple(
+                sorted(
+                    f"{podspec.mapping(p.get('metadata')).get('namespace', '')}/{podspec.mapping(p.get('metadata')).get('name', '')}"
+                    if (p := self.pods_by_uid.get(victim)) is not None
+                    else f"{victim} (gone)"
+                    for victim in record.victims
+                )
+            )
+            held_cards = (
+                ()
+                if state is None or uid not in standing
+                else tuple(
+                    sorted({card for a in state.allocations if a.uid == uid and a.source == "nomination" for card in a.cards})
+                )
+            )
+            found.append(
+                HoldNote(
+                    node=name,
+                    pod=f"{record.namespace}/{record.name}",
+                    uid=uid,
+                    priority=record.priority,
+                    victims=victims,
+                    at=record.at,
+                    standing=uid in standing,
+                    cards=held_cards,
+                )
+            )
         return tuple(found)
 
     def stale(self, name: str) -> frozenset[str]:
@@ -226,7 +244,9 @@ def judge(pod: Mapping[str, Any], request: cardrequest.Request, *, cluster: Clus
     uid = str(podspec.mapping(pod.get("metadata")).get("uid", ""))
     state = cluster.state(name, exclude_uid=uid)
     held = cluster.held(name, state, pod=pod)
-    found = with_hold_note(verdict(pod, request, node=cluster.nodes.get(name, {}), name=name, state=held, stale=cluster.stale(name)), held, state)
+    found = with_hold_note(
+        verdict(pod, request, node=cluster.nodes.get(name, {}), name=name, state=held, stale=cluster.stale(name)), held, state
+    )
     return preempting(pod, request, found, known=lambda u: cluster.store.pod(u))
 
 
@@ -237,12 +257,20 @@ def with_hold_note(found: NodeVerdict, held: cards.NodeState | None, state: card
         return found
     last = found.reasons[-1]
     note = preemption_.held_note(held)
-    return dataclasses.replace(found, reasons=(*found.reasons[:-1], dataclasses.replace(last, message=f"{last.message}{note}"))) if note else found
+    return (
+        dataclasses.replace(found, reasons=(*found.reasons[:-1], dataclasses.replace(last, message=f"{last.message}{note}")))
+        if note
+        else found
+    )
 
 
 def preempting(
-    pod: Mapping[str, Any], request: cardrequest.Request, found: NodeVerdict, *,
-    known: Callable[[str], Mapping[str, Any] | None], budgets: Sequence[preemption_.Budget] = (),
+    pod: Mapping[str, Any],
+    request: cardrequest.Request,
+    found: NodeVerdict,
+    *,
+    known: Callable[[str], Mapping[str, Any] | None],
+    budgets: Sequence[preemption_.Budget] = (),
     priorities: Mapping[str, int] | None = None,
 ) -> NodeVerdict:
     """`found` with the preempt verb's answer on a full node: the victims (`preemption`), or the
@@ -260,23 +288,40 @@ def preempting(
         if obj is not None:
             candidates[held.uid] = preemption_.pod_of(obj)
         elif priorities is not None and held.uid in priorities:
-            candidates[held.uid] = preemption_.Pod(uid=held.uid, key=held.pod_key, priority=priorities[held.uid], namespace=held.namespace)
+            candidates[held.uid] = preemption_.Pod(
+                uid=held.uid, key=held.pod_key, priority=priorities[held.uid], namespace=held.namespace
+            )
     priority = preemption_.priority_of(pod)
-    choice = None if preemption_.never_preempts(pod) else preemption_.select(request, state, priority=priority, known=candidates, budgets=budgets)
+    choice = (
+        None
+        if preemption_.never_preempts(pod)
+        else preemption_.select(request, state, priority=priority, known=candidates, budgets=budgets)
+    )
     if choice is not None:
         return dataclasses.replace(found, preemption=choice)
     if priority <= 0 and not any(c.priority < priority for c in candidates.values()):
         return found  # a pod of the default priority beside no lower one: preemption is no question here
-    why = "the pod never preempts (preemptionPolicy: Never)" if preemption_.never_preempts(pod) else (
-        f"no set of pods of priority below the pod's ({priority}) frees one card" + (" set" if request.cards else "") + " for it"
+    why = (
+        "the pod never preempts (preemptionPolicy: Never)"
+        if preemption_.never_preempts(pod)
+        else (
+            f"no set of pods of priority below the pod's ({priority}) frees one card"
+            + (" set" if request.cards else "")
+            + " for it"
+        )
     )
     impossible = reasons.Reason(code=reasons.Code.PREEMPTION_IMPOSSIBLE, message=f"preemption cannot help: {why}")
     return dataclasses.replace(found, reasons=(*found.reasons, impossible))
 
 
 def verdict(
-    pod: Mapping[str, Any], request: cardrequest.Request, *, node: Mapping[str, Any], name: str,
-    state: cards.NodeState | None, stale: frozenset[str] = frozenset(),
+    pod: Mapping[str, Any],
+    request: cardrequest.Request,
+    *,
+    node: Mapping[str, Any],
+    name: str,
+    state: cards.NodeState | None,
+    stale: frozenset[str] = frozenset(),
 ) -> NodeVerdict:
     """The pod on one node in a given state (`simulate` passes its own)."""
     before = predicates.check(pod, node)
@@ -285,14 +330,16 @@ def verdict(
         return NodeVerdict(node=name, fits=False, reasons=(*before, *outcome.reasons[name]), state=None)
     fit = placement.diagnose(request, state, stale=stale)
     return NodeVerdict(
-        node=name, fits=fit.fits and not before, reasons=(*before, *fit.reasons), state=state,
-        cards=fit.cards if fit.fits else (), never=fit.verdict is placement.Verdict.NEVER,
+        node=name,
+        fits=fit.fits and not before,
+        reasons=(*before, *fit.reasons),
+        state=state,
+        cards=fit.cards if fit.fits else (),
+        never=fit.verdict is placement.Verdict.NEVER,
     )
 
 
-def explain(
-    pod: Mapping[str, Any], *, cluster: Cluster, admission: model.Decision | None = None
-) -> Report:
+def explain(pod: Mapping[str, Any], *, cluster: Cluster, admission: model.Decision | None = None) -> Report:
     """The whole report for one pod."""
     metadata = podspec.mapping(pod.get("metadata"))
     spec = podspec.mapping(pod.get("spec"))
@@ -314,10 +361,13 @@ def explain(
         return Report(
             **common,
             bound=Bound(
-                node=bound_to, cards=held.cards if held else (), memory_gib=held.memory_gib if held else 0,
+                node=bound_to,
+                cards=held.cards if held else (),
+                memory_gib=held.memory_gib if held else 0,
                 core_percent=held.core_percent if held else 0,
             ),
-            nodes=(), suggestion=None,
+            nodes=(),
+            suggestion=None,
         )
     if not request.managed:
         return Report(**common, bound=None, nodes=(), suggestion=None)
@@ -368,13 +418,20 @@ def _option(request: cardrequest.Request, verdict: NodeVerdict) -> Suggestion | 
             return None
         moves, gib, where = found
         tier, moved = 2, len(moves)
-        changes.append(f"move {', '.join(moves)} off {where} (frees {gib} GiB)" if request.memory_gib else f"move {', '.join(moves)} off {where}")
+        changes.append(
+            f"move {', '.join(moves)} off {where} (frees {gib} GiB)"
+            if request.memory_gib
+            else f"move {', '.join(moves)} off {where}"
+        )
     if reasons.Code.UNSCHEDULABLE in codes:
         tier = max(tier, 1)
         changes.append("uncordon the node or tolerate its taints")
     if codes & _SELECTOR:
         tier = 3
-        changes.append("change the pod's selectors or the node's labels: " + "; ".join(r.message for r in verdict.reasons if r.code in _SELECTOR))
+        changes.append(
+            "change the pod's selectors or the node's labels: "
+            + "; ".join(r.message for r in verdict.reasons if r.code in _SELECTOR)
+        )
     return Suggestion(node=verdict.node, change="; then ".join(changes), moves=moves, cost=(tier, moved, gib))
 
 

@@ -21,15 +21,13 @@ from typing import Any
 import yaml
 
 from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies.gpu import reservations
+from policies.gpu import inspection, reservations
 from webhook import config, kube
-from webhook.commands import dryrun
-from webhook.cmdline import manifests
-from webhook.cmdline import errors, flags, output
 from webhook.admission import decisions
-from policies.gpu import inspection
-from webhook.extender import kube as extender_kube
+from webhook.cmdline import errors, flags, manifests, output
+from webhook.commands import dryrun
 from webhook.explain import analysis, defrag, render, simulate, snapshot
+from webhook.extender import kube as extender_kube
 from webhook.kube import errors as kube_errors
 
 EXIT_ALL_PLACED, EXIT_NOT_PLACED = 0, 1
@@ -46,7 +44,9 @@ def add_parser(subparsers: Any) -> None:
     )
     explain.add_argument("kind", choices=("pod",), help="what to explain (pod)")
     explain.add_argument("name", help="the pod's name")
-    flags.add_namespaces(explain, namespace_help="the pod's namespace (default: default)", all_help=None, default=decisions.DEFAULT_NAMESPACE)
+    flags.add_namespaces(
+        explain, namespace_help="the pod's namespace (default: default)", all_help=None, default=decisions.DEFAULT_NAMESPACE
+    )
     _common(explain)
     explain.set_defaults(func=run_explain)
 
@@ -70,7 +70,8 @@ def add_parser(subparsers: Any) -> None:
     )
     sim.add_argument("-f", "--filename", action="append", required=True, metavar="PATH", help="file, directory or -; repeatable")
     sim.add_argument(
-        "--add-nodes", metavar="FILE",
+        "--add-nodes",
+        metavar="FILE",
         help="Node objects to add copies of until every pod fits: answers how many more nodes of this kind are needed",
     )
     _common(sim)
@@ -88,11 +89,17 @@ def add_parser(subparsers: Any) -> None:
     for step, text in (("plan", "print the plan"), ("apply", "carry the plan out (only prints it without --yes)")):
         sub = steps.add_parser(step, help=text, description=text)
         sub.add_argument("--for", dest="for_file", metavar="FILE", help="make room for the (first GPU) pod in this manifest")
-        sub.add_argument("--max-moves", type=int, default=defrag.DEFAULT_MAX_MOVES, metavar="N", help="at most N moves (default: %(default)s)")
+        sub.add_argument(
+            "--max-moves", type=int, default=defrag.DEFAULT_MAX_MOVES, metavar="N", help="at most N moves (default: %(default)s)"
+        )
         if step == "apply":
             sub.add_argument("--yes", action="store_true", help="evict for real")
             sub.add_argument(
-                "--timeout", type=flags.positive_duration, default=300.0, metavar="DURATION", help="wait per replacement, e.g. 90s, 10m (default: 5m)"
+                "--timeout",
+                type=flags.positive_duration,
+                default=300.0,
+                metavar="DURATION",
+                help="wait per replacement, e.g. 90s, 10m (default: 5m)",
             )
         _common(sub)
         sub.set_defaults(func=run_defrag_plan if step == "plan" else run_defrag_apply)
@@ -195,17 +202,31 @@ def run_explain(args: argparse.Namespace) -> int:
     leases, ledger_namespace = read_ledgers(args)
     slices, claims = read_dra(args)
     report = explain_pod(
-        pod, nodes=nodes, pods=pods, now=now, settings=settings, leases=leases, ledger_namespace=ledger_namespace,
-        slices=slices, claims=claims,
+        pod,
+        nodes=nodes,
+        pods=pods,
+        now=now,
+        settings=settings,
+        leases=leases,
+        ledger_namespace=ledger_namespace,
+        slices=slices,
+        claims=claims,
     )
     output.emit(render.render(report, output=args.output, now=now), path=args.output_file)
     return 0
 
 
 def explain_pod(
-    pod: Mapping[str, Any], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], now: float,
-    settings: Any | None = None, leases: Sequence[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
-    slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
+    pod: Mapping[str, Any],
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    now: float,
+    settings: Any | None = None,
+    leases: Sequence[Mapping[str, Any]] = (),
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    slices: Sequence[Mapping[str, Any]] = (),
+    claims: Sequence[Mapping[str, Any]] = (),
 ) -> analysis.Report:
     """The report for one pod (admission with `settings`, default settings when None); `leases`:
     the nodes' ledger Leases, trusted in `ledger_namespace` only; `slices` and `claims`: DRA's
@@ -216,7 +237,9 @@ def explain_pod(
     """
     loaded = settings if settings is not None else config.load(None)
     decision = decisions.decide(pod, settings=loaded.for_stored_objects())
-    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
+    cluster = analysis.Cluster(
+        nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims
+    )
     report = analysis.explain(pod, cluster=cluster, admission=decision)
     notice = loaded.scheduler.profile.notice
     return dataclasses.replace(report, scheduler=notice) if notice else report
@@ -264,18 +287,35 @@ def run_simulate(args: argparse.Namespace) -> int:
     leases, ledger_namespace = read_ledgers(args)
     slices, claims = read_dra(args)
     result = simulate_batch(
-        [d.object for d in documents], nodes=nodes, pods=pods, now=now, settings=settings, templates=templates,
-        leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims,
+        [d.object for d in documents],
+        nodes=nodes,
+        pods=pods,
+        now=now,
+        settings=settings,
+        templates=templates,
+        leases=leases,
+        ledger_namespace=ledger_namespace,
+        slices=slices,
+        claims=claims,
     )
-    output.emit(render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes), now=now), path=args.output_file)
+    output.emit(
+        render_simulation(result, output=args.output, asked_for_nodes=bool(args.add_nodes), now=now), path=args.output_file
+    )
     return EXIT_ALL_PLACED if result is not None and not result.unplaced and not _denied(result) else EXIT_NOT_PLACED
 
 
 def simulate_batch(
-    objects: Sequence[Mapping[str, Any]], *, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
-    now: float, settings: Any | None = None, templates: Sequence[Mapping[str, Any]] = (),
-    leases: Sequence[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
-    slices: Sequence[Mapping[str, Any]] = (), claims: Sequence[Mapping[str, Any]] = (),
+    objects: Sequence[Mapping[str, Any]],
+    *,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    now: float,
+    settings: Any | None = None,
+    templates: Sequence[Mapping[str, Any]] = (),
+    leases: Sequence[Mapping[str, Any]] = (),
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    slices: Sequence[Mapping[str, Any]] = (),
+    claims: Sequence[Mapping[str, Any]] = (),
 ) -> simulate.Result | None:
     """Admit and place the manifests' pods; with `templates`, the fewest added nodes (None: none do).
     `leases`: the nodes' ledger Leases, trusted in `ledger_namespace` only."""
@@ -287,7 +327,9 @@ def simulate_batch(
     for pod, outcome in zip(admitted, outcomes, strict=True):
         pod.setdefault("metadata", {})["namespace"] = outcome.namespace
     denials = {i: o.decision.denial_message for i, o in enumerate(outcomes) if not o.decision.allowed}
-    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
+    cluster = analysis.Cluster(
+        nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims
+    )
     if templates:
         return simulate.with_added_nodes(admitted, cluster=cluster, templates=templates, denials=denials)
     return simulate.run(admitted, cluster=cluster, denials=denials)
@@ -318,7 +360,8 @@ def simulation_json(result: simulate.Result | None) -> dict[str, Any]:
                 "gpu": landing.managed,
                 "preempted": list(landing.preempted),
                 "nodes": [
-                    {"node": v.node, "fits": v.fits, "reasons": [render.reason_json(r) for r in v.reasons]} for v in landing.verdicts
+                    {"node": v.node, "fits": v.fits, "reasons": [render.reason_json(r) for r in v.reasons]}
+                    for v in landing.verdicts
                 ],
             }
             for landing in result.landings
@@ -348,7 +391,9 @@ def render_simulation(result: simulate.Result | None, *, output: str, asked_for_
                 note = f"preempts {', '.join(landing.preempted)}" + (f"; {note}" if note else "")
             rows.append([landing.pod, landing.node, ",".join(f"GPU{i}" for i in landing.cards), note])
         else:
-            rows.append([landing.pod, "-", "-", "does not fit: " + ", ".join(sorted({str(c) for v in landing.verdicts for c in v.codes}))])
+            rows.append(
+                [landing.pod, "-", "-", "does not fit: " + ", ".join(sorted({str(c) for v in landing.verdicts for c in v.codes}))]
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     for landing in result.landings:
@@ -370,7 +415,9 @@ def make_plan(args: argparse.Namespace) -> defrag.Plan:
     if args.for_file:
         settings = config.load(args.config, policies_dir=args.policies_dir)
         expanded = simulate.expand([d.object for d in manifests.read([args.for_file], stdin=sys.stdin)])
-        outcomes = dryrun.evaluate([manifests.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)], settings=settings)
+        outcomes = dryrun.evaluate(
+            [manifests.Document(source=f"pod#{i}", object=p) for i, p in enumerate(expanded)], settings=settings
+        )
         wanted = [o for o in outcomes if snapshot.is_gpu_pod(o.patched)]
         if not wanted:
             raise errors.InputError(f"{args.for_file}: no pod asking for a GPU the extender places")
@@ -379,7 +426,9 @@ def make_plan(args: argparse.Namespace) -> defrag.Plan:
     nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
     slices, claims = read_dra(args)
-    cluster = analysis.Cluster(nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims)
+    cluster = analysis.Cluster(
+        nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims
+    )
     return defrag.plan(cluster, pdbs=read_pdbs(args), target=target, max_moves=args.max_moves)
 
 
@@ -388,8 +437,11 @@ def plan_json(plan: defrag.Plan) -> dict[str, Any]:
         "goal": plan.goal,
         "moves": [
             {
-                "pod": m.pod, "owner": m.owner, "memoryGiB": m.memory_gib,
-                "from": {"node": m.node, "cards": list(m.cards)}, "to": {"node": m.to_node, "cards": list(m.to_cards)},
+                "pod": m.pod,
+                "owner": m.owner,
+                "memoryGiB": m.memory_gib,
+                "from": {"node": m.node, "cards": list(m.cards)},
+                "to": {"node": m.to_node, "cards": list(m.to_cards)},
             }
             for m in plan.moves
         ],
@@ -408,16 +460,24 @@ def render_plan(plan: defrag.Plan, *, output: str) -> str:
     if plan.moves:
         rows = [["#", "POD", "OWNER", "GiB", "FROM", "TO"]]
         for number, m in enumerate(plan.moves, 1):
-            rows.append([
-                str(number), m.pod, m.owner, str(m.memory_gib),
-                f"{m.node} {','.join(f'GPU{i}' for i in m.cards)}", f"{m.to_node} {','.join(f'GPU{i}' for i in m.to_cards)}",
-            ])
+            rows.append(
+                [
+                    str(number),
+                    m.pod,
+                    m.owner,
+                    str(m.memory_gib),
+                    f"{m.node} {','.join(f'GPU{i}' for i in m.cards)}",
+                    f"{m.to_node} {','.join(f'GPU{i}' for i in m.to_cards)}",
+                ]
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
     else:
         lines.append("No moves.")
     if plan.freed:
-        lines.append("Cards freed: " + "; ".join(f"{node} {','.join(f'GPU{i}' for i in indices)}" for node, indices in plan.freed))
+        lines.append(
+            "Cards freed: " + "; ".join(f"{node} {','.join(f'GPU{i}' for i in indices)}" for node, indices in plan.freed)
+        )
     if plan.target_node:
         lines.append(f"Then the pod fits on: {plan.target_node}")
     lines += [f"Skipped: {reason}" for reason in plan.skipped]
@@ -448,8 +508,13 @@ def run_defrag_apply(args: argparse.Namespace) -> int:
 
 
 def apply_move(
-    client: extender_kube.KubeApi, move: defrag.Move, *, freed: Sequence[tuple[str, tuple[int, ...]]], timeout: float,
-    clock: Any = time.monotonic, sleep: Any = time.sleep,
+    client: extender_kube.KubeApi,
+    move: defrag.Move,
+    *,
+    freed: Sequence[tuple[str, tuple[int, ...]]],
+    timeout: float,
+    clock: Any = time.monotonic,
+    sleep: Any = time.sleep,
 ) -> str:
     """Evict one pod and wait for its replacement to be scheduled; "" when done, else the surprise."""
     base = f"/api/v1/namespaces/{move.namespace}/pods"
@@ -496,7 +561,8 @@ def apply_move(
 def _owned(client: extender_kube.KubeApi, move: defrag.Move) -> list[dict[str, Any]]:
     pods, _ = client.list(f"/api/v1/namespaces/{move.namespace}/pods")
     return [
-        p for p in pods
+        p
+        for p in pods
         if any(
             isinstance(r, dict) and r.get("uid") == move.owner_uid and r.get("controller") is True
             for r in (p.get("metadata") or {}).get("ownerReferences") or []

@@ -26,12 +26,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import podspec, settings
-from policies.gpu import cardrequest
-from webhook.extender import placement
-from policies.gpu import cards
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies.gpu import cardrequest, cards
 from webhook.explain import analysis, predicates
+from webhook.extender import placement
 
 CONTROLLERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job"})
 DEFAULT_MAX_MOVES = 20
@@ -96,7 +95,8 @@ class Budgets:
         metadata = podspec.mapping(pod.get("metadata"))
         labels = {str(k): str(v) for k, v in podspec.mapping(metadata.get("labels")).items()}
         return [
-            key for key, namespace, selector in self._entries
+            key
+            for key, namespace, selector in self._entries
             if namespace == metadata.get("namespace") and selector is not None and selector.matches(labels)
         ]
 
@@ -118,7 +118,13 @@ def plan(
     freed: list[tuple[str, tuple[int, ...]]] = []
     skipped: list[str] = []
     candidates = sorted(
-        ((name, card.index, card.memory_used) for name, state in states.items() if state.node.shared for card in state.cards if card.allocations),
+        (
+            (name, card.index, card.memory_used)
+            for name, state in states.items()
+            if state.node.shared
+            for card in state.cards
+            if card.allocations
+        ),
         key=lambda item: (item[2], item[0], item[1]),
     )
     for name, index, _ in candidates:
@@ -222,9 +228,16 @@ def _empty(
         trial[to_node] = cards.occupy(target_state.node, [*target_state.allocations, *target_state.orphans, placed])
         moves.append(
             Move(
-                namespace=allocation.namespace, name=allocation.name, uid=allocation.uid, owner=f"{controller[0]}/{controller[1]}",
-                owner_uid=controller[2], node=node,
-                cards=allocation.cards, memory_gib=allocation.memory_gib, to_node=to_node, to_cards=to_cards,
+                namespace=allocation.namespace,
+                name=allocation.name,
+                uid=allocation.uid,
+                owner=f"{controller[0]}/{controller[1]}",
+                owner_uid=controller[2],
+                node=node,
+                cards=allocation.cards,
+                memory_gib=allocation.memory_gib,
+                to_node=to_node,
+                to_cards=to_cards,
             )
         )
     return moves, trial, list(spent)
@@ -235,8 +248,10 @@ def _place(
 ) -> tuple[str, tuple[int, ...]] | None:
     """Where the scheduler and extender would put `pod` now (as `simulate` decides)."""
     candidates = [
-        name for name, state in states.items()
-        if placement.evaluate(request, state, decide=False, explain=False).fits and not predicates.check(pod, cluster.nodes.get(name, {}))
+        name
+        for name, state in states.items()
+        if placement.evaluate(request, state, decide=False, explain=False).fits
+        and not predicates.check(pod, cluster.nodes.get(name, {}))
     ]
     if not candidates:
         return None

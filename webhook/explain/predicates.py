@@ -113,7 +113,9 @@ def _selectors(spec: Mapping[str, Any], node: Mapping[str, Any]) -> list[reasons
         failed = _term_failures(term, labels=labels, name=name)
         if not failed:
             return found  # one matching term is enough
-        failures.append(failed[0] if len(failed) == 1 else ([k for keys, _ in failed for k in keys], "; ".join(m for _, m in failed)))
+        failures.append(
+            failed[0] if len(failed) == 1 else ([k for keys, _ in failed for k in keys], "; ".join(m for _, m in failed))
+        )
     if not failures:
         failures.append((["<none>"], "the required node affinity has no usable term"))
     keys = [k for keys, _ in failures for k in keys]
@@ -165,7 +167,11 @@ def _matches(expression: Mapping[str, Any], value: str | None, *, present: bool)
 
 def _show(expression: Mapping[str, Any]) -> str:
     values = ",".join(str(v) for v in podspec.sequence(expression.get("values")))
-    return f"{expression.get('key')} {expression.get('operator')} [{values}]" if values else f"{expression.get('key')} {expression.get('operator')}"
+    return (
+        f"{expression.get('key')} {expression.get('operator')} [{values}]"
+        if values
+        else f"{expression.get('key')} {expression.get('operator')}"
+    )
 
 
 def _value(labels: Mapping[str, str], key: str) -> str:

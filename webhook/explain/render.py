@@ -81,14 +81,29 @@ class HoldJson(TypedDict):
 def holds_json(notes: Sequence[analysis.HoldNote]) -> list[HoldJson]:
     """The hold records as explain's and simulate's JSON list them (`holds`, present only where any is)."""
     return [
-        {"node": h.node, "pod": h.pod, "priority": h.priority, "victims": list(h.victims), "recordedAt": h.at, "standing": h.standing, "cards": list(h.cards)}
+        {
+            "node": h.node,
+            "pod": h.pod,
+            "priority": h.priority,
+            "victims": list(h.victims),
+            "recordedAt": h.at,
+            "standing": h.standing,
+            "cards": list(h.cards),
+        }
         for h in notes
     ]
 
 
 def holds_lines(notes: Sequence[analysis.HoldNote], *, now: float) -> list[str]:
-    """"Holds:" and a line per record; none where there is none."""
-    return ["Holds:      preemption hold records (kept for their preemptor against pods of its priority or below):", *(f"  {h.describe(now=now)}" for h in notes)] if notes else []
+    """ "Holds:" and a line per record; none where there is none."""
+    return (
+        [
+            "Holds:      preemption hold records (kept for their preemptor against pods of its priority or below):",
+            *(f"  {h.describe(now=now)}" for h in notes),
+        ]
+        if notes
+        else []
+    )
 
 
 class ReportJson(TypedDict):
@@ -163,7 +178,11 @@ def _as_json(report: analysis.Report) -> ReportJson:
                 "chosen": list(v.cards),
                 "preemption": None
                 if v.preemption is None
-                else {"cards": list(v.preemption.cards), "victims": [p.key for p in v.preemption.victims], "pdbViolations": v.preemption.violations},
+                else {
+                    "cards": list(v.preemption.cards),
+                    "victims": [p.key for p in v.preemption.victims],
+                    "pdbViolations": v.preemption.violations,
+                },
             }
             for v in report.nodes
         ],
@@ -212,7 +231,10 @@ def table(report: analysis.Report, *, now: float = 0.0) -> str:
     suggestion = report.suggestion
     if any(v.fits for v in report.nodes):
         fitting = [v for v in report.nodes if v.fits]
-        lines.append(f"Best node:  {fitting[0].node} fits now" + (f" (GPU{','.join(map(str, fitting[0].cards))})" if fitting[0].cards else ""))
+        lines.append(
+            f"Best node:  {fitting[0].node} fits now"
+            + (f" (GPU{','.join(map(str, fitting[0].cards))})" if fitting[0].cards else "")
+        )
     elif suggestion is not None:
         lines.append(f"Best node:  {suggestion.node}: {suggestion.change}")
     else:
@@ -241,7 +263,9 @@ def grouped(verdicts: Sequence[analysis.NodeVerdict]) -> list[str]:
     groups: dict[str, dict[str, list[str]]] = {}  # code -> node -> sentences (a node once per code)
     for verdict in verdicts:
         if verdict.fits:
-            groups.setdefault("FITS", {})[verdict.node] = ["fits" + (f" on GPU{','.join(map(str, verdict.cards))}" if verdict.cards else "")]
+            groups.setdefault("FITS", {})[verdict.node] = [
+                "fits" + (f" on GPU{','.join(map(str, verdict.cards))}" if verdict.cards else "")
+            ]
         for reason in verdict.reasons:
             groups.setdefault(str(reason.code), {}).setdefault(verdict.node, []).append(reason.message)
     lines: list[str] = []
@@ -250,7 +274,9 @@ def grouped(verdicts: Sequence[analysis.NodeVerdict]) -> list[str]:
     for code in sorted(groups, key=lambda c: (c == "FITS", c)):
         members = [(name, "; ".join(messages)) for name, messages in groups[code].items()]
         names = [n for n, _ in members]
-        shown = ", ".join(names[:MAX_NODES_SHOWN]) + (f" and {len(names) - MAX_NODES_SHOWN} more" if len(names) > MAX_NODES_SHOWN else "")
+        shown = ", ".join(names[:MAX_NODES_SHOWN]) + (
+            f" and {len(names) - MAX_NODES_SHOWN} more" if len(names) > MAX_NODES_SHOWN else ""
+        )
         lines.append(f"  {code} ({len(names)} node{'s' if len(names) != 1 else ''}): {shown}")
         for name, message in members[:MAX_NODES_SHOWN]:
             lines.append(f"    {name}: {message}")

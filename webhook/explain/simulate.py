@@ -25,15 +25,20 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu, podspec
-from policies.gpu import cardrequest
-from webhook.extender import placement, preemption
-from policies.gpu import cards
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies.gpu import cardrequest, cards
 from webhook.explain import analysis, predicates
+from webhook.extender import placement, preemption
 
 Object = dict[str, Any]
-REPLICATED = {"Deployment": "replicas", "ReplicaSet": "replicas", "StatefulSet": "replicas", "ReplicationController": "replicas", "Job": "parallelism"}
+REPLICATED = {
+    "Deployment": "replicas",
+    "ReplicaSet": "replicas",
+    "StatefulSet": "replicas",
+    "ReplicationController": "replicas",
+    "Job": "parallelism",
+}
 MAX_ADDED_NODES = 1000
 
 
@@ -146,7 +151,11 @@ def run(
             passes = checked.get((signature, name))
             if passes is None:
                 passes = checked[(signature, name)] = not predicates.check(pod, node)
-            if passes and name in states and placement.evaluate(request, seen(name, states[name]), decide=False, explain=False).fits:
+            if (
+                passes
+                and name in states
+                and placement.evaluate(request, seen(name, states[name]), decide=False, explain=False).fits
+            ):
                 candidates.append(name)
         if not candidates:
             verdicts = []
@@ -164,7 +173,9 @@ def run(
             # nodes; kube-scheduler picks among them (fewest budget violations, then the lowest
             # highest priority, the lowest sum, the fewest victims), the victims leave, the pod lands.
             preempting = [
-                analysis.preempting(pod, request, v, known=lambda u: cluster.store.pod(u) if u not in priorities else None, priorities=priorities)
+                analysis.preempting(
+                    pod, request, v, known=lambda u: cluster.store.pod(u) if u not in priorities else None, priorities=priorities
+                )
                 for v in verdicts
             ]
             able = [v for v in preempting if v.preemption is not None]
@@ -179,7 +190,9 @@ def run(
             states[target.node] = cards.occupy(state.node, [a for a in (*state.allocations, *state.orphans) if a.uid not in gone])
             versions[target.node] += 1
             fit = placement.evaluate(request, seen(target.node, states[target.node]))
-            priorities[_place(states, target.node, position, metadata, request, fit.cards, now=cluster.now)] = preemption.priority_of(pod)
+            priorities[_place(states, target.node, position, metadata, request, fit.cards, now=cluster.now)] = (
+                preemption.priority_of(pod)
+            )
             versions[target.node] += 1
             landings.append(Landing(pod=key, node=target.node, cards=fit.cards, preempted=tuple(p.key for p in choice.victims)))
             continue
@@ -196,16 +209,29 @@ def run(
 
 
 def _place(
-    states: dict[str, cards.NodeState], name: str, position: int, metadata: Mapping[str, Any], request: cardrequest.Request,
-    chosen: tuple[int, ...], *, now: float,
+    states: dict[str, cards.NodeState],
+    name: str,
+    position: int,
+    metadata: Mapping[str, Any],
+    request: cardrequest.Request,
+    chosen: tuple[int, ...],
+    *,
+    now: float,
 ) -> str:
     """The simulated pod's allocation added to the node's state; its simulated UID."""
     state = states[name]
     uid = f"simulated-{position}"
     allocation = allocation_.Allocation(
-        uid=uid, namespace=str(metadata.get("namespace", "") or "default"), name=str(metadata.get("name", "")),
-        node=name, cards=chosen, memory_gib=request.memory_gib, core_percent=request.core_percent,
-        whole=bool(request.cards), assumed_at=now, bound=True,
+        uid=uid,
+        namespace=str(metadata.get("namespace", "") or "default"),
+        name=str(metadata.get("name", "")),
+        node=name,
+        cards=chosen,
+        memory_gib=request.memory_gib,
+        core_percent=request.core_percent,
+        whole=bool(request.cards),
+        assumed_at=now,
+        bound=True,
     )
     states[name] = cards.occupy(state.node, [*state.allocations, *state.orphans, allocation])
     return uid
@@ -216,7 +242,11 @@ def _preemption_rank(verdict: analysis.NodeVerdict) -> tuple[int, int, int, int,
     choice = verdict.preemption
     assert choice is not None
     return (
-        choice.violations, max(p.priority for p in choice.victims), sum(p.priority for p in choice.victims), len(choice.victims), verdict.node,
+        choice.violations,
+        max(p.priority for p in choice.victims),
+        sum(p.priority for p in choice.victims),
+        len(choice.victims),
+        verdict.node,
     )
 
 
@@ -255,7 +285,9 @@ def with_added_nodes(
         if not landing.managed or landing.placed or landing.denied:
             continue
         request = cardrequest.pod_request(pods[position])
-        if not any(placement.evaluate(request, state).fits and not predicates.check(pods[position], node) for node, state in empty):
+        if not any(
+            placement.evaluate(request, state).fits and not predicates.check(pods[position], node) for node, state in empty
+        ):
             return None  # not even an empty node of the kind takes this pod
     low, high = 0, 1
     found: Result | None = None

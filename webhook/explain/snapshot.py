@@ -60,16 +60,24 @@ class Snapshot:
 
 
 def take(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, now: float, pdbs: Iterable[Mapping[str, Any]] = (),
-    leases: Iterable[Mapping[str, Any]] = (), ledger_namespace: str = reservations.LEDGER_NAMESPACE,
-    slices: Iterable[Mapping[str, Any]] = (), claims: Iterable[Mapping[str, Any]] = (),
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    now: float,
+    pdbs: Iterable[Mapping[str, Any]] = (),
+    leases: Iterable[Mapping[str, Any]] = (),
+    ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    slices: Iterable[Mapping[str, Any]] = (),
+    claims: Iterable[Mapping[str, Any]] = (),
 ) -> Snapshot:
     """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs,
     and the nodes' ledger Leases (those `ledger_namespace` holds for a node; any other is left out)."""
     leases = list(leases)
     kept_leases = [slim_lease(lease) for lease in reservations.leases_by_node(leases, namespace=ledger_namespace).values()]
     # The preempt verb's hold records (`gpu-hold.<node>`), which explain and simulate show and honour.
-    kept_leases += [slim_lease(lease) for lease in leases if preemption.hold_lease_node(lease, namespace=ledger_namespace) is not None]
+    kept_leases += [
+        slim_lease(lease) for lease in leases if preemption.hold_lease_node(lease, namespace=ledger_namespace) is not None
+    ]
     kept_nodes = [slim_node(n) for n in nodes]
     kept_pods = [slim_pod(p) for p in pods if is_gpu_pod(p)]
     kept_pdbs = [
@@ -81,7 +89,12 @@ def take(
         for b in pdbs
     ]
     return Snapshot(
-        nodes=kept_nodes, pods=kept_pods, taken_at=now, pdbs=kept_pdbs, leases=kept_leases, ledger_namespace=ledger_namespace,
+        nodes=kept_nodes,
+        pods=kept_pods,
+        taken_at=now,
+        pdbs=kept_pdbs,
+        leases=kept_leases,
+        ledger_namespace=ledger_namespace,
         slices=[dra.slim_slice(s) for s in slices],
         claims=[dra.slim_claim(c) for c in claims if dra.claim_results(c)],
     )
@@ -89,8 +102,10 @@ def take(
 
 def is_gpu_pod(pod: Mapping[str, Any]) -> bool:
     annotations = podspec.mapping(podspec.mapping(pod.get("metadata")).get("annotations"))
-    return cardrequest.pod_request(pod).managed or gpu.ALLOCATION_ANNOTATION in annotations or bool(
-        annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION)
+    return (
+        cardrequest.pod_request(pod).managed
+        or gpu.ALLOCATION_ANNOTATION in annotations
+        or bool(annotations.get(gpu.GPUSHARE_MEM_IDX_ANNOTATION))
     )
 
 
@@ -160,9 +175,12 @@ def load(path: str) -> Snapshot:
     if not isinstance(namespace, str) or not namespace:
         raise errors.InputError(f"{path}: ledgerNamespace must be a namespace name")
     return Snapshot(
-        nodes=[dict(n) for n in nodes if isinstance(n, Mapping)], pods=[dict(p) for p in pods if isinstance(p, Mapping)], taken_at=moment,
+        nodes=[dict(n) for n in nodes if isinstance(n, Mapping)],
+        pods=[dict(p) for p in pods if isinstance(p, Mapping)],
+        taken_at=moment,
         pdbs=[dict(b) for b in pdbs if isinstance(b, Mapping)] if isinstance(pdbs, list) else [],
-        leases=[dict(lease) for lease in leases if isinstance(lease, Mapping)], ledger_namespace=namespace,
+        leases=[dict(lease) for lease in leases if isinstance(lease, Mapping)],
+        ledger_namespace=namespace,
         slices=_objects(data.get("resourceSlices"), path=path, key="resourceSlices"),
         claims=_objects(data.get("resourceClaims"), path=path, key="resourceClaims"),
     )
@@ -197,7 +215,9 @@ def slim_lease(lease: Mapping[str, Any]) -> Object:
     annotations = podspec.mapping(metadata.get("annotations"))
     kept: Object = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels") if k in metadata}
     kept["annotations"] = {
-        k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION, preemption.HOLDS_ANNOTATION) if k in annotations
+        k: annotations[k]
+        for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION, preemption.HOLDS_ANNOTATION)
+        if k in annotations
     }
     holder = podspec.mapping(lease.get("spec")).get("holderIdentity")
     return {
@@ -209,7 +229,16 @@ def slim_lease(lease: Mapping[str, Any]) -> Object:
 
 
 # priority and preemptionPolicy: who may preempt whom (explain's and simulate's preemption, issue 27).
-_SPEC_KEYS = ("nodeName", "nodeSelector", "affinity", "tolerations", "schedulerName", "priorityClassName", "priority", "preemptionPolicy")
+_SPEC_KEYS = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+    "preemptionPolicy",
+)
 
 
 def slim_pod(pod: Mapping[str, Any]) -> Object:
@@ -230,7 +259,16 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
         "kind": "Pod",
         "metadata": {
             k: metadata[k]
-            for k in ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences", "deletionTimestamp")
+            for k in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "labels",
+                "annotations",
+                "ownerReferences",
+                "deletionTimestamp",
+            )
             if k in metadata
         },
         "spec": slim_spec,

@@ -36,7 +36,28 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # 15, 20, 30 and 40 ms (issue 19): the filter's p99 goal is 20 ms at 5,000 nodes, and between 10 and
 # 50 ms histogram_quantile's linear estimate could be off by up to 25 ms.
-FINE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+FINE_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.04,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class Watch(Protocol):
@@ -85,7 +106,10 @@ def make_meters() -> Meters:
         ),
         duration=registry.register(
             metrics.Histogram(
-                "gpu_admission_extender_request_duration_seconds", "Time to answer a scheduler call.", ("verb",), buckets=FINE_BUCKETS
+                "gpu_admission_extender_request_duration_seconds",
+                "Time to answer a scheduler call.",
+                ("verb",),
+                buckets=FINE_BUCKETS,
             )
         ),
         nodes=registry.register(
@@ -198,7 +222,9 @@ def make_app(
     if budgets is not None:
         app[BUDGETS] = budgets
     if leases is not None:
-        app[HOLDS] = holds.Recorder(leases, cache, namespace=ledger_namespace, clock=app[SETTINGS].clock, promised=app[PROMISED].of)
+        app[HOLDS] = holds.Recorder(
+            leases, cache, namespace=ledger_namespace, clock=app[SETTINGS].clock, promised=app[PROMISED].of
+        )
         cache.on_nominated = app[HOLDS].nominated
         app.cleanup_ctx.append(_background("record preemption holds", lambda app: app[HOLDS].run()))
     app.router.add_get("/inspect", inspect_all)
@@ -331,11 +357,19 @@ async def filter_nodes(request: web.Request) -> web.Response:
         return web.json_response(wire.filter_error("the GPU extender is still loading nodes and pods; retry"))
     if not cache.dra_synced:  # a card a DRA claim holds could look free until then
         meters.requests.inc(verb="filter", result="error")
-        return web.json_response(wire.filter_error("the GPU extender is still loading DRA ResourceSlices and ResourceClaims; retry"))
+        return web.json_response(
+            wire.filter_error("the GPU extender is still loading DRA ResourceSlices and ResourceClaims; retry")
+        )
     try:
         wanted = cardrequest.pod_request(args.pod)
         if args.nodes is None:  # nodeCacheCapable: verdicts on the cache's states, remembered per node state
-            fits = _judged_list(cache, args, settings=settings, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False))
+            fits = _judged_list(
+                cache,
+                args,
+                settings=settings,
+                key=("filter", wanted),
+                judge=lambda s: placement.evaluate(wanted, s, decide=False),
+            )
             holds.judge_fits(cache, args.node_names, fits, pod=args.pod, wanted=wanted, now=settings.clock(), ttl=settings.ttl)
             outcome = placement.classify_in_order(fits, args.node_names)
         else:
@@ -345,17 +379,25 @@ async def filter_nodes(request: web.Request) -> web.Response:
         log.exception("filter %s", args.pod_key)
         meters.requests.inc(verb="filter", result="error")
         return web.json_response(wire.filter_error(f"internal error in the GPU extender: {error}"))
-    for name, count in (("passed", len(outcome.passed)), ("failed", len(outcome.failed)), ("unresolvable", len(outcome.unresolvable))):
+    for name, count in (
+        ("passed", len(outcome.passed)),
+        ("failed", len(outcome.failed)),
+        ("unresolvable", len(outcome.unresolvable)),
+    ):
         meters.nodes.inc(count, outcome=name)
     if (outcome.failed or outcome.unresolvable) and NUDGER in request.app:
         request.app[NUDGER].refused()
     if outcome.reasons:  # one increment per code, not per node: a full cluster refuses hundreds of nodes per pod
-        for code, count in collections.Counter(str(reason.code) for found in outcome.reasons.values() for reason in found).items():
+        for code, count in collections.Counter(
+            str(reason.code) for found in outcome.reasons.values() for reason in found
+        ).items():
             meters.reasons.inc(count, code=code)
     meters.requests.inc(verb="filter", result="ok")
     if log.isEnabledFor(logging.DEBUG):
         log.debug("filter %s: %d of %d nodes fit", args.pod_key, len(outcome.passed), len(args.node_names))
-    return _json_answer(wire.filter_result(passed=outcome.passed, failed=outcome.failed, unresolvable=outcome.unresolvable, request=args))
+    return _json_answer(
+        wire.filter_result(passed=outcome.passed, failed=outcome.failed, unresolvable=outcome.unresolvable, request=args)
+    )
 
 
 async def prioritize(request: web.Request) -> web.Response:
@@ -371,12 +413,17 @@ async def prioritize(request: web.Request) -> web.Response:
         if args.nodes is None:
             # Each node's answer entry, encoded, remembered with its state: a hit costs a lookup (issue 19).
             entries = _judged_list(
-                cache, args, settings=settings, key=("score-json", wanted),
+                cache,
+                args,
+                settings=settings,
+                key=("score-json", wanted),
                 judge=lambda s: wire.host_priority_json(s.name, placement.score(wanted, s)),
             )
             if any(map(operator.is_, entries, itertools.repeat(None))):  # nodes not in the cache score 0
                 unknown = wire.host_priority_json
-                entries = [unknown(name, 0) if entry is None else entry for name, entry in zip(args.node_names, entries, strict=True)]
+                entries = [
+                    unknown(name, 0) if entry is None else entry for name, entry in zip(args.node_names, entries, strict=True)
+                ]
             body = wire.priorities_json(entries)  # type: ignore[arg-type]  # no None left (checked above)
             meters.requests.inc(verb="prioritize", result="ok")
             return _json_answer(body)
@@ -446,9 +493,19 @@ async def preempt(request: web.Request) -> web.Response:
     meters.preempted_nodes.inc(len(args.victims) - len(kept), outcome="dropped")
     # Victims being deleted already, or answered before for this preemptor (a second call while the
     # first preemption's victims are evicted), cost nothing new: only new evictions are counted.
-    meters.victims.inc(sum(1 for uids, _ in kept.values() for victim in uids if not preemption.deleting(cache.pod(victim)) and victim not in before))
+    meters.victims.inc(
+        sum(
+            1
+            for uids, _ in kept.values()
+            for victim in uids
+            if not preemption.deleting(cache.pod(victim)) and victim not in before
+        )
+    )
     log.info(
-        "preempt %s: %d of %d candidate nodes kept%s", args.pod_key, len(kept), len(args.victims),
+        "preempt %s: %d of %d candidate nodes kept%s",
+        args.pod_key,
+        len(kept),
+        len(args.victims),
         "".join(f"; {node}: {', '.join(uids)}" for node, (uids, _) in sorted(kept.items())),
     )
     return _json_answer(wire.preemption_result(kept))
@@ -473,7 +530,11 @@ async def healthz(request: web.Request) -> web.Response:
     cache = request.app[STORE]
     if cache.synced:
         return web.Response(text="ok\n")
-    waiting = [kind for kind, done in (("nodes", cache.nodes_synced), ("pods", cache.pods_synced), ("ledger Leases", cache.leases_synced)) if not done]
+    waiting = [
+        kind
+        for kind, done in (("nodes", cache.nodes_synced), ("pods", cache.pods_synced), ("ledger Leases", cache.leases_synced))
+        if not done
+    ]
     return web.Response(status=503, text=f"loading {', '.join(waiting[:-1])}{' and ' if len(waiting) > 1 else ''}{waiting[-1]}\n")
 
 
@@ -501,15 +562,18 @@ def _json_answer(answer: object) -> web.Response:
 
 
 def _judged_list(
-    cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings, key: Hashable, judge: Callable[[cards.NodeState], _T]
+    cache: store_module.Store,
+    args: wire.NodesRequest,
+    *,
+    settings: Settings,
+    key: Hashable,
+    judge: Callable[[cards.NodeState], _T],
 ) -> list[_T | None]:
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     return cache.judged_list(args.node_names, now=settings.clock(), ttl=settings.ttl, exclude_uid=uid, key=key, judge=judge)
 
 
-def _states(
-    cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings
-) -> dict[str, cards.NodeState | None]:
+def _states(cache: store_module.Store, args: wire.NodesRequest, *, settings: Settings) -> dict[str, cards.NodeState | None]:
     now = settings.clock()
     uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
     if args.nodes is None:
@@ -518,7 +582,11 @@ def _states(
     return {
         name: cards.node_state(
             reality.honour_out_of_band(obj) if settings.honour_out_of_band else obj,
-            cache.pods_on(name), now=now, ttl=settings.ttl, exclude_uid=uid, reservations=cache.ledger_with(obj),
+            cache.pods_on(name),
+            now=now,
+            ttl=settings.ttl,
+            exclude_uid=uid,
+            reservations=cache.ledger_with(obj),
         )
         for name, obj in args.nodes.items()
     }

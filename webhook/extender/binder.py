@@ -185,9 +185,15 @@ class Binder:
             self._cache.put_pod(_bound_copy(pod, node=request.node, annotations=annotations))  # filter sees it at once
         log.info(
             "bound %s to %s cards %s (%d GiB, %d%% core each%s) after %d conflicts; commit %.0f ms, binding %.0f ms",
-            request.pod_key, request.node, list(allocation.cards), allocation.memory_gib, allocation.core_percent,
-            ", whole" if allocation.whole else "", conflicts,
-            (committed_at - started) * 1000, (time.perf_counter() - committed_at) * 1000,
+            request.pod_key,
+            request.node,
+            list(allocation.cards),
+            allocation.memory_gib,
+            allocation.core_percent,
+            ", whole" if allocation.whole else "",
+            conflicts,
+            (committed_at - started) * 1000,
+            (time.perf_counter() - committed_at) * 1000,
         )
         return BindResult(allocation=allocation, conflicts=conflicts)
 
@@ -262,7 +268,12 @@ class Binder:
                 request = waiting.request
                 others = {uid: entry for uid, entry in ledger.items() if uid not in batch_uids}
                 state = node_state(
-                    read.view, pods, now=now, ttl=self._ttl, reservations={**others, **chosen}, exclude_uid=request.uid,
+                    read.view,
+                    pods,
+                    now=now,
+                    ttl=self._ttl,
+                    reservations={**others, **chosen},
+                    exclude_uid=request.uid,
                 )
                 state = self._with_holds(node_name, request.uid, state, now=now)
                 fit = placement.evaluate(waiting.wanted, state)
@@ -270,9 +281,17 @@ class Binder:
                     errors[position] = f"{node_name}: {fit.message}{preemption.held_note(state)}"
                     continue
                 chosen[request.uid] = allocation_.Allocation(
-                    uid=request.uid, namespace=request.namespace, name=request.name, node=node_name,
-                    cards=fit.cards, memory_gib=waiting.wanted.memory_gib, core_percent=waiting.wanted.core_percent,
-                    whole=bool(waiting.wanted.cards), assumed_at=now, expires=now + self._ttl, source="reservation",
+                    uid=request.uid,
+                    namespace=request.namespace,
+                    name=request.name,
+                    node=node_name,
+                    cards=fit.cards,
+                    memory_gib=waiting.wanted.memory_gib,
+                    core_percent=waiting.wanted.core_percent,
+                    whole=bool(waiting.wanted.cards),
+                    assumed_at=now,
+                    expires=now + self._ttl,
+                    source="reservation",
                 )
             if not chosen:
                 return [_Decision(error=errors[i], conflicts=_first(i, conflicts)) for i in range(len(batch))]
@@ -295,16 +314,24 @@ class Binder:
             log.debug(
                 "committed %d of %d binds on %s (%d pods %s, %d ledger entries): queued %.0f ms (longest), "
                 "read %.0f ms, decide %.0f ms, write %.0f ms",
-                len(chosen), len(batch), node_name, len(pods), "cached" if read.cached else "listed", len(kept),
-                (began - min(w.queued_at for w in batch)) * 1000, (read_at - started) * 1000,
-                (decided_at - read_at) * 1000, (time.perf_counter() - decided_at) * 1000,
+                len(chosen),
+                len(batch),
+                node_name,
+                len(pods),
+                "cached" if read.cached else "listed",
+                len(kept),
+                (began - min(w.queued_at for w in batch)) * 1000,
+                (read_at - started) * 1000,
+                (decided_at - read_at) * 1000,
+                (time.perf_counter() - decided_at) * 1000,
             )
             return [
                 _Decision(error=errors[i], conflicts=_first(i, conflicts))
                 if i in errors
                 else _Decision(
                     allocation=dataclasses.replace(chosen[w.request.uid], expires=None, source="allocation"),
-                    node=read.node, conflicts=_first(i, conflicts),
+                    node=read.node,
+                    conflicts=_first(i, conflicts),
                 )
                 for i, w in enumerate(batch)
             ]
@@ -349,7 +376,8 @@ class Binder:
                 raise _LeaseGone(str(error)) from error  # deleted since the read: read again (and create it)
             raise kube_errors.KubeError(
                 f"creating the reservation ledger Lease of {node_name} in namespace {self._namespace!r}: {error} "
-                "(does the ledger namespace exist? see --ledger-namespace)", status=404,
+                "(does the ledger namespace exist? see --ledger-namespace)",
+                status=404,
             ) from error
 
     async def _read(self, node_name: str, *, attempt: int) -> _Read:
@@ -375,12 +403,19 @@ class Binder:
                 need = max(version, cache.node_ledger_version(node_name))
                 # Our own last commit on this node, decided on this cache: it covers that version
                 # already, with no need to wait for the pod watch to deliver our own Bindings.
-                own = lease is not None and version >= 0 and cache.vouched(node_name) == version and cache.pods_version >= cache.node_ledger_version(node_name)
+                own = (
+                    lease is not None
+                    and version >= 0
+                    and cache.vouched(node_name) == version
+                    and cache.pods_version >= cache.node_ledger_version(node_name)
+                )
                 if version >= 0 and (own or await cache.wait_for_pods(need, timeout=POD_CATCH_UP_S)):
                     real = cache.real_node(node_name) or cached_node
                     complete = cache.pods_version >= need
                     view = self._view(real, cached_node if cache.honours_out_of_band else None)
-                    return _Read(node=real, lease=lease, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete)
+                    return _Read(
+                        node=real, lease=lease, view=view, pods=cache.bound_pods(node_name), cached=True, complete=complete
+                    )
         try:
             lease = await self._api.get_lease(self._namespace, reservations.lease_name(node_name))
         except kube_errors.NotFound:
@@ -399,7 +434,11 @@ class Binder:
         else:
             # As of the Lease's version or later is all the protocol needs (the apiserver's watch
             # cache can answer that); without a Lease (or a version that is no revision), a quorum read.
-            pods, cached, complete = await self._api.list_node_pods(node_name, at_least=str(need) if version >= 0 else ""), False, False
+            pods, cached, complete = (
+                await self._api.list_node_pods(node_name, at_least=str(need) if version >= 0 else ""),
+                False,
+                False,
+            )
         if cache is not None and lease is not None:
             cache.put_lease(lease)
         view = self._view(node, cached_node if cache is not None and cache.honours_out_of_band else None)
@@ -433,7 +472,8 @@ class Binder:
         cache does not hold is gone. Every other such pod is read from the apiserver."""
         listed = {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in read.pods}
         unsure = [
-            e for uid, e in ledger.items()
+            e
+            for uid, e in ledger.items()
             if uid not in listed and (e.expires or 0.0) > now and (e.assumed_at or 0.0) + reservations.IN_FLIGHT_GRACE_S <= now
         ]
         if not unsure:
@@ -448,7 +488,9 @@ class Binder:
                     found[i] = kube_errors.NotFound(f"pod {entry.namespace}/{entry.name} ({entry.uid}) is gone", status=404)
         asked = [i for i, got in enumerate(found) if got is None]
         if asked:
-            answers = await asyncio.gather(*(self._api.get_pod(unsure[i].namespace, unsure[i].name) for i in asked), return_exceptions=True)
+            answers = await asyncio.gather(
+                *(self._api.get_pod(unsure[i].namespace, unsure[i].name) for i in asked), return_exceptions=True
+            )
             for i, answer in zip(asked, answers, strict=True):
                 found[i] = answer
         gone: set[str] = set()

@@ -16,15 +16,14 @@ from typing import Any
 
 import yaml
 
-from policies.gpu import allocation, dra, reservations
+from policies.gpu import allocation, cards, dra, inspection, reservations
 from policies.gpu import usage as policies_usage
 from webhook import config
 from webhook.cmdline import errors, flags, output
-from webhook.serving import shell
 from webhook.extender import app, binder, kube, native, nudge, taints
-from policies.gpu import cards, inspection
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
+from webhook.serving import shell
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +47,13 @@ def add_parser(subparsers: Any) -> None:
     )
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to bind (default: {DEFAULT_PORT}; 0 picks one)")
     serve.add_argument("--host", default="0.0.0.0", help="address to bind (default: 0.0.0.0)")
-    serve.add_argument("--tls-cert-file", metavar="CRT", help="PEM serving certificate: serve HTTPS (needs --tls-private-key-file)")
+    serve.add_argument(
+        "--tls-cert-file", metavar="CRT", help="PEM serving certificate: serve HTTPS (needs --tls-private-key-file)"
+    )
     serve.add_argument("--tls-private-key-file", metavar="KEY", help="PEM private key for --tls-cert-file")
     serve.add_argument(
-        "--tls-client-ca-file", metavar="CA",
+        "--tls-client-ca-file",
+        metavar="CA",
         help="require client certificates issued by this CA (kube-scheduler's tlsConfig certFile/keyFile) for "
         "the verbs and /inspect (not for /healthz, /readyz and /metrics): without it anyone who reaches the port can ask for binds",
     )
@@ -59,12 +61,16 @@ def add_parser(subparsers: Any) -> None:
     flags.add_drain(serve)
     flags.add_cluster(serve)
     serve.add_argument(
-        "--reservation-ttl", type=flags.positive_duration, default=allocation.DEFAULT_RESERVATION_TTL_S, metavar="DURATION",
+        "--reservation-ttl",
+        type=flags.positive_duration,
+        default=allocation.DEFAULT_RESERVATION_TTL_S,
+        metavar="DURATION",
         help="how long a card stays held for a pod whose bind did not complete "
         f"(default: {allocation.DEFAULT_RESERVATION_TTL_S:g}s; bare seconds as before)",
     )
     serve.add_argument(
-        "--honour-out-of-band-usage", action="store_true",
+        "--honour-out-of-band-usage",
+        action="store_true",
         help="treat GPU memory held by out-of-band processes (no pod; from the labeler's gpu-admission.io/gpu-usage "
         "summary) as taken when picking a card; off by default: the summary can be up to one labeler interval old",
     )
@@ -94,7 +100,8 @@ def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", metavar="FILE",
+        "--config",
+        metavar="FILE",
         help="the webhook's settings YAML: where its `scheduler` names another GPU scheduler, say that its "
         "cards are not accounted here",
     )
@@ -124,7 +131,11 @@ def run_inspect(args: argparse.Namespace) -> int:
     try:
         leases = kube.list_ledger_leases(client, args.ledger_namespace)
     except kube_errors.KubeError as error:  # no access to the ledger namespace: bound pods still show
-        log.warning("cannot read the reservation ledgers in %s (%s); showing bound pods and Node ledgers only", args.ledger_namespace, error)
+        log.warning(
+            "cannot read the reservation ledgers in %s (%s); showing bound pods and Node ledgers only",
+            args.ledger_namespace,
+            error,
+        )
         leases = []
     ledgers = reservations.leases_by_node(leases, namespace=args.ledger_namespace)
     slices, claims, problem = kube.list_dra(client)
@@ -135,7 +146,9 @@ def run_inspect(args: argparse.Namespace) -> int:
     now = time.time()
     states = {
         str(node["metadata"]["name"]): cards.node_state(
-            node, grouped.get(str(node["metadata"]["name"]), ()), now=now,
+            node,
+            grouped.get(str(node["metadata"]["name"]), ()),
+            now=now,
             reservations=reservations.union(node, ledgers.get(str(node["metadata"]["name"])), namespace=args.ledger_namespace),
             dra_holds=held.get(str(node["metadata"]["name"]), dra.NO_HOLDS),
         )
@@ -148,7 +161,9 @@ def run_inspect(args: argparse.Namespace) -> int:
         states = {name: state for name, state in states.items() if name in args.node}
     real = inspection.node_usages(nodes)  # the labeler's usage summaries, where nodes carry one
     text = _inspect_text(args, states, usage=real)
-    output.emit(_with_unmatched(args, text, dra.unmatched(slices, claims, namespace=args.ledger_namespace)), path=args.output_file)
+    output.emit(
+        _with_unmatched(args, text, dra.unmatched(slices, claims, namespace=args.ledger_namespace)), path=args.output_file
+    )
     return 0
 
 
@@ -260,7 +275,9 @@ async def _serve(
     application = app.make_app(
         cache=cache,
         bind=binder.Binder(kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band, namespace=ledger_namespace),
-        settings=app.Settings(ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band),
+        settings=app.Settings(
+            ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band
+        ),
         watch=lambda running: kube.Watcher(kube_api, cache, loop=running, namespace=ledger_namespace),
         tidy_every=TIDY_EVERY_S,
         nudger=nudge.Nudger(kube_api.stamp_node),

@@ -52,8 +52,13 @@ class Recorder:
     """`record(hold, now=...)`: the record in its node's hold Lease."""
 
     def __init__(
-        self, api: LeaseApi, cache: store_module.Store, *, namespace: str,
-        promised: Callable[[str], frozenset[str]] = lambda uid: frozenset(), clock: Callable[[], float] = time.time,
+        self,
+        api: LeaseApi,
+        cache: store_module.Store,
+        *,
+        namespace: str,
+        promised: Callable[[str], frozenset[str]] = lambda uid: frozenset(),
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._api = api
         self._cache = cache
@@ -97,7 +102,8 @@ class Recorder:
         priority = preemption.priority_of(pod)
         promised = self._promised(uid)
         victims = frozenset(
-            other_uid for other in self._cache.pods_on(node)
+            other_uid
+            for other in self._cache.pods_on(node)
             if (other_uid := str(podspec.mapping(other.get("metadata")).get("uid", "")))
             and preemption.priority_of(other) < priority
             and (other_uid in promised or podspec.mapping(other.get("metadata")).get("deletionTimestamp") is not None)
@@ -106,8 +112,13 @@ class Recorder:
             return None
         metadata = podspec.mapping(pod.get("metadata"))
         return preemption.Hold(
-            uid=uid, namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")), node=node,
-            priority=priority, victims=victims, at=now,
+            uid=uid,
+            namespace=str(metadata.get("namespace", "")),
+            name=str(metadata.get("name", "")),
+            node=node,
+            priority=priority,
+            victims=victims,
+            at=now,
         )
 
     async def record_nomination(self, uid: str, node: str) -> bool:
@@ -126,7 +137,9 @@ class Recorder:
         emptied = 0
         for node, records in list(self._cache.hold_nodes().items()):
             if all(record.at + preemption.HOLD_MAX_S <= now for record in records.values()):
-                await self._write(node, lambda current: {uid: r for uid, r in current.items() if r.at + preemption.HOLD_MAX_S > now})
+                await self._write(
+                    node, lambda current: {uid: r for uid, r in current.items() if r.at + preemption.HOLD_MAX_S > now}
+                )
                 emptied += 1
         return emptied
 
@@ -144,7 +157,11 @@ class Recorder:
                     lease = await self._api.get_lease(self._namespace, name)
                 except kube_errors.NotFound:
                     lease = None
-                text = podspec.mapping(podspec.mapping(lease.get("metadata")).get("annotations")).get(preemption.HOLDS_ANNOTATION) if lease else None
+                text = (
+                    podspec.mapping(podspec.mapping(lease.get("metadata")).get("annotations")).get(preemption.HOLDS_ANNOTATION)
+                    if lease
+                    else None
+                )
                 current = preemption.read_holds(text, node=node)
             node_uid = str(podspec.mapping((self._cache.node(node) or {}).get("metadata")).get("uid", ""))
             body = preemption.hold_lease_body(node, node_uid, change(current), namespace=self._namespace)
@@ -161,8 +178,14 @@ class Recorder:
 
 
 def judge_fits(
-    cache: store_module.Store, names: Sequence[str], fits: list[placement.Fit | None], *,
-    pod: Mapping[str, Any], wanted: cardrequest.Request, now: float, ttl: float,
+    cache: store_module.Store,
+    names: Sequence[str],
+    fits: list[placement.Fit | None],
+    *,
+    pod: Mapping[str, Any],
+    wanted: cardrequest.Request,
+    now: float,
+    ttl: float,
 ) -> None:
     """Judge again, with their holds (`Store.with_holds`), the candidate nodes `names` (whose
     verdicts `fits` are, in order) that pods are nominated to or hold records on: few, only while
@@ -189,7 +212,11 @@ def judge_fits(
 
 
 def held_states(
-    cache: store_module.Store, states: Mapping[str, cards.NodeState | None], *, pod: Mapping[str, Any], now: float,
+    cache: store_module.Store,
+    states: Mapping[str, cards.NodeState | None],
+    *,
+    pod: Mapping[str, Any],
+    now: float,
 ) -> Mapping[str, cards.NodeState | None]:
     """`states` with the cards held for preemptors of the pod's priority or above (`Store.with_holds`);
     `states` itself where no pod is nominated and no record stands."""

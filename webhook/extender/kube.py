@@ -34,7 +34,7 @@ import orjson
 from policies import gpu
 from policies.gpu import dra, reservations
 from webhook import kube
-from webhook.extender import api, native
+from webhook.extender import native
 from webhook.extender import store as store_module
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
@@ -104,12 +104,22 @@ class KubeApi:
         # A create is its own precondition: a repeat whose first answer was lost is a 409 AlreadyExists,
         # which the binder treats as any lost race (read again).
         return await self._request_async(
-            "POST", _lease_path(namespace, ""), body=body, query=[("fieldManager", FIELD_MANAGER)], idempotent=True, lane=native.LEDGER,
+            "POST",
+            _lease_path(namespace, ""),
+            body=body,
+            query=[("fieldManager", FIELD_MANAGER)],
+            idempotent=True,
+            lane=native.LEDGER,
         )
 
     async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Object:
         return await self._request_async(  # guarded by the body's resourceVersion: a repeat that lost is a 409
-            "PUT", _lease_path(namespace, name), body=body, query=[("fieldManager", FIELD_MANAGER)], idempotent=True, lane=native.LEDGER,
+            "PUT",
+            _lease_path(namespace, name),
+            body=body,
+            query=[("fieldManager", FIELD_MANAGER)],
+            idempotent=True,
+            lane=native.LEDGER,
         )
 
     async def stamp_node(self, node: str, stamp: str) -> None:
@@ -117,8 +127,12 @@ class KubeApi:
         one key, the only Node write the extender makes."""
         body = {"metadata": {"annotations": {gpu.LEDGER_FREED_ANNOTATION: stamp}}}
         await self._request_async(  # the same stamp twice is harmless
-            "PATCH", f"/api/v1/nodes/{_quote(node)}", body=body, content_type="application/merge-patch+json",
-            query=[("fieldManager", FIELD_MANAGER)], idempotent=True,
+            "PATCH",
+            f"/api/v1/nodes/{_quote(node)}",
+            body=body,
+            content_type="application/merge-patch+json",
+            query=[("fieldManager", FIELD_MANAGER)],
+            idempotent=True,
         )
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
@@ -145,7 +159,9 @@ class KubeApi:
         if self._session is None:
             return await retry.call_async(
                 lambda: self._request_once(method, path, query=query, body=body, content_type=content_type),
-                what=f"{method} {path}", idempotent=idempotent, backoff=READS,
+                what=f"{method} {path}",
+                idempotent=idempotent,
+                backoff=READS,
             )
         # `retry.call_async`'s rule, each try on the event loop.
         what = f"{method} {path}"
@@ -154,29 +170,53 @@ class KubeApi:
         while True:
             tries += 1
             try:
-                return await self._native_once(method, path, query=query, body=encoded, content_type=content_type, what=what, lane=lane)
+                return await self._native_once(
+                    method, path, query=query, body=encoded, content_type=content_type, what=what, lane=lane
+                )
             except kube_errors.KubeError as error:
-                wait = READS.wait_s(tries, error, jitter=random.random()) if tries < READS.attempts and retry.retryable(error, idempotent=idempotent) else None  # noqa: S311 - jitter
+                wait = (
+                    READS.wait_s(tries, error, jitter=random.random())
+                    if tries < READS.attempts and retry.retryable(error, idempotent=idempotent)
+                    else None
+                )  # noqa: S311 - jitter
                 if wait is None:
                     raise
                 log.info("uid=- %s; try %d of %d in %.2f s", error, tries + 1, READS.attempts, wait)
             await asyncio.sleep(wait)
 
     async def _native_once(
-        self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: bytes | None, content_type: str, what: str, lane: str,
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]],
+        body: bytes | None,
+        content_type: str,
+        what: str,
+        lane: str,
     ) -> Object:
         assert self._session is not None
         answer = await self._session.request(
-            method, path, query=query, body=body, content_type=content_type, timeout=self._timeout, what=what, lane=lane,
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=self._timeout,
+            what=what,
+            lane=lane,
         )
         if not 200 <= answer.status < 300:
             raise kube_errors.translate(
-                kube_errors.Answer(status=answer.status, body=answer.body, reason=answer.reason, headers=answer.headers), what=what,
+                kube_errors.Answer(status=answer.status, body=answer.body, reason=answer.reason, headers=answer.headers),
+                what=what,
             )
         try:
             decoded = _loads(answer.body)
         except ValueError as error:
-            raise kube_errors.KubeError(f"{what}: the apiserver answered something that is not JSON", status=answer.status) from error
+            raise kube_errors.KubeError(
+                f"{what}: the apiserver answered something that is not JSON", status=answer.status
+            ) from error
         if not isinstance(decoded, dict):
             raise kube_errors.KubeError(f"{what}: unexpected answer", status=answer.status)
         return decoded
@@ -214,19 +254,27 @@ class KubeApi:
         try:
             decoded = _loads(data)
         except ValueError as error:
-            raise kube_errors.KubeError(f"{method} {path}: the apiserver answered something that is not JSON", status=response.status) from error
+            raise kube_errors.KubeError(
+                f"{method} {path}: the apiserver answered something that is not JSON", status=response.status
+            ) from error
         if not isinstance(decoded, dict):
             raise kube_errors.KubeError(f"{method} {path}: unexpected answer", status=response.status)
         return decoded
 
-    def list(self, path: str, *, field_selector: str = "", label_selector: str = "", at_least: str = "") -> tuple[list[Object], str]:
+    def list(
+        self, path: str, *, field_selector: str = "", label_selector: str = "", at_least: str = ""
+    ) -> tuple[list[Object], str]:
         """Every item of a collection (paged), and the list's resourceVersion to watch from. With
         `at_least`, as of that resourceVersion or later, in one page (the apiserver's watch cache
         answers it without reading etcd; meant for small selections)."""
         items: list[Object] = []
         token = ""
         while True:
-            query = [("resourceVersion", at_least), ("resourceVersionMatch", "NotOlderThan")] if at_least else [("limit", str(LIST_PAGE))]
+            query = (
+                [("resourceVersion", at_least), ("resourceVersionMatch", "NotOlderThan")]
+                if at_least
+                else [("limit", str(LIST_PAGE))]
+            )
             if field_selector:
                 query.append(("fieldSelector", field_selector))
             if label_selector:
@@ -245,7 +293,9 @@ class KubeApi:
     ) -> Iterator[tuple[str, Object]]:
         """Watch events from `resource_version` until the server ends the watch or `stopped` is set."""
         query = _watch_query(resource_version, label_selector)
-        response = self._send("GET", path, query=query, body=None, content_type="application/json", timeout=(10.0, WATCH_TIMEOUT_S + 30.0))
+        response = self._send(
+            "GET", path, query=query, body=None, content_type="application/json", timeout=(10.0, WATCH_TIMEOUT_S + 30.0)
+        )
         if not 200 <= response.status < 300:
             raise _error(response, response.read(), f"watch {path}")
         raw = response.response
@@ -294,8 +344,12 @@ class KubeApi:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
             serialized = self._client.param_serialize(
-                method=method, resource_path=path, query_params=list(query), header_params=headers,
-                body=dict(body) if body is not None else None, auth_settings=["BearerToken"],
+                method=method,
+                resource_path=path,
+                query_params=list(query),
+                header_params=headers,
+                body=dict(body) if body is not None else None,
+                auth_settings=["BearerToken"],
             )
             return self._client.call_api(*serialized, _request_timeout=timeout)
         except Exception as error:  # the client's TLS failures (status 0), urllib3 connection and timeout errors
@@ -311,7 +365,12 @@ class Watcher:
     still run in a worker thread, a page at a time. Without it, each watch owns a thread."""
 
     def __init__(
-        self, kube: KubeApi, cache: store_module.Store, *, loop: asyncio.AbstractEventLoop, namespace: str = reservations.LEDGER_NAMESPACE
+        self,
+        kube: KubeApi,
+        cache: store_module.Store,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        namespace: str = reservations.LEDGER_NAMESPACE,
     ) -> None:
         self._kube = kube
         self._store = cache
@@ -334,9 +393,13 @@ class Watcher:
             ("ResourceClaim", dra.CLAIMS_PATH, self._store.replace_claims, ""),
         ):
             if self._kube.streams_on_the_loop:
-                self._tasks.append(self._loop.create_task(self._run_async(kind, path, replace, selector), name=f"watch {kind.lower()}s"))
+                self._tasks.append(
+                    self._loop.create_task(self._run_async(kind, path, replace, selector), name=f"watch {kind.lower()}s")
+                )
                 continue
-            thread = threading.Thread(target=self._run, args=(kind, path, replace, selector), name=f"watch-{kind.lower()}s", daemon=True)
+            thread = threading.Thread(
+                target=self._run, args=(kind, path, replace, selector), name=f"watch-{kind.lower()}s", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -457,14 +520,18 @@ def _loads(data: bytes) -> Any:
 
 def _error(response: Any, data: bytes, what: str) -> kube_errors.KubeError:
     """The error of a raw answer with a failing status (``ApiClient.call_api`` does not raise)."""
-    answer = kube_errors.Answer(status=int(response.status), body=data, reason=str(response.reason or ""), headers=response.headers or {})
+    answer = kube_errors.Answer(
+        status=int(response.status), body=data, reason=str(response.reason or ""), headers=response.headers or {}
+    )
     return kube_errors.translate(answer, what=what)
 
 
 def _error_event(obj: Mapping[str, Any], what: str) -> kube_errors.KubeError:
     """The error of a watch's ERROR event (its object is a metav1.Status)."""
     code = obj.get("code")
-    answer = kube_errors.Answer(status=code if isinstance(code, int) else 0, body=json.dumps(obj), reason=str(obj.get("reason") or ""))
+    answer = kube_errors.Answer(
+        status=code if isinstance(code, int) else 0, body=json.dumps(obj), reason=str(obj.get("reason") or "")
+    )
     return kube_errors.translate(answer, what=what)
 
 

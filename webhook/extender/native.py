@@ -91,7 +91,9 @@ class Session:
         context: ssl.SSLContext | bool = False
         if host.startswith("https://"):
             if configuration.verify_ssl:
-                context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None, cadata=configuration.ca_cert_data or None)
+                context = ssl.create_default_context(
+                    cafile=configuration.ssl_ca_cert or None, cadata=configuration.ca_cert_data or None
+                )
                 if configuration.assert_hostname is False:
                     context.check_hostname = False
             else:
@@ -100,7 +102,13 @@ class Session:
                 context.verify_mode = ssl.CERT_NONE
             if configuration.cert_file:
                 context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
-        return cls(host=host, context=context, server_hostname=configuration.tls_server_name or None, configuration=configuration, limit=limit)
+        return cls(
+            host=host,
+            context=context,
+            server_hostname=configuration.tls_server_name or None,
+            configuration=configuration,
+            limit=limit,
+        )
 
     async def request(
         self,
@@ -124,8 +132,13 @@ class Session:
             headers["Authorization"] = authorization
         try:
             async with session.request(
-                method, self._host + path, params=list(query) or None, data=body, headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout), server_hostname=self._server_hostname,
+                method,
+                self._host + path,
+                params=list(query) or None,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                server_hostname=self._server_hostname,
             ) as response:
                 data = await response.read()
                 return Answer(status=response.status, reason=response.reason or "", headers=response.headers, body=data)
@@ -144,13 +157,19 @@ class Session:
             headers["Authorization"] = authorization
         try:
             async with session.get(
-                self._host + path, params=list(query) or None, headers=headers, server_hostname=self._server_hostname,
+                self._host + path,
+                params=list(query) or None,
+                headers=headers,
+                server_hostname=self._server_hostname,
                 timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=read_timeout),
             ) as response:
                 if not 200 <= response.status < 300:
                     data = await response.read()
                     raise kube_errors.translate(
-                        kube_errors.Answer(status=response.status, body=data, reason=response.reason or "", headers=response.headers), what=what,
+                        kube_errors.Answer(
+                            status=response.status, body=data, reason=response.reason or "", headers=response.headers
+                        ),
+                        what=what,
                     )
                 pending = b""
                 async for chunk in response.content.iter_any():  # no line-length limit (a Node can be large)
@@ -175,7 +194,8 @@ class Session:
                 trace.on_connection_queued_end.append(_queued_end)
                 traces.append(trace)
             session = self._sessions[lane] = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._limits[lane], ssl=self._context), skip_auto_headers=("User-Agent",),
+                connector=aiohttp.TCPConnector(limit=self._limits[lane], ssl=self._context),
+                skip_auto_headers=("User-Agent",),
                 trace_configs=traces or None,
             )
         return session

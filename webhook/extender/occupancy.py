@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from policies.gpu import usage
-from policies.gpu import cards, inspection
+from policies.gpu import cards, inspection, usage
 
 GIB = 1 << 30
 PREFIX = "gpu_admission_extender_"
@@ -41,9 +40,13 @@ class Collector:
     def collect(self) -> Iterable[Metric]:
         table = inspection.as_json(self._states())
         node_labels, card_labels = ("node", "mode"), ("node", "card")
-        node_used = GaugeMetricFamily(NAMES[0], "GPU memory allocated on a node (what inspect's table shows).", labels=node_labels)
+        node_used = GaugeMetricFamily(
+            NAMES[0], "GPU memory allocated on a node (what inspect's table shows).", labels=node_labels
+        )
         node_total = GaugeMetricFamily(NAMES[1], "GPU memory of a node's cards.", labels=node_labels)
-        card_used = GaugeMetricFamily(NAMES[2], "GPU memory allocated on a card (a whole-card pod takes all of it).", labels=card_labels)
+        card_used = GaugeMetricFamily(
+            NAMES[2], "GPU memory allocated on a card (a whole-card pod takes all of it).", labels=card_labels
+        )
         card_total = GaugeMetricFamily(NAMES[3], "GPU memory of a card.", labels=card_labels)
         card_core = GaugeMetricFamily(NAMES[4], "Share of a card's cores allocated, in percent.", labels=card_labels)
         card_pods = GaugeMetricFamily(NAMES[5], "Pods allocated on a card (bound or reserved).", labels=card_labels)
@@ -74,7 +77,9 @@ class UsageCollector:
 
     def collect(self) -> Iterable[Metric]:
         labels = ("node", "card")
-        used = GaugeMetricFamily(USAGE_NAMES[0], "GPU memory the processes on a card hold (the labeler's NVML reading).", labels=labels)
+        used = GaugeMetricFamily(
+            USAGE_NAMES[0], "GPU memory the processes on a card hold (the labeler's NVML reading).", labels=labels
+        )
         oob = GaugeMetricFamily(USAGE_NAMES[1], "GPU memory held on a card by processes of no pod.", labels=labels)
         for name, summary in sorted(self._usages().items()):
             for card in summary.cards:

@@ -32,12 +32,11 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
 from policies import gpu
-from policies.gpu import cardmodel, cardrequest, inventory
+from policies.gpu import cardmodel, cardrequest, cards, inventory, reasons
 from webhook.extender import topology, wire
-from policies.gpu import cards, reasons
-
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
+
 
 class Verdict(enum.StrEnum):
     FITS = "fits"
@@ -156,11 +155,11 @@ def choose(request: cardrequest.Request, state: cards.NodeState) -> tuple[int, .
     return fit.cards if fit.fits and fit.cards else None
 
 
-def filter_nodes(
-    request: cardrequest.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]
-) -> Outcome:
+def filter_nodes(request: cardrequest.Request, *, states: Mapping[str, cards.NodeState | None], names: Iterable[str]) -> Outcome:
     """Classify every candidate; a node the extender does not know yet fails for now, not forever."""
-    return classify({name: None if (state := states.get(name)) is None else evaluate(request, state, decide=False) for name in names}, names)
+    return classify(
+        {name: None if (state := states.get(name)) is None else evaluate(request, state, decide=False) for name in names}, names
+    )
 
 
 def classify(fits: Mapping[str, Fit | None], names: Iterable[str]) -> Outcome:
@@ -197,9 +196,7 @@ def classify_in_order(fits: Sequence[Fit | None], names: Sequence[str]) -> Outco
     return outcome
 
 
-def diagnose(
-    request: cardrequest.Request, state: cards.NodeState, *, stale: frozenset[str] = frozenset()
-) -> Fit:
+def diagnose(request: cardrequest.Request, state: cards.NodeState, *, stale: frozenset[str] = frozenset()) -> Fit:
     """`evaluate`, and where the pod does not fit now, whether it would without the reservations
     of binds in flight (`RESERVED_IN_FLIGHT`) or without the allocations of the pod UIDs in `stale`
     (pods that are gone: `STALE_ALLOCATION`). Those reasons come first: they say what to wait for
@@ -285,7 +282,9 @@ def _evaluate_shared(
                 f"{request.describe()}, and {request.card.describe()}; the largest such card is GPU{largest.index} "
                 f"with {largest.card.memory_gib} GiB (the node has {_cards_shown(state.node.cards)})",
             )
-    fitting = [c for c, (m, k) in zip(candidates, free, strict=True) if m >= memory and k >= core]  # whole-used and DRA cards have 0 free
+    fitting = [
+        c for c, (m, k) in zip(candidates, free, strict=True) if m >= memory and k >= core
+    ]  # whole-used and DRA cards have 0 free
     if not fitting:
         if not explain:
             return _FULL

@@ -368,7 +368,6 @@ def held(state: cards.NodeState, nominees: Sequence[Nominee], *, going: frozense
     return current
 
 
-
 # --- the durable hold: what the extender recorded when it answered a preemption ------------------
 #
 # kube-scheduler clears a pod's nomination whenever an attempt for it ends in an error rather than
@@ -406,7 +405,7 @@ class Hold:
 
 
 def held_note(state: cards.NodeState) -> str:
-    """" (held for <pods>, which preempted here)": what a refusal caused by a hold (`held`) adds."""
+    """ " (held for <pods>, which preempted here)": what a refusal caused by a hold (`held`) adds."""
     holders = ", ".join(sorted({a.pod_key for a in state.allocations if a.source == "nomination"}))
     return f" (held for {holders}, which preempted here)" if holders else ""
 
@@ -445,12 +444,22 @@ def read_holds(text: object, *, node: str) -> dict[str, Hold]:
         pod, priority, at, victims = entry.get("pod"), entry.get("priority"), entry.get("at"), entry.get("victims")
         if not isinstance(pod, str) or "/" not in pod or not isinstance(victims, list):
             continue
-        if not isinstance(priority, int) or isinstance(priority, bool) or not isinstance(at, (int, float)) or isinstance(at, bool):
+        if (
+            not isinstance(priority, int)
+            or isinstance(priority, bool)
+            or not isinstance(at, (int, float))
+            or isinstance(at, bool)
+        ):
             continue
         namespace, name = pod.split("/", 1)
         found[str(uid)] = Hold(
-            uid=str(uid), namespace=namespace, name=name, node=node, priority=priority,
-            victims=frozenset(v for v in victims if isinstance(v, str)), at=float(at),
+            uid=str(uid),
+            namespace=namespace,
+            name=name,
+            node=node,
+            priority=priority,
+            victims=frozenset(v for v in victims if isinstance(v, str)),
+            at=float(at),
         )
     return found
 
@@ -481,11 +490,22 @@ def hold_lease_body(node: str, node_uid: str, holds: Mapping[str, Hold], *, name
     }
     if node_uid:
         metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}]
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": {"holderIdentity": "gpu-admission-extender"}}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {"holderIdentity": "gpu-admission-extender"},
+    }
 
 
 def standing(
-    hold: Hold, pod: Mapping[str, Any] | None, *, now: float, evicted: bool, victims_left: bool, gone_since: float | None,
+    hold: Hold,
+    pod: Mapping[str, Any] | None,
+    *,
+    now: float,
+    evicted: bool,
+    victims_left: bool,
+    gone_since: float | None,
 ) -> bool:
     """Whether a record still holds its card: its preemptor (`pod`, the live copy of the pod of the
     record's UID; None where there is none) is pending (not bound anywhere, not finished, not being
@@ -555,7 +575,12 @@ class Promises:
 
 
 def answer(
-    cache: View, args: wire.PreemptRequest, *, now: float, ttl: float, budgets: tuple[Budget, ...],
+    cache: View,
+    args: wire.PreemptRequest,
+    *,
+    now: float,
+    ttl: float,
+    budgets: tuple[Budget, ...],
     promised: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[list[str], int]]:
     """The preempt verb's answer per offered node. `promised`: victims answered before for this
@@ -580,9 +605,7 @@ def answer(
         if state is None:
             continue
         state = cache.with_holds(node, state, pod=args.pod, now=now)
-        known = {
-            a.uid: pod_of(pod) for a in state.allocations if a.bound and (pod := cache.pod(a.uid)) is not None
-        }
+        known = {a.uid: pod_of(pod) for a in state.allocations if a.bound and (pod := cache.pod(a.uid)) is not None}
         for victim in promised & known.keys():
             known[victim] = dataclasses.replace(known[victim], deleting=True)
         choice = select(wanted, state, priority=priority, known=known, budgets=budgets)
@@ -597,7 +620,8 @@ def answer(
         # for the node's other resources (CPU, memory), which it counts and we do not.
         holding = {a.uid for a in state.allocations}
         others = [
-            pod_of(pod) for victim in offered
+            pod_of(pod)
+            for victim in offered
             if victim not in holding and (pod := cache.pod(victim)) is not None and priority_of(pod) < priority
         ]
         victims = sorted((*choice.victims, *others), key=lambda p: (-p.priority, p.started, p.key))
@@ -606,7 +630,13 @@ def answer(
 
 
 def under_way(
-    cache: View, pod: Mapping[str, Any], *, wanted: cardrequest.Request, promised: frozenset[str], ttl: float, now: float,
+    cache: View,
+    pod: Mapping[str, Any],
+    *,
+    wanted: cardrequest.Request,
+    promised: frozenset[str],
+    ttl: float,
+    now: float,
 ) -> bool:
     """Whether a preemption of this pod is under way: a victim answered to it before is being
     deleted (kube-scheduler evicts only on the node it picked; the victims answered on the other
@@ -621,13 +651,16 @@ def under_way(
         return True
     if any(
         uid == str(podspec.mapping(other.get("metadata")).get("uid", ""))
-        for node, records in cache.hold_nodes().items() if uid in records and any(cache.pod(v) is not None for v in records[uid].victims)
+        for node, records in cache.hold_nodes().items()
+        if uid in records and any(cache.pod(v) is not None for v in records[uid].victims)
         for other in cache.held_for(node, now=now)
     ):
         return True
     nominated = nominated_node(pod) or nominated_node(cache.pod(uid) or {})
     state = cache.state(nominated, now=now, ttl=ttl, exclude_uid=uid) if nominated else None
-    return state is not None and placement.evaluate(wanted, cache.with_holds(nominated, state, pod=pod, now=now), explain=False).fits
+    return (
+        state is not None and placement.evaluate(wanted, cache.with_holds(nominated, state, pod=pod, now=now), explain=False).fits
+    )
 
 
 def deleting(pod: Mapping[str, Any] | None) -> bool:

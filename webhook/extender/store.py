@@ -26,9 +26,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from typing import Any, TypeVar
 
 from policies import gpu, podspec
-from policies.gpu import allocation, dra, reservations
+from policies.gpu import allocation, cards, dra, reservations
 from webhook.extender import preemption, reality
-from policies.gpu import cards
 
 Object = dict[str, Any]
 
@@ -40,9 +39,13 @@ class Store:
         self._honour_out_of_band = honour_out_of_band  # see `reality`: cards shrink by out-of-band use
         self._namespace = namespace  # the ledger namespace: Leases elsewhere are no ledger
         self._nodes: dict[str, Object] = {}
-        self._real_nodes: dict[str, Object] = {}  # node name -> its slim copy as written, where `_nodes` holds it less out-of-band use
+        self._real_nodes: dict[
+            str, Object
+        ] = {}  # node name -> its slim copy as written, where `_nodes` holds it less out-of-band use
         self._leases: dict[str, Object] = {}  # node name -> its ledger Lease (slim)
-        self._node_ledger_rv: dict[str, int] = {}  # node -> the revision of the first copy seen with its current annotation ledger
+        self._node_ledger_rv: dict[
+            str, int
+        ] = {}  # node -> the revision of the first copy seen with its current annotation ledger
         self._pods: dict[str, Object] = {}
         self._pod_node: dict[str, str] = {}
         # UIDs of pods the watch saw deleted (the latest MAX_GONE): a UID is never reused, so a ledger
@@ -273,7 +276,9 @@ class Store:
             if there:
                 self._victims_gone.pop(uid, None)
             pod = self._pods.get(uid)
-            if pod is not None and preemption.standing(hold, pod, now=now, evicted=evicted, victims_left=bool(there), gone_since=gone_since):
+            if pod is not None and preemption.standing(
+                hold, pod, now=now, evicted=evicted, victims_left=bool(there), gone_since=gone_since
+            ):
                 found.append(pod)
         return found
 
@@ -285,17 +290,18 @@ class Store:
         if node not in self._nominated and node not in self._holds:
             return state
         metadata = podspec.mapping(pod.get("metadata"))
-        waiting = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in (*self.held_for(node, now=now), *self.nominees(node))}
+        waiting = {
+            str(podspec.mapping(p.get("metadata")).get("uid", "")): p
+            for p in (*self.held_for(node, now=now), *self.nominees(node))
+        }
         nominees = preemption.holders(
             (preemption.nominee_of(other) for other in waiting.values()),
-            priority=preemption.priority_of(pod), uid=str(metadata.get("uid", "")),
+            priority=preemption.priority_of(pod),
+            uid=str(metadata.get("uid", "")),
         )
         if not nominees:
             return state
-        going = frozenset(
-            a.uid for a in state.allocations
-            if (other := self._pods.get(a.uid)) is not None and _deleting(other)
-        )
+        going = frozenset(a.uid for a in state.allocations if (other := self._pods.get(a.uid)) is not None and _deleting(other))
         return preemption.held(state, nominees, going=going)
 
     def put_hold_lease(self, obj: Mapping[str, Any]) -> bool:
@@ -308,7 +314,9 @@ class Store:
             return True
         metadata = podspec.mapping(obj.get("metadata"))
         text = podspec.mapping(metadata.get("annotations")).get(preemption.HOLDS_ANNOTATION)
-        self._hold_leases[node] = {"metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}}
+        self._hold_leases[node] = {
+            "metadata": {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}
+        }
         holds = preemption.read_holds(text, node=node)
         if holds:
             self._holds[node] = holds
@@ -403,8 +411,14 @@ class Store:
         return state
 
     def node_state_of(
-        self, node: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], *, now: float, ttl: float,
-        reservations: Mapping[str, allocation.Allocation], exclude_uid: str = "",
+        self,
+        node: Mapping[str, Any],
+        pods: Iterable[Mapping[str, Any]],
+        *,
+        now: float,
+        ttl: float,
+        reservations: Mapping[str, allocation.Allocation],
+        exclude_uid: str = "",
     ) -> cards.NodeState:
         """`cards.node_state(node, pods, now=now, ttl=ttl, reservations=reservations, exclude_uid=exclude_uid)`,
         with each of the cache's own pod copies' `cards.Holding` (whether it finished, what it
@@ -424,7 +438,11 @@ class Store:
         else:
             node_cards = cards.node_cards(node)
         return cards.count(
-            node_cards, self._holdings(pods, now=now, ttl=ttl), ledger=reservations, now=now, exclude_uid=exclude_uid,
+            node_cards,
+            self._holdings(pods, now=now, ttl=ttl),
+            ledger=reservations,
+            now=now,
+            exclude_uid=exclude_uid,
             dra_holds=self._dra_holds.get(name, dra.NO_HOLDS),
         )
 
@@ -446,7 +464,8 @@ class Store:
             return ledger
         going = {_uid(pod) for pod in pods if _deleting(pod) and not self._counts(pod)}
         dropped = [
-            uid for uid in ledger
+            uid
+            for uid in ledger
             if uid in going or uid in self._gone or ((pod := self._pods.get(uid)) is not None and not self._counts(pod))
         ]
         return {uid: entry for uid, entry in ledger.items() if uid not in dropped} if dropped else ledger
@@ -482,7 +501,9 @@ class Store:
         the verb and the pod's `cardrequest.Request`). A node whose state leaves out
         `exclude_uid` is judged afresh."""
         names = names if isinstance(names, (list, tuple)) else list(names)
-        return dict(zip(names, self.judged_list(names, now=now, ttl=ttl, exclude_uid=exclude_uid, key=key, judge=judge), strict=True))
+        return dict(
+            zip(names, self.judged_list(names, now=now, ttl=ttl, exclude_uid=exclude_uid, key=key, judge=judge), strict=True)
+        )
 
     def judged_list(
         self,
@@ -599,9 +620,7 @@ class Store:
         finished = allocation.is_terminal(pod)
         return not finished and (not bound_to or bound_to == node)
 
-    def states(
-        self, names: Iterable[str], *, now: float, ttl: float, exclude_uid: str = ""
-    ) -> dict[str, cards.NodeState | None]:
+    def states(self, names: Iterable[str], *, now: float, ttl: float, exclude_uid: str = "") -> dict[str, cards.NodeState | None]:
         return {name: self.state(name, now=now, ttl=ttl, exclude_uid=exclude_uid) for name in names}
 
     def all_states(self, *, now: float, ttl: float) -> dict[str, cards.NodeState]:
@@ -757,7 +776,9 @@ class Store:
             if held is None or _node_ledger_text(slim) != _node_ledger_text(held):
                 text = _node_ledger_text(slim)
                 # a ledger at a version that is no revision can never be proven covered: bind reads
-                self._node_ledger_rv[name] = (_revision(slim) if _revision(slim) >= 0 else _UNPROVABLE) if text is not None else -1
+                self._node_ledger_rv[name] = (
+                    (_revision(slim) if _revision(slim) >= 0 else _UNPROVABLE) if text is not None else -1
+                )
             if held is None or not _same_but_version(slim, held):
                 self._touch(name)  # a status heartbeat changes nothing kept here: the cached state stays
 
@@ -862,7 +883,9 @@ def slim_node(node: Mapping[str, Any]) -> Object:
     metadata = podspec.mapping(node.get("metadata"))
     status = podspec.mapping(node.get("status"))
     return {
-        "metadata": {key: metadata[key] for key in ("name", "uid", "resourceVersion", "labels", "annotations") if key in metadata},
+        "metadata": {
+            key: metadata[key] for key in ("name", "uid", "resourceVersion", "labels", "annotations") if key in metadata
+        },
         "status": {key: status[key] for key in ("capacity", "allocatable", "addresses") if key in status},
     }
 
@@ -873,7 +896,11 @@ def slim_lease(lease: Mapping[str, Any]) -> Object:
     annotations = podspec.mapping(metadata.get("annotations"))
     return {
         "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in metadata}
-        | {"annotations": {k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION) if k in annotations}},
+        | {
+            "annotations": {
+                k: annotations[k] for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION) if k in annotations
+            }
+        },
     }
 
 

@@ -134,9 +134,16 @@ class Keeper:
             if self._elector is not None and not self._elector.leader:
                 break  # re-checked before every write
             try:
-                await asyncio.to_thread(self._api.request, "POST", rules_path(version), body=dra.taint_rule(device, version=version))
-                log.info("DeviceTaintRule %s keeps %s/%s/%s (card %s on %s) from DRA", dra.rule_name(device), *device.key,
-                         device.card_uuid, device.node)
+                await asyncio.to_thread(
+                    self._api.request, "POST", rules_path(version), body=dra.taint_rule(device, version=version)
+                )
+                log.info(
+                    "DeviceTaintRule %s keeps %s/%s/%s (card %s on %s) from DRA",
+                    dra.rule_name(device),
+                    *device.key,
+                    device.card_uuid,
+                    device.node,
+                )
             except kube_errors.Conflict:
                 pass  # it exists already (another pass, another leader): the next list shows it
         for name in delete:
@@ -152,7 +159,9 @@ class Keeper:
     async def _reconcile_holds(self, wanted: tuple[dra.Device, ...]) -> tuple[int, int]:
         """The hold claims: one allocated claim per wanted device, the others released."""
         try:
-            existing, _ = await asyncio.to_thread(self._api.list, claims_path(self._namespace), label_selector=f"{dra.RULE_LABEL}=true")
+            existing, _ = await asyncio.to_thread(
+                self._api.list, claims_path(self._namespace), label_selector=f"{dra.RULE_LABEL}=true"
+            )
         except kube_errors.NotFound:
             return 0, 0  # resource.k8s.io/v1 is not served: nothing for DRA to allocate either
         create, unallocated, release = dra.plan_holds(wanted, existing)
@@ -162,7 +171,12 @@ class Keeper:
             if not self._leads():
                 break  # re-checked before every write
             try:
-                claim = await asyncio.to_thread(self._api.request, "POST", claims_path(self._namespace), body=dra.hold_claim(device, namespace=self._namespace))
+                claim = await asyncio.to_thread(
+                    self._api.request,
+                    "POST",
+                    claims_path(self._namespace),
+                    body=dra.hold_claim(device, namespace=self._namespace),
+                )
             except kube_errors.Conflict:
                 continue  # it exists already: the next pass allocates it where it is not
             done += await self._allocate(claim, device)
@@ -182,7 +196,14 @@ class Keeper:
             await asyncio.to_thread(self._api.request, "PUT", claims_path(self._namespace, name, status=True), body=body)
         except (kube_errors.Conflict, kube_errors.NotFound):
             return 0  # changed or gone meanwhile: the next pass sees it as it is
-        log.info("ResourceClaim %s/%s holds %s/%s/%s (card %s on %s) from DRA", self._namespace, name, *device.key, device.card_uuid, device.node)
+        log.info(
+            "ResourceClaim %s/%s holds %s/%s/%s (card %s on %s) from DRA",
+            self._namespace,
+            name,
+            *device.key,
+            device.card_uuid,
+            device.node,
+        )
         return 1
 
     async def _release(self, claim: Mapping[str, Any]) -> None:
@@ -192,7 +213,9 @@ class Keeper:
         try:
             if dra.claim_results(claim):
                 await asyncio.to_thread(
-                    self._api.request, "PUT", claims_path(self._namespace, name, status=True),
+                    self._api.request,
+                    "PUT",
+                    claims_path(self._namespace, name, status=True),
                     body={**claim, **_CLAIM_TYPE, "status": {"allocation": None}},
                 )
             await asyncio.to_thread(self._api.request, "DELETE", claims_path(self._namespace, name))
@@ -215,7 +238,10 @@ class Keeper:
             return version
         log.info(
             "no DeviceTaintRule API (%s): cards that hold shared pods are kept from DRA by ResourceClaims in %s labelled %s "
-            "(see docs/dra.md)", ", ".join(f"{dra.GROUP}/{v}" for v in dra.TAINT_RULE_VERSIONS), self._namespace, dra.RULE_LABEL,
+            "(see docs/dra.md)",
+            ", ".join(f"{dra.GROUP}/{v}" for v in dra.TAINT_RULE_VERSIONS),
+            self._namespace,
+            dra.RULE_LABEL,
         )
         return None
 
@@ -223,6 +249,8 @@ class Keeper:
 def elector_for(client: Any, *, namespace: str) -> leader.Elector:
     """The Lease election among extender replicas for the taint rules."""
     return leader.Elector(
-        leader.KubeLeaseStore(client, namespace=namespace, name=LEASE_NAME), namespace=namespace, name=LEASE_NAME,
+        leader.KubeLeaseStore(client, namespace=namespace, name=LEASE_NAME),
+        namespace=namespace,
+        name=LEASE_NAME,
         identity=leader.identity(),
     )

@@ -58,4 +58,3 @@ def _greedy(free: Sequence[int], count: int, topology: inventory.Topology, *, st
         rest = [card for card in free if card not in chosen]
         chosen.append(max(rest, key=lambda card: (sum(topology.score(card, c) for c in chosen), -card)))
     return tuple(sorted(chosen))
-

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook.cmdline import errors as cmdline_errors
-from webhook.kube import errors
-from webhook.kube import lazy
+from webhook.kube import errors, lazy
 
 if TYPE_CHECKING:
     import urllib3
@@ -30,8 +29,17 @@ else:
     watch = lazy.Module("kubernetes.watch")
 
 __all__ = [  # the lazy kubernetes modules are exported for the package's other cluster code
-    "DEFAULT_NAMESPACE", "SERVICE_ACCOUNT_NAMESPACE", "ConfigError", "api_client", "client", "client_exceptions",
-    "close", "errors", "own_namespace", "urllib3", "watch",
+    "DEFAULT_NAMESPACE",
+    "SERVICE_ACCOUNT_NAMESPACE",
+    "ConfigError",
+    "api_client",
+    "client",
+    "client_exceptions",
+    "close",
+    "errors",
+    "own_namespace",
+    "urllib3",
+    "watch",
 ]
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -13,7 +13,9 @@ from webhook.kube import client, retry
 from webhook.kube import errors as kube_errors
 
 
-def read_env_source(api: client.ApiClient, source: model.EnvSource, *, timeout_s: float | None = None) -> Mapping[str, str] | None:
+def read_env_source(
+    api: client.ApiClient, source: model.EnvSource, *, timeout_s: float | None = None
+) -> Mapping[str, str] | None:
     """A ConfigMap's data or a Secret's decoded data, for GPU001; None when it is missing,
     forbidden or odd (the engine then treats the value as unknown). Shared by the audit and the
     webhook (its cluster context), which bounds each read with `timeout_s`."""
@@ -26,7 +28,9 @@ def read_env_source(api: client.ApiClient, source: model.EnvSource, *, timeout_s
         # Tried once: the webhook bounds the wait by `timeout_s`, and an unknown value is judged offline.
         response = retry.call(
             lambda: read(source.name, source.namespace, **extra),
-            what=f"cannot read {source.kind} {source.namespace}/{source.name}", idempotent=True, backoff=retry.ONCE,
+            what=f"cannot read {source.kind} {source.namespace}/{source.name}",
+            idempotent=True,
+            backoff=retry.ONCE,
         )
         data = json.loads(response.data).get("data") or {}
         if source.kind == "ConfigMap":

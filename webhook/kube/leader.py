@@ -63,8 +63,12 @@ class KubeLeaseStore:
     def read(self) -> Mapping[str, Any] | None:
         try:
             response = retry.call(
-                lambda: self._leases.read_namespaced_lease(self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=f"cannot read lease {self.namespace}/{self.name}", idempotent=True, backoff=retry.ONCE,
+                lambda: self._leases.read_namespaced_lease(
+                    self.name, self.namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                ),
+                what=f"cannot read lease {self.namespace}/{self.name}",
+                idempotent=True,
+                backoff=retry.ONCE,
             )
         except kube_errors.NotFound:
             return None
@@ -74,13 +78,21 @@ class KubeLeaseStore:
     def write(self, body: Mapping[str, Any], *, create: bool) -> Mapping[str, Any]:
         if create:
             response = retry.call(
-                lambda: self._leases.create_namespaced_lease(self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=f"cannot create lease {self.namespace}/{self.name}", idempotent=False, backoff=retry.ONCE,
+                lambda: self._leases.create_namespaced_lease(
+                    self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                ),
+                what=f"cannot create lease {self.namespace}/{self.name}",
+                idempotent=False,
+                backoff=retry.ONCE,
             )
         else:  # the body carries the resourceVersion it was read at: a stale write is a 409
             response = retry.call(
-                lambda: self._leases.replace_namespaced_lease(self.name, self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-                what=f"cannot write lease {self.namespace}/{self.name}", idempotent=True, backoff=retry.ONCE,
+                lambda: self._leases.replace_namespaced_lease(
+                    self.name, self.namespace, dict(body), _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                ),
+                what=f"cannot write lease {self.namespace}/{self.name}",
+                idempotent=True,
+                backoff=retry.ONCE,
             )
         written: dict[str, Any] = json.loads(response.data)
         return written
@@ -132,7 +144,9 @@ class Elector:
     def _step(self) -> bool:
         started = self._monotonic()
         current = self.store.read()
-        decided = lease.step(current, election=self.election, now=self._clock(), observed=self._observed, monotonic=self._monotonic())
+        decided = lease.step(
+            current, election=self.election, now=self._clock(), observed=self._observed, monotonic=self._monotonic()
+        )
         self._observed = decided.observation
         if decided.write is None:
             self._held_until = float("-inf")
@@ -158,7 +172,10 @@ class Elector:
         if leading != self._was_leader:
             log.info(
                 "uid=- %s %s the lease %s/%s",
-                self.identity, "holds" if leading else "no longer holds", self.election.namespace, self.election.name,
+                self.identity,
+                "holds" if leading else "no longer holds",
+                self.election.namespace,
+                self.election.name,
             )
             self._was_leader = leading
         return leading

@@ -118,7 +118,11 @@ def _next_wait(
     if not errors.recognised(failure):
         raise failure  # not the cluster's: a bug or the caller's own error, unchanged
     error = errors.translate(failure, what=what)
-    wait = backoff.wait_s(retry, error, jitter=jitter()) if retry < backoff.attempts and retryable(error, idempotent=idempotent) else None
+    wait = (
+        backoff.wait_s(retry, error, jitter=jitter())
+        if retry < backoff.attempts and retryable(error, idempotent=idempotent)
+        else None
+    )
     if wait is None:
         if error is failure:
             raise error

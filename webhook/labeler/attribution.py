@@ -80,7 +80,14 @@ def views(inv: inventory.Inventory, *, pods: Iterable[PodRef] | None, identify: 
                     pod = known.get(identity.pod_uid) if identity.pod_uid else None
                 out_of_band = pod is None
             found.append(
-                ProcessView(card=card.index, pid=process.pid, used_mib=process.used_mib, identity=identity, pod=pod, out_of_band=out_of_band)
+                ProcessView(
+                    card=card.index,
+                    pid=process.pid,
+                    used_mib=process.used_mib,
+                    identity=identity,
+                    pod=pod,
+                    out_of_band=out_of_band,
+                )
             )
     return found
 
@@ -110,7 +117,10 @@ def summarise(
             else:
                 oob.append(
                     usage.OutOfBand(
-                        pid=view.pid, used_mib=view.used_mib, container_id=view.identity.container_id, pod_uid=view.identity.pod_uid
+                        pid=view.pid,
+                        used_mib=view.used_mib,
+                        container_id=view.identity.container_id,
+                        pod_uid=view.identity.pod_uid,
                     )
                 )
         cards.append(
@@ -119,7 +129,9 @@ def summarise(
                 total_mib=card.memory_mib,
                 used_mib=card.used_mib,
                 pods=tuple(
-                    usage.PodUse(uid=uid, namespace=ref.namespace or "?", name=ref.name or "?", used_mib=pod_mib[uid], pids=pod_pids[uid])
+                    usage.PodUse(
+                        uid=uid, namespace=ref.namespace or "?", name=ref.name or "?", used_mib=pod_mib[uid], pids=pod_pids[uid]
+                    )
                     for uid, ref in pod_refs.items()
                 ),
                 out_of_band=tuple(oob),

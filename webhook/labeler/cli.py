@@ -62,34 +62,54 @@ def add_parser(subparsers: Any) -> None:
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one pass, then exit")
     when.add_argument(
-        "--interval", type=flags.positive_duration, default=DEFAULT_INTERVAL_S, metavar="DURATION", help="time between passes, e.g. 2s, 60s, 1m (default: 60s)"
+        "--interval",
+        type=flags.positive_duration,
+        default=DEFAULT_INTERVAL_S,
+        metavar="DURATION",
+        help="time between passes, e.g. 2s, 60s, 1m (default: 60s)",
     )
     parser.add_argument(
-        "--advertise", action="store_true", help="also set the node's extended-resource capacity for its ack.node.gpu.schedule mode"
+        "--advertise",
+        action="store_true",
+        help="also set the node's extended-resource capacity for its ack.node.gpu.schedule mode",
     )
-    parser.add_argument("--inventory", type=Path, default=None, metavar="FILE", help="read the cards from this YAML file instead of NVML")
+    parser.add_argument(
+        "--inventory", type=Path, default=None, metavar="FILE", help="read the cards from this YAML file instead of NVML"
+    )
     parser.add_argument(
         "--take-over", action="store_true", help="replace aliyun.accelerator/* labels that another component wrote"
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would be written; touch no cluster")
     flags.add_output(parser, ("table", "json", "yaml"))  # the --dry-run output
     parser.add_argument(
-        "--usage-interval", type=flags.positive_duration, default=DEFAULT_INTERVAL_S, metavar="DURATION",
+        "--usage-interval",
+        type=flags.positive_duration,
+        default=DEFAULT_INTERVAL_S,
+        metavar="DURATION",
         help="the least time between two writes of the usage summary annotation (default: 60s)",
     )
     parser.add_argument(
-        "--proc-root", type=Path, default=cgroups.DEFAULT_PROC_ROOT, metavar="PATH",
+        "--proc-root",
+        type=Path,
+        default=cgroups.DEFAULT_PROC_ROOT,
+        metavar="PATH",
         help="where the host's /proc is (the GPU processes' cgroups are read there; default: /proc)",
     )
     parser.add_argument(
-        "--list-pods", action="store_true",
+        "--list-pods",
+        action="store_true",
         help="with --dry-run: read this node's pods from the cluster (read-only) to name the GPU processes' pods",
     )
     parser.add_argument(
-        "--usage-limits", type=Path, default=None, metavar="SETTINGS",
+        "--usage-limits",
+        type=Path,
+        default=None,
+        metavar="SETTINGS",
         help="act on pods above their GPU memory request per the usageLimits of this settings file (Events; evictions in evict mode)",
     )
-    parser.add_argument("--health-port", type=int, default=None, metavar="PORT", help="serve /healthz and /readyz on this port (0: any free port)")
+    parser.add_argument(
+        "--health-port", type=int, default=None, metavar="PORT", help="serve /healthz and /readyz on this port (0: any free port)"
+    )
     flags.add_logging(parser)
     parser.set_defaults(func=run)
 
@@ -100,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         node_name = _node_name(args, required=False)
         pods = _dry_run_pods(args.kubeconfig, node_name=node_name, context=args.context) if args.list_pods else None
-        return _dry_run(source, source_name=source_name, node_name=node_name, output=args.output, pods=pods, proc_root=args.proc_root)
+        return _dry_run(
+            source, source_name=source_name, node_name=node_name, output=args.output, pods=pods, proc_root=args.proc_root
+        )
     node_name = _node_name(args, required=True)
     if args.health_port is not None and not 0 <= args.health_port <= 65535:
         raise errors.InputError(f"--health-port must be 0-65535, not {args.health_port}")
@@ -114,14 +136,20 @@ def run(args: argparse.Namespace) -> int:
     except publisher.ConnectError as error:
         raise errors.InputError(str(error)) from error
     enforcer = (
-        limits.Enforcer(node=node_name, limit_of=limit_settings.usage_limit, actions=nodes) if limit_settings is not None else None
+        limits.Enforcer(node=node_name, limit_of=limit_settings.usage_limit, actions=nodes)
+        if limit_settings is not None
+        else None
     )
     loop = runner.Runner(
         source=source,
         nodes=nodes,
         options=runner.Options(
-            node_name=node_name, interval_s=args.interval, advertise=args.advertise, take_over=args.take_over,
-            usage_interval_s=args.usage_interval, proc_root=args.proc_root,
+            node_name=node_name,
+            interval_s=args.interval,
+            advertise=args.advertise,
+            take_over=args.take_over,
+            usage_interval_s=args.usage_interval,
+            proc_root=args.proc_root,
         ),
         pods=nodes,
         enforcer=enforcer,
@@ -262,7 +290,9 @@ def _dry_run(
     except (nvml.ReadError, inventory.InventoryError) as error:
         print(f"gpu-admission labeler: reading the GPUs failed: {error}", file=sys.stderr)
         return EXIT_FAILED
-    report = preview(inv, node_name=node_name, source=source_name, pods=pods, identify=lambda pid: cgroups.read(pid, proc_root=proc_root))
+    report = preview(
+        inv, node_name=node_name, source=source_name, pods=pods, identify=lambda pid: cgroups.read(pid, proc_root=proc_root)
+    )
     if output == "json":
         print(json.dumps(report, indent=2))
     elif output == "yaml":

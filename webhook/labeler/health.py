@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from policies.gpu import usage
-from webhook.serving import metrics
 from webhook.labeler import limits, runner
+from webhook.serving import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,9 @@ class _Collector:
         yield writes
         # The families are always there (without samples until real use has been read once).
         used = GaugeMetricFamily(CARD_USED_METRIC, "GPU memory in use per card (MiB, NVML's figure).", labels=("card",))
-        oob_mib = GaugeMetricFamily(OUT_OF_BAND_MIB_METRIC, "GPU memory held by processes of no pod, per card (MiB).", labels=("card",))
+        oob_mib = GaugeMetricFamily(
+            OUT_OF_BAND_MIB_METRIC, "GPU memory held by processes of no pod, per card (MiB).", labels=("card",)
+        )
         oob_count = GaugeMetricFamily(OUT_OF_BAND_PROCESSES_METRIC, "Processes of no pod on each card.", labels=("card",))
         summary = self._loop.last_usage
         for card in summary.cards if isinstance(summary, usage.NodeUsage) else ():
@@ -99,7 +101,9 @@ class _Collector:
         labels = ("namespace", "pod", "card")
         used = GaugeMetricFamily(POD_USED_METRIC, "GPU memory the pod's processes hold on the card (MiB).", labels=labels)
         requested = GaugeMetricFamily(
-            POD_REQUESTED_METRIC, "GPU memory the pod's allocation gives it on the card (MiB; 0: a card it was not given).", labels=labels
+            POD_REQUESTED_METRIC,
+            "GPU memory the pod's allocation gives it on the card (MiB; 0: a card it was not given).",
+            labels=labels,
         )
         figures = self._loop.pod_figures
         for figure in figures if isinstance(figures, tuple) else ():
@@ -108,7 +112,8 @@ class _Collector:
             if figure.requested_mib is not None:
                 requested.add_metric(key, float(figure.requested_mib))
         stale = GaugeMetricFamily(
-            USAGE_STALE_METRIC, "1 when the per-pod figures are stale (the last pass could not read the cards, a cgroup or the pods)."
+            USAGE_STALE_METRIC,
+            "1 when the per-pod figures are stale (the last pass could not read the cards, a cgroup or the pods).",
         )
         stale.add_metric([], 1.0 if self._loop.usage_stale else 0.0)
         yield from (used, requested, stale)
@@ -117,9 +122,13 @@ class _Collector:
             read = GaugeMetricFamily(USAGE_READ_METRIC, "Unix time of the last pass that read the per-pod figures fresh.")
             read.add_metric([], read_at)
             yield read
-        events = CounterMetricFamily(LIMIT_EVENTS_METRIC.removesuffix("_total"), "Events the usage limits sent, by reason.", labels=("reason",))
+        events = CounterMetricFamily(
+            LIMIT_EVENTS_METRIC.removesuffix("_total"), "Events the usage limits sent, by reason.", labels=("reason",)
+        )
         evictions = CounterMetricFamily(
-            EVICTIONS_METRIC.removesuffix("_total"), "Evictions of pods above their GPU memory request, by result.", labels=("result",)
+            EVICTIONS_METRIC.removesuffix("_total"),
+            "Evictions of pods above their GPU memory request, by result.",
+            labels=("result",),
         )
         enforcer = self._loop.enforcer
         if isinstance(enforcer, limits.Enforcer):
@@ -136,14 +145,26 @@ def registry(loop: runner.Runner) -> metrics.Registry:
     found.register_collector(
         _Collector(loop),
         names=(
-            PASSES_METRIC, LAST_SUCCESS_METRIC, USAGE_WRITES_METRIC, CARD_USED_METRIC, OUT_OF_BAND_MIB_METRIC, OUT_OF_BAND_PROCESSES_METRIC,
-            POD_USED_METRIC, POD_REQUESTED_METRIC, USAGE_STALE_METRIC, USAGE_READ_METRIC, LIMIT_EVENTS_METRIC, EVICTIONS_METRIC,
+            PASSES_METRIC,
+            LAST_SUCCESS_METRIC,
+            USAGE_WRITES_METRIC,
+            CARD_USED_METRIC,
+            OUT_OF_BAND_MIB_METRIC,
+            OUT_OF_BAND_PROCESSES_METRIC,
+            POD_USED_METRIC,
+            POD_REQUESTED_METRIC,
+            USAGE_STALE_METRIC,
+            USAGE_READ_METRIC,
+            LIMIT_EVENTS_METRIC,
+            EVICTIONS_METRIC,
         ),
     )
     return found
 
 
-def serve(loop: runner.Runner, *, port: int, host: str = "0.0.0.0", clock: Callable[[], float] = time.monotonic) -> http.server.ThreadingHTTPServer:
+def serve(
+    loop: runner.Runner, *, port: int, host: str = "0.0.0.0", clock: Callable[[], float] = time.monotonic
+) -> http.server.ThreadingHTTPServer:
     """Start serving in a daemon thread; the caller shuts the returned server down."""
     meters = registry(loop)
 

@@ -185,7 +185,14 @@ def _card(entry: Any, *, where: str) -> Card:
     used = entry.get("usedMiB")
     if used is not None and (not _is_int(used) or used < 0):
         raise InventoryError(f"{where}.usedMiB: expected a non-negative integer (MiB), got {used!r}")
-    return Card(index=index, uuid=uuid, name=name, memory_mib=memory, used_mib=used, processes=_processes(entry.get("processes"), where=f"{where}.processes"))
+    return Card(
+        index=index,
+        uuid=uuid,
+        name=name,
+        memory_mib=memory,
+        used_mib=used,
+        processes=_processes(entry.get("processes"), where=f"{where}.processes"),
+    )
 
 
 def _processes(value: Any, *, where: str) -> tuple[Process, ...]:

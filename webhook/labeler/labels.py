@@ -37,7 +37,6 @@ CUDA_VERSION_LABEL = gpu.OWN_PREFIX + "cuda-version"
 UNKNOWN_NAME = "unknown"  # a name with nothing label-safe in it; the label must still exist (GPU103)
 
 
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Desired:
     """The labels and annotations the labeler means a node to carry (all of them its own keys)."""

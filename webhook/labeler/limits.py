@@ -80,7 +80,12 @@ class LimitsFile:
     """
 
     def __init__(
-        self, path: Path, *, read: Callable[[Path], settings.Settings], every_s: float = 10.0, clock: Callable[[], float] = time.monotonic
+        self,
+        path: Path,
+        *,
+        read: Callable[[Path], settings.Settings],
+        every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._path, self._read, self._every_s, self._clock = path, read, every_s, clock
         self._seen = _contents(path)
@@ -170,14 +175,21 @@ class Enforcer:
             track = self._tracks.get(uid)
             if not over:
                 if track is not None and not track.evicted:
-                    self._record(target, UNDER_REASON, f"back within its GPU memory request on node {self._node}: {_figures(cards)}", warning=False)
+                    self._record(
+                        target,
+                        UNDER_REASON,
+                        f"back within its GPU memory request on node {self._node}: {_figures(cards)}",
+                        warning=False,
+                    )
                 self._tracks.pop(uid, None)
                 continue
             if any(c.whole for c in cards):
                 continue  # whole cards: theirs (never over; kept for clarity)
             if track is None:
                 track = self._tracks[uid] = _Track(over_since=now)
-                self._record(target, ABOVE_REASON, f"above its GPU memory request on node {self._node}: {_figures(over)}", warning=True)
+                self._record(
+                    target, ABOVE_REASON, f"above its GPU memory request on node {self._node}: {_figures(over)}", warning=True
+                )
             limit = self._limit_of(target.namespace)
             if limit.mode != settings.USAGE_EVICT or track.evicted:
                 continue
@@ -185,7 +197,9 @@ class Enforcer:
                 continue
             self._evict(target, track, over, limit=limit, now=now)
 
-    def _evict(self, target: Target, track: _Track, over: list[podusage.PodCard], *, limit: settings.UsageLimit, now: float) -> None:
+    def _evict(
+        self, target: Target, track: _Track, over: list[podusage.PodCard], *, limit: settings.UsageLimit, now: float
+    ) -> None:
         why = (
             f"on node {self._node}: {_figures(over)}, for {now - track.over_since:.0f}s "
             f"(usageLimits entry {limit.name!r}: evict after {limit.grace_s}s)"
@@ -204,8 +218,10 @@ class Enforcer:
             logger.warning("evicting pod %s/%s %s: %s; trying again in %.0fs", target.namespace, target.name, result, error, wait)
             if track.refusals == 1:
                 self._record(
-                    target, REFUSED_REASON,
-                    f"eviction {result} ({error.reason}); not forced, tried again with backoff; {why}", warning=True,
+                    target,
+                    REFUSED_REASON,
+                    f"eviction {result} ({error.reason}); not forced, tried again with backoff; {why}",
+                    warning=True,
                 )
             return
         track.evicted = True

@@ -124,7 +124,9 @@ def plan(node: Node, *, desired: labels.Desired, take_over: bool = False) -> Pla
     if metadata and node.resource_version:
         # Makes the patch conditional: the ownership decision above was taken on this version.
         metadata["resourceVersion"] = node.resource_version
-    return Plan(patch={"metadata": metadata} if metadata else None, owned=now_owned, foreign=tuple(sorted(foreign if skipped else ())))
+    return Plan(
+        patch={"metadata": metadata} if metadata else None, owned=now_owned, foreign=tuple(sorted(foreign if skipped else ()))
+    )
 
 
 def capacity_patch(node: Node, *, want: Mapping[str, str]) -> dict[str, Any] | None:

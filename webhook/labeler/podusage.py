@@ -71,7 +71,9 @@ def figures(
             if index not in cards:
                 continue
             used = summary.pod_mib(uid).get(index, 0)
-            found[(uid, index)] = _card(uid, namespace, name, index, used=used, held=held, mode=mode, total=cards[index].total_mib)
+            found[(uid, index)] = _card(
+                uid, namespace, name, index, used=used, held=held, mode=mode, total=cards[index].total_mib
+            )
     for card in summary.cards:
         for entry in card.pods:
             if (entry.uid, card.index) in found:
@@ -79,7 +81,11 @@ def figures(
             namespace, name = names.get(entry.uid, (entry.namespace, entry.name))
             held_or_none = allocations.get(entry.uid)
             found[(entry.uid, card.index)] = PodCard(
-                uid=entry.uid, namespace=namespace, name=name, card=card.index, used_mib=entry.used_mib,
+                uid=entry.uid,
+                namespace=namespace,
+                name=name,
+                card=card.index,
+                used_mib=entry.used_mib,
                 requested_mib=None if held_or_none is None else 0,
                 whole=held_or_none is not None and held_or_none.whole,
             )
@@ -93,4 +99,6 @@ def _card(
         return PodCard(uid=uid, namespace=namespace, name=name, card=index, used_mib=used, requested_mib=total, whole=True)
     requested = held.memory_gib * gpu.MIB_PER_GIB
     tolerance = 0 if mode is gpu.Mode.SHARE else usage.tolerance_mib(requested)
-    return PodCard(uid=uid, namespace=namespace, name=name, card=index, used_mib=used, requested_mib=requested, tolerance_mib=tolerance)
+    return PodCard(
+        uid=uid, namespace=namespace, name=name, card=index, used_mib=used, requested_mib=requested, tolerance_mib=tolerance
+    )

@@ -120,8 +120,12 @@ class Publisher:
             "count": 1,
         }
         retry.call(
-            lambda: self._api.create_namespaced_event(pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S),
-            what=f"record event {reason} on pod {pod.namespace}/{pod.name}", idempotent=False, backoff=retry.ONCE,
+            lambda: self._api.create_namespaced_event(
+                pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            ),
+            what=f"record event {reason} on pod {pod.namespace}/{pod.name}",
+            idempotent=False,
+            backoff=retry.ONCE,
         )
 
     def evict(self, pod: limits.Target) -> None:
@@ -136,7 +140,9 @@ class Publisher:
             lambda: self._api.create_namespaced_pod_eviction(
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
             ),
-            what=f"evict pod {pod.namespace}/{pod.name}", idempotent=False, backoff=retry.ONCE,
+            what=f"evict pod {pod.namespace}/{pod.name}",
+            idempotent=False,
+            backoff=retry.ONCE,
         )
 
     @staticmethod
@@ -151,4 +157,3 @@ def connect(kubeconfig: str | os.PathLike[str] | None, *, context: str | None = 
         return Publisher(client.CoreV1Api(kube.api_client(kubeconfig, context=context)), node_name=node_name)
     except kube.ConfigError as error:
         raise ConnectError(str(error)) from error
-

@@ -254,8 +254,9 @@ class Runner:
         if any(card.processes for card in inv.cards):
             self._note(
                 "proc",
-                "" if proc_root.is_dir() else
-                f"process attribution is off: {proc_root} (--proc-root, the host's /proc) is not there; GPU processes are "
+                ""
+                if proc_root.is_dir()
+                else f"process attribution is off: {proc_root} (--proc-root, the host's /proc) is not there; GPU processes are "
                 "published as unknown (deploy/components/process-attribution mounts the host's /proc)",
             )
         summary = attribution.summarise(
@@ -280,7 +281,9 @@ class Runner:
         logger.info("node %s: usage summary written (%s; %d out-of-band process(es))", node.name, reason, out_of_band)
         return True
 
-    def _judge_pods(self, node: ownership.Node, summary: usage.NodeUsage, listed: list[Mapping[str, Any]], *, attributing: bool) -> None:
+    def _judge_pods(
+        self, node: ownership.Node, summary: usage.NodeUsage, listed: list[Mapping[str, Any]], *, attributing: bool
+    ) -> None:
         """Each pod's figures against its allocation, whether they are fresh, and the limits' turn."""
         unknown = sum(len(card.unknown) for card in summary.cards)
         if not self._read_fresh:
@@ -304,7 +307,9 @@ class Runner:
         mode = gpu.mode_of(node.labels)
         if mode is None:
             value = node.labels.get(gpu.SCHEDULE_LABEL, "")
-            self._note("mode", f'node {node.name} has {gpu.SCHEDULE_LABEL}="{value}", which is no GPU mode; leaving its capacity alone')
+            self._note(
+                "mode", f'node {node.name} has {gpu.SCHEDULE_LABEL}="{value}", which is no GPU mode; leaving its capacity alone'
+            )
             return False
         self._note("mode", "")
         patch = ownership.capacity_patch(node, want=labels.capacity(inv, mode=mode))

@@ -35,7 +35,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypeVar
 
 import prometheus_client
-from prometheus_client import multiprocess, parser as text_parser, registry as prom_registry, values
+from prometheus_client import multiprocess, values
+from prometheus_client import parser as text_parser
+from prometheus_client import registry as prom_registry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_PLAIN_0_0_4
@@ -290,7 +292,9 @@ class _BuildInfo:
     """``gpu_admission_build_info{version,python} 1``."""
 
     def collect(self) -> Iterable[Metric]:
-        family = GaugeMetricFamily(BUILD_INFO, "Version of gpu-admission and of Python it runs on (always 1).", labels=("version", "python"))
+        family = GaugeMetricFamily(
+            BUILD_INFO, "Version of gpu-admission and of Python it runs on (always 1).", labels=("version", "python")
+        )
         family.add_metric([version(), platform.python_version()], 1.0)
         yield family
 
@@ -327,14 +331,28 @@ class _ServingTree:
             if stat is not None and stat.parent == supervisor:
                 workers.append((pid, stat))
         cpu = top.cpu_seconds + top.children_cpu_seconds + sum(s.cpu_seconds for _, s in workers)
-        family = CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time of the supervisor and its workers, reaped ones included.")
+        family = CounterMetricFamily(
+            "process_cpu_seconds", "Total user and system CPU time of the supervisor and its workers, reaped ones included."
+        )
         family.add_metric([], cpu)
         yield family
         for name, text, value in (
-            ("process_resident_memory_bytes", "Resident memory of the supervisor and its live workers.", top.resident_bytes + sum(s.resident_bytes for _, s in workers)),
-            ("process_virtual_memory_bytes", "Virtual memory of the supervisor and its live workers.", top.virtual_bytes + sum(s.virtual_bytes for _, s in workers)),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory of the supervisor and its live workers.",
+                top.resident_bytes + sum(s.resident_bytes for _, s in workers),
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory of the supervisor and its live workers.",
+                top.virtual_bytes + sum(s.virtual_bytes for _, s in workers),
+            ),
             ("process_start_time_seconds", "Start time of the supervisor since the Unix epoch.", top.start_time),
-            ("process_open_fds", "Open file descriptors of the supervisor and its live workers.", float(sum(_open_fds(p) for p in (supervisor, *[p for p, _ in workers])))),
+            (
+                "process_open_fds",
+                "Open file descriptors of the supervisor and its live workers.",
+                float(sum(_open_fds(p) for p in (supervisor, *[p for p, _ in workers]))),
+            ),
             ("gpu_admission_workers", "Live worker processes.", float(len(workers))),
         ):
             gauge = GaugeMetricFamily(name, text)
@@ -354,7 +372,9 @@ def _pids_in(directory: pathlib.Path) -> set[int]:
 def _stat(pid: int) -> _Stat | None:
     try:
         fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(float(line.split()[1]) for line in pathlib.Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        boot = next(
+            float(line.split()[1]) for line in pathlib.Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
     except (OSError, IndexError, StopIteration, ValueError):
         return None
     ticks = os.sysconf("SC_CLK_TCK")

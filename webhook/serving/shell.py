@@ -283,7 +283,9 @@ class Shell:
         await site.stop()
         server = runner.server
         if idle_seconds > 0 and server is not None and not self._hurry.is_set():
-            log.info("uid=- listener closed; waiting up to %gs for %d connection(s) to end", idle_seconds, len(server.connections))
+            log.info(
+                "uid=- listener closed; waiting up to %gs for %d connection(s) to end", idle_seconds, len(server.connections)
+            )
             loop = asyncio.get_running_loop()
             deadline = loop.time() + idle_seconds
             while server.connections and not self._hurry.is_set() and loop.time() < deadline:

@@ -245,7 +245,11 @@ class FileWatch:
         self._loaded = signature
 
     def _paths(self) -> tuple[str, ...]:
-        return (self.cert_file, self.key_file) if self.client_ca_file is None else (self.cert_file, self.key_file, self.client_ca_file)
+        return (
+            (self.cert_file, self.key_file)
+            if self.client_ca_file is None
+            else (self.cert_file, self.key_file, self.client_ca_file)
+        )
 
     def _signature(self) -> tuple[tuple[int, int, int], ...]:
         signature = []

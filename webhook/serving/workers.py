@@ -191,7 +191,9 @@ def _become_worker(*, parent: int, sockets: Sequence[socket.socket]) -> None:
         sock.close()
 
 
-def _exec_small_supervisor(tree: _Tree, *, sockets: Sequence[socket.socket], worker_argv: list[str], remove_at_exit: str | None) -> None:
+def _exec_small_supervisor(
+    tree: _Tree, *, sockets: Sequence[socket.socket], worker_argv: list[str], remove_at_exit: str | None
+) -> None:
     """Replace this process with ``webhook.serving.smallsupervisor``, handing over the workers, the
     reserved sockets and any stop already asked for. The forwarded signals stay blocked across
     the exec (the mask is inherited) until the new image handles them, so none is lost between."""
@@ -267,4 +269,3 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
-

@@ -109,7 +109,13 @@ def build_pod(
     if owner:
         kind, owner_name = owner
         metadata["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": kind, "name": owner_name, "uid": f"uid-{namespace}-{owner_name}", "controller": True}
+            {
+                "apiVersion": "apps/v1",
+                "kind": kind,
+                "name": owner_name,
+                "uid": f"uid-{namespace}-{owner_name}",
+                "controller": True,
+            }
         ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": phase}}
 
@@ -135,7 +141,13 @@ def build_workload(
     if owner:
         owner_kind, owner_name = owner
         metadata["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": owner_kind, "name": owner_name, "uid": f"uid-{namespace}-{owner_name}", "controller": True}
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner_kind,
+                "name": owner_name,
+                "uid": f"uid-{namespace}-{owner_name}",
+                "controller": True,
+            }
         ]
     return {"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec}
 
@@ -144,7 +156,14 @@ def allocation(node: str, cards: Sequence[int], *, mem: int = 0, core: int = 0, 
     """The annotations bind writes for an allocation (ours and gpushare's)."""
     return {
         "gpu-admission.io/allocation": json.dumps(
-            {"node": node, "cards": list(cards), "memGiB": mem, "corePercent": core, "whole": whole, "assumedAt": "2025-06-15T15:00:00.000Z"}
+            {
+                "node": node,
+                "cards": list(cards),
+                "memGiB": mem,
+                "corePercent": core,
+                "whole": whole,
+                "assumedAt": "2025-06-15T15:00:00.000Z",
+            }
         ),
         "ALIYUN_COM_GPU_MEM_IDX": ",".join(str(c) for c in cards),
         "ALIYUN_COM_GPU_MEM_POD": str(mem),

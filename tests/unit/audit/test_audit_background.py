@@ -14,14 +14,14 @@ import pytest
 from aiohttp import web
 
 from policies import settings as settings_
-from webhook.cmdline import errors
-from webhook.serving import metrics
-from webhook.admission import keys
 from webhook import cli
+from webhook.admission import keys
 from webhook.audit import background
 from webhook.audit import kube as audit_kube
+from webhook.cmdline import errors
 from webhook.kube import errors as kube_errors
 from webhook.kube import leader
+from webhook.serving import metrics
 
 
 class MemoryLeaseStore:
@@ -92,11 +92,19 @@ async def until(predicate: Callable[[], bool], *, what: str, timeout: float = 10
         await asyncio.sleep(0.01)
 
 
-def replica(store: MemoryLeaseStore, job: background.Job, *, interval: float = 0.05) -> tuple[web.Application, background.BackgroundAudit]:
+def replica(
+    store: MemoryLeaseStore, job: background.Job, *, interval: float = 0.05
+) -> tuple[web.Application, background.BackgroundAudit]:
     app = web.Application()
     app[keys.METRICS] = metrics.webhook_metrics()
     context = background.background_audit(
-        settings_.Settings(), interval=interval, kubeconfig=None, lease_namespace="gpu-admission", store=store, job=job, retry_s=0.02,
+        settings_.Settings(),
+        interval=interval,
+        kubeconfig=None,
+        lease_namespace="gpu-admission",
+        store=store,
+        job=job,
+        retry_s=0.02,
         registry=app[keys.METRICS].registry,
     )
     app.cleanup_ctx.append(context)
@@ -149,7 +157,9 @@ async def test_runs_are_measured_in_the_apps_metrics() -> None:
     assert "# TYPE gpu_admission_audit_duration_seconds histogram" in text
     assert "gpu_admission_audit_duration_seconds_count" in text
     assert "# TYPE gpu_admission_audit_last_run_timestamp_seconds gauge" in text
-    last_run = float(next(line.split()[1] for line in text.splitlines() if line.startswith("gpu_admission_audit_last_run_timestamp_seconds ")))
+    last_run = float(
+        next(line.split()[1] for line in text.splitlines() if line.startswith("gpu_admission_audit_last_run_timestamp_seconds "))
+    )
     assert abs(last_run - time.time()) < 60
     assert "gpu_admission_audit_leader 1.0" in text
     assert 'gpu_admission_audit_results{result="fail"} 1.0' in text
@@ -179,7 +189,9 @@ async def test_an_interval_of_zero_runs_nothing() -> None:
     assert "gpu_admission_audit" not in app[keys.METRICS].registry.render()
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("500ms", 0.5), ("45", 45), ("0", 0), ("2.5m", 150)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("500ms", 0.5), ("45", 45), ("0", 0), ("2.5m", 150)]
+)
 def test_the_interval_reads_the_one_duration_syntax(text: str, seconds: float) -> None:
     parser = argparse.ArgumentParser()
     background.add_serve_arguments(parser)
@@ -232,11 +244,20 @@ async def test_leadership_lapses_two_thirds_into_the_lease_without_a_renewal_by_
     monotonic, wall = [100.0], [1_700_000_000.0]
     store = MemoryLeaseStore()
     elector = leader.Elector(
-        store, namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15, retry_s=5.0,
-        clock=lambda: wall[0], monotonic=lambda: monotonic[0],
+        store,
+        namespace="gpu-admission",
+        name="gpu-admission-audit",
+        identity="me",
+        duration_s=15,
+        retry_s=5.0,
+        clock=lambda: wall[0],
+        monotonic=lambda: monotonic[0],
     )
     loop = background.Background(
-        interval=60, elector=elector, job=RecordingJob().for_replica("me"), meters=background.audit_metrics(metrics.Registry()),
+        interval=60,
+        elector=elector,
+        job=RecordingJob().for_replica("me"),
+        meters=background.audit_metrics(metrics.Registry()),
     )
     assert not loop.leading()
     loop.set_leader(await elector.step())
@@ -254,11 +275,19 @@ async def test_a_failed_renewal_keeps_the_claim_until_the_renew_deadline() -> No
     monotonic = [100.0]
     store = MemoryLeaseStore()
     elector = leader.Elector(
-        store, namespace="gpu-admission", name="gpu-admission-audit", identity="me", duration_s=15, retry_s=5.0,
+        store,
+        namespace="gpu-admission",
+        name="gpu-admission-audit",
+        identity="me",
+        duration_s=15,
+        retry_s=5.0,
         monotonic=lambda: monotonic[0],
     )
     loop = background.Background(
-        interval=60, elector=elector, job=RecordingJob().for_replica("me"), meters=background.audit_metrics(metrics.Registry()),
+        interval=60,
+        elector=elector,
+        job=RecordingJob().for_replica("me"),
+        meters=background.audit_metrics(metrics.Registry()),
     )
     loop.set_leader(await elector.step())
 

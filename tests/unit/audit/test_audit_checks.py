@@ -40,7 +40,9 @@ def test_gpu201_a_privileged_pod_without_gpus_on_a_gpu_node_fails_at_enforce(nod
     assert found is not None
     assert (found.policy, found.result, found.action) == ("GPU201", FAIL, model.Action.ENFORCE)
     assert 'container "main" is privileged' in found.message
-    assert found.message.startswith("GPU201: pods on GPU nodes that request no GPU must not be able to reach the cards: on GPU node cgpu-0")
+    assert found.message.startswith(
+        "GPU201: pods on GPU nodes that request no GPU must not be able to reach the cards: on GPU node cgpu-0"
+    )
     assert findings.ObjectRef(namespace="", kind="Node", name="cgpu-0", api_version="v1", uid="uid-node-cgpu-0") in found.related
 
 
@@ -170,17 +172,31 @@ def _ledger(entries: dict[str, dict[str, object]]) -> dict[str, str]:
 
 
 def _entry(pod_key: str, *, expires: str = "2025-06-15T16:00:00.000Z") -> dict[str, object]:
-    return {"pod": pod_key, "node": "cgpu-0", "cards": [1], "memGiB": 4, "corePercent": 0, "whole": False,
-            "assumedAt": "2025-06-15T15:06:00.000Z", "expires": expires}
+    return {
+        "pod": pod_key,
+        "node": "cgpu-0",
+        "cards": [1],
+        "memGiB": 4,
+        "corePercent": 0,
+        "whole": False,
+        "assumedAt": "2025-06-15T15:06:00.000Z",
+        "expires": expires,
+    }
 
 
-def test_gpu203_a_ledger_reservation_for_a_pod_that_is_gone_finished_or_elsewhere_fails(node: NodeFactory, pod: PodFactory) -> None:
-    gpu_node = node(annotations=_ledger({
-        "uid-gone": _entry("team-a/gone"),
-        "uid-done": _entry("team-a/done"),
-        "uid-away": _entry("team-a/away"),
-        "uid-late": _entry("team-a/late", expires="2025-06-15T15:00:00.000Z"),  # lapsed: holds nothing
-    }))
+def test_gpu203_a_ledger_reservation_for_a_pod_that_is_gone_finished_or_elsewhere_fails(
+    node: NodeFactory, pod: PodFactory
+) -> None:
+    gpu_node = node(
+        annotations=_ledger(
+            {
+                "uid-gone": _entry("team-a/gone"),
+                "uid-done": _entry("team-a/done"),
+                "uid-away": _entry("team-a/away"),
+                "uid-late": _entry("team-a/late", expires="2025-06-15T15:00:00.000Z"),  # lapsed: holds nothing
+            }
+        )
+    )
     pods = {
         "uid-done": pod("done", uid="uid-done", node_name="cgpu-0", phase="Failed"),
         "uid-away": pod("away", uid="uid-away", node_name="cgpu-1"),
@@ -258,7 +274,9 @@ def test_gpu206_a_gpu_node_without_card_model_labels_fails(node: NodeFactory) ->
     found = judge_node(GPU206, node(card_labels=False))
     assert found is not None
     assert (found.policy, found.result, found.action) == ("GPU206", FAIL, model.Action.WARN)
-    assert "missing aliyun.accelerator/nvidia_name, aliyun.accelerator/nvidia_mem, aliyun.accelerator/nvidia_count" in found.message
+    assert (
+        "missing aliyun.accelerator/nvidia_name, aliyun.accelerator/nvidia_mem, aliyun.accelerator/nvidia_count" in found.message
+    )
 
 
 def test_gpu206_a_node_with_gpu_capacity_only_is_a_gpu_node_too(node: NodeFactory) -> None:
@@ -285,9 +303,15 @@ def test_gpu207_a_gpu_mem_workload_without_a_mode_selector_fails(pod: PodFactory
 
 def test_gpu207_an_affinity_allowing_two_shared_modes_fails(pod: PodFactory) -> None:
     either = pod(gpu_mem=3)
-    either["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "share"]}]}
-    ]}}}
+    either["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "share"]}]}
+                ]
+            }
+        }
+    }
     found = GPU207.check_template(either)
     assert found is not None and found.result is FAIL
     assert "allows cgpu, share; pick one" in found.message
@@ -321,8 +345,13 @@ def test_quantities_parse_like_the_apiserver_writes_them(node: NodeFactory) -> N
     capacity = {"nvidia.com/gpu": "4", "aliyun.com/gpu-mem": "1k", "aliyun.com/gpu": "2Ki", "aliyun.com/gpu-count": " 3 "}
     odd = {"nvidia.com/mig-1g.5gb": "2000m", "aliyun.com/gpu-core.percentage": "1.5", "nvidia.com/gpu.shared": "x"}
     assert facts.capacity(node(capacity={**capacity, **odd})) == {
-        "nvidia.com/gpu": 4, "aliyun.com/gpu-mem": 1000, "aliyun.com/gpu": 2048, "aliyun.com/gpu-count": 3,
-        "nvidia.com/mig-1g.5gb": 2, "aliyun.com/gpu-core.percentage": 0, "nvidia.com/gpu.shared": 0,
+        "nvidia.com/gpu": 4,
+        "aliyun.com/gpu-mem": 1000,
+        "aliyun.com/gpu": 2048,
+        "aliyun.com/gpu-count": 3,
+        "nvidia.com/mig-1g.5gb": 2,
+        "aliyun.com/gpu-core.percentage": 0,
+        "nvidia.com/gpu.shared": 0,
     }
 
 

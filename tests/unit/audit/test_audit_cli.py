@@ -15,7 +15,10 @@ CLEAN_POD = {
     "apiVersion": "v1",
     "kind": "Pod",
     "metadata": {"name": "clean", "namespace": "ml"},
-    "spec": {"nodeSelector": {"ack.node.gpu.schedule": "cgpu"}, "containers": [{"name": "m", "image": "i", "resources": {"limits": {"aliyun.com/gpu-mem": 3}}}]},
+    "spec": {
+        "nodeSelector": {"ack.node.gpu.schedule": "cgpu"},
+        "containers": [{"name": "m", "image": "i", "resources": {"limits": {"aliyun.com/gpu-mem": 3}}}],
+    },
 }
 
 
@@ -50,7 +53,12 @@ def test_json_output_is_a_list_of_policy_reports(capsys: pytest.CaptureFixture[s
     listed = json.loads(capsys.readouterr().out)
     assert listed["kind"] == "List"
     kinds = {(item["kind"], item["metadata"].get("namespace", "")) for item in listed["items"]}
-    assert kinds == {("PolicyReport", "kube-system"), ("PolicyReport", "ml"), ("PolicyReport", "ops"), ("ClusterPolicyReport", "")}
+    assert kinds == {
+        ("PolicyReport", "kube-system"),
+        ("PolicyReport", "ml"),
+        ("PolicyReport", "ops"),
+        ("ClusterPolicyReport", ""),
+    }
     assert all(r["result"] != "pass" for item in listed["items"] for r in item["results"])
 
 
@@ -67,7 +75,9 @@ def test_a_namespace_filter_in_file_mode(capsys: pytest.CaptureFixture[str]) -> 
     assert [item["metadata"]["namespace"] for item in listed["items"]] == ["ops"]
 
 
-@pytest.mark.parametrize(("output", "marker"), [("html", "<!DOCTYPE html>"), ("markdown", "## gpu-admission audit"), ("table", "NAMESPACE")])
+@pytest.mark.parametrize(
+    ("output", "marker"), [("html", "<!DOCTYPE html>"), ("markdown", "## gpu-admission audit"), ("table", "NAMESPACE")]
+)
 def test_output_file_gets_the_rendering_and_stdout_stays_empty(
     output: str, marker: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -106,12 +116,18 @@ def test_errors_are_one_line_with_exit_2(argv: list[str], message: str, capsys: 
 
 def test_an_unreachable_apiserver_is_one_line_with_exit_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
     assert cli.main(["--kubeconfig", str(kubeconfig)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("gpu-admission: error: cannot list Node objects in the cluster: ")
@@ -135,6 +151,7 @@ def test_report_scope_resource_prints_one_scoped_report_per_object(capsys: pytes
         assert item["metadata"]["labels"]["gpu-admission.io/report-scope"] == "resource"
         assert all(r["resources"][0]["name"] == scope["name"] for r in item["results"])
         assert item["kind"] == ("PolicyReport" if scope.get("namespace") else "ClusterPolicyReport")
+
     # the same results, regrouped (the two runs' timestamps differ)
     def bare(items: list[dict[str, object]]) -> list[str]:
         return sorted(

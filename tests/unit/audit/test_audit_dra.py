@@ -17,15 +17,20 @@ GRANTS = settings_.from_mapping({"dra": {"claims": [{"name": "ml", "namespaces":
 
 
 def gpu_node(node: NodeFactory) -> dict[str, Any]:
-    return node("cgpu-0", capacity={"aliyun.com/gpu-mem": "30", "aliyun.com/gpu-count": "2"},
-                annotations={"gpu-admission.io/gpu-inventory": json.dumps(CARDS)})
+    return node(
+        "cgpu-0",
+        capacity={"aliyun.com/gpu-mem": "30", "aliyun.com/gpu-count": "2"},
+        annotations={"gpu-admission.io/gpu-inventory": json.dumps(CARDS)},
+    )
 
 
 SLICE = dra_objects.slice_for("cgpu-0", ["GPU-0000", "GPU-0001"])
 
 
 def claim(device: str | None, *, namespace: str = "ml", name: str = "train", kind: str = "ResourceClaim") -> dict[str, Any]:
-    return dra_objects.claim(name, namespace=namespace, kind=kind, uid=f"uid-{name}", allocated=None if device is None else ("cgpu-0", device))
+    return dra_objects.claim(
+        name, namespace=namespace, kind=kind, uid=f"uid-{name}", allocated=None if device is None else ("cgpu-0", device)
+    )
 
 
 def run(*objects: dict[str, Any]) -> scan.Audit:
@@ -55,7 +60,9 @@ def test_without_dra_there_is_no_gpu216_result(node: NodeFactory) -> None:
 
 
 def test_a_tenant_claim_and_template_of_a_gpu_class_fail_gpu011(node: NodeFactory) -> None:
-    audit = run(gpu_node(node), claim(None, namespace="team-a"), claim(None, namespace="team-a", name="t", kind="ResourceClaimTemplate"))
+    audit = run(
+        gpu_node(node), claim(None, namespace="team-a"), claim(None, namespace="team-a", name="t", kind="ResourceClaimTemplate")
+    )
     failed = {(f.subject.kind, f.subject.name) for f in of(audit, "GPU011") if f.result is model.Result.FAIL}
     assert failed == {("ResourceClaim", "train"), ("ResourceClaimTemplate", "t")}
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from policies import model
-from policies.gpu import dra, reservations
 from policies import settings as settings_
+from policies.gpu import dra, reservations
 from tests.unit.audit.conftest import NodeFactory, PodFactory, allocation
 from tests.unit.audit.test_audit_dra import SLICE, gpu_node, of, run
 from webhook.audit import render, scan
@@ -19,7 +19,11 @@ DEVICE = dra.devices([SLICE])[("gpu.nvidia.com", "cgpu-0", "gpu-0")]
 
 def hold(namespace: str) -> dict[str, Any]:
     claim = dra.hold_claim(DEVICE, namespace=namespace)
-    return {**claim, "metadata": {**claim["metadata"], "uid": f"uid-{namespace}"}, "status": {"allocation": dra.hold_allocation(DEVICE)}}
+    return {
+        **claim,
+        "metadata": {**claim["metadata"], "uid": f"uid-{namespace}"},
+        "status": {"allocation": dra.hold_allocation(DEVICE)},
+    }
 
 
 def test_the_extenders_hold_claim_is_no_double_booking(node: NodeFactory, pod: PodFactory) -> None:
@@ -52,7 +56,9 @@ def test_the_namespaces_labelled_for_admin_access_are_listed() -> None:
     assert line in render.table(audit)
     assert "gpu-ops, monitoring" in render.markdown(audit)
     # A namespaced audit lists only the namespaces it covers.
-    scoped = scan.run(scan.Inventory.of(objects), settings=settings_.Settings(), scope=scan.Scope(namespaces=frozenset({"gpu-ops"})), now=0.0)
+    scoped = scan.run(
+        scan.Inventory.of(objects), settings=settings_.Settings(), scope=scan.Scope(namespaces=frozenset({"gpu-ops"})), now=0.0
+    )
     assert scoped.admin_access_namespaces == ("gpu-ops",)
 
 

@@ -24,7 +24,9 @@ def test_a_pod_placed_with_node_name_and_no_allocation_fails_at_enforce(pod: Pod
     assert found is not None
     assert (found.policy, found.rule, found.result, found.action) == ("GPU210", "unaccounted-gpu-pod", FAIL, model.Action.ENFORCE)
     assert found.message.startswith("GPU210: a bound pod asking for extender-managed GPU resources holds the allocation")
-    assert "it runs on node cgpu-0 asking for 25 GiB (aliyun.com/gpu-mem) on one card but holds no card allocation" in found.message
+    assert (
+        "it runs on node cgpu-0 asking for 25 GiB (aliyun.com/gpu-mem) on one card but holds no card allocation" in found.message
+    )
     assert "recreate it without nodeName" in found.message
 
 
@@ -39,18 +41,27 @@ def test_an_allocation_of_another_size_than_the_request_fails(pod: PodFactory) -
     forged = pod("small", node_name="cgpu-0", gpu_mem=12, annotations=allocation("cgpu-0", [1], mem=2))
     found = judge_pod(GPU210, forged)
     assert found is not None and found.result is FAIL
-    assert "on node cgpu-0: it asks for 12 GiB (aliyun.com/gpu-mem) on one card but its allocation counts 2 GiB on card 1" in found.message
+    assert (
+        "on node cgpu-0: it asks for 12 GiB (aliyun.com/gpu-mem) on one card but its allocation counts 2 GiB on card 1"
+        in found.message
+    )
 
 
 def test_a_gpushare_only_allocation_of_another_size_fails(pod: PodFactory) -> None:
-    forged = pod("old", node_name="cgpu-0", gpu_mem=12, annotations={"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "1"})
+    forged = pod(
+        "old", node_name="cgpu-0", gpu_mem=12, annotations={"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "1"}
+    )
     found = judge_pod(GPU210, forged)
     assert found is not None and found.result is FAIL and "counts 1 GiB on card 0" in found.message
 
 
 def test_core_percentage_and_card_counts_must_match_too(pod: PodFactory) -> None:
-    core = pod("c", node_name="cm-0", limits={"aliyun.com/gpu-mem": 2, "aliyun.com/gpu-core.percentage": 50},
-               annotations=allocation("cm-0", [0], mem=2, core=10))
+    core = pod(
+        "c",
+        node_name="cm-0",
+        limits={"aliyun.com/gpu-mem": 2, "aliyun.com/gpu-core.percentage": 50},
+        annotations=allocation("cm-0", [0], mem=2, core=10),
+    )
     whole = pod("w", node_name="topo-0", limits={"aliyun.com/gpu": 4}, annotations=allocation("topo-0", [0], whole=True))
     shared_as_whole = pod("s", node_name="cgpu-0", gpu_mem=2, annotations=allocation("cgpu-0", [0, 1], mem=2))
     for forged, said in ((core, "counts 10% on card 0"), (whole, "holds card 0"), (shared_as_whole, "holds card 0,1")):
@@ -73,8 +84,12 @@ def test_gpushare_annotations_naming_another_card_than_ours_fail(pod: PodFactory
 
 def test_what_the_extender_wrote_passes(pod: PodFactory) -> None:
     shared = pod("ok", node_name="cgpu-0", gpu_mem=4, annotations=allocation("cgpu-0", [2], mem=4))
-    core = pod("c", node_name="cm-0", limits={"aliyun.com/gpu-mem": 2, "aliyun.com/gpu-core.percentage": 50},
-               annotations=allocation("cm-0", [0], mem=2, core=50))
+    core = pod(
+        "c",
+        node_name="cm-0",
+        limits={"aliyun.com/gpu-mem": 2, "aliyun.com/gpu-core.percentage": 50},
+        annotations=allocation("cm-0", [0], mem=2, core=50),
+    )
     whole_notes = allocation("topo-0", [0, 1], whole=True)
     del whole_notes["ALIYUN_COM_GPU_MEM_POD"]  # bind writes no GiB for whole cards
     whole = pod("w", node_name="topo-0", limits={"aliyun.com/gpu": 2}, annotations=whole_notes)
@@ -122,4 +137,9 @@ def test_the_audit_reports_it_for_a_bound_pod_and_not_gpu008(node: NodeFactory, 
     assert gpu210 == {"big": FAIL, "fine": PASS}
     assert not [f for f in audit.findings if f.policy == "GPU008"]
     assert audit.exit_status == 1
-    assert json.dumps([f.message for f in audit.findings if f.policy == "GPU210" and f.result is FAIL]).count("holds no card allocation") == 1
+    assert (
+        json.dumps([f.message for f in audit.findings if f.policy == "GPU210" and f.result is FAIL]).count(
+            "holds no card allocation"
+        )
+        == 1
+    )

@@ -93,7 +93,9 @@ def test_a_prefix_that_composes_a_guarded_name_from_an_ordinary_key_fails_on_the
 
 
 def test_env_that_sets_the_name_itself_wins_over_env_from(pod: PodFactory) -> None:
-    overriding = taking(pod, "safe", [{"configMapRef": {"name": "gpus"}}], env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])
+    overriding = taking(
+        pod, "safe", [{"configMapRef": {"name": "gpus"}}], env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    )
 
     (found,) = gpu211(run(source("ConfigMap", "gpus", {"NVIDIA_VISIBLE_DEVICES": "all"}), overriding))
 
@@ -107,7 +109,10 @@ def test_env_that_sets_the_name_itself_wins_over_env_from(pod: PodFactory) -> No
         # other kind; a consumer in another namespace; a finished pod.
         lambda pod: [source("ConfigMap", "app", {"LOG_LEVEL": "debug"}), taking(pod, "a", [{"configMapRef": {"name": "app"}}])],
         lambda pod: [source("ConfigMap", "app", {"nvidia_visible_devices": "all", "VISIBLE_DEVICES": "x"})],
-        lambda pod: [source("Secret", "app", {"VISIBLE_DEVICES": "x"}), taking(pod, "a", [{"prefix": "NVIDIA_", "configMapRef": {"name": "app"}}])],
+        lambda pod: [
+            source("Secret", "app", {"VISIBLE_DEVICES": "x"}),
+            taking(pod, "a", [{"prefix": "NVIDIA_", "configMapRef": {"name": "app"}}]),
+        ],
         lambda pod: [
             source("ConfigMap", "app", {"VISIBLE_DEVICES": "x"}),
             taking(pod, "a", [{"prefix": "NVIDIA_", "configMapRef": {"name": "app"}}], namespace="team-b"),

@@ -41,7 +41,9 @@ class FakeCustom:
         if plural == "clusterpolicyreports":
             return Response({"metadata": {}, "items": [_report("ClusterPolicyReport", "")]})
         if kwargs.get("_continue") == "page-2":
-            return Response({"metadata": {}, "items": [_report("PolicyReport", "b"), _report("PolicyReport", "b", "someone-else")]})
+            return Response(
+                {"metadata": {}, "items": [_report("PolicyReport", "b"), _report("PolicyReport", "b", "someone-else")]}
+            )
         return Response({"metadata": {"continue": "page-2"}, "items": [_report("PolicyReport", "a")]})
 
     def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, **kwargs: Any) -> Response:

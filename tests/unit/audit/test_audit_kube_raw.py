@@ -35,8 +35,12 @@ class Recorder:
         query = urllib.parse.parse_qs(parts.query)
         self.requests.append((method, parts.path, query, {k.lower(): v for k, v in (kwargs.get("headers") or {}).items()}))
         if self.status != 200:
-            body = json.dumps({"kind": "Status", "status": "Failure", "message": "forbidden: no", "reason": "Forbidden", "code": self.status})
-            return urllib3.HTTPResponse(body=io.BytesIO(body.encode()), status=self.status, reason="Forbidden", preload_content=False)
+            body = json.dumps(
+                {"kind": "Status", "status": "Failure", "message": "forbidden: no", "reason": "Forbidden", "code": self.status}
+            )
+            return urllib3.HTTPResponse(
+                body=io.BytesIO(body.encode()), status=self.status, reason="Forbidden", preload_content=False
+            )
         page = self.pages.get((parts.path, query.get("continue", [""])[0]), {"metadata": {}, "items": []})
         return urllib3.HTTPResponse(body=io.BytesIO(json.dumps(page).encode()), status=200, preload_content=False)
 
@@ -69,13 +73,26 @@ def test_every_list_is_a_paged_get_of_the_kinds_path_with_the_token() -> None:
 
     paths = [path for _, path, _, _ in recorder.requests]
     assert paths[0] == "/api/v1/nodes" and paths[-2:] == ["/api/v1/pods", "/api/v1/pods"]
-    assert {"/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets", "/apis/apps/v1/daemonsets", "/apis/apps/v1/replicasets",
-            "/api/v1/replicationcontrollers", "/apis/batch/v1/jobs", "/apis/batch/v1/cronjobs", "/api/v1/namespaces",
-            "/api/v1/configmaps", "/api/v1/secrets", "/apis/coordination.k8s.io/v1/namespaces/ops/leases"} <= set(paths)
+    assert {
+        "/apis/apps/v1/deployments",
+        "/apis/apps/v1/statefulsets",
+        "/apis/apps/v1/daemonsets",
+        "/apis/apps/v1/replicasets",
+        "/api/v1/replicationcontrollers",
+        "/apis/batch/v1/jobs",
+        "/apis/batch/v1/cronjobs",
+        "/api/v1/namespaces",
+        "/api/v1/configmaps",
+        "/api/v1/secrets",
+        "/apis/coordination.k8s.io/v1/namespaces/ops/leases",
+    } <= set(paths)
     assert all(method == "GET" and query["limit"] == ["1"] for method, _, query, _ in recorder.requests)
-    assert all(headers.get("authorization") == "Bearer s3cret" and headers.get("accept") == "application/json"
-               and headers.get("user-agent", "").startswith("OpenAPI-Generator/")  # the client's own (the bench counts lists by it)
-               for _, _, _, headers in recorder.requests)
+    assert all(
+        headers.get("authorization") == "Bearer s3cret"
+        and headers.get("accept") == "application/json"
+        and headers.get("user-agent", "").startswith("OpenAPI-Generator/")  # the client's own (the bench counts lists by it)
+        for _, _, _, headers in recorder.requests
+    )
     assert [query.get("continue") for _, path, query, _ in recorder.requests if path == "/api/v1/pods"] == [None, ["next"]]
     pods = [o for o in objects if o["kind"] == "Pod"]
     assert [(p["metadata"]["name"], p["apiVersion"]) for p in pods] == [("a", "v1"), ("b", "v1")]
@@ -88,8 +105,13 @@ def test_one_namespace_lists_that_namespaces_paths_and_no_node_ledger() -> None:
     objects = list(kube.objects(_api(recorder), namespace="team-a"))
 
     paths = {path for _, path, _, _ in recorder.requests}
-    assert {"/api/v1/namespaces/team-a/pods", "/apis/apps/v1/namespaces/team-a/deployments", "/apis/batch/v1/namespaces/team-a/cronjobs",
-            "/api/v1/namespaces/team-a/configmaps", "/api/v1/namespaces/team-a/secrets"} <= paths
+    assert {
+        "/api/v1/namespaces/team-a/pods",
+        "/apis/apps/v1/namespaces/team-a/deployments",
+        "/apis/batch/v1/namespaces/team-a/cronjobs",
+        "/api/v1/namespaces/team-a/configmaps",
+        "/api/v1/namespaces/team-a/secrets",
+    } <= paths
     assert "/api/v1/pods" not in paths and not any("leases" in p for p in paths)
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Pod"] == ["a"]
 

@@ -15,8 +15,13 @@ def held_by(holder: str | None, *, renew: str = "2025-06-15T15:00:00.000000Z", t
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": {"namespace": "gpu-admission", "name": "gpu-admission-audit", "resourceVersion": "12"},
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": renew,
-                 "acquireTime": "2025-06-15T14:00:00.000000Z", "leaseTransitions": transitions},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 15,
+            "renewTime": renew,
+            "acquireTime": "2025-06-15T14:00:00.000000Z",
+            "leaseTransitions": transitions,
+        },
     }
 
 
@@ -58,9 +63,13 @@ def test_expiry_is_judged_by_the_local_clock_since_the_record_was_first_seen() -
 
 def test_a_renewal_by_the_holder_restarts_the_wait() -> None:
     first = lease.step(held_by("other"), election=ME, now=100.0, observed=None)
-    renewed = lease.step(held_by("other", renew="2025-06-15T15:00:10.000000Z"), election=ME, now=114.0, observed=first.observation)
+    renewed = lease.step(
+        held_by("other", renew="2025-06-15T15:00:10.000000Z"), election=ME, now=114.0, observed=first.observation
+    )
     assert renewed.observation is not None and renewed.observation.seen_at == 114.0
-    assert not lease.step(held_by("other", renew="2025-06-15T15:00:10.000000Z"), election=ME, now=120.0, observed=renewed.observation).leader
+    assert not lease.step(
+        held_by("other", renew="2025-06-15T15:00:10.000000Z"), election=ME, now=120.0, observed=renewed.observation
+    ).leader
 
 
 def test_an_empty_holder_is_taken_at_once() -> None:

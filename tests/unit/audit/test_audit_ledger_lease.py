@@ -13,10 +13,10 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from policies.gpu import allocation as allocation_
 from policies import gpu, model
-from policies.gpu import reservations
 from policies import settings as settings_
+from policies.gpu import allocation as allocation_
+from policies.gpu import reservations
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation
 from webhook.audit import cli, findings, kube, scan
 
@@ -28,8 +28,15 @@ LEASE_REF = findings.ObjectRef(
 
 def entry(uid: str, name: str, *, card: int = 1, mem: int = 4, assumed_at: float = NOW - 60) -> allocation_.Allocation:
     return allocation_.Allocation(
-        uid=uid, namespace="team-a", name=name, node="cgpu-0", cards=(card,), memory_gib=mem,
-        assumed_at=assumed_at, expires=NOW + 3600, source="reservation",
+        uid=uid,
+        namespace="team-a",
+        name=name,
+        node="cgpu-0",
+        cards=(card,),
+        memory_gib=mem,
+        assumed_at=assumed_at,
+        expires=NOW + 3600,
+        source="reservation",
     )
 
 
@@ -226,7 +233,9 @@ def test_the_ledger_leases_are_listed_in_the_ledger_namespace_by_label_page_by_p
     ]
     assert [namespace for namespace, _ in coordination.calls] == ["gpu-admission", "gpu-admission"]
     assert [kwargs.get("_continue") for _, kwargs in coordination.calls] == [None, "page-2"]
-    assert all(kwargs["limit"] == 1 and kwargs["label_selector"] == "gpu-admission.io/ledger=true" for _, kwargs in coordination.calls)
+    assert all(
+        kwargs["limit"] == 1 and kwargs["label_selector"] == "gpu-admission.io/ledger=true" for _, kwargs in coordination.calls
+    )
 
 
 def test_a_forbidden_lease_listing_is_a_warning(coordination: FakeCoordination, caplog: pytest.LogCaptureFixture) -> None:
@@ -259,11 +268,15 @@ def test_the_stream_lists_the_leases_before_the_pods_and_only_for_a_whole_cluste
 # --- the command ----------------------------------------------------------------------------------
 
 
-def test_the_command_takes_the_ledger_namespace(node: NodeFactory, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_takes_the_ledger_namespace(
+    node: NodeFactory, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     now = time.time()  # the command judges at the present moment
     gone = dataclasses.replace(entry("uid-gone", "gone"), assumed_at=now - 60, expires=now + 3600)
     manifest = tmp_path / "cluster.json"
-    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node(), lease({"uid-gone": gone}, namespace="ops")]}))
+    manifest.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [node(), lease({"uid-gone": gone}, namespace="ops")]})
+    )
 
     cli.main(["-f", str(manifest), "-o", "json"])
     assert "ledger Lease" not in capsys.readouterr().out

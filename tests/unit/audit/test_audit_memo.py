@@ -40,9 +40,13 @@ def _listed(pod: dict[str, Any], index: int) -> dict[str, Any]:
     metadata["creationTimestamp"] = f"2026-01-01T00:{index % 60:02d}:00Z"
     metadata["managedFields"] = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
     token = f"kube-api-access-{index:05x}"
-    listed["spec"].setdefault("volumes", []).append({"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}})
+    listed["spec"].setdefault("volumes", []).append(
+        {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}
+    )
     for container in listed["spec"]["containers"]:
-        container.setdefault("volumeMounts", []).append({"name": token, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+        container.setdefault("volumeMounts", []).append(
+            {"name": token, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+        )
     listed["status"] = {"phase": listed["status"]["phase"], "podIP": f"10.0.{index // 250}.{index % 250}", "hostIP": "10.240.0.1"}
     return listed
 
@@ -55,15 +59,33 @@ def _templates() -> list[dict[str, Any]]:
         build_pod("leak", namespace="team-b", node_name="cgpu-0", env=[NVIDIA_ALL]),
         build_pod("root", namespace="team-a", node_name="cgpu-0", privileged=True),
         build_pod("host", namespace="team-b", volumes=[{"name": "dev", "hostPath": {"path": "/dev"}}]),
-        build_pod("share", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"},
-                  annotations=allocation("cgpu-0", [1], mem=2)),
-        build_pod("share", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"},
-                  annotations=allocation("cgpu-0", [2], mem=2)),
+        build_pod(
+            "share",
+            namespace="team-a",
+            node_name="cgpu-0",
+            gpu_mem=2,
+            node_selector={"ack.node.gpu.schedule": "cgpu"},
+            annotations=allocation("cgpu-0", [1], mem=2),
+        ),
+        build_pod(
+            "share",
+            namespace="team-a",
+            node_name="cgpu-0",
+            gpu_mem=2,
+            node_selector={"ack.node.gpu.schedule": "cgpu"},
+            annotations=allocation("cgpu-0", [2], mem=2),
+        ),
         build_pod("gone", namespace="team-a", node_name="cgpu-0", gpu_mem=4, annotations=allocation("nowhere", [0], mem=4)),
         build_pod("wrong", namespace="team-b", node_name="cgpu-0", gpu_mem=1, node_selector={"ack.node.gpu.schedule": "share"}),
         build_pod("whole", namespace="team-b", node_name="exclusive-0", limits={"nvidia.com/gpu": 1}),
-        build_pod("done", namespace="team-b", node_name="cgpu-0", gpu_mem=2, phase="Succeeded",
-                  annotations=allocation("cgpu-0", [3], mem=2)),
+        build_pod(
+            "done",
+            namespace="team-b",
+            node_name="cgpu-0",
+            gpu_mem=2,
+            phase="Succeeded",
+            annotations=allocation("cgpu-0", [3], mem=2),
+        ),
         build_pod("owned", namespace="team-a", node_name="cpu-0", env=[NVIDIA_ALL], owner=("ReplicaSet", "owned-abc")),
         build_pod("lab", namespace="kube-system", node_name="cpu-0", env=[NVIDIA_ALL]),
     ]
@@ -90,7 +112,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "namespaceOverrides": [{"name": "b", "namespaces": ["team-b"], "policies": {"GPU001": {"action": "warn"}}}],
     },
     "exception by name": {
-        "exceptions": [{"name": "legacy", "policies": ["GPU001"], "match": {"namespaces": ["team-a"], "names": ["leak-0001", "owned-*"]}}],
+        "exceptions": [
+            {"name": "legacy", "policies": ["GPU001"], "match": {"namespaces": ["team-a"], "names": ["leak-0001", "owned-*"]}}
+        ],
     },
     "exception by namespace": {
         "exceptions": [{"name": "lab", "policies": ["GPU001", "GPU002"], "match": {"namespaces": ["team-a"]}}],
@@ -150,7 +174,9 @@ def test_replicas_are_judged_once_per_template_and_named_each_by_its_own_name(me
     (memo,) = memos
     assert (memo.misses, memo.hits) == (len(templates), 4 * len(templates))
     leaks = sorted({f.subject.name for f in audit.findings if f.policy == "GPU001" and f.result is model.Result.FAIL})
-    assert leaks == sorted([f"leak-{i * 100 + k:04x}" for k in (1, 2) for i in range(5)] + [f"owned-{i * 100 + 11:04x}" for i in range(5)])
+    assert leaks == sorted(
+        [f"leak-{i * 100 + k:04x}" for k in (1, 2) for i in range(5)] + [f"owned-{i * 100 + 11:04x}" for i in range(5)]
+    )
     assert {f.subject.uid for f in audit.findings if f.subject.name == "leak-0001"} == {"uid-00000001"}
 
 
@@ -224,8 +250,14 @@ def test_a_result_about_another_object_is_not_remembered() -> None:
     subject = findings.ObjectRef.of(pod)
     other = findings.ObjectRef(namespace="team-a", kind="Pod", name="someone-else")
     found = findings.Finding(
-        policy="GPU999", rule="r", result=model.Result.FAIL, action=model.Action.AUDIT,
-        severity=findings.Severity.LOW, category="c", message="m", subject=other,
+        policy="GPU999",
+        rule="r",
+        result=model.Result.FAIL,
+        action=model.Action.AUDIT,
+        severity=findings.Severity.LOW,
+        category="c",
+        message="m",
+        subject=other,
     )
     keyed = memo.key(pod)
     assert keyed is not None
@@ -272,8 +304,9 @@ def test_what_a_paused_run_made_is_not_walked_by_the_collector_after_it() -> Non
 def test_the_cli_audit_pauses_the_collector_and_serves_background_audit_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
     """The switch is per process: `serve`'s background audit shares its process with the webhook's
     handlers, whose cyclic garbage must not wait for a whole run."""
-    from webhook.audit import background, kube as audit_kube, scan
     from policies import settings as settings_
+    from webhook.audit import background, scan
+    from webhook.audit import kube as audit_kube
 
     seen: list[bool] = []
 

@@ -46,13 +46,22 @@ def listed_objects(draw: st.DrawFn) -> dict[str, Any]:
     """A generated Pod or workload as listed: identity metadata, maybe a token volume (one, two, or
     a same-named plain volume beside it) mounted by some containers, any status."""
     if draw(st.integers(0, 3)):  # mostly Pods: only a Pod's token volume is renamed
-        obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": copy.deepcopy(draw(test_properties.metadata)),
-                               "spec": copy.deepcopy(draw(test_properties.pod_spec))}
+        obj: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": copy.deepcopy(draw(test_properties.metadata)),
+            "spec": copy.deepcopy(draw(test_properties.pod_spec)),
+        }
     else:
         obj = copy.deepcopy(draw(test_properties.objects()))
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
-        for field, value in (("uid", "uid-1"), ("generateName", "app-"), ("resourceVersion", "7"), ("creationTimestamp", "2026-01-01T00:00:00Z")):
+        for field, value in (
+            ("uid", "uid-1"),
+            ("generateName", "app-"),
+            ("resourceVersion", "7"),
+            ("creationTimestamp", "2026-01-01T00:00:00Z"),
+        ):
             if draw(st.booleans()):
                 metadata[field] = draw(st.one_of(st.just(value), garbage))
         if draw(st.booleans()):
@@ -69,11 +78,18 @@ def listed_objects(draw: st.DrawFn) -> dict[str, Any]:
         if isinstance(volumes, list):
             token = draw(token_names)
             for _ in range(draw(st.integers(0, 2))):  # none, one, or two token volumes
-                volumes.insert(draw(st.integers(0, len(volumes))), {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}})
+                volumes.insert(
+                    draw(st.integers(0, len(volumes))),
+                    {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+                )
                 token = draw(token_names)
             if bool(volumes) and draw(st.booleans()):  # a plain volume that shares the token's name
                 projected = [v["name"] for v in volumes if isinstance(v, dict) and "projected" in v]
-                first = projected[0] if projected else next((v["name"] for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)), "v")
+                first = (
+                    projected[0]
+                    if projected
+                    else next((v["name"] for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)), "v")
+                )
                 volumes.append({"name": first, "hostPath": {"path": draw(st.sampled_from(["/dev", "/tmp"]))}})
             names = [v["name"] for v in volumes if isinstance(v, dict) and isinstance(v.get("name"), str)]
             for field in ("containers", "initContainers", "ephemeralContainers"):
@@ -84,8 +100,15 @@ def listed_objects(draw: st.DrawFn) -> dict[str, Any]:
                     if isinstance(container, dict) and bool(names) and draw(st.booleans()):
                         mounts = container.setdefault("volumeMounts", [])
                         if isinstance(mounts, list):
-                            mounts.append({"name": draw(st.sampled_from(names)), "mountPath": draw(st.sampled_from([MOUNT_PATH, "/run/nvidia-container-devices"]))})
-    status = draw(st.one_of(st.none(), st.just({"phase": "Running", "podIP": "10.0.0.1"}), st.just({"podIP": "10.0.0.1"}), garbage))
+                            mounts.append(
+                                {
+                                    "name": draw(st.sampled_from(names)),
+                                    "mountPath": draw(st.sampled_from([MOUNT_PATH, "/run/nvidia-container-devices"])),
+                                }
+                            )
+    status = draw(
+        st.one_of(st.none(), st.just({"phase": "Running", "podIP": "10.0.0.1"}), st.just({"podIP": "10.0.0.1"}), garbage)
+    )
     if status is not None or draw(st.booleans()):
         obj["status"] = status
     unaliased: dict[str, Any] = test_properties.unaliased(obj)
@@ -94,7 +117,9 @@ def listed_objects(draw: st.DrawFn) -> dict[str, Any]:
 
 @hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=500)
 @hypothesis.given(obj=listed_objects(), keeps_names=st.booleans())
-def test_the_key_made_in_place_is_the_reference_keys_bytes_and_leaves_the_object_as_it_was(obj: dict[str, Any], keeps_names: bool) -> None:
+def test_the_key_made_in_place_is_the_reference_keys_bytes_and_leaves_the_object_as_it_was(
+    obj: dict[str, Any], keeps_names: bool
+) -> None:
     before = copy.deepcopy(obj)
     order = json.dumps(obj)  # key order included
     expected = _reference(obj, keeps_names=keeps_names)
@@ -135,8 +160,14 @@ def _tenant_objects() -> list[dict[str, Any]]:
     """Replicas of one template that a tenant varies: the token volume's mount path (a device list),
     a plain volume named like the token (a hostPath), the allocation's node, the phase, and an env
     value equal to the pod's own token volume name; each next to unvaried replicas."""
-    base = build_pod("t", namespace="team-a", node_name="cgpu-0", gpu_mem=2, node_selector={"ack.node.gpu.schedule": "cgpu"},
-                     annotations=allocation("cgpu-0", [1], mem=2))
+    base = build_pod(
+        "t",
+        namespace="team-a",
+        node_name="cgpu-0",
+        gpu_mem=2,
+        node_selector={"ack.node.gpu.schedule": "cgpu"},
+        annotations=allocation("cgpu-0", [1], mem=2),
+    )
     pods = [_listed(base, i) for i in range(4)]
     device_list = _listed(base, 4)
     device_list["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = "/var/run/nvidia-container-devices"
@@ -149,13 +180,29 @@ def _tenant_objects() -> list[dict[str, Any]]:
     finished = _listed(base, 8)
     finished["status"]["phase"] = "Succeeded"
     own_token = _listed(base, 9)
-    own_token["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": own_token["spec"]["volumes"][0]["name"]}]
+    own_token["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": own_token["spec"]["volumes"][0]["name"]}
+    ]
     other_token = _listed(base, 10)
-    other_token["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": own_token["spec"]["volumes"][0]["name"]}]
+    other_token["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": own_token["spec"]["volumes"][0]["name"]}
+    ]
     two_tokens = _listed(base, 11)
     two_tokens["spec"]["volumes"].append({"name": "kube-api-access-zzzzz", "projected": {"sources": []}})
-    return [build_node("cgpu-0"), build_node("cgpu-1"), *pods, device_list, host_path, host_tmp, elsewhere, finished, own_token,
-            other_token, two_tokens, _listed(base, 12)]
+    return [
+        build_node("cgpu-0"),
+        build_node("cgpu-1"),
+        *pods,
+        device_list,
+        host_path,
+        host_tmp,
+        elsewhere,
+        finished,
+        own_token,
+        other_token,
+        two_tokens,
+        _listed(base, 12),
+    ]
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
@@ -186,7 +233,9 @@ def test_gpu203_on_pods_is_remembered_with_the_template_and_aimed_at_each_replic
 
     audit = scan.run(scan.Inventory.of(objects), settings=settings_.Settings(), now=NOW)
 
-    failed = sorted((f.subject.name, f.subject.uid) for f in audit.findings if f.policy == "GPU203" and f.result is model.Result.FAIL)
+    failed = sorted(
+        (f.subject.name, f.subject.uid) for f in audit.findings if f.policy == "GPU203" and f.result is model.Result.FAIL
+    )
     assert failed == [(f"r-{i:04x}", f"uid-{i:08d}") for i in range(3)]
 
 
@@ -196,13 +245,26 @@ def test_the_fast_constructors_make_the_same_instances_as_the_dataclasses_own() 
 
     from webhook.audit import findings
 
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "", "generateName": "app-", "namespace": "team-a", "uid": "u1"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "", "generateName": "app-", "namespace": "team-a", "uid": "u1"},
+    }
     ref = findings.ObjectRef(namespace="team-a", kind="Pod", name="app-", api_version="v1", uid="u1")
     assert findings.ObjectRef.of(pod) == ref and repr(findings.ObjectRef.of(pod)) == repr(ref)
     assert findings.ObjectRef.of({"metadata": "odd", "kind": 3}) == findings.ObjectRef(namespace="", kind="", name="")
     related = (findings.ObjectRef(namespace="", kind="Node", name="n"),)
-    fields = dict(policy="GPU203", rule="r", result=model.Result.FAIL, action=model.Action.WARN, severity=findings.Severity.MEDIUM,
-                  category="c", message="m", subject=ref, related=related)
+    fields = dict(
+        policy="GPU203",
+        rule="r",
+        result=model.Result.FAIL,
+        action=model.Action.WARN,
+        severity=findings.Severity.MEDIUM,
+        category="c",
+        message="m",
+        subject=ref,
+        related=related,
+    )
     normal = findings.Finding(**fields)  # type: ignore[arg-type]
     fast = findings.finding(**fields)  # type: ignore[arg-type]
     assert fast == normal and repr(fast) == repr(normal) and hash(fast) == hash(normal)
@@ -226,15 +288,21 @@ def test_the_fast_constructors_make_the_same_instances_as_the_dataclasses_own() 
 
 # --- the policies' results keyed without the node and the allocation (`verdicts.policies_form`) ------
 
-BOUND_VALUES = st.one_of(st.sampled_from(["0", "1", "true", "false", "cgpu-0", "{\"node\": \"cgpu-0\", \"cards\": [1]}", ""]), garbage)
+BOUND_VALUES = st.one_of(st.sampled_from(["0", "1", "true", "false", "cgpu-0", '{"node": "cgpu-0", "cards": [1]}', ""]), garbage)
 
 
 @st.composite
 def bound_variants(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     """A generated Pod, and the same Pod with its nodeName and allocation annotations changed, added or gone."""
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": copy.deepcopy(draw(test_properties.metadata)),
-                           "spec": copy.deepcopy(draw(test_properties.pod_spec))}
-    pod["metadata"].update(namespace=draw(st.sampled_from(["team-a", "team-b", "kube-system"])), name=draw(st.sampled_from(["leak-0001", "app"])))
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": copy.deepcopy(draw(test_properties.metadata)),
+        "spec": copy.deepcopy(draw(test_properties.pod_spec)),
+    }
+    pod["metadata"].update(
+        namespace=draw(st.sampled_from(["team-a", "team-b", "kube-system"])), name=draw(st.sampled_from(["leak-0001", "app"]))
+    )
     if draw(st.booleans()):
         pod["metadata"]["labels"] = {"tier": draw(st.sampled_from(["dev", "prod"]))}
     pod = test_properties.unaliased(pod)
@@ -261,7 +329,9 @@ def bound_variants(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
 
 @hypothesis.settings(test_properties.PROPERTY_SETTINGS, max_examples=400)
 @hypothesis.given(pair=bound_variants(), name=st.sampled_from(list(SETTINGS)))
-def test_no_policy_or_template_check_result_depends_on_the_node_or_the_allocation_annotations(pair: tuple[dict[str, Any], dict[str, Any]], name: str) -> None:
+def test_no_policy_or_template_check_result_depends_on_the_node_or_the_allocation_annotations(
+    pair: tuple[dict[str, Any], dict[str, Any]], name: str
+) -> None:
     settings = settings_.from_mapping(SETTINGS[name])
     effective = scan.audit_settings(settings)
     pod, other = pair
@@ -270,8 +340,14 @@ def test_no_policy_or_template_check_result_depends_on_the_node_or_the_allocatio
 
     def judged(obj: dict[str, Any]) -> list[Any]:
         namespace = obj["metadata"]["namespace"]
-        return scan.evaluate_policies(obj, namespace=namespace, configured=settings, effective=effective, now=None,
-                                      namespace_labels={"tier": "dev"} if namespace == "team-b" else None)
+        return scan.evaluate_policies(
+            obj,
+            namespace=namespace,
+            configured=settings,
+            effective=effective,
+            now=None,
+            namespace_labels={"tier": "dev"} if namespace == "team-b" else None,
+        )
 
     def template_checks(obj: dict[str, Any]) -> list[Any]:  # remembered under the same key (`scan.run`)
         return [check.check_template(obj) for check in scan.TEMPLATE_CHECKS]
@@ -312,7 +388,9 @@ def test_replicas_on_other_nodes_and_cards_share_the_policies_results_and_keep_t
         pod["spec"]["nodeName"] = "cgpu-1" if node == "nowhere" else node
         pod["metadata"]["annotations"] = allocation(node, [card], mem=2)
         pods.append(pod)
-    leak = _listed(build_pod("leak", namespace="team-a", node_name="cpu-0", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), 9)
+    leak = _listed(
+        build_pod("leak", namespace="team-a", node_name="cpu-0", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), 9
+    )
     leak["metadata"]["annotations"] = allocation("cpu-0", [0], mem=2)  # forged: GPU001 must still fail it
     objects = [build_node("cgpu-0"), build_node("cgpu-1"), build_node("cpu-0", mode=None), *pods, leak]
     fast, plain, memo = _with_and_without_memo(objects)
@@ -342,8 +420,13 @@ def test_gpu207_is_remembered_with_the_policies_and_a_tenant_cannot_borrow_a_pin
     fast, plain, memo = _with_and_without_memo(objects)
     assert memo.policy_hits == 3, "three more unpinned replicas: policies and GPU207 judged once for four pods"
     gpu207 = {f.subject.name: f.result for f in fast.findings if f.policy == "GPU207"}
-    assert gpu207 == {"free-0000": model.Result.FAIL, "free-0001": model.Result.FAIL, "free-0002": model.Result.FAIL,
-                      "free-0007": model.Result.PASS, "free-0008": model.Result.FAIL}
+    assert gpu207 == {
+        "free-0000": model.Result.FAIL,
+        "free-0001": model.Result.FAIL,
+        "free-0002": model.Result.FAIL,
+        "free-0007": model.Result.PASS,
+        "free-0008": model.Result.FAIL,
+    }
 
 
 def test_a_value_found_only_in_a_failures_policy_id_does_not_keep_the_set_out_and_one_in_its_detail_does() -> None:
@@ -352,8 +435,16 @@ def test_a_value_found_only_in_a_failures_policy_id_does_not_keep_the_set_out_an
     other = findings.ObjectRef(namespace="team-a", kind="Pod", name="free-0001", uid="uid-1")
 
     def failing(detail: str) -> findings.Finding:
-        return findings.finding("GPU207", "mode-selector", model.Result.FAIL, model.Action.WARN, findings.Severity.MEDIUM,
-                                "GPU Scheduling", f"GPU207: summary: {detail}", subject)
+        return findings.finding(
+            "GPU207",
+            "mode-selector",
+            model.Result.FAIL,
+            model.Action.WARN,
+            findings.Severity.MEDIUM,
+            "GPU Scheduling",
+            f"GPU207: summary: {detail}",
+            subject,
+        )
 
     memo.put_policies(b"id-only", ["2", "0"], subject, [failing("no nodeSelector")])
     memo.put_policies(b"in-detail", ["2", "0"], subject, [failing("card 2 of node cgpu-0")])
@@ -390,9 +481,11 @@ def test_a_reference_made_field_by_field_is_the_dataclass_reference_of_any_objec
         return value if isinstance(value, str) else ""
 
     expected = findings.ObjectRef(
-        namespace=text(metadata.get("namespace")), kind=text(obj.get("kind")),
+        namespace=text(metadata.get("namespace")),
+        kind=text(obj.get("kind")),
         name=text(metadata.get("name")) or text(metadata.get("generateName")),
-        api_version=text(obj.get("apiVersion")), uid=text(metadata.get("uid")),
+        api_version=text(obj.get("apiVersion")),
+        uid=text(metadata.get("uid")),
     )
     made = findings.ObjectRef.of(obj)
     assert made == expected and repr(made) == repr(expected) and made.__dict__ == expected.__dict__

@@ -15,8 +15,8 @@ import pytest
 
 from policies import settings as settings_
 from tests.unit.audit.conftest import NOW, PodFactory
-from webhook.cmdline import manifests
 from webhook.audit import render, scan
+from webhook.cmdline import manifests
 
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "cluster.yaml"
 BROWSER_REQUIRE_ENV = "GPU_ADMISSION_BROWSER"  # "require": no chromium fails the render test instead of skipping it
@@ -39,7 +39,12 @@ def test_the_table_has_one_row_per_stored_result_and_ends_with_the_summary(audit
     assert sum(1 for line in lines if re.search(r"\s(fail|warn|error|skip)\s", line)) == 21  # 8 fail, 2 warn, 11 skip
     assert " pass " not in text
     cluster_rows = [line for line in lines if line.startswith("-  ")]
-    assert [row.split()[1:3] for row in cluster_rows] == [["Node/cgpu-binpack-0", "GPU202"], ["Node/share-0", "GPU205"], ["Node/unlabelled-gpu", "GPU206"], ["Node/unlabelled-gpu", "GPU217"]]
+    assert [row.split()[1:3] for row in cluster_rows] == [
+        ["Node/cgpu-binpack-0", "GPU202"],
+        ["Node/share-0", "GPU205"],
+        ["Node/unlabelled-gpu", "GPU206"],
+        ["Node/unlabelled-gpu", "GPU217"],
+    ]
 
 
 def test_the_table_shows_passes_with_all_results(audit: scan.Audit) -> None:
@@ -58,7 +63,11 @@ def test_markdown_has_a_summary_table_a_section_per_namespace_and_the_inspect_ta
     assert text.startswith("## gpu-admission audit\n")
     assert "| 8 | 2 | 0 | 11 | 134 | 14 |" in text  # two warn-level failures counted as warn
     assert [line for line in text.splitlines() if line.startswith("### ")] == [
-        "### Namespace `kube-system`", "### Namespace `ml`", "### Namespace `ops`", "### Cluster (nodes)", "### GPU allocation",
+        "### Namespace `kube-system`",
+        "### Namespace `ml`",
+        "### Namespace `ops`",
+        "### Cluster (nodes)",
+        "### GPU allocation",
     ]
     assert "| `Node/cgpu-binpack-0` | GPU202 | ❌ fail | enforce | high |" in text
     assert "cgpu-binpack-0  -          14/15                  21/15" in text  # the inspect table, verbatim
@@ -118,9 +127,20 @@ def test_the_html_page_renders_in_a_headless_browser(audit: scan.Audit, tmp_path
     page.write_text(render.html_page(audit), encoding="utf-8")
     shot = tmp_path / "audit.png"
     completed = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1600",
-         f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,1600",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     width, height, pixels = _png_pixels(shot.read_bytes())

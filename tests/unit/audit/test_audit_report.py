@@ -18,7 +18,9 @@ CRDS = pathlib.Path(__file__).resolve().parents[3] / "deploy" / "crds"
 NOW = report.timestamp(1_750_000_000.25)
 
 
-def finding(name: str, result: model.Result, *, namespace: str = "team-a", policy: str = "GPU001", kind: str = "Pod") -> findings.Finding:
+def finding(
+    name: str, result: model.Result, *, namespace: str = "team-a", policy: str = "GPU001", kind: str = "Pod"
+) -> findings.Finding:
     return findings.Finding(
         policy=policy,
         rule="visible-devices",
@@ -75,10 +77,13 @@ def violations(value: Any, schema: Mapping[str, Any], path: str = "") -> list[st
     return problems
 
 
-@pytest.mark.parametrize(("namespace", "file", "kind"), [
-    ("team-a", "wgpolicyk8s.io_policyreports.yaml", "PolicyReport"),
-    ("", "wgpolicyk8s.io_clusterpolicyreports.yaml", "ClusterPolicyReport"),
-])
+@pytest.mark.parametrize(
+    ("namespace", "file", "kind"),
+    [
+        ("team-a", "wgpolicyk8s.io_policyreports.yaml", "PolicyReport"),
+        ("", "wgpolicyk8s.io_clusterpolicyreports.yaml", "ClusterPolicyReport"),
+    ],
+)
 def test_a_built_report_fits_the_crd_schema(namespace: str, file: str, kind: str) -> None:
     items = [in_namespace(f, namespace) for f in MIXED]
     built = report.build(items, namespace=namespace, now=NOW)
@@ -121,7 +126,11 @@ def test_every_result_has_the_policy_report_fields_and_a_seconds_nanos_timestamp
         "message": "GPU001: something about a",
         "properties": {"action": "enforce"},
     }
-    assert built["metadata"] == {"name": "gpu-admission", "namespace": "team-a", "labels": {"app.kubernetes.io/managed-by": "gpu-admission"}}
+    assert built["metadata"] == {
+        "name": "gpu-admission",
+        "namespace": "team-a",
+        "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
+    }
 
 
 def test_only_non_pass_results_are_stored_by_default_and_the_summary_counts_them() -> None:
@@ -140,8 +149,12 @@ def test_all_results_stores_passes_too() -> None:
 
 
 def test_namespaces_without_stored_results_get_no_report_and_findings_elsewhere_are_ignored() -> None:
-    items = [finding("a", model.Result.PASS, namespace="quiet"), finding("b", model.Result.FAIL, namespace="loud"),
-             finding("n", model.Result.FAIL, namespace="", kind="Node"), finding("x", model.Result.FAIL, namespace="not-owned")]
+    items = [
+        finding("a", model.Result.PASS, namespace="quiet"),
+        finding("b", model.Result.FAIL, namespace="loud"),
+        finding("n", model.Result.FAIL, namespace="", kind="Node"),
+        finding("x", model.Result.FAIL, namespace="not-owned"),
+    ]
     wanted = report.desired(items, namespaces={"quiet", "loud", report.CLUSTER}, all_results=False, now=NOW)
     assert set(wanted) == {"quiet", "loud", ""}
     assert wanted["quiet"] is None
@@ -234,12 +247,18 @@ def test_every_warn_is_unscored_and_every_other_result_scored() -> None:
     built = report.desired(MIXED, namespaces={"team-a"}, all_results=True, now=NOW)["team-a"]
     assert built is not None
     assert {r["result"]: r["scored"] for r in built["results"]} == {
-        "fail": True, "warn": False, "skip": True, "error": True, "pass": True,
+        "fail": True,
+        "warn": False,
+        "skip": True,
+        "error": True,
+        "pass": True,
     }
 
 
 def test_an_error_of_a_warn_level_policy_stays_an_error() -> None:
-    (result,) = report.build([_acting(finding("e", model.Result.ERROR), model.Action.WARN)], namespace="team-a", now=NOW)["results"]
+    (result,) = report.build([_acting(finding("e", model.Result.ERROR), model.Action.WARN)], namespace="team-a", now=NOW)[
+        "results"
+    ]
     assert (result["result"], result["scored"]) == ("error", True)
 
 
@@ -277,7 +296,14 @@ def test_per_resource_mode_writes_one_report_per_object_and_deletes_the_stale_on
         now=NOW,
         previous={stale_key: {"results": []}, elsewhere: {"results": []}},
     )
-    assert set(wanted) == {("team-a", "uid-a"), ("team-a", "uid-c"), ("team-a", "uid-d"), ("team-a", "uid-e"), ("", "uid-gpu-0"), stale_key}
+    assert set(wanted) == {
+        ("team-a", "uid-a"),
+        ("team-a", "uid-c"),
+        ("team-a", "uid-d"),
+        ("team-a", "uid-e"),
+        ("", "uid-gpu-0"),
+        stale_key,
+    }
     assert wanted[stale_key] is None  # its object is fixed or gone; team-b is not this run's
     cluster_report = wanted[("", "uid-gpu-0")]
     assert cluster_report is not None and cluster_report["kind"] == "ClusterPolicyReport"
@@ -287,7 +313,9 @@ def test_per_resource_mode_writes_one_report_per_object_and_deletes_the_stale_on
             assert len(built["results"]) == 1 and built["scope"]["name"] == built["results"][0]["resources"][0]["name"]
             assert sum(cast(Mapping[str, int], built["summary"]).values()) == 1  # Counts: every value an int
     steps = report.plan(wanted, {stale_key: {"metadata": {}, "results": []}})
-    assert [(s.verb, s.namespace, s.name) for s in steps if s.verb is report.Verb.DELETE] == [(report.Verb.DELETE, "team-a", "uid-gone")]
+    assert [(s.verb, s.namespace, s.name) for s in steps if s.verb is report.Verb.DELETE] == [
+        (report.Verb.DELETE, "team-a", "uid-gone")
+    ]
     assert sorted(s.name for s in steps if s.verb is report.Verb.CREATE) == ["uid-a", "uid-c", "uid-d", "uid-e", "uid-gpu-0"]
 
 

@@ -14,7 +14,9 @@ FAIL, PASS = model.Result.FAIL, model.Result.PASS
 
 
 def with_sidecar(pod: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
-    pod["spec"]["initContainers"] = [{"name": "proxy", "image": "proxy:1", "restartPolicy": "Always", "resources": {"limits": limits}}]
+    pod["spec"]["initContainers"] = [
+        {"name": "proxy", "image": "proxy:1", "restartPolicy": "Always", "resources": {"limits": limits}}
+    ]
     return pod
 
 
@@ -56,7 +58,10 @@ def test_mig_slices_are_summed_against_the_nodes_mig_capacity(node: NodeFactory,
 
 def test_odd_spellings_are_counted_by_value(node: NodeFactory, pod: PodFactory) -> None:
     exclusive = node("excl-0", mode="default", capacity={"nvidia.com/gpu": "4"})
-    pods = [pod("a", node_name="excl-0", limits={"nvidia.com/gpu": "2000m"}), pod("b", node_name="excl-0", limits={"nvidia.com/gpu": "+2"})]
+    pods = [
+        pod("a", node_name="excl-0", limits={"nvidia.com/gpu": "2000m"}),
+        pod("b", node_name="excl-0", limits={"nvidia.com/gpu": "+2"}),
+    ]
 
     assert overcommit(exclusive, pods).result is PASS
     found = overcommit(exclusive, [*pods, pod("c", node_name="excl-0", limits={"nvidia.com/gpu": "1e0"})])

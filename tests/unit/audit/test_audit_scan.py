@@ -27,7 +27,10 @@ def of(audit: scan.Audit, name: str, policy: str) -> list[findings.Finding]:
 def test_every_validate_policy_has_a_result_per_pod_passes_included(pod: PodFactory) -> None:
     audit = run(pod("clean", gpu_mem=3, node_selector={"ack.node.gpu.schedule": "cgpu"}))
     by_policy = {f.policy: f.result for f in audit.findings}
-    assert by_policy == {p: model.Result.PASS for p in ("GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU012", "GPU207")}
+    assert by_policy == {
+        p: model.Result.PASS
+        for p in ("GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU012", "GPU207")
+    }
     assert audit.exit_status == 0
 
 
@@ -72,7 +75,19 @@ def test_objects_are_judged_as_stored_not_as_the_mutators_would_change_them(pod:
 def test_objects_in_exempt_namespaces_are_skipped_with_the_reason(node: NodeFactory, pod: PodFactory) -> None:
     audit = run(node(), pod("plugin", namespace="kube-system", node_name="cgpu-0", privileged=True, env=BYPASS))
     results = [f for f in audit.findings if f.subject.name == "plugin"]
-    assert {f.policy for f in results} == {"GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU009", "GPU010", "GPU011", "GPU012", "GPU201"}
+    assert {f.policy for f in results} == {
+        "GPU001",
+        "GPU002",
+        "GPU003",
+        "GPU004",
+        "GPU005",
+        "GPU006",
+        "GPU009",
+        "GPU010",
+        "GPU011",
+        "GPU012",
+        "GPU201",
+    }
     assert all(f.result is model.Result.SKIP and f.message == "namespace kube-system is exempt" for f in results)
     assert audit.exit_status == 0
 
@@ -106,7 +121,13 @@ def test_node_checks_and_allocation_pictures_belong_to_an_all_namespace_audit(no
     objects = [
         node(card_labels=False),
         node("cpu-0", mode=None, capacity={}),
-        pod("a", node_name="cgpu-0", gpu_mem=20, annotations=allocation("cgpu-0", [0], mem=20), node_selector={"ack.node.gpu.schedule": "cgpu"}),
+        pod(
+            "a",
+            node_name="cgpu-0",
+            gpu_mem=20,
+            annotations=allocation("cgpu-0", [0], mem=20),
+            node_selector={"ack.node.gpu.schedule": "cgpu"},
+        ),
     ]
     everything = run(*objects)
     node_results = {f.policy: f.result for f in everything.findings if f.subject.kind == "Node"}
@@ -128,7 +149,11 @@ def test_node_checks_and_allocation_pictures_belong_to_an_all_namespace_audit(no
 
 
 def test_a_namespace_filter_leaves_other_namespaces_out(pod: PodFactory) -> None:
-    audit = run(pod("a", namespace="team-a", env=BYPASS), pod("b", namespace="team-b", env=BYPASS), scope=scan.Scope(namespaces=frozenset({"team-b"})))
+    audit = run(
+        pod("a", namespace="team-a", env=BYPASS),
+        pod("b", namespace="team-b", env=BYPASS),
+        scope=scan.Scope(namespaces=frozenset({"team-b"})),
+    )
     assert {f.subject.name for f in audit.findings} == {"b"}
     assert audit.namespaces == frozenset({"team-b"})
 
@@ -141,7 +166,9 @@ def test_objects_without_a_namespace_land_in_default(pod: PodFactory) -> None:
 
 
 def test_other_kinds_are_ignored_and_odd_objects_do_not_crash(pod: PodFactory) -> None:
-    inventory = scan.Inventory.of([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}, {"kind": "Pod", "spec": "nonsense"}])
+    inventory = scan.Inventory.of(
+        [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}, {"kind": "Pod", "spec": "nonsense"}]
+    )
     audit = scan.run(inventory, settings=settings_.Settings(), now=NOW)
     assert audit.objects == 1
     assert {f.result for f in audit.findings} <= {model.Result.PASS, model.Result.SKIP}
@@ -204,6 +231,8 @@ def test_without_the_namespace_object_only_the_name_label_is_known(pod: PodFacto
 
 
 def test_the_inventory_keeps_namespace_labels_and_drops_the_namespaces_themselves() -> None:
-    inventory = scan.Inventory.of([namespace("a", team="x"), {"kind": "Namespace", "metadata": {"name": "b"}}, {"kind": "Namespace"}])
+    inventory = scan.Inventory.of(
+        [namespace("a", team="x"), {"kind": "Namespace", "metadata": {"name": "b"}}, {"kind": "Namespace"}]
+    )
     assert inventory.namespace_labels == {"a": {"team": "x"}, "b": {}}
     assert inventory.pods == inventory.workloads == inventory.nodes == ()

@@ -27,7 +27,9 @@ def test_the_audit_names_the_profile_and_judges_koordinators_pods_as_written_by_
 
     assert cli.main(["-f", str(manifest), "--config", str(config)]) == 0
     told = capsys.readouterr()
-    assert told.err.startswith("gpu-admission audit: scheduler profile koordinator: cards are placed and accounted by koordinator")
+    assert told.err.startswith(
+        "gpu-admission audit: scheduler profile koordinator: cards are placed and accounted by koordinator"
+    )
     assert "the audit does not read its allocations" in told.err
     assert "GPU010" not in told.out
 

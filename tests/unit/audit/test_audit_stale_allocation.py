@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.gpu import allocation as allocation_
 from policies import gpu, model
+from policies.gpu import allocation as allocation_
 from policies.gpu import reasons, reservations
 from tests.unit.audit.conftest import NOW, NodeFactory, PodFactory, allocation, judge_node
 from webhook.audit.checks import gpu212_stale_allocation
@@ -16,8 +16,15 @@ GPU212 = gpu212_stale_allocation.StaleAllocation()
 
 def _ledger(uid: str, *, assumed_at: float) -> dict[str, str]:
     entry = allocation_.Allocation(
-        uid=uid, namespace="team-a", name="deleted", node="cgpu-0", cards=(1,), memory_gib=8,
-        assumed_at=assumed_at, expires=assumed_at + 3600, source="reservation",
+        uid=uid,
+        namespace="team-a",
+        name="deleted",
+        node="cgpu-0",
+        cards=(1,),
+        memory_gib=8,
+        assumed_at=assumed_at,
+        expires=assumed_at + 3600,
+        source="reservation",
     )
     return {gpu.RESERVATIONS_ANNOTATION: reservations.encode({uid: entry})}
 

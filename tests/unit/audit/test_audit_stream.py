@@ -116,8 +116,7 @@ def test_node_checks_see_the_kept_pods_of_their_node_and_every_pod_by_uid(pod: P
     """GPU202 sums the bound pods' requests; GPU203 looks the ledger's pods up by uid."""
     gpu_node = node("gpu-0")  # cgpu, 4 x Tesla-T4 of 15 GiB
     pods = [
-        as_running(pod(f"p{i}", gpu_mem=10, node_name="gpu-0", annotations=allocation("gpu-0", [0], mem=10)), i)
-        for i in range(2)
+        as_running(pod(f"p{i}", gpu_mem=10, node_name="gpu-0", annotations=allocation("gpu-0", [0], mem=10)), i) for i in range(2)
     ]
 
     audit = scan.run(scan.Inventory.streamed(Once([gpu_node, *pods])), settings=settings_.Settings(), now=NOW)
@@ -139,9 +138,7 @@ def test_only_objects_taking_a_source_by_env_from_are_its_consumers(pod: PodFact
     taker["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "gpu-env"}}]
     bystander = as_running(pod("bystander", gpu_mem=1), 1)
 
-    audit = scan.run(
-        scan.Inventory.streamed(Once([config_map, taker, bystander])), settings=settings_.Settings(), now=NOW
-    )
+    audit = scan.run(scan.Inventory.streamed(Once([config_map, taker, bystander])), settings=settings_.Settings(), now=NOW)
 
     (found,) = [f for f in audit.findings if f.policy == "GPU211"]
     assert found.result is model.Result.FAIL

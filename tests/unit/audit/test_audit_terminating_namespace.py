@@ -29,7 +29,11 @@ class Custom:
 
 
 def _step(namespace: str) -> report.Step:
-    body: Any = {"apiVersion": report.API_VERSION, "kind": "PolicyReport", "metadata": {"name": report.NAME, "namespace": namespace}}
+    body: Any = {
+        "apiVersion": report.API_VERSION,
+        "kind": "PolicyReport",
+        "metadata": {"name": report.NAME, "namespace": namespace},
+    }
     return report.Step(verb=report.Verb.CREATE, namespace=namespace, body=body)
 
 

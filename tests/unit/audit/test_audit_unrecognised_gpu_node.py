@@ -10,7 +10,7 @@ import pytest
 from policies import model, settings
 from webhook.audit import findings, scan
 
-NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.timezone.utc).timestamp()
+NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC).timestamp()
 
 
 def node(name: str, labels: dict[str, str], capacity: dict[str, str]) -> dict[str, Any]:

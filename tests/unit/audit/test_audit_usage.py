@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from policies import gpu, model
-from policies.gpu import inventory, usage
 from policies import settings as settings_
+from policies.gpu import inventory, usage
 from tests.unit.audit.conftest import allocation, judge_node, judge_pod
 from webhook.audit import scan
 from webhook.audit.checks import base, gpu213_out_of_band, gpu214_pod_over_request, gpu215_card_over_allocation
@@ -34,7 +34,11 @@ def card(index: int = 0, **fields: Any) -> usage.CardUse:
 
 
 def inventory_annotation(count: int = 2) -> dict[str, str]:
-    return {gpu.INVENTORY_ANNOTATION: inventory.encode_inventory([inventory.Card(index=i, memory_mib=15 * 1024) for i in range(count)])}
+    return {
+        gpu.INVENTORY_ANNOTATION: inventory.encode_inventory(
+            [inventory.Card(index=i, memory_mib=15 * 1024) for i in range(count)]
+        )
+    }
 
 
 def pod_use(uid: str, mib: int) -> usage.PodUse:
@@ -49,7 +53,10 @@ def test_gpu213_names_node_card_pid_memory_and_container(node: NodeFactory) -> N
     found = judge_node(GPU213, node("share-0", mode="share", annotations=summary(card(1, out_of_band=(oob,)))))
     assert found is not None and found.result is FAIL and found.action is model.Action.ENFORCE
     assert found.policy == "GPU213" and found.subject.kind == "Node" and found.subject.name == "share-0"
-    assert "on node share-0: card 1: pid 41233 holds 5200 MiB in container 3f1e00000000, started on the node outside Kubernetes" in found.message
+    assert (
+        "on node share-0: card 1: pid 41233 holds 5200 MiB in container 3f1e00000000, started on the node outside Kubernetes"
+        in found.message
+    )
 
 
 def test_gpu213_tells_a_pod_cgroup_the_apiserver_lacks_and_a_bare_host_process(node: NodeFactory) -> None:
@@ -70,7 +77,9 @@ def test_gpu213_passes_when_processes_are_unknown_even_past_the_list_limit(node:
     # reads every process as unknown: not a bypass, however many (the list is cut, `truncated` counts
     # the rest, and that count alone must not read as out-of-band processes).
     unknown = tuple(range(1000, 1000 + usage.MAX_ENTRIES + 8))
-    annotations = summary(card(0, used_mib=9000, pods=tuple(pod_use(f"u{i}", 10) for i in range(usage.MAX_ENTRIES + 3)), unknown=unknown))
+    annotations = summary(
+        card(0, used_mib=9000, pods=tuple(pod_use(f"u{i}", 10) for i in range(usage.MAX_ENTRIES + 3)), unknown=unknown)
+    )
     assert usage.parse(annotations[usage.USAGE_ANNOTATION]).cards[0].truncated == 11  # type: ignore[union-attr]
     found = judge_node(GPU213, node(annotations=annotations))
     assert found is not None and found.result is PASS
@@ -104,7 +113,9 @@ def allocated_pod(pod: PodFactory, *, uid: str = "p1", cards_: tuple[int, ...] =
 def test_gpu214_on_share_any_excess_over_the_request_fails(node: NodeFactory, pod: PodFactory) -> None:
     found = judge_pod(GPU214, allocated_pod(pod), node=share_node(node, card(0, pods=(pod_use("p1", 4096 + 1),))))
     assert found is not None and found.result is FAIL and found.policy == "GPU214"
-    assert "its processes hold 4097 MiB on card 0 but it asked for 4 GiB (4096 MiB; share does not isolate memory)" in found.message
+    assert (
+        "its processes hold 4097 MiB on card 0 but it asked for 4 GiB (4096 MiB; share does not isolate memory)" in found.message
+    )
 
 
 def test_gpu214_on_share_exactly_the_request_passes(node: NodeFactory, pod: PodFactory) -> None:
@@ -113,7 +124,9 @@ def test_gpu214_on_share_exactly_the_request_passes(node: NodeFactory, pod: PodF
 
 
 @pytest.mark.parametrize(("mib", "result"), [(4096 + 512, PASS), (4096 + 513, FAIL)])
-def test_gpu214_on_an_isolating_mode_only_beyond_the_tolerance(node: NodeFactory, pod: PodFactory, mib: int, result: model.Result) -> None:
+def test_gpu214_on_an_isolating_mode_only_beyond_the_tolerance(
+    node: NodeFactory, pod: PodFactory, mib: int, result: model.Result
+) -> None:
     found = judge_pod(GPU214, allocated_pod(pod), node=share_node(node, card(0, pods=(pod_use("p1", mib),)), mode="cgpu"))
     assert found is not None and found.result is result
 
@@ -138,7 +151,9 @@ def test_gpu214_whole_card_pods_are_not_judged_on_memory(node: NodeFactory, pod:
     assert found is not None and found.result is PASS
 
 
-def test_gpu214_leaves_pods_without_processes_finished_pods_and_nodes_without_summary_alone(node: NodeFactory, pod: PodFactory) -> None:
+def test_gpu214_leaves_pods_without_processes_finished_pods_and_nodes_without_summary_alone(
+    node: NodeFactory, pod: PodFactory
+) -> None:
     busy = share_node(node, card(0, pods=(pod_use("p1", 9999),)))
     assert judge_pod(GPU214, allocated_pod(pod, uid="other"), node=busy) is None
     finished = allocated_pod(pod)

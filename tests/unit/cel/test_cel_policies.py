@@ -13,9 +13,8 @@ import yaml
 from policies import cel, engine, model, policy, settings
 from tests.conftest import PodFactory
 from webhook import config
+from webhook.cmdline import errors, manifests
 from webhook.commands import dryrun
-from webhook.cmdline import manifests
-from webhook.cmdline import errors
 from webhook.config import userpolicies
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -66,9 +65,7 @@ def with_policies(*documents: dict[str, Any], document: dict[str, Any] | None = 
     return settings.from_mapping(document or {}, user_policies=compiled)
 
 
-def decide(
-    obj: dict[str, Any], config_: settings.Settings, *, namespace: str = "team-a", **request: Any
-) -> model.Decision:
+def decide(obj: dict[str, Any], config_: settings.Settings, *, namespace: str = "team-a", **request: Any) -> model.Decision:
     return engine.evaluate(
         model.Request(operation=request.pop("operation", "CREATE"), object=obj, namespace=namespace, **request),
         settings=config_,
@@ -93,9 +90,7 @@ def result(decision: model.Decision, policy_id: str = "TST001") -> model.PolicyR
         ("gpu-mem-limit-denied.yaml", "USR003", False),
     ],
 )
-def test_each_example_policy_allows_one_manifest_and_denies_another(
-    manifest: str, policy_id: str, allowed: bool
-) -> None:
+def test_each_example_policy_allows_one_manifest_and_denies_another(manifest: str, policy_id: str, allowed: bool) -> None:
     loaded = config.load(None, policies_dir=str(EXAMPLES))
     documents = manifests.read([str(EXAMPLES / "manifests" / manifest)], stdin=sys.stdin)
 
@@ -109,7 +104,9 @@ def test_the_example_messages_say_what_is_wrong() -> None:
     loaded = config.load(None, policies_dir=str(EXAMPLES))
     documents = manifests.read([str(EXAMPLES / "manifests")], stdin=sys.stdin)
 
-    denials = {o.document.object["metadata"]["name"]: o.decision.denial_message for o in dryrun.evaluate(documents, settings=loaded)}
+    denials = {
+        o.document.object["metadata"]["name"]: o.decision.denial_message for o in dryrun.evaluate(documents, settings=loaded)
+    }
 
     assert denials["three-cards"] == (
         "USR001: pods in a GPU-limited namespace ask for at most a few whole GPUs: "
@@ -152,9 +149,18 @@ def test_a_syntax_error_is_refused_with_file_policy_field_and_position(tmp_path:
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("objekt.metadata.name == 'x'", "spec.validations[0].expression: line 1, column 16: undeclared reference to 'objekt.metadata.name'"),
-        ("object.metadata.name.quantity() > 1", "spec.validations[0].expression: line 1, column 30: undeclared reference to 'quantity'"),
-        ("1 == 1.0", "spec.validations[0].expression: line 1, column 3: found no matching overload for '_==_' applied to '(int, double)'"),
+        (
+            "objekt.metadata.name == 'x'",
+            "spec.validations[0].expression: line 1, column 16: undeclared reference to 'objekt.metadata.name'",
+        ),
+        (
+            "object.metadata.name.quantity() > 1",
+            "spec.validations[0].expression: line 1, column 30: undeclared reference to 'quantity'",
+        ),
+        (
+            "1 == 1.0",
+            "spec.validations[0].expression: line 1, column 3: found no matching overload for '_==_' applied to '(int, double)'",
+        ),
         ("'not a bool'", "spec.validations[0].expression: must evaluate to a bool, but its type is string"),
         ("x" * 5001, "spec.validations[0].expression: 5001 characters, more than the limit of 5000"),
     ],
@@ -175,14 +181,27 @@ def test_expressions_that_cannot_work_are_refused_at_load(expression: str, messa
         ({"validations": []}, "p#0: policy TST001: spec.validations: must be a non-empty list, got []"),
         ({"matchConstraints": {}}, "p#0: policy TST001: spec.matchConstraints.resourceRules: must be a non-empty list"),
         (
-            {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}]}},
+            {
+                "matchConstraints": {
+                    "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}]
+                }
+            },
             "p#0: policy TST001: spec.matchConstraints.resourceRules[0].operations[0]: must be CREATE, UPDATE or *",
         ),
         (
-            {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["services"]}]}},
+            {
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["services"]}
+                    ]
+                }
+            },
             "p#0: policy TST001: spec.matchConstraints.resourceRules[0].resources[0]: 'services' is not evaluated here",
         ),
-        ({"matchConditions": [{"name": "a"}]}, "p#0: policy TST001: spec.matchConditions[0].expression: must be a non-empty CEL expression"),
+        (
+            {"matchConditions": [{"name": "a"}]},
+            "p#0: policy TST001: spec.matchConditions[0].expression: must be a non-empty CEL expression",
+        ),
         (
             {"validations": [{"expression": "true", "messageExpression": "1 + 1"}]},
             "p#0: policy TST001: spec.validations[0].messageExpression: must evaluate to a string, but its type is int",
@@ -235,7 +254,9 @@ def test_the_settings_document_may_name_user_policies(tmp_path: pathlib.Path) ->
     (tmp_path / "policies").mkdir()
     write(tmp_path / "policies", "p.yaml", policy_document())
     document = tmp_path / "config.yaml"
-    document.write_text("policies: {TST001: {action: warn}}\nexceptions: [{name: e, policies: [TST001], match: {namespaces: [x]}}]\n")
+    document.write_text(
+        "policies: {TST001: {action: warn}}\nexceptions: [{name: e, policies: [TST001], match: {namespaces: [x]}}]\n"
+    )
 
     loaded = config.load(str(document), policies_dir=str(tmp_path / "policies"))
 
@@ -344,9 +365,7 @@ def test_resource_rules_choose_kinds_and_operations(make_pod: PodFactory) -> Non
 
 def test_selectors_use_namespace_and_object_labels(make_pod: PodFactory) -> None:
     deny = [{"expression": "false"}]
-    by_namespace = with_policies(
-        policy_document(validations=deny, namespaceSelector={"matchLabels": {"gpu": "limited"}})
-    )
+    by_namespace = with_policies(policy_document(validations=deny, namespaceSelector={"matchLabels": {"gpu": "limited"}}))
     by_object = with_policies(policy_document(validations=deny, objectSelector={"matchLabels": {"team": "a"}}))
     labelled = make_pod()
     labelled["metadata"]["labels"] = {"team": "a"}

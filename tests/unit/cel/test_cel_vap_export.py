@@ -16,10 +16,10 @@ import yaml
 from policies import builtin, cel, settings
 from policies import engine as policies_engine
 from policies import model as policies_model
+from policies.trustzone import DEFAULT_ZONE
 from tests import bypasses
 from webhook import config
 from webhook.commands import policies_cli, vap
-from policies.trustzone import DEFAULT_ZONE
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
@@ -52,7 +52,9 @@ def without_nulls(value: Any) -> Any:
     return value
 
 
-def admits(policy: dict[str, Any], pod: dict[str, Any], *, namespace: str = "team-a", labels: dict[str, str] | None = None) -> bool:
+def admits(
+    policy: dict[str, Any], pod: dict[str, Any], *, namespace: str = "team-a", labels: dict[str, str] | None = None
+) -> bool:
     """What kube-apiserver concludes for `pod`: match conditions, then the variables and every
     validation (CEL run here)."""
     env = cel.environment(extra=("variables",))
@@ -60,7 +62,9 @@ def admits(policy: dict[str, Any], pod: dict[str, Any], *, namespace: str = "tea
         "object": without_nulls(pod),
         "oldObject": None,
         "request": {"namespace": namespace, "operation": "CREATE", "resource": {"resource": "pods"}},
-        "namespaceObject": {"metadata": {"name": namespace, "labels": {"kubernetes.io/metadata.name": namespace, **(labels or {})}}},
+        "namespaceObject": {
+            "metadata": {"name": namespace, "labels": {"kubernetes.io/metadata.name": namespace, **(labels or {})}}
+        },
     }
     spec = policy["spec"]
     for condition in spec["matchConditions"]:
@@ -120,9 +124,7 @@ def test_the_exported_cel_admits_every_seed_workload() -> None:
         for document in yaml.safe_load_all(path.read_text()):
             if document and document["kind"] not in ("Service", "ConfigMap"):
                 pod = as_pod(document)
-                assert all(
-                    admits(m, pod) for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy"
-                ), path.name
+                assert all(admits(m, pod) for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy"), path.name
                 judged += 1
     assert judged >= len(workloads)
 
@@ -132,12 +134,17 @@ def test_the_exported_cel_admits_every_seed_workload() -> None:
     [("void", True), (" None ", True), ("all", False), ("0", False), ("", False)],
 )
 def test_gpu001_by_value_follows_the_neutral_values(value: str, allowed: bool) -> None:
-    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]}}
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}]}]},
+    }
     if not value:
         del pod["spec"]["containers"][0]["env"][0]["value"]
 
     assert admits(policy_named(exported(), "gpu-admission-gpu001"), pod) is allowed
-    assert admits(policy_named(exported({"visibleDevicesNeutralValue": ""}), "gpu-admission-gpu001"), pod) is (allowed or not value)
+    assert admits(policy_named(exported({"visibleDevicesNeutralValue": ""}), "gpu-admission-gpu001"), pod) is (
+        allowed or not value
+    )
 
 
 GPU = {"limits": {"nvidia.com/gpu": 1}}
@@ -162,14 +169,35 @@ def host_path_pod(path: str, *, gpu: bool = True, affinity: dict[str, Any] | Non
 
 @pytest.mark.parametrize(
     ("path", "allowed"),
-    [("/dev/nvidia0", False), ("//dev//nvidiactl/", False), ("/dev", False), ("/", False), ("/var/lib/kubelet/device-plugins/kubelet.sock", False),
-     ("/run/nvidia/driver", False), ("/dev/shm", False), ("/data", False), ("/var/lib/docker", False),
-     ("/var/run/docker.sock", False), ("//run///containerd/", False), ("/var/./run", False), ("run/containerd", False),
-     ("/var/lib/container/kubelet", False), ("/usr/libexec/kubernetes/kubelet-plugins/volume/exec", False),
-     ("/etc/ld.so.preload", False), ("/etc/cron.d", False), ("/etc/udev/rules.d", False), ("/etc/modprobe.d", False),
-     ("/etc/systemd/system", False), ("/opt/nri/plugins", False), ("/etc/localtime/../passwd", False),
-     ("/etc/localtime", True), ("//etc/./localtime", True), ("/usr/share/zoneinfo/Asia/Shanghai", True),
-     ("/var/lib/lxcfs/proc/meminfo", True), ("var/lib/lxcfs/proc/cpuinfo", True)],
+    [
+        ("/dev/nvidia0", False),
+        ("//dev//nvidiactl/", False),
+        ("/dev", False),
+        ("/", False),
+        ("/var/lib/kubelet/device-plugins/kubelet.sock", False),
+        ("/run/nvidia/driver", False),
+        ("/dev/shm", False),
+        ("/data", False),
+        ("/var/lib/docker", False),
+        ("/var/run/docker.sock", False),
+        ("//run///containerd/", False),
+        ("/var/./run", False),
+        ("run/containerd", False),
+        ("/var/lib/container/kubelet", False),
+        ("/usr/libexec/kubernetes/kubelet-plugins/volume/exec", False),
+        ("/etc/ld.so.preload", False),
+        ("/etc/cron.d", False),
+        ("/etc/udev/rules.d", False),
+        ("/etc/modprobe.d", False),
+        ("/etc/systemd/system", False),
+        ("/opt/nri/plugins", False),
+        ("/etc/localtime/../passwd", False),
+        ("/etc/localtime", True),
+        ("//etc/./localtime", True),
+        ("/usr/share/zoneinfo/Asia/Shanghai", True),
+        ("/var/lib/lxcfs/proc/meminfo", True),
+        ("var/lib/lxcfs/proc/cpuinfo", True),
+    ],
 )
 def test_gpu003_admits_only_allowed_host_paths_in_pods_that_can_reach_a_gpu_node(path: str, allowed: bool) -> None:
     gpu003 = policy_named(exported(), "gpu-admission-gpu003")
@@ -187,8 +215,16 @@ def test_gpu003_admits_only_allowed_host_paths_in_pods_that_can_reach_a_gpu_node
 
 @pytest.mark.parametrize(
     ("path", "allowed"),
-    [("/run/flannel", True), ("/var/run/flannel/subnet.env", False), ("/run/./flannel/", True), ("/run", False),
-     ("/run/flannelx", False), ("/opt/models/llama", True), ("/opt", False), ("/srv/www", False)],
+    [
+        ("/run/flannel", True),
+        ("/var/run/flannel/subnet.env", False),
+        ("/run/./flannel/", True),
+        ("/run", False),
+        ("/run/flannelx", False),
+        ("/opt/models/llama", True),
+        ("/opt", False),
+        ("/srv/www", False),
+    ],
 )
 def test_gpu003_follows_the_trust_zone_settings(path: str, allowed: bool) -> None:
     document = {"trustZone": {"allow": {"hostPaths": ["/opt/models"]}}, "hostPaths": {"allow": ["/var/run/flannel"]}}
@@ -205,9 +241,13 @@ def test_gpu003_export_agrees_with_the_webhook_on_every_path_the_apiserver_accep
     gpu003 = policy_named(exported(document), "gpu-admission-gpu003")
     allowance = settings.from_mapping(document).allowance("team-a")
     parts = ["", "var", "run", "lock", "kubelet", "etc", "localtime", ".", "srv", "flannel"]
-    paths = {"/" + "/".join(p) for p in itertools.product(parts, repeat=3)} | {"/".join(p) for p in itertools.product(parts[1:], repeat=2)}
+    paths = {"/" + "/".join(p) for p in itertools.product(parts, repeat=3)} | {
+        "/".join(p) for p in itertools.product(parts[1:], repeat=2)
+    }
 
-    disagree = [path for path in sorted(paths) if admits(gpu003, host_path_pod(path)) is not (allowance.host_path(path) is not None)]
+    disagree = [
+        path for path in sorted(paths) if admits(gpu003, host_path_pod(path)) is not (allowance.host_path(path) is not None)
+    ]
     assert len(paths) > 1000
     assert disagree == []
 
@@ -247,7 +287,12 @@ def test_namespace_overrides_become_a_match_condition() -> None:
 def test_active_exceptions_leave_their_objects_out_and_expiring_ones_are_noted() -> None:
     document = {
         "exceptions": [
-            {"name": "DCGM exporter", "policies": ["GPU003"], "match": {"namespaces": ["monitoring"], "names": ["dcgm-*"]}, "expires": "2026-12-31T00:00:00Z"},
+            {
+                "name": "DCGM exporter",
+                "policies": ["GPU003"],
+                "match": {"namespaces": ["monitoring"], "names": ["dcgm-*"]},
+                "expires": "2026-12-31T00:00:00Z",
+            },
             {"name": "gone", "policies": ["GPU003"], "match": {"namespaces": ["team-a"]}, "expires": "2026-01-01T00:00:00Z"},
         ]
     }
@@ -332,13 +377,31 @@ def test_the_cli_lists_every_policy_with_action_and_source(capsys: pytest.Captur
 
 @pytest.mark.parametrize(
     ("added", "allowed"),
-    [(["SYS_ADMIN"], False), (["cap_sys_admin"], False), ([" ALL "], False), (["NET_ADMIN", "all"], False),
-     (["SYS_MODULE"], False), (["dac_read_search"], False), (["CAP_SYS_RAWIO"], False), (["BPF"], False), (["PERFMON"], False),
-     (["SYS_TIME"], False), (["MADE_UP_LATER"], False),
-     (["NET_BIND_SERVICE", "SYS_PTRACE"], True), (["NET_ADMIN"], False), (["net_raw"], False), (["ipc_lock", "CAP_SYS_NICE", " sys_resource "], True), ([], True)],
+    [
+        (["SYS_ADMIN"], False),
+        (["cap_sys_admin"], False),
+        ([" ALL "], False),
+        (["NET_ADMIN", "all"], False),
+        (["SYS_MODULE"], False),
+        (["dac_read_search"], False),
+        (["CAP_SYS_RAWIO"], False),
+        (["BPF"], False),
+        (["PERFMON"], False),
+        (["SYS_TIME"], False),
+        (["MADE_UP_LATER"], False),
+        (["NET_BIND_SERVICE", "SYS_PTRACE"], True),
+        (["NET_ADMIN"], False),
+        (["net_raw"], False),
+        (["ipc_lock", "CAP_SYS_NICE", " sys_resource "], True),
+        ([], True),
+    ],
 )
 def test_gpu002_admits_only_allowed_capabilities_as_the_webhook_does(added: list[str], allowed: bool) -> None:
-    (gpu002,) = [m for m in exported().manifests if m["metadata"]["name"] == "gpu-admission-gpu002" and m["kind"] == "ValidatingAdmissionPolicy"]
+    (gpu002,) = [
+        m
+        for m in exported().manifests
+        if m["metadata"]["name"] == "gpu-admission-gpu002" and m["kind"] == "ValidatingAdmissionPolicy"
+    ]
     container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}, "securityContext": {"capabilities": {"add": added}}}
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main"}], "initContainers": [container]}}
 
@@ -350,11 +413,19 @@ def test_gpu002_admits_only_allowed_capabilities_as_the_webhook_does(added: list
 
 @pytest.mark.parametrize(
     ("spec", "allowed"),
-    [({"hostPID": True}, False), ({"hostIPC": True}, False), ({"hostNetwork": True}, False),
-     ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, False), ({"securityContext": {"seLinuxOptions": {"type": "container_t"}}}, True),
-     ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, False), ({"hostPID": False, "hostNetwork": False}, True)],
+    [
+        ({"hostPID": True}, False),
+        ({"hostIPC": True}, False),
+        ({"hostNetwork": True}, False),
+        ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, False),
+        ({"securityContext": {"seLinuxOptions": {"type": "container_t"}}}, True),
+        ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, False),
+        ({"hostPID": False, "hostNetwork": False}, True),
+    ],
 )
-def test_gpu002_refuses_host_namespaces_and_node_security_options_in_pods_that_can_reach_a_gpu_node(spec: dict[str, Any], allowed: bool) -> None:
+def test_gpu002_refuses_host_namespaces_and_node_security_options_in_pods_that_can_reach_a_gpu_node(
+    spec: dict[str, Any], allowed: bool
+) -> None:
     gpu002 = policy_named(exported(), "gpu-admission-gpu002")
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": GPU}], **spec}}
 
@@ -365,9 +436,22 @@ def test_gpu002_refuses_host_namespaces_and_node_security_options_in_pods_that_c
 def test_gpu002_follows_a_namespace_allowance_only_as_widely_as_it_can_tell() -> None:
     # The export cannot tell namespaces apart: an allowance anywhere is admitted everywhere (it may
     # admit what the webhook refuses, never the reverse).
-    document = {"trustZone": {"namespaces": [{"name": "nccl", "namespaces": ["training"], "allow": {"hostNetwork": True, "capabilities": ["SYS_TIME", "NET_ADMIN"]}}]}}
+    document = {
+        "trustZone": {
+            "namespaces": [
+                {
+                    "name": "nccl",
+                    "namespaces": ["training"],
+                    "allow": {"hostNetwork": True, "capabilities": ["SYS_TIME", "NET_ADMIN"]},
+                }
+            ]
+        }
+    }
     gpu002 = policy_named(exported(document), "gpu-admission-gpu002")
-    spec: dict[str, Any] = {"hostNetwork": True, "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["SYS_TIME"]}}}]}
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "containers": [{"name": "c", "resources": GPU, "securityContext": {"capabilities": {"add": ["SYS_TIME"]}}}],
+    }
 
     assert admits(gpu002, {"metadata": {"name": "p"}, "spec": spec})
     assert not admits(gpu002, {"metadata": {"name": "p"}, "spec": {**spec, "hostPID": True}})
@@ -386,9 +470,23 @@ def test_mig_slices_and_shared_cards_are_gpu_requests_in_the_export_as_in_the_we
 
     assert admits(gpu002, {"metadata": {"name": "p"}, "spec": {"containers": [slice_]}})
     assert not admits(gpu002, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, privileged]}})
-    assert admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
-    assert not admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"aliyun.com/gpu-mem": 2}}}]}})
-    assert not admits(gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "resources": {"limits": {resource: "0"}}}]}})
+    assert admits(
+        gpu004,
+        {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+        },
+    )
+    assert not admits(
+        gpu004,
+        {
+            "metadata": {"name": "p"},
+            "spec": {"containers": [slice_, {"name": "b", "resources": {"limits": {"aliyun.com/gpu-mem": 2}}}]},
+        },
+    )
+    assert not admits(
+        gpu004, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "resources": {"limits": {resource: "0"}}}]}}
+    )
 
 
 TRUST_ZONE = REPO / "tests" / "data" / "manifests" / "trustzone"
@@ -414,7 +512,9 @@ def _zone_pods() -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize(("name", "pod"), _zone_pods(), ids=[name for name, _ in _zone_pods()])
 def test_the_export_never_refuses_what_the_webhook_admits_and_refuses_the_same_gpu_pods(name: str, pod: dict[str, Any]) -> None:
     # The apiserver runs the VAPs on the pod after the mutating webhook: the engine's patch applied.
-    decision = policies_engine.evaluate(policies_model.Request(operation="CREATE", object=pod, namespace="team-a"), settings=settings.Settings())
+    decision = policies_engine.evaluate(
+        policies_model.Request(operation="CREATE", object=pod, namespace="team-a"), settings=settings.Settings()
+    )
     manifests = {m["metadata"]["name"]: m for m in exported().manifests if m["kind"] == "ValidatingAdmissionPolicy"}
     if decision.allowed:
         mutated = jsonpatch.apply_patch(copy.deepcopy(pod), list(decision.patch))
@@ -425,7 +525,9 @@ def test_the_export_never_refuses_what_the_webhook_admits_and_refuses_the_same_g
             assert not admits(manifests[f"gpu-admission-{policy_id.lower()}"], pod), name
 
 
-@pytest.mark.parametrize(("port", "gpu", "admitted"), [(10250, True, False), (9100, True, False), (8888, True, True), (10250, False, True)])
+@pytest.mark.parametrize(
+    ("port", "gpu", "admitted"), [(10250, True, False), (9100, True, False), (8888, True, True), (10250, False, True)]
+)
 def test_the_export_judges_host_ports_as_the_webhook_does(port: int, gpu: bool, admitted: bool) -> None:
     gpu002 = policy_named(exported(), "gpu-admission-gpu002")
     container: dict[str, Any] = {"name": "c", "ports": [{"containerPort": 80, "hostPort": port}]}

@@ -39,17 +39,31 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("prefix-n", pod({**GPU, "envFrom": [{"prefix": "N", "secretRef": {"name": "s"}}]}), False),
     ("prefix-cgpu", pod({**GPU, "envFrom": [{"prefix": "CGPU_", "configMapRef": {"name": "m"}}]}), False),
     ("prefix-c-without-gpu", pod({"envFrom": [{"prefix": "C", "configMapRef": {"name": "m"}}]}), False),
-    ("value-from-void-source", pod({**GPU, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}}]}), False),
+    (
+        "value-from-void-source",
+        pod({**GPU, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}}]}),
+        False,
+    ),
     ("prefix-nvidia-without-gpu", pod({"envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "m"}}]}), True),
     (
         "prefix-nvidia-env-void",
-        pod({**GPU, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "m"}}]}),
+        pod(
+            {
+                **GPU,
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+                "envFrom": [{"prefix": "NVIDIA_", "configMapRef": {"name": "m"}}],
+            }
+        ),
         True,
     ),
     ("prefix-app", pod({**GPU, "envFrom": [{"prefix": "APP_", "configMapRef": {"name": "m"}}]}), True),
     ("prefix-empty", pod({**GPU, "envFrom": [{"prefix": "", "configMapRef": {"name": "m"}}]}), True),
     ("no-prefix", pod({**GPU, "envFrom": [{"configMapRef": {"name": "m"}}, {"secretRef": {"name": "s"}}]}), True),
-    ("look-alikes", pod({**GPU, "env": [{"name": "cgpu_disable", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}), True),
+    (
+        "look-alikes",
+        pod({**GPU, "env": [{"name": "cgpu_disable", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]}),
+        True,
+    ),
 ]
 
 

@@ -26,8 +26,12 @@ from policies import cel, engine, model, ordinary, settings
 from webhook import cli
 from webhook.commands import mutating_policy
 
-NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.timezone.utc)
-CREATE = {"operation": "CREATE", "resource": {"group": "", "version": "v1", "resource": "pods"}, "userInfo": {"username": "alice"}}
+NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC)
+CREATE = {
+    "operation": "CREATE",
+    "resource": {"group": "", "version": "v1", "resource": "pods"},
+    "userInfo": {"username": "alice"},
+}
 
 # The per-container test, written out once: no GPU resource named in limits or requests (the
 # explicit list and MIG slices: a NIC under nvidia.com/ is no GPU), and the variable not named in env.
@@ -74,7 +78,15 @@ def expected_policy(neutral: str = "void", extra_conditions: tuple[dict[str, str
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
-                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ]
             },
             "matchConditions": [
                 {"name": "not-a-mirror-pod", "expression": MIRROR},
@@ -87,7 +99,10 @@ def expected_policy(neutral: str = "void", extra_conditions: tuple[dict[str, str
             "reinvocationPolicy": "IfNeeded",
             "variables": [
                 {"name": "containersNeedingVoid", "expression": f"object.spec.?containers.orValue([]).filter(c, {NEEDS})"},
-                {"name": "initContainersNeedingVoid", "expression": f"object.spec.?initContainers.orValue([]).filter(c, {NEEDS})"},
+                {
+                    "name": "initContainersNeedingVoid",
+                    "expression": f"object.spec.?initContainers.orValue([]).filter(c, {NEEDS})",
+                },
             ],
             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": mutation}}],
         },
@@ -103,7 +118,11 @@ EXPECTED_BINDING = {
         "matchResources": {
             "namespaceSelector": {
                 "matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["gpu-admission", "kube-node-lease", "kube-system"]}
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn",
+                        "values": ["gpu-admission", "kube-node-lease", "kube-system"],
+                    }
                 ]
             }
         },
@@ -138,7 +157,12 @@ def test_a_namespace_override_and_an_exception_become_match_conditions() -> None
     document = {
         "namespaceOverrides": [{"namespaces": ["lab"], "policies": {"GPU104": {"action": "off"}}}],
         "exceptions": [
-            {"name": "Debug shells", "policies": ["GPU104"], "match": {"namespaces": ["ops"], "names": ["debug-*"]}, "expires": "2026-12-31T00:00:00Z"},
+            {
+                "name": "Debug shells",
+                "policies": ["GPU104"],
+                "match": {"namespaces": ["ops"], "names": ["debug-*"]},
+                "expires": "2026-12-31T00:00:00Z",
+            },
             {"name": "gone", "policies": ["GPU104"], "match": {"namespaces": ["old"]}, "expires": "2026-01-01T00:00:00Z"},
             {"name": "other policy", "policies": ["GPU003"], "match": {"namespaces": ["x"]}},
         ],
@@ -147,12 +171,20 @@ def test_a_namespace_override_and_an_exception_become_match_conditions() -> None
     export = exported(document)
     [policy, binding] = export.manifests
     name = "(object.metadata.?name.orValue('') != '' ? object.metadata.name : object.metadata.?generateName.orValue('') + '*')"
-    assert policy == expected_policy(extra_conditions=(
-        {"name": "enforced-in-this-namespace", "expression": "((request.namespace in ['lab']) ? false : true)"},
-        {"name": "exception-0-debug-shells", "expression": f"!((request.namespace in ['ops']) && {name}.matches('^(debug\\\\-.*)$'))"},
-    ))
+    assert policy == expected_policy(
+        extra_conditions=(
+            {"name": "enforced-in-this-namespace", "expression": "((request.namespace in ['lab']) ? false : true)"},
+            {
+                "name": "exception-0-debug-shells",
+                "expression": f"!((request.namespace in ['ops']) && {name}.matches('^(debug\\\\-.*)$'))",
+            },
+        )
+    )
     assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
-    assert export.notes[0] == "GPU104: exception Debug shells expires 2026-12-31T00:00:00+00:00; export again after that, the apiserver cannot tell"
+    assert (
+        export.notes[0]
+        == "GPU104: exception Debug shells expires 2026-12-31T00:00:00+00:00; export again after that, the apiserver cannot tell"
+    )
 
 
 def test_no_exempt_namespaces_means_a_binding_without_match_resources() -> None:
@@ -168,7 +200,12 @@ def test_skip_reasons() -> None:
     assert mutating_policy.skip_reasons(settings.from_mapping({"keepNonGpuPodsOffGpuNodes": True})) == (
         "keepNonGpuPodsOffGpuNodes: GPU103 changes every pod that asks for no GPU",
     )
-    assert mutating_policy.skip_reasons(settings.from_mapping({"keepNonGpuPodsOffGpuNodes": True, "policies": {"GPU103": {"action": "off"}}})) == ()
+    assert (
+        mutating_policy.skip_reasons(
+            settings.from_mapping({"keepNonGpuPodsOffGpuNodes": True, "policies": {"GPU103": {"action": "off"}}})
+        )
+        == ()
+    )
     quiet = settings.from_mapping({"policies": {"GPU104": {"action": "warn"}}})
     assert mutating_policy.skip_reasons(quiet) == ("mutator GPU104 acts warn: it reports at validation only",)
     export = mutating_policy.export(settings.from_mapping({"keepNonGpuPodsOffGpuNodes": True}), now=NOW)
@@ -178,7 +215,11 @@ def test_skip_reasons() -> None:
 
 
 def test_with_webhook_condition_adds_the_ordinary_condition_to_mutating_webhooks_only_once() -> None:
-    documents = [d for d in yaml.safe_load_all((Path(__file__).resolve().parents[3] / "deploy" / "webhook-configurations.yaml").read_text()) if d]
+    documents = [
+        d
+        for d in yaml.safe_load_all((Path(__file__).resolve().parents[3] / "deploy" / "webhook-configurations.yaml").read_text())
+        if d
+    ]
     mutating = next(d for d in documents if d["kind"] == "MutatingWebhookConfiguration")
     validating = next(d for d in documents if d["kind"] == "ValidatingWebhookConfiguration")
     changed = mutating_policy.with_webhook_condition(mutating)
@@ -200,7 +241,9 @@ def compiled() -> dict[str, cel.Expression]:
     [policy, _] = exported().manifests
     found = {c["name"]: cel.compile_expression(env, c["expression"], field=c["name"]) for c in policy["spec"]["matchConditions"]}
     # a variable is a list; dyn() lets the checker (which wants a bool or dyn) take it as written
-    found.update({v["name"]: cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]) for v in policy["spec"]["variables"]})
+    found.update(
+        {v["name"]: cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]) for v in policy["spec"]["variables"]}
+    )
     return found
 
 
@@ -223,7 +266,9 @@ def by_policy(compiled: dict[str, cel.Expression], obj: dict[str, Any]) -> dict[
 
 
 def by_webhook(obj: dict[str, Any]) -> dict[str, Any]:
-    decision = engine.evaluate(model.Request(operation="CREATE", object=obj, namespace="team-a"), settings=settings.from_mapping({}))
+    decision = engine.evaluate(
+        model.Request(operation="CREATE", object=obj, namespace="team-a"), settings=settings.from_mapping({})
+    )
     assert decision.allowed, decision.violations
     patched: dict[str, Any] = jsonpatch.apply_patch(obj, list(decision.patch)) if decision.patch else copy.deepcopy(obj)
     return patched
@@ -279,7 +324,9 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 
 @hypothesis.settings(max_examples=300, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
 @hypothesis.given(obj=pods())
-def test_the_policy_adds_exactly_what_the_webhook_adds_and_a_second_pass_nothing(compiled: dict[str, cel.Expression], obj: dict[str, Any]) -> None:
+def test_the_policy_adds_exactly_what_the_webhook_adds_and_a_second_pass_nothing(
+    compiled: dict[str, cel.Expression], obj: dict[str, Any]
+) -> None:
     once = by_policy(compiled, obj)
     assert envs(once) == envs(by_webhook(obj))
     assert not run(compiled, "a-container-needs-the-neutral-value", once), "a mutated pod is not sent again"
@@ -290,7 +337,12 @@ def test_examples(compiled: dict[str, cel.Expression]) -> None:
     cpu = {"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}]}}
     gpu = {"spec": {"containers": [{"name": "a", "resources": {"requests": {"nvidia.com/mig-1g.5gb": 1}}}]}}
     named = {"spec": {"containers": [{"name": "a", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}}
-    sidecar = {"spec": {"containers": [{"name": "a", "resources": {"limits": {"aliyun.com/gpu-mem": 2}}}, {"name": "s"}], "initContainers": [{"name": "i"}]}}
+    sidecar = {
+        "spec": {
+            "containers": [{"name": "a", "resources": {"limits": {"aliyun.com/gpu-mem": 2}}}, {"name": "s"}],
+            "initContainers": [{"name": "i"}],
+        }
+    }
     assert run(compiled, "a-container-needs-the-neutral-value", cpu)
     assert not run(compiled, "a-container-needs-the-neutral-value", gpu)
     assert not run(compiled, "a-container-needs-the-neutral-value", named), "a user's own value is GPU001's to judge"
@@ -345,7 +397,10 @@ def test_an_ordinary_pod_the_mutating_webhook_would_skip_gets_from_the_policy_ex
             continue
         [policy, _] = mutating_policy.export(parsed, now=NOW).manifests
         needs = cel.compile_expression(env, policy["spec"]["matchConditions"][1]["expression"], field="needs")
-        lists = {v["name"].removesuffix("NeedingVoid"): cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"]) for v in policy["spec"]["variables"]}
+        lists = {
+            v["name"].removesuffix("NeedingVoid"): cel.compile_expression(env, f"dyn({v['expression']})", field=v["name"])
+            for v in policy["spec"]["variables"]
+        }
         variants.append((parsed, needs, lists))
     assert variants, "at least the defaults allow the skip"
     counts = {"skipped": 0, "sent": 0}
@@ -368,7 +423,9 @@ def test_an_ordinary_pod_the_mutating_webhook_would_skip_gets_from_the_policy_ex
                 names = {c["name"] for c in cel.evaluate(expression, activation)}
                 for container in after["spec"].get(kind, []):
                     if container.get("name") in names:
-                        container.setdefault("env", []).append({"name": "NVIDIA_VISIBLE_DEVICES", "value": parsed.visible_devices_neutral_value})
+                        container.setdefault("env", []).append(
+                            {"name": "NVIDIA_VISIBLE_DEVICES", "value": parsed.visible_devices_neutral_value}
+                        )
         assert after == by_hook
 
     check()

@@ -61,8 +61,13 @@ def test_the_serving_certificate_is_renewed_sixty_days_before_it_expires_and_not
 
 def test_renewal_timing_follows_a_short_test_policy() -> None:
     second = datetime.timedelta(seconds=1)
-    short = {"serving_validity": 20 * second, "serving_renew_before": 12 * second, "ca_validity": 60 * second,
-             "ca_renew_before": 30 * second, "ca_propagation": 2 * second}
+    short = {
+        "serving_validity": 20 * second,
+        "serving_renew_before": 12 * second,
+        "ca_validity": 60 * second,
+        "ca_renew_before": 30 * second,
+        "ca_propagation": 2 * second,
+    }
     policy = rotation.Policy(**short)
     material = stored(fresh(policy))
     assert not rotation.reconcile(material, hosts=HOSTS, now=NOW + 7 * second, policy=policy).changed
@@ -204,7 +209,12 @@ def test_a_serving_certificate_signed_by_a_ca_nobody_trusts_is_replaced() -> Non
 def test_files_round_trip_through_parse() -> None:
     material = stored(fresh())
     again = rotation.parse(material.files())
-    assert (again.trusted, cert(again.ca), cert(again.serving), again.problems) == (material.trusted, cert(material.ca), cert(material.serving), ())
+    assert (again.trusted, cert(again.ca), cert(again.serving), again.problems) == (
+        material.trusted,
+        cert(material.ca),
+        cert(material.serving),
+        (),
+    )
     assert x509.load_pem_x509_certificates(material.files()["ca.crt"]) == list(material.trusted)
 
 

@@ -56,8 +56,15 @@ def test_snapshot_sums_codes_names_groups_and_keeps_only_watches_open(monkeypatc
 
 
 def test_minus_keeps_what_grew_and_the_gauge_as_it_is_now() -> None:
-    earlier = probe.Snapshot(requests={"a": 10.0, "b": 5.0}, watch_events={"pods": 1.0}, watch_bytes={}, watches_open={"pods": 3.0})
-    later = probe.Snapshot(requests={"a": 25.0, "b": 5.0, "c": 2.0}, watch_events={"pods": 4.0}, watch_bytes={"pods": 8.0}, watches_open={"pods": 5.0})
+    earlier = probe.Snapshot(
+        requests={"a": 10.0, "b": 5.0}, watch_events={"pods": 1.0}, watch_bytes={}, watches_open={"pods": 3.0}
+    )
+    later = probe.Snapshot(
+        requests={"a": 25.0, "b": 5.0, "c": 2.0},
+        watch_events={"pods": 4.0},
+        watch_bytes={"pods": 8.0},
+        watches_open={"pods": 5.0},
+    )
     delta = later.minus(earlier)
     assert delta.requests == {"a": 15.0, "c": 2.0}
     assert delta.watch_events == {"pods": 3.0}
@@ -96,7 +103,9 @@ def test_buckets_read_cumulative_times_in_any_unit(monkeypatch: pytest.MonkeyPat
     assert set(found) == {label for label, _ in probe.BUCKETS}
 
 
-@pytest.mark.parametrize(("header", "seconds"), [("Total samples = 1.97s (49%)", 1.97), ("Total samples = 990ms (48%)", 0.99), ("nothing", None)])
+@pytest.mark.parametrize(
+    ("header", "seconds"), [("Total samples = 1.97s (49%)", 1.97), ("Total samples = 990ms (48%)", 0.99), ("nothing", None)]
+)
 def test_profile_cpu_seconds_from_the_header(monkeypatch: pytest.MonkeyPatch, header: str, seconds: float | None) -> None:
     monkeypatch.setattr(probe, "pprof_top", lambda path, **_: f"Duration: 4s, {header}\n")
     assert probe.profile_cpu_seconds(pathlib.Path("unused.pprof")) == (pytest.approx(seconds) if seconds is not None else None)

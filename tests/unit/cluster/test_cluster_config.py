@@ -16,7 +16,9 @@ def test_the_default_node_set_mirrors_the_seed_pools() -> None:
     modes = sorted(node.labels.get("ack.node.gpu.schedule", "") for node in fake.values())
     assert modes == ["", "cgpu", "cgpu", "cgpu", "core_mem", "default", "share", "topology"]
     assert fake["cgpu-spread-0"].labels["ack.node.gpu.placement"] == "spread"
-    assert {node.labels.get("ack.node.gpu.placement") for node in fake.values() if node.name.startswith(("cgpu-binpack", "share"))} == {"binpack"}
+    assert {
+        node.labels.get("ack.node.gpu.placement") for node in fake.values() if node.name.startswith(("cgpu-binpack", "share"))
+    } == {"binpack"}
     cards = {name: node.inventory["gpus"] for name, node in fake.items() if node.inventory is not None}
     # the 4 x 15 GiB cards of the seeds' binpack/spread pictures
     assert [card["memoryMiB"] for card in cards["cgpu-binpack-0"]] == [15360] * 4
@@ -37,7 +39,10 @@ def test_cards_in_a_node_file_become_its_inventory(tmp_path: Path) -> None:
     path = tmp_path / "nodes.yaml"
     path.write_text("nodes: [{name: a, gpus: [{index: 0, uuid: GPU-1, name: T4, memoryMiB: 15360}], topology: {links: []}}]")
     [node] = nodes.load(str(path))
-    assert node.inventory == {"gpus": [{"index": 0, "uuid": "GPU-1", "name": "T4", "memoryMiB": 15360}], "topology": {"links": []}}
+    assert node.inventory == {
+        "gpus": [{"index": 0, "uuid": "GPU-1", "name": "T4", "memoryMiB": 15360}],
+        "topology": {"links": []},
+    }
 
 
 def test_a_node_manifest_carries_capacity_in_its_status_and_the_kwok_annotation() -> None:
@@ -99,7 +104,9 @@ def test_local_registrations_change_only_the_client_config() -> None:
                 "url": "https://127.0.0.1:8443" + before["clientConfig"]["service"]["path"],
                 "caBundle": base64.b64encode(b"PEM").decode(),
             }
-            assert {k: v for k, v in after.items() if k != "clientConfig"} == {k: v for k, v in before.items() if k != "clientConfig"}
+            assert {k: v for k, v in after.items() if k != "clientConfig"} == {
+                k: v for k, v in before.items() if k != "clientConfig"
+            }
     assert "url" not in documents[0]["webhooks"][0]["clientConfig"]  # the source documents are not modified
 
 
@@ -115,8 +122,25 @@ def test_the_webhook_registrations_are_deliberate() -> None:
         assert hook["failurePolicy"] == "Fail"
         assert 1 <= hook["timeoutSeconds"] <= 10
         [expression] = hook["namespaceSelector"]["matchExpressions"]
-        assert expression == {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kube-node-lease", "gpu-admission"]}
+        assert expression == {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kube-node-lease", "gpu-admission"],
+        }
     mutating = documents[0]["webhooks"][0]["rules"]
-    assert {(tuple(r["operations"]), tuple(r["resources"])) for r in mutating} == {(("CREATE",), ("pods",)), (("UPDATE",), ("pods/ephemeralcontainers",))}
+    assert {(tuple(r["operations"]), tuple(r["resources"])) for r in mutating} == {
+        (("CREATE",), ("pods",)),
+        (("UPDATE",), ("pods/ephemeralcontainers",)),
+    }
     validated = {resource for rule in documents[1]["webhooks"][0]["rules"] for resource in rule["resources"]}
-    assert validated == {"pods", "pods/ephemeralcontainers", "deployments", "statefulsets", "daemonsets", "replicasets", "replicationcontrollers", "jobs", "cronjobs"}
+    assert validated == {
+        "pods",
+        "pods/ephemeralcontainers",
+        "deployments",
+        "statefulsets",
+        "daemonsets",
+        "replicasets",
+        "replicationcontrollers",
+        "jobs",
+        "cronjobs",
+    }

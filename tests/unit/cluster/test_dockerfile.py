@@ -24,7 +24,7 @@ def test_the_base_is_a_build_argument_defaulting_to_the_official_python_image() 
 
 def test_the_final_image_runs_as_a_numeric_non_root_user_with_an_absolute_entrypoint() -> None:
     lines = instructions()
-    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")):]
+    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")) :]
     [user] = [line for line in final if line.startswith("USER ")]
     uid, gid = user.split()[1].split(":")
     assert uid.isdigit() and int(uid) != 0 and gid.isdigit()

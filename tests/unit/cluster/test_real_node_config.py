@@ -37,7 +37,9 @@ def state(tmp_path: Path) -> controlplane.State:
     return made
 
 
-def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_authorize_every_one(state: controlplane.State, cni_bin: Path) -> None:
+def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_authorize_every_one(
+    state: controlplane.State, cni_bin: Path
+) -> None:
     realnode.write_pki(state, address=ADDRESS)
     realnode.write_configs(state, address=ADDRESS, cni_bin=cni_bin)
     config = json.loads((realnode.node_dir(state) / "kubelet.yaml").read_text())
@@ -49,7 +51,12 @@ def test_the_kubelet_refuses_anonymous_requests_and_asks_the_apiserver_to_author
     assert config["address"] == ADDRESS and config["healthzBindAddress"] == "127.0.0.1"
     assert config["cgroupDriver"] == "cgroupfs" and config["failCgroupV1"] is False
     serving = x509.load_pem_x509_certificate(Path(config["tlsCertFile"]).read_bytes())
-    ips = [str(ip) for ip in serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.IPAddress)]
+    ips = [
+        str(ip)
+        for ip in serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.IPAddress
+        )
+    ]
     assert ips == [ADDRESS], "kubectl logs/exec dial the node IP, which the serving certificate must name"
 
 
@@ -120,7 +127,9 @@ def test_the_apiserver_is_reachable_from_pods_and_authorizes_nodes_and_verifies_
     assert "10.0.0.1" in [str(ip) for ip in names.get_values_for_type(x509.IPAddress)]
 
 
-def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_restricted_oom_adjustments(state: controlplane.State, cni_bin: Path) -> None:
+def test_containerd_runs_on_its_own_socket_with_runc_the_local_pause_image_and_restricted_oom_adjustments(
+    state: controlplane.State, cni_bin: Path
+) -> None:
     realnode.write_configs(state, address=ADDRESS, cni_bin=cni_bin)
     config = tomllib.loads((realnode.node_dir(state) / "containerd.toml").read_text())
     assert config["grpc"]["address"] == str(realnode.socket_path(state))
@@ -146,14 +155,16 @@ def test_kube_proxy_listens_on_loopback_ports_of_its_own(state: controlplane.Sta
 
 def test_teardown_finds_every_mount_below_the_node_directory_deepest_first(tmp_path: Path) -> None:
     root = tmp_path / "node"
-    mountinfo = "\n".join([
-        f"36 35 0:30 / {root}/kubelet/pods/a/volumes/kubernetes.io~projected/token rw - tmpfs tmpfs rw",
-        f"37 35 0:31 / {root}/containerd-state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw",
-        f"38 35 0:32 / {root}-other/x rw - tmpfs tmpfs rw",
-        "39 35 0:33 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw",
-        f"40 35 0:34 / {root}/kubelet rw - tmpfs tmpfs rw",
-        f"41 35 0:35 / {str(root).replace('/', '/', 1)}/with\\040space rw - tmpfs tmpfs rw",
-    ])
+    mountinfo = "\n".join(
+        [
+            f"36 35 0:30 / {root}/kubelet/pods/a/volumes/kubernetes.io~projected/token rw - tmpfs tmpfs rw",
+            f"37 35 0:31 / {root}/containerd-state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw - overlay overlay rw",
+            f"38 35 0:32 / {root}-other/x rw - tmpfs tmpfs rw",
+            "39 35 0:33 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw",
+            f"40 35 0:34 / {root}/kubelet rw - tmpfs tmpfs rw",
+            f"41 35 0:35 / {str(root).replace('/', '/', 1)}/with\\040space rw - tmpfs tmpfs rw",
+        ]
+    )
     found = realnode.mounts_under(root, mountinfo)
     assert f"{root}-other/x" not in found and "/var/lib/docker/overlay2/x/merged" not in found
     child = f"{root}/kubelet/pods/a/volumes/kubernetes.io~projected/token"
@@ -163,7 +174,11 @@ def test_teardown_finds_every_mount_below_the_node_directory_deepest_first(tmp_p
 
 
 def test_cluster_status_tells_real_nodes_from_kwok_ones() -> None:
-    listed = [("gpu-a", {"kwok.x-k8s.io/node": "fake"}), (realnode.NODE_NAME, {"node.alpha.kubernetes.io/ttl": "0"}), ("other", {})]
+    listed = [
+        ("gpu-a", {"kwok.x-k8s.io/node": "fake"}),
+        (realnode.NODE_NAME, {"node.alpha.kubernetes.io/ttl": "0"}),
+        ("other", {}),
+    ]
     assert realnode.real_nodes(listed) == [realnode.NODE_NAME, "other"]
 
 
@@ -190,7 +205,9 @@ def test_the_test_overlay_changes_only_image_replicas_and_placement() -> None:
     replicas = {p["metadata"]["name"]: p["spec"].get("replicas") for p in strategic}
     assert replicas == {"gpu-admission-webhook": 2, "gpu-admission-extender": 1, "gpu-admission-labeler": None}
     appended = [p for p in patched if isinstance(p, list)]
-    assert all(op[-1] == {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": incluster.TOLERATION} for op in appended)
+    assert all(
+        op[-1] == {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": incluster.TOLERATION} for op in appended
+    )
 
 
 def test_kube_scheduler_calls_the_extender_service_ip_with_the_install_made_pair(tmp_path: Path) -> None:
@@ -201,7 +218,9 @@ def test_kube_scheduler_calls_the_extender_service_ip_with_the_install_made_pair
     [extender] = changed["extenders"]
     assert extender["urlPrefix"] == "https://10.0.0.77:443" and extender["enableHTTPS"] is True
     assert extender["tlsConfig"]["serverName"] == document["extenders"][0]["tlsConfig"]["serverName"]
-    assert extender["tlsConfig"]["certFile"] == str(tmp_path / "tls.crt") and extender["tlsConfig"]["caFile"] == str(tmp_path / "ca.crt")
+    assert extender["tlsConfig"]["certFile"] == str(tmp_path / "tls.crt") and extender["tlsConfig"]["caFile"] == str(
+        tmp_path / "ca.crt"
+    )
     assert {k: v for k, v in extender.items() if k not in {"urlPrefix", "tlsConfig"}} == {
         k: v for k, v in document["extenders"][0].items() if k not in {"urlPrefix", "tlsConfig"}
     }

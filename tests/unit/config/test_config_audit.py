@@ -45,7 +45,14 @@ def test_audit_judges_user_policies_and_applies_overrides_and_live_exceptions(ma
     configured = settings.from_mapping(
         {
             "namespaceOverrides": [{"namespaces": ["lab"], "policies": {"USR003": {"action": "audit"}}}],
-            "exceptions": [{"name": "big-ok", "policies": ["USR003"], "match": {"namespaces": ["team-a"], "names": ["big-ok"]}, "expires": "2027-01-01T00:00:00Z"}],
+            "exceptions": [
+                {
+                    "name": "big-ok",
+                    "policies": ["USR003"],
+                    "match": {"namespaces": ["team-a"], "names": ["big-ok"]},
+                    "expires": "2027-01-01T00:00:00Z",
+                }
+            ],
         },
         user_policies=configured.user_policies,
     )
@@ -64,7 +71,9 @@ def test_audit_judges_user_policies_and_applies_overrides_and_live_exceptions(ma
 
 
 def test_a_namespace_override_cannot_switch_a_mutator_on_in_audit(make_pod: PodFactory) -> None:
-    configured = settings.from_mapping({"namespaceOverrides": [{"namespaces": ["team-a"], "policies": {"GPU104": {"action": "enforce"}}}]})
+    configured = settings.from_mapping(
+        {"namespaceOverrides": [{"namespaces": ["team-a"], "policies": {"GPU104": {"action": "enforce"}}}]}
+    )
 
     effective = scan.audit_settings(configured)
 

@@ -15,10 +15,9 @@ import yaml
 from policies import model
 from tests.conftest import PodFactory, ReviewFactory
 from webhook import cli
-from webhook.admission import configwatch
-from webhook.serving import metrics
 from webhook.admission import app as admission_app
-from webhook.admission import keys
+from webhook.admission import configwatch, keys
+from webhook.serving import metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples" / "policies"
@@ -194,7 +193,9 @@ def test_dry_run_reads_namespace_labels_from_namespace_documents(tmp_path: pathl
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p", "namespace": "lab-a"},
-        "spec": {"containers": [{"name": "c", "securityContext": {"privileged": True}, "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+        "spec": {
+            "containers": [{"name": "c", "securityContext": {"privileged": True}, "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+        },
     }
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "lab-a", "labels": {"tier": "lab"}}}
     alone, together = tmp_path / "alone.yaml", tmp_path / "together.yaml"

@@ -11,7 +11,7 @@ import yaml
 from policies import builtin, engine, model, settings
 from tests.conftest import PodFactory
 
-NOW = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 6, 1, 12, 0, tzinfo=datetime.UTC)
 PRIVILEGED_GPU = {"limits": {"nvidia.com/gpu": 1}, "privileged": True}
 
 FULL_DOCUMENT = """
@@ -77,8 +77,8 @@ def test_the_full_example_document_is_read() -> None:
 
     assert [o.name for o in config.namespace_overrides] == ["research", "labs"]
     assert [e.name for e in config.exceptions] == ["dcgm-exporter", "old-tool"]
-    assert config.exceptions[0].expires == datetime.datetime(2026, 12, 31, tzinfo=datetime.timezone.utc)
-    assert config.exceptions[1].expires == datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    assert config.exceptions[0].expires == datetime.datetime(2026, 12, 31, tzinfo=datetime.UTC)
+    assert config.exceptions[1].expires == datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     assert config.exceptions[0].reason == "needs the device nodes, OPS-1234"
     assert config.visible_devices_neutral_value == "none"
 
@@ -231,15 +231,24 @@ def test_the_default_neutral_value_is_void(make_pod: PodFactory) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("visibleDevicesNeutralValue: all", "visibleDevicesNeutralValue: must be one of 'void', 'none', '' (values that expose no GPU), got 'all'"),
+        (
+            "visibleDevicesNeutralValue: all",
+            "visibleDevicesNeutralValue: must be one of 'void', 'none', '' (values that expose no GPU), got 'all'",
+        ),
         ("namespaceOverrides: {}", "namespaceOverrides: must be a list, got {}"),
-        ("namespaceOverrides: [{policies: {GPU002: {action: warn}}}]", "namespaceOverrides[0]: needs namespaces and/or namespaceSelector"),
+        (
+            "namespaceOverrides: [{policies: {GPU002: {action: warn}}}]",
+            "namespaceOverrides[0]: needs namespaces and/or namespaceSelector",
+        ),
         ("namespaceOverrides: [{namespaces: [a]}]", "namespaceOverrides[0].policies: is required"),
         (
             "namespaceOverrides: [{namespaces: [a], policies: {GPU002: {action: deny}}}]",
             "namespaceOverrides[0].policies.GPU002.action: must be one of enforce, warn, audit, off, got 'deny'",
         ),
-        ("namespaceOverrides: [{namespaces: [Not_A_Name], policies: {}}]", "namespaceOverrides[0].namespaces[0]: 'Not_A_Name' is not a namespace name"),
+        (
+            "namespaceOverrides: [{namespaces: [Not_A_Name], policies: {}}]",
+            "namespaceOverrides[0].namespaces[0]: 'Not_A_Name' is not a namespace name",
+        ),
         (
             "namespaceOverrides: [{namespaceSelector: {matchExpressions: [{key: a, operator: Has}]}, policies: {}}]",
             "namespaceOverrides[0].namespaceSelector.matchExpressions[0].operator: must be one of In, NotIn, Exists, DoesNotExist, got 'Has'",
@@ -248,15 +257,30 @@ def test_the_default_neutral_value_is_void(make_pod: PodFactory) -> None:
             "namespaceOverrides: [{namespaceSelector: {matchExpressions: [{key: a, operator: In}]}, policies: {}}]",
             "namespaceOverrides[0].namespaceSelector.matchExpressions[0].values: must not be empty for In",
         ),
-        ("namespaceOverrides: [{namespaceSelector: {matchLabel: {}}, policies: {}}]", "namespaceOverrides[0].namespaceSelector.matchLabel: unknown key; known: matchLabels, matchExpressions"),
-        ("exceptions: [{policies: [GPU002], match: {namespaces: [a]}}]", "exceptions[0].name: is required (a non-empty string), got None"),
-        ("exceptions: [{name: x, match: {namespaces: [a]}}]", "exceptions[0].policies: must be a list of non-empty strings, got None"),
+        (
+            "namespaceOverrides: [{namespaceSelector: {matchLabel: {}}, policies: {}}]",
+            "namespaceOverrides[0].namespaceSelector.matchLabel: unknown key; known: matchLabels, matchExpressions",
+        ),
+        (
+            "exceptions: [{policies: [GPU002], match: {namespaces: [a]}}]",
+            "exceptions[0].name: is required (a non-empty string), got None",
+        ),
+        (
+            "exceptions: [{name: x, match: {namespaces: [a]}}]",
+            "exceptions[0].policies: must be a list of non-empty strings, got None",
+        ),
         (
             "exceptions: [{name: x, policies: [GPU999], match: {namespaces: [a]}}]",
             f"exceptions[0].policies[0]: unknown policy 'GPU999'; known: {', '.join(sorted(p.id for p in builtin.POLICIES))}",
         ),
-        ("exceptions: [{name: x, policies: [GPU002]}]", "exceptions[0].match: is required: namespaces, namespaceSelector, names and/or objectSelector"),
-        ("exceptions: [{name: x, policies: [GPU002], match: {name: a}}]", "exceptions[0].match.name: unknown key; known: namespaces, namespaceSelector, names, objectSelector"),
+        (
+            "exceptions: [{name: x, policies: [GPU002]}]",
+            "exceptions[0].match: is required: namespaces, namespaceSelector, names and/or objectSelector",
+        ),
+        (
+            "exceptions: [{name: x, policies: [GPU002], match: {name: a}}]",
+            "exceptions[0].match.name: unknown key; known: namespaces, namespaceSelector, names, objectSelector",
+        ),
         (
             "exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}, expires: next week}]",
             "exceptions[0].expires: must be an RFC 3339 time like 2026-12-31T00:00:00Z, got 'next week'",
@@ -265,7 +289,10 @@ def test_the_default_neutral_value_is_void(make_pod: PodFactory) -> None:
             "exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}}, {name: x, policies: [GPU003], match: {namespaces: [a], names: [b]}}]",
             "exceptions[1].name: 'x' is used by an earlier exception",
         ),
-        ("exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}, until: 1}]", "exceptions[0].until: unknown key; known: name, policies, match, expires, reason"),
+        (
+            "exceptions: [{name: x, policies: [GPU002], match: {namespaces: [a], names: [a]}, until: 1}]",
+            "exceptions[0].until: unknown key; known: name, policies, match, expires, reason",
+        ),
     ],
 )
 def test_an_invalid_document_is_refused_with_one_line_naming_the_field(text: str, message: str) -> None:

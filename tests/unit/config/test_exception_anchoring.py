@@ -16,17 +16,20 @@ import yaml
 from policies import engine, model, settings
 from tests.conftest import PodFactory
 from webhook import cli
-from webhook.admission import configwatch
+from webhook.admission import configwatch, keys
 from webhook.serving import metrics
-from webhook.admission import keys
 
 UNANCHORED = [
     pytest.param({"names": ["dcgm-exporter-*"]}, id="names-only"),
     pytest.param({"objectSelector": {"matchLabels": {"app": "dcgm-exporter"}}}, id="object-selector-only"),
     pytest.param({"names": ["x"], "objectSelector": {"matchLabels": {"app": "x"}}}, id="names-and-object-selector"),
     pytest.param({"namespaceSelector": {}}, id="empty-namespace-selector"),
-    pytest.param({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}}, id="notin-only"),
-    pytest.param({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}}, id="doesnotexist-only"),
+    pytest.param(
+        {"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}}, id="notin-only"
+    ),
+    pytest.param(
+        {"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}}, id="doesnotexist-only"
+    ),
     pytest.param(
         {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "Exists"}]}},
         id="exists-on-the-name-every-namespace-has",
@@ -35,12 +38,19 @@ UNANCHORED = [
 
 ANCHORED = [
     pytest.param({"namespaces": ["monitoring"]}, id="namespaces"),
-    pytest.param({"namespaces": ["monitoring"], "objectSelector": {"matchLabels": {"app": "dcgm-exporter"}}}, id="namespaces-narrowed"),
+    pytest.param(
+        {"namespaces": ["monitoring"], "objectSelector": {"matchLabels": {"app": "dcgm-exporter"}}}, id="namespaces-narrowed"
+    ),
     pytest.param({"namespaceSelector": {"matchLabels": {"team": "ops"}}}, id="match-labels"),
     pytest.param({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ops"]}]}}, id="in"),
     pytest.param({"namespaceSelector": {"matchExpressions": [{"key": "ops", "operator": "Exists"}]}}, id="exists"),
     pytest.param(
-        {"namespaceSelector": {"matchLabels": {"team": "ops"}, "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]}},
+        {
+            "namespaceSelector": {
+                "matchLabels": {"team": "ops"},
+                "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}],
+            }
+        },
         id="match-labels-and-notin",
     ),
 ]
@@ -144,8 +154,17 @@ def test_serve_refuses_to_start_on_an_unanchored_exception(
 
     status = cli.main(
         [
-            "serve", "--port", "0", "--host", "127.0.0.1", "--config", str(config),
-            "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tls_dir / "tls.key"),
+            "serve",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            "--config",
+            str(config),
+            "--tls-cert-file",
+            str(tls_dir / "tls.crt"),
+            "--tls-private-key-file",
+            str(tls_dir / "tls.key"),
         ]
     )
 

@@ -21,7 +21,9 @@ def test_the_offline_demo_judges_every_example_and_says_why_it_is_offline(capsys
     assert out.rstrip().endswith("every workload admitted and every bypass refused")
 
 
-def test_without_go_the_demo_falls_back_to_the_dry_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_go_the_demo_falls_back_to_the_dry_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.delenv("GPU_ADMISSION_BIN_DIR", raising=False)
     assert cli.main(["demo"]) == 0

@@ -25,7 +25,8 @@ def test_the_webhooks_denial_naming_the_policy_is_a_refusal() -> None:
     # GPU007 is the ConfigMaps' and Secrets' webhook's.
     assert demo.refused_by(
         'Error from server: error when creating "STDIN": admission webhook "validate-env-sources.gpu-admission.io" '
-        "denied the request: GPU007: ConfigMaps and Secrets must not carry a key named like a GPU environment variable", "GPU007",
+        "denied the request: GPU007: ConfigMaps and Secrets must not carry a key named like a GPU environment variable",
+        "GPU007",
     )
     assert demo.refused_by("Warning: something\n" + DENIED + "GPU002: privileged; GPU003: hostPath /dev", "GPU003")
 

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies.gpu import inventory
-from policies.gpu import cards
 from tests import resources
 
 Object = dict[str, Any]
@@ -95,20 +94,38 @@ def pod(
         spec["affinity"] = affinity
     metadata: Object = {"name": name, "namespace": namespace, "uid": uid or str(uuid.uuid4()), "resourceVersion": "1"}
     if owner:
-        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": "rs-" + owner, "controller": True}]
+        metadata["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": "rs-" + owner, "controller": True}
+        ]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": "Pending"}}
 
 
 def placed(
-    name: str, *, node_name: str, card: int | Sequence[int], mem: int = 0, core: int = 0, whole: bool = False,
-    bound: bool = True, assumed_at: float = NOW - 60, namespace: str = "team-a", owner: str | None = None,
+    name: str,
+    *,
+    node_name: str,
+    card: int | Sequence[int],
+    mem: int = 0,
+    core: int = 0,
+    whole: bool = False,
+    bound: bool = True,
+    assumed_at: float = NOW - 60,
+    namespace: str = "team-a",
+    owner: str | None = None,
 ) -> Object:
     """A pod the extender placed: bound (unless `bound` is off: a bind in flight) with its annotations."""
     indices = (card,) if isinstance(card, int) else tuple(card)
     obj = pod(name, namespace=namespace, mem=mem or None, core=core or None, whole=len(indices) if whole else None, owner=owner)
     allocation = allocation_.Allocation(
-        uid=obj["metadata"]["uid"], namespace=namespace, name=name, node=node_name, cards=indices, memory_gib=mem,
-        core_percent=core, whole=whole, assumed_at=assumed_at,
+        uid=obj["metadata"]["uid"],
+        namespace=namespace,
+        name=name,
+        node=node_name,
+        cards=indices,
+        memory_gib=mem,
+        core_percent=core,
+        whole=whole,
+        assumed_at=assumed_at,
     )
     obj["metadata"]["annotations"] = allocation_.bind_annotations(allocation, card_memory_gib=16)
     if bound:
@@ -120,8 +137,15 @@ def placed(
 def ledger_entry(uid: str, *, pod_key: str, node_name: str, card: int, mem: int, assumed_at: float) -> allocation_.Allocation:
     namespace, _, name = pod_key.partition("/")
     return allocation_.Allocation(
-        uid=uid, namespace=namespace, name=name, node=node_name, cards=(card,), memory_gib=mem, assumed_at=assumed_at,
-        expires=assumed_at + allocation_.DEFAULT_RESERVATION_TTL_S, source="reservation",
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        node=node_name,
+        cards=(card,),
+        memory_gib=mem,
+        assumed_at=assumed_at,
+        expires=assumed_at + allocation_.DEFAULT_RESERVATION_TTL_S,
+        source="reservation",
     )
 
 

@@ -20,8 +20,12 @@ MIXED = [("Tesla-V100-SXM2-16GB", 16160)] * 2 + [("Tesla-V100-SXM2-32GB", 32510)
 def mixed_node(make_node: Factory) -> dict[str, Any]:
     inventory = [{"index": i, "uuid": f"GPU-{i}", "name": model, "memoryMiB": mib} for i, (model, mib) in enumerate(MIXED)]
     return make_node(
-        "mixed", count=4, gib=23, annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
-        labels={gpu.CARD_MEMORY_MIB_LABEL: "16160"}, models=[model for model, _ in MIXED],
+        "mixed",
+        count=4,
+        gib=23,
+        annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
+        labels={gpu.CARD_MEMORY_MIB_LABEL: "16160"},
+        models=[model for model, _ in MIXED],
     )
 
 

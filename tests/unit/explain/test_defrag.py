@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from webhook import cli
-from webhook.kube import errors as kube_errors
 from webhook.explain import analysis, defrag, snapshot
 from webhook.explain import cli as explain_cli
+from webhook.kube import errors as kube_errors
 
 NOW = 1_800_000_000.0
 Factory = Callable[..., dict[str, Any]]
@@ -23,7 +23,9 @@ def _plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], **kwargs: Any
     return defrag.plan(analysis.Cluster(nodes, pods, now=NOW), **kwargs)
 
 
-def _scattered(make_node: Factory, make_placed: Factory, *, owner: str | None = "web-rs") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _scattered(
+    make_node: Factory, make_placed: Factory, *, owner: str | None = "web-rs"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Two 2 x 16 GiB nodes: a has 4 GiB on GPU0 and 8 on GPU1; b has 10 GiB on GPU0, GPU1 empty."""
     nodes = [make_node("a", count=2), make_node("b", count=2)]
     pods = [
@@ -118,8 +120,16 @@ class FakeClient:
 
 def _move(pod: dict[str, Any]) -> defrag.Move:
     return defrag.Move(
-        namespace="team-a", name=pod["metadata"]["name"], uid=pod["metadata"]["uid"], owner="ReplicaSet/rs", owner_uid="rs-rs",
-        node="a", cards=(0,), memory_gib=4, to_node="a", to_cards=(1,),
+        namespace="team-a",
+        name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        owner="ReplicaSet/rs",
+        owner_uid="rs-rs",
+        node="a",
+        cards=(0,),
+        memory_gib=4,
+        to_node="a",
+        to_cards=(1,),
     )
 
 

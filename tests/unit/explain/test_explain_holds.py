@@ -8,10 +8,10 @@ import copy
 import json
 from typing import Any
 
-from webhook.explain import cli as explain_cli
-from webhook.explain import render, snapshot
 from tests.unit.extender import conftest
 from tests.unit.extender.test_extender_preempt_hold import NOW, _bound, _lease, _pending, _record
+from webhook.explain import cli as explain_cli
+from webhook.explain import render, snapshot
 
 NODE = conftest.node("n", count=2, gib=16)
 
@@ -35,10 +35,22 @@ def test_explain_shows_the_hold_and_refuses_the_held_card_to_a_lower_pod() -> No
     assert (hold.node, hold.pod, hold.priority, hold.standing, hold.cards) == ("n", "team-a/boss", 1000, True, (0,))
     assert hold.victims == ("team-a/c0", "uid-a0 (gone)")
     text = render.render(report, output="table", now=NOW + 10)
-    assert "Holds:" in text and "n GPU0: for team-a/boss (priority 1000), which preempted team-a/c0, uid-a0 (gone); recorded 10 s ago; holds the card" in text
+    assert (
+        "Holds:" in text
+        and "n GPU0: for team-a/boss (priority 1000), which preempted team-a/c0, uid-a0 (gone); recorded 10 s ago; holds the card"
+        in text
+    )
     document = json.loads(render.render(report, output="json"))
     assert document["holds"] == [
-        {"node": "n", "pod": "team-a/boss", "priority": 1000, "victims": ["team-a/c0", "uid-a0 (gone)"], "recordedAt": NOW, "standing": True, "cards": [0]}
+        {
+            "node": "n",
+            "pod": "team-a/boss",
+            "priority": 1000,
+            "victims": ["team-a/c0", "uid-a0 (gone)"],
+            "recordedAt": NOW,
+            "standing": True,
+            "cards": [0],
+        }
     ]
 
 
@@ -96,5 +108,7 @@ def test_simulate_honours_and_shows_the_hold() -> None:
 def test_a_snapshot_keeps_the_hold_lease() -> None:
     taken = snapshot.take([NODE], _pods(), now=NOW, leases=[_lease(_record())])
     assert [lease["metadata"]["name"] for lease in taken.leases] == ["gpu-hold.n"]
-    report = explain_cli.explain_pod(_pending("late", gib=8, priority=0), nodes=[NODE], pods=_pods(), now=NOW + 10, leases=taken.leases)
+    report = explain_cli.explain_pod(
+        _pending("late", gib=8, priority=0), nodes=[NODE], pods=_pods(), now=NOW + 10, leases=taken.leases
+    )
     assert [h.pod for h in report.holds] == ["team-a/boss"]

@@ -16,9 +16,9 @@ from policies import gpu
 from policies.gpu import allocation, reservations
 from tests.unit.explain.conftest import ledger_entry
 from webhook import cli
+from webhook.cmdline import errors
 from webhook.explain import analysis, snapshot
 from webhook.explain import cli as explain_cli
-from webhook.cmdline import errors
 from webhook.kube import errors as kube_errors
 
 NOW = 1_800_000_000.0
@@ -29,7 +29,9 @@ def lease(node: str, ledger: dict[str, allocation.Allocation], *, namespace: str
     return reservations.lease_body(node, f"uid-{node}", ledger, "extender-0", namespace=namespace)
 
 
-def gone(node: str = "n", *, card: int = 0, mem: int = 16, uid: str = "gone-uid", assumed_at: float = NOW - 2) -> allocation.Allocation:
+def gone(
+    node: str = "n", *, card: int = 0, mem: int = 16, uid: str = "gone-uid", assumed_at: float = NOW - 2
+) -> allocation.Allocation:
     return ledger_entry(uid, pod_key="team-a/deleted", node_name=node, card=card, mem=mem, assumed_at=assumed_at)
 
 
@@ -55,7 +57,9 @@ def test_a_lease_reservation_of_a_gone_pod_is_a_stale_allocation(make_node: Fact
 def test_a_lease_reservation_of_a_bind_in_flight_holds_its_card(make_node: Factory, make_pod: Factory) -> None:
     flying = make_pod("flying", mem=12, uid="flying-uid")
     entry = ledger_entry("flying-uid", pod_key="team-a/flying", node_name="n", card=0, mem=12, assumed_at=NOW - 3)
-    report = explain(make_pod("next", mem=8), [make_node("n", count=1, gib=16)], [flying], leases=[lease("n", {"flying-uid": entry})])
+    report = explain(
+        make_pod("next", mem=8), [make_node("n", count=1, gib=16)], [flying], leases=[lease("n", {"flying-uid": entry})]
+    )
 
     assert codes(report) == ["RESERVED_IN_FLIGHT", "INSUFFICIENT_MEMORY"]
 
@@ -71,7 +75,13 @@ def test_explain_counts_the_node_annotation_and_the_lease_together(make_node: Fa
     assert state is not None and [sorted(a.uid for a in c.allocations) for c in state.cards] == [["old-uid"], ["gone-uid"]]
     # either alone leaves a card free
     assert explain(make_pod("waiting", mem=8), [node], []).nodes[0].fits
-    assert explain(make_pod("waiting", mem=8), [make_node("n", count=2, gib=16)], [], leases=[lease("n", {"gone-uid": gone(card=1)})]).nodes[0].fits
+    assert (
+        explain(
+            make_pod("waiting", mem=8), [make_node("n", count=2, gib=16)], [], leases=[lease("n", {"gone-uid": gone(card=1)})]
+        )
+        .nodes[0]
+        .fits
+    )
 
 
 def test_a_tenants_lease_holds_no_card(make_node: Factory, make_pod: Factory) -> None:
@@ -107,7 +117,9 @@ def test_simulate_places_around_a_lease_reservation_and_ignores_a_tenants(make_n
     held = explain_cli.simulate_batch(batch, nodes=nodes, pods=[], now=NOW, leases=[lease("n", {"gone-uid": gone()})])
     assert held is not None and held.unplaced == 1
 
-    forged = explain_cli.simulate_batch(batch, nodes=nodes, pods=[], now=NOW, leases=[lease("n", {"gone-uid": gone()}, namespace="team-a")])
+    forged = explain_cli.simulate_batch(
+        batch, nodes=nodes, pods=[], now=NOW, leases=[lease("n", {"gone-uid": gone()}, namespace="team-a")]
+    )
     assert forged is not None and forged.unplaced == 0 and forged.landings[0].node == "n"
 
 
@@ -120,7 +132,9 @@ def test_a_snapshot_keeps_the_ledger_leases_and_leaves_a_tenants_out(make_node: 
     forged = lease("n", {"x": gone(uid="x")}, namespace="team-a")
     taken = snapshot.take([make_node("n", count=1, gib=16)], [], now=NOW, leases=[real, forged])
 
-    assert [(lease_["metadata"]["namespace"], lease_["metadata"]["name"]) for lease_ in taken.leases] == [("gpu-admission", "gpu-ledger.n")]
+    assert [(lease_["metadata"]["namespace"], lease_["metadata"]["name"]) for lease_ in taken.leases] == [
+        ("gpu-admission", "gpu-ledger.n")
+    ]
     kept = taken.leases[0]
     assert "managedFields" not in kept["metadata"] and "ownerReferences" not in kept["metadata"]
     assert reservations.lease_reservations(kept) == {"gone-uid": gone()}
@@ -162,7 +176,9 @@ def test_a_snapshot_from_before_the_lease_still_loads(make_node: Factory, tmp_pa
     ("change", "said"),
     [({"leases": {"a": 1}}, "leases must be a list"), ({"ledgerNamespace": 7}, "ledgerNamespace must be a namespace name")],
 )
-def test_a_bad_ledger_part_of_a_snapshot_is_one_line(make_node: Factory, tmp_path: pathlib.Path, change: dict[str, Any], said: str) -> None:
+def test_a_bad_ledger_part_of_a_snapshot_is_one_line(
+    make_node: Factory, tmp_path: pathlib.Path, change: dict[str, Any], said: str
+) -> None:
     document = snapshot.document(snapshot.take([make_node("n")], [], now=NOW)) | change
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(document))

@@ -17,8 +17,18 @@ from webhook.explain import analysis, render, snapshot
 NOW = 1_800_000_000.0
 Factory = Callable[..., dict[str, Any]]
 REASON_CODES = {
-    "MODE_MISMATCH", "CARD_MODEL", "FRAGMENTED", "INSUFFICIENT_MEMORY", "CORE_EXHAUSTED", "NO_TOPOLOGY_SET",
-    "RESERVED_IN_FLIGHT", "STALE_ALLOCATION", "UNSCHEDULABLE", "NO_GPU", "BAD_REQUEST", "NOT_CACHED",
+    "MODE_MISMATCH",
+    "CARD_MODEL",
+    "FRAGMENTED",
+    "INSUFFICIENT_MEMORY",
+    "CORE_EXHAUSTED",
+    "NO_TOPOLOGY_SET",
+    "RESERVED_IN_FLIGHT",
+    "STALE_ALLOCATION",
+    "UNSCHEDULABLE",
+    "NO_GPU",
+    "BAD_REQUEST",
+    "NOT_CACHED",
     "PREEMPTION_IMPOSSIBLE",
 }
 
@@ -54,8 +64,13 @@ def test_the_json_contract(make_node: Factory, make_pod: Factory, make_placed: F
     assert set(document) == {"pod", "admission", "request", "bound", "nodes", "suggestion"}
     assert document["pod"] == "team-a/want-10"
     assert document["request"] == {
-        "family": "aliyun.com/gpu-mem", "memoryGiB": 10, "corePercent": 0, "cards": 0,
-        "modes": ["cgpu", "share", "mps", "core_mem"], "selectors": [], "problem": "",
+        "family": "aliyun.com/gpu-mem",
+        "memoryGiB": 10,
+        "corePercent": 0,
+        "cards": 0,
+        "modes": ["cgpu", "share", "mps", "core_mem"],
+        "selectors": [],
+        "problem": "",
     }
     assert [n["node"] for n in document["nodes"]] == ["cordoned", "frag", "topo"]
     for entry in document["nodes"]:
@@ -68,7 +83,13 @@ def test_the_json_contract(make_node: Factory, make_pod: Factory, make_placed: F
     assert [r["code"] for r in by_node["cordoned"]["reasons"]] == ["UNSCHEDULABLE"]
     assert [r["code"] for r in by_node["topo"]["reasons"]] == ["MODE_MISMATCH"]
     assert by_node["frag"]["cards"][0] == {
-        "index": 0, "model": "Tesla-T4", "memoryGiB": 16, "usedGiB": 10, "freeGiB": 6, "coreUsed": 0, "whole": False,
+        "index": 0,
+        "model": "Tesla-T4",
+        "memoryGiB": 16,
+        "usedGiB": 10,
+        "freeGiB": 6,
+        "coreUsed": 0,
+        "whole": False,
         "pods": ["team-a/busy-0"],
     }
     # the cordoned node is empty: uncordoning (tier 1) beats moving a pod (tier 2)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.explain import analysis, render, simulate
 from tests.unit.explain import conftest
+from webhook.explain import analysis, render, simulate
 
 NOW = conftest.NOW
 
@@ -39,7 +39,9 @@ def test_explain_names_the_victims_on_one_card() -> None:
     assert "Preemption: would make the pod fit by evicting" in text and f"n GPU{card}:" in text
     document = render.as_json(report)
     assert document["nodes"][0]["preemption"] == {
-        "cards": [card], "victims": [p.key for p in verdict.preemption.victims], "pdbViolations": 0,
+        "cards": [card],
+        "victims": [p.key for p in verdict.preemption.victims],
+        "pdbViolations": 0,
     }
 
 

@@ -10,12 +10,11 @@ from typing import Any
 import jsonpatch
 
 from policies import gpu
-from policies.gpu import allocation, cardrequest, reservations
+from policies.gpu import allocation, cardrequest, cards, reasons, reservations
 from webhook import config
 from webhook.admission import decisions
-from webhook.extender import placement
-from policies.gpu import cards, reasons
 from webhook.explain import analysis
+from webhook.extender import placement
 
 NOW = 1_800_000_000.0
 Factory = Callable[..., dict[str, Any]]
@@ -38,7 +37,9 @@ def _fragmented(make_node: Factory, make_placed: Factory) -> tuple[dict[str, Any
     return node, pods
 
 
-def test_fragmented_node_names_the_largest_free_block_and_the_total(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
+def test_fragmented_node_names_the_largest_free_block_and_the_total(
+    make_node: Factory, make_pod: Factory, make_placed: Factory
+) -> None:
     node, pods = _fragmented(make_node, make_placed)
     report = _explain(make_pod("want-10", mem=10), [node], pods)
     (verdict,) = report.nodes
@@ -47,7 +48,9 @@ def test_fragmented_node_names_the_largest_free_block_and_the_total(make_node: F
     assert "14 GiB free in total" in message and "largest free block is 6 GiB (GPU0" in message
 
 
-def test_fragmented_suggests_moving_the_fewest_pods_off_one_card(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
+def test_fragmented_suggests_moving_the_fewest_pods_off_one_card(
+    make_node: Factory, make_pod: Factory, make_placed: Factory
+) -> None:
     node, pods = _fragmented(make_node, make_placed)
     report = _explain(make_pod("want-10", mem=10), [node], pods)
     assert report.suggestion is not None
@@ -55,7 +58,9 @@ def test_fragmented_suggests_moving_the_fewest_pods_off_one_card(make_node: Fact
     assert "off GPU0" in report.suggestion.change
 
 
-def test_short_memory_in_total_is_insufficient_memory_not_fragmentation(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
+def test_short_memory_in_total_is_insufficient_memory_not_fragmentation(
+    make_node: Factory, make_pod: Factory, make_placed: Factory
+) -> None:
     node, pods = _fragmented(make_node, make_placed)
     assert _codes(_explain(make_pod("want-15", mem=15), [node], pods), "frag") == ["INSUFFICIENT_MEMORY"]
 
@@ -76,7 +81,10 @@ def test_a_mode_selector_the_node_does_not_carry_is_a_mode_mismatch(make_node: F
     pod = make_pod("isolated", mem=4, node_selector={"ack.node.gpu.schedule": "cgpu"})
     report = _explain(pod, [make_node("plain", mode="share"), make_node("iso", mode="cgpu")], [])
     assert _codes(report, "plain") == ["MODE_MISMATCH"]
-    assert report.nodes[1].reasons[0].message == 'nodeSelector ack.node.gpu.schedule="cgpu": the node has ack.node.gpu.schedule="share"'
+    assert (
+        report.nodes[1].reasons[0].message
+        == 'nodeSelector ack.node.gpu.schedule="cgpu": the node has ack.node.gpu.schedule="share"'
+    )
     assert [v.node for v in report.nodes if v.fits] == ["iso"]
     assert report.suggestion is None  # a node fits: nothing to change
 
@@ -97,7 +105,9 @@ def test_card_model_excluded_by_the_gpu102_annotation(make_node: Factory, make_p
     assert [v.node for v in report.nodes if v.fits] == ["a10"]
 
 
-def test_topology_without_enough_free_cards_is_no_topology_set(make_node: Factory, make_pod: Factory, make_placed: Factory) -> None:
+def test_topology_without_enough_free_cards_is_no_topology_set(
+    make_node: Factory, make_pod: Factory, make_placed: Factory
+) -> None:
     links = [(0, 1, "NV2"), (2, 3, "NV2"), (0, 2, "SYS"), (0, 3, "SYS"), (1, 2, "SYS"), (1, 3, "SYS")]
     node = make_node("topo", mode="topology", placement=None, count=4, gib=32, links=links)
     pods = [make_placed("pair", node_name="topo", card=(0, 1), whole=True)]
@@ -115,8 +125,15 @@ def test_core_percentage_used_up_is_core_exhausted(make_node: Factory, make_pod:
 
 def test_a_reservation_of_a_gone_pod_is_a_stale_allocation(make_node: Factory, make_pod: Factory) -> None:
     entry = allocation.Allocation(
-        uid="gone-uid", namespace="team-a", name="deleted", node="n", cards=(0,), memory_gib=16,
-        assumed_at=NOW - 2, expires=NOW + 100, source="reservation",
+        uid="gone-uid",
+        namespace="team-a",
+        name="deleted",
+        node="n",
+        cards=(0,),
+        memory_gib=16,
+        assumed_at=NOW - 2,
+        expires=NOW + 100,
+        source="reservation",
     )
     node = make_node("n", count=1, gib=16, annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"gone-uid": entry})})
     report = _explain(make_pod("waiting", mem=8), [node], [])
@@ -125,11 +142,20 @@ def test_a_reservation_of_a_gone_pod_is_a_stale_allocation(make_node: Factory, m
     assert report.suggestion is not None and "force-delete" in report.suggestion.change
 
 
-def test_the_extender_stops_counting_a_gone_pods_reservation_after_the_in_flight_grace(make_node: Factory, make_pod: Factory) -> None:
+def test_the_extender_stops_counting_a_gone_pods_reservation_after_the_in_flight_grace(
+    make_node: Factory, make_pod: Factory
+) -> None:
     assumed = NOW - reservations.IN_FLIGHT_GRACE_S - 1
     entry = allocation.Allocation(
-        uid="gone-uid", namespace="team-a", name="deleted", node="n", cards=(0,), memory_gib=16,
-        assumed_at=assumed, expires=assumed + allocation.DEFAULT_RESERVATION_TTL_S, source="reservation",
+        uid="gone-uid",
+        namespace="team-a",
+        name="deleted",
+        node="n",
+        cards=(0,),
+        memory_gib=16,
+        assumed_at=assumed,
+        expires=assumed + allocation.DEFAULT_RESERVATION_TTL_S,
+        source="reservation",
     )
     node = make_node("n", count=1, gib=16, annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"gone-uid": entry})})
     report = _explain(make_pod("waiting", mem=8), [node], [])
@@ -196,7 +222,9 @@ def test_a_pod_without_gpu_has_nothing_to_explain(make_node: Factory, make_pod: 
     assert not report.managed and report.nodes == () and report.suggestion is None
 
 
-def test_a_bound_pod_is_admitted_as_stored_not_refused_for_what_the_extender_wrote(make_node: Factory, make_placed: Factory) -> None:
+def test_a_bound_pod_is_admitted_as_stored_not_refused_for_what_the_extender_wrote(
+    make_node: Factory, make_placed: Factory
+) -> None:
     # A bound pod carries nodeName and the extender's allocation annotations by design; GPU008
     # refuses them in a request, so explain judges the stored pod as the audit does.
     from webhook.explain import cli as explain_cli

@@ -17,7 +17,9 @@ Factory = Callable[..., dict[str, Any]]
 
 def test_explain_names_the_other_scheduler_in_the_table_and_the_json(make_node: Factory, make_pod: Factory) -> None:
     pod = make_pod("p")
-    hami = explain_cli.explain_pod(pod, nodes=[make_node("n")], pods=[pod], now=NOW, settings=settings.from_mapping({"scheduler": "hami"}))
+    hami = explain_cli.explain_pod(
+        pod, nodes=[make_node("n")], pods=[pod], now=NOW, settings=settings.from_mapping({"scheduler": "hami"})
+    )
 
     table = render.render(hami, output="table").splitlines()
     document = json.loads(render.render(hami, output="json"))

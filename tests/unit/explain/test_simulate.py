@@ -49,10 +49,14 @@ def test_the_binpack_node_that_is_fuller_wins_and_equal_nodes_are_reported_as_ti
 
 
 def test_a_pod_that_does_not_fit_gets_explains_reasons_and_later_pods_still_land(make_node: Factory, make_pod: Factory) -> None:
-    result = explain_cli.simulate_batch(_pods(make_pod, [10, 10, 10, 4]), nodes=[make_node("a", count=3, gib=16)], pods=[], now=NOW)
+    result = explain_cli.simulate_batch(
+        _pods(make_pod, [10, 10, 10, 4]), nodes=[make_node("a", count=3, gib=16)], pods=[], now=NOW
+    )
     assert result is not None
     assert [landing.node for landing in result.landings] == ["a", "a", "a", "a"]
-    third = explain_cli.simulate_batch(_pods(make_pod, [10, 10, 10, 10]), nodes=[make_node("a", count=3, gib=16)], pods=[], now=NOW)
+    third = explain_cli.simulate_batch(
+        _pods(make_pod, [10, 10, 10, 10]), nodes=[make_node("a", count=3, gib=16)], pods=[], now=NOW
+    )
     assert third is not None and third.unplaced == 1
     (verdict,) = third.landings[3].verdicts
     assert [str(c) for c in verdict.codes] == ["FRAGMENTED"]  # 6 + 6 + 6 free, 10 asked
@@ -75,10 +79,17 @@ def test_a_denied_pod_is_reported_and_not_placed(make_node: Factory, make_pod: F
 def test_workloads_become_their_replicas(make_pod: Factory) -> None:
     template = make_pod("x", mem=2)
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "team-a"},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "team-a"},
         "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "web"}}, "spec": template["spec"]}},
     }
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}, "spec": {"template": {"spec": template["spec"]}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {"template": {"spec": template["spec"]}},
+    }
     pods = simulate.expand([deployment, job, {"kind": "Service", "metadata": {"name": "svc"}}])
     assert [p["metadata"]["name"] for p in pods] == ["web-0", "web-1", "web-2", "train-0"]
     assert pods[0]["metadata"]["labels"] == {"app": "web"}

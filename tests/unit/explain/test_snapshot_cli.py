@@ -38,7 +38,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return status, out, err
 
 
-def test_without_an_output_file_the_snapshot_is_yaml_on_stdout(live: snapshot.Snapshot, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_an_output_file_the_snapshot_is_yaml_on_stdout(
+    live: snapshot.Snapshot, capsys: pytest.CaptureFixture[str]
+) -> None:
     status, out, err = _run(capsys)
     assert status == 0 and err == ""
     assert out == snapshot.dumps(live) and yaml.safe_load(out) == snapshot.document(live)

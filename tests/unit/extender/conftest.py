@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from policies import gpu
-from policies.gpu import allocation, reservations
+from policies.gpu import allocation, cards, reservations
 from policies.gpu import inventory as inventory_  # `inventory` is a factory argument
-from policies.gpu import cards
 from webhook.kube import errors as kube_errors
 
 Object = dict[str, Any]
@@ -217,7 +216,9 @@ class FakeApiServer:
             raise kube_errors.KubeError("metadata.resourceVersion: Invalid value: 0: must be specified for an update", status=422)
         if found["metadata"]["resourceVersion"] != version:
             self.conflicts += 1
-            raise kube_errors.Conflict("the object has been modified; please apply your changes to the latest version", status=409)
+            raise kube_errors.Conflict(
+                "the object has been modified; please apply your changes to the latest version", status=409
+            )
         stored["metadata"].update(namespace=namespace, uid=found["metadata"]["uid"], resourceVersion=self._next())
         self.leases[(namespace, name)] = stored
         self.lease_writes += 1
@@ -258,9 +259,13 @@ def apiserver() -> FakeApiServer:
     return FakeApiServer()
 
 
-def card_use(server: FakeApiServer, node_name: str, *, now: float, ttl: float = allocation.DEFAULT_RESERVATION_TTL_S) -> list[int]:
+def card_use(
+    server: FakeApiServer, node_name: str, *, now: float, ttl: float = allocation.DEFAULT_RESERVATION_TTL_S
+) -> list[int]:
     """GiB used per card of a node, read the way every component reads it (Node and Lease ledgers)."""
-    state = cards.node_state(server.nodes[node_name], list(server.pods.values()), now=now, ttl=ttl, reservations=server.ledger_of(node_name))
+    state = cards.node_state(
+        server.nodes[node_name], list(server.pods.values()), now=now, ttl=ttl, reservations=server.ledger_of(node_name)
+    )
     return [c.memory_used for c in state.cards]
 
 

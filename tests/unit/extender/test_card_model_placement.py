@@ -16,9 +16,8 @@ import pytest
 from aiohttp import test_utils, web
 
 from policies import gpu
-from policies.gpu import cardrequest
+from policies.gpu import cardrequest, cards, reasons
 from webhook.extender import app, binder, placement, store
-from policies.gpu import cards, reasons
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -32,8 +31,10 @@ MIXED = [(V100_16, 16160), (V100_16, 16160), (V100_32, 32510), (V100_32, 32510)]
 def mixed_node(make_node: Factory, name: str = "mixed", *, mode: str = "cgpu") -> dict[str, Any]:
     inventory = [{"index": i, "uuid": f"GPU-{i:04d}", "name": model, "memoryMiB": mib} for i, (model, mib) in enumerate(MIXED)]
     obj: dict[str, Any] = make_node(
-        name, mode=mode, count=4, capacity=({"aliyun.com/gpu": "4"} if mode == "topology" else
-                                             {"aliyun.com/gpu-mem": "92", "aliyun.com/gpu-count": "4"}),
+        name,
+        mode=mode,
+        count=4,
+        capacity=({"aliyun.com/gpu": "4"} if mode == "topology" else {"aliyun.com/gpu-mem": "92", "aliyun.com/gpu-count": "4"}),
         annotations={gpu.INVENTORY_ANNOTATION: json.dumps(inventory)},
     )
     obj["metadata"]["labels"].update(
@@ -87,8 +88,12 @@ def test_an_ordinary_pod_on_the_mixed_node_is_placed_as_before(make_node: Factor
 def test_a_min_memory_pod_waits_for_a_large_card_although_small_ones_are_free(make_node: Factory, make_gpu_pod: Factory) -> None:
     node = mixed_node(make_node)
     holders = [
-        make_gpu_pod(f"holder-{i}", mem=30, node_name="mixed",
-                     annotations={"ALIYUN_COM_GPU_MEM_IDX": str(i), "ALIYUN_COM_GPU_MEM_POD": "30"})
+        make_gpu_pod(
+            f"holder-{i}",
+            mem=30,
+            node_name="mixed",
+            annotations={"ALIYUN_COM_GPU_MEM_IDX": str(i), "ALIYUN_COM_GPU_MEM_POD": "30"},
+        )
         for i in (2, 3)
     ]
     pod = make_gpu_pod(mem=4, annotations={gpu.MIN_GPU_MEMORY_ANNOTATION: "20Gi"})
@@ -169,9 +174,7 @@ def test_filter_prioritize_and_choose_agree_on_the_constrained_card(make_node: F
 
 
 @pytest.fixture
-async def client(
-    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory
-) -> Client:
+async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory) -> Client:
     apiserver.add_node(mixed_node(make_node))
     cache = store.Store()
     cache.replace_nodes(list(apiserver.nodes.values()))
@@ -200,7 +203,9 @@ async def _filter_and_bind(client: Client, apiserver: Any, pod: dict[str, Any]) 
     return filtered, scored, bound
 
 
-async def test_the_extender_refuses_the_16gb_model_pod_asking_20_gib(client: Client, apiserver: Any, make_gpu_pod: Factory) -> None:
+async def test_the_extender_refuses_the_16gb_model_pod_asking_20_gib(
+    client: Client, apiserver: Any, make_gpu_pod: Factory
+) -> None:
     pod = make_gpu_pod("sixteen", mem=20, annotations={gpu.GPU_MODEL_ANNOTATION: V100_16})
 
     filtered, scored, bound = await _filter_and_bind(client, apiserver, pod)

@@ -16,8 +16,8 @@ from aiohttp import test_utils, web
 from certs import authority
 from policies import gpu
 from policies.gpu import allocation, reservations
-from webhook.serving import metrics
 from webhook.extender import app, binder, store, wire
+from webhook.serving import metrics
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -63,8 +63,14 @@ async def test_filter_answers_extender_filter_result_with_pascal_case_keys(clien
     assert "largest card is GPU0 with 2 GiB" in answer["FailedAndUnresolvableNodes"]["small"]
 
 
-async def test_filter_echoes_full_nodes_when_the_scheduler_sent_them(client: Client, make_gpu_pod: Factory, apiserver: Any) -> None:
-    body = {"Pod": make_gpu_pod(mem=4), "Nodes": {"items": [apiserver.nodes["gpu-0"], apiserver.nodes["small"]]}, "NodeNames": None}
+async def test_filter_echoes_full_nodes_when_the_scheduler_sent_them(
+    client: Client, make_gpu_pod: Factory, apiserver: Any
+) -> None:
+    body = {
+        "Pod": make_gpu_pod(mem=4),
+        "Nodes": {"items": [apiserver.nodes["gpu-0"], apiserver.nodes["small"]]},
+        "NodeNames": None,
+    }
     status, answer = await _post(client, "/filter", body)
     assert status == 200 and answer["NodeNames"] is None
     assert [n["metadata"]["name"] for n in answer["Nodes"]["items"]] == ["gpu-0"]
@@ -186,19 +192,42 @@ async def test_metrics_carry_the_inspect_table_per_node_and_card(client: Client,
         found = metrics.samples(await answer.text())
     gib = 1 << 30
     for node in table["nodes"]:
-        assert found[("gpu_admission_extender_node_gpu_memory_total_bytes", frozenset({("node", node["name"]), ("mode", node["mode"])}))] == node["totalGPU"] * gib
-        assert found[("gpu_admission_extender_node_gpu_memory_allocated_bytes", frozenset({("node", node["name"]), ("mode", node["mode"])}))] == node["usedGPU"] * gib
+        assert (
+            found[
+                (
+                    "gpu_admission_extender_node_gpu_memory_total_bytes",
+                    frozenset({("node", node["name"]), ("mode", node["mode"])}),
+                )
+            ]
+            == node["totalGPU"] * gib
+        )
+        assert (
+            found[
+                (
+                    "gpu_admission_extender_node_gpu_memory_allocated_bytes",
+                    frozenset({("node", node["name"]), ("mode", node["mode"])}),
+                )
+            ]
+            == node["usedGPU"] * gib
+        )
         for device in node["devs"]:
             labels = frozenset({("node", node["name"]), ("card", str(device["id"]))})
             assert found[("gpu_admission_extender_card_gpu_memory_total_bytes", labels)] == device["totalGPU"] * gib
             assert found[("gpu_admission_extender_card_gpu_memory_allocated_bytes", labels)] == device["usedGPU"] * gib
-    assert sum(1 for name, _ in found if name == "gpu_admission_extender_card_gpu_memory_total_bytes") == sum(len(n["devs"]) for n in table["nodes"]) > 0
+    assert (
+        sum(1 for name, _ in found if name == "gpu_admission_extender_card_gpu_memory_total_bytes")
+        == sum(len(n["devs"]) for n in table["nodes"])
+        > 0
+    )
 
 
 def test_the_store_indexes_bound_and_reserved_pods_by_node(make_node: Factory, make_gpu_pod: Factory) -> None:
     cache = store.Store()
     cache.replace_nodes([make_node("n")])
-    note = allocation.bind_annotations(allocation.Allocation(uid="r", namespace="a", name="r", node="n", cards=(1,), memory_gib=2, assumed_at=NOW), card_memory_gib=15)
+    note = allocation.bind_annotations(
+        allocation.Allocation(uid="r", namespace="a", name="r", node="n", cards=(1,), memory_gib=2, assumed_at=NOW),
+        card_memory_gib=15,
+    )
     reserved = make_gpu_pod("r", uid="r", mem=2, annotations=note)
     cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([reserved, make_gpu_pod("other", uid="o", mem=1)])
@@ -225,8 +254,13 @@ async def test_with_client_certificates_required_the_verbs_refuse_anonymous_call
     ca = authority.issue_ca(now=now)
     serving = authority.issue_serving(ca, hosts=["127.0.0.1"], now=now)
     scheduler = authority.issue_client(ca, common_name="kube-scheduler", now=now)
-    for name, data in {"ca.crt": ca.certificate_pem, "tls.crt": serving.certificate_pem, "tls.key": serving.key_pem,
-                       "client.crt": scheduler.certificate_pem, "client.key": scheduler.key_pem}.items():
+    for name, data in {
+        "ca.crt": ca.certificate_pem,
+        "tls.crt": serving.certificate_pem,
+        "tls.key": serving.key_pem,
+        "client.crt": scheduler.certificate_pem,
+        "client.key": scheduler.key_pem,
+    }.items():
         (tmp_path / name).write_bytes(data)
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
@@ -252,10 +286,14 @@ async def test_with_client_certificates_required_the_verbs_refuse_anonymous_call
         await server.close()
 
 
-async def test_filter_leaves_out_the_pods_own_interrupted_reservation(client: Client, cache: store.Store, make_gpu_pod: Factory) -> None:
+async def test_filter_leaves_out_the_pods_own_interrupted_reservation(
+    client: Client, cache: store.Store, make_gpu_pod: Factory
+) -> None:
     retried = make_gpu_pod("retried", uid="retry-uid", mem=2)
     note = allocation.bind_annotations(
-        allocation.Allocation(uid="retry-uid", namespace="team-a", name="retried", node="small", cards=(0,), memory_gib=2, assumed_at=NOW),
+        allocation.Allocation(
+            uid="retry-uid", namespace="team-a", name="retried", node="small", cards=(0,), memory_gib=2, assumed_at=NOW
+        ),
         card_memory_gib=2,
     )
     cache.put_pod({**retried, "metadata": {**retried["metadata"], "annotations": note}})
@@ -272,7 +310,9 @@ def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Fac
     cache.replace_pods([])
     first = cache.state("n", now=NOW, ttl=60)
     assert first is not None and cache.state("n", now=NOW + 1, ttl=60) is first, "unchanged node: cached"
-    entry = allocation.Allocation(uid="r", namespace="a", name="r", node="n", cards=(0,), memory_gib=5, assumed_at=NOW, expires=NOW + 30)
+    entry = allocation.Allocation(
+        uid="r", namespace="a", name="r", node="n", cards=(0,), memory_gib=5, assumed_at=NOW, expires=NOW + 30
+    )
     reserved = make_node("n", annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"r": entry})})
     reserved["metadata"]["resourceVersion"] = "2"
     cache.put_node(reserved)
@@ -282,7 +322,10 @@ def test_cached_node_states_follow_changes_and_reservation_expiry(make_node: Fac
     assert after is not None and after.cards[0].memory_used == 0, "the cache must not outlive the reservation"
     own = cache.state("n", now=NOW + 1, ttl=60, exclude_uid="r")
     assert own is not None and own.cards[0].memory_used == 0
-    note = allocation.bind_annotations(allocation.Allocation(uid="b", namespace="a", name="b", node="n", cards=(2,), memory_gib=7, assumed_at=NOW), card_memory_gib=15)
+    note = allocation.bind_annotations(
+        allocation.Allocation(uid="b", namespace="a", name="b", node="n", cards=(2,), memory_gib=7, assumed_at=NOW),
+        card_memory_gib=15,
+    )
     cache.put_pod(make_gpu_pod("b", uid="b", mem=7, node_name="n", annotations=note))
     latest = cache.state("n", now=NOW + 31, ttl=60)
     assert latest is not None and [c.memory_used for c in latest.cards] == [0, 0, 7, 0]
@@ -296,20 +339,30 @@ def _ledger_lease(entries: dict[str, allocation.Allocation]) -> dict[str, Any]:
 
 
 def _entry(uid: str, *, card: int, assumed: float = NOW) -> allocation.Allocation:
-    return allocation.Allocation(uid=uid, namespace="a", name=uid, node="n", cards=(card,), memory_gib=5, assumed_at=assumed, expires=assumed + 60)
+    return allocation.Allocation(
+        uid=uid, namespace="a", name=uid, node="n", cards=(card,), memory_gib=5, assumed_at=assumed, expires=assumed + 60
+    )
 
 
-def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_long_gone(make_node: Factory, make_gpu_pod: Factory) -> None:
+def test_the_cache_ignores_ledger_entries_of_pods_bound_elsewhere_finished_or_long_gone(
+    make_node: Factory, make_gpu_pod: Factory
+) -> None:
     cache = store.Store()
-    entries = {"elsewhere": _entry("elsewhere", card=0), "done": _entry("done", card=1), "unseen": _entry("unseen", card=2),
-               "waiting": _entry("waiting", card=3)}
+    entries = {
+        "elsewhere": _entry("elsewhere", card=0),
+        "done": _entry("done", card=1),
+        "unseen": _entry("unseen", card=2),
+        "waiting": _entry("waiting", card=3),
+    }
     cache.replace_nodes([make_node("n")])
     cache.replace_leases([_ledger_lease(entries)])
-    cache.replace_pods([
-        make_gpu_pod("elsewhere", uid="elsewhere", mem=5, node_name="other"),
-        make_gpu_pod("done", uid="done", mem=5, phase="Succeeded"),
-        make_gpu_pod("waiting", uid="waiting", mem=5),
-    ])
+    cache.replace_pods(
+        [
+            make_gpu_pod("elsewhere", uid="elsewhere", mem=5, node_name="other"),
+            make_gpu_pod("done", uid="done", mem=5, phase="Succeeded"),
+            make_gpu_pod("waiting", uid="waiting", mem=5),
+        ]
+    )
     early = cache.state("n", now=NOW + 1, ttl=60)
     assert early is not None and [c.memory_used for c in early.cards] == [0, 0, 5, 5], "an unseen pod may just be lagging"
     late = cache.state("n", now=NOW + reservations.IN_FLIGHT_GRACE_S + 1, ttl=60)
@@ -342,7 +395,11 @@ def test_a_ledger_pod_moving_elsewhere_refreshes_the_cached_state(make_node: Fac
     held = cache.state("n", now=NOW + 1, ttl=60)
     assert held is not None and held.cards[0].memory_used == 5
     assert cache.stale_ledgers(now=NOW + 1) == []
-    moved = {**waiting, "metadata": {**waiting["metadata"], "resourceVersion": "9"}, "spec": {**waiting["spec"], "nodeName": "other"}}
+    moved = {
+        **waiting,
+        "metadata": {**waiting["metadata"], "resourceVersion": "9"},
+        "spec": {**waiting["spec"], "nodeName": "other"},
+    }
     cache.put_pod(moved)
     freed = cache.state("n", now=NOW + 1, ttl=60)
     assert freed is not None and freed.cards[0].memory_used == 0
@@ -352,13 +409,17 @@ async def test_the_app_prunes_stale_ledgers_in_the_background(
     aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory
 ) -> None:
     apiserver.add_node(make_node("n"))
-    lease = await apiserver.create_lease(reservations.LEDGER_NAMESPACE, _ledger_lease({"gone": _entry("gone", card=0, assumed=NOW - 100)}))
+    lease = await apiserver.create_lease(
+        reservations.LEDGER_NAMESPACE, _ledger_lease({"gone": _entry("gone", card=0, assumed=NOW - 100)})
+    )
     cache = store.Store()
     cache.replace_nodes(list(apiserver.nodes.values()))
     cache.replace_leases([lease])
     cache.replace_pods([])
     settings = app.Settings(clock=lambda: NOW)
-    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings, tidy_every=0.01)
+    application = app.make_app(
+        cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings, tidy_every=0.01
+    )
     await aiohttp_client(application)
     deadline = asyncio.get_running_loop().time() + 5
     key = (reservations.LEDGER_NAMESPACE, "gpu-ledger.n")
@@ -366,7 +427,10 @@ async def test_the_app_prunes_stale_ledgers_in_the_background(
         await asyncio.sleep(0.01)
     assert reservations.lease_reservations(apiserver.leases[key]) == {}
     assert cache.stale_ledgers(now=NOW) == []
-    assert "annotations" not in apiserver.nodes["n"]["metadata"] or gpu.RESERVATIONS_ANNOTATION not in apiserver.nodes["n"]["metadata"]["annotations"]
+    assert (
+        "annotations" not in apiserver.nodes["n"]["metadata"]
+        or gpu.RESERVATIONS_ANNOTATION not in apiserver.nodes["n"]["metadata"]["annotations"]
+    )
 
 
 def test_the_cache_counts_an_earlier_versions_node_ledger_with_the_lease_but_never_tidies_it(

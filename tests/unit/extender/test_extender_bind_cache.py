@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from policies import gpu
+from tests.unit.extender.conftest import FakeApiServer
 from webhook.extender import binder, wire
 from webhook.extender import store as store_module
-
-from tests.unit.extender.conftest import FakeApiServer
 
 NOW = 1_800_000_000.0
 Factory = Any
@@ -197,7 +196,12 @@ async def test_a_lease_the_cache_has_not_seen_costs_a_conflict_and_a_fresh_read(
 
 @pytest.mark.parametrize("seed", range(6))
 async def test_replicas_with_lagging_caches_never_over_commit(
-    server: WatchedApiServer, make_node: Factory, make_gpu_pod: Factory, used_per_card: Any, seed: int, monkeypatch: pytest.MonkeyPatch
+    server: WatchedApiServer,
+    make_node: Factory,
+    make_gpu_pod: Factory,
+    used_per_card: Any,
+    seed: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(binder, "POD_CATCH_UP_S", 0.002)
     server.add_node(make_node("gpu-0"))
@@ -205,9 +209,15 @@ async def test_replicas_with_lagging_caches_never_over_commit(
     pods = [server.add_pod(make_gpu_pod(f"p{i}", mem=5)) for i in range(60)]
     rng = random.Random(seed)
     with Feed(server, rng=random.Random(seed + 100), lag=0.3) as a, Feed(server, rng=random.Random(seed + 200), lag=0.9) as b:
-        replicas = [binder.Binder(server, clock=lambda: NOW, cache=a.store), binder.Binder(server, clock=lambda: NOW, cache=b.store)]
+        replicas = [
+            binder.Binder(server, clock=lambda: NOW, cache=a.store),
+            binder.Binder(server, clock=lambda: NOW, cache=b.store),
+        ]
         results = await asyncio.gather(
-            *(_later(replicas[i % 2], _request(p, rng.choice(["gpu-0", "gpu-1"])), turns=rng.randrange(200)) for i, p in enumerate(pods))
+            *(
+                _later(replicas[i % 2], _request(p, rng.choice(["gpu-0", "gpu-1"])), turns=rng.randrange(200))
+                for i, p in enumerate(pods)
+            )
         )
     assert sum(1 for r in results if not r.error) == 24  # 3 x 5 GiB per card, 8 cards
     assert used_per_card(server, "gpu-0", now=NOW) == [15, 15, 15, 15]
@@ -231,9 +241,14 @@ async def test_the_lagging_replica_test_catches_a_cache_trusted_blindly(
     server.add_node(make_node("gpu-0"))
     pods = [server.add_pod(make_gpu_pod(f"p{i}", mem=5)) for i in range(40)]
     with Feed(server, rng=random.Random(3), lag=0.3) as a, Feed(server, rng=random.Random(4), lag=0.95) as b:
-        replicas = [binder.Binder(server, clock=lambda: NOW, cache=a.store), binder.Binder(server, clock=lambda: NOW, cache=b.store)]
+        replicas = [
+            binder.Binder(server, clock=lambda: NOW, cache=a.store),
+            binder.Binder(server, clock=lambda: NOW, cache=b.store),
+        ]
         rng = random.Random(5)
-        await asyncio.gather(*(_later(replicas[i % 2], _request(p, "gpu-0"), turns=rng.randrange(200)) for i, p in enumerate(pods)))
+        await asyncio.gather(
+            *(_later(replicas[i % 2], _request(p, "gpu-0"), turns=rng.randrange(200)) for i, p in enumerate(pods))
+        )
     assert max(used_per_card(server, "gpu-0", now=NOW)) > 15
 
 
@@ -310,9 +325,15 @@ async def test_a_pod_cache_behind_an_earlier_versions_node_ledger_reads_from_the
     first, second = (server.add_pod(make_gpu_pod(f"p{i}", mem=10)) for i in range(2))
     feed = Feed(server, rng=random.Random(1), lag=0.0)
     # What the earlier version did: p0 bound with its annotations, its ledger entry pruned ("{}").
-    await server.bind("team-a", "p0", uid=first["metadata"]["uid"], node="gpu-0", annotations={
-        gpu.ALLOCATION_ANNOTATION: '{"node":"gpu-0","cards":[0],"memGiB":10,"corePercent":0,"whole":false,"assumedAt":"2027-01-15T08:00:00.000Z"}',
-    })
+    await server.bind(
+        "team-a",
+        "p0",
+        uid=first["metadata"]["uid"],
+        node="gpu-0",
+        annotations={
+            gpu.ALLOCATION_ANNOTATION: '{"node":"gpu-0","cards":[0],"memGiB":10,"corePercent":0,"whole":false,"assumedAt":"2027-01-15T08:00:00.000Z"}',
+        },
+    )
     server.nodes["gpu-0"]["metadata"].setdefault("annotations", {})[gpu.RESERVATIONS_ANNOTATION] = "{}"
     server.touch_node("gpu-0")
     feed.store.apply("Node", "MODIFIED", copy.deepcopy(server.nodes["gpu-0"]))  # the Node came, p0's Binding did not

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.extender import binder, store, wire
 from tests.unit.extender import conftest
 from tests.unit.extender.test_extender_preempt_hold import NOW, _bound, _lease, _pending, _record, _restarted
+from webhook.extender import binder, store, wire
 
 
 def _request(pod: dict[str, Any]) -> wire.BindRequest:

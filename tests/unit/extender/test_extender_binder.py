@@ -59,12 +59,18 @@ async def test_binding_annotates_the_pod_then_binds_it(apiserver: Any, make_node
     stored = apiserver.pods[("team-a", "p0")]
     assert stored["spec"]["nodeName"] == "gpu-0"
     notes = stored["metadata"]["annotations"]
-    assert notes["ALIYUN_COM_GPU_MEM_IDX"] == "0" and notes["ALIYUN_COM_GPU_MEM_POD"] == "4" and notes["ALIYUN_COM_GPU_MEM_DEV"] == "15"
+    assert (
+        notes["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+        and notes["ALIYUN_COM_GPU_MEM_POD"] == "4"
+        and notes["ALIYUN_COM_GPU_MEM_DEV"] == "15"
+    )
     assert json.loads(notes[gpu.ALLOCATION_ANNOTATION])["cards"] == [0]
     assert apiserver.calls.index("create_lease") < apiserver.calls.index("bind")
     lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, "gpu-ledger.gpu-0")]
     assert lease["spec"]["holderIdentity"] and lease["metadata"]["ownerReferences"][0]["name"] == "gpu-0"
-    assert gpu.RESERVATIONS_ANNOTATION not in apiserver.nodes["gpu-0"]["metadata"].get("annotations", {}), "the Node is never written"
+    assert gpu.RESERVATIONS_ANNOTATION not in apiserver.nodes["gpu-0"]["metadata"].get("annotations", {}), (
+        "the Node is never written"
+    )
     assert "patch_pod_annotations" not in apiserver.calls, "the Binding carries the annotations"
 
 
@@ -115,7 +121,9 @@ async def test_node_heartbeats_no_longer_conflict_with_commits(apiserver: Any, m
         assert result.error == "" and result.conflicts == 0
 
 
-async def test_a_lease_written_between_read_and_write_costs_a_retry(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_a_lease_written_between_read_and_write_costs_a_retry(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     apiserver.add_node(make_node("gpu-0"))
     first, second = _pods(apiserver, make_gpu_pod, 2, mem=4)
     one = binder.Binder(apiserver, clock=Clock())
@@ -183,7 +191,9 @@ async def test_bound_pods_leave_the_ledger_on_the_next_commit(apiserver: Any, ma
     assert list(_lease_ledger(apiserver, "gpu-0")) == [pods[-1]["metadata"]["uid"]]
 
 
-async def test_errors_come_back_as_binding_results_not_exceptions(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_errors_come_back_as_binding_results_not_exceptions(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     apiserver.add_node(make_node("gpu-0"))
     (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
     one = binder.Binder(apiserver, clock=Clock())
@@ -197,7 +207,9 @@ async def test_errors_come_back_as_binding_results_not_exceptions(apiserver: Any
     assert "already bound to gpu-0" in (await one.bind(_request(obj, "gpu-1"))).error
 
 
-async def test_whole_card_pods_get_the_best_connected_free_cards(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_whole_card_pods_get_the_best_connected_free_cards(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     links = [(a, b, "NV2" if (a < 4) == (b < 4) else "SYS") for a in range(8) for b in range(a + 1, 8)]
     apiserver.add_node(make_node("topo", mode="topology", placement=None, count=8, links=links))
     one, two = _pods(apiserver, make_gpu_pod, 2, whole=4)
@@ -228,7 +240,9 @@ async def test_a_pod_deleted_mid_bind_frees_its_card_at_the_next_commit_not_afte
     assert list(_lease_ledger(apiserver, "gpu-0")) == [later["metadata"]["uid"]]
 
 
-async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_a_ledger_entry_of_a_pod_that_cannot_be_read_is_kept(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     one, clock, stuck, later = _binding_of_p0_fails(apiserver, make_node, make_gpu_pod, ttl=600)
     await one.bind(_request(stuck, "gpu-0"))
     real_get = apiserver.get_pod
@@ -262,9 +276,36 @@ async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
     apiserver.add_node(make_node("gpu-0"))
     alive = apiserver.add_pod(make_gpu_pod("alive", mem=2))
     entries = {
-        "expired": allocation.Allocation(uid="expired", namespace="team-a", name="x", node="gpu-0", cards=(0,), memory_gib=2, assumed_at=NOW - 200, expires=NOW - 80),
-        "deleted": allocation.Allocation(uid="deleted", namespace="team-a", name="gone", node="gpu-0", cards=(1,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
-        alive["metadata"]["uid"]: allocation.Allocation(uid=alive["metadata"]["uid"], namespace="team-a", name="alive", node="gpu-0", cards=(2,), memory_gib=2, assumed_at=NOW - 20, expires=NOW + 100),
+        "expired": allocation.Allocation(
+            uid="expired",
+            namespace="team-a",
+            name="x",
+            node="gpu-0",
+            cards=(0,),
+            memory_gib=2,
+            assumed_at=NOW - 200,
+            expires=NOW - 80,
+        ),
+        "deleted": allocation.Allocation(
+            uid="deleted",
+            namespace="team-a",
+            name="gone",
+            node="gpu-0",
+            cards=(1,),
+            memory_gib=2,
+            assumed_at=NOW - 20,
+            expires=NOW + 100,
+        ),
+        alive["metadata"]["uid"]: allocation.Allocation(
+            uid=alive["metadata"]["uid"],
+            namespace="team-a",
+            name="alive",
+            node="gpu-0",
+            cards=(2,),
+            memory_gib=2,
+            assumed_at=NOW - 20,
+            expires=NOW + 100,
+        ),
     }
     one = binder.Binder(apiserver, clock=Clock())
     assert await one.prune("gpu-0") is False, "no Lease: nothing to prune"
@@ -274,7 +315,9 @@ async def test_prune_drops_expired_and_gone_entries_and_says_whether_it_wrote(
     assert await one.prune("gpu-0") is False
 
 
-async def test_no_per_node_state_outlives_the_binds_to_that_node(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_no_per_node_state_outlives_the_binds_to_that_node(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     apiserver.add_node(make_node("gpu-0"))
     pods = _pods(apiserver, make_gpu_pod, 6, mem=4)
     one = binder.Binder(apiserver, clock=Clock())
@@ -307,8 +350,15 @@ async def test_an_earlier_versions_node_ledger_entry_still_holds_its_card_until_
     """Upgrade: an entry the Node-ledger version committed (pod still unbound) holds its card for
     the new version too, and the new version never writes the Node annotation."""
     old = allocation.Allocation(
-        uid="old-uid", namespace="team-a", name="in-flight", node="gpu-0", cards=(0,), memory_gib=12,
-        assumed_at=NOW - 5, expires=NOW + 60, source="reservation",
+        uid="old-uid",
+        namespace="team-a",
+        name="in-flight",
+        node="gpu-0",
+        cards=(0,),
+        memory_gib=12,
+        assumed_at=NOW - 5,
+        expires=NOW + 60,
+        source="reservation",
     )
     written_before = reservations.encode({"old-uid": old})
     apiserver.add_node(make_node("gpu-0", annotations={gpu.RESERVATIONS_ANNOTATION: written_before}))
@@ -326,7 +376,9 @@ async def test_an_earlier_versions_node_ledger_entry_still_holds_its_card_until_
     assert result.allocation is not None and result.allocation.cards == (0,)
 
 
-async def test_a_missing_ledger_namespace_is_a_clear_bind_error(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_a_missing_ledger_namespace_is_a_clear_bind_error(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     apiserver.add_node(make_node("gpu-0"))
     (obj,) = _pods(apiserver, make_gpu_pod, 1, mem=4)
     result = await binder.Binder(apiserver, clock=Clock(), namespace="no-such-namespace").bind(_request(obj, "gpu-0"))

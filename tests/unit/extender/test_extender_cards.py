@@ -8,16 +8,24 @@ from typing import Any
 import pytest
 
 from policies import gpu
-from policies.gpu import cardrequest, reservations
 from policies.gpu import allocation as allocation_
-from policies.gpu import cards
+from policies.gpu import cardrequest, cards, reservations
 
 NOW = 1_800_000_000.0
 Factory = Any
 
 
 def _allocation(node: str, cards_: list[int], mem: int, *, core: int = 0, whole: bool = False, assumed: float = NOW) -> str:
-    return json.dumps({"node": node, "cards": cards_, "memGiB": mem, "corePercent": core, "whole": whole, "assumedAt": allocation_.timestamp(assumed)})
+    return json.dumps(
+        {
+            "node": node,
+            "cards": cards_,
+            "memGiB": mem,
+            "corePercent": core,
+            "whole": whole,
+            "assumedAt": allocation_.timestamp(assumed),
+        }
+    )
 
 
 # --- cards of a node ---
@@ -67,7 +75,9 @@ def test_topology_nodes_count_whole_cards(make_node: Factory) -> None:
         ("topology", {"aliyun.com/gpu": "0"}, "advertises no aliyun.com/gpu"),
     ],
 )
-def test_nodes_without_usable_cards_say_why(make_node: Factory, mode: str | None, capacity: dict[str, str] | None, problem: str) -> None:
+def test_nodes_without_usable_cards_say_why(
+    make_node: Factory, mode: str | None, capacity: dict[str, str] | None, problem: str
+) -> None:
     model = cards.node_cards(make_node(mode=mode, capacity=capacity))
     assert model.cards == () and problem in model.problem
 
@@ -112,7 +122,9 @@ def test_a_pod_without_managed_resources_is_not_ours(make_gpu_pod: Factory) -> N
 
 
 def test_bind_annotations_are_gpushare_compatible_plus_our_json() -> None:
-    allocation = allocation_.Allocation(uid="u", namespace="ns", name="p", node="n", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW)
+    allocation = allocation_.Allocation(
+        uid="u", namespace="ns", name="p", node="n", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW
+    )
     written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     assert written["ALIYUN_COM_GPU_MEM_IDX"] == "1"
     assert written["ALIYUN_COM_GPU_MEM_POD"] == "4"
@@ -120,7 +132,12 @@ def test_bind_annotations_are_gpushare_compatible_plus_our_json() -> None:
     assert written["ALIYUN_COM_GPU_MEM_ASSIGNED"] == "false"
     assert written["ALIYUN_COM_GPU_MEM_ASSUME_TIME"] == str(int(NOW * 1e9))
     assert json.loads(written["gpu-admission.io/allocation"]) == {
-        "node": "n", "cards": [1], "memGiB": 4, "corePercent": 30, "whole": False, "assumedAt": "2027-01-15T08:00:00.000Z",
+        "node": "n",
+        "cards": [1],
+        "memGiB": 4,
+        "corePercent": 30,
+        "whole": False,
+        "assumedAt": "2027-01-15T08:00:00.000Z",
     }
 
 
@@ -137,7 +154,9 @@ def test_state_is_rebuilt_from_the_annotations_of_bound_pods(make_node: Factory,
         make_gpu_pod("b", mem=5, node_name="gpu-0", annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [2], 5)}),
         # placed by gpushare before us: only its annotations
         make_gpu_pod("c", mem=3, node_name="gpu-0", annotations={"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "3"}),
-        make_gpu_pod("elsewhere", mem=9, node_name="gpu-9", annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-9", [0], 9)}),
+        make_gpu_pod(
+            "elsewhere", mem=9, node_name="gpu-9", annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-9", [0], 9)}
+        ),
     ]
     state = cards.node_state(make_node(), pods, now=NOW)
     assert [c.memory_used for c in state.cards] == [7, 0, 5, 0]
@@ -154,7 +173,9 @@ def test_finished_pods_free_their_cards_but_terminating_ones_still_hold_them(mak
 
 
 def test_an_annotated_pod_that_never_got_bound_holds_its_card_until_the_ttl(make_node: Factory, make_gpu_pod: Factory) -> None:
-    waiting = make_gpu_pod("waiting", mem=6, annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [1], 6, assumed=NOW - 50)})
+    waiting = make_gpu_pod(
+        "waiting", mem=6, annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [1], 6, assumed=NOW - 50)}
+    )
     assert [c.memory_used for c in cards.node_state(make_node(), [waiting], now=NOW, ttl=60).cards] == [0, 6, 0, 0]
     assert [c.memory_used for c in cards.node_state(make_node(), [waiting], now=NOW + 10, ttl=60).cards] == [0, 0, 0, 0]
     assert cards.pod_node(waiting) == "gpu-0"
@@ -166,15 +187,23 @@ def test_a_stale_annotation_naming_another_node_is_ignored(make_node: Factory, m
 
 
 def test_ledger_entries_count_until_they_expire_or_the_pod_is_seen_bound(make_node: Factory, make_gpu_pod: Factory) -> None:
-    entry = allocation_.Allocation(uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(3,), memory_gib=8, assumed_at=NOW, expires=NOW + 60)
+    entry = allocation_.Allocation(
+        uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(3,), memory_gib=8, assumed_at=NOW, expires=NOW + 60
+    )
     obj = make_node(annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"u1": entry})})
     assert reservations.node_reservations(obj)["u1"].cards == (3,)
     assert [c.memory_used for c in cards.node_state(obj, [], now=NOW).cards] == [0, 0, 0, 8]
     assert [c.memory_used for c in cards.node_state(obj, [], now=NOW + 61).cards] == [0, 0, 0, 0]
     assert [c.memory_used for c in cards.node_state(obj, [], now=NOW, exclude_uid="u1").cards] == [0, 0, 0, 0]
     # Once bound the pod's own annotation counts, once: the ledger entry is not added on top.
-    bound = make_gpu_pod("p1", namespace="ns", uid="u1", mem=8, node_name="gpu-0",
-                         annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [3], 8)})
+    bound = make_gpu_pod(
+        "p1",
+        namespace="ns",
+        uid="u1",
+        mem=8,
+        node_name="gpu-0",
+        annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [3], 8)},
+    )
     assert [c.memory_used for c in cards.node_state(obj, [bound], now=NOW).cards] == [0, 0, 0, 8]
     assert reservations.prune({"u1": entry}, pods=[bound], now=NOW) == {}
     assert reservations.prune({"u1": entry}, pods=[], now=NOW) == {"u1": entry}
@@ -188,8 +217,13 @@ def test_a_malformed_ledger_reads_as_empty(make_node: Factory) -> None:
 
 def test_core_percentages_add_up_per_card(make_node: Factory, make_gpu_pod: Factory) -> None:
     pods = [
-        make_gpu_pod(f"p{i}", mem=2, core=30, node_name="gpu-0",
-                     annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [0], 2, core=30)})
+        make_gpu_pod(
+            f"p{i}",
+            mem=2,
+            core=30,
+            node_name="gpu-0",
+            annotations={gpu.ALLOCATION_ANNOTATION: _allocation("gpu-0", [0], 2, core=30)},
+        )
         for i in range(3)
     ]
     state = cards.node_state(make_node(mode="core_mem", count=2, gib=22), pods, now=NOW)

@@ -33,8 +33,12 @@ class _World:
     def __init__(self, make_node: Factory, make_gpu_pod: Factory, rng: random.Random) -> None:
         self.rng, self.make_gpu_pod = rng, make_gpu_pod
         self.now, self.ttl, self.version = NOW, 120.0, 100
-        self.nodes = {f"n-{i}": make_node(f"n-{i}", placement=rng.choice(["binpack", "spread"]), count=rng.choice([1, 2, 4]), gib=rng.choice([8, 15]))
-                      for i in range(10)}
+        self.nodes = {
+            f"n-{i}": make_node(
+                f"n-{i}", placement=rng.choice(["binpack", "spread"]), count=rng.choice([1, 2, 4]), gib=rng.choice([8, 15])
+            )
+            for i in range(10)
+        }
         self.nodes["n-topology"] = make_node("n-topology", mode="topology", count=4)
         self.nodes["n-default"] = make_node("n-default", mode="default")
         self.pods: dict[str, dict[str, Any]] = {}
@@ -56,7 +60,9 @@ class _World:
         if kind == 0:
             pod = self.make_gpu_pod(f"p-{self.count}", whole=self.rng.choice([1, 2]), uid=f"uid-{self.count}")
         elif kind == 1:
-            pod = self.make_gpu_pod(f"p-{self.count}", mem=self.rng.choice([2, 4]), core=self.rng.choice([30, 60]), uid=f"uid-{self.count}")
+            pod = self.make_gpu_pod(
+                f"p-{self.count}", mem=self.rng.choice([2, 4]), core=self.rng.choice([30, 60]), uid=f"uid-{self.count}"
+            )
         else:
             pod = self.make_gpu_pod(f"p-{self.count}", mem=self.rng.choice([1, 2, 4, 7, 8, 15]), uid=f"uid-{self.count}")
         pod["metadata"]["resourceVersion"] = self._next()
@@ -75,9 +81,17 @@ class _World:
         chosen = placement.choose(wanted, state) if state is not None else None
         if chosen is None:
             return
-        held = allocation.Allocation(uid=pod["metadata"]["uid"], namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"],
-                                     node=name, cards=chosen, memory_gib=wanted.memory_gib, core_percent=wanted.core_percent,
-                                     whole=bool(wanted.cards), assumed_at=self.now)
+        held = allocation.Allocation(
+            uid=pod["metadata"]["uid"],
+            namespace=pod["metadata"]["namespace"],
+            name=pod["metadata"]["name"],
+            node=name,
+            cards=chosen,
+            memory_gib=wanted.memory_gib,
+            core_percent=wanted.core_percent,
+            whole=bool(wanted.cards),
+            assumed_at=self.now,
+        )
         pod["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
         pod["spec"]["nodeName"] = name
         pod["metadata"]["resourceVersion"] = self._next()
@@ -92,8 +106,15 @@ class _World:
         pod = self.rng.choice(pending)
         name = self.rng.choice(sorted(self.nodes))
         wanted = cardrequest.pod_request(pod)
-        held = allocation.Allocation(uid=pod["metadata"]["uid"], namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"],
-                                     node=name, cards=(0,), memory_gib=max(1, wanted.memory_gib), assumed_at=self.now - self.rng.choice([0, 100]))
+        held = allocation.Allocation(
+            uid=pod["metadata"]["uid"],
+            namespace=pod["metadata"]["namespace"],
+            name=pod["metadata"]["name"],
+            node=name,
+            cards=(0,),
+            memory_gib=max(1, wanted.memory_gib),
+            assumed_at=self.now - self.rng.choice([0, 100]),
+        )
         pod["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
         pod["metadata"]["resourceVersion"] = self._next()
         self.cache.apply("Pod", "MODIFIED", json.loads(json.dumps(pod)))
@@ -105,14 +126,27 @@ class _World:
         for pod in self.rng.sample(list(self.pods.values()), min(len(self.pods), self.rng.randrange(0, 4))):
             wanted = cardrequest.pod_request(pod)
             entries[pod["metadata"]["uid"]] = allocation.Allocation(
-                uid=pod["metadata"]["uid"], namespace=pod["metadata"]["namespace"], name=pod["metadata"]["name"], node=name,
-                cards=(self.rng.randrange(2),), memory_gib=max(1, wanted.memory_gib), assumed_at=self.now - self.rng.choice([0, 30]),
-                expires=self.now + self.rng.choice([5, 40, 120]), source="reservation",
+                uid=pod["metadata"]["uid"],
+                namespace=pod["metadata"]["namespace"],
+                name=pod["metadata"]["name"],
+                node=name,
+                cards=(self.rng.randrange(2),),
+                memory_gib=max(1, wanted.memory_gib),
+                assumed_at=self.now - self.rng.choice([0, 30]),
+                expires=self.now + self.rng.choice([5, 40, 120]),
+                source="reservation",
             )
         if self.rng.random() < 0.3:  # an entry of a pod no one has seen (deleted, or not yet watched)
             entries["ghost-" + str(self.count)] = allocation.Allocation(
-                uid="ghost-" + str(self.count), namespace="team-a", name="ghost", node=name, cards=(0,), memory_gib=3,
-                assumed_at=self.now, expires=self.now + 60, source="reservation",
+                uid="ghost-" + str(self.count),
+                namespace="team-a",
+                name="ghost",
+                node=name,
+                cards=(0,),
+                memory_gib=3,
+                assumed_at=self.now,
+                expires=self.now + 60,
+                source="reservation",
             )
         lease = reservations.lease_body(name, self.nodes[name]["metadata"]["uid"], entries, "test")
         lease["metadata"]["resourceVersion"] = self._next()
@@ -190,12 +224,22 @@ def test_remembered_verdicts_equal_fresh_ones_through_random_changes(
 
         found = world.cache.judged_list(names, now=world.now, ttl=world.ttl, exclude_uid=uid, key=("check", wanted), judge=judge)
         # Judged afresh after the call (a state computed here must not help the call above).
-        fresh = [None if (state := world.cache.state(n, now=world.now, ttl=world.ttl, exclude_uid=uid)) is None else _verdict(wanted, state)
-                 for n in names]
+        fresh = [
+            None
+            if (state := world.cache.state(n, now=world.now, ttl=world.ttl, exclude_uid=uid)) is None
+            else _verdict(wanted, state)
+            for n in names
+        ]
         assert found == fresh, f"step {checked}: {pod['metadata']['name']} on {names}"
-        assert world.cache.judged(names, now=world.now, ttl=world.ttl, exclude_uid=uid, key=("check", wanted), judge=judge) == dict(zip(names, fresh, strict=True))
-        counting = {n for n in set(names) if (s := world.cache.state(n, now=world.now, ttl=world.ttl)) is not None
-                    and uid in {a.uid for a in (*s.allocations, *s.orphans)}}
+        assert world.cache.judged(
+            names, now=world.now, ttl=world.ttl, exclude_uid=uid, key=("check", wanted), judge=judge
+        ) == dict(zip(names, fresh, strict=True))
+        counting = {
+            n
+            for n in set(names)
+            if (s := world.cache.state(n, now=world.now, ttl=world.ttl)) is not None
+            and uid in {a.uid for a in (*s.allocations, *s.orphans)}
+        }
         excluded += bool(counting)
         calls.clear()
         again = world.cache.judged_list(names, now=world.now, ttl=world.ttl, exclude_uid=uid, key=("check", wanted), judge=judge)
@@ -219,8 +263,17 @@ def test_the_pods_own_ledger_entry_is_left_out_on_every_node_that_lists_it(make_
     uid = pod["metadata"]["uid"]
     wanted = cardrequest.pod_request(pod)
     for rv, name in enumerate(("a", "b"), start=10):  # an earlier, interrupted attempt of this very pod on a and b
-        entry = allocation.Allocation(uid=uid, namespace="team-a", name="p", node=name, cards=(0,), memory_gib=6,
-                                      assumed_at=NOW, expires=NOW + 60, source="reservation")
+        entry = allocation.Allocation(
+            uid=uid,
+            namespace="team-a",
+            name="p",
+            node=name,
+            cards=(0,),
+            memory_gib=6,
+            assumed_at=NOW,
+            expires=NOW + 60,
+            source="reservation",
+        )
         lease = reservations.lease_body(name, "", {uid: entry}, "test")
         lease["metadata"]["resourceVersion"] = str(rv)
         cache.apply("Lease", "ADDED", lease)
@@ -229,15 +282,29 @@ def test_the_pods_own_ledger_entry_is_left_out_on_every_node_that_lists_it(make_
     judge_own = lambda s: placement.evaluate(wanted, s, decide=False).fits  # noqa: E731
     key = ("filter", wanted)
     # Another pod of the same shape: a and b are full (the entry holds 6 of 8 GiB); remembered.
-    assert cache.judged_list(["a", "b", "c"], now=NOW, ttl=120, exclude_uid="other-uid", key=key, judge=judge_other) == [False, False, True]
-    assert cache.judged_list(["a", "b", "c"], now=NOW, ttl=120, exclude_uid="other-uid", key=key, judge=judge_own) == [False, False, True]
+    assert cache.judged_list(["a", "b", "c"], now=NOW, ttl=120, exclude_uid="other-uid", key=key, judge=judge_other) == [
+        False,
+        False,
+        True,
+    ]
+    assert cache.judged_list(["a", "b", "c"], now=NOW, ttl=120, exclude_uid="other-uid", key=key, judge=judge_own) == [
+        False,
+        False,
+        True,
+    ]
     # The pod itself: its own entries do not stand in its way, although the table says "full".
     assert cache.judged_list(["a", "b", "c"], now=NOW, ttl=120, exclude_uid=uid, key=key, judge=judge_own) == [True, True, True]
     # Once its entries lapse, the other pod fits everywhere too.
-    assert cache.judged_list(["c", "a", "b"], now=NOW + 61, ttl=120, exclude_uid="other-uid", key=key, judge=judge_other) == [True, True, True]
+    assert cache.judged_list(["c", "a", "b"], now=NOW + 61, ttl=120, exclude_uid="other-uid", key=key, judge=judge_other) == [
+        True,
+        True,
+        True,
+    ]
 
 
-def test_the_stores_node_states_are_those_of_cards_node_state_through_random_changes(make_node: Factory, make_gpu_pod: Factory) -> None:
+def test_the_stores_node_states_are_those_of_cards_node_state_through_random_changes(
+    make_node: Factory, make_gpu_pod: Factory
+) -> None:
     """The store reads what each bound pod holds once per copy of the pod (`Store._node_state`):
     its states must be `cards.node_state`'s over the same node, pods and ledger."""
     rng = random.Random(2019)

@@ -10,16 +10,25 @@ import copy
 from typing import Any
 
 from policies.gpu import allocation, cardrequest, reservations
-from webhook.extender import placement, preemption, store
 from tests.unit.extender import conftest
+from webhook.extender import placement, preemption, store
 
 NOW = 1_800_000_000.0
 DELETING = "2027-01-15T08:00:00Z"
 
 
 def _bound(name: str, card: int, *, gib: int = 3, priority: int = 0) -> dict[str, Any]:
-    held = allocation.Allocation(uid=f"uid-{name}", namespace="team-a", name=name, node="n", cards=(card,), memory_gib=gib, assumed_at=NOW)
-    pod = conftest.pod(name, uid=f"uid-{name}", mem=gib, node_name="n", phase="Running", annotations=allocation.bind_annotations(held, card_memory_gib=15))
+    held = allocation.Allocation(
+        uid=f"uid-{name}", namespace="team-a", name=name, node="n", cards=(card,), memory_gib=gib, assumed_at=NOW
+    )
+    pod = conftest.pod(
+        name,
+        uid=f"uid-{name}",
+        mem=gib,
+        node_name="n",
+        phase="Running",
+        annotations=allocation.bind_annotations(held, card_memory_gib=15),
+    )
     pod["spec"]["priority"] = priority
     return pod
 
@@ -41,7 +50,9 @@ def _spread_node(cache_pods: list[dict[str, Any]]) -> store.Store:
 
 def _place(cache: store.Store, name: str, *, gib: int = 3) -> int:
     """Where the extender puts the next pod (what bind decides), then that pod bound there."""
-    fit = placement.evaluate(cardrequest.pod_request(conftest.pod(name, mem=gib)), cache.state("n", now=NOW, ttl=60.0) or _never())
+    fit = placement.evaluate(
+        cardrequest.pod_request(conftest.pod(name, mem=gib)), cache.state("n", now=NOW, ttl=60.0) or _never()
+    )
     assert fit.fits
     cache.put_pod(_bound(name, fit.cards[0], gib=gib))
     return fit.cards[0]
@@ -74,7 +85,9 @@ def test_before_the_change_the_terminating_pods_were_counted() -> None:
 def test_a_victim_named_by_a_hold_record_counts_until_it_is_gone() -> None:
     victim = _bound("victim", 0, gib=15)
     cache = _spread_node([victim])
-    record = preemption.Hold(uid="uid-boss", namespace="team-a", name="boss", node="n", priority=1000, victims=frozenset({"uid-victim"}), at=NOW)
+    record = preemption.Hold(
+        uid="uid-boss", namespace="team-a", name="boss", node="n", priority=1000, victims=frozenset({"uid-victim"}), at=NOW
+    )
     lease = preemption.hold_lease_body("n", "node-uid", {record.uid: record}, namespace="gpu-admission")
     lease["metadata"]["resourceVersion"] = "7"
     cache.put_lease(lease)
@@ -113,8 +126,15 @@ def test_the_ledger_entries_of_pods_being_deleted_or_gone_stop_counting_too() ->
     old = [_bound(f"old-{i}", i) for i in range(4)]
     entries = {
         f"uid-old-{i}": allocation.Allocation(
-            uid=f"uid-old-{i}", namespace="team-a", name=f"old-{i}", node="n", cards=(i,), memory_gib=3,
-            assumed_at=NOW - 1, expires=NOW + 119, source="reservation",
+            uid=f"uid-old-{i}",
+            namespace="team-a",
+            name=f"old-{i}",
+            node="n",
+            cards=(i,),
+            memory_gib=3,
+            assumed_at=NOW - 1,
+            expires=NOW + 119,
+            source="reservation",
         )
         for i in range(4)
     }

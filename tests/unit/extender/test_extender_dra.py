@@ -8,18 +8,19 @@ import json
 from typing import Any
 
 from policies.gpu import cardrequest, cards, dra, inspection, reasons
+from tests import dra_objects
+from tests.unit.extender.conftest import node as make_node
+from tests.unit.extender.conftest import pod as make_pod
 from webhook.explain import analysis, snapshot
 from webhook.explain import cli as explain_cli
 from webhook.extender import placement, store
 
-from tests import dra_objects
-from tests.unit.extender.conftest import node as make_node
-from tests.unit.extender.conftest import pod as make_pod
-
 NOW = 1_800_000_000.0
 
 
-def _claim(node: str, device: str, *, name: str = "train", namespace: str = "ml", uid: str = "c-1", **extra: Any) -> dict[str, Any]:
+def _claim(
+    node: str, device: str, *, name: str = "train", namespace: str = "ml", uid: str = "c-1", **extra: Any
+) -> dict[str, Any]:
     return dra_objects.claim(name, namespace=namespace, uid=uid, allocated=(node, device), **extra)
 
 
@@ -117,7 +118,10 @@ def test_inspect_without_dra_is_unchanged() -> None:
 def test_explain_names_the_claim_that_holds_the_card() -> None:
     pending = make_pod(mem=4)
     cluster = analysis.Cluster(
-        [NODE], [pending], now=NOW, slices=[SLICE],
+        [NODE],
+        [pending],
+        now=NOW,
+        slices=[SLICE],
         claims=[_claim("gpu-0", "gpu-0"), _claim("gpu-0", "gpu-1", name="infer", uid="c-2")],
     )
     report = analysis.explain(pending, cluster=cluster)

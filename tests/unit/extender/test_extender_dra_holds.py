@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.gpu import dra
+from tests.unit.extender.test_extender_taints import NOW, SLICE, FakeApi, cache_with, sharing_pod
 from webhook.extender import store, taints
 from webhook.kube import errors as kube_errors
-
-from tests.unit.extender.test_extender_taints import NOW, SLICE, FakeApi, cache_with, sharing_pod
 
 LEDGER = "gpu-admission"
 
@@ -126,7 +125,11 @@ async def test_a_replica_that_does_not_lead_writes_no_claim() -> None:
 
 def hold(device: dra.Device, namespace: str) -> dict[str, Any]:
     claim = dra.hold_claim(device, namespace=namespace)
-    return {**claim, "metadata": {**claim["metadata"], "uid": f"uid-{namespace}"}, "status": {"allocation": dra.hold_allocation(device)}}
+    return {
+        **claim,
+        "metadata": {**claim["metadata"], "uid": f"uid-{namespace}"},
+        "status": {"allocation": dra.hold_allocation(device)},
+    }
 
 
 def test_only_the_ledger_namespace_makes_a_claim_a_hold_claim() -> None:

@@ -47,8 +47,10 @@ def _reference_answers(cache: store.Store, pod: dict[str, Any], names: list[str]
 
 
 def _nodes(make_node: Factory, rng: random.Random) -> list[dict[str, Any]]:
-    mixed = [inventory.Card(index=i, memory_mib=m, uuid=f"GPU-{i}", name=n)
-             for i, (m, n) in enumerate([(16160, "Tesla-V100-SXM2-16GB"), (32510, "Tesla-V100-SXM2-32GB"), (15360, "Tesla-T4")])]
+    mixed = [
+        inventory.Card(index=i, memory_mib=m, uuid=f"GPU-{i}", name=n)
+        for i, (m, n) in enumerate([(16160, "Tesla-V100-SXM2-16GB"), (32510, "Tesla-V100-SXM2-32GB"), (15360, "Tesla-T4")])
+    ]
     found = []
     for i in range(24):
         kind = i % 6
@@ -80,7 +82,9 @@ def _pods(make_gpu_pod: Factory, rng: random.Random, count: int) -> list[dict[st
         elif kind == 3:
             pod = make_gpu_pod(f"p-{i}", whole=rng.choice([1, 2, 3]))
         elif kind == 4:
-            pod = make_gpu_pod(f"p-{i}", mem=4, annotations={"gpu-admission.io/gpu-model": rng.choice(["Tesla-T4", "Tesla-V100-SXM2-32GB"])})
+            pod = make_gpu_pod(
+                f"p-{i}", mem=4, annotations={"gpu-admission.io/gpu-model": rng.choice(["Tesla-T4", "Tesla-V100-SXM2-32GB"])}
+            )
         elif kind == 5:
             pod = make_gpu_pod(f"p-{i}", mem="two")  # malformed: never fits
         else:
@@ -97,11 +101,20 @@ def _occupy(cache: store.Store, pod: dict[str, Any], node: str) -> bool:
     if chosen is None or wanted.family is None:
         return False
     held = allocation.Allocation(
-        uid=pod["metadata"]["uid"], namespace="team-a", name=pod["metadata"]["name"], node=node, cards=chosen,
-        memory_gib=wanted.memory_gib, core_percent=wanted.core_percent, whole=bool(wanted.cards), assumed_at=NOW,
+        uid=pod["metadata"]["uid"],
+        namespace="team-a",
+        name=pod["metadata"]["name"],
+        node=node,
+        cards=chosen,
+        memory_gib=wanted.memory_gib,
+        core_percent=wanted.core_percent,
+        whole=bool(wanted.cards),
+        assumed_at=NOW,
     )
     bound = json.loads(json.dumps(pod))
-    bound["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=state.cards[chosen[0]].card.memory_gib if state else 0)
+    bound["metadata"]["annotations"] = allocation.bind_annotations(
+        held, card_memory_gib=state.cards[chosen[0]].card.memory_gib if state else 0
+    )
     bound["metadata"]["resourceVersion"] = "2"
     bound["spec"]["nodeName"] = node
     cache.put_pod(bound)
@@ -120,7 +133,9 @@ def filled(make_node: Factory) -> store.Store:
 
 @pytest.fixture
 async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, filled: store.Store) -> Client:
-    application = app.make_app(cache=filled, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=filled), settings=app.Settings(clock=lambda: NOW))
+    application = app.make_app(
+        cache=filled, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=filled), settings=app.Settings(clock=lambda: NOW)
+    )
     return await aiohttp_client(application)
 
 
@@ -152,7 +167,9 @@ async def test_answers_equal_fresh_judgement_byte_for_byte_while_the_cluster_fil
     assert checked == 240 and bound > 40, "enough pods landed to fill nodes and change answers"
 
 
-async def test_a_node_state_change_changes_the_remembered_answers(client: Client, filled: store.Store, make_gpu_pod: Factory) -> None:
+async def test_a_node_state_change_changes_the_remembered_answers(
+    client: Client, filled: store.Store, make_gpu_pod: Factory
+) -> None:
     names = ["n-00", "n-06"]  # two shared-mode nodes of 4 x 15 GiB
     pod = make_gpu_pod("probe", mem=8)
     before_filter, _ = await _raw(client, "/filter", pod, names)
@@ -160,8 +177,15 @@ async def test_a_node_state_change_changes_the_remembered_answers(client: Client
     assert json.loads(before_filter)["NodeNames"] == names
     for card in range(4):  # n-06 fills up: 14 GiB taken on every card
         hog = make_gpu_pod(f"hog-{card}", mem=14)
-        held = allocation.Allocation(uid=hog["metadata"]["uid"], namespace="team-a", name=hog["metadata"]["name"], node="n-06",
-                                     cards=(card,), memory_gib=14, assumed_at=NOW)
+        held = allocation.Allocation(
+            uid=hog["metadata"]["uid"],
+            namespace="team-a",
+            name=hog["metadata"]["name"],
+            node="n-06",
+            cards=(card,),
+            memory_gib=14,
+            assumed_at=NOW,
+        )
         hog["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
         hog["spec"]["nodeName"] = "n-06"
         filled.put_pod(hog)
@@ -175,11 +199,16 @@ async def test_a_node_state_change_changes_the_remembered_answers(client: Client
 
 
 def test_host_priority_entries_join_into_the_bytes_orjson_writes_for_the_list() -> None:
-    scores = {"a": 3, "é\"quoted": 10, "below": -4, "above": 13, "zero": 0}
+    scores = {"a": 3, 'é"quoted': 10, "below": -4, "above": 13, "zero": 0}
     joined = wire.priorities_json(wire.host_priority_json(host, score) for host, score in scores.items())
     assert joined == app._dumps(wire.priorities(scores)).encode()
-    assert json.loads(joined) == [{"Host": "a", "Score": 3}, {"Host": "é\"quoted", "Score": 10}, {"Host": "below", "Score": 0},
-                                  {"Host": "above", "Score": 10}, {"Host": "zero", "Score": 0}]
+    assert json.loads(joined) == [
+        {"Host": "a", "Score": 3},
+        {"Host": 'é"quoted', "Score": 10},
+        {"Host": "below", "Score": 0},
+        {"Host": "above", "Score": 10},
+        {"Host": "zero", "Score": 0},
+    ]
     assert wire.priorities_json([]) == b"[]"
 
 
@@ -204,8 +233,12 @@ async def test_bodies_decode_as_json_decodes_them(client: Client, make_gpu_pod: 
     body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": ["n-00"]}).encode()
     async with client.post("/filter", data=body) as answer:
         assert answer.status == 200 and (await answer.json())["NodeNames"] == ["n-00"]
-    for bad, message in ((b"", "the body is empty"), (b"{\"Pod\": NaN}", "'Pod' must be a Pod object, got a number"),
-                         (b"\xff{}", "the body is not utf-8"), (b"[1,", "the body is not JSON")):
+    for bad, message in (
+        (b"", "the body is empty"),
+        (b'{"Pod": NaN}', "'Pod' must be a Pod object, got a number"),
+        (b"\xff{}", "the body is not utf-8"),
+        (b"[1,", "the body is not JSON"),
+    ):
         async with client.post("/filter", data=bad) as answer:
             assert answer.status == 400
             assert message in (await answer.json())["Error"]
@@ -225,7 +258,10 @@ async def test_refusal_reasons_are_counted_once_per_node(client: Client, make_gp
 
 
 async def test_node_states_are_computed_before_the_first_filter_once_the_lists_are_in(
-    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, make_node: Factory, make_gpu_pod: Factory,
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    apiserver: Any,
+    make_node: Factory,
+    make_gpu_pod: Factory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from policies.gpu import cards
@@ -253,8 +289,12 @@ async def test_node_states_are_computed_before_the_first_filter_once_the_lists_a
         def stop(self) -> None:
             pass
 
-    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
-                               settings=app.Settings(clock=lambda: NOW), watch=lambda loop: Lists())
+    application = app.make_app(
+        cache=cache,
+        bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
+        settings=app.Settings(clock=lambda: NOW),
+        watch=lambda loop: Lists(),
+    )
     client = await aiohttp_client(application)
     for _ in range(500):  # each node twice: the filter's state and /inspect's and /metrics' (`overview`)
         if len(computed) >= 2 * len(names):
@@ -287,8 +327,12 @@ async def test_once_warmed_the_listed_state_is_frozen_out_of_the_collectors_full
 
     gc.unfreeze()
     try:
-        application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
-                                   settings=app.Settings(clock=lambda: NOW), watch=lambda loop: Lists())
+        application = app.make_app(
+            cache=cache,
+            bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
+            settings=app.Settings(clock=lambda: NOW),
+            watch=lambda loop: Lists(),
+        )
         await aiohttp_client(application)
         for _ in range(500):
             if gc.get_freeze_count():
@@ -303,17 +347,32 @@ async def test_once_warmed_the_listed_state_is_frozen_out_of_the_collectors_full
         gc.unfreeze()
 
 
-def test_remembered_verdicts_end_when_a_time_limited_allocation_stops_counting(filled: store.Store, make_gpu_pod: Factory) -> None:
+def test_remembered_verdicts_end_when_a_time_limited_allocation_stops_counting(
+    filled: store.Store, make_gpu_pod: Factory
+) -> None:
     for card in range(4):  # reserved by binds that never completed, assumed 100 s ago: they count until NOW + 20 (TTL 120)
         hog = make_gpu_pod(f"unbound-{card}", mem=14)
-        held = allocation.Allocation(uid=hog["metadata"]["uid"], namespace="team-a", name=hog["metadata"]["name"], node="n-00",
-                                     cards=(card,), memory_gib=14, assumed_at=NOW - 100)
+        held = allocation.Allocation(
+            uid=hog["metadata"]["uid"],
+            namespace="team-a",
+            name=hog["metadata"]["name"],
+            node="n-00",
+            cards=(card,),
+            memory_gib=14,
+            assumed_at=NOW - 100,
+        )
         hog["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
         filled.put_pod(hog)
     wanted = cardrequest.pod_request(make_gpu_pod("probe", mem=8))
 
     def verdicts(now: float, ttl: float = 120.0) -> dict[str, Any]:
-        found = filled.judged(["n-00", "n-06"], now=now, ttl=ttl, key=("filter", wanted), judge=lambda s: placement.evaluate(wanted, s, decide=False).verdict)
+        found = filled.judged(
+            ["n-00", "n-06"],
+            now=now,
+            ttl=ttl,
+            key=("filter", wanted),
+            judge=lambda s: placement.evaluate(wanted, s, decide=False).verdict,
+        )
         return {name: str(verdict) for name, verdict in found.items()}
 
     assert verdicts(NOW) == verdicts(NOW + 19) == {"n-00": "full", "n-06": "fits"}

@@ -9,10 +9,9 @@ from typing import Any
 
 from aiohttp import test_utils, web
 
-from policies.gpu import cardrequest
 from policies.gpu import allocation as allocation_
+from policies.gpu import cardrequest, cards
 from webhook.extender import app, binder, placement, store
-from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -28,7 +27,9 @@ async def test_filter_counts_the_reason_codes_of_the_nodes_it_turns_away(
     cache.replace_nodes(list(apiserver.nodes.values()))
     cache.replace_leases([])  # no ledger Leases yet
     cache.replace_pods([])
-    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW), settings=app.Settings(clock=lambda: NOW))
+    application = app.make_app(
+        cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW), settings=app.Settings(clock=lambda: NOW)
+    )
     client = await aiohttp_client(application)
     body = {"Pod": make_gpu_pod(mem=4), "Nodes": None, "NodeNames": ["gpu-0", "small", "topo", "unknown"]}
     async with client.post("/filter", data=json.dumps(body), headers={"Content-Type": "application/json"}) as answer:
@@ -50,9 +51,24 @@ def test_a_verdict_without_reasons_is_the_same_verdict(make_node: Factory, make_
     pods = []
     for index, (mem, core) in enumerate(((10, 0), (12, 30), (12, 90))):
         allocation = allocation_.Allocation(
-            uid=f"u{index}", namespace="ns", name=f"p{index}", node="gpu-0", cards=(index,), memory_gib=mem, core_percent=core, assumed_at=NOW
+            uid=f"u{index}",
+            namespace="ns",
+            name=f"p{index}",
+            node="gpu-0",
+            cards=(index,),
+            memory_gib=mem,
+            core_percent=core,
+            assumed_at=NOW,
         )
-        pods.append(make_gpu_pod(f"p{index}", uid=f"u{index}", mem=mem, node_name="gpu-0", annotations=allocation_.bind_annotations(allocation, card_memory_gib=16)))
+        pods.append(
+            make_gpu_pod(
+                f"p{index}",
+                uid=f"u{index}",
+                mem=mem,
+                node_name="gpu-0",
+                annotations=allocation_.bind_annotations(allocation, card_memory_gib=16),
+            )
+        )
     states = [cards.node_state(node, pods, now=NOW), cards.node_state(topo, [], now=NOW), cards.node_state(node, [], now=NOW)]
     requests = [cardrequest.Request(memory_gib=m, core_percent=c) for m in range(1, 20) for c in (0, 10, 50)]
     requests += [cardrequest.Request(cards=n) for n in range(1, 6)]

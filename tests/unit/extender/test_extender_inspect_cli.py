@@ -9,22 +9,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-
 import pytest
 import yaml
 
-from policies.gpu import dra, allocation, reservations
+from policies.gpu import allocation, dra, reservations
 from webhook.cmdline import errors
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube
 
 
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch, make_node: Callable[..., dict[str, Any]], make_gpu_pod: Callable[..., dict[str, Any]]) -> None:
+def cluster(
+    monkeypatch: pytest.MonkeyPatch, make_node: Callable[..., dict[str, Any]], make_gpu_pod: Callable[..., dict[str, Any]]
+) -> None:
     """The apiserver inspect lists from: one 4 x 15 GiB node, one pod running on it."""
     entry = allocation.Allocation(
-        uid="u-waiting", namespace="team-a", name="waiting", node="gpu-0", cards=(1,), memory_gib=5,
-        assumed_at=time.time(), expires=time.time() + 600, source="reservation",
+        uid="u-waiting",
+        namespace="team-a",
+        name="waiting",
+        node="gpu-0",
+        cards=(1,),
+        memory_gib=5,
+        assumed_at=time.time(),
+        expires=time.time() + 600,
+        source="reservation",
     )
     listed = {
         "/api/v1/nodes": [make_node("gpu-0")],
@@ -63,7 +71,9 @@ def test_output_file_gets_the_same_report_stdout_would(
     else:
         document = json.loads(printed) if fmt == "json" else yaml.safe_load(printed)
         assert [(n["name"], n["totalGPU"], len(n["devs"])) for n in document["nodes"]] == [("gpu-0", 60, 4)]
-        assert [d["usedGPU"] for d in document["nodes"][0]["devs"]] == [0, 5, 0, 0], "the Lease's reservation counts (the trainer has no allocation annotation)"
+        assert [d["usedGPU"] for d in document["nodes"][0]["devs"]] == [0, 5, 0, 0], (
+            "the Lease's reservation counts (the trainer has no allocation annotation)"
+        )
 
 
 def test_inspect_with_settings_naming_another_scheduler_says_so_on_stderr_and_keeps_stdout(
@@ -79,7 +89,9 @@ def test_inspect_with_settings_naming_another_scheduler_says_so_on_stderr_and_ke
 
     assert told.out == plain.out
     assert plain.err == ""
-    assert told.err.startswith("gpu-admission inspect: scheduler profile koordinator: cards are placed and accounted by koordinator")
+    assert told.err.startswith(
+        "gpu-admission inspect: scheduler profile koordinator: cards are placed and accounted by koordinator"
+    )
     assert told.err.rstrip().endswith("the cards below show only what this project's extender placed")
 
 
@@ -90,7 +102,9 @@ def test_the_extender_reads_the_same_notice_and_a_bad_profile_is_one_line(tmp_pa
     bad.write_text("scheduler: slurm\n", encoding="utf-8")
 
     assert extender_cli.scheduler_notice(None) == ""
-    assert extender_cli.scheduler_notice(str(config)).startswith("scheduler profile volcano: cards are placed and accounted by Volcano")
+    assert extender_cli.scheduler_notice(str(config)).startswith(
+        "scheduler profile volcano: cards are placed and accounted by Volcano"
+    )
     with pytest.raises(errors.InputError) as raised:
         extender_cli.scheduler_notice(str(bad))
     assert "scheduler: unknown scheduler profile 'slurm'" in str(raised.value)

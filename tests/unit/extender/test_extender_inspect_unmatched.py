@@ -12,10 +12,9 @@ import pytest
 import yaml
 
 from policies.gpu import dra, reservations
+from tests import dra_objects
 from webhook.extender import cli as extender_cli
 from webhook.extender import kube as extender_kube
-
-from tests import dra_objects
 
 NO_UUID_SLICE = dra_objects.slice_for("gpu-0", ["GPU-0000"])
 for _device in NO_UUID_SLICE["spec"]["devices"]:
@@ -57,7 +56,9 @@ def test_a_claim_on_a_device_without_uuid_is_listed_in_every_view(
     serve(monkeypatch, make_node, [TENANT, _hold()])
     assert extender_cli.inspect_main(["-o", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["draUnmatched"] == [{"claim": "ml/train", "driver": "gpu.nvidia.com", "pool": "gpu-0", "device": "gpu-0", "shared": False}]
+    assert document["draUnmatched"] == [
+        {"claim": "ml/train", "driver": "gpu.nvidia.com", "pool": "gpu-0", "device": "gpu-0", "shared": False}
+    ]
     assert all(not d.get("dra") for d in document["nodes"][0]["devs"])  # on no card
     assert extender_cli.inspect_main(["-o", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["draUnmatched"][0]["claim"] == "ml/train"

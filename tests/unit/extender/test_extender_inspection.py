@@ -20,12 +20,25 @@ Allocated/Total GPU Memory In Cluster:
 24/60 (40%)"""
 
 
-def _states(make_node: Factory, make_gpu_pod: Factory, placed: list[tuple[str, int, int]], **node_kwargs: Any) -> list[cards.NodeState]:
+def _states(
+    make_node: Factory, make_gpu_pod: Factory, placed: list[tuple[str, int, int]], **node_kwargs: Any
+) -> list[cards.NodeState]:
     obj = make_node(NODE, **node_kwargs)
     pods = []
     for i, (name, card, mem) in enumerate(placed):
-        allocation = allocation_.Allocation(uid=f"u{i}", namespace="default", name=name, node=NODE, cards=(card,), memory_gib=mem, assumed_at=NOW)
-        pods.append(make_gpu_pod(name, namespace="default", uid=f"u{i}", mem=mem, node_name=NODE, annotations=allocation_.bind_annotations(allocation, card_memory_gib=15)))
+        allocation = allocation_.Allocation(
+            uid=f"u{i}", namespace="default", name=name, node=NODE, cards=(card,), memory_gib=mem, assumed_at=NOW
+        )
+        pods.append(
+            make_gpu_pod(
+                name,
+                namespace="default",
+                uid=f"u{i}",
+                mem=mem,
+                node_name=NODE,
+                annotations=allocation_.bind_annotations(allocation, card_memory_gib=15),
+            )
+        )
     return [cards.node_state(obj, pods, now=NOW)]
 
 
@@ -102,7 +115,18 @@ def test_wide_output_is_a_row_per_card_with_model_and_uuid(make_node: Factory, m
     inventoried = cards.node_state(make_node("a-inv", count=2, inventory=[15360, 15360]), [], now=NOW)
     [placed] = _states(make_node, make_gpu_pod, BINPACK)
     lines = inspection.wide([placed, inventoried]).splitlines()
-    assert lines[0].split() == ["NAME", "IPADDRESS", "MODE", "GPU", "MODEL", "UUID", "ALLOCATED/TOTAL(GiB)", "CORE(%)", "USED(GiB)", "PODS"]
+    assert lines[0].split() == [
+        "NAME",
+        "IPADDRESS",
+        "MODE",
+        "GPU",
+        "MODEL",
+        "UUID",
+        "ALLOCATED/TOTAL(GiB)",
+        "CORE(%)",
+        "USED(GiB)",
+        "PODS",
+    ]
     assert lines[1].split() == ["a-inv", "192.0.2.109", "cgpu", "0", "Tesla-T4", "GPU-0000", "0/15", "0", "-", "0"]
     assert lines[2].split() == ["a-inv", "192.0.2.109", "cgpu", "1", "Tesla-T4", "GPU-0001", "0/15", "0", "-", "0"]
     # a node advertising capacity only has no model or UUID to show

@@ -18,7 +18,9 @@ Factory = Any
 def _bound(make_gpu_pod: Factory, name: str, *, node: str, card: int, gib: int) -> dict[str, Any]:
     """A pod bound to `node` holding `gib` GiB of `card`, annotated as bind annotates it."""
     obj: dict[str, Any] = make_gpu_pod(name, mem=gib)
-    held = allocation.Allocation(uid=obj["metadata"]["uid"], namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=NOW)
+    held = allocation.Allocation(
+        uid=obj["metadata"]["uid"], namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=NOW
+    )
     obj["spec"]["nodeName"] = node
     obj["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
     return obj
@@ -51,7 +53,9 @@ def test_remembered_verdicts_equal_fresh_ones_and_are_judged_once_per_state(make
     assert "gpu-0" in fresh.failed and "unknown" in fresh.failed and len(fresh.passed) == 5
     assert sorted(calls) == sorted(names[:-1]), "the second filter judged nothing again"
     scored = cache.judged(names, now=NOW, ttl=120, key=("score", wanted), judge=lambda s: placement.score(wanted, s))
-    assert {n: v or 0 for n, v in scored.items()} == placement.scores(wanted, states=cache.states(names, now=NOW, ttl=120), names=names)
+    assert {n: v or 0 for n, v in scored.items()} == placement.scores(
+        wanted, states=cache.states(names, now=NOW, ttl=120), names=names
+    )
 
 
 def test_a_change_on_a_node_or_another_request_shape_is_judged_afresh(make_node: Factory, make_gpu_pod: Factory) -> None:
@@ -73,11 +77,17 @@ def test_a_change_on_a_node_or_another_request_shape_is_judged_afresh(make_node:
     hogs = [_bound(make_gpu_pod, f"hog-{card}", node="gpu-1", card=card, gib=15) for card in range(4)]
     for hog in hogs:
         cache.put_pod(hog)
-    assert cache.judged(names, now=NOW, ttl=120, key=large, judge=judge_for(large)) == {"gpu-0": True, "gpu-1": False, "gpu-2": True}
+    assert cache.judged(names, now=NOW, ttl=120, key=large, judge=judge_for(large)) == {
+        "gpu-0": True,
+        "gpu-1": False,
+        "gpu-2": True,
+    }
     assert calls == [("gpu-1", 15)], "only the node whose pods changed"
     calls.clear()
     # The pod's own earlier allocation on gpu-1 is left out of its state: judged afresh, not remembered.
-    assert cache.judged(names, now=NOW, ttl=120, exclude_uid=hogs[0]["metadata"]["uid"], key=large, judge=judge_for(large)) == dict.fromkeys(names, True)
+    assert cache.judged(
+        names, now=NOW, ttl=120, exclude_uid=hogs[0]["metadata"]["uid"], key=large, judge=judge_for(large)
+    ) == dict.fromkeys(names, True)
     assert calls == [("gpu-1", 15)]
     assert cache.judged(names, now=NOW, ttl=120, key=large, judge=judge_for(large))["gpu-1"] is False
 

@@ -15,7 +15,9 @@ from webhook.kube import errors
 class Raw:
     """What ``ApiClient.call_api`` returns: a response it does not raise for, whatever the status."""
 
-    def __init__(self, status: int, body: Mapping[str, Any], *, reason: str = "", headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, body: Mapping[str, Any], *, reason: str = "", headers: Mapping[str, str] | None = None
+    ) -> None:
         self.status = status
         self.reason = reason
         self.headers = dict(headers or {})
@@ -86,7 +88,9 @@ async def test_a_stale_lease_replace_or_a_lease_that_exists_is_a_conflict_at_onc
     with pytest.raises(errors.Conflict):
         await kube.KubeApi(client).replace_lease("gpu-admission", "gpu-ledger.n", {"metadata": {"resourceVersion": "7"}})  # type: ignore[arg-type]  # a stand-in client
     assert client.sent == [("PUT", "/apis/coordination.k8s.io/v1/namespaces/gpu-admission/leases/gpu-ledger.n")]
-    client = Client(Raw(409, status(409, 'leases.coordination.k8s.io "gpu-ledger.n" already exists'), reason="Conflict"), Raw(201, {}))
+    client = Client(
+        Raw(409, status(409, 'leases.coordination.k8s.io "gpu-ledger.n" already exists'), reason="Conflict"), Raw(201, {})
+    )
     with pytest.raises(errors.Conflict):
         await kube.KubeApi(client).create_lease("gpu-admission", {"metadata": {"name": "gpu-ledger.n"}})  # type: ignore[arg-type]  # a stand-in client
     assert client.sent == [("POST", "/apis/coordination.k8s.io/v1/namespaces/gpu-admission/leases")]

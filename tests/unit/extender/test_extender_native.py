@@ -36,10 +36,16 @@ class Recorder:
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
-        self.seen.append({
-            "method": request.method, "path": request.path, "query": list(request.query.items()), "headers": dict(request.headers),
-            "body": json.loads(body) if body else None, "peer": peer,
-        })
+        self.seen.append(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": list(request.query.items()),
+                "headers": dict(request.headers),
+                "body": json.loads(body) if body else None,
+                "peer": peer,
+            }
+        )
         status, answer, headers = self.answers.pop(0)
         return web.Response(status=status, body=json.dumps(answer).encode(), content_type="application/json", headers=headers)
 
@@ -61,7 +67,9 @@ def configuration(host: str, **settings: Any) -> Any:
 async def served() -> AsyncIterator[Callable[..., Awaitable[tuple[Recorder, str]]]]:
     servers: list[test_utils.TestServer] = []
 
-    async def start(*answers: tuple[int, dict[str, Any], dict[str, str]], context: ssl.SSLContext | None = None) -> tuple[Recorder, str]:
+    async def start(
+        *answers: tuple[int, dict[str, Any], dict[str, str]], context: ssl.SSLContext | None = None
+    ) -> tuple[Recorder, str]:
         recorder = Recorder(*answers)
         server = test_utils.TestServer(recorder.app(), host="127.0.0.1", scheme="https" if context else "http")
         await server.start_server(ssl=context)
@@ -77,12 +85,18 @@ def status(code: int, message: str, *, reason: str = "") -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code}
 
 
-OK_BINDING: tuple[int, dict[str, Any], dict[str, str]] = (201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, {})
+OK_BINDING: tuple[int, dict[str, Any], dict[str, str]] = (
+    201,
+    {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201},
+    {},
+)
 
 
 async def test_a_binding_is_the_same_request_as_through_the_client(served: Any) -> None:
     recorder, host = await served(OK_BINDING)
-    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(host, api_key={"authorization": "Bearer tok"})))
+    api = kube.KubeApi(
+        kube_client.ApiClient(), session=native.Session.of(configuration(host, api_key={"authorization": "Bearer tok"}))
+    )
     try:
         await api.bind("team-a", "p0", uid="u-1", node="gpu-0", annotations={"ALIYUN_COM_GPU_MEM_IDX": "1"})
     finally:
@@ -92,7 +106,8 @@ async def test_a_binding_is_the_same_request_as_through_the_client(served: Any) 
     assert sent["headers"]["Authorization"] == "Bearer tok"
     assert sent["headers"]["Content-Type"] == "application/json"
     assert sent["body"] == {
-        "apiVersion": "v1", "kind": "Binding",
+        "apiVersion": "v1",
+        "kind": "Binding",
         "metadata": {"name": "p0", "namespace": "team-a", "uid": "u-1", "annotations": {"ALIYUN_COM_GPU_MEM_IDX": "1"}},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-0"},
     }
@@ -107,7 +122,11 @@ async def test_a_lease_replace_carries_its_field_manager_and_returns_the_stored_
     finally:
         await api.close()
     (sent,) = recorder.seen
-    assert (sent["method"], sent["path"], sent["query"]) == ("PUT", "/apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0", [("fieldManager", "gpu-admission-extender")])
+    assert (sent["method"], sent["path"], sent["query"]) == (
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0",
+        [("fieldManager", "gpu-admission-extender")],
+    )
     assert "Authorization" not in sent["headers"], "no credentials configured: none sent"
 
 
@@ -131,8 +150,10 @@ async def test_refusals_become_the_kube_layers_errors_and_a_conflict_is_not_retr
 async def test_a_read_is_tried_again_after_a_5xx_but_a_binding_only_after_a_429(served: Any) -> None:
     again = {"Retry-After": "0"}
     recorder, host = await served(
-        (503, status(503, "busy"), again), (200, {"metadata": {"name": "p"}}, {}),  # GET: retried
-        (429, status(429, "slow down"), again), OK_BINDING,  # Binding: a 429 is retried (refused before it ran)
+        (503, status(503, "busy"), again),
+        (200, {"metadata": {"name": "p"}}, {}),  # GET: retried
+        (429, status(429, "slow down"), again),
+        OK_BINDING,  # Binding: a 429 is retried (refused before it ran)
         (503, status(503, "busy"), again),  # Binding: a 5xx is not (it may have been made)
     )
     api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(host)))
@@ -177,14 +198,22 @@ async def test_tls_with_the_kubeconfigs_ca_and_client_certificate(served: Any, t
     server_ca, client_ca = authority.issue_ca(now=NOW), authority.issue_ca(now=NOW)
     serving = authority.issue_serving(server_ca, hosts=["127.0.0.1"], now=NOW)
     user = authority.issue_client(client_ca, common_name="gpu-admission-extender", now=NOW)
-    for name, data in (("ca.crt", server_ca.certificate_pem), ("client-ca.crt", client_ca.certificate_pem), ("tls.crt", serving.certificate_pem),
-                       ("tls.key", serving.key_pem), ("user.crt", user.certificate_pem), ("user.key", user.key_pem)):
+    for name, data in (
+        ("ca.crt", server_ca.certificate_pem),
+        ("client-ca.crt", client_ca.certificate_pem),
+        ("tls.crt", serving.certificate_pem),
+        ("tls.key", serving.key_pem),
+        ("user.crt", user.certificate_pem),
+        ("user.key", user.key_pem),
+    ):
         certfiles.write_atomically(tmp_path / name, data, mode=0o600)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tmp_path / "client-ca.crt"))
     context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
     context.verify_mode = ssl.CERT_REQUIRED  # as the apiserver with a client CA: no certificate, no handshake
     recorder, host = await served((200, {"metadata": {"name": "gpu-0"}}, {}), context=context)
-    settings = configuration(host, ssl_ca_cert=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "user.crt"), key_file=str(tmp_path / "user.key"))
+    settings = configuration(
+        host, ssl_ca_cert=str(tmp_path / "ca.crt"), cert_file=str(tmp_path / "user.crt"), key_file=str(tmp_path / "user.key")
+    )
     api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(settings))
     try:
         assert await api.get_lease("ledger", "gpu-0") == {"metadata": {"name": "gpu-0"}}
@@ -194,7 +223,12 @@ async def test_tls_with_the_kubeconfigs_ca_and_client_certificate(served: Any, t
     assert subject["commonName"] == "gpu-admission-extender"
 
     # A server certificate from another CA is refused, as the client would.
-    wrong = configuration(host, ssl_ca_cert=str(tmp_path / "client-ca.crt"), cert_file=str(tmp_path / "user.crt"), key_file=str(tmp_path / "user.key"))
+    wrong = configuration(
+        host,
+        ssl_ca_cert=str(tmp_path / "client-ca.crt"),
+        cert_file=str(tmp_path / "user.crt"),
+        key_file=str(tmp_path / "user.key"),
+    )
     stranger = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(wrong))
     try:
         with pytest.raises(errors.Unreachable):
@@ -310,8 +344,16 @@ async def test_the_watches_run_on_the_event_loop_and_fill_the_store(make_node: A
         streams={
             "/api/v1/nodes": [[{"type": "ADDED", "object": {**big, "metadata": {**big["metadata"], "resourceVersion": "11"}}}]],
             "/api/v1/pods": [
-                [{"type": "MODIFIED", "object": watched_pod("p0", "12", node="gpu-0")}, {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],
-                [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}}],
+                [
+                    {"type": "MODIFIED", "object": watched_pod("p0", "12", node="gpu-0")},
+                    {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+                ],
+                [
+                    {
+                        "type": "ERROR",
+                        "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"},
+                    }
+                ],
             ],
         },
     )
@@ -336,7 +378,10 @@ async def test_the_watches_run_on_the_event_loop_and_fill_the_store(make_node: A
     assert cache.synced
     assert cache.node("gpu-0") is not None, "the 200 kB Node event arrived whole"
     assert [step for step in cache.steps if step[0] == "Pod"][:4] == [
-        ("Pod", "replace", 1), ("Pod", "seen", "10"), ("Pod", "MODIFIED", "12"), ("Pod", "seen", "15"),
+        ("Pod", "replace", 1),
+        ("Pod", "seen", "10"),
+        ("Pod", "MODIFIED", "12"),
+        ("Pod", "seen", "15"),
     ], "listed, then the watch's event and its bookmark, in order, on the loop"
     assert ("Pod", "replace", 2) in cache.steps, "the 410 relisted"
     assert threading.current_thread().name in cache.threads and len(cache.threads) == 1, "every store write on the loop's thread"
@@ -363,12 +408,16 @@ async def test_a_ledger_write_never_waits_for_a_connection_behind_binds() -> Non
     application.router.add_route("*", "/{tail:.*}", handle)
     server = test_utils.TestServer(application, host="127.0.0.1")
     await server.start_server()
-    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1))
+    api = kube.KubeApi(
+        kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1)
+    )
     try:
         bind = asyncio.create_task(api.bind("team-a", "p0", uid="u-1", node="gpu-0", annotations={}))
         while not seen:
             await asyncio.sleep(0.01)
-        stored = await asyncio.wait_for(api.replace_lease("ledger", "gpu-0", {"metadata": {"name": "gpu-0", "resourceVersion": "7"}}), timeout=5)
+        stored = await asyncio.wait_for(
+            api.replace_lease("ledger", "gpu-0", {"metadata": {"name": "gpu-0", "resourceVersion": "7"}}), timeout=5
+        )
         assert stored["metadata"]["resourceVersion"] == "8"
         assert not bind.done(), "the Binding is still unanswered: the write did not wait for its connection"
         release.set()
@@ -377,7 +426,10 @@ async def test_a_ledger_write_never_waits_for_a_connection_behind_binds() -> Non
         release.set()
         await api.close()
         await server.close()
-    assert seen == ["POST /api/v1/namespaces/team-a/pods/p0/binding", "PUT /apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0"]
+    assert seen == [
+        "POST /api/v1/namespaces/team-a/pods/p0/binding",
+        "PUT /apis/coordination.k8s.io/v1/namespaces/ledger/leases/gpu-0",
+    ]
 
 
 async def test_at_debug_level_a_wait_for_a_connection_is_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -391,7 +443,9 @@ async def test_at_debug_level_a_wait_for_a_connection_is_logged(caplog: pytest.L
     application.router.add_route("*", "/{tail:.*}", handle)
     server = test_utils.TestServer(application, host="127.0.0.1")
     await server.start_server()
-    api = kube.KubeApi(kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1))
+    api = kube.KubeApi(
+        kube_client.ApiClient(), session=native.Session.of(configuration(f"http://127.0.0.1:{server.port}"), limit=1)
+    )
     try:
         await asyncio.gather(*(api.bind("team-a", f"p{i}", uid=f"u-{i}", node="gpu-0", annotations={}) for i in range(2)))
     finally:

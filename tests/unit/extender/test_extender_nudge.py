@@ -12,8 +12,8 @@ import pytest
 
 from policies import gpu
 from policies.gpu import allocation, reservations
-from webhook.extender import nudge, store
 from tests.unit.extender.conftest import node, pod
+from webhook.extender import nudge, store
 
 NOW = 1_800_000_000.0
 TTL = 120.0
@@ -108,8 +108,12 @@ def _cache() -> tuple[store.Store, list[str]]:
 
 def _bound(name: str, *, node_name: str = "gpu-0", card: int = 0, phase: str = "Running", version: str = "5") -> dict[str, Any]:
     uid = f"uid-{name}"
-    held = allocation.Allocation(uid=uid, namespace="team-a", name=name, node=node_name, cards=(card,), memory_gib=4, assumed_at=NOW)
-    bound = pod(name, mem=4, node_name=node_name, uid=uid, phase=phase, annotations=allocation.bind_annotations(held, card_memory_gib=15))
+    held = allocation.Allocation(
+        uid=uid, namespace="team-a", name=name, node=node_name, cards=(card,), memory_gib=4, assumed_at=NOW
+    )
+    bound = pod(
+        name, mem=4, node_name=node_name, uid=uid, phase=phase, annotations=allocation.bind_annotations(held, card_memory_gib=15)
+    )
     bound["metadata"]["resourceVersion"] = version
     return bound
 
@@ -138,8 +142,9 @@ def test_the_store_reports_a_free_when_a_counted_pod_is_deleted_or_finishes_not_
 
 def test_the_store_reports_a_free_when_ledger_entries_leave_the_lease() -> None:
     cache, freed = _cache()
-    entry = allocation.Allocation(uid="uid-x", namespace="team-a", name="x", node="gpu-0", cards=(1,), memory_gib=4,
-                                  assumed_at=NOW, expires=NOW + TTL)
+    entry = allocation.Allocation(
+        uid="uid-x", namespace="team-a", name="x", node="gpu-0", cards=(1,), memory_gib=4, assumed_at=NOW, expires=NOW + TTL
+    )
     lease = reservations.lease_body("gpu-0", "node-uid", {"uid-x": entry}, "test")
     lease["metadata"]["resourceVersion"] = "20"
     cache.apply("Lease", "ADDED", lease)
@@ -157,8 +162,9 @@ def test_the_store_reports_a_free_when_ledger_entries_leave_the_lease() -> None:
 
 def test_the_store_reports_a_reservation_that_lapses_without_any_event() -> None:
     cache, freed = _cache()
-    entry = allocation.Allocation(uid="uid-x", namespace="team-a", name="x", node="gpu-0", cards=(1,), memory_gib=4,
-                                  assumed_at=NOW, expires=NOW + 30)
+    entry = allocation.Allocation(
+        uid="uid-x", namespace="team-a", name="x", node="gpu-0", cards=(1,), memory_gib=4, assumed_at=NOW, expires=NOW + 30
+    )
     old_ledger = node("gpu-0", annotations={gpu.RESERVATIONS_ANNOTATION: reservations.encode({"uid-x": entry})})
     old_ledger["metadata"]["resourceVersion"] = "30"
     cache.apply("Node", "MODIFIED", old_ledger)  # an earlier version's Node ledger: never pruned, only lapses
@@ -184,8 +190,9 @@ async def test_a_filter_that_turns_a_pod_away_and_a_pod_deleted_after_it_stamp_t
     clock = Clock()
     nudger_ = nudge.Nudger(stamps, min_interval=0.0, monotonic=clock)
     clock.now += 1  # long after the start: only a refusal makes a free worth a stamp
-    application = app.make_app(cache=cache, bind=binder.Binder(apiserver, cache=cache), nudger=nudger_,
-                               settings=app.Settings(clock=lambda: NOW))
+    application = app.make_app(
+        cache=cache, bind=binder.Binder(apiserver, cache=cache), nudger=nudger_, settings=app.Settings(clock=lambda: NOW)
+    )
     client = await aiohttp_client(application)
 
     async def filter_(mem: int) -> dict[str, Any]:

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from policies import gpu
-from policies.gpu import allocation, cardrequest, usage
+from policies.gpu import allocation, cardrequest, cards, inspection, usage
 from webhook.extender import binder, placement, reality, wire
-from policies.gpu import cards, inspection
 from webhook.extender import store as store_module
 
 Factory = Any
@@ -23,7 +22,9 @@ def summary(*card_uses: usage.CardUse) -> dict[str, str]:
 
 
 OOB_ON_0 = summary(
-    usage.CardUse(index=0, total_mib=15360, used_mib=7000, out_of_band=(usage.OutOfBand(pid=4, used_mib=6000, container_id="c" * 64),)),
+    usage.CardUse(
+        index=0, total_mib=15360, used_mib=7000, out_of_band=(usage.OutOfBand(pid=4, used_mib=6000, container_id="c" * 64),)
+    ),
     usage.CardUse(index=1, total_mib=15360, used_mib=0),
 )
 
@@ -44,7 +45,11 @@ def test_a_card_shrinks_by_its_out_of_band_memory(make_node: Factory) -> None:
     "annotations",
     [
         {},  # no summary
-        summary(usage.CardUse(index=0, total_mib=15360, used_mib=9000, pods=(usage.PodUse(uid="u", namespace="a", name="p", used_mib=9000),))),
+        summary(
+            usage.CardUse(
+                index=0, total_mib=15360, used_mib=9000, pods=(usage.PodUse(uid="u", namespace="a", name="p", used_mib=9000),)
+            )
+        ),
         {usage.USAGE_ANNOTATION: "{broken"},
     ],
     ids=["no-summary", "pods-only", "malformed-summary"],
@@ -95,13 +100,17 @@ def test_placement_avoids_the_card_that_is_full_in_reality(make_node: Factory, m
 
 
 def test_a_node_whose_cards_are_all_taken_out_of_band_is_filtered_out(make_node: Factory, make_gpu_pod: Factory) -> None:
-    both = summary(*(usage.CardUse(index=i, total_mib=15360, out_of_band=(usage.OutOfBand(pid=10 + i, used_mib=12000),)) for i in (0, 1)))
+    both = summary(
+        *(usage.CardUse(index=i, total_mib=15360, out_of_band=(usage.OutOfBand(pid=10 + i, used_mib=12000),)) for i in (0, 1))
+    )
     honest = store_module.Store(honour_out_of_band=True)
     honest.replace_nodes([make_node(count=2, inventory=[15360, 15360], annotations=both)])
     assert not placement.evaluate(cardrequest.pod_request(make_gpu_pod("p", mem=4)), state(honest)).fits
 
 
-async def test_bind_decides_on_the_fresh_node_less_out_of_band_use(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_bind_decides_on_the_fresh_node_less_out_of_band_use(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     apiserver.add_node(make_node("gpu-0", count=2, inventory=[15360, 15360], annotations=OOB_ON_0))
     obj = apiserver.add_pod(make_gpu_pod("p0", mem=10))
     request = wire.BindRequest(name="p0", namespace="team-a", uid=obj["metadata"]["uid"], node="gpu-0")
@@ -134,10 +143,14 @@ async def test_bind_from_the_cache_annotates_the_real_card_size(
     assert ("get_node" in apiserver.calls, "list_node_pods" in apiserver.calls) == (False, not pods_synced)
     stored = apiserver.pods[("team-a", "p0")]["metadata"]["annotations"]
     assert stored["ALIYUN_COM_GPU_MEM_DEV"] == "15", "gpushare's card size is the real card's, not the card less out-of-band use"
-    assert [c.memory_gib for c in cards.node_cards(cache.node("gpu-0") or {}).cards] == [9, 15], "filter still sees the shrunk card"
+    assert [c.memory_gib for c in cards.node_cards(cache.node("gpu-0") or {}).cards] == [9, 15], (
+        "filter still sees the shrunk card"
+    )
 
 
-async def test_bind_without_the_flag_keeps_binpacking_onto_card_0(apiserver: Any, make_node: Factory, make_gpu_pod: Factory) -> None:
+async def test_bind_without_the_flag_keeps_binpacking_onto_card_0(
+    apiserver: Any, make_node: Factory, make_gpu_pod: Factory
+) -> None:
     apiserver.add_node(make_node("gpu-0", count=2, inventory=[15360, 15360], annotations=OOB_ON_0))
     obj = apiserver.add_pod(make_gpu_pod("p0", mem=10))
     request = wire.BindRequest(name="p0", namespace="team-a", uid=obj["metadata"]["uid"], node="gpu-0")
@@ -154,7 +167,16 @@ def test_inspect_adds_a_used_column_per_card_when_a_summary_exists(make_node: Fa
     states = cards.cluster_state([with_summary, without], [], now=NOW)
     text = inspection.summary(states.values(), usage=inspection.node_usages([with_summary, without]))
     header, row_a, row_b = text.splitlines()[:3]
-    assert header.split() == ["NAME", "IPADDRESS", "GPU0(Allocated/Total)", "GPU1(Allocated/Total)", "GPU0(Used)", "GPU1(Used)", "GPU", "Memory(GiB)"]
+    assert header.split() == [
+        "NAME",
+        "IPADDRESS",
+        "GPU0(Allocated/Total)",
+        "GPU1(Allocated/Total)",
+        "GPU0(Used)",
+        "GPU1(Used)",
+        "GPU",
+        "Memory(GiB)",
+    ]
     assert row_a.split()[2:6] == ["0/15", "0/15", "5.9(5.9", "oob)"]
     assert row_b.split()[2:] == ["0/15", "0/15", "-", "-", "0/30"]
 
@@ -168,13 +190,15 @@ def test_inspect_without_any_summary_is_the_seeds_table(make_node: Factory) -> N
 
 def test_inspect_json_carries_used_and_out_of_band_mib(make_node: Factory) -> None:
     node = make_node("share-a", mode="share", count=2, inventory=[15360, 15360], annotations=OOB_ON_0)
-    devices = inspection.as_json(cards.cluster_state([node], [], now=NOW).values(), usage=inspection.node_usages([node]))["nodes"][0]["devs"]
+    devices = inspection.as_json(cards.cluster_state([node], [], now=NOW).values(), usage=inspection.node_usages([node]))[
+        "nodes"
+    ][0]["devs"]
     assert [(d.get("usedMiB"), d.get("outOfBandMiB")) for d in devices] == [(6000, 6000), (0, 0)]
 
 
 def test_the_extender_metrics_expose_real_and_out_of_band_memory_per_card(make_node: Factory) -> None:
-    from webhook.serving import metrics
     from webhook.extender import occupancy
+    from webhook.serving import metrics
 
     node = make_node("share-a", mode="share", count=2, inventory=[15360, 15360], annotations=OOB_ON_0)
     registry = metrics.Registry()

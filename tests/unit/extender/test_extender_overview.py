@@ -37,18 +37,25 @@ def _reference_metrics(cache: store.Store, *, now: float = NOW) -> str:
 def _usage_annotation(cards: int, rng: random.Random) -> str:
     summary = usage.NodeUsage(
         cards=tuple(
-            usage.CardUse(index=i, total_mib=15360, used_mib=rng.choice([None, 512, 9000]),
-                          out_of_band=rng.choice([(), (usage.OutOfBand(pid=4242, used_mib=1024),)]))
+            usage.CardUse(
+                index=i,
+                total_mib=15360,
+                used_mib=rng.choice([None, 512, 9000]),
+                out_of_band=rng.choice([(), (usage.OutOfBand(pid=4242, used_mib=1024),)]),
+            )
             for i in range(cards)
         )
     )
     return usage.render(summary)
 
 
-def _held(make_gpu_pod: Factory, name: str, *, node: str, card: int, gib: int, bound: bool, assumed: float = NOW) -> dict[str, Any]:
+def _held(
+    make_gpu_pod: Factory, name: str, *, node: str, card: int, gib: int, bound: bool, assumed: float = NOW
+) -> dict[str, Any]:
     pod: dict[str, Any] = make_gpu_pod(name, mem=gib, node_name=node if bound else None)
-    held = allocation.Allocation(uid=pod["metadata"]["uid"], namespace="team-a", name=name, node=node, cards=(card,),
-                                 memory_gib=gib, assumed_at=assumed)
+    held = allocation.Allocation(
+        uid=pod["metadata"]["uid"], namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=assumed
+    )
     pod["metadata"]["annotations"] = allocation.bind_annotations(held, card_memory_gib=15)
     return pod
 
@@ -75,8 +82,17 @@ def cluster(make_node: Factory, make_gpu_pod: Factory) -> store.Store:
     pods = []
     for i in range(80):
         node = f"n-{rng.choice([0, 5, 10, 15, 20, 25, 4, 9]):02d}"
-        pods.append(_held(make_gpu_pod, f"p-{i}", node=node, card=rng.randrange(2), gib=rng.choice([1, 2, 3]),
-                          bound=rng.random() < 0.7, assumed=NOW - rng.choice([0, 30, 90])))
+        pods.append(
+            _held(
+                make_gpu_pod,
+                f"p-{i}",
+                node=node,
+                card=rng.randrange(2),
+                gib=rng.choice([1, 2, 3]),
+                bound=rng.random() < 0.7,
+                assumed=NOW - rng.choice([0, 30, 90]),
+            )
+        )
     cache = store.Store()
     cache.replace_nodes(nodes)
     if hasattr(cache, "replace_leases"):
@@ -99,7 +115,9 @@ def test_the_views_are_the_same_bytes_as_recomputing_every_node(cluster: store.S
     assert view.metrics_text(now=later, ttl=TTL) == _reference_metrics(cluster, now=later)
 
 
-def test_a_changed_node_gets_fresh_parts_and_the_others_are_kept(cluster: store.Store, make_gpu_pod: Factory, make_node: Factory) -> None:
+def test_a_changed_node_gets_fresh_parts_and_the_others_are_kept(
+    cluster: store.Store, make_gpu_pod: Factory, make_node: Factory
+) -> None:
     view = overview.Overview(cluster)
     before = view.metrics_text(now=NOW, ttl=TTL)
     computed: list[str] = []

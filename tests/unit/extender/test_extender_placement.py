@@ -7,16 +7,17 @@ from typing import Any
 import pytest
 
 from policies import gpu
-from policies.gpu import cardrequest
 from policies.gpu import allocation as allocation_
+from policies.gpu import cardrequest, cards
 from webhook.extender import placement
-from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Factory = Any
 
 
-def _fill(make_node: Factory, make_gpu_pod: Factory, node_obj: dict[str, Any], sizes: list[int], *, core_percent: int = 0) -> list[int]:
+def _fill(
+    make_node: Factory, make_gpu_pod: Factory, node_obj: dict[str, Any], sizes: list[int], *, core_percent: int = 0
+) -> list[int]:
     """Place pods one after another as bind does (choose, annotate), return GiB per card."""
     pods: list[dict[str, Any]] = []
     for i, size in enumerate(sizes):
@@ -25,8 +26,14 @@ def _fill(make_node: Factory, make_gpu_pod: Factory, node_obj: dict[str, Any], s
         chosen = placement.choose(wanted, state)
         assert chosen is not None, f"pod {i} ({size} GiB) did not fit"
         allocation = allocation_.Allocation(
-            uid=f"u{i}", namespace="ns", name=f"p{i}", node=node_obj["metadata"]["name"], cards=chosen,
-            memory_gib=size, core_percent=core_percent, assumed_at=NOW,
+            uid=f"u{i}",
+            namespace="ns",
+            name=f"p{i}",
+            node=node_obj["metadata"]["name"],
+            cards=chosen,
+            memory_gib=size,
+            core_percent=core_percent,
+            assumed_at=NOW,
         )
         annotations = allocation_.bind_annotations(allocation, card_memory_gib=15)
         pods.append(make_gpu_pod(f"p{i}", uid=f"u{i}", mem=size, node_name=node_obj["metadata"]["name"], annotations=annotations))
@@ -69,7 +76,10 @@ def _states(**nodes: cards.NodeState) -> dict[str, cards.NodeState | None]:
 
 
 def test_filter_separates_never_fitting_nodes_from_full_ones(make_node: Factory, make_gpu_pod: Factory) -> None:
-    note = allocation_.bind_annotations(allocation_.Allocation(uid="x", namespace="ns", name="x", node="full", cards=(0,), memory_gib=13, assumed_at=NOW), card_memory_gib=15)
+    note = allocation_.bind_annotations(
+        allocation_.Allocation(uid="x", namespace="ns", name="x", node="full", cards=(0,), memory_gib=13, assumed_at=NOW),
+        card_memory_gib=15,
+    )
     busy = make_gpu_pod("x", uid="x", mem=13, node_name="full", annotations=note)
     states = _states(
         roomy=cards.node_state(make_node("roomy"), [], now=NOW),
@@ -78,7 +88,9 @@ def test_filter_separates_never_fitting_nodes_from_full_ones(make_node: Factory,
         exclusive=cards.node_state(make_node("exclusive", mode="default"), [], now=NOW),
         cpu=cards.node_state(make_node("cpu", mode=None, placement=None, capacity={}), [], now=NOW),
     )
-    outcome = placement.filter_nodes(cardrequest.Request(memory_gib=8), states=states, names=["roomy", "full", "small", "exclusive", "cpu", "unknown"])
+    outcome = placement.filter_nodes(
+        cardrequest.Request(memory_gib=8), states=states, names=["roomy", "full", "small", "exclusive", "cpu", "unknown"]
+    )
     assert outcome.passed == ["roomy"]
     assert set(outcome.failed) == {"full", "unknown"}
     assert set(outcome.unresolvable) == {"small", "exclusive", "cpu"}
@@ -101,9 +113,20 @@ def test_a_core_request_names_cores_in_its_message_and_needs_core_mem(make_node:
     cgpu = placement.evaluate(wanted, cards.node_state(make_node(mode="cgpu"), [], now=NOW))
     assert cgpu.verdict is placement.Verdict.NEVER and "served by core_mem" in cgpu.message
     core_node = make_node("c", mode="core_mem", count=1, gib=22)
-    pods = [{"metadata": {"uid": "a", "name": "a", "namespace": "n", "annotations": {gpu.ALLOCATION_ANNOTATION:
-             '{"node":"c","cards":[0],"memGiB":2,"corePercent":60,"whole":false,"assumedAt":"2027-01-15T08:00:00Z"}'}},
-             "spec": {"nodeName": "c"}, "status": {"phase": "Running"}}]
+    pods = [
+        {
+            "metadata": {
+                "uid": "a",
+                "name": "a",
+                "namespace": "n",
+                "annotations": {
+                    gpu.ALLOCATION_ANNOTATION: '{"node":"c","cards":[0],"memGiB":2,"corePercent":60,"whole":false,"assumedAt":"2027-01-15T08:00:00Z"}'
+                },
+            },
+            "spec": {"nodeName": "c"},
+            "status": {"phase": "Running"},
+        }
+    ]
     full = placement.evaluate(wanted, cards.node_state(core_node, pods, now=NOW))
     assert full.verdict is placement.Verdict.FULL
     assert full.message.endswith("the card with the most free memory is GPU0 with 20 GiB and 40% cores free of 22 GiB")
@@ -127,7 +150,10 @@ def test_topology_pods_need_a_topology_node_and_get_the_nvlinked_cards(make_node
 
 def test_whole_cards_taken_leave_a_full_node_with_the_free_ones_named(make_node: Factory, make_gpu_pod: Factory) -> None:
     obj = make_node("t", mode="topology", placement=None, count=4)
-    note = allocation_.bind_annotations(allocation_.Allocation(uid="w", namespace="n", name="w", node="t", cards=(0, 1, 3), whole=True, assumed_at=NOW), card_memory_gib=0)
+    note = allocation_.bind_annotations(
+        allocation_.Allocation(uid="w", namespace="n", name="w", node="t", cards=(0, 1, 3), whole=True, assumed_at=NOW),
+        card_memory_gib=0,
+    )
     state = cards.node_state(obj, [make_gpu_pod("w", uid="w", whole=3, node_name="t", annotations=note)], now=NOW)
     fit = placement.evaluate(cardrequest.Request(cards=2), state)
     assert fit.verdict is placement.Verdict.FULL
@@ -139,9 +165,16 @@ def test_whole_cards_taken_leave_a_full_node_with_the_free_ones_named(make_node:
 def test_scores_prefer_busy_binpack_nodes_and_empty_spread_nodes(
     make_node: Factory, make_gpu_pod: Factory, placement_label: str, busier_wins: bool
 ) -> None:
-    note = allocation_.bind_annotations(allocation_.Allocation(uid="b", namespace="n", name="b", node="busy", cards=(0,), memory_gib=12, assumed_at=NOW), card_memory_gib=15)
+    note = allocation_.bind_annotations(
+        allocation_.Allocation(uid="b", namespace="n", name="b", node="busy", cards=(0,), memory_gib=12, assumed_at=NOW),
+        card_memory_gib=15,
+    )
     states = _states(
-        busy=cards.node_state(make_node("busy", placement=placement_label), [make_gpu_pod("b", uid="b", mem=12, node_name="busy", annotations=note)], now=NOW),
+        busy=cards.node_state(
+            make_node("busy", placement=placement_label),
+            [make_gpu_pod("b", uid="b", mem=12, node_name="busy", annotations=note)],
+            now=NOW,
+        ),
         idle=cards.node_state(make_node("idle", placement=placement_label), [], now=NOW),
     )
     scores = placement.scores(cardrequest.Request(memory_gib=3), states=states, names=["busy", "idle", "gone"])
@@ -150,5 +183,7 @@ def test_scores_prefer_busy_binpack_nodes_and_empty_spread_nodes(
 
 
 def test_a_pod_asking_for_nothing_we_manage_passes_everywhere(make_node: Factory) -> None:
-    outcome = placement.filter_nodes(cardrequest.Request(), states={"a": cards.node_state(make_node("a", mode="default"), [], now=NOW)}, names=["a"])
+    outcome = placement.filter_nodes(
+        cardrequest.Request(), states={"a": cards.node_state(make_node("a", mode="default"), [], now=NOW)}, names=["a"]
+    )
     assert outcome.passed == ["a"]

@@ -13,8 +13,8 @@ from aiohttp import test_utils, web
 
 from policies import gpu
 from policies.gpu import allocation, reservations
-from webhook.extender import app, binder, holds, preemption, store
 from tests.unit.extender import conftest
+from webhook.extender import app, binder, holds, preemption, store
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -23,8 +23,17 @@ DELETING = "2027-01-15T08:00:00Z"
 
 
 def _bound(name: str, *, card: int, gib: int = 8, priority: int = 0, deleting: bool = False, node: str = "n") -> dict[str, Any]:
-    held = allocation.Allocation(uid=f"uid-{name}", namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=NOW)
-    pod = conftest.pod(name, uid=f"uid-{name}", mem=gib, node_name=node, phase="Running", annotations=allocation.bind_annotations(held, card_memory_gib=16))
+    held = allocation.Allocation(
+        uid=f"uid-{name}", namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=NOW
+    )
+    pod = conftest.pod(
+        name,
+        uid=f"uid-{name}",
+        mem=gib,
+        node_name=node,
+        phase="Running",
+        annotations=allocation.bind_annotations(held, card_memory_gib=16),
+    )
     pod["spec"]["priority"] = priority
     if deleting:
         pod["metadata"]["deletionTimestamp"] = DELETING
@@ -39,8 +48,23 @@ def _pending(name: str = "boss", *, gib: int = 16, priority: int = 1000, nominat
     return pod
 
 
-def _record(*, uid: str = "uid-boss", priority: int = 1000, victims: tuple[str, ...] = ("uid-a0", "uid-c0"), at: float = NOW, node: str = "n") -> preemption.Hold:
-    return preemption.Hold(uid=uid, namespace="team-a", name=uid.removeprefix("uid-"), node=node, priority=priority, victims=frozenset(victims), at=at)
+def _record(
+    *,
+    uid: str = "uid-boss",
+    priority: int = 1000,
+    victims: tuple[str, ...] = ("uid-a0", "uid-c0"),
+    at: float = NOW,
+    node: str = "n",
+) -> preemption.Hold:
+    return preemption.Hold(
+        uid=uid,
+        namespace="team-a",
+        name=uid.removeprefix("uid-"),
+        node=node,
+        priority=priority,
+        victims=frozenset(victims),
+        at=at,
+    )
 
 
 def _lease(*records: preemption.Hold, namespace: str = NS, node: str = "n") -> dict[str, Any]:
@@ -60,10 +84,15 @@ def _restarted(*pods: dict[str, Any], leases: list[dict[str, Any]]) -> store.Sto
 
 
 @pytest.fixture
-def make_client(aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any) -> Callable[..., Awaitable[Client]]:
+def make_client(
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any
+) -> Callable[..., Awaitable[Client]]:
     async def make(cache: store.Store, *, clock: Callable[[], float] = lambda: NOW) -> Client:
         application = app.make_app(
-            cache=cache, bind=binder.Binder(apiserver, clock=clock, cache=cache), settings=app.Settings(clock=clock), leases=apiserver,
+            cache=cache,
+            bind=binder.Binder(apiserver, clock=clock, cache=cache),
+            settings=app.Settings(clock=clock),
+            leases=apiserver,
         )
         return await aiohttp_client(application)
 
@@ -79,7 +108,15 @@ async def _filter(client: Client, pod: dict[str, Any]) -> list[str]:
 # --- `standing`: the rule, case by case ---------------------------------------------------------
 
 
-def _stands(pod: dict[str, Any] | None, *, now: float = NOW + 10, evicted: bool = True, left: bool = True, gone_since: float | None = None, **record: Any) -> bool:
+def _stands(
+    pod: dict[str, Any] | None,
+    *,
+    now: float = NOW + 10,
+    evicted: bool = True,
+    left: bool = True,
+    gone_since: float | None = None,
+    **record: Any,
+) -> bool:
     return preemption.standing(_record(**record), pod, now=now, evicted=evicted, victims_left=left, gone_since=gone_since)
 
 
@@ -112,8 +149,14 @@ def test_a_record_lapses(case: str, pod: dict[str, Any] | None, kwargs: dict[str
 def test_records_round_trip_and_garbage_is_left_out() -> None:
     record = _record()
     assert preemption.read_holds(preemption.encode_holds({record.uid: record}), node="n") == {record.uid: record}
-    text = json.dumps({"u1": {"pod": "x", "priority": 1, "victims": [], "at": 1}, "u2": {"pod": "a/b", "priority": True, "victims": [], "at": 1},
-                       "u3": "nope", "u4": {"pod": "a/b", "priority": 1, "victims": ["v", 3], "at": 2.5}})
+    text = json.dumps(
+        {
+            "u1": {"pod": "x", "priority": 1, "victims": [], "at": 1},
+            "u2": {"pod": "a/b", "priority": True, "victims": [], "at": 1},
+            "u3": "nope",
+            "u4": {"pod": "a/b", "priority": 1, "victims": ["v", 3], "at": 2.5},
+        }
+    )
     assert list(preemption.read_holds(text, node="n")) == ["u4"] and preemption.read_holds(text, node="n")["u4"].victims == {"v"}
     assert preemption.read_holds("{not json", node="n") == {} and preemption.read_holds(None, node="n") == {}
 
@@ -138,7 +181,9 @@ def test_only_a_hold_lease_of_the_right_name_in_the_ledger_namespace_is_read() -
     assert reservations.lease_node(_lease(_record())) is None
 
 
-async def test_after_a_restart_the_record_keeps_the_half_freed_card_from_a_lower_pod(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_after_a_restart_the_record_keeps_the_half_freed_card_from_a_lower_pod(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     # the extender restarted, kube-scheduler cleared the nomination (a failed call): only the record is left
     cache = _restarted(_pending(), leases=[_lease(_record())])
     client = await make_client(cache)
@@ -150,9 +195,13 @@ async def test_after_a_restart_the_record_keeps_the_half_freed_card_from_a_lower
     assert await _filter(bare, _pending("late", gib=8, priority=0)) == ["n"]
 
 
-async def test_a_record_in_a_tenants_namespace_or_a_pods_own_annotation_holds_nothing(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_a_record_in_a_tenants_namespace_or_a_pods_own_annotation_holds_nothing(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     forged = _pending()
-    forged["metadata"].setdefault("annotations", {})[preemption.HOLDS_ANNOTATION] = preemption.encode_holds({"uid-boss": _record()})
+    forged["metadata"].setdefault("annotations", {})[preemption.HOLDS_ANNOTATION] = preemption.encode_holds(
+        {"uid-boss": _record()}
+    )
     cache = _restarted(forged, leases=[_lease(_record(), namespace="team-a")])
     cache.put_lease(_lease(_record(), namespace="team-a"))
     client = await make_client(cache)
@@ -170,7 +219,9 @@ async def test_a_record_holds_only_for_a_pending_preemptor_above_the_pod(make_cl
     assert await _filter(await make_client(cache), _pending("late", gib=8, priority=500)) == ["n"]
 
 
-async def test_the_record_lapses_when_the_preemptor_is_bound_deleted_or_its_time_is_up(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_the_record_lapses_when_the_preemptor_is_bound_deleted_or_its_time_is_up(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     late = _pending("late", gib=8, priority=0)
     cache = _restarted(_pending(), leases=[_lease(_record())])
     client = await make_client(cache)
@@ -193,7 +244,9 @@ async def test_the_record_lapses_when_the_preemptor_is_bound_deleted_or_its_time
     assert await _filter(client, late) == ["n"]
 
 
-async def test_once_the_victims_are_gone_the_record_holds_for_the_grace_then_lapses(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_once_the_victims_are_gone_the_record_holds_for_the_grace_then_lapses(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     clock = [NOW + 5]
     cache = _restarted(_pending(), leases=[_lease(_record())])
     client = await make_client(cache, clock=lambda: clock[0])
@@ -205,7 +258,9 @@ async def test_once_the_victims_are_gone_the_record_holds_for_the_grace_then_lap
     assert await _filter(client, late) == ["n"]
 
 
-async def test_a_record_on_a_node_kube_scheduler_did_not_pick_holds_nothing(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_a_record_on_a_node_kube_scheduler_did_not_pick_holds_nothing(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     # the victims named are all there and none is being deleted: no eviction happened on this node
     full = store.Store()
     full.replace_nodes([conftest.node("n", count=2, gib=16)])
@@ -228,8 +283,13 @@ async def test_a_nomination_seen_is_recorded_and_a_restarted_extender_holds_from
     cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0), _bound("b1", card=1), _bound("d1", card=1), _pending()])
     client = await make_client(cache)
     recorder = client.app[app.HOLDS]
-    async with client.post("/preempt", data=json.dumps({"Pod": _pending(), "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "uid-c0"}, {"UID": "uid-d1"}]}}}).encode(),
-                           headers={"Content-Type": "application/json"}) as answer:
+    async with client.post(
+        "/preempt",
+        data=json.dumps(
+            {"Pod": _pending(), "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "uid-c0"}, {"UID": "uid-d1"}]}}}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    ) as answer:
         victims = {pod["UID"] for pod in (await answer.json())["NodeNameToMetaVictims"]["n"]["Pods"]}
     # kube-scheduler deletes the victims and nominates the pod; the store tells the recorder
     for uid in victims:
@@ -264,25 +324,38 @@ async def test_two_writers_keep_each_others_records(make_client: Callable[..., A
     await two.record(_record(uid="uid-two"), now=NOW)  # its cache has not seen the Lease: create fails, it reads and replaces
     await one.record(_record(uid="uid-three"), now=NOW + 1)  # its copy is stale now: a 409, read again
     lease = apiserver.leases[(NS, preemption.hold_lease_name("n"))]
-    assert set(preemption.read_holds(lease["metadata"]["annotations"][preemption.HOLDS_ANNOTATION], node="n")) == {"uid-one", "uid-two", "uid-three"}
+    assert set(preemption.read_holds(lease["metadata"]["annotations"][preemption.HOLDS_ANNOTATION], node="n")) == {
+        "uid-one",
+        "uid-two",
+        "uid-three",
+    }
 
 
 # --- a second preemption while the first is under way -------------------------------------------
 
 
-async def test_no_second_preemption_while_the_first_ones_victims_are_being_deleted(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_no_second_preemption_while_the_first_ones_victims_are_being_deleted(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     """At 500 nodes kube-scheduler called the verb again a second after its first answer, with other
     candidate nodes; answering them made it evict a second card on another node."""
     cache = store.Store()
     cache.replace_nodes([conftest.node("n", count=2, gib=16), conftest.node("m", count=2, gib=16)])
     cache.replace_leases([])
     on_m = [_bound(name, card=card, gib=16, node="m") for name, card in (("am", 0), ("bm", 1))]
-    cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0), _bound("b1", card=1), _bound("d1", card=1), *on_m, _pending()])
+    cache.replace_pods(
+        [_bound("a0", card=0), _bound("c0", card=0), _bound("b1", card=1), _bound("d1", card=1), *on_m, _pending()]
+    )
     client = await make_client(cache)
 
     async def preempt(offered: dict[str, list[str]]) -> dict[str, Any]:
-        body = {"Pod": _pending(), "NodeNameToMetaVictims": {node: {"Pods": [{"UID": u} for u in uids]} for node, uids in offered.items()}}
-        async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:
+        body = {
+            "Pod": _pending(),
+            "NodeNameToMetaVictims": {node: {"Pods": [{"UID": u} for u in uids]} for node, uids in offered.items()},
+        }
+        async with client.post(
+            "/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        ) as answer:
             return dict((await answer.json())["NodeNameToMetaVictims"])
 
     first = await preempt({"n": ["uid-c0", "uid-d1"]})
@@ -319,13 +392,22 @@ def test_of_a_preemptors_records_on_several_nodes_only_the_newest_holds() -> Non
     older = _record(at=NOW - 20)
     newer = _record(node="m", victims=("uid-am",), at=NOW - 10)
     cache.replace_leases([_lease(older), _lease(newer, node="m")])
-    cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0, deleting=True), _bound("am", card=0, gib=16, node="m", deleting=True), _pending()])
+    cache.replace_pods(
+        [
+            _bound("a0", card=0),
+            _bound("c0", card=0, deleting=True),
+            _bound("am", card=0, gib=16, node="m", deleting=True),
+            _pending(),
+        ]
+    )
     assert cache.held_for("n", now=NOW) == [] and [p["metadata"]["name"] for p in cache.held_for("m", now=NOW)] == ["boss"]
     cache.apply("Lease", "DELETED", _lease(newer, node="m"))  # the Node m went, and its Lease with it
     assert [p["metadata"]["name"] for p in cache.held_for("n", now=NOW)] == ["boss"]
 
 
-async def test_two_equal_preemptors_answered_the_same_card_are_free_to_preempt_again(make_client: Callable[..., Awaitable[Client]]) -> None:
+async def test_two_equal_preemptors_answered_the_same_card_are_free_to_preempt_again(
+    make_client: Callable[..., Awaitable[Client]],
+) -> None:
     """In e2e two preemptors created at once were both answered card 1 (the second call came 0.2 s
     after the first answer, before its victims were marked). Both nominated there, each holds card 1
     against the other (equal priority): one of them must preempt the other card. Victims gone mean
@@ -334,12 +416,23 @@ async def test_two_equal_preemptors_answered_the_same_card_are_free_to_preempt_a
     cache = store.Store()
     cache.replace_nodes([conftest.node("n", count=2, gib=16)])
     cache.replace_leases([])
-    cache.replace_pods([_bound("a0", card=0), _bound("c0", card=0), _bound("b1", card=1), _bound("d1", card=1), _pending("boss-1"), _pending("boss-2")])
+    cache.replace_pods(
+        [
+            _bound("a0", card=0),
+            _bound("c0", card=0),
+            _bound("b1", card=1),
+            _bound("d1", card=1),
+            _pending("boss-1"),
+            _pending("boss-2"),
+        ]
+    )
     client = await make_client(cache)
 
     async def preempt(name: str) -> set[str]:
         body = {"Pod": _pending(name), "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "uid-c0"}, {"UID": "uid-d1"}]}}}
-        async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:
+        async with client.post(
+            "/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        ) as answer:
             return {pod["UID"] for entry in (await answer.json())["NodeNameToMetaVictims"].values() for pod in entry["Pods"]}
 
     first = await preempt("boss-1")
@@ -362,7 +455,9 @@ async def test_a_pod_nominated_where_it_fits_now_preempts_nowhere_else(make_clie
     cache.replace_nodes([conftest.node("n", count=2, gib=16), conftest.node("m", count=2, gib=16)])
     cache.replace_leases([])
     on_m = [_bound(name, card=card, gib=16, node="m") for name, card in (("am", 0), ("bm", 1))]
-    cache.replace_pods([_bound("b1", card=1), _bound("d1", card=1), *on_m, _pending(nominated="n")])  # card 0 of n: its victims gone
+    cache.replace_pods(
+        [_bound("b1", card=1), _bound("d1", card=1), *on_m, _pending(nominated="n")]
+    )  # card 0 of n: its victims gone
     client = await make_client(cache)
     body = {"Pod": _pending(nominated="n"), "NodeNameToMetaVictims": {"m": {"Pods": [{"UID": "uid-am"}]}}}
     async with client.post("/preempt", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}) as answer:

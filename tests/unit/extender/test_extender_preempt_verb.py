@@ -11,18 +11,29 @@ import pytest
 from aiohttp import test_utils, web
 
 from policies.gpu import allocation
+from tests.unit.extender import conftest
 from webhook.extender import app, binder, preemption, store
 from webhook.serving import metrics
-from tests.unit.extender import conftest
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
 BUDGET_LIST = web.AppKey("test-budgets", list)  # the fixture's PodDisruptionBudgets, which a test may add to
 
 
-def _bound(name: str, *, node: str, card: int, gib: int, priority: int = 0, labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    held = allocation.Allocation(uid=f"uid-{name}", namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=NOW)
-    pod = conftest.pod(name, uid=f"uid-{name}", mem=gib, node_name=node, phase="Running", annotations=allocation.bind_annotations(held, card_memory_gib=16))
+def _bound(
+    name: str, *, node: str, card: int, gib: int, priority: int = 0, labels: dict[str, str] | None = None, **extra: Any
+) -> dict[str, Any]:
+    held = allocation.Allocation(
+        uid=f"uid-{name}", namespace="team-a", name=name, node=node, cards=(card,), memory_gib=gib, assumed_at=NOW
+    )
+    pod = conftest.pod(
+        name,
+        uid=f"uid-{name}",
+        mem=gib,
+        node_name=node,
+        phase="Running",
+        annotations=allocation.bind_annotations(held, card_memory_gib=16),
+    )
     pod["spec"]["priority"] = priority
     if labels:
         pod["metadata"]["labels"] = labels
@@ -41,7 +52,9 @@ def _preemptor(name: str = "boss", *, gib: int = 16, priority: int = 1000, **spe
 def cache() -> store.Store:
     # the issue's example: two 16 GiB cards, each holding two 8 GiB pods of priority 0 (a0, c0 on card 0; b1, d1 on card 1)
     filled = store.Store()
-    filled.replace_nodes([conftest.node("n", count=2, gib=16), conftest.node("cpu", mode=None, placement=None, capacity={"cpu": "8"})])
+    filled.replace_nodes(
+        [conftest.node("n", count=2, gib=16), conftest.node("cpu", mode=None, placement=None, capacity={"cpu": "8"})]
+    )
     filled.replace_leases([])
     filled.replace_pods(
         [
@@ -49,7 +62,10 @@ def cache() -> store.Store:
             _bound("b1", node="n", card=1, gib=8),
             _bound("c0", node="n", card=0, gib=8),
             _bound("d1", node="n", card=1, gib=8),
-            {**conftest.pod("web", uid="uid-web", node_name="n", phase="Running"), "spec": {"nodeName": "n", "priority": 0, "containers": [{"name": "c"}]}},
+            {
+                **conftest.pod("web", uid="uid-web", node_name="n", phase="Running"),
+                "spec": {"nodeName": "n", "priority": 0, "containers": [{"name": "c"}]},
+            },
         ]
     )
     return filled
@@ -63,7 +79,10 @@ async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]],
         return budgets
 
     application = app.make_app(
-        cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=app.Settings(clock=lambda: NOW), budgets=list_budgets
+        cache=cache,
+        bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache),
+        settings=app.Settings(clock=lambda: NOW),
+        budgets=list_budgets,
     )
     application[BUDGET_LIST] = budgets
     return await aiohttp_client(application)
@@ -76,7 +95,12 @@ async def _post(client: Client, path: str, body: object) -> tuple[int, Any]:
 
 def _offer(pod: dict[str, Any], offered: dict[str, list[str]]) -> dict[str, Any]:
     """What kube-scheduler sends a nodeCacheCapable extender: victims by UID."""
-    return {"Pod": pod, "NodeNameToMetaVictims": {node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0} for node, uids in offered.items()}}
+    return {
+        "Pod": pod,
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0} for node, uids in offered.items()
+        },
+    }
 
 
 async def test_default_preemptions_scattered_victims_become_one_card(client: Client) -> None:
@@ -89,7 +113,9 @@ async def test_default_preemptions_scattered_victims_become_one_card(client: Cli
     assert victims["NumPDBViolations"] == 0
 
 
-async def test_a_node_without_a_card_set_is_dropped_and_unoffered_nodes_are_never_added(client: Client, cache: store.Store) -> None:
+async def test_a_node_without_a_card_set_is_dropped_and_unoffered_nodes_are_never_added(
+    client: Client, cache: store.Store
+) -> None:
     # a0 outranks the preemptor: card 0 cannot be freed; card 1 can
     cache.put_pod(_bound("a0", node="n", card=0, gib=8, priority=5000))
     status, answer = await _post(client, "/preempt", _offer(_preemptor(), {"n": ["uid-c0", "uid-d1"]}))
@@ -116,7 +142,11 @@ async def test_a_budget_moves_the_choice_to_the_other_card(client: Client, cache
     for name, card in (("a0", 0), ("c0", 0)):
         cache.put_pod(_bound(name, node="n", card=card, gib=8, labels={"app": "db"}))
     client.app[BUDGET_LIST].append(
-        {"metadata": {"name": "db", "namespace": "team-a"}, "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}}
+        {
+            "metadata": {"name": "db", "namespace": "team-a"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 0},
+        }
     )
     status, answer = await _post(client, "/preempt", _offer(_preemptor(), {"n": ["uid-a0", "uid-d1"]}))
     assert {pod["UID"] for pod in answer["NodeNameToMetaVictims"]["n"]["Pods"]} == {"uid-b1", "uid-d1"}
@@ -175,7 +205,9 @@ async def test_the_hold_covers_a_card_whose_victims_are_still_terminating(client
     boss = _preemptor()
     boss["status"]["nominatedNodeName"] = "n"
     cache.put_pod(boss)
-    status, answer = await _post(client, "/filter", {"Pod": _preemptor("low", gib=8, priority=0), "Nodes": None, "NodeNames": ["n"]})
+    status, answer = await _post(
+        client, "/filter", {"Pod": _preemptor("low", gib=8, priority=0), "Nodes": None, "NodeNames": ["n"]}
+    )
     assert answer["NodeNames"] == []
     # a low pod cannot become nominated by itself to grab the hold: a nominee only holds against lower or equal pods
     sneaky = _preemptor("sneaky", gib=8, priority=0)
@@ -222,7 +254,10 @@ def test_on_generated_clusters_every_answer_keeps_kube_schedulers_rules_and_neve
         asked = rng.choice((4, 8, 12, 16))
         priority = rng.choice((0, 100, 1000, 5000))
         preemptor = _preemptor(f"boss-{round_}", gib=asked, priority=priority)
-        offered = {n["metadata"]["name"]: tuple(p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == n["metadata"]["name"])[:1] for n in nodes}
+        offered = {
+            n["metadata"]["name"]: tuple(p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == n["metadata"]["name"])[:1]
+            for n in nodes
+        }
         request = wire.PreemptRequest(pod=preemptor, victims=offered, violations={})
         kept = preemption.answer(filled, request, now=NOW, ttl=app.Settings().ttl, budgets=())
         for answer, (uids, _) in kept.items():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from policies.gpu import allocation, cardrequest, cards
-from webhook.extender import placement, preemption
 from tests.unit.extender import conftest
+from webhook.extender import placement, preemption
 
 Factory = Any
 
@@ -17,7 +17,9 @@ def _state(node: dict[str, Any], held: list[tuple[str, int, int]], *, whole: boo
     return cards.occupy(
         cards.node_cards(node),
         [
-            allocation.Allocation(uid=uid, namespace="team-a", name=uid, node=name, cards=(card,), memory_gib=gib, whole=whole, bound=bound)
+            allocation.Allocation(
+                uid=uid, namespace="team-a", name=uid, node=name, cards=(card,), memory_gib=gib, whole=whole, bound=bound
+            )
             for uid, card, gib in held
         ],
     )
@@ -50,7 +52,9 @@ def test_the_two_card_example_frees_one_card_not_one_pod_on_each() -> None:
 def test_the_fewest_victims_win_then_the_lowest_priorities() -> None:
     # card 0: one 16 GiB pod of priority 500; card 1: two 8 GiB pods of priority 0
     state = _state(conftest.node("n", count=2, gib=16), [("big", 0, 16), ("s1", 1, 8), ("s2", 1, 8)])
-    choice = preemption.select(cardrequest.Request(memory_gib=16), state, priority=1000, known=_known({"big": 500, "s1": 0, "s2": 0}))
+    choice = preemption.select(
+        cardrequest.Request(memory_gib=16), state, priority=1000, known=_known({"big": 500, "s1": 0, "s2": 0})
+    )
     assert choice is not None and choice.uids == ("big",)
     # equal counts: the card whose victims have the lower priorities
     state = _state(conftest.node("n", count=2, gib=16), [("hi", 0, 16), ("lo", 1, 16)])
@@ -70,7 +74,12 @@ def test_mixed_priorities_on_one_card_evict_only_the_lower_ones() -> None:
 
 def test_equal_priority_pods_are_never_victims() -> None:
     state = _state(conftest.node("n", count=2, gib=16), TWO_CARDS)
-    assert preemption.select(cardrequest.Request(memory_gib=16), state, priority=0, known=_known(dict.fromkeys(("a0", "b1", "c0", "d1"), 0))) is None
+    assert (
+        preemption.select(
+            cardrequest.Request(memory_gib=16), state, priority=0, known=_known(dict.fromkeys(("a0", "b1", "c0", "d1"), 0))
+        )
+        is None
+    )
     # one equal-priority pod per card: no card can be freed
     known = _known({"a0": 1000, "b1": 1000, "c0": 0, "d1": 0})
     assert preemption.select(cardrequest.Request(memory_gib=16), state, priority=1000, known=known) is None
@@ -80,7 +89,13 @@ def test_a_pdb_breaks_a_tie_but_not_a_smaller_set() -> None:
     state = _state(conftest.node("n", count=2, gib=16), [("guarded", 0, 16), ("free", 1, 16)])
     known = _known({"guarded": 0, "free": 0}, guarded={"labels": {"app": "db"}})
     budget = preemption.budgets_of(
-        [{"metadata": {"name": "db", "namespace": "team-a"}, "spec": {"selector": {"matchLabels": {"app": "db"}}}, "status": {"disruptionsAllowed": 0}}]
+        [
+            {
+                "metadata": {"name": "db", "namespace": "team-a"},
+                "spec": {"selector": {"matchLabels": {"app": "db"}}},
+                "status": {"disruptionsAllowed": 0},
+            }
+        ]
     )
     choice = preemption.select(cardrequest.Request(memory_gib=16), state, priority=1000, known=known, budgets=budget)
     assert choice is not None and choice.uids == ("free",) and choice.violations == 0
@@ -147,7 +162,9 @@ def test_a_low_priority_tenant_cannot_evict_higher_pods_or_overcommit() -> None:
     assert preemption.select(cardrequest.Request(memory_gib=16), state, priority=50, known=known) is None
     # and every choice the function makes is one that fits without over-commit
     for asked in range(1, 17):
-        choice = preemption.select(cardrequest.Request(memory_gib=asked), state, priority=1000, known=_known(dict.fromkeys(("a0", "b1", "c0", "d1"), 0)))
+        choice = preemption.select(
+            cardrequest.Request(memory_gib=asked), state, priority=1000, known=_known(dict.fromkeys(("a0", "b1", "c0", "d1"), 0))
+        )
         if choice is not None:
             after = cards.occupy(state.node, [a for a in state.allocations if a.uid not in choice.uids])
             card = after.card(choice.cards[0])
@@ -157,10 +174,14 @@ def test_a_low_priority_tenant_cannot_evict_higher_pods_or_overcommit() -> None:
 def test_a_nominee_holds_the_freed_card_against_lower_and_equal_pods() -> None:
     # after the preemption: the victims on card 1 are being deleted, the 16 GiB preemptor is nominated
     state = _state(conftest.node("n", count=2, gib=16), [("a0", 0, 8), ("c0", 0, 8)])
-    nominee = preemption.Nominee(uid="boss", namespace="team-a", name="boss", priority=1000, request=cardrequest.Request(memory_gib=16))
+    nominee = preemption.Nominee(
+        uid="boss", namespace="team-a", name="boss", priority=1000, request=cardrequest.Request(memory_gib=16)
+    )
     held = preemption.held(state, preemption.holders([nominee], priority=0, uid="late"))
     assert not placement.evaluate(cardrequest.Request(memory_gib=8), held).fits
-    assert not placement.evaluate(cardrequest.Request(memory_gib=8), preemption.held(state, preemption.holders([nominee], priority=1000, uid="late"))).fits
+    assert not placement.evaluate(
+        cardrequest.Request(memory_gib=8), preemption.held(state, preemption.holders([nominee], priority=1000, uid="late"))
+    ).fits
     # a higher-priority pod is not held back, and the nominee itself is not held against itself
     assert preemption.holders([nominee], priority=2000, uid="late") == []
     assert preemption.holders([nominee], priority=0, uid="boss") == []
@@ -169,12 +190,16 @@ def test_a_nominee_holds_the_freed_card_against_lower_and_equal_pods() -> None:
 def test_a_nominee_holds_a_card_whose_victims_are_still_terminating() -> None:
     # one victim gone, the other still terminating on card 1: the 8 GiB freed must not go to a low pod
     state = _state(conftest.node("n", count=2, gib=16), [("a0", 0, 8), ("c0", 0, 8), ("d1", 1, 8)])
-    nominee = preemption.Nominee(uid="boss", namespace="team-a", name="boss", priority=1000, request=cardrequest.Request(memory_gib=16))
+    nominee = preemption.Nominee(
+        uid="boss", namespace="team-a", name="boss", priority=1000, request=cardrequest.Request(memory_gib=16)
+    )
     assert placement.evaluate(cardrequest.Request(memory_gib=8), state).fits  # without the hold, card 1 has room
     held = preemption.held(state, [nominee], going=frozenset({"d1"}))
     assert not placement.evaluate(cardrequest.Request(memory_gib=8), held).fits
     # a nominee that could not fit even after its victims leave holds nothing
-    huge = preemption.Nominee(uid="huge", namespace="team-a", name="huge", priority=1000, request=cardrequest.Request(memory_gib=32))
+    huge = preemption.Nominee(
+        uid="huge", namespace="team-a", name="huge", priority=1000, request=cardrequest.Request(memory_gib=32)
+    )
     assert preemption.held(state, [huge], going=frozenset({"d1"})).allocations == state.allocations
 
 

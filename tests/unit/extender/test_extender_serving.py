@@ -48,12 +48,20 @@ class Pki:
         self.write("client-ca.crt", self.client_ca.certificate_pem)
         self.rotate_serving()
         self.write_client("scheduler", authority.issue_client(self.client_ca, common_name="kube-scheduler", now=NOW))
-        (directory / "kubeconfig").write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
-            "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
-            "users": [{"name": "nobody", "user": {"token": "not-a-token"}}],
-            "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "nobody"}}],
-        }))
+        (directory / "kubeconfig").write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "nowhere",
+                    "clusters": [
+                        {"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}
+                    ],
+                    "users": [{"name": "nobody", "user": {"token": "not-a-token"}}],
+                    "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "nobody"}}],
+                }
+            )
+        )
 
     def write(self, name: str, data: bytes) -> None:
         certfiles.write_atomically(self.directory / name, data, mode=0o600)
@@ -88,10 +96,28 @@ def start(pki: Pki) -> Iterator[Callable[..., Started]]:
         d = pki.directory
         log = log_path.open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "webhook.cli", "extender", "--host", "127.0.0.1", "--port", "0",
-             "--tls-cert-file", str(d / "tls.crt"), "--tls-private-key-file", str(d / "tls.key"),
-             "--tls-client-ca-file", str(d / "client-ca.crt"), "--kubeconfig", str(d / "kubeconfig"), *extra],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "extender",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--tls-cert-file",
+                str(d / "tls.crt"),
+                "--tls-private-key-file",
+                str(d / "tls.key"),
+                "--tls-client-ca-file",
+                str(d / "client-ca.crt"),
+                "--kubeconfig",
+                str(d / "kubeconfig"),
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
         )
         log.close()
         started.append(process)
@@ -175,8 +201,21 @@ def test_a_bad_client_ca_bundle_is_one_line_at_start(pki: Pki, capsys: pytest.Ca
 
     (pki.directory / "client-ca.crt").write_text("not a certificate\n")
     d = pki.directory
-    status = cli.main(["extender", "--port", "0", "--tls-cert-file", str(d / "tls.crt"), "--tls-private-key-file", str(d / "tls.key"),
-                       "--tls-client-ca-file", str(d / "client-ca.crt"), "--kubeconfig", str(d / "kubeconfig")])
+    status = cli.main(
+        [
+            "extender",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(d / "tls.crt"),
+            "--tls-private-key-file",
+            str(d / "tls.key"),
+            "--tls-client-ca-file",
+            str(d / "client-ca.crt"),
+            "--kubeconfig",
+            str(d / "kubeconfig"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert status == 2 and err.count("\n") == 1 and "client CA bundle" in err and "client-ca.crt" in err
 
@@ -191,9 +230,12 @@ async def test_the_extender_apps_readiness_is_false_during_a_drain_and_its_liven
     application = app.make_app(cache=cache, bind=binder.Binder(apiserver, cache=cache))
     d = pki.directory
     server = shell.Shell(
-        application, listen=shell.Listen(host="127.0.0.1", port=0),
+        application,
+        listen=shell.Listen(host="127.0.0.1", port=0),
         certificates=shell.files(shell.TlsFiles(cert_file=str(d / "tls.crt"), key_file=str(d / "tls.key"))),
-        registry=application[app.METERS].registry, drain=shell.Drain(seconds=3600), signals=False,
+        registry=application[app.METERS].registry,
+        drain=shell.Drain(seconds=3600),
+        signals=False,
     )
     task = asyncio.create_task(server.run())
     await asyncio.wait_for(server.listening.wait(), timeout=DEADLINE_S)

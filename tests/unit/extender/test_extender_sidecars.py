@@ -10,9 +10,8 @@ import pytest
 from aiohttp import test_utils, web
 
 from policies import gpu
-from policies.gpu import cardrequest
+from policies.gpu import cardrequest, cards
 from webhook.extender import app, binder, store
-from policies.gpu import cards
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -21,7 +20,12 @@ Factory = Any
 
 def with_sidecar(pod: dict[str, Any], gib: int | str) -> dict[str, Any]:
     pod["spec"]["initContainers"] = [
-        {"name": "proxy", "image": "proxy:1", "restartPolicy": "Always", "resources": {"limits": {"aliyun.com/gpu-mem": str(gib)}}}
+        {
+            "name": "proxy",
+            "image": "proxy:1",
+            "restartPolicy": "Always",
+            "resources": {"limits": {"aliyun.com/gpu-mem": str(gib)}},
+        }
     ]
     return pod
 
@@ -44,7 +48,9 @@ def cache(apiserver: Any, make_node: Factory) -> store.Store:
 @pytest.fixture
 async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]], apiserver: Any, cache: store.Store) -> Client:
     settings = app.Settings(clock=lambda: NOW)
-    return await aiohttp_client(app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings))
+    return await aiohttp_client(
+        app.make_app(cache=cache, bind=binder.Binder(apiserver, clock=lambda: NOW, cache=cache), settings=settings)
+    )
 
 
 async def post(client: Client, path: str, body: object) -> Any:
@@ -56,7 +62,9 @@ async def post(client: Client, path: str, body: object) -> Any:
 async def bind(client: Client, apiserver: Any, pod: dict[str, Any], node: str) -> str:
     stored = apiserver.add_pod(pod)
     meta = stored["metadata"]
-    answer = await post(client, "/bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node})
+    answer = await post(
+        client, "/bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    )
     return str(answer["Error"])
 
 
@@ -88,7 +96,9 @@ def test_node_capacity_is_read_with_the_same_parser(make_node: Factory) -> None:
 
 
 async def test_filter_lets_an_8_gib_sidecar_pod_onto_a_15_gib_card(client: Client, make_gpu_pod: Factory) -> None:
-    answer = await post(client, "/filter", {"Pod": with_sidecar(make_gpu_pod(mem=4), 4), "Nodes": None, "NodeNames": ["two-cards", "one-card"]})
+    answer = await post(
+        client, "/filter", {"Pod": with_sidecar(make_gpu_pod(mem=4), 4), "Nodes": None, "NodeNames": ["two-cards", "one-card"]}
+    )
 
     assert answer["NodeNames"] == ["two-cards", "one-card"]
 
@@ -111,7 +121,9 @@ async def test_bind_allocates_the_summed_amount_on_one_card(client: Client, apis
     assert annotations[gpu.GPUSHARE_MEM_POD_ANNOTATION] == "8"
     assert json.loads(annotations[gpu.ALLOCATION_ANNOTATION])["memGiB"] == 8
     # 7 GiB are left on the card: a second 8 GiB sidecar pod no longer fits, a 7 GiB pod does.
-    refused = await post(client, "/filter", {"Pod": with_sidecar(make_gpu_pod("again", mem=4), 4), "Nodes": None, "NodeNames": ["one-card"]})
+    refused = await post(
+        client, "/filter", {"Pod": with_sidecar(make_gpu_pod("again", mem=4), 4), "Nodes": None, "NodeNames": ["one-card"]}
+    )
     fits = await post(client, "/filter", {"Pod": make_gpu_pod("small", mem=7), "Nodes": None, "NodeNames": ["one-card"]})
     assert refused["NodeNames"] == [] and fits["NodeNames"] == ["one-card"]
 
@@ -152,7 +164,9 @@ async def test_bind_from_the_watch_cache_allocates_the_summed_amount(
     cache.replace_pods([stored])
     meta = stored["metadata"]
 
-    answer = await post(client, "/bind", {"PodName": "cached", "PodNamespace": "team-a", "PodUID": meta["uid"], "Node": "one-card"})
+    answer = await post(
+        client, "/bind", {"PodName": "cached", "PodNamespace": "team-a", "PodUID": meta["uid"], "Node": "one-card"}
+    )
 
     assert answer["Error"] == ""
     assert apiserver.pods[("team-a", "cached")]["metadata"]["annotations"][gpu.GPUSHARE_MEM_POD_ANNOTATION] == "8"

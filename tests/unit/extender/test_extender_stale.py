@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import gpu
-from policies.gpu import allocation, cardrequest, reservations
+from policies.gpu import allocation, cardrequest, reasons, reservations
 from webhook.extender import binder, placement
-from policies.gpu import reasons
 from webhook.extender import store as store_module
 
 NOW = 1_800_000_000.0
@@ -18,8 +16,15 @@ Factory = Any
 
 def _gone_reservation(*, assumed_at: float) -> dict[str, allocation.Allocation]:
     entry = allocation.Allocation(
-        uid="uid-deleted", namespace="team-a", name="deleted-mid-bind", node="gpu-0", cards=(0,), memory_gib=15,
-        assumed_at=assumed_at, expires=assumed_at + allocation.DEFAULT_RESERVATION_TTL_S, source="reservation",
+        uid="uid-deleted",
+        namespace="team-a",
+        name="deleted-mid-bind",
+        node="gpu-0",
+        cards=(0,),
+        memory_gib=15,
+        assumed_at=assumed_at,
+        expires=assumed_at + allocation.DEFAULT_RESERVATION_TTL_S,
+        source="reservation",
     )
     return {entry.uid: entry}
 
@@ -46,7 +51,9 @@ def test_a_restarted_extender_counts_a_gone_pods_reservation_only_during_the_in_
     diagnosed = placement.diagnose(wanted, state, stale=frozenset({"uid-deleted"}))
     assert diagnosed.codes[0] is reasons.Code.STALE_ALLOCATION
     later = NOW - 2 + reservations.IN_FLIGHT_GRACE_S + 0.1
-    assert placement.filter_nodes(wanted, states=cache.states(["gpu-0"], now=later, ttl=allocation.DEFAULT_RESERVATION_TTL_S), names=["gpu-0"]).passed == ["gpu-0"]
+    assert placement.filter_nodes(
+        wanted, states=cache.states(["gpu-0"], now=later, ttl=allocation.DEFAULT_RESERVATION_TTL_S), names=["gpu-0"]
+    ).passed == ["gpu-0"]
     assert cache.stale_ledgers(now=later) == ["gpu-0"]
 
 

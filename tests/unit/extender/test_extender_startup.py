@@ -10,9 +10,8 @@ from typing import Any
 
 from aiohttp import test_utils, web
 
-from webhook.extender import app, binder, store
-
 from tests import dra_objects
+from webhook.extender import app, binder, store
 
 NOW = 1_800_000_000.0
 Client = test_utils.TestClient[web.Request, web.Application]
@@ -41,7 +40,9 @@ async def test_filter_offers_no_card_until_slices_and_claims_are_listed(
 ) -> None:
     cache = loaded(apiserver, make_node)
     assert cache.synced and not cache.dra_synced
-    client = await aiohttp_client(app.make_app(cache=cache, bind=binder.Binder(apiserver, cache=cache), settings=app.Settings(clock=lambda: NOW)))
+    client = await aiohttp_client(
+        app.make_app(cache=cache, bind=binder.Binder(apiserver, cache=cache), settings=app.Settings(clock=lambda: NOW))
+    )
     answer = await _filter(client, make_gpu_pod(mem=4))
     assert "still loading DRA ResourceSlices and ResourceClaims" in answer["Error"] and not answer["NodeNames"]
     async with client.get("/healthz") as probe:

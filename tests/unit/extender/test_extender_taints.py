@@ -8,12 +8,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.gpu import dra
-from webhook.extender import store, taints
-from webhook.kube import errors as kube_errors
-
 from tests import dra_objects
 from tests.unit.extender.conftest import node as make_node
 from tests.unit.extender.conftest import pod as make_pod
+from webhook.extender import store, taints
+from webhook.kube import errors as kube_errors
 
 NOW = 1_800_000_000.0
 NODE = make_node("gpu-0", count=2, gib=15, inventory=[15360, 15360])

@@ -46,7 +46,9 @@ def test_four_cards_come_from_one_nvlink_island() -> None:
 
 
 def test_two_cards_prefer_an_nvlink_pair_over_lower_indices() -> None:
-    links = inventory.read_topology(inventory.encode_topology([(0, 1, "SYS"), (0, 2, "SYS"), (0, 3, "SYS"), (1, 2, "PIX"), (1, 3, "SYS"), (2, 3, "NV2")]))
+    links = inventory.read_topology(
+        inventory.encode_topology([(0, 1, "SYS"), (0, 2, "SYS"), (0, 3, "SYS"), (1, 2, "PIX"), (1, 3, "SYS"), (2, 3, "NV2")])
+    )
     assert topology.best_set([0, 1, 2, 3], 2, links) == (2, 3)
 
 

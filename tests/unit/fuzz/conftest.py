@@ -15,9 +15,8 @@ import pytest
 from policies import settings as engine_settings
 from tests.unit.fuzz.servers import Client, MemoryApi, ThreadServer, gpu_node
 from webhook.admission import app as admission_app
-from webhook.extender import binder, store
 from webhook.extender import app as extender_app
-
+from webhook.extender import binder, store
 
 # --- fixtures -------------------------------------------------------------------------------------------
 

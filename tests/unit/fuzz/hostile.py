@@ -92,26 +92,54 @@ def bind_args() -> dict[str, Any]:
 
 # Paths into a valid document whose value gets replaced by a value of any type.
 REVIEW_PATHS: list[tuple[Any, ...]] = [
-    (), ("apiVersion",), ("kind",), ("request",), ("request", "uid"), ("request", "operation"),
-    ("request", "namespace"), ("request", "userInfo"), ("request", "userInfo", "groups"),
-    ("request", "kind"), ("request", "kind", "kind"), ("request", "object"), ("request", "oldObject"),
-    ("request", "dryRun"), ("request", "subResource"), ("request", "object", "kind"),
-    ("request", "object", "metadata"), ("request", "object", "metadata", "namespace"),
-    ("request", "object", "metadata", "annotations"), ("request", "object", "spec"),
-    ("request", "object", "spec", "containers"), ("request", "object", "spec", "containers", 0),
-    ("request", "object", "spec", "containers", 0, "env"), ("request", "object", "spec", "containers", 0, "resources"),
+    (),
+    ("apiVersion",),
+    ("kind",),
+    ("request",),
+    ("request", "uid"),
+    ("request", "operation"),
+    ("request", "namespace"),
+    ("request", "userInfo"),
+    ("request", "userInfo", "groups"),
+    ("request", "kind"),
+    ("request", "kind", "kind"),
+    ("request", "object"),
+    ("request", "oldObject"),
+    ("request", "dryRun"),
+    ("request", "subResource"),
+    ("request", "object", "kind"),
+    ("request", "object", "metadata"),
+    ("request", "object", "metadata", "namespace"),
+    ("request", "object", "metadata", "annotations"),
+    ("request", "object", "spec"),
+    ("request", "object", "spec", "containers"),
+    ("request", "object", "spec", "containers", 0),
+    ("request", "object", "spec", "containers", 0, "env"),
+    ("request", "object", "spec", "containers", 0, "resources"),
     ("request", "object", "spec", "containers", 0, "resources", "limits"),
     ("request", "object", "spec", "containers", 0, "resources", "limits", "aliyun.com/gpu-mem"),
-    ("request", "object", "spec", "containers", 0, "securityContext"), ("request", "object", "spec", "nodeSelector"),
-    ("request", "object", "spec", "affinity"), ("request", "object", "spec", "volumes"),
-    ("request", "object", "spec", "initContainers"), ("request", "object", "spec", "ephemeralContainers"),
+    ("request", "object", "spec", "containers", 0, "securityContext"),
+    ("request", "object", "spec", "nodeSelector"),
+    ("request", "object", "spec", "affinity"),
+    ("request", "object", "spec", "volumes"),
+    ("request", "object", "spec", "initContainers"),
+    ("request", "object", "spec", "ephemeralContainers"),
     ("request", "object", "spec", "template"),
 ]
 FILTER_PATHS: list[tuple[Any, ...]] = [
-    (), ("Pod",), ("NodeNames",), ("Nodes",), ("Pod", "metadata"), ("Pod", "metadata", "uid"), ("Pod", "spec"),
-    ("Pod", "spec", "containers"), ("Pod", "spec", "containers", 0), ("Pod", "spec", "containers", 0, "resources"),
+    (),
+    ("Pod",),
+    ("NodeNames",),
+    ("Nodes",),
+    ("Pod", "metadata"),
+    ("Pod", "metadata", "uid"),
+    ("Pod", "spec"),
+    ("Pod", "spec", "containers"),
+    ("Pod", "spec", "containers", 0),
+    ("Pod", "spec", "containers", 0, "resources"),
     ("Pod", "spec", "containers", 0, "resources", "limits"),
-    ("Pod", "spec", "containers", 0, "resources", "limits", "aliyun.com/gpu-mem"), ("Pod", "metadata", "annotations"),
+    ("Pod", "spec", "containers", 0, "resources", "limits", "aliyun.com/gpu-mem"),
+    ("Pod", "metadata", "annotations"),
     ("Pod", "spec", "nodeSelector"),
 ]
 BIND_PATHS: list[tuple[Any, ...]] = [(), ("PodName",), ("PodNamespace",), ("PodUID",), ("Node",)]
@@ -152,7 +180,10 @@ def mutated(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
         if how == "flip":
             data[at] = draw(st.integers(0, 255))
         elif how == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from([b"{", b"[", b'"', b"\\", b",", b"\xff", b"\xc3", b"\xed\xa0\x80"]))
+            data[at:at] = draw(
+                st.binary(min_size=1, max_size=8)
+                | st.sampled_from([b"{", b"[", b'"', b"\\", b",", b"\xff", b"\xc3", b"\xed\xa0\x80"])
+            )
         elif how == "delete":
             del data[at : at + draw(st.integers(1, 16))]
         elif how == "splice":
@@ -166,7 +197,11 @@ def mutated(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
 @st.composite
 def structural(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
     """Nesting near and far past the limit, duplicate keys, invalid UTF-8, odd numbers, junk."""
-    kind = draw(st.sampled_from(["deep", "deep-unbalanced", "deep-in-object", "duplicate-keys", "bad-utf8", "numbers", "binary", "generated", "empty"]))
+    kind = draw(
+        st.sampled_from(
+            ["deep", "deep-unbalanced", "deep-in-object", "duplicate-keys", "bad-utf8", "numbers", "binary", "generated", "empty"]
+        )
+    )
     if kind == "deep":
         depth = draw(st.sampled_from([99, 100, 101, 150, 1000, 5000, 50_000]))
         opener, closer = draw(st.sampled_from([(b"[", b"]"), (b'{"a":', b"}")]))
@@ -180,7 +215,9 @@ def structural(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
         return f"deep-in-object {2 * depth}", _encode(_deep_into(make(), "@DEEP@")).replace(b'"@DEEP@"', nested.encode())
     if kind == "duplicate-keys":
         text = _encode(make()).decode("utf-8")
-        key = draw(st.sampled_from(['"apiVersion":', '"kind":', '"request":', '"uid":', '"object":', '"Pod":', '"PodName":', '"spec":']))
+        key = draw(
+            st.sampled_from(['"apiVersion":', '"kind":', '"request":', '"uid":', '"object":', '"Pod":', '"PodName":', '"spec":'])
+        )
         value = json.dumps(draw(JSON))
         return "duplicate-keys", text.replace(key, f"{key}{value},{key}", 1).encode("utf-8")
     if kind == "bad-utf8":
@@ -189,9 +226,13 @@ def structural(draw: st.DrawFn, make: Callable[[], Any]) -> Body:
         data[at:at] = draw(st.sampled_from([b"\xff", b"\xfe\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80"]))
         return "bad-utf8", bytes(data)
     if kind == "numbers":
-        number = draw(st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e999999", b"9" * 5000, b"-0", b"1.5e-400", b"0x10", b"01"]))
+        number = draw(
+            st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e999999", b"9" * 5000, b"-0", b"1.5e-400", b"0x10", b"01"])
+        )
         text = _encode(make()).decode("utf-8")
-        return f"numbers {number[:12]!r}", text.replace('"fuzz"', number.decode(), 1).replace("2}", number.decode() + "}", 1).encode()
+        return f"numbers {number[:12]!r}", text.replace('"fuzz"', number.decode(), 1).replace(
+            "2}", number.decode() + "}", 1
+        ).encode()
     if kind == "binary":
         return "binary", draw(st.binary(max_size=512))
     if kind == "generated":

@@ -80,12 +80,16 @@ class Client:
         self._context = context
         self._connection: http.client.HTTPSConnection | None = None
 
-    def post(self, path: str, body: bytes, *, content_type: str | None = "application/json", method: str = "POST") -> tuple[int, bytes, float]:
+    def post(
+        self, path: str, body: bytes, *, content_type: str | None = "application/json", method: str = "POST"
+    ) -> tuple[int, bytes, float]:
         """(status, body, seconds) of one request; raises when no answer comes in time."""
         headers = {} if content_type is None else {"Content-Type": content_type}
         for attempt in (1, 2):
             if self._connection is None:
-                self._connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._context, timeout=ANSWER_DEADLINE_S)
+                self._connection = http.client.HTTPSConnection(
+                    "127.0.0.1", self.port, context=self._context, timeout=ANSWER_DEADLINE_S
+                )
             started = time.monotonic()
             try:
                 self._connection.request(method, path, body=body, headers=headers)
@@ -175,5 +179,3 @@ def gpu_node(name: str, *, mode: str = "cgpu", count: int = 2, gib: int = 16) ->
         "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": {"ack.node.gpu.schedule": mode}},
         "status": {"capacity": capacity, "allocatable": capacity},
     }
-
-

@@ -63,10 +63,13 @@ def test_the_server_answers_a_good_review_after_the_hostile_ones(webhook_server:
         assert status == 200 and json.loads(data)["response"]["uid"] == "after-fuzz"
 
 
-def test_a_stalled_body_does_not_hold_up_other_requests(webhook_server: ThreadServer, webhook: Client, client_ssl: ssl.SSLContext) -> None:
+def test_a_stalled_body_does_not_hold_up_other_requests(
+    webhook_server: ThreadServer, webhook: Client, client_ssl: ssl.SSLContext
+) -> None:
     """A client that promises 100 kB and sends 10 bytes ties up its own connection, nobody else's."""
-    stalled = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"apiVers"
+    stalled = b'POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"apiVers'
     done = threading.Event()
+
     def stall() -> None:
         raw_exchange(webhook_server.port, stalled, context=client_ssl, timeout=3)
         done.set()
@@ -91,7 +94,16 @@ def test_a_stalled_body_does_not_hold_up_other_requests(webhook_server: ThreadSe
         b"\x16\x03\x01\x00\x05hello\r\n\r\n",
         b"GARBAGE\r\n\r\n",
     ],
-    ids=["negative-length", "huge-length", "bad-chunk", "chunked-and-length", "long-header", "bad-version", "tls-in-tls", "garbage"],
+    ids=[
+        "negative-length",
+        "huge-length",
+        "bad-chunk",
+        "chunked-and-length",
+        "long-header",
+        "bad-version",
+        "tls-in-tls",
+        "garbage",
+    ],
 )
 def test_malformed_http_gets_a_4xx_or_a_closed_connection_never_a_5xx(
     webhook_server: ThreadServer, client_ssl: ssl.SSLContext, raw: bytes
@@ -106,9 +118,20 @@ def test_malformed_http_gets_a_4xx_or_a_closed_connection_never_a_5xx(
 def test_memory_stays_flat_under_repeated_hostile_bodies(webhook: Client) -> None:
     """After a warm-up, thousands more hostile reviews leave resident memory where it was."""
     bodies = [
-        json.dumps(hostile.review(obj={"kind": "Pod", "spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": n}]}]}}, uid=f"u{n}")).encode()
+        json.dumps(
+            hostile.review(
+                obj={"kind": "Pod", "spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": n}]}]}},
+                uid=f"u{n}",
+            )
+        ).encode()
         for n in range(50)
-    ] + [b"[" * 5000, b'{"apiVersion": 1}', b"\xff\xfe", b'{"a":' * 101 + b"1" + b"}" * 101, json.dumps(hostile.review())[:-7].encode()]
+    ] + [
+        b"[" * 5000,
+        b'{"apiVersion": 1}',
+        b"\xff\xfe",
+        b'{"a":' * 101 + b"1" + b"}" * 101,
+        json.dumps(hostile.review())[:-7].encode(),
+    ]
 
     def round_() -> None:
         for body in bodies:

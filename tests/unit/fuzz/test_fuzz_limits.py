@@ -87,7 +87,7 @@ _NESTED = st.recursive(
 @given(value=_NESTED, extra=st.integers(0, 110), ascii_only=st.booleans())
 def test_the_depth_scan_agrees_with_the_decoded_depth(value: Any, extra: int, ascii_only: bool) -> None:
     for _ in range(extra):
-        value = [value, '"]\\'] if extra % 2 else {"k\\\"": value}
+        value = [value, '"]\\'] if extra % 2 else {'k\\"': value}
     body = json.dumps(value, ensure_ascii=ascii_only).encode()
     assert review._too_deep(body) == (depth(value) > review.MAX_DEPTH)
 

@@ -44,12 +44,13 @@ def test_each_status_becomes_its_type_and_keeps_the_code(status: int, kind: type
 
 def test_the_message_is_one_line_with_what_the_status_and_the_apiservers_words() -> None:
     failure = api_exception(
-        409, reason="Conflict",
+        409,
+        reason="Conflict",
         message='Operation cannot be fulfilled on leases.coordination.k8s.io "certs": the object has been modified\nsecond line',
     )
     error = errors.translate(failure, what="cannot write lease gpu-admission/certs")
     assert str(error) == (
-        'cannot write lease gpu-admission/certs: 409 Conflict: Operation cannot be fulfilled on '
+        "cannot write lease gpu-admission/certs: 409 Conflict: Operation cannot be fulfilled on "
         'leases.coordination.k8s.io "certs": the object has been modified'
     )
     assert error.reason == str(error)
@@ -73,10 +74,15 @@ def test_retry_after_is_read_from_429_and_5xx_answers_only() -> None:
 
 def test_a_raw_answer_of_call_api_is_translated_the_same_way() -> None:
     body = json.dumps({"kind": "Status", "message": 'pods "p" not found', "code": 404})
-    error = errors.translate(errors.Answer(status=404, body=body.encode(), reason="Not Found"), what="GET /api/v1/namespaces/a/pods/p")
+    error = errors.translate(
+        errors.Answer(status=404, body=body.encode(), reason="Not Found"), what="GET /api/v1/namespaces/a/pods/p"
+    )
     assert isinstance(error, errors.NotFound)
     assert str(error) == 'GET /api/v1/namespaces/a/pods/p: 404 Not Found: pods "p" not found'
-    assert str(errors.translate(errors.Answer(status=502, body=b"<html>bad gateway</html>"), what="GET /x")) == "GET /x: 502 Bad Gateway"
+    assert (
+        str(errors.translate(errors.Answer(status=502, body=b"<html>bad gateway</html>"), what="GET /x"))
+        == "GET /x: 502 Bad Gateway"
+    )
 
 
 @pytest.mark.parametrize(
@@ -84,7 +90,10 @@ def test_a_raw_answer_of_call_api_is_translated_the_same_way() -> None:
     [
         (ConnectionResetError(104, "Connection reset by peer"), "cannot read node n: [Errno 104] Connection reset by peer"),
         (TimeoutError("timed out"), "cannot read node n: timed out"),
-        (urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset")), "cannot read node n: ('Connection aborted.', ConnectionResetError(104, 'reset'))"),
+        (
+            urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset")),
+            "cannot read node n: ('Connection aborted.', ConnectionResetError(104, 'reset'))",
+        ),
         (client_exceptions.ApiException(status=0, reason="SSLError\ncertificate verify failed"), "cannot read node n: SSLError"),
     ],
 )
@@ -104,7 +113,10 @@ def test_urllib3s_retry_wrapper_says_the_cause_without_the_connection_objects_re
     failure = urllib3.exceptions.MaxRetryError(None, "/api/v1/nodes", reason=cause)  # type: ignore[arg-type]  # no pool needed for the text
     error = errors.translate(failure, what="cannot list Node objects in the cluster")
     assert isinstance(error, errors.Unreachable)
-    assert str(error) == "cannot list Node objects in the cluster: Failed to establish a new connection: [Errno 111] Connection refused"
+    assert (
+        str(error)
+        == "cannot list Node objects in the cluster: Failed to establish a new connection: [Errno 111] Connection refused"
+    )
 
 
 def test_a_kube_error_passes_through_and_anything_else_is_a_plain_kube_error() -> None:
@@ -125,8 +137,25 @@ def test_only_the_clients_failures_are_recognised() -> None:
 
 
 def test_the_default_status_of_each_type_and_an_explicit_one() -> None:
-    assert [kind("m").status for kind in (errors.KubeError, errors.NotFound, errors.Conflict, errors.Gone, errors.TooManyRequests, errors.ServerError, errors.Unreachable)] == [
-        0, 404, 409, 410, 429, 500, 0,
+    assert [
+        kind("m").status
+        for kind in (
+            errors.KubeError,
+            errors.NotFound,
+            errors.Conflict,
+            errors.Gone,
+            errors.TooManyRequests,
+            errors.ServerError,
+            errors.Unreachable,
+        )
+    ] == [
+        0,
+        404,
+        409,
+        410,
+        429,
+        500,
+        0,
     ]
     assert errors.KubeError("evicting", status=429).status == 429
 

@@ -31,14 +31,21 @@ class Leases:
         return {**body, "metadata": {**body["metadata"], "resourceVersion": "9"}}
 
 
-BODY: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "gpu-ledger.n0", "namespace": "ledger"}, "spec": {}}
+BODY: dict[str, Any] = {
+    "apiVersion": "coordination.k8s.io/v1",
+    "kind": "Lease",
+    "metadata": {"name": "gpu-ledger.n0", "namespace": "ledger"},
+    "spec": {},
+}
 
 
 async def test_none_read_is_a_create_and_a_read_lease_is_replaced_at_its_version() -> None:
     leases = Leases()
     created = await leasewrite.write(leases, "ledger", BODY, read=None)
     assert created["metadata"]["resourceVersion"] == "1"
-    replaced = await leasewrite.write(leases, "ledger", BODY, read={"metadata": {"name": "gpu-ledger.n0", "resourceVersion": "7"}})
+    replaced = await leasewrite.write(
+        leases, "ledger", BODY, read={"metadata": {"name": "gpu-ledger.n0", "resourceVersion": "7"}}
+    )
     assert replaced["metadata"]["resourceVersion"] == "9"
     assert leases.calls == [
         ("create", "ledger", "", BODY),

@@ -45,9 +45,13 @@ class Sleeper:
         self.waits.append(seconds)
 
 
-def run(script: Script, *, idempotent: bool = True, backoff: retry.Backoff = BACKOFF, jitter: float = 0.5) -> tuple[str, list[float]]:
+def run(
+    script: Script, *, idempotent: bool = True, backoff: retry.Backoff = BACKOFF, jitter: float = 0.5
+) -> tuple[str, list[float]]:
     sleeper = Sleeper()
-    result = retry.call(script, what="cannot read node gpu-0", idempotent=idempotent, backoff=backoff, sleep=sleeper, jitter=lambda: jitter)
+    result = retry.call(
+        script, what="cannot read node gpu-0", idempotent=idempotent, backoff=backoff, sleep=sleeper, jitter=lambda: jitter
+    )
     return result, sleeper.waits
 
 
@@ -98,7 +102,13 @@ def test_a_lost_connection_or_timeout_is_retried_for_an_idempotent_call() -> Non
 
 @pytest.mark.parametrize(
     ("failure", "kind"),
-    [(answer(409), errors.Conflict), (answer(404), errors.NotFound), (answer(400), errors.KubeError), (answer(410), errors.Gone), (answer(403), errors.KubeError)],
+    [
+        (answer(409), errors.Conflict),
+        (answer(404), errors.NotFound),
+        (answer(400), errors.KubeError),
+        (answer(410), errors.Gone),
+        (answer(403), errors.KubeError),
+    ],
 )
 def test_conflicts_missing_objects_and_bad_requests_are_never_retried(failure: Exception, kind: type[errors.KubeError]) -> None:
     script = Script(failure)
@@ -112,10 +122,22 @@ def test_conflicts_missing_objects_and_bad_requests_are_never_retried(failure: E
 
 def test_it_gives_up_after_the_limit_with_the_last_error() -> None:
     backoff = retry.Backoff(attempts=3, base_s=0.25, cap_s=4.0)
-    script = Script(answer(503, message="etcd leader changed"), answer(500, message="storage error"), answer(502, message="the last one"), answer(503))
+    script = Script(
+        answer(503, message="etcd leader changed"),
+        answer(500, message="storage error"),
+        answer(502, message="the last one"),
+        answer(503),
+    )
     sleeper = Sleeper()
     with pytest.raises(errors.ServerError) as raised:
-        retry.call(script, what="cannot list Pod objects in the cluster", idempotent=True, backoff=backoff, sleep=sleeper, jitter=lambda: 0.0)
+        retry.call(
+            script,
+            what="cannot list Pod objects in the cluster",
+            idempotent=True,
+            backoff=backoff,
+            sleep=sleeper,
+            jitter=lambda: 0.0,
+        )
     assert script.calls == 3 and len(sleeper.waits) == 2
     assert raised.value.status == 502
     assert str(raised.value) == "cannot list Pod objects in the cluster: 502 Bad Gateway: the last one"

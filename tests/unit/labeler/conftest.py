@@ -98,7 +98,13 @@ class FakeNodes:
             raise self.fail_next.pop(0)
 
 
-def node_object(name: str = "gpu-0", *, labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None, capacity: Mapping[str, str] | None = None) -> dict[str, Any]:
+def node_object(
+    name: str = "gpu-0",
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    capacity: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     base_capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", **(capacity or {})}
     return {
         "apiVersion": "v1",

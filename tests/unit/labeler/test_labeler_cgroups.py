@@ -24,36 +24,61 @@ STATIC = "d41d8cd98f00b204e9800998ecf8427e"  # a static pod's UID: the kubelet's
     [
         pytest.param(
             f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n",
-            UID, CID, id="v2-systemd-containerd-burstable",
+            UID,
+            CID,
+            id="v2-systemd-containerd-burstable",
         ),
         pytest.param(
             f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{ESC}.slice/crio-{CID}.scope\n",
-            UID, CID, id="v2-systemd-crio-besteffort",
+            UID,
+            CID,
+            id="v2-systemd-crio-besteffort",
         ),
-        pytest.param(f"0::/kubepods.slice/kubepods-pod{ESC}.slice/docker-{CID}.scope\n", UID, CID, id="v2-systemd-docker-guaranteed"),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-pod{ESC}.slice/docker-{CID}.scope\n", UID, CID, id="v2-systemd-docker-guaranteed"
+        ),
         pytest.param(f"0::/kubepods/burstable/pod{UID}/{CID}\n", UID, CID, id="v2-cgroupfs-burstable"),
         # Read from inside a container with its own cgroup namespace: the kernel shows other
         # processes' paths relative to the reader's root, climbing out with "..".
         pytest.param(
-            f"0::/../../kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n", UID, CID, id="v2-seen-from-a-cgroup-namespace",
+            f"0::/../../kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n",
+            UID,
+            CID,
+            id="v2-seen-from-a-cgroup-namespace",
         ),
         pytest.param(f"0::/../../../system.slice/docker-{CID}.scope\n", "", CID, id="docker-run-seen-from-a-cgroup-namespace"),
         pytest.param(f"0::/kubepods/pod{UID}/{CID}\n", UID, CID, id="v2-cgroupfs-guaranteed"),
         pytest.param(
             f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{ESC}.slice/cri-containerd-{CID}.scope\n",
-            UID, CID, id="v2-kind-nested-kubelet",
+            UID,
+            CID,
+            id="v2-kind-nested-kubelet",
         ),
         pytest.param(
-            "12:pids:/kubepods/besteffort/pod{0}/{1}\n11:memory:/kubepods/besteffort/pod{0}/{1}\n1:name=systemd:/kubepods/besteffort/pod{0}/{1}\n0::/\n".format(UID, CID),
-            UID, CID, id="v1-cgroupfs-many-lines",
+            f"12:pids:/kubepods/besteffort/pod{UID}/{CID}\n11:memory:/kubepods/besteffort/pod{UID}/{CID}\n1:name=systemd:/kubepods/besteffort/pod{UID}/{CID}\n0::/\n",
+            UID,
+            CID,
+            id="v1-cgroupfs-many-lines",
         ),
         pytest.param(
             f"9:name=systemd:/\n8:pids:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice/cri-containerd-{CID}.scope\n0::/\n",
-            UID, CID, id="hybrid-v2-root-v1-carries-path",
+            UID,
+            CID,
+            id="hybrid-v2-root-v1-carries-path",
         ),
-        pytest.param(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice\n", UID, "", id="pod-level-no-container"),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC}.slice\n",
+            UID,
+            "",
+            id="pod-level-no-container",
+        ),
         pytest.param(f"0::/kubepods/burstable/pod{STATIC}/{CID}\n", STATIC, CID, id="static-pod-hash-uid"),
-        pytest.param(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC.upper()}.slice/x.scope\n", UID, "", id="upper-case"),
+        pytest.param(
+            f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{ESC.upper()}.slice/x.scope\n",
+            UID,
+            "",
+            id="upper-case",
+        ),
         # Outside Kubernetes: no pod, the container where the path shows one.
         pytest.param(f"0::/system.slice/docker-{CID}.scope\n", "", CID, id="docker-run-systemd"),
         pytest.param(f"4:memory:/docker/{CID}\n0::/\n", "", CID, id="docker-run-cgroupfs-v1"),

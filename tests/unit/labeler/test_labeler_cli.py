@@ -57,13 +57,17 @@ def test_dry_run_touches_no_cluster(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert "topology: " in out
 
 
-def test_dry_run_yaml_and_the_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_yaml_and_the_node_name_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("NODE_NAME", "from-env")
     assert run("--dry-run", "-o", "yaml", "--inventory", str(V100)) == 0
     assert yaml.safe_load(capsys.readouterr().out)["node"] == "from-env"
 
 
-def test_dry_run_without_nvml_says_so_in_one_line_and_exits_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_without_nvml_says_so_in_one_line_and_exits_3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def unavailable() -> Any:
         raise nvml.Unavailable("NVML Shared Library Not Found")
 
@@ -118,7 +122,9 @@ def test_once_on_a_missing_node_exits_1(cluster: Any) -> None:
         (["--once", "--node-name", "n", "--inventory", str(V100), "--health-port", "70000"], "--health-port must be 0-65535"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
     assert run(*argv) == cli.EXIT_INPUT_ERROR
     err = capsys.readouterr().err
@@ -148,7 +154,17 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("2s", 2.0), ("60s", 60.0), ("1m", 60.0), ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0), ("45", 45.0), ("0.5", 0.5), (" 2s ", 2.0)],
+    [
+        ("2s", 2.0),
+        ("60s", 60.0),
+        ("1m", 60.0),
+        ("1m30s", 90.0),
+        ("500ms", 0.5),
+        ("1h", 3600.0),
+        ("45", 45.0),
+        ("0.5", 0.5),
+        (" 2s ", 2.0),
+    ],
 )
 def test_intervals_read_like_go_durations(text: str, seconds: float) -> None:
     args = _parse("--interval", text, "--usage-interval", text)
@@ -167,7 +183,9 @@ def test_bad_intervals_are_refused(text: str, capsys: pytest.CaptureFixture[str]
 def test_the_interval_flag_accepts_the_local_cluster_spelling() -> None:
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["labeler", "--node-name", "n", "--kubeconfig", "k", "--inventory", "i.yaml", "--interval", "2s", "--advertise"])
+    args = parser.parse_args(
+        ["labeler", "--node-name", "n", "--kubeconfig", "k", "--inventory", "i.yaml", "--interval", "2s", "--advertise"]
+    )
     assert args.interval == 2.0
     assert args.advertise and not args.once and not args.take_over
     assert args.func is cli.run
@@ -182,5 +200,12 @@ def test_dry_run_needs_no_kubernetes_client() -> None:
         "assert status == 0, status\n"
         "assert 'kubernetes' not in sys.modules, 'kubernetes was imported'\n"
     )
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False, cwd=Path(__file__).resolve().parents[3])
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[3],
+    )
     assert completed.returncode == 0, completed.stderr

@@ -20,7 +20,9 @@ def objects() -> dict[str, dict[str, Any]]:
     return {d["kind"]: d for d in documents}
 
 
-def test_the_role_allows_get_and_patch_on_nodes_patch_on_node_status_and_list_pods_only(objects: dict[str, dict[str, Any]]) -> None:
+def test_the_role_allows_get_and_patch_on_nodes_patch_on_node_status_and_list_pods_only(
+    objects: dict[str, dict[str, Any]],
+) -> None:
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"]) for r in objects["ClusterRole"]["rules"]}
     assert rules == {(("",), ("nodes",)): ["get", "patch"], (("",), ("nodes/status",)): ["patch"], (("",), ("pods",)): ["list"]}
 
@@ -29,7 +31,11 @@ def test_the_binding_ties_the_role_to_the_daemonsets_service_account(objects: di
     binding, daemonset = objects["ClusterRoleBinding"], objects["DaemonSet"]
     assert binding["roleRef"]["name"] == objects["ClusterRole"]["metadata"]["name"]
     (subject,) = binding["subjects"]
-    assert subject["name"] == daemonset["spec"]["template"]["spec"]["serviceAccountName"] == objects["ServiceAccount"]["metadata"]["name"]
+    assert (
+        subject["name"]
+        == daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+        == objects["ServiceAccount"]["metadata"]["name"]
+    )
     assert subject["namespace"] == daemonset["metadata"]["namespace"] == objects["ServiceAccount"]["metadata"]["namespace"]
 
 

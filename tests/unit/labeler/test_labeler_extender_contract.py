@@ -18,7 +18,11 @@ def labeled_node(inv: inventory.Inventory, *, mode: gpu.Mode) -> dict[str, Any]:
     metadata = plan.patch["metadata"]
     capacity = labels.capacity(inv, mode=mode)
     return {
-        "metadata": {"name": "gpu-0", "labels": {**metadata["labels"], gpu.SCHEDULE_LABEL: str(mode)}, "annotations": metadata["annotations"]},
+        "metadata": {
+            "name": "gpu-0",
+            "labels": {**metadata["labels"], gpu.SCHEDULE_LABEL: str(mode)},
+            "annotations": metadata["annotations"],
+        },
         "status": {"capacity": capacity, "allocatable": capacity},
     }
 
@@ -40,7 +44,15 @@ def test_advertised_memory_equals_the_sum_the_extender_places(card: Callable[...
 
 
 def test_the_extender_reads_every_link_with_its_level(cards_of: Callable[..., inventory.Inventory]) -> None:
-    inv = cards_of(4, links=[inventory.link(0, 1, "NV2"), inventory.link(2, 3, "NV12"), inventory.link(0, 2, "PIX"), inventory.link(1, 3, "SYS")])
+    inv = cards_of(
+        4,
+        links=[
+            inventory.link(0, 1, "NV2"),
+            inventory.link(2, 3, "NV12"),
+            inventory.link(0, 2, "PIX"),
+            inventory.link(1, 3, "SYS"),
+        ],
+    )
     seen = cards.node_cards(labeled_node(inv, mode=gpu.Mode.TOPOLOGY)).links
     assert seen.level(1, 0) == "NV2"
     assert seen.level(3, 2) == "NV12"

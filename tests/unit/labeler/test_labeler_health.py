@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from webhook.serving import metrics
 from webhook.labeler import health, inventory, runner
+from webhook.serving import metrics
 
 
 class Clock:
@@ -29,7 +29,9 @@ def clock() -> Clock:
 @pytest.fixture
 def loop(fake_nodes: Any, node: Callable[..., Any], cards_of: Callable[..., inventory.Inventory], clock: Clock) -> runner.Runner:
     inv = cards_of(1)
-    return runner.Runner(source=lambda: inv, nodes=fake_nodes(node("gpu-0")), options=runner.Options(node_name="gpu-0", interval_s=10), clock=clock)
+    return runner.Runner(
+        source=lambda: inv, nodes=fake_nodes(node("gpu-0")), options=runner.Options(node_name="gpu-0", interval_s=10), clock=clock
+    )
 
 
 @pytest.fixture
@@ -84,8 +86,11 @@ def test_metrics_give_the_last_successful_write_and_passes_by_outcome(
         return item
 
     loop = runner.Runner(
-        source=source, nodes=fake_nodes(node("gpu-0")), options=runner.Options(node_name="gpu-0", interval_s=10),
-        clock=clock, wall_clock=lambda: wall[0],
+        source=source,
+        nodes=fake_nodes(node("gpu-0")),
+        options=runner.Options(node_name="gpu-0", interval_s=10),
+        clock=clock,
+        wall_clock=lambda: wall[0],
     )
     assert metrics.sample(health.registry(loop).render(), health.LAST_SUCCESS_METRIC) is None  # no pass yet: no age to alert on
     assert loop.step() is runner.Outcome.CHANGED

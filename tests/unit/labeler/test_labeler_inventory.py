@@ -61,11 +61,21 @@ def test_a_numeric_driver_version_is_read_as_text() -> None:
         ({"gpus": [{"index": 0, "uuid": "", "name": "n", "memoryMiB": 1}]}, "gpus[0].uuid"),
         ({"gpus": [{"index": 0, "uuid": "u", "name": " ", "memoryMiB": 1}]}, "gpus[0].name"),
         (
-            {"gpus": [{"index": 0, "uuid": "u", "name": "n", "memoryMiB": 1}, {"index": 0, "uuid": "v", "name": "n", "memoryMiB": 1}]},
+            {
+                "gpus": [
+                    {"index": 0, "uuid": "u", "name": "n", "memoryMiB": 1},
+                    {"index": 0, "uuid": "v", "name": "n", "memoryMiB": 1},
+                ]
+            },
             "duplicate card index",
         ),
         (
-            {"gpus": [{"index": 0, "uuid": "u", "name": "n", "memoryMiB": 1}, {"index": 1, "uuid": "u", "name": "n", "memoryMiB": 1}]},
+            {
+                "gpus": [
+                    {"index": 0, "uuid": "u", "name": "n", "memoryMiB": 1},
+                    {"index": 1, "uuid": "u", "name": "n", "memoryMiB": 1},
+                ]
+            },
             "duplicate card uuid",
         ),
         ({"gpus": [{"index": 0, "uuid": "u", "name": "n", "memoryMiB": 1}], "topology": [[0, 1, "NV1"]]}, "names card 1"),
@@ -98,7 +108,9 @@ def test_invalid_yaml_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize(("code", "expected"), [("NV12", "NV12"), ("nv1", "NV1"), ("sys", "SYS"), (" NODE ", "NODE"), ("PHB", "PHB"), ("PXB", "PXB")])
+@pytest.mark.parametrize(
+    ("code", "expected"), [("NV12", "NV12"), ("nv1", "NV1"), ("sys", "SYS"), (" NODE ", "NODE"), ("PHB", "PHB"), ("PXB", "PXB")]
+)
 def test_link_codes_round_trip(code: str, expected: str) -> None:
     assert inventory.link(0, 1, code).code == expected
 

@@ -43,7 +43,11 @@ def test_the_inventory_annotation_lists_every_card_in_index_order(card: CardFact
 
 def test_a_mixed_node_labels_the_smallest_card_memory_and_says_it_is_mixed(card: CardFactory) -> None:
     inv = inventory.make(
-        [card(0, name="NVIDIA A10", memory_mib=23028), card(1, name="Tesla T4", memory_mib=15360), card(2, name="NVIDIA A10", memory_mib=23028)]
+        [
+            card(0, name="NVIDIA A10", memory_mib=23028),
+            card(1, name="Tesla T4", memory_mib=15360),
+            card(2, name="NVIDIA A10", memory_mib=23028),
+        ]
     )
     desired = labels.compute(inv)
     assert desired.labels[gpu.CARD_MEMORY_LABEL] == "15360MiB"
@@ -156,7 +160,9 @@ FAMILY_RESOURCES = {
 
 
 @pytest.mark.parametrize("family", list(gpu.Family))
-def test_each_mode_advertises_exactly_the_families_it_serves_per_the_gpu_vocabulary(family: gpu.Family, cards_of: InventoryFactory) -> None:
+def test_each_mode_advertises_exactly_the_families_it_serves_per_the_gpu_vocabulary(
+    family: gpu.Family, cards_of: InventoryFactory
+) -> None:
     resource = FAMILY_RESOURCES[family]
     for mode in gpu.Mode:
         advertised = labels.capacity(cards_of(2), mode=mode)

@@ -31,7 +31,9 @@ class Device:
 class FakeNvml:
     """Patches the pynvml calls the adapter makes; errors are real pynvml error classes."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, devices: list[Device], *, ancestors: dict[tuple[int, int], int] | None = None) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, devices: list[Device], *, ancestors: dict[tuple[int, int], int] | None = None
+    ) -> None:
         self.devices = devices
         self.ancestors = ancestors or {}
         self.init_error: int | None = None
@@ -100,7 +102,9 @@ class FakeNvml:
 
 
 def t4(index: int) -> Device:
-    return Device(name="Tesla T4", uuid=f"GPU-t4-{index}", total=15360 * 2**20 + 12345, bus_id=f"00000000:{index + 0x3B:02X}:00.0".encode())
+    return Device(
+        name="Tesla T4", uuid=f"GPU-t4-{index}", total=15360 * 2**20 + 12345, bus_id=f"00000000:{index + 0x3B:02X}:00.0".encode()
+    )
 
 
 def test_cards_are_read_with_memory_in_mib_and_versions(monkeypatch: pytest.MonkeyPatch) -> None:

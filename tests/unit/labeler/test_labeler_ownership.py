@@ -59,7 +59,9 @@ def test_only_the_values_that_differ_are_sent(cards_of: InventoryFactory) -> Non
 
 
 def test_owned_keys_that_no_longer_apply_are_removed(cards_of: InventoryFactory, card: Callable[..., Any]) -> None:
-    mixed = inventory.make([card(0), card(1, name="NVIDIA A10", memory_mib=23028)], driver_version="550.1", links=[inventory.link(0, 1, "PIX")])
+    mixed = inventory.make(
+        [card(0), card(1, name="NVIDIA A10", memory_mib=23028)], driver_version="550.1", links=[inventory.link(0, 1, "PIX")]
+    )
     node = apply(ownership.Node(name="n"), ownership.plan(ownership.Node(name="n"), desired=labels.compute(mixed)).patch)
     assert node.annotations[labels.MIXED_ANNOTATION] == "true"
     plan = ownership.plan(node, desired=labels.compute(cards_of(1)))
@@ -71,7 +73,10 @@ def test_owned_keys_that_no_longer_apply_are_removed(cards_of: InventoryFactory,
 
 
 def test_when_every_card_is_gone_every_owned_key_and_the_record_go_too(cards_of: InventoryFactory) -> None:
-    node = apply(ownership.Node(name="n", labels={"keep": "me"}), ownership.plan(ownership.Node(name="n"), desired=labels.compute(cards_of(2))).patch)
+    node = apply(
+        ownership.Node(name="n", labels={"keep": "me"}),
+        ownership.plan(ownership.Node(name="n"), desired=labels.compute(cards_of(2))).patch,
+    )
     after = apply(node, ownership.plan(node, desired=labels.compute(cards_of(0))).patch)
     assert after.labels == {"keep": "me"}
     assert after.annotations == {}

@@ -28,7 +28,9 @@ def cgroup(uid: str, cid: str) -> str:
 
 
 def pod(uid: str, name: str, *, cards: list[int], gib: int, whole: bool = False, namespace: str = "ml") -> dict[str, Any]:
-    annotation = json.dumps({"node": NODE, "cards": cards, "memGiB": gib, "corePercent": 0, "whole": whole, "assumedAt": "2026-11-26T12:00:00.000Z"})
+    annotation = json.dumps(
+        {"node": NODE, "cards": cards, "memGiB": gib, "corePercent": 0, "whole": whole, "assumedAt": "2026-11-26T12:00:00.000Z"}
+    )
     return {
         "metadata": {"uid": uid, "namespace": namespace, "name": name, "annotations": {gpu.ALLOCATION_ANNOTATION: annotation}},
         "spec": {"nodeName": NODE},
@@ -40,7 +42,9 @@ def summary(*cards: tuple[int, list[tuple[str, str, int]]], unknown: tuple[int, 
     return usage.NodeUsage(
         cards=tuple(
             usage.CardUse(
-                index=index, total_mib=16384, pods=tuple(usage.PodUse(uid=u, namespace="ml", name=n, used_mib=m) for u, n, m in pods),
+                index=index,
+                total_mib=16384,
+                pods=tuple(usage.PodUse(uid=u, namespace="ml", name=n, used_mib=m) for u, n, m in pods),
                 unknown=unknown if index == 0 else (),
             )
             for index, pods in cards
@@ -55,7 +59,9 @@ def test_figures_put_each_pods_use_beside_its_allocation_per_card() -> None:
     found = podusage.figures(
         summary((0, [(UID_A, "train-0", 6144)]), (1, [(UID_A, "train-0", 100)])),
         [pod(UID_A, "train-0", cards=[0], gib=4), pod(UID_B, "idle-0", cards=[1], gib=2)],
-        node=NODE, mode=gpu.Mode.SHARE, now=0.0,
+        node=NODE,
+        mode=gpu.Mode.SHARE,
+        now=0.0,
     )
     assert [(f.name, f.card, f.used_mib, f.requested_mib, f.over_mib) for f in found] == [
         ("idle-0", 1, 0, 2048, 0),  # allocated, no process yet
@@ -68,7 +74,9 @@ def test_the_tolerance_applies_off_share_and_whole_cards_are_never_over() -> Non
     found = podusage.figures(
         summary((0, [(UID_A, "train-0", 4096 + 512)]), (1, [(UID_W, "whole-0", 16000)])),
         [pod(UID_A, "train-0", cards=[0], gib=4), pod(UID_W, "whole-0", cards=[1], gib=16, whole=True)],
-        node=NODE, mode=gpu.Mode.CGPU, now=0.0,
+        node=NODE,
+        mode=gpu.Mode.CGPU,
+        now=0.0,
     )
     assert [(f.name, f.over_mib, f.whole) for f in found] == [("train-0", 0, False), ("whole-0", 0, True)]
 
@@ -119,7 +127,11 @@ class Clock:
 
 def card(index: int, processes: tuple[tuple[int, int], ...]) -> inventory.Card:
     return inventory.Card(
-        index=index, uuid=f"GPU-{index}", name="Tesla T4", memory_mib=16384, used_mib=sum(m for _, m in processes),
+        index=index,
+        uuid=f"GPU-{index}",
+        name="Tesla T4",
+        memory_mib=16384,
+        used_mib=sum(m for _, m in processes),
         processes=tuple(inventory.Process(pid=pid, used_mib=mib) for pid, mib in processes),
     )
 
@@ -144,7 +156,12 @@ def world(tmp_path: Path, fake_nodes: Any, node: Any) -> Any:
     def make(limit_settings: settings.Settings = settings.Settings()) -> runner.Runner:
         enforcer = limits.Enforcer(node=NODE, limit_of=limit_settings.usage_limit, actions=actions, base_s=10, cap_s=40)
         return runner.Runner(
-            source=source, nodes=nodes, pods=pods, clock=clock, wall_clock=lambda: 1_700_000_000.0, enforcer=enforcer,
+            source=source,
+            nodes=nodes,
+            pods=pods,
+            clock=clock,
+            wall_clock=lambda: 1_700_000_000.0,
+            enforcer=enforcer,
             options=runner.Options(node_name=NODE, proc_root=root),
         )
 
@@ -185,7 +202,9 @@ def test_a_failed_read_or_pod_list_marks_the_figures_stale_and_nothing_acts(worl
 
     state, pods, clock, actions, make = world
     state["inv"] = inventory.make([card(0, ((100, 9000),))])
-    loop = make(settings.from_mapping({"usageLimits": [{"name": "ml", "namespaces": ["ml"], "mode": "evict", "gracePeriodSeconds": 0}]}))
+    loop = make(
+        settings.from_mapping({"usageLimits": [{"name": "ml", "namespaces": ["ml"], "mode": "evict", "gracePeriodSeconds": 0}]})
+    )
     state["fail"] = nvml.Unavailable("no libnvidia-ml")
     loop.step()  # never read: nothing at all
     assert loop.usage_stale and metrics.sample(health.registry(loop).render(), health.USAGE_STALE_METRIC) == 1
@@ -247,7 +266,10 @@ def test_evict_waits_for_the_grace_period_and_touches_only_the_pod_above(world: 
     loop.step()
     assert actions.evicted == ["train-0"]
     assert [e[1] for e in actions.events] == [limits.ABOVE_REASON, limits.EVICTED_REASON]
-    assert "evicted: above its GPU memory request on node gpu-0: card 0 holds 6144 MiB of its 4096 MiB, 2048 MiB above, for 300s" in actions.messages[1]
+    assert (
+        "evicted: above its GPU memory request on node gpu-0: card 0 holds 6144 MiB of its 4096 MiB, 2048 MiB above, for 300s"
+        in actions.messages[1]
+    )
     clock.now += 600
     loop.step()
     assert actions.evicted == ["train-0"]  # once
@@ -257,8 +279,12 @@ def test_evict_waits_for_the_grace_period_and_touches_only_the_pod_above(world: 
 
 def test_a_refused_eviction_is_reported_once_and_retried_with_backoff_never_forced(world: Any) -> None:
     state, _, clock, actions, make = world
-    loop = make(settings.from_mapping({"usageLimits": [{"name": "ml", "namespaces": ["ml"], "mode": "evict", "gracePeriodSeconds": 0}]}))
-    actions.refuse = kube_errors.TooManyRequests("evict pod ml/train-0: 429 Cannot evict pod as it would violate the pod's disruption budget.")
+    loop = make(
+        settings.from_mapping({"usageLimits": [{"name": "ml", "namespaces": ["ml"], "mode": "evict", "gracePeriodSeconds": 0}]})
+    )
+    actions.refuse = kube_errors.TooManyRequests(
+        "evict pod ml/train-0: 429 Cannot evict pod as it would violate the pod's disruption budget."
+    )
     state["inv"] = inventory.make([card(0, ((100, 6144),))])
     tries = []
     for _ in range(8):
@@ -278,7 +304,10 @@ def test_a_refused_eviction_is_reported_once_and_retried_with_backoff_never_forc
 
 def test_pods_in_other_namespaces_and_whole_card_pods_are_never_evicted(world: Any) -> None:
     state, pods, clock, actions, make = world
-    pods.pods = [pod(UID_A, "train-0", cards=[0], gib=4, namespace="research"), pod(UID_B, "whole-0", cards=[0], gib=16, whole=True)]
+    pods.pods = [
+        pod(UID_A, "train-0", cards=[0], gib=4, namespace="research"),
+        pod(UID_B, "whole-0", cards=[0], gib=16, whole=True),
+    ]
     loop = make(settings.from_mapping(EVICT_ML))
     state["inv"] = inventory.make([card(0, ((100, 9000), (200, 16000)))])
     for _ in range(3):
@@ -301,10 +330,19 @@ def test_usage_limits_default_to_observe_and_the_first_match_decides() -> None:
     ("entry", "message"),
     [
         ({"name": "x", "mode": "evict"}, r"usageLimits\[0\]: entry 'x' is not anchored to namespaces"),
-        ({"name": "x", "namespaces": ["ml"], "mode": "kill"}, r"usageLimits\[0\].mode: must be one of observe, evict, got 'kill'"),
-        ({"name": "x", "namespaces": ["ml"], "gracePeriodSeconds": "5m"}, r"usageLimits\[0\].gracePeriodSeconds: must be a whole number"),
+        (
+            {"name": "x", "namespaces": ["ml"], "mode": "kill"},
+            r"usageLimits\[0\].mode: must be one of observe, evict, got 'kill'",
+        ),
+        (
+            {"name": "x", "namespaces": ["ml"], "gracePeriodSeconds": "5m"},
+            r"usageLimits\[0\].gracePeriodSeconds: must be a whole number",
+        ),
         ({"name": "x", "namespaces": ["ml"], "graceperiod": 5}, r"usageLimits\[0\].graceperiod: unknown key"),
-        ({"name": "x", "namespaceSelector": {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["a"]}]}}, "not anchored"),
+        (
+            {"name": "x", "namespaceSelector": {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["a"]}]}},
+            "not anchored",
+        ),
     ],
 )
 def test_bad_usage_limits_are_refused_naming_the_key(entry: dict[str, Any], message: str) -> None:
@@ -317,7 +355,9 @@ def test_the_labeler_reads_only_usage_limits_and_refuses_what_it_cannot_judge(tm
     from webhook.labeler import cli
 
     good = tmp_path / "config.yaml"
-    good.write_text(json.dumps({"policies": {"TEAM001": {"action": "warn"}}, **EVICT_ML}))  # a user policy the labeler does not load
+    good.write_text(
+        json.dumps({"policies": {"TEAM001": {"action": "warn"}}, **EVICT_ML})
+    )  # a user policy the labeler does not load
     assert cli._usage_limits(good).usage_limit("ml").mode == "evict"
     selector = tmp_path / "selector.yaml"
     selector.write_text(json.dumps({"usageLimits": [{"name": "x", "namespaceSelector": {"matchLabels": {"team": "ml"}}}]}))

@@ -77,7 +77,9 @@ def test_without_advertise_capacity_is_never_touched(nodes: Any, cards_of: Inven
     assert "aliyun.com/gpu-mem" not in nodes.capacity(NODE)
 
 
-def test_default_mode_leaves_nvidia_gpu_to_the_device_plugin(fake_nodes: Any, node: Callable[..., Any], cards_of: InventoryFactory) -> None:
+def test_default_mode_leaves_nvidia_gpu_to_the_device_plugin(
+    fake_nodes: Any, node: Callable[..., Any], cards_of: InventoryFactory
+) -> None:
     nodes = fake_nodes(node(NODE, capacity={"nvidia.com/gpu": "4", "aliyun.com/gpu-mem": "60"}))
     make(Source(cards_of(4)), nodes).step()
     assert nodes.capacity(NODE)["nvidia.com/gpu"] == "4"
@@ -106,7 +108,9 @@ def test_a_removed_card_updates_the_count_and_inventory(nodes: Any, cards_of: In
     assert '"index":3' not in nodes.annotations(NODE)[gpu.INVENTORY_ANNOTATION]
 
 
-def test_a_transient_read_error_keeps_the_last_good_labels(nodes: Any, cards_of: InventoryFactory, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_transient_read_error_keeps_the_last_good_labels(
+    nodes: Any, cards_of: InventoryFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     loop = make(Source(cards_of(4), nvml.ReadError("nvmlDeviceGetMemoryInfo: GPU is lost"), cards_of(4)), nodes)
     loop.step()
     before = dict(nodes.labels(NODE))
@@ -121,7 +125,9 @@ def test_a_transient_read_error_keeps_the_last_good_labels(nodes: Any, cards_of:
     assert any("recovered" in m for m in messages)
 
 
-def test_a_mode_change_during_a_read_error_is_advertised_from_the_last_good_inventory(nodes: Any, cards_of: InventoryFactory) -> None:
+def test_a_mode_change_during_a_read_error_is_advertised_from_the_last_good_inventory(
+    nodes: Any, cards_of: InventoryFactory
+) -> None:
     loop = make(Source(cards_of(4), nvml.ReadError("timeout")), nodes)
     loop.step()
     nodes.set_label(NODE, gpu.SCHEDULE_LABEL, "core_mem")
@@ -165,7 +171,9 @@ def test_nvml_vanishing_after_a_good_read_keeps_the_labels(nodes: Any, cards_of:
     assert nodes.labels(NODE)[gpu.CARD_COUNT_LABEL] == "2"
 
 
-def test_a_missing_node_is_reported_and_looked_for_again(fake_nodes: Any, node: Callable[..., Any], cards_of: InventoryFactory) -> None:
+def test_a_missing_node_is_reported_and_looked_for_again(
+    fake_nodes: Any, node: Callable[..., Any], cards_of: InventoryFactory
+) -> None:
     nodes = fake_nodes()
     loop = make(Source(cards_of(1)), nodes)
     assert loop.step() is runner.Outcome.NODE_MISSING

@@ -50,7 +50,11 @@ PODS = [
 
 def card(index: int = 0, *, used: int | None = 12000, processes: tuple[tuple[int, int | None], ...] = ()) -> inventory.Card:
     return inventory.Card(
-        index=index, uuid=f"GPU-{index}", name="Tesla T4", memory_mib=15360, used_mib=used,
+        index=index,
+        uuid=f"GPU-{index}",
+        name="Tesla T4",
+        memory_mib=15360,
+        used_mib=used,
         processes=tuple(inventory.Process(pid=pid, used_mib=mib) for pid, mib in processes),
     )
 
@@ -62,8 +66,18 @@ ALL = ((100, 1000), (101, 500), (200, 3000), (300, 700), (400, 200), (500, None)
 
 
 def test_the_inventory_file_carries_used_memory_and_processes() -> None:
-    document = {"gpus": [{"index": 0, "uuid": "GPU-0", "name": "T4", "memoryMiB": 15360, "usedMiB": 9300,
-                          "processes": [{"pid": 41233, "usedMiB": 5200}, {"pid": 41250}]}]}
+    document = {
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-0",
+                "name": "T4",
+                "memoryMiB": 15360,
+                "usedMiB": 9300,
+                "processes": [{"pid": 41233, "usedMiB": 5200}, {"pid": 41250}],
+            }
+        ]
+    }
     read = inventory.parse(document, source="f").cards[0]
     assert read.used_mib == 9300
     assert read.processes == (inventory.Process(pid=41233, used_mib=5200), inventory.Process(pid=41250, used_mib=None))
@@ -154,8 +168,17 @@ def test_without_a_pod_list_a_pod_cgroup_is_its_pod_by_uid_alone(tmp_path: Path)
 
 
 def test_pod_refs_read_from_pod_objects_never_raise() -> None:
-    mirror = {"metadata": {"uid": "u", "namespace": "kube-system", "name": "m", "annotations": {attribution.MIRROR_HASH_ANNOTATION: "h"}}}
-    assert attribution.PodRef.from_object(mirror) == attribution.PodRef(uid="u", namespace="kube-system", name="m", config_hash="h")
+    mirror = {
+        "metadata": {
+            "uid": "u",
+            "namespace": "kube-system",
+            "name": "m",
+            "annotations": {attribution.MIRROR_HASH_ANNOTATION: "h"},
+        }
+    }
+    assert attribution.PodRef.from_object(mirror) == attribution.PodRef(
+        uid="u", namespace="kube-system", name="m", config_hash="h"
+    )
     assert attribution.PodRef.from_object({"metadata": "x"}) == attribution.PodRef(uid="", namespace="", name="")
     assert attribution.PodRef.from_object({"metadata": {"annotations": [1]}}).config_hash == ""
 
@@ -197,7 +220,11 @@ def setup(tmp_path: Path, fake_nodes: Any, node: Any) -> Any:
 
     def make(**options: Any) -> runner.Runner:
         return runner.Runner(
-            source=lambda: state["inv"], nodes=nodes, pods=pods, clock=clock, wall_clock=lambda: 0.0,
+            source=lambda: state["inv"],
+            nodes=nodes,
+            pods=pods,
+            clock=clock,
+            wall_clock=lambda: 0.0,
             options=runner.Options(node_name=NODE, usage_interval_s=60.0, **{"proc_root": root, **options}),
         )
 
@@ -292,7 +319,9 @@ def test_cards_without_processes_need_no_pod_list(setup: Any) -> None:
 
 def test_without_a_pod_lister_the_runner_writes_no_summary(fake_nodes: Any, node: Any) -> None:
     nodes = fake_nodes(node(NODE))
-    loop = runner.Runner(source=lambda: inventory.make([card(0, processes=((1, 1),))]), nodes=nodes, options=runner.Options(node_name=NODE))
+    loop = runner.Runner(
+        source=lambda: inventory.make([card(0, processes=((1, 1),))]), nodes=nodes, options=runner.Options(node_name=NODE)
+    )
     loop.step()
     assert usage.USAGE_ANNOTATION not in nodes.annotations(NODE)
 
@@ -303,24 +332,56 @@ def test_without_a_pod_lister_the_runner_writes_no_summary(fake_nodes: Any, node
 def test_dry_run_json_shows_each_process_with_its_pod_or_out_of_band(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = proc_root(tmp_path, PROCS)
     inventory_file = tmp_path / "inventory.yaml"
-    inventory_file.write_text(json.dumps({"gpus": [
-        {"index": 0, "uuid": "GPU-0", "name": "Tesla T4", "memoryMiB": 15360, "usedMiB": 5000,
-         "processes": [{"pid": 100, "usedMiB": 1000}, {"pid": 200, "usedMiB": 3000}, {"pid": 999}]},
-    ]}))
-    status = cli.main(["labeler", "--once", "--dry-run", "-o", "json", "--inventory", str(inventory_file), "--node-name", NODE, "--proc-root", str(root)])
+    inventory_file.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "index": 0,
+                        "uuid": "GPU-0",
+                        "name": "Tesla T4",
+                        "memoryMiB": 15360,
+                        "usedMiB": 5000,
+                        "processes": [{"pid": 100, "usedMiB": 1000}, {"pid": 200, "usedMiB": 3000}, {"pid": 999}],
+                    },
+                ]
+            }
+        )
+    )
+    status = cli.main(
+        [
+            "labeler",
+            "--once",
+            "--dry-run",
+            "-o",
+            "json",
+            "--inventory",
+            str(inventory_file),
+            "--node-name",
+            NODE,
+            "--proc-root",
+            str(root),
+        ]
+    )
     assert status == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["usage"] == [{
-        "index": 0, "usedMiB": 5000, "totalMiB": 15360,
-        "processes": [
-            {"pid": 100, "usedMiB": 1000, "pod": {"namespace": None, "name": None, "uid": UID_A}, "containerID": CID},
-            {"pid": 200, "usedMiB": 3000, "outOfBand": True, "containerID": CID},
-            {"pid": 999, "usedMiB": None, "unknown": True},
-        ],
-    }]
+    assert report["usage"] == [
+        {
+            "index": 0,
+            "usedMiB": 5000,
+            "totalMiB": 15360,
+            "processes": [
+                {"pid": 100, "usedMiB": 1000, "pod": {"namespace": None, "name": None, "uid": UID_A}, "containerID": CID},
+                {"pid": 200, "usedMiB": 3000, "outOfBand": True, "containerID": CID},
+                {"pid": 999, "usedMiB": None, "unknown": True},
+            ],
+        }
+    ]
 
 
-def test_dry_run_with_list_pods_names_the_pods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_with_list_pods_names_the_pods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from webhook.labeler import publisher
 
     class Connected:
@@ -331,10 +392,34 @@ def test_dry_run_with_list_pods_names_the_pods(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(publisher, "connect", lambda _, **__: Connected())
     root = proc_root(tmp_path, PROCS)
     inventory_file = tmp_path / "inventory.yaml"
-    inventory_file.write_text(json.dumps({"gpus": [
-        {"index": 0, "uuid": "GPU-0", "name": "Tesla T4", "memoryMiB": 15360, "processes": [{"pid": 100, "usedMiB": 1}, {"pid": 300, "usedMiB": 2}]},
-    ]}))
-    args = ["labeler", "--dry-run", "--list-pods", "-o", "json", "--inventory", str(inventory_file), "--node-name", NODE, "--proc-root", str(root)]
+    inventory_file.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "index": 0,
+                        "uuid": "GPU-0",
+                        "name": "Tesla T4",
+                        "memoryMiB": 15360,
+                        "processes": [{"pid": 100, "usedMiB": 1}, {"pid": 300, "usedMiB": 2}],
+                    },
+                ]
+            }
+        )
+    )
+    args = [
+        "labeler",
+        "--dry-run",
+        "--list-pods",
+        "-o",
+        "json",
+        "--inventory",
+        str(inventory_file),
+        "--node-name",
+        NODE,
+        "--proc-root",
+        str(root),
+    ]
     assert cli.main(args) == 0
     processes = json.loads(capsys.readouterr().out)["usage"][0]["processes"]
     assert processes[0]["pod"] == {"namespace": "ml", "name": "train-0", "uid": UID_A}
@@ -344,10 +429,24 @@ def test_dry_run_with_list_pods_names_the_pods(tmp_path: Path, monkeypatch: pyte
 def test_dry_run_table_marks_out_of_band_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = proc_root(tmp_path, PROCS)
     inventory_file = tmp_path / "inventory.yaml"
-    inventory_file.write_text(json.dumps({"gpus": [
-        {"index": 0, "uuid": "GPU-0", "name": "Tesla T4", "memoryMiB": 15360, "processes": [{"pid": 200, "usedMiB": 3000}]},
-    ]}))
-    assert cli.main(["labeler", "--dry-run", "--inventory", str(inventory_file), "--node-name", NODE, "--proc-root", str(root)]) == 0
+    inventory_file.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "index": 0,
+                        "uuid": "GPU-0",
+                        "name": "Tesla T4",
+                        "memoryMiB": 15360,
+                        "processes": [{"pid": 200, "usedMiB": 3000}],
+                    },
+                ]
+            }
+        )
+    )
+    assert (
+        cli.main(["labeler", "--dry-run", "--inventory", str(inventory_file), "--node-name", NODE, "--proc-root", str(root)]) == 0
+    )
     assert f"pid 200: 3000 MiB, OUT-OF-BAND container {CID[:12]}" in capsys.readouterr().out
 
 
@@ -388,8 +487,8 @@ def test_a_forbidden_pod_list_is_an_api_error() -> None:
 
 
 def test_metrics_expose_real_use_and_out_of_band_processes_per_card(setup: Any) -> None:
-    from webhook.serving import metrics
     from webhook.labeler import health
+    from webhook.serving import metrics
 
     _, _, _, state, make = setup
     state["inv"] = inventory.make([card(0, used=7000, processes=((100, 1000), (200, 6000))), card(1, used=0)])

@@ -76,8 +76,7 @@ def build_pod(
     """A Pod with the given containers (one plain `main` container when none is given)."""
     pod_spec: dict[str, Any] = {
         # Non-mapping entries pass through untouched, for tests of malformed pods.
-        "containers": [dict(c) if isinstance(c, Mapping) else c for c in containers]
-        or [build_container()],
+        "containers": [dict(c) if isinstance(c, Mapping) else c for c in containers] or [build_container()],
     }
     if init:
         pod_spec["initContainers"] = [dict(c) for c in init]

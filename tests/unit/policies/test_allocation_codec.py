@@ -10,7 +10,9 @@ from policies import gpu
 from policies.gpu import allocation, cardrequest, reservations
 
 NOW = 1_800_000_000.0
-SHARED = allocation.Allocation(uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW)
+SHARED = allocation.Allocation(
+    uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW
+)
 WHOLE = allocation.Allocation(uid="u2", namespace="ns", name="p2", node="gpu-1", cards=(0, 3), whole=True, assumed_at=NOW)
 
 
@@ -24,8 +26,15 @@ def test_our_allocation_annotation_has_its_exact_bytes() -> None:
 def test_an_allocation_round_trips(held: allocation.Allocation) -> None:
     decoded = allocation.decode(allocation.encode(held))
     assert decoded == allocation.Allocation(
-        uid="", namespace="", name="", node=held.node, cards=held.cards, memory_gib=held.memory_gib,
-        core_percent=held.core_percent, whole=held.whole, assumed_at=held.assumed_at,
+        uid="",
+        namespace="",
+        name="",
+        node=held.node,
+        cards=held.cards,
+        memory_gib=held.memory_gib,
+        core_percent=held.core_percent,
+        whole=held.whole,
+        assumed_at=held.assumed_at,
     )
 
 
@@ -68,7 +77,12 @@ def test_bind_writes_gpushare_keys_beside_ours_for_a_shared_pod_and_fewer_for_wh
 
 def test_what_a_pod_holds_is_read_back_from_what_bind_wrote() -> None:
     pod = {
-        "metadata": {"uid": "u1", "namespace": "ns", "name": "p1", "annotations": allocation.bind_annotations(SHARED, card_memory_gib=15)},
+        "metadata": {
+            "uid": "u1",
+            "namespace": "ns",
+            "name": "p1",
+            "annotations": allocation.bind_annotations(SHARED, card_memory_gib=15),
+        },
         "spec": {"nodeName": "gpu-0"},
     }
     assert allocation.pod_allocation(pod, now=NOW) == dataclasses.replace(SHARED, bound=True)
@@ -87,8 +101,12 @@ def test_times_are_rfc3339_utc_with_milliseconds() -> None:
 
 
 def test_the_ledger_has_its_exact_bytes_sorted_by_uid() -> None:
-    entry = allocation.Allocation(uid="b", namespace="ns", name="p", node="gpu-0", cards=(2,), memory_gib=8, assumed_at=NOW, expires=NOW + 60)
-    other = allocation.Allocation(uid="a", namespace="ns", name="q", node="gpu-0", cards=(0,), whole=True, assumed_at=NOW, expires=NOW + 60)
+    entry = allocation.Allocation(
+        uid="b", namespace="ns", name="p", node="gpu-0", cards=(2,), memory_gib=8, assumed_at=NOW, expires=NOW + 60
+    )
+    other = allocation.Allocation(
+        uid="a", namespace="ns", name="q", node="gpu-0", cards=(0,), whole=True, assumed_at=NOW, expires=NOW + 60
+    )
     assert reservations.encode({"b": entry, "a": other}) == (
         '{"a":{"pod":"ns/q","node":"gpu-0","cards":[0],"memGiB":0,"corePercent":0,"whole":true,'
         '"assumedAt":"2027-01-15T08:00:00.000Z","expires":"2027-01-15T08:01:00.000Z"},'
@@ -99,8 +117,16 @@ def test_the_ledger_has_its_exact_bytes_sorted_by_uid() -> None:
 
 def test_the_ledger_round_trips() -> None:
     entry = allocation.Allocation(
-        uid="u", namespace="ns", name="p", node="gpu-0", cards=(1, 2), memory_gib=3, core_percent=20,
-        assumed_at=NOW, expires=NOW + 60, source="reservation",
+        uid="u",
+        namespace="ns",
+        name="p",
+        node="gpu-0",
+        cards=(1, 2),
+        memory_gib=3,
+        core_percent=20,
+        assumed_at=NOW,
+        expires=NOW + 60,
+        source="reservation",
     )
     text = reservations.encode({"u": entry})
     assert reservations.decode(text) == reservations.read(text) == {"u": entry}
@@ -116,7 +142,10 @@ def test_the_ledger_round_trips() -> None:
         ('{"v": 3}', "entry 'v': expected an object, got int"),
         ('{"u": {"pod": "a/b"}}', "entry 'u': node must be a non-empty string, got None"),
         ('{"u": {"pod": "a/b", "node": "n", "cards": [0]}}', "entry 'u': expires must be an RFC 3339 time, got None"),
-        ('{"u": {"node": "n", "cards": [0], "expires": "2027-01-15T08:00:00Z"}}', "entry 'u': pod must be a namespace/name string, got None"),
+        (
+            '{"u": {"node": "n", "cards": [0], "expires": "2027-01-15T08:00:00Z"}}',
+            "entry 'u': pod must be a namespace/name string, got None",
+        ),
     ],
 )
 def test_a_malformed_ledger_is_a_clear_error_and_its_bad_entries_are_dropped(text: str, said: str) -> None:
@@ -127,7 +156,9 @@ def test_a_malformed_ledger_is_a_clear_error_and_its_bad_entries_are_dropped(tex
 
 
 def test_a_good_entry_survives_beside_a_bad_one() -> None:
-    good = allocation.Allocation(uid="g", namespace="ns", name="p", node="n", cards=(0,), assumed_at=NOW, expires=NOW + 1, source="reservation")
+    good = allocation.Allocation(
+        uid="g", namespace="ns", name="p", node="n", cards=(0,), assumed_at=NOW, expires=NOW + 1, source="reservation"
+    )
     text = reservations.encode({"g": good})[:-1] + ',"bad":3}'
     assert reservations.read(text) == {"g": good}
 

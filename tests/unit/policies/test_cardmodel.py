@@ -8,6 +8,7 @@ import pytest
 
 from policies.gpu import cardmodel
 
+
 class CardFacts(TypedDict):
     model: str
     memory_mib: int
@@ -68,8 +69,14 @@ def test_a_card_of_unknown_model_meets_no_model_condition() -> None:
 @pytest.mark.parametrize(
     ("annotations", "problem"),
     [
-        ({"gpu-admission.io/min-gpu-memory": "lots"}, "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as 16384, got 'lots'"),
-        ({"gpu-admission.io/min-gpu-memory": "0"}, "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as 16384, got '0'"),
+        (
+            {"gpu-admission.io/min-gpu-memory": "lots"},
+            "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as 16384, got 'lots'",
+        ),
+        (
+            {"gpu-admission.io/min-gpu-memory": "0"},
+            "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as 16384, got '0'",
+        ),
         ({"gpu-admission.io/gpu-model": 5}, "annotation gpu-admission.io/gpu-model must be a string, got 5"),
         ({"gpu-admission.io/exclude-gpu-model": " , "}, "annotation gpu-admission.io/exclude-gpu-model names no card model"),
     ],

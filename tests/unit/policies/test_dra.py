@@ -53,8 +53,14 @@ def test_the_kubernetes_claim_fixture_decodes_every_result_field() -> None:
 
 
 def test_admin_access_holds_no_card() -> None:
-    slice_ = {"spec": {"driver": "driverValue", "pool": {"name": "poolValue"}, "nodeName": "n",
-                       "devices": [{"name": "deviceValue", "attributes": {"uuid": {"string": "GPU-x"}}}]}}
+    slice_ = {
+        "spec": {
+            "driver": "driverValue",
+            "pool": {"name": "poolValue"},
+            "nodeName": "n",
+            "devices": [{"name": "deviceValue", "attributes": {"uuid": {"string": "GPU-x"}}}],
+        }
+    }
     assert dra.holds([slice_], [K8S_CLAIM]) == {}
     assert dra.unmatched([slice_], [K8S_CLAIM]) == ()
 
@@ -62,7 +68,11 @@ def test_admin_access_holds_no_card() -> None:
 def test_the_kubernetes_slice_fixture_has_a_device_without_a_uuid() -> None:
     (device,) = dra.slice_devices(K8S_SLICE)
     assert (device.driver, device.pool, device.name, device.node, device.card_uuid) == (
-        "driverValue", "nameValue", "nameValue", "nodeNameValue", ""
+        "driverValue",
+        "nameValue",
+        "nameValue",
+        "nodeNameValue",
+        "",
     )
 
 
@@ -74,9 +84,16 @@ def test_a_qualified_attribute_name_reads_like_a_bare_one() -> None:
 
 def test_only_the_newest_generation_of_a_pool_counts() -> None:
     def slice_(generation: int, uuid: str) -> dict[str, Any]:
-        return {"metadata": {"name": f"s{generation}"}, "spec": {
-            "driver": "d", "pool": {"name": "p", "generation": generation}, "nodeName": "n",
-            "devices": [{"name": "dev", "attributes": {"uuid": {"string": uuid}}}]}}
+        return {
+            "metadata": {"name": f"s{generation}"},
+            "spec": {
+                "driver": "d",
+                "pool": {"name": "p", "generation": generation},
+                "nodeName": "n",
+                "devices": [{"name": "dev", "attributes": {"uuid": {"string": uuid}}}],
+            },
+        }
+
     assert dra.devices([slice_(1, "GPU-old"), slice_(2, "GPU-new")])[("d", "p", "dev")].uuid == "GPU-new"
 
 
@@ -85,7 +102,10 @@ def test_a_claim_naming_an_unpublished_device_is_unmatched_not_a_crash() -> None
     assert [h.device for h in dra.unmatched([], [NVIDIA["ResourceClaim"]])] == ["gpu-0"]
 
 
-@pytest.mark.parametrize("broken", [{}, {"spec": None}, {"spec": {"devices": "x"}}, {"status": {"allocation": {"devices": {"results": [1, None, {}]}}}}])
+@pytest.mark.parametrize(
+    "broken",
+    [{}, {"spec": None}, {"spec": {"devices": "x"}}, {"status": {"allocation": {"devices": {"results": [1, None, {}]}}}}],
+)
 def test_broken_objects_read_as_holding_nothing(broken: dict[str, Any]) -> None:
     assert dra.slice_devices(broken) == ()
     assert dra.claim_results(broken) == ()
@@ -104,9 +124,7 @@ def test_requests_read_exactly_and_every_first_available_alternative() -> None:
 
 def test_pod_claims_by_name_and_by_template() -> None:
     spec = {"resourceClaims": [{"name": "a", "resourceClaimName": "single-gpu"}, {"name": "b", "resourceClaimTemplateName": "t"}]}
-    assert dra.pod_claims(spec) == (
-        dra.PodClaim(name="a", claim_name="single-gpu"), dra.PodClaim(name="b", template_name="t")
-    )
+    assert dra.pod_claims(spec) == (dra.PodClaim(name="a", claim_name="single-gpu"), dra.PodClaim(name="b", template_name="t"))
 
 
 @pytest.mark.parametrize(
@@ -115,7 +133,7 @@ def test_pod_claims_by_name_and_by_template() -> None:
         ("device.driver == 'cpu.example.com'", False),
         ("device.attributes['cpu.example.com'].cores >= 4", False),
         ("device.driver == 'gpu.nvidia.com'", True),
-        ("device.driver == \"GPU.NVIDIA.COM\"", True),
+        ('device.driver == "GPU.NVIDIA.COM"', True),
         ("device.attributes['gpu.nvidia.com'].type == 'gpu'", True),
         ("device.driver.startsWith('gpu.')", True),
         ("device.driver == 'g' + 'pu.nv' + 'idia.com'", True),

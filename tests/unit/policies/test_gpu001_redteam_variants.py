@@ -30,7 +30,15 @@ VISIBLE = "NVIDIA_VISIBLE_DEVICES"
         # An isolation variable set twice, once harmlessly named.
         [{"name": "CGPU_DISABLE_X", "value": "1"}, {"name": "CGPU_DISABLE", "value": "false"}],
     ],
-    ids=["void-then-all", "all-then-void", "expansion", "void-with-expansion", "file-key-ref", "file-key-ref-isolation", "isolation"],
+    ids=[
+        "void-then-all",
+        "all-then-void",
+        "expansion",
+        "void-with-expansion",
+        "file-key-ref",
+        "file-key-ref-isolation",
+        "isolation",
+    ],
 )
 def test_spellings_that_could_deliver_a_card_are_denied(
     pod: PodFactory,

@@ -18,13 +18,14 @@ def test_visible_devices_set_to_all_is_denied(pod: PodFactory, container: Contai
 
     assert not decision.allowed
     assert decision.denial_message == (
-        PREFIX + 'container "main" sets NVIDIA_VISIBLE_DEVICES=all; '
-        "request GPUs as resources, or use void"
+        PREFIX + 'container "main" sets NVIDIA_VISIBLE_DEVICES=all; request GPUs as resources, or use void'
     )
 
 
 @pytest.mark.parametrize("value", ["void", "none", "VOID", " None "])
-def test_visible_devices_void_or_none_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, value: str) -> None:
+def test_visible_devices_void_or_none_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, value: str
+) -> None:
     decision = evaluate(pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": value}])))
 
     assert decision.allowed
@@ -39,8 +40,7 @@ def test_visible_devices_listing_card_ids_in_an_init_container_is_denied(
 
     assert not decision.allowed
     assert violation_messages(decision, "GPU001") == [
-        PREFIX + 'init container "setup" sets NVIDIA_VISIBLE_DEVICES=0,1; '
-        "request GPUs as resources, or use void"
+        PREFIX + 'init container "setup" sets NVIDIA_VISIBLE_DEVICES=0,1; request GPUs as resources, or use void'
     ]
 
 
@@ -53,14 +53,18 @@ def test_visible_devices_set_empty_is_denied_because_only_void_and_none_are_safe
     assert "sets NVIDIA_VISIBLE_DEVICES=;" in decision.denial_message
 
 
-def test_visible_devices_in_a_deployment_template_is_denied(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate) -> None:
+def test_visible_devices_in_a_deployment_template_is_denied(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(workload("Deployment", pod(container(env=[ALL]))))
 
     assert not decision.allowed
     assert decision.denial_message.startswith(PREFIX + 'container "main"')
 
 
-def test_visible_devices_in_a_new_ephemeral_container_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_visible_devices_in_a_new_ephemeral_container_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     old = pod(container())
     new = pod(container(), ephemeral=[container("debug", env=[ALL])])
 
@@ -70,7 +74,9 @@ def test_visible_devices_in_a_new_ephemeral_container_is_denied(pod: PodFactory,
     assert 'ephemeral container "debug" sets NVIDIA_VISIBLE_DEVICES=all' in decision.denial_message
 
 
-def test_existing_ephemeral_containers_are_not_judged_again(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_existing_ephemeral_containers_are_not_judged_again(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # An ephemeral container already in the pod cannot change; only the added one is in scope.
     earlier = container("earlier", env=[ALL])
     old = pod(container(), ephemeral=[earlier])
@@ -84,7 +90,9 @@ def test_existing_ephemeral_containers_are_not_judged_again(pod: PodFactory, con
 # --- valueFrom: refused for every guarded name, whatever the source holds today -------------------
 
 
-def test_visible_devices_from_a_config_map_key_is_denied_without_reading_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_visible_devices_from_a_config_map_key_is_denied_without_reading_it(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     entry = {
         "name": "NVIDIA_VISIBLE_DEVICES",
         "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "devices"}},
@@ -106,7 +114,9 @@ def test_visible_devices_from_a_config_map_key_is_denied_without_reading_it(pod:
     )
 
 
-def test_visible_devices_from_a_secret_key_is_denied_and_the_value_never_shown(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_visible_devices_from_a_secret_key_is_denied_and_the_value_never_shown(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     entry = {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"secretKeyRef": {"name": "gpus", "key": "devices"}}}
 
     decision = evaluate(pod(container(env=[entry])), lookup=lambda source: {"devices": "hunter2-secret"})
@@ -124,7 +134,9 @@ def test_visible_devices_from_a_secret_key_is_denied_and_the_value_never_shown(p
         ({}, "valueFrom"),
     ],
 )
-def test_visible_devices_from_any_other_reference_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, reference: dict[str, Any], shown: str) -> None:
+def test_visible_devices_from_any_other_reference_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, reference: dict[str, Any], shown: str
+) -> None:
     entry = {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": reference}
 
     decision = evaluate(pod(container(env=[entry])))
@@ -133,7 +145,9 @@ def test_visible_devices_from_any_other_reference_is_denied(pod: PodFactory, con
     assert f'container "main" sets NVIDIA_VISIBLE_DEVICES from {shown}, which can change' in decision.denial_message
 
 
-def test_an_isolation_variable_from_a_config_map_key_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_an_isolation_variable_from_a_config_map_key_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     entry = {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "valueFrom": {"configMapKeyRef": {"name": "sizes", "key": "mem"}}}
 
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 1}, env=[entry])))
@@ -162,7 +176,9 @@ def test_cgpu_disable_in_a_gpu_mem_container_is_denied(pod: PodFactory, containe
 
 @pytest.mark.parametrize("name", sorted(gpu.ISOLATION_ENV))
 @pytest.mark.parametrize("value", ["15", "", "0"])
-def test_every_isolation_variable_is_denied_whatever_its_value(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, name: str, value: str) -> None:
+def test_every_isolation_variable_is_denied_whatever_its_value(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, name: str, value: str
+) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env=[{"name": name, "value": value}])
 
     decision = evaluate(pod(main))
@@ -175,7 +191,9 @@ def test_every_isolation_variable_is_denied_whatever_its_value(pod: PodFactory, 
     "where",
     ["sidecar", "init", "ephemeral", "CronJob", "Deployment", "no-gpu"],
 )
-def test_an_isolation_variable_is_denied_in_every_container_kind_and_template(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, where: str) -> None:
+def test_an_isolation_variable_is_denied_in_every_container_kind_and_template(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, where: str
+) -> None:
     bad = [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "15"}]
     gpu_main = container(gpu={"aliyun.com/gpu-mem": 1})
     if where == "sidecar":
@@ -212,7 +230,9 @@ def test_an_isolation_variable_is_denied_in_every_container_kind_and_template(po
         "ALIYUN_COM_GPU_MEM",
     ],
 )
-def test_look_alike_and_ordinary_gpu_variables_are_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, name: str) -> None:
+def test_look_alike_and_ordinary_gpu_variables_are_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, name: str
+) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env=[{"name": name, "value": "all"}])
 
     decision = evaluate(pod(main))
@@ -249,7 +269,9 @@ def test_env_from_with_prefix_nvidia_is_denied_offline(pod: PodFactory, containe
         ("CGPU_DISABL", "CGPU_DISABLE"),
     ],
 )
-def test_env_from_prefixes_that_begin_a_guarded_name_are_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, prefix: str, composed: str) -> None:
+def test_env_from_prefixes_that_begin_a_guarded_name_are_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, prefix: str, composed: str
+) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env_from=[{"prefix": prefix, "secretRef": {"name": "app"}}])
 
     decision = evaluate(pod(main))
@@ -260,7 +282,9 @@ def test_env_from_prefixes_that_begin_a_guarded_name_are_denied(pod: PodFactory,
 
 
 @pytest.mark.parametrize("where", ["init", "ephemeral", "Job", "StatefulSet"])
-def test_env_from_prefix_is_denied_in_every_container_kind_and_template(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, where: str) -> None:
+def test_env_from_prefix_is_denied_in_every_container_kind_and_template(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, where: str
+) -> None:
     source = [{"prefix": "CGPU_", "configMapRef": {"name": "app"}}]
     gpu_main = container(gpu={"aliyun.com/gpu-mem": 1})
     if where == "init":
@@ -283,7 +307,9 @@ def test_env_from_prefix_is_denied_in_every_container_kind_and_template(pod: Pod
     "prefix",
     ["APP_", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE", "nvidia_", "X_NVIDIA_", "", None],
 )
-def test_env_from_prefixes_that_begin_no_guarded_name_are_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, prefix: str | None) -> None:
+def test_env_from_prefixes_that_begin_no_guarded_name_are_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, prefix: str | None
+) -> None:
     source: dict[str, object] = {"configMapRef": {"name": "app"}}
     if prefix is not None:
         source["prefix"] = prefix
@@ -296,7 +322,9 @@ def test_env_from_prefixes_that_begin_no_guarded_name_are_allowed(pod: PodFactor
     assert result(decision, "GPU001") is model.Result.PASS
 
 
-def test_env_from_prefix_nvidia_is_allowed_where_env_sets_the_variable_to_void(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_env_from_prefix_nvidia_is_allowed_where_env_sets_the_variable_to_void(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # env beats envFrom: the composed NVIDIA_VISIBLE_DEVICES is never the one the container gets.
     main = container(
         gpu={"nvidia.com/gpu": 1},
@@ -315,7 +343,9 @@ def test_env_from_prefix_nvidia_in_a_container_without_gpus_is_neutralised_by_th
     assert decision.allowed
 
 
-def test_env_from_prefix_that_composes_an_isolation_variable_is_denied_even_without_gpus(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_env_from_prefix_that_composes_an_isolation_variable_is_denied_even_without_gpus(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     # GPU104's void covers NVIDIA_VISIBLE_DEVICES only; the isolation variables have no neutral value.
     decision = evaluate(pod(container(env_from=[{"prefix": "C", "configMapRef": {"name": "app"}}])))
 
@@ -326,7 +356,9 @@ def test_env_from_prefix_that_composes_an_isolation_variable_is_denied_even_with
 # --- envFrom without a prefix: admitted, because GPU007 guards the sources' keys ------------------
 
 
-def test_env_from_without_prefix_on_a_gpu_container_is_allowed_offline(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf) -> None:
+def test_env_from_without_prefix_on_a_gpu_container_is_allowed_offline(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     main = container(
         gpu={"aliyun.com/gpu-mem": 1},
         env_from=[{"configMapRef": {"name": "not-created-yet"}}, {"secretRef": {"name": "creds"}}],
@@ -339,7 +371,9 @@ def test_env_from_without_prefix_on_a_gpu_container_is_allowed_offline(pod: PodF
     assert result(decision, "GPU001") is model.Result.PASS
 
 
-def test_env_from_without_prefix_warns_where_gpu007_is_not_enforced(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf) -> None:
+def test_env_from_without_prefix_warns_where_gpu007_is_not_enforced(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     main = container(gpu={"nvidia.com/gpu": 1}, env_from=[{"configMapRef": {"name": "app"}}])
 
     decision = evaluate(pod(main), config={"policies": {"GPU007": {"action": "warn"}}})
@@ -347,7 +381,8 @@ def test_env_from_without_prefix_warns_where_gpu007_is_not_enforced(pod: PodFact
     assert decision.allowed
     assert result(decision, "GPU001") is model.Result.WARN
     assert decision.warnings == (
-        PREFIX + "container \"main\" takes envFrom ConfigMap 'app', which may set "
+        PREFIX
+        + "container \"main\" takes envFrom ConfigMap 'app', which may set "
         + ", ".join(sorted(gpu.GUARDED_ENV))
         + " (GPU007 does not guard its keys in namespace team-a); set NVIDIA_VISIBLE_DEVICES=void in env "
         "or enforce GPU007",
@@ -364,7 +399,9 @@ def test_env_from_without_prefix_warns_where_an_exception_lifts_gpu007_in_the_na
     assert result(evaluate(pod(main), config=config, namespace="team-b"), "GPU001") is model.Result.PASS
 
 
-def test_env_from_a_source_holding_a_guarded_key_is_denied_naming_keys_not_values(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_env_from_a_source_holding_a_guarded_key_is_denied_naming_keys_not_values(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     main = container(gpu={"aliyun.com/gpu-mem": 1}, env_from=[{"secretRef": {"name": "creds"}}])
     held = {"CGPU_DISABLE": "s3cr3t-value", "NVIDIA_VISIBLE_DEVICES": "void", "TOKEN": "abc"}
 
@@ -378,7 +415,9 @@ def test_env_from_a_source_holding_a_guarded_key_is_denied_naming_keys_not_value
     assert "s3cr3t" not in repr(decision)
 
 
-def test_env_from_a_source_whose_guarded_key_env_overrides_with_void_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_env_from_a_source_whose_guarded_key_env_overrides_with_void_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     main = container(
         gpu={"nvidia.com/gpu": 1},
         env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -388,7 +427,9 @@ def test_env_from_a_source_whose_guarded_key_env_overrides_with_void_is_allowed(
     assert evaluate(pod(main), lookup=lambda source: {"NVIDIA_VISIBLE_DEVICES": "all"}).allowed
 
 
-def test_env_from_whose_looked_up_data_lacks_guarded_keys_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_env_from_whose_looked_up_data_lacks_guarded_keys_is_allowed(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     main = container(gpu={"nvidia.com/gpu": 1}, env_from=[{"configMapRef": {"name": "app"}}])
 
     decision = evaluate(pod(main), lookup=lambda source: {"LOG_LEVEL": "debug"})

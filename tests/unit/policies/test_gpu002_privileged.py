@@ -5,10 +5,18 @@ from __future__ import annotations
 import pytest
 
 from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
-
 from policies.trustzone import DEFAULT_ZONE
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    ResultOf,
+    ViolationMessages,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+    required_node_affinity,
+)
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
 
@@ -64,11 +72,7 @@ def test_privileged_daemonset_preferring_gpu_nodes_is_denied(
                 "preferredDuringSchedulingIgnoredDuringExecution": [
                     {
                         "weight": 1,
-                        "preference": {
-                            "matchExpressions": [
-                                {"key": "ack.node.gpu.schedule", "operator": "Exists"}
-                            ]
-                        },
+                        "preference": {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "Exists"}]},
                     }
                 ]
             }
@@ -147,11 +151,7 @@ def test_privileged_pod_that_avoids_gpu_nodes_is_allowed(
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}
-                            ]
-                        }
+                        {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
                     ]
                 }
             }
@@ -174,16 +174,24 @@ def test_a_gpu_container_adding_sys_admin_or_all_in_any_spelling_is_denied(
     decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 2}, **caps("NET_BIND_SERVICE", spelled))))
 
     assert not decision.allowed
-    assert decision.denial_message == PREFIX + f'container "main" adds capability {spelled}' + requests("aliyun.com/gpu-mem") + INSTEAD
+    assert (
+        decision.denial_message
+        == PREFIX + f'container "main" adds capability {spelled}' + requests("aliyun.com/gpu-mem") + INSTEAD
+    )
 
 
-@pytest.mark.parametrize("capability", ["SYS_ADMINISTRATOR", "CAP_ALL_OF_THEM", "SYS_MODULE", "dac_read_search", "NET_ADMIN", "net_raw"])
+@pytest.mark.parametrize(
+    "capability", ["SYS_ADMINISTRATOR", "CAP_ALL_OF_THEM", "SYS_MODULE", "dac_read_search", "NET_ADMIN", "net_raw"]
+)
 def test_a_gpu_container_adding_a_capability_outside_the_allowlist_is_denied_whatever_its_name(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, capability: str
 ) -> None:
     decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, **caps(capability))))
 
-    assert decision.denial_message == PREFIX + f'container "main" adds capability {capability}' + requests("nvidia.com/gpu") + INSTEAD
+    assert (
+        decision.denial_message
+        == PREFIX + f'container "main" adds capability {capability}' + requests("nvidia.com/gpu") + INSTEAD
+    )
 
 
 @pytest.mark.parametrize("capability", ["NET_BIND_SERVICE", "SYS_PTRACE", "CHOWN", "IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"])
@@ -208,7 +216,12 @@ def test_dropping_sys_admin_is_not_adding_it(
 
 @pytest.mark.parametrize(
     "security_context",
-    [{"capabilities": {"add": "SYS_ADMIN"}}, {"capabilities": {"add": [None, 7, {"x": 1}]}}, {"capabilities": "ALL"}, "privileged"],
+    [
+        {"capabilities": {"add": "SYS_ADMIN"}},
+        {"capabilities": {"add": [None, 7, {"x": 1}]}},
+        {"capabilities": "ALL"},
+        "privileged",
+    ],
 )
 def test_malformed_capabilities_are_ignored_without_an_error(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, security_context: object
@@ -251,7 +264,10 @@ def test_a_sys_admin_debug_container_added_to_a_gpu_pod_is_denied_by_gpu009_only
     assert not decision.allowed
     assert [v.policy for v in decision.violations] == ["GPU009"]
     assert decision.denial_message == (
-        EPHEMERAL_PREFIX + 'ephemeral container "debugger" adds capability CAP_SYS_ADMIN' + requests("nvidia.com/gpu") + EPHEMERAL_INSTEAD
+        EPHEMERAL_PREFIX
+        + 'ephemeral container "debugger" adds capability CAP_SYS_ADMIN'
+        + requests("nvidia.com/gpu")
+        + EPHEMERAL_INSTEAD
     )
 
 

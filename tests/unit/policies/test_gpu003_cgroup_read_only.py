@@ -16,10 +16,18 @@ from typing import Any
 import pytest
 
 from policies import model
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
-
 from policies.trustzone import DEFAULT_ZONE
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    ResultOf,
+    ViolationMessages,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+    required_node_affinity,
+)
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
 
@@ -76,7 +84,10 @@ def test_a_cgroup_host_path_mounted_writable_or_only_top_level_read_only_is_deni
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
-    assert 'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup) without readOnly: true and recursiveReadOnly: Enabled' in message
+    assert (
+        'container "main" mounts volume "cgroup" (hostPath /sys/fs/cgroup) without readOnly: true and recursiveReadOnly: Enabled'
+        in message
+    )
 
 
 @pytest.mark.parametrize(
@@ -194,7 +205,12 @@ def test_a_recursively_read_only_cgroup_mount_is_allowed(
 
 
 def test_a_monitoring_daemonset_without_gpus_is_allowed_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf, patched: Patched
+    pod: PodFactory,
+    container: ContainerFactory,
+    workload: WorkloadFactory,
+    evaluate: Evaluate,
+    result: ResultOf,
+    patched: Patched,
 ) -> None:
     template = pod(
         container(
@@ -226,7 +242,9 @@ def test_a_monitoring_daemonset_without_gpus_is_allowed_off_gpu_nodes(
 def test_a_cgroup_volume_no_container_mounts_is_allowed(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
-    decision = evaluate(pod(container(gpu=GPU), volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]), config=ZONE)
+    decision = evaluate(
+        pod(container(gpu=GPU), volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}]), config=ZONE
+    )
 
     assert result(decision, "GPU003") is model.Result.PASS
 
@@ -235,7 +253,9 @@ def test_an_ephemeral_container_mounting_cgroup_read_only_recursively_or_an_empt
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
 ) -> None:
     running = pod(
-        container(gpu=GPU, volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}]),
+        container(
+            gpu=GPU, volumeMounts=[{"name": "cgroup", "mountPath": "/cg", **RECURSIVE_RO}, {"name": "scratch", "mountPath": "/s"}]
+        ),
         volumes=[{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup"}}, {"name": "scratch", "emptyDir": {}}],
     )
     debug = container(
@@ -300,7 +320,9 @@ def test_malformed_or_unrelated_mounts_are_ignored(
 # --- /var/log/pods and its parent /var/log: read-only where allowed (the kubelet's log symlink) ---
 
 
-@pytest.mark.parametrize("path", ["/var/log", "/var/log/", "/var/log/pods", "/var/log/pods/team-a_app_0123/main", "/var//log/./pods"])
+@pytest.mark.parametrize(
+    "path", ["/var/log", "/var/log/", "/var/log/pods", "/var/log/pods/team-a_app_0123/main", "/var//log/./pods"]
+)
 @pytest.mark.parametrize("mount", [{}, {"readOnly": False}, {"recursiveReadOnly": "Disabled"}])
 def test_a_writable_mount_of_the_pod_log_directory_or_its_parent_is_denied(
     pod: PodFactory,
@@ -324,7 +346,9 @@ def test_an_ephemeral_container_mounting_the_pods_var_log_writable_is_denied(
     running = cgroup_pod(pod, container, path="/var/log", mount={"readOnly": True})
     debug = container("debugger", volumeMounts=[{"name": "cgroup", "mountPath": "/logs"}])
 
-    decision = evaluate(add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running, config=ZONE)
+    decision = evaluate(
+        add_ephemeral(running, debug), operation="UPDATE", subresource="ephemeralcontainers", old=running, config=ZONE
+    )
 
     assert not decision.allowed
     (message,) = violation_messages(decision, "GPU003")
@@ -348,11 +372,22 @@ def test_read_only_log_agents_in_a_gpu_pod_pass_where_an_admin_allows_the_direct
     assert result(decision, "GPU003") is model.Result.PASS
 
 
-@pytest.mark.parametrize(("path", "mount"), [("/var/log/app", {}), ("/var/log/nginx", {"readOnly": False}), ("/var/lib/mysql", {})])
+@pytest.mark.parametrize(
+    ("path", "mount"), [("/var/log/app", {}), ("/var/log/nginx", {"readOnly": False}), ("/var/lib/mysql", {})]
+)
 def test_writable_application_log_directories_pass_in_pods_without_gpus_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, patched: Patched, path: str, mount: dict[str, Any]
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    result: ResultOf,
+    patched: Patched,
+    path: str,
+    mount: dict[str, Any],
 ) -> None:
-    obj = pod(container(volumeMounts=[{"name": "logs", "mountPath": "/logs", **mount}]), volumes=[{"name": "logs", "hostPath": {"path": path}}])
+    obj = pod(
+        container(volumeMounts=[{"name": "logs", "mountPath": "/logs", **mount}]),
+        volumes=[{"name": "logs", "hostPath": {"path": path}}],
+    )
     decision = evaluate(obj)
 
     assert decision.allowed

@@ -7,10 +7,17 @@ from typing import Any
 import pytest
 
 from policies import hostpaths, model, settings
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, ViolationMessages, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty
-
 from policies.trustzone import DEFAULT_ZONE
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    ResultOf,
+    ViolationMessages,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
 
@@ -70,14 +77,42 @@ CONTROL_STATE = [
     "/usr/local/nvidia/toolkit",
     "/usr/lib/x86_64-linux-gnu",
 ]
-DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dri", "/dev/dri/card0", "/dev/null", "/dev/fuse", "/dev/shm"]
-WHOLE_HOST = ["/proc", "/proc/1/root", "/sys", "/sys/bus/pci/devices", "/sys/fs/cgroup", "/run/nvidia/driver", "/var/run/nvidia-persistenced/socket"]
+DEVICES = [
+    "/dev/nvidia0",
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/dri",
+    "/dev/dri/card0",
+    "/dev/null",
+    "/dev/fuse",
+    "/dev/shm",
+]
+WHOLE_HOST = [
+    "/proc",
+    "/proc/1/root",
+    "/sys",
+    "/sys/bus/pci/devices",
+    "/sys/fs/cgroup",
+    "/run/nvidia/driver",
+    "/var/run/nvidia-persistenced/socket",
+]
 # Paths no list of protected roots ever named: refused all the same, since only the allowlist passes.
-UNLISTED = ["/var/log", "/var/log/pods", "/tmp", "/data", "/etc/ssl", "/var/lib/container/kubelet", "/etc/ld.so.preload", "/opt/nri/plugins"]
+UNLISTED = [
+    "/var/log",
+    "/var/log/pods",
+    "/tmp",
+    "/data",
+    "/etc/ssl",
+    "/var/lib/container/kubelet",
+    "/etc/ld.so.preload",
+    "/opt/nri/plugins",
+]
 
 
 @pytest.mark.parametrize("path", RUNTIME_SOCKETS + CONTROL_STATE + DEVICES + WHOLE_HOST + UNLISTED)
-def test_host_path_outside_the_allowlist_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
+def test_host_path_outside_the_allowlist_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str
+) -> None:
     decision = evaluate(with_host_path(pod, container, path))
 
     assert not decision.allowed
@@ -85,7 +120,9 @@ def test_host_path_outside_the_allowlist_is_denied(pod: PodFactory, container: C
     assert decision.denial_message.endswith(INSTEAD)
 
 
-def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     decision = evaluate(with_host_path(pod, container, "/run/containerd/containerd.sock"))
 
     assert decision.denial_message == (
@@ -106,7 +143,9 @@ def test_the_message_names_the_volume_the_path_the_root_and_what_to_do(pod: PodF
         ("/opt", "/opt/cni"),
     ],
 )
-def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str, root: str) -> None:
+def test_host_path_on_a_parent_of_a_protected_root_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str, root: str
+) -> None:
     decision = evaluate(with_host_path(pod, container, path))
 
     assert not decision.allowed
@@ -134,7 +173,9 @@ def test_host_path_on_a_parent_of_a_protected_root_is_denied(pod: PodFactory, co
         ("/usr/share/zoneinfo/../../bin", "/usr/bin"),
     ],
 )
-def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, written: str, resolved: str) -> None:
+def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, written: str, resolved: str
+) -> None:
     decision = evaluate(with_host_path(pod, container, written))
 
     assert not decision.allowed
@@ -142,7 +183,9 @@ def test_host_path_is_resolved_as_the_node_resolves_it_before_it_is_judged(pod: 
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "DaemonSet", "Job", "CronJob", "StatefulSet"])
-def test_a_runtime_socket_in_a_workload_template_is_denied(pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, kind: str) -> None:
+def test_a_runtime_socket_in_a_workload_template_is_denied(
+    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, kind: str
+) -> None:
     template = pod(
         container(gpu=GPU, volumeMounts=[{"name": "sock", "mountPath": "/run/containerd/containerd.sock"}]),
         init=[container("setup")],
@@ -156,7 +199,9 @@ def test_a_runtime_socket_in_a_workload_template_is_denied(pod: PodFactory, cont
     )
 
 
-def test_a_host_path_used_only_by_an_init_container_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_a_host_path_used_only_by_an_init_container_is_denied(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     spec_pod = pod(
         container(gpu=GPU),
         init=[container("copy", volumeMounts=[{"name": "pki", "mountPath": "/pki"}])],
@@ -169,7 +214,9 @@ def test_a_host_path_used_only_by_an_init_container_is_denied(pod: PodFactory, c
     assert 'volume "pki" mounts hostPath /var/lib/kubelet/pki' in decision.denial_message
 
 
-def test_every_offending_volume_is_named(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages) -> None:
+def test_every_offending_volume_is_named(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+) -> None:
     volumes = [
         {"name": "logs", "hostPath": {"path": "/var/log"}},
         {"name": "docker", "hostPath": {"path": "/var/run/docker.sock"}},
@@ -184,8 +231,12 @@ def test_every_offending_volume_is_named(pod: PodFactory, container: ContainerFa
     assert proc.startswith(PREFIX + 'volume "proc" mounts hostPath /proc, which is not an allowed host path (lies in /proc')
 
 
-@pytest.mark.parametrize("path", ["/etc/localtime", "/usr/share/zoneinfo", "/usr/share/zoneinfo/Asia/Shanghai", "/var/lib/lxcfs/proc/meminfo"])
-def test_the_allowed_paths_pass_read_only_in_a_gpu_pod(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str) -> None:
+@pytest.mark.parametrize(
+    "path", ["/etc/localtime", "/usr/share/zoneinfo", "/usr/share/zoneinfo/Asia/Shanghai", "/var/lib/lxcfs/proc/meminfo"]
+)
+def test_the_allowed_paths_pass_read_only_in_a_gpu_pod(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, path: str
+) -> None:
     decision = evaluate(with_host_path(pod, container, path, type="File"))
 
     assert decision.allowed
@@ -264,19 +315,29 @@ def test_every_refused_path_in_a_pod_without_gpus_is_admitted_with_gpu103s_affin
 def test_a_pod_without_gpus_is_denied_where_gpu103_does_not_keep_it_off_gpu_nodes(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, action: str
 ) -> None:
-    decision = evaluate(with_host_path(pod, container, "/run/containerd/containerd.sock", gpu=False), config={"policies": {"GPU103": {"action": action}}})
+    decision = evaluate(
+        with_host_path(pod, container, "/run/containerd/containerd.sock", gpu=False),
+        config={"policies": {"GPU103": {"action": action}}},
+    )
 
     assert not decision.allowed
     assert decision.denial_message == (
         PREFIX + 'volume "host" mounts hostPath /run/containerd/containerd.sock, which is not an allowed host path (lies in '
         "/run: container runtime, NRI and device-plugin sockets, CDI specs and the NVIDIA runtime directories)"
-        + INSTEAD.replace("; the pod requests the GPU resource nvidia.com/gpu;", "; nothing keeps the pod off GPU nodes "
-                          "(no required node affinity against every GPU node label);")
+        + INSTEAD.replace(
+            "; the pod requests the GPU resource nvidia.com/gpu;",
+            "; nothing keeps the pod off GPU nodes (no required node affinity against every GPU node label);",
+        )
     )
 
 
 def test_a_log_agent_daemonset_is_allowed_off_gpu_nodes(
-    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, result: ResultOf, patched: Patched
+    pod: PodFactory,
+    container: ContainerFactory,
+    workload: WorkloadFactory,
+    evaluate: Evaluate,
+    result: ResultOf,
+    patched: Patched,
 ) -> None:
     template = pod(
         container("fluent-bit", volumeMounts=[{"name": "varlog", "mountPath": "/var/log", "readOnly": True}]),
@@ -305,7 +366,9 @@ def test_a_log_agent_daemonset_is_allowed_off_gpu_nodes(
         3,
     ],
 )
-def test_malformed_or_other_volumes_are_ignored(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, volume: object) -> None:
+def test_malformed_or_other_volumes_are_ignored(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, volume: object
+) -> None:
     decision = evaluate(pod(container(gpu=GPU), volumes=[volume]))
 
     assert result(decision, "GPU003") is model.Result.PASS
@@ -314,7 +377,9 @@ def test_malformed_or_other_volumes_are_ignored(pod: PodFactory, container: Cont
 # --- settings: trustZone.allow, and hostPaths of earlier versions ----------------------------------
 
 
-def test_an_extra_protected_root_only_names_the_root_in_the_message(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_an_extra_protected_root_only_names_the_root_in_the_message(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     config = {"hostPaths": {"protect": ["/srv/kubelet"]}}
 
     inside = evaluate(with_host_path(pod, container, "/srv/kubelet/pods"), config=config)
@@ -327,7 +392,9 @@ def test_an_extra_protected_root_only_names_the_root_in_the_message(pod: PodFact
 
 
 @pytest.mark.parametrize("written", ["/run/xtables.lock", "/var/run/xtables.lock", "//run/./xtables.lock/"])
-def test_an_allowed_path_passes_in_any_spelling(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, written: str) -> None:
+def test_an_allowed_path_passes_in_any_spelling(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, written: str
+) -> None:
     config = {"hostPaths": {"allow": ["/var/run/xtables.lock"]}}
 
     decision = evaluate(with_host_path(pod, container, written), config=config)
@@ -338,7 +405,9 @@ def test_an_allowed_path_passes_in_any_spelling(pod: PodFactory, container: Cont
 @pytest.mark.parametrize(
     "path", ["/run", "/run/flannel/../containerd", "/run/flannel/../../etc/kubernetes", "/run/flannelx", "/run/cni"]
 )
-def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str) -> None:
+def test_an_allowed_path_uncovers_nothing_beside_or_above_it(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, path: str
+) -> None:
     config = {"trustZone": {"allow": {"hostPaths": ["/run/flannel"]}}}
 
     decision = evaluate(with_host_path(pod, container, path), config=config)
@@ -347,7 +416,9 @@ def test_an_allowed_path_uncovers_nothing_beside_or_above_it(pod: PodFactory, co
     assert evaluate(with_host_path(pod, container, "/run/flannel/subnet.env"), config=config).allowed
 
 
-def test_dev_shm_is_refused_in_a_gpu_pod_until_an_admin_allows_it(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_dev_shm_is_refused_in_a_gpu_pod_until_an_admin_allows_it(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     config = {"trustZone": {"allow": {"hostPaths": ["/dev/shm"]}}}
 
     assert not evaluate(with_host_path(pod, container, "/dev/shm")).allowed
@@ -372,8 +443,11 @@ def test_dev_shm_is_refused_in_a_gpu_pod_until_an_admin_allows_it(pod: PodFactor
             "hostPaths.allow[0]: '/var/run' is the protected root /run; allow a path below it, "
             "or give the namespaces that need all of it an exception",
         ),
-        ({"allow": ["/"]}, "hostPaths.allow[0]: '/' contains the protected root /dev; allow a path below it, "
-         "or give the namespaces that need all of it an exception"),
+        (
+            {"allow": ["/"]},
+            "hostPaths.allow[0]: '/' contains the protected root /dev; allow a path below it, "
+            "or give the namespaces that need all of it an exception",
+        ),
         (
             {"protect": ["/data/secret"], "allow": ["/data"]},
             "hostPaths.allow[0]: '/data' contains the protected root /data/secret; allow a path below it, "
@@ -395,7 +469,9 @@ def test_empty_host_path_settings_are_the_built_in_rules() -> None:
     assert settings.from_mapping({"hostPaths": {}}).zone_allowance == settings.Settings().zone_allowance
 
 
-def test_the_allowlist_holds_whatever_hostpaths_protect_says(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_the_allowlist_holds_whatever_hostpaths_protect_says(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     config = {"hostPaths": {"protect": ["/"], "allow": ["/var/log"]}}
 
     assert evaluate(with_host_path(pod, container, "/var/log"), config=config).allowed

@@ -32,9 +32,7 @@ def test_well_formed_gpu_limits_are_allowed(
 
 
 def test_requests_equal_to_limits_are_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"nvidia.com/gpu": 1}, requests={"nvidia.com/gpu": "1", "cpu": "1"}))
-    )
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}, requests={"nvidia.com/gpu": "1", "cpu": "1"})))
 
     assert decision.allowed
 
@@ -64,9 +62,7 @@ def test_gpu_in_requests_only_is_denied(pod: PodFactory, container: ContainerFac
 
 
 def test_gpu_request_different_from_its_limit_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"nvidia.com/gpu": 2}, requests={"nvidia.com/gpu": 1}))
-    )
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 2}, requests={"nvidia.com/gpu": 1})))
 
     assert decision.denial_message == (
         PREFIX + 'container "main" requests nvidia.com/gpu=1 but limits it to 2; they must be equal'
@@ -74,9 +70,7 @@ def test_gpu_request_different_from_its_limit_is_denied(pod: PodFactory, contain
 
 
 def test_core_percentage_over_100_is_denied(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"aliyun.com/gpu-mem": 4, "aliyun.com/gpu-core.percentage": 150}))
-    )
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4, "aliyun.com/gpu-core.percentage": 150})))
 
     assert decision.denial_message == (
         PREFIX + 'container "main" sets aliyun.com/gpu-core.percentage=150; it must be at most 100'
@@ -90,9 +84,7 @@ def test_core_percentage_or_count_without_gpu_memory_is_denied(
     decision = evaluate(pod(container(gpu={resource: 1})))
 
     assert not decision.allowed
-    assert PREFIX + f'container "main" sets {resource} without aliyun.com/gpu-mem' in (
-        decision.denial_message
-    )
+    assert PREFIX + f'container "main" sets {resource} without aliyun.com/gpu-mem' in (decision.denial_message)
 
 
 def test_pod_mixing_resource_families_is_denied(
@@ -131,9 +123,7 @@ def test_malformed_gpu_limit_in_a_job_init_container_is_denied(
 
     decision = evaluate(job)
 
-    assert decision.denial_message == (
-        PREFIX + 'init container "fetch" sets aliyun.com/gpu=0; it must be a positive integer'
-    )
+    assert decision.denial_message == (PREFIX + 'init container "fetch" sets aliyun.com/gpu=0; it must be a positive integer')
 
 
 @pytest.mark.parametrize("value", ["2000m", "+2", "2e0", "0.002k", " 2 ", "2.", 2.0, "02"])
@@ -170,9 +160,7 @@ def test_a_suffixed_core_percentage_is_judged_as_its_value(
 def test_requests_equal_in_value_but_not_in_spelling_are_allowed(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
 ) -> None:
-    decision = evaluate(
-        pod(container(gpu={"aliyun.com/gpu-mem": "2000m"}, requests={"aliyun.com/gpu-mem": "+2"}))
-    )
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": "2000m"}, requests={"aliyun.com/gpu-mem": "+2"})))
 
     assert decision.allowed, decision.denial_message
 

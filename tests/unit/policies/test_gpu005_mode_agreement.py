@@ -50,9 +50,7 @@ def test_gpu_memory_pod_selecting_topology_nodes_is_denied(
 def test_whole_card_pod_selecting_a_shared_mode_is_denied_naming_default(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
 ) -> None:
-    decision = evaluate(
-        pod(container(gpu={"nvidia.com/gpu": 1}), nodeSelector={"ack.node.gpu.schedule": "cgpu"})
-    )
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), nodeSelector={"ack.node.gpu.schedule": "cgpu"}))
 
     assert decision.denial_message.endswith("ack.node.gpu.schedule must be one of default")
 
@@ -134,9 +132,7 @@ def test_required_affinity_allowing_a_serving_mode_is_allowed(
 
 
 def test_gpu_memory_pod_selecting_share_is_allowed(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"aliyun.com/gpu-mem": 2}), nodeSelector={"ack.node.gpu.schedule": "share"})
-    )
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 2}), nodeSelector={"ack.node.gpu.schedule": "share"}))
 
     assert decision.allowed
 

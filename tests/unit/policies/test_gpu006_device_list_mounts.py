@@ -40,7 +40,10 @@ def test_the_device_list_volume_in_a_gpu_mem_pod_is_denied(
     ("written", "device"),
     [
         ("/var/run/nvidia-container-devices/0", "0"),
-        ("/var/run/nvidia-container-devices/GPU-955ef018-3bd9-5f27-80b3-fa20ee8d19c5", "GPU-955ef018-3bd9-5f27-80b3-fa20ee8d19c5"),
+        (
+            "/var/run/nvidia-container-devices/GPU-955ef018-3bd9-5f27-80b3-fa20ee8d19c5",
+            "GPU-955ef018-3bd9-5f27-80b3-fa20ee8d19c5",
+        ),
         ("/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/all", "cdi/nvidia.com/gpu/all"),
         ("/var/run/nvidia-container-devices/imex/0", "imex/0"),
         # The toolkit matches a string prefix, not a path prefix.

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import engine, gpu, model, settings
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies.gpu import cardrequest
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, ResultOf, WorkloadFactory
 from webhook.audit import scan
@@ -22,7 +22,10 @@ EXTENDER_LIMITS = [
     pytest.param({"aliyun.com/gpu-mem": 4, "aliyun.com/gpu-core.percentage": 30}, id="gpu-mem+core"),
     pytest.param({"aliyun.com/gpu": 2}, id="whole-cards"),
 ]
-ALLOCATION = json.dumps({"node": "gpu-0", "cards": [1], "memGiB": 4, "corePercent": 0, "whole": False, "assumedAt": "2026-01-01T00:00:00.000Z"}, separators=(",", ":"))
+ALLOCATION = json.dumps(
+    {"node": "gpu-0", "cards": [1], "memGiB": 4, "corePercent": 0, "whole": False, "assumedAt": "2026-01-01T00:00:00.000Z"},
+    separators=(",", ":"),
+)
 # What the extender's Binding leaves on a bound pod (allocation.bind_annotations' keys and shapes).
 BOUND = {
     "ALIYUN_COM_GPU_MEM_IDX": "1",
@@ -42,8 +45,13 @@ def gpu008(decision: model.Decision) -> list[str]:
 
 def bound_pod(pod: Any, container: Any, **annotations: str) -> dict[str, Any]:
     """A running gpu-mem pod as the apiserver stores it after the extender's bind."""
-    obj: dict[str, Any] = pod(container(gpu=GPU_MEM, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]),
-                              annotations={**BOUND, **annotations}, nodeName="gpu-0", schedulerName="default-scheduler", **CGPU)
+    obj: dict[str, Any] = pod(
+        container(gpu=GPU_MEM, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]),
+        annotations={**BOUND, **annotations},
+        nodeName="gpu-0",
+        schedulerName="default-scheduler",
+        **CGPU,
+    )
     return obj
 
 
@@ -184,8 +192,10 @@ def test_other_annotations_pass(
 
 
 def test_a_differently_spelled_key_holds_no_card_in_the_accounting() -> None:
-    forged: dict[str, Any] = {"metadata": {"name": "p", "annotations": {"aliyun_com_gpu_mem_idx": "0", "aliyun_com_gpu_mem_pod": "9"}},
-                              "spec": {"nodeName": "gpu-0"}}
+    forged: dict[str, Any] = {
+        "metadata": {"name": "p", "annotations": {"aliyun_com_gpu_mem_idx": "0", "aliyun_com_gpu_mem_pod": "9"}},
+        "spec": {"nodeName": "gpu-0"},
+    }
     assert allocation_.pod_allocation(forged, now=0.0) is None
     real = copy.deepcopy(forged)
     real["metadata"]["annotations"] = {"ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "9"}
@@ -196,7 +206,9 @@ def test_the_policy_guards_every_annotation_the_extender_writes() -> None:
     allocation = allocation_.Allocation(uid="u", namespace="n", name="p", node="gpu-0", cards=(1,), memory_gib=4, assumed_at=1.0)
     written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     assert set(written) == set(gpu.ALLOCATION_ANNOTATIONS)
-    assert cardrequest.pod_request({"spec": {"containers": [{"resources": {"limits": dict.fromkeys(gpu.EXTENDER_MANAGED, 1)}}]}}).problem
+    assert cardrequest.pod_request(
+        {"spec": {"containers": [{"resources": {"limits": dict.fromkeys(gpu.EXTENDER_MANAGED, 1)}}]}}
+    ).problem
 
 
 # --- (c) pod UPDATE ----------------------------------------------------------------------------------
@@ -210,14 +222,18 @@ def update(evaluate: Any, old: dict[str, Any], new: dict[str, Any], **kwargs: An
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        (lambda a: a.update({"gpu-admission.io/allocation": ALLOCATION.replace('"cards":[1]', '"cards":[0]')}),
-         "changes gpu-admission.io/allocation"),
+        (
+            lambda a: a.update({"gpu-admission.io/allocation": ALLOCATION.replace('"cards":[1]', '"cards":[0]')}),
+            "changes gpu-admission.io/allocation",
+        ),
         (lambda a: a.update({"ALIYUN_COM_GPU_MEM_IDX": "0"}), "changes ALIYUN_COM_GPU_MEM_IDX"),
         (lambda a: a.update({"ALIYUN_COM_GPU_MEM_POD": "1"}), "changes ALIYUN_COM_GPU_MEM_POD"),
         (lambda a: a.pop("gpu-admission.io/allocation"), "removes gpu-admission.io/allocation"),
         (lambda a: a.pop("ALIYUN_COM_GPU_MEM_DEV"), "removes ALIYUN_COM_GPU_MEM_DEV"),
-        (lambda a: a.update({"ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_IDX": "2"}),
-         "changes ALIYUN_COM_GPU_MEM_IDX, changes ALIYUN_COM_GPU_MEM_ASSIGNED"),
+        (
+            lambda a: a.update({"ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_IDX": "2"}),
+            "changes ALIYUN_COM_GPU_MEM_IDX, changes ALIYUN_COM_GPU_MEM_ASSIGNED",
+        ),
     ],
     ids=["move-allocation", "move-card", "shrink", "drop-allocation", "drop-dev", "assign-and-move"],
 )
@@ -232,7 +248,10 @@ def test_changing_a_bound_pods_allocation_annotations_is_refused(
 
     assert not decision.allowed and decision.patch == ()
     [message] = gpu008(decision)
-    assert f": the update {said}; a running pod's allocation annotations are written only by the scheduler extender's Binding" in message
+    assert (
+        f": the update {said}; a running pod's allocation annotations are written only by the scheduler extender's Binding"
+        in message
+    )
     assert message.endswith("leave them as they are")
 
 
@@ -385,7 +404,7 @@ def test_a_scheduler_that_does_not_call_the_extender_is_refused(
 
     assert not decision.allowed
     [message] = gpu008(decision)
-    assert f"spec.schedulerName is {scheduler!r} while container \"main\" asks for aliyun.com/gpu-mem" in message
+    assert f'spec.schedulerName is {scheduler!r} while container "main" asks for aliyun.com/gpu-mem' in message
     assert "not a scheduler that calls the extender (default-scheduler)" in message
     assert "extenderSchedulers" in message
 
@@ -436,7 +455,12 @@ def test_the_gpu105_scheduler_always_counts_and_its_patch_is_judged(
 def test_a_workload_template_with_another_scheduler_is_refused(
     pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate
 ) -> None:
-    decision = evaluate(workload("Job", pod(container(gpu={"aliyun.com/gpu": 1}), schedulerName="batch", nodeSelector={"ack.node.gpu.schedule": "topology"})))
+    decision = evaluate(
+        workload(
+            "Job",
+            pod(container(gpu={"aliyun.com/gpu": 1}), schedulerName="batch", nodeSelector={"ack.node.gpu.schedule": "topology"}),
+        )
+    )
 
     assert "the pod template: spec.schedulerName is 'batch'" in gpu008(decision)[0]
 
@@ -475,7 +499,9 @@ def test_a_namespace_override_can_switch_it_off_where_an_admin_places_pods_by_ha
 
 
 def test_warn_mode_admits_with_the_message_as_a_warning(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(pod(container(gpu=GPU_MEM), nodeName="gpu-0", **CGPU), config={"policies": {"GPU008": {"action": "warn"}}})
+    decision = evaluate(
+        pod(container(gpu=GPU_MEM), nodeName="gpu-0", **CGPU), config={"policies": {"GPU008": {"action": "warn"}}}
+    )
 
     assert decision.allowed
     assert any(w.startswith("GPU008: ") and "spec.nodeName" in w for w in decision.warnings)

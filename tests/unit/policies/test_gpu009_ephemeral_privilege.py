@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from policies import engine, lookups, model, settings
-
 from policies.trustzone import DEFAULT_ZONE
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
@@ -34,7 +33,11 @@ def debug(name: str = "debugger-abc", *, security: Mapping[str, Any] | None = SY
 
 
 def running(
-    *, node: str | None = "gpu-0", ephemeral: list[dict[str, Any]] | None = None, limits: Mapping[str, Any] | None = None, **spec: Any
+    *,
+    node: str | None = "gpu-0",
+    ephemeral: list[dict[str, Any]] | None = None,
+    limits: Mapping[str, Any] | None = None,
+    **spec: Any,
 ) -> dict[str, Any]:
     main: dict[str, Any] = {"name": "main", "image": "registry.example/app:1"}
     if limits:
@@ -90,7 +93,10 @@ def test_a_sys_admin_or_all_ephemeral_container_on_a_gpu_node_is_denied(added: l
     decision = attach(running(), debug(security={"capabilities": {"add": added}}), node_labels=GPU_NODE)
 
     assert not decision.allowed
-    assert f'ephemeral container "debugger-abc" adds capability {", ".join(added)}; the pod runs on the GPU node gpu-0' in decision.denial_message
+    assert (
+        f'ephemeral container "debugger-abc" adds capability {", ".join(added)}; the pod runs on the GPU node gpu-0'
+        in decision.denial_message
+    )
 
 
 def test_a_node_with_only_a_mode_label_counts_as_a_gpu_node() -> None:
@@ -108,7 +114,9 @@ def test_kubectl_debug_sysadmin_on_a_cpu_only_node_is_allowed() -> None:
 
 
 @pytest.mark.parametrize(("labels", "allowed"), [(GPU_NODE, False), (None, False), (CPU_NODE, True)])
-def test_kubectl_debug_netadmin_is_refused_where_the_pod_may_be_on_a_gpu_node(labels: Mapping[str, str] | None, allowed: bool) -> None:
+def test_kubectl_debug_netadmin_is_refused_where_the_pod_may_be_on_a_gpu_node(
+    labels: Mapping[str, str] | None, allowed: bool
+) -> None:
     # NET_ADMIN opens nf_tables to the container: the kernel code behind most recent escapes.
     decision = attach(running(), debug(security=NETADMIN), node_labels=labels)
 
@@ -116,7 +124,9 @@ def test_kubectl_debug_netadmin_is_refused_where_the_pod_may_be_on_a_gpu_node(la
     assert allowed or 'ephemeral container "debugger-abc" adds capability NET_ADMIN, NET_RAW' in decision.denial_message
 
 
-@pytest.mark.parametrize("security", [None, {"capabilities": {"add": ["SYS_PTRACE"]}}, {"privileged": False}, {"runAsNonRoot": True}])
+@pytest.mark.parametrize(
+    "security", [None, {"capabilities": {"add": ["SYS_PTRACE"]}}, {"privileged": False}, {"runAsNonRoot": True}]
+)
 def test_ordinary_debug_containers_on_a_gpu_node_are_allowed(security: Mapping[str, Any] | None) -> None:
     decision = attach(running(), debug(security=security), node_labels=GPU_NODE)
 
@@ -171,7 +181,13 @@ def test_only_newly_added_ephemeral_containers_are_judged() -> None:
 
 
 def test_each_new_privileged_ephemeral_container_is_named() -> None:
-    decision = attach(running(), debug("one"), debug("two", security=None), debug("three", security={"capabilities": {"add": ["ALL"]}}), node_labels=GPU_NODE)
+    decision = attach(
+        running(),
+        debug("one"),
+        debug("two", security=None),
+        debug("three", security={"capabilities": {"add": ["ALL"]}}),
+        node_labels=GPU_NODE,
+    )
 
     assert [v.message.split(";")[0].removeprefix(PREFIX) for v in decision.violations] == [
         'ephemeral container "one" is privileged',
@@ -209,16 +225,30 @@ def test_warn_mode_admits_with_the_message_as_a_warning() -> None:
 @pytest.mark.parametrize(
     "spec",
     [
-        {"containers": [{"name": "main"}], "nodeName": 7, "ephemeralContainers": [{"name": "d", "securityContext": {"privileged": True}}]},
+        {
+            "containers": [{"name": "main"}],
+            "nodeName": 7,
+            "ephemeralContainers": [{"name": "d", "securityContext": {"privileged": True}}],
+        },
         {"containers": [{"name": "main"}], "nodeName": "gpu-0", "ephemeralContainers": "oops"},
-        {"containers": [{"name": "main"}], "nodeName": "gpu-0", "ephemeralContainers": [None, {"name": "d", "securityContext": "x"}]},
-        {"containers": [{"name": "main"}], "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": "x"}}}, "ephemeralContainers": [{"name": "d", "securityContext": {"privileged": True}}]},
+        {
+            "containers": [{"name": "main"}],
+            "nodeName": "gpu-0",
+            "ephemeralContainers": [None, {"name": "d", "securityContext": "x"}],
+        },
+        {
+            "containers": [{"name": "main"}],
+            "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": "x"}}},
+            "ephemeralContainers": [{"name": "d", "securityContext": {"privileged": True}}],
+        },
     ],
 )
 def test_malformed_pods_are_judged_without_an_error(spec: dict[str, Any]) -> None:
     new = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"}, "spec": spec}
     old = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"}, "spec": {"containers": [{"name": "main"}]}}
-    request = model.Request(operation="UPDATE", object=new, old_object=old, subresource="ephemeralcontainers", node_labels=GPU_NODE)
+    request = model.Request(
+        operation="UPDATE", object=new, old_object=old, subresource="ephemeralcontainers", node_labels=GPU_NODE
+    )
 
     decision = engine.evaluate(request, settings=settings.Settings())
 
@@ -235,7 +265,10 @@ def test_the_node_is_looked_up_only_for_a_new_privileged_ephemeral_container_on_
     assert lookups.node_to_look_up(with_debug, old_object=old, subresource="ephemeralcontainers") == "gpu-0"
     assert lookups.node_to_look_up(with_debug, old_object=with_debug, subresource="ephemeralcontainers") == ""
     assert lookups.node_to_look_up(with_netadmin, old_object=old, subresource="ephemeralcontainers") == "gpu-0"
-    with_general = {**old, "spec": {**old["spec"], "ephemeralContainers": [debug(security={"capabilities": {"add": ["SYS_PTRACE"]}})]}}
+    with_general = {
+        **old,
+        "spec": {**old["spec"], "ephemeralContainers": [debug(security={"capabilities": {"add": ["SYS_PTRACE"]}})]},
+    }
     assert lookups.node_to_look_up(with_general, old_object=old, subresource="ephemeralcontainers") == ""
     assert lookups.node_to_look_up(unbound, old_object=running(node=None), subresource="ephemeralcontainers") == ""
     assert lookups.node_to_look_up(with_debug, old_object=old, subresource="") == ""

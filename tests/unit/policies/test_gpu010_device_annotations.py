@@ -53,14 +53,20 @@ def test_a_device_annotation_on_a_pod_is_refused_with_the_key_and_what_to_do(
 
 
 def test_several_keys_are_named_together(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1}), annotations={
-        "nvidia.cdi.k8s.io/pod": "runtime.nvidia.com/gpu=all", "cdi.k8s.io/x": "nvidia.com/gpu=all"}))
+    decision = evaluate(
+        pod(
+            container(gpu={"nvidia.com/gpu": 1}),
+            annotations={"nvidia.cdi.k8s.io/pod": "runtime.nvidia.com/gpu=all", "cdi.k8s.io/x": "nvidia.com/gpu=all"},
+        )
+    )
 
     [message] = gpu010(decision)
     assert "annotation cdi.k8s.io/x, nvidia.cdi.k8s.io/pod asks" in message and "remove them and" in message
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "Job", "CronJob"])
+@pytest.mark.parametrize(
+    "kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "Job", "CronJob"]
+)
 def test_a_workload_template_carrying_one_is_refused(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, workload: WorkloadFactory, kind: str
 ) -> None:
@@ -107,8 +113,10 @@ def test_kubelet_delivered_cdi_devices_are_not_pod_annotations(
 ) -> None:
     # A device plugin or DRA driver answers the kubelet with CDI devices (or annotations) for the CRI
     # container config; the pod asks only for the resource or claim, which passes.
-    claims = pod(container(gpu={"nvidia.com/gpu": 2}, resources={"limits": {"nvidia.com/gpu": 2}, "claims": [{"name": "gpu"}]}),
-                 resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}])
+    claims = pod(
+        container(gpu={"nvidia.com/gpu": 2}, resources={"limits": {"nvidia.com/gpu": 2}, "claims": [{"name": "gpu"}]}),
+        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+    )
 
     assert evaluate(claims).allowed
 
@@ -165,7 +173,9 @@ def test_the_ephemeral_containers_subresource_is_not_judged(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
 ) -> None:
     old = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})
-    new = pod(container(), ephemeral=[{"name": "debug", "image": "busybox"}], annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"})
+    new = pod(
+        container(), ephemeral=[{"name": "debug", "image": "busybox"}], annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}
+    )
 
     decision = evaluate(new, operation="UPDATE", old=old, subresource="ephemeralcontainers")
     assert gpu010(decision) == []
@@ -232,7 +242,9 @@ def test_crios_devices_annotation_in_a_template_and_added_later_is_refused(
     narrowed = pod(container(), annotations={"io.kubernetes.cri-o.Devices": "/dev/fuse", "note": "x"})
 
     [message] = gpu010(template)
-    assert message.startswith(f"{SUMMARY}the pod template: annotation devices.crio.io asks CRI-O for the host device /dev/nvidia0")
+    assert message.startswith(
+        f"{SUMMARY}the pod template: annotation devices.crio.io asks CRI-O for the host device /dev/nvidia0"
+    )
     [changed] = gpu010(update(evaluate, old, widened))
     assert "the update changes io.kubernetes.cri-o.Devices, which asks" in changed
     assert gpu010(update(evaluate, widened, narrowed)) == []
@@ -249,7 +261,11 @@ def test_a_malformed_crio_value_is_refused_not_guessed(pod: PodFactory, containe
 def test_the_audit_reports_a_stored_pod_that_carries_one(pod: PodFactory, container: ContainerFactory) -> None:
     stored = pod(container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}, nodeName="gpu-0")
 
-    audit = scan.run(scan.Inventory.of([stored]), settings=settings.Settings(), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC).timestamp())
+    audit = scan.run(
+        scan.Inventory.of([stored]),
+        settings=settings.Settings(),
+        now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC).timestamp(),
+    )
 
     [finding] = [f for f in audit.findings if f.policy == "GPU010"]
     assert finding.result is model.Result.FAIL and "annotation cdi.k8s.io/gpu asks" in finding.message

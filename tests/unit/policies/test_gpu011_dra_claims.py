@@ -12,7 +12,9 @@ import pytest
 from policies import engine, lookups, model, settings
 from tests.unit.policies.conftest import Evaluate, ResultOf
 
-GRANTS: dict[str, Any] = {"dra": {"claims": [{"name": "ml", "namespaces": ["ml"], "classes": ["gpu.nvidia.com"]}], "adminNamespaces": ["gpu-ops"]}}
+GRANTS: dict[str, Any] = {
+    "dra": {"claims": [{"name": "ml", "namespaces": ["ml"], "classes": ["gpu.nvidia.com"]}], "adminNamespaces": ["gpu-ops"]}
+}
 
 
 def claim(request: dict[str, Any], *, kind: str = "ResourceClaim", namespace: str = "team-a") -> dict[str, Any]:
@@ -48,7 +50,12 @@ def test_a_grant_is_per_class(evaluate: Evaluate) -> None:
 
 
 def test_a_gpu_class_hidden_among_first_available_alternatives_is_denied(evaluate: Evaluate) -> None:
-    request = {"firstAvailable": [{"name": "cpu", "deviceClassName": "cpu.example.com"}, {"name": "g", "deviceClassName": "gpu.nvidia.com"}]}
+    request = {
+        "firstAvailable": [
+            {"name": "cpu", "deviceClassName": "cpu.example.com"},
+            {"name": "g", "deviceClassName": "gpu.nvidia.com"},
+        ]
+    }
     decision = evaluate(claim(request), config=GRANTS)
     assert not decision.allowed and "request 'gpu/g'" in decision.denial_message
 
@@ -69,7 +76,9 @@ def test_a_selector_picking_gpus_through_another_class_is_denied(evaluate: Evalu
 
 
 def test_a_selector_on_another_driver_through_another_class_is_allowed(evaluate: Evaluate) -> None:
-    request = {"exactly": {"deviceClassName": "nics", "selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]}}
+    request = {
+        "exactly": {"deviceClassName": "nics", "selectors": [{"cel": {"expression": "device.driver == 'nic.example.com'"}}]}
+    }
     assert evaluate(claim(request), config=GRANTS).allowed
 
 
@@ -160,7 +169,9 @@ def test_offline_a_pod_using_a_claim_gets_a_warning_not_a_denial() -> None:
 def test_a_workload_template_using_a_claim_template_is_judged_too() -> None:
     pod = gpu_pod(resourceClaimTemplateName="t")
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team-a"},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "team-a"},
         "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": pod["spec"]}},
     }
     decision = judged(deployment, {("ResourceClaimTemplate", "t"): claim(GPU, kind="ResourceClaimTemplate")})

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 
 @pytest.mark.parametrize(
@@ -24,9 +30,7 @@ def test_pod_without_a_mode_selector_is_pinned_to_the_mode_serving_its_resource(
     decision = evaluate(obj)
 
     assert decision.allowed
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": mode}},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": mode}},)
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
@@ -37,9 +41,7 @@ def test_mode_is_added_beside_an_existing_node_selector(
 
     decision = evaluate(obj)
 
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/nodeSelector/ack.node.gpu.schedule", "value": "cgpu"},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/nodeSelector/ack.node.gpu.schedule", "value": "cgpu"},)
     assert patched(obj, decision.patch)["spec"]["nodeSelector"] == {
         "disktype": "ssd",
         "ack.node.gpu.schedule": "cgpu",
@@ -48,13 +50,9 @@ def test_mode_is_added_beside_an_existing_node_selector(
 
 
 def test_configured_shared_mode_is_used_for_gpu_memory(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"aliyun.com/gpu-mem": 3})), config={"defaultSharedMode": "share"}
-    )
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 3})), config={"defaultSharedMode": "share"})
 
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "share"}},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "share"}},)
 
 
 def test_null_node_selector_is_replaced(
@@ -64,9 +62,7 @@ def test_null_node_selector_is_replaced(
 
     decision = evaluate(obj)
 
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "topology"}},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "topology"}},)
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
@@ -78,9 +74,7 @@ def test_whole_card_pods_get_no_mode_selector(pod: PodFactory, container: Contai
 
 
 def test_a_compatible_mode_the_user_chose_is_kept(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"aliyun.com/gpu-mem": 3}), nodeSelector={"ack.node.gpu.schedule": "mps"})
-    )
+    decision = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 3}), nodeSelector={"ack.node.gpu.schedule": "mps"}))
 
     assert decision.allowed
     # No nodeSelector from GPU101; only GPU106's MPS memory limit for the mps pod.

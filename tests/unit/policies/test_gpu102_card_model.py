@@ -6,8 +6,15 @@ from typing import Any
 
 import pytest
 
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+    required_node_affinity,
+)
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
@@ -83,9 +90,7 @@ def test_min_gpu_memory_means_at_least(
 ) -> None:
     decision = evaluate(gpu_pod(pod, container, {"gpu-admission.io/min-gpu-memory": written}))
 
-    expression = decision.patch[0]["value"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0][
-        "matchExpressions"
-    ][0]
+    expression = decision.patch[0]["value"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0]["matchExpressions"][0]
     assert expression == {"key": "gpu-admission.io/gpu-memory-mib", "operator": "Gt", "values": [gt]}
 
 
@@ -123,11 +128,7 @@ def test_node_affinity_is_added_beside_other_affinity(
             "value": {
                 REQUIRED: {
                     "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": "aliyun.accelerator/nvidia_name", "operator": "In", "values": ["A10"]}
-                            ]
-                        }
+                        {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "In", "values": ["A10"]}]}
                     ]
                 }
             },
@@ -151,13 +152,11 @@ def test_replicaset_template_annotations_drive_the_template_affinity(
     [
         (
             {"gpu-admission.io/min-gpu-memory": "lots"},
-            "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as "
-            "16384, got 'lots'",
+            "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as 16384, got 'lots'",
         ),
         (
             {"gpu-admission.io/min-gpu-memory": "0"},
-            "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as "
-            "16384, got '0'",
+            "annotation gpu-admission.io/min-gpu-memory must be a positive amount of MiB such as 16384, got '0'",
         ),
         ({"gpu-admission.io/gpu-model": " , "}, "annotation gpu-admission.io/gpu-model names no card model"),
         ({"gpu-admission.io/exclude-gpu-model": "(/)"}, "annotation gpu-admission.io/exclude-gpu-model names no card model"),
@@ -170,9 +169,7 @@ def test_annotation_that_cannot_be_honoured_is_denied(
 
     assert not decision.allowed
     assert decision.patch == ()
-    assert decision.denial_message == (
-        "GPU102: card-model annotations constrain the card a pod gets: " + detail
-    )
+    assert decision.denial_message == ("GPU102: card-model annotations constrain the card a pod gets: " + detail)
 
 
 def test_annotation_that_cannot_be_honoured_only_warns_under_warn(

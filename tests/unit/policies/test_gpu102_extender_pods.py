@@ -29,7 +29,11 @@ def affinity_operations(decision: model.Decision) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("resources", EXTENDER_REQUESTS, ids=["gpu-mem", "gpu-mem+core", "aliyun-gpu"])
 def test_a_pod_the_extender_places_gets_no_card_model_affinity(
-    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched, result: ResultOf,
+    pod: PodFactory,
+    container: ContainerFactory,
+    evaluate: Evaluate,
+    patched: Patched,
+    result: ResultOf,
     resources: dict[str, int],
 ) -> None:
     obj = pod(container(gpu=resources), annotations=ANNOTATIONS)

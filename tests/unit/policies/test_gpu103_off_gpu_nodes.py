@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty, required_node_affinity
-
 from policies.trustzone import DEFAULT_ZONE
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+    required_node_affinity,
+)
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
 
@@ -136,9 +142,7 @@ def test_pod_that_asks_for_gpu_nodes_is_not_given_a_contradicting_affinity(
 
 
 def test_gpu_pods_are_never_kept_off_gpu_nodes(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
-    decision = evaluate(
-        pod(container(gpu={"nvidia.com/gpu": 1})), config={"keepNonGpuPodsOffGpuNodes": True}
-    )
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1})), config={"keepNonGpuPodsOffGpuNodes": True})
 
     assert decision.patch == ()
 

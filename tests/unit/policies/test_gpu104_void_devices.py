@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
@@ -83,9 +89,7 @@ def test_only_the_new_ephemeral_container_gets_void(
 
     decision = evaluate(new, **kwargs)
 
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/ephemeralContainers/1/env", "value": [VOID_ENV]},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/ephemeralContainers/1/env", "value": [VOID_ENV]},)
     assert_second_pass_is_empty(evaluate, patched, new, decision, **kwargs)
 
 
@@ -107,9 +111,7 @@ def test_statefulset_template_containers_get_void(
 ) -> None:
     decision = evaluate(workload("StatefulSet", pod(container())))
 
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [VOID_ENV]},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [VOID_ENV]},)
 
 
 def test_containers_asking_for_other_nvidia_device_plugin_resources_are_left_alone(
@@ -139,6 +141,4 @@ def test_a_resource_outside_nvidias_domain_is_no_gpu_request(
 ) -> None:
     decision = evaluate(pod(container(gpu={"example.com/nvidia.com-gpu": 1, "cpu": "1"})))
 
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},)

@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from tests.unit.policies.conftest import assert_second_pass_is_empty
+from tests.unit.policies.conftest import (
+    ContainerFactory,
+    Evaluate,
+    Patched,
+    PodFactory,
+    WorkloadFactory,
+    assert_second_pass_is_empty,
+)
 
 LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 MPS = {"ack.node.gpu.schedule": "mps"}
@@ -28,7 +34,9 @@ def test_an_mps_pod_gets_the_limit_of_its_gpu_mem_exactly_and_once(
     assert_second_pass_is_empty(evaluate, patched, obj, decision)
 
 
-def test_each_gpu_mem_container_gets_its_own_and_others_none(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_each_gpu_mem_container_gets_its_own_and_others_none(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     obj = pod(
         container("a", gpu={"aliyun.com/gpu-mem": 2}),
         container("logger"),
@@ -41,7 +49,9 @@ def test_each_gpu_mem_container_gets_its_own_and_others_none(pod: PodFactory, co
     ]
 
 
-def test_defaultsharedmode_mps_limits_pods_without_a_mode_of_their_own(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_defaultsharedmode_mps_limits_pods_without_a_mode_of_their_own(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     obj = pod(container(gpu={"aliyun.com/gpu-mem": 6}))
     assert limit_ops(evaluate(obj, config={"defaultSharedMode": "mps"})) == [
         {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": LIMIT, "value": "0=6G"}]}
@@ -52,9 +62,13 @@ def test_defaultsharedmode_mps_limits_pods_without_a_mode_of_their_own(pod: PodF
 def test_a_choice_of_modes_that_includes_mps_or_nothing_pinning_the_pod_is_limited(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, patched: Patched
 ) -> None:
-    either = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps"]}]}
-    ]}}
+    either = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": ["cgpu", "mps"]}]}
+            ]
+        }
+    }
     obj = pod(container(gpu={"aliyun.com/gpu-mem": 3}), affinity={"nodeAffinity": either})
     decision = evaluate(obj)
     assert limit_ops(decision) == [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": LIMIT, "value": "0=3G"}]}]
@@ -63,7 +77,9 @@ def test_a_choice_of_modes_that_includes_mps_or_nothing_pinning_the_pod_is_limit
     unpinned = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 3})), config={"policies": {"GPU101": {"action": "off"}}})
     assert limit_ops(unpinned) == [{"op": "add", "path": "/spec/containers/0/env", "value": [{"name": LIMIT, "value": "0=3G"}]}]
     # And the tenant cannot raise it on such a pod either.
-    raised = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 3}, env=[{"name": LIMIT, "value": "0=15G"}]), affinity={"nodeAffinity": either}))
+    raised = evaluate(
+        pod(container(gpu={"aliyun.com/gpu-mem": 3}, env=[{"name": LIMIT, "value": "0=15G"}]), affinity={"nodeAffinity": either})
+    )
     assert not raised.allowed and "GPU012" in raised.denial_message
 
 
@@ -75,7 +91,9 @@ def test_pods_on_other_modes_and_whole_card_pods_get_nothing(
     assert limit_ops(evaluate(pod(container(gpu={"nvidia.com/gpu": 1})), config={"defaultSharedMode": "mps"})) == []
 
 
-def test_workload_templates_are_limited_too(workload: WorkloadFactory, pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_workload_templates_are_limited_too(
+    workload: WorkloadFactory, pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     obj = workload("Deployment", pod(container(gpu={"aliyun.com/gpu-mem": 1}), nodeSelector=MPS))
     assert limit_ops(evaluate(obj)) == [
         {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": [{"name": LIMIT, "value": "0=1G"}]}
@@ -106,10 +124,21 @@ def test_the_exact_value_is_admitted_and_containers_without_a_limit_due_are_not_
     assert same.allowed and limit_ops(same) == []
     # A container without a GPU gets no card (and NVIDIA_VISIBLE_DEVICES=void): its own limit limits
     # nothing, so it is not judged, and a pod without GPU resources stays unrefusable (ordinary).
-    helper = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4}), container("helper", env=[{"name": LIMIT, "value": "0=1G"}]), nodeSelector=MPS))
+    helper = evaluate(
+        pod(
+            container(gpu={"aliyun.com/gpu-mem": 4}),
+            container("helper", env=[{"name": LIMIT, "value": "0=1G"}]),
+            nodeSelector=MPS,
+        )
+    )
     assert helper.allowed
     plain = evaluate(pod(container(env=[{"name": LIMIT, "value": "0=64G"}])))
     assert plain.allowed and limit_ops(plain) == []
     # Off MPS the variable does nothing: a cGPU pod's own value is not judged either.
-    cgpu = evaluate(pod(container(gpu={"aliyun.com/gpu-mem": 4}, env=[{"name": LIMIT, "value": "0=8G"}]), nodeSelector={"ack.node.gpu.schedule": "cgpu"}))
+    cgpu = evaluate(
+        pod(
+            container(gpu={"aliyun.com/gpu-mem": 4}, env=[{"name": LIMIT, "value": "0=8G"}]),
+            nodeSelector={"ack.node.gpu.schedule": "cgpu"},
+        )
+    )
     assert cgpu.allowed

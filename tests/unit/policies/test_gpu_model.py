@@ -21,7 +21,9 @@ from policies import gpu
         ({gpu.SCHEDULE_LABEL: 3}, None),
     ],
 )
-def test_the_mode_comes_from_the_schedule_label_and_defaults_to_default(node_labels: dict[str, object], expected: gpu.Mode | None) -> None:
+def test_the_mode_comes_from_the_schedule_label_and_defaults_to_default(
+    node_labels: dict[str, object], expected: gpu.Mode | None
+) -> None:
     assert gpu.mode_of(node_labels) is expected
 
 
@@ -44,5 +46,9 @@ def test_every_mode_advertises_what_its_families_ask_for_and_nothing_of_another_
         for resource in advertised:
             family = gpu.family_of(resource)
             assert family is not None and mode in gpu.modes_for(family), (mode, resource)
-    assert gpu.MODE_RESOURCES[gpu.Mode.CORE_MEM] == (gpu.Resource.GPU_MEM, gpu.Resource.GPU_COUNT, gpu.Resource.GPU_CORE_PERCENTAGE)
+    assert gpu.MODE_RESOURCES[gpu.Mode.CORE_MEM] == (
+        gpu.Resource.GPU_MEM,
+        gpu.Resource.GPU_COUNT,
+        gpu.Resource.GPU_CORE_PERCENTAGE,
+    )
     assert gpu.MODE_RESOURCES[gpu.Mode.DEFAULT] == (gpu.Resource.NVIDIA_GPU,)

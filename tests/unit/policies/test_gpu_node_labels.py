@@ -12,12 +12,11 @@ import jsonpatch
 import pytest
 
 from policies import engine, model, nodeaffinity, settings
+from policies.trustzone import DEFAULT_ZONE
 from tests.unit.cel import test_cel_vap_export
 from tests.unit.policies.conftest import ContainerFactory, Evaluate, Patched, PodFactory, WorkloadFactory
-from webhook.commands import vap
 from webhook.audit.checks import facts
-
-from policies.trustzone import DEFAULT_ZONE
+from webhook.commands import vap
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
 
@@ -74,9 +73,12 @@ def test_other_values_operators_and_labels_do_not(spec: dict[str, object]) -> No
 
 
 def test_malformed_selectors_never_raise() -> None:
-    for spec in ({"nodeSelector": {"nvidia.com/gpu.present": None}}, {"nodeSelector": ["x"]},
-                 {"affinity": required({"key": "nvidia.com/gpu.present", "operator": "In", "values": "true"})},
-                 {"affinity": required({"key": 7, "operator": "In", "values": [True]})}):
+    for spec in (
+        {"nodeSelector": {"nvidia.com/gpu.present": None}},
+        {"nodeSelector": ["x"]},
+        {"affinity": required({"key": "nvidia.com/gpu.present", "operator": "In", "values": "true"})},
+        {"affinity": required({"key": 7, "operator": "In", "values": [True]})},
+    ):
         assert nodeaffinity.targets_gpu_nodes(spec) in (True, False)
     assert not nodeaffinity.is_gpu_node_label(None) and not nodeaffinity.is_gpu_node_label(3, "true")
 
@@ -86,8 +88,14 @@ def test_a_privileged_pod_targeting_operator_labelled_nodes_is_refused_by_gpu002
 ) -> None:
     for obj in (
         pod(container(privileged=True), nodeSelector={"nvidia.com/gpu.present": "true"}),
-        workload("DaemonSet", pod(container(), init=[container("setup", privileged=True)],
-                                  affinity=required({"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}))),
+        workload(
+            "DaemonSet",
+            pod(
+                container(),
+                init=[container("setup", privileged=True)],
+                affinity=required({"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In", "values": ["true"]}),
+            ),
+        ),
     ):
         decision = evaluate(obj)
         assert not decision.allowed and decision.denial_message.startswith("GPU002: "), decision.denial_message
@@ -100,7 +108,8 @@ def test_a_privileged_pod_selecting_nodes_without_gpus_is_kept_off_gpu_nodes_by_
     decision = evaluate(obj)
     assert decision.allowed
     assert decision.patch[0] == {
-        "op": "add", "path": "/spec/affinity",
+        "op": "add",
+        "path": "/spec/affinity",
         "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}},
     }
     again = evaluate(patched(obj, decision.patch))
@@ -138,9 +147,17 @@ def exported_gpu002_admits(spec: dict[str, object]) -> bool:
     """The exported GPU002 ValidatingAdmissionPolicy, its CEL run here as kube-apiserver would: on the
     pod as the mutating webhook left it (GPU103's affinity added where the webhook adds it)."""
     export = vap.export(settings.Settings(), now=datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC))
-    [policy] = [m for m in export.manifests if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == "gpu-admission-gpu002"]
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
-                           "spec": {"containers": [{"name": "main", "image": "x", "securityContext": {"privileged": True}}], **spec}}
+    [policy] = [
+        m
+        for m in export.manifests
+        if m["kind"] == "ValidatingAdmissionPolicy" and m["metadata"]["name"] == "gpu-admission-gpu002"
+    ]
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "image": "x", "securityContext": {"privileged": True}}], **spec},
+    }
     decision = engine.evaluate(model.Request(operation="CREATE", object=pod, namespace="team-a"), settings=settings.Settings())
     mutated = jsonpatch.apply_patch(copy.deepcopy(pod), list(decision.patch)) if decision.allowed else pod
     return test_cel_vap_export.admits(policy, mutated)

@@ -85,8 +85,20 @@ def test_every_nvidia_device_plugin_resource_is_a_gpu_of_the_exclusive_family(na
 # trustZone.gpuResources where a cluster wants it counted), and names that only look close.
 @pytest.mark.parametrize(
     "name",
-    ["cpu", "memory", "example.com/gpu", "nvidia.com", "amd.com/gpu", None, 3, "nvidia.com/hostdev",
-     "nvidia.com/rdma_shared_device_a", "nvidia.com/GA100_A100_PCIE_40GB", "nvidia.com/gpux", "nvidia.com/mig"],
+    [
+        "cpu",
+        "memory",
+        "example.com/gpu",
+        "nvidia.com",
+        "amd.com/gpu",
+        None,
+        3,
+        "nvidia.com/hostdev",
+        "nvidia.com/rdma_shared_device_a",
+        "nvidia.com/GA100_A100_PCIE_40GB",
+        "nvidia.com/gpux",
+        "nvidia.com/mig",
+    ],
 )
 def test_other_resources_are_no_gpu(name: object) -> None:
     assert not gpu.is_gpu_resource(name)

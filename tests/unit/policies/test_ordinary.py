@@ -71,11 +71,20 @@ def test_the_condition_is_on_the_validating_webhook_only() -> None:
 
 
 def test_the_lists_cover_the_python_predicates() -> None:
-    for key in [*gpu.ALLOCATION_ANNOTATIONS, *gpu.CRIO_DEVICES_ANNOTATIONS, *gpu.DEVICE_ANNOTATION_DOMAINS, "org.systemd.property.DeviceAllow"]:
+    for key in [
+        *gpu.ALLOCATION_ANNOTATIONS,
+        *gpu.CRIO_DEVICES_ANNOTATIONS,
+        *gpu.DEVICE_ANNOTATION_DOMAINS,
+        "org.systemd.property.DeviceAllow",
+    ]:
         written = key if not key.endswith(".") else key + "x"
-        assert gpu.is_device_annotation(written) or written in gpu.ALLOCATION_ANNOTATIONS or written in gpu.CRIO_DEVICES_ANNOTATIONS
-        assert written in ordinary.ANNOTATION_KEYS or written.startswith(ordinary.ANNOTATION_PREFIXES) or any(
-            written == d or written.startswith(d + "/") for d in ordinary.DEVICE_DOMAINS
+        assert (
+            gpu.is_device_annotation(written) or written in gpu.ALLOCATION_ANNOTATIONS or written in gpu.CRIO_DEVICES_ANNOTATIONS
+        )
+        assert (
+            written in ordinary.ANNOTATION_KEYS
+            or written.startswith(ordinary.ANNOTATION_PREFIXES)
+            or any(written == d or written.startswith(d + "/") for d in ordinary.DEVICE_DOMAINS)
         ), written
     for name in [*gpu.GPU_RESOURCES, "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/gpu.shared"]:
         assert gpu.is_gpu_resource(name) and name.startswith(ordinary.RESOURCE_PREFIXES)
@@ -110,10 +119,20 @@ ORDINARY = [
     pod(),
     pod(annotations={"team": "ml", "prometheus.io/scrape": "true"}, nodeSelector={"kubernetes.io/os": "linux"}),
     pod(volumes=[{"name": "d", "emptyDir": {}}, {"name": "c", "configMap": {"name": "c"}}]),
-    pod(affinity={"podAntiAffinity": {}, "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}),
+    pod(
+        affinity={
+            "podAntiAffinity": {},
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                }
+            },
+        }
+    ),
     with_container(resources={"limits": {"cpu": "1", "memory": "1Gi"}}, securityContext={"runAsNonRoot": True}),
-    with_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}, {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]),
+    with_container(
+        env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}, {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]
+    ),
     with_container(volumeMounts=[{"name": "d", "mountPath": "/var/run"}]),
     with_container(ports=[{"containerPort": 8080, "protocol": "TCP"}, {"name": "metrics", "containerPort": 9090, "hostPort": 0}]),
 ]
@@ -122,11 +141,15 @@ ORDINARY = [
 @pytest.mark.parametrize("obj", ORDINARY)
 def test_ordinary_pods_are_skipped_and_the_engine_agrees(condition: cel.Expression, obj: dict[str, Any]) -> None:
     assert not sent(condition, obj)
-    decision = engine.evaluate(model.Request(operation="CREATE", object=obj, namespace="team-a"), settings=settings.from_mapping({}))
+    decision = engine.evaluate(
+        model.Request(operation="CREATE", object=obj, namespace="team-a"), settings=settings.from_mapping({})
+    )
     assert decision.allowed and not decision.violations and not decision.warnings and not decision.patch
 
 
-GPU_LABEL_TERM = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}
+GPU_LABEL_TERM = {
+    "nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]
+}
 NOT_ORDINARY = {
     "hostPath /run": pod(volumes=[{"name": "h", "hostPath": {"path": "/run"}}]),
     "hostPath /tmp": pod(volumes=[{"name": "h", "hostPath": {"path": "/tmp"}}]),
@@ -137,8 +160,12 @@ NOT_ORDINARY = {
     "capability": with_container(securityContext={"capabilities": {"add": ["cap_sys_admin"]}}),
     "visible all": with_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]),
     "visible Void": with_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": " Void"}]),
-    "visible from": with_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]),
-    "isolation": with_container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, {"name": "CGPU_DISABLE", "value": "true"}]),
+    "visible from": with_container(
+        env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
+    ),
+    "isolation": with_container(
+        env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}, {"name": "CGPU_DISABLE", "value": "true"}]
+    ),
     "envFrom": with_container(envFrom=[{"configMapRef": {"name": "c"}}]),
     "device list mount": with_container(volumeMounts=[{"name": "d", "mountPath": "/var/run/nvidia-container-devices/all"}]),
     "device list device": with_container(volumeDevices=[{"name": "d", "devicePath": "/run//nvidia-container-devices"}]),
@@ -151,13 +178,22 @@ NOT_ORDINARY = {
     "gpu selector": pod(nodeSelector={"ack.node.gpu.schedule": "cgpu"}),
     "gpu label prefix": pod(nodeSelector={"aliyun.accelerator/nvidia_name": "A10"}),
     "required affinity": pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": GPU_LABEL_TERM}}),
-    "preferred affinity": pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "Exists"}]}}]}}),
+    "preferred affinity": pod(
+        affinity={
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "Exists"}]}}
+                ]
+            }
+        }
+    ),
     "ephemeral": pod(ephemeralContainers=[{"name": "dbg", "image": "busybox"}]),
     # Any host port is sent (the allowlist is /validate's to judge): the kubelet's, and the notebook's.
     "hostPort kubelet": with_container(ports=[{"containerPort": 10250, "hostPort": 10250}]),
     "hostPort allowed": with_container(ports=[{"containerPort": 80}, {"containerPort": 8888, "hostPort": 8888}]),
-    "ephemeral hostPort": pod(ephemeralContainers=[{"name": "dbg", "image": "busybox", "ports": [{"containerPort": 1, "hostPort": 10250}]}]),
+    "ephemeral hostPort": pod(
+        ephemeralContainers=[{"name": "dbg", "image": "busybox", "ports": [{"containerPort": 1, "hostPort": 10250}]}]
+    ),
 }
 
 
@@ -246,19 +282,45 @@ def test_without_the_condition_keeps_every_other_condition() -> None:
 
 # --- the property: no skipped pod would have been refused or warned on -------------------------------
 
-CONTAINER_RESOURCES = ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "aliyun.com/gpu-mem",
-                       "aliyun.com/gpu-core.percentage", "aliyun.com/gpu", "aliyun.com/gpu-count", "example.com/fpga"]
+CONTAINER_RESOURCES = [
+    "cpu",
+    "memory",
+    "nvidia.com/gpu",
+    "nvidia.com/mig-1g.5gb",
+    "aliyun.com/gpu-mem",
+    "aliyun.com/gpu-core.percentage",
+    "aliyun.com/gpu",
+    "aliyun.com/gpu-count",
+    "example.com/fpga",
+]
 ENV_NAMES = ["LOG_LEVEL", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE", "ALIYUN_COM_GPU_MEM_CONTAINER", "NVIDIA_DRIVER_CAPABILITIES"]
 ENV_VALUES = ["void", "none", "all", "0", "", " void", "VOID", "None"]
 CAPABILITIES = ["NET_ADMIN", "SYS_ADMIN", "sys_admin", "CAP_SYS_ADMIN", "ALL", "NET_BIND_SERVICE"]
 HOST_PATHS = ["/run", "/var/run/docker.sock", "/tmp", "/data", "/dev/shm", "/sys/fs/cgroup", "/etc/localtime"]
 MOUNT_PATHS = ["/data", "/var/run", "/var/run/nvidia-container-devices/all", "/run/nvidia-container-devices", "/cache"]
-ANNOTATION_KEYS = ["team", "prometheus.io/scrape", *gpu.ALLOCATION_ANNOTATIONS, *gpu.CRIO_DEVICES_ANNOTATIONS,
-                   "cdi.k8s.io/gpu", "nvidia.cdi.k8s.io", "mounts.nri.io/x", "example.com/cdi.k8s.io",
-                   "gpu-admission.io/gpu-model", "gpu-admission.io/min-gpu-memory", "gpu-admission.io/note"]
+ANNOTATION_KEYS = [
+    "team",
+    "prometheus.io/scrape",
+    *gpu.ALLOCATION_ANNOTATIONS,
+    *gpu.CRIO_DEVICES_ANNOTATIONS,
+    "cdi.k8s.io/gpu",
+    "nvidia.cdi.k8s.io",
+    "mounts.nri.io/x",
+    "example.com/cdi.k8s.io",
+    "gpu-admission.io/gpu-model",
+    "gpu-admission.io/min-gpu-memory",
+    "gpu-admission.io/note",
+]
 ANNOTATION_VALUES = ["A10", "16Gi", "x", "/dev/fuse", "/dev/nvidia0", "nvidia.com/gpu=all", ",", "true"]
-NODE_LABEL_KEYS = ["kubernetes.io/os", "topology.kubernetes.io/zone", "ack.node.gpu.schedule", "nvidia.com/gpu.present",
-                   "aliyun.accelerator/nvidia_name", "nvidia.com/gpu.product", "feature.node.kubernetes.io/pci-10de.present"]
+NODE_LABEL_KEYS = [
+    "kubernetes.io/os",
+    "topology.kubernetes.io/zone",
+    "ack.node.gpu.schedule",
+    "nvidia.com/gpu.present",
+    "aliyun.accelerator/nvidia_name",
+    "nvidia.com/gpu.product",
+    "feature.node.kubernetes.io/pci-10de.present",
+]
 NODE_LABEL_VALUES = ["linux", "a", "cgpu", "true", "false", "A10"]
 
 
@@ -335,28 +397,69 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     spec["volumes"] = [{"name": "e", "emptyDir": {}}]
     if volumes:
         spec["volumes"] += [{"name": f"h{i}", "hostPath": {"path": p}} for i, p in enumerate(volumes)]
-    selector = draw(sometimes(st.dictionaries(st.one_of(st.sampled_from(NODE_LABEL_KEYS[:2]), st.sampled_from(NODE_LABEL_KEYS)), st.sampled_from(NODE_LABEL_VALUES), min_size=1, max_size=2)))
+    selector = draw(
+        sometimes(
+            st.dictionaries(
+                st.one_of(st.sampled_from(NODE_LABEL_KEYS[:2]), st.sampled_from(NODE_LABEL_KEYS)),
+                st.sampled_from(NODE_LABEL_VALUES),
+                min_size=1,
+                max_size=2,
+            )
+        )
+    )
     if selector:
         spec["nodeSelector"] = selector
     which = draw(st.integers(0, 7))
     if which == 0:
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": affinity_terms(draw)}]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": affinity_terms(draw)}]
+                }
+            }
+        }
     elif which == 1:
-        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 1, "preference": {"matchExpressions": affinity_terms(draw)}}]}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": affinity_terms(draw)}}
+                ]
+            }
+        }
     if draw(st.integers(0, 10)) == 0:
         spec["nodeName"] = "node-1"
     spec["schedulerName"] = draw(st.sampled_from(["default-scheduler", "default-scheduler", "volcano"]))
     metadata: dict[str, Any] = {"name": "p", "namespace": "team-a"}
-    annotations = draw(sometimes(st.dictionaries(st.one_of(st.sampled_from(["team", "app.kubernetes.io/name"]), st.sampled_from(ANNOTATION_KEYS)), st.sampled_from(ANNOTATION_VALUES), min_size=1, max_size=2), weight=2))
+    annotations = draw(
+        sometimes(
+            st.dictionaries(
+                st.one_of(st.sampled_from(["team", "app.kubernetes.io/name"]), st.sampled_from(ANNOTATION_KEYS)),
+                st.sampled_from(ANNOTATION_VALUES),
+                min_size=1,
+                max_size=2,
+            ),
+            weight=2,
+        )
+    )
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-CATEGORIES = ["security", "resources", "env", "envFrom", "mounts", "volumes", "annotations", "selector", "affinity",
-              "nodeName", "ephemeral", "ports"]
+CATEGORIES = [
+    "security",
+    "resources",
+    "env",
+    "envFrom",
+    "mounts",
+    "volumes",
+    "annotations",
+    "selector",
+    "affinity",
+    "nodeName",
+    "ephemeral",
+    "ports",
+]
 
 
 def _plain(obj: dict[str, Any], keep: str | None) -> dict[str, Any]:
@@ -413,8 +516,10 @@ SOUND_SETTINGS: list[dict[str, Any]] = [
     {"visibleDevicesNeutralValue": ""},
     {"exceptions": [{"name": "legacy", "policies": ["GPU007"], "match": {"namespaces": ["team-a"]}}]},
     {"policies": {p.id: {"action": "warn"} for p in engine.POLICIES if not isinstance(p, policy.Mutator)}},
-    {"namespaceOverrides": [{"name": "team", "namespaces": ["team-a"], "policies": {"GPU003": {"action": "audit"}}}],
-     "hostPaths": {"protect": ["/data"]}},
+    {
+        "namespaceOverrides": [{"name": "team", "namespaces": ["team-a"], "policies": {"GPU003": {"action": "audit"}}}],
+        "hostPaths": {"protect": ["/data"]},
+    },
 ]
 
 
@@ -434,7 +539,9 @@ def test_no_skipped_pod_would_be_refused_or_warned_on() -> None:
     counts = {"skipped": 0, "sent": 0, "sent_and_refused_or_warned": 0}
 
     @hypothesis.settings(max_examples=2000, deadline=None, suppress_health_check=list(hypothesis.HealthCheck))
-    @hypothesis.given(obj=mixed_pods(), index=st.integers(0, len(SOUND_SETTINGS) - 1), lookup=st.sampled_from([None, _fetch_guarded]))
+    @hypothesis.given(
+        obj=mixed_pods(), index=st.integers(0, len(SOUND_SETTINGS) - 1), lookup=st.sampled_from([None, _fetch_guarded])
+    )
     def check(obj: dict[str, Any], index: int, lookup: Any) -> None:
         parsed = parsed_all[index]
         after = mutated(obj, parsed, lookup)
@@ -476,7 +583,9 @@ def test_the_review_mark_makes_any_ordinary_pod_sent(condition: cel.Expression, 
     assert marked["metadata"]["annotations"] == {**(annotations or {}), ordinary.REVIEW_ANNOTATION: ordinary.REVIEW_VALUE}
     assert sent(condition, marked)
     assert ordinary.review_mark(marked) == ()  # a second pass adds nothing
-    decision = engine.evaluate(model.Request(operation="CREATE", object=marked, namespace="team-a"), settings=settings.from_mapping({}))
+    decision = engine.evaluate(
+        model.Request(operation="CREATE", object=marked, namespace="team-a"), settings=settings.from_mapping({})
+    )
     assert decision.allowed and not decision.violations and not decision.warnings  # no policy reads the mark
 
 

@@ -19,7 +19,9 @@ from policies.gpu import allocation, cardrequest, podparse
 from tests.unit.policies import test_properties
 
 NOW = 1_800_000_000.0
-SHARED = allocation.Allocation(uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW)
+SHARED = allocation.Allocation(
+    uid="u1", namespace="ns", name="p1", node="gpu-0", cards=(1,), memory_gib=4, core_percent=30, assumed_at=NOW
+)
 
 annotation_sets: st.SearchStrategy[dict[str, str]] = st.one_of(
     st.just({}),
@@ -78,8 +80,15 @@ def test_generated_pods_get_the_functions_answers_first_and_from_the_table(pod: 
 
 
 def test_the_answers_are_the_ones_for_this_pod() -> None:
-    bound: dict[str, Any] = {"metadata": {"uid": "u1", "namespace": "ns", "name": "p1", "annotations": allocation.bind_annotations(SHARED, card_memory_gib=15)},
-             "spec": {"nodeName": "gpu-0", "containers": [{"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]}}
+    bound: dict[str, Any] = {
+        "metadata": {
+            "uid": "u1",
+            "namespace": "ns",
+            "name": "p1",
+            "annotations": allocation.bind_annotations(SHARED, card_memory_gib=15),
+        },
+        "spec": {"nodeName": "gpu-0", "containers": [{"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]},
+    }
     parses = podparse.PodParses()
     assert parses.allocation(bound, now=NOW) == allocation.Allocation(**{**SHARED.__dict__, "bound": True})
     assert parses.request(bound) == cardrequest.Request(memory_gib=4)

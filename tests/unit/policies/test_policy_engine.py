@@ -17,7 +17,26 @@ VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_default() -> None:
     ids = [p.id for p in engine.POLICIES]
 
-    assert ids == ["GPU001", "GPU002", "GPU003", "GPU004", "GPU005", "GPU006", "GPU007", "GPU008", "GPU009", "GPU010", "GPU011", "GPU012", "GPU101", "GPU102", "GPU103", "GPU104", "GPU105", "GPU106"]
+    assert ids == [
+        "GPU001",
+        "GPU002",
+        "GPU003",
+        "GPU004",
+        "GPU005",
+        "GPU006",
+        "GPU007",
+        "GPU008",
+        "GPU009",
+        "GPU010",
+        "GPU011",
+        "GPU012",
+        "GPU101",
+        "GPU102",
+        "GPU103",
+        "GPU104",
+        "GPU105",
+        "GPU106",
+    ]
     assert {p.id: p.kind for p in engine.POLICIES} == {
         **{i: model.PolicyKind.VALIDATE for i in ids if i.startswith("GPU0")},
         **{i: model.PolicyKind.MUTATE for i in ids if i.startswith("GPU1")},
@@ -65,9 +84,7 @@ def test_enforce_denies_with_every_enforced_message(pod: PodFactory, container: 
     decision = evaluate(pod(container(env=[ALL], gpu={"nvidia.com/gpu": 0})))
 
     assert not decision.allowed
-    assert decision.denial_message == "; ".join(
-        v.message for v in decision.violations if v.action is model.Action.ENFORCE
-    )
+    assert decision.denial_message == "; ".join(v.message for v in decision.violations if v.action is model.Action.ENFORCE)
     assert {v.policy for v in decision.violations} == {"GPU001", "GPU004"}
 
 
@@ -194,9 +211,7 @@ def test_crashing_mutator_warns_and_the_other_mutators_still_apply(
     assert decision.allowed
     assert result(decision, "GPU104") is model.Result.ERROR
     assert decision.warnings == ("GPU104: policy error: RuntimeError: boom",)
-    assert decision.patch == (
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}},
-    )
+    assert decision.patch == ({"op": "add", "path": "/spec/nodeSelector", "value": {"ack.node.gpu.schedule": "cgpu"}},)
 
 
 def test_crashing_mutator_denies_when_mutate_errors_enforce(
@@ -294,17 +309,44 @@ def test_workload_update_that_changes_the_template_is_evaluated(
         ({"kind": "Pod", "spec": {"containers": [5, None, "x", {"resources": {"limits": 5}}]}}, None),
         ({"kind": "Pod", "spec": {"containers": [{"env": "x", "envFrom": [1, {"prefix": 3, "configMapRef": "x"}]}]}}, None),
         ({"kind": "Pod", "spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": 7}]}]}}, "GPU001"),
-        ({"kind": "Pod", "spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": [1]}, "requests": "x"}}]}}, None),
+        (
+            {"kind": "Pod", "spec": {"containers": [{"resources": {"limits": {"aliyun.com/gpu-mem": [1]}, "requests": "x"}}]}},
+            None,
+        ),
         ({"kind": "Pod", "spec": {"nodeSelector": "x", "affinity": "x", "volumes": "x", "containers": [{}]}}, None),
-        ({"kind": "Pod", "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [5, {"matchExpressions": "x"}]}}}, "containers": [{"securityContext": {"privileged": True}}]}}, "GPU002"),
+        (
+            {
+                "kind": "Pod",
+                "spec": {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [5, {"matchExpressions": "x"}]
+                            }
+                        }
+                    },
+                    "containers": [{"securityContext": {"privileged": True}}],
+                },
+            },
+            "GPU002",
+        ),
         ({"kind": "Pod", "spec": {"volumes": [{"hostPath": {"path": 5}}, {"hostPath": "x"}, 3], "containers": []}}, None),
-        ({"kind": "Pod", "metadata": {"annotations": {"gpu-admission.io/gpu-model": 5, "gpu-admission.io/min-gpu-memory": ["1"]}}, "spec": {"containers": [{}]}}, None),
+        (
+            {
+                "kind": "Pod",
+                "metadata": {"annotations": {"gpu-admission.io/gpu-model": 5, "gpu-admission.io/min-gpu-memory": ["1"]}},
+                "spec": {"containers": [{}]},
+            },
+            None,
+        ),
         ({"kind": "Deployment", "spec": {"template": "x"}}, None),
         ({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": 5}]}}}}}}, None),
         ({"kind": 5, "spec": {}}, None),
     ],
 )
-def test_malformed_objects_never_make_the_engine_raise(evaluate: Evaluate, patched: Patched, obj: dict[str, Any], denied_by: str | None) -> None:
+def test_malformed_objects_never_make_the_engine_raise(
+    evaluate: Evaluate, patched: Patched, obj: dict[str, Any], denied_by: str | None
+) -> None:
     decision = evaluate(obj)
 
     assert isinstance(decision, model.Decision)
@@ -396,7 +438,9 @@ def test_policies_under_an_exception_are_skipped_before_any_context_is_built(
     built = _count_contexts(monkeypatch)
     config = {
         **_every_policy("off", GPU001="enforce", GPU104="enforce"),
-        "exceptions": [{"name": "legacy", "policies": ["GPU001", "GPU104"], "match": {"namespaces": ["team-a"], "names": ["app"]}}],
+        "exceptions": [
+            {"name": "legacy", "policies": ["GPU001", "GPU104"], "match": {"namespaces": ["team-a"], "names": ["app"]}}
+        ],
     }
 
     decision = evaluate(pod(container(env=[ALL])), config=config)

@@ -27,9 +27,13 @@ def test_every_policy_shows_an_example_it_lets_through_and_one_it_acts_on(item: 
     policy_id, kind = item.id, item.kind
     expected = {e.expect for e in generate.examples(policy_id)}
     if kind is model.PolicyKind.VALIDATE:
-        assert {"allowed", "denied"} <= expected, f"tests/data/policies/examples/{policy_id}.yaml needs an allowed and a denied example"
+        assert {"allowed", "denied"} <= expected, (
+            f"tests/data/policies/examples/{policy_id}.yaml needs an allowed and a denied example"
+        )
     else:
-        assert {"mutated", "unchanged"} <= expected, f"tests/data/policies/examples/{policy_id}.yaml needs a mutated and an unchanged example"
+        assert {"mutated", "unchanged"} <= expected, (
+            f"tests/data/policies/examples/{policy_id}.yaml needs a mutated and an unchanged example"
+        )
 
 
 def test_a_wrong_expectation_is_caught() -> None:

@@ -23,10 +23,9 @@ import pytest
 from hypothesis import strategies as st
 
 from policies import applicability, engine, model, settings
+from policies.trustzone import DEFAULT_ZONE
 from tests.unit.policies import test_ordinary, test_properties
 from tests.unit.policies.conftest import build_container, build_pod
-
-from policies.trustzone import DEFAULT_ZONE
 
 KEEP_OFF = [dict(e) for e in DEFAULT_ZONE.keep_off]
 
@@ -81,7 +80,9 @@ def test_generated_objects_get_the_same_decision_with_and_without_prechecks(
 
 @hypothesis.settings(max_examples=500, deadline=None, suppress_health_check=list(hypothesis.HealthCheck))
 @hypothesis.given(obj=test_ordinary.mixed_pods(), parsed=st.sampled_from(SETTINGS), operation=st.sampled_from(OPERATIONS))
-def test_pods_one_field_from_ordinary_get_the_same_decision(obj: dict[str, Any], parsed: settings.Settings, operation: str) -> None:
+def test_pods_one_field_from_ordinary_get_the_same_decision(
+    obj: dict[str, Any], parsed: settings.Settings, operation: str
+) -> None:
     both(test_properties.unaliased(obj), parsed, operation=operation)
 
 
@@ -118,43 +119,119 @@ def denied_by(decision: model.Decision) -> set[str]:
 @pytest.mark.parametrize(
     ("name", "obj", "policy_id"),
     [
-        ("privileged init container", build_pod(build_container(gpu=GPU), init=[build_container("setup", privileged=True)]), "GPU002"),
-        ("SYS_ADMIN in a sidecar, lowercase", build_pod(
-            build_container(gpu=GPU), build_container("side", securityContext={"capabilities": {"add": ["sys_admin"]}})
-        ), "GPU002"),
-        ("privileged ephemeral container", build_pod(build_container(gpu=GPU), ephemeral=[build_container("dbg", privileged=True)]), "GPU002"),
+        (
+            "privileged init container",
+            build_pod(build_container(gpu=GPU), init=[build_container("setup", privileged=True)]),
+            "GPU002",
+        ),
+        (
+            "SYS_ADMIN in a sidecar, lowercase",
+            build_pod(
+                build_container(gpu=GPU), build_container("side", securityContext={"capabilities": {"add": ["sys_admin"]}})
+            ),
+            "GPU002",
+        ),
+        (
+            "privileged ephemeral container",
+            build_pod(build_container(gpu=GPU), ephemeral=[build_container("dbg", privileged=True)]),
+            "GPU002",
+        ),
         ("host network of a GPU pod", build_pod(build_container(gpu=GPU), hostNetwork=True), "GPU002"),
-        ("a gitRepo volume of a GPU pod", build_pod(build_container(gpu=GPU), volumes=[{"name": "g", "gitRepo": {"repository": "r"}}]), "GPU003"),
-        ("NVIDIA_VISIBLE_DEVICES in an init container", build_pod(
-            build_container(gpu=GPU), init=[build_container("setup", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])]
-        ), "GPU001"),
-        ("isolation variable in an ephemeral container", build_pod(
-            build_container(gpu=GPU), ephemeral=[build_container("dbg", env=[{"name": "CGPU_DISABLE", "value": "true"}])]
-        ), "GPU001"),
-        ("envFrom prefix alone, no env", build_pod(
-            build_container(gpu=GPU, env_from=[{"prefix": "NVIDIA_", "configMapRef": {"name": "cm"}}])
-        ), "GPU001"),
-        ("a garbage env entry before the guarded one", build_pod(
-            {**build_container(), "env": [{"name": ["NVIDIA_VISIBLE_DEVICES"]}, 7, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}
-        ), "GPU001"),
-        ("hostPath volume mounted by no container", build_pod(build_container(gpu=GPU), volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]), "GPU003"),
-        ("device-list mount in an init container", build_pod(
-            build_container(), init=[build_container("setup", volumeMounts=[{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}])]
-        ), "GPU006"),
-        ("hostPath after the token volume and an emptyDir", build_pod(build_container(gpu=GPU), volumes=[
-            *TOKEN_VOLUMES, {"name": "e", "emptyDir": {}}, {"name": "h", "hostPath": {"path": "/run/../dev/nvidia0"}}
-        ]), "GPU003"),
-        ("device-list mount beside the token mount, spelled oddly", build_pod(build_container(volumeMounts=[
-            *TOKEN_MOUNTS, {"name": "d", "mountPath": "/run//./nvidia-container-devices/../nvidia-container-devices/0"}
-        ]), volumes=TOKEN_VOLUMES), "GPU006"),
-        ("volumeDevices only", build_pod(
-            build_container(volumeDevices=[{"name": "v", "devicePath": "/run/nvidia-container-devices/0"}])
-        ), "GPU006"),
-        ("GPU resource only in requests of an init container", build_pod(
-            build_container(), init=[build_container("setup", requests={"aliyun.com/gpu-mem": 1})]
-        ), "GPU004"),
-        ("CDI annotation on a CPU pod", build_pod(build_container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}), "GPU010"),
-        ("unreadable card-model annotation on a CPU pod", build_pod(build_container(), annotations={"gpu-admission.io/min-gpu-memory": "lots"}), "GPU102"),
+        (
+            "a gitRepo volume of a GPU pod",
+            build_pod(build_container(gpu=GPU), volumes=[{"name": "g", "gitRepo": {"repository": "r"}}]),
+            "GPU003",
+        ),
+        (
+            "NVIDIA_VISIBLE_DEVICES in an init container",
+            build_pod(
+                build_container(gpu=GPU),
+                init=[build_container("setup", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])],
+            ),
+            "GPU001",
+        ),
+        (
+            "isolation variable in an ephemeral container",
+            build_pod(
+                build_container(gpu=GPU), ephemeral=[build_container("dbg", env=[{"name": "CGPU_DISABLE", "value": "true"}])]
+            ),
+            "GPU001",
+        ),
+        (
+            "envFrom prefix alone, no env",
+            build_pod(build_container(gpu=GPU, env_from=[{"prefix": "NVIDIA_", "configMapRef": {"name": "cm"}}])),
+            "GPU001",
+        ),
+        (
+            "a garbage env entry before the guarded one",
+            build_pod(
+                {
+                    **build_container(),
+                    "env": [{"name": ["NVIDIA_VISIBLE_DEVICES"]}, 7, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}],
+                }
+            ),
+            "GPU001",
+        ),
+        (
+            "hostPath volume mounted by no container",
+            build_pod(build_container(gpu=GPU), volumes=[{"name": "d", "hostPath": {"path": "/dev"}}]),
+            "GPU003",
+        ),
+        (
+            "device-list mount in an init container",
+            build_pod(
+                build_container(),
+                init=[
+                    build_container("setup", volumeMounts=[{"name": "v", "mountPath": "/var/run/nvidia-container-devices/all"}])
+                ],
+            ),
+            "GPU006",
+        ),
+        (
+            "hostPath after the token volume and an emptyDir",
+            build_pod(
+                build_container(gpu=GPU),
+                volumes=[
+                    *TOKEN_VOLUMES,
+                    {"name": "e", "emptyDir": {}},
+                    {"name": "h", "hostPath": {"path": "/run/../dev/nvidia0"}},
+                ],
+            ),
+            "GPU003",
+        ),
+        (
+            "device-list mount beside the token mount, spelled oddly",
+            build_pod(
+                build_container(
+                    volumeMounts=[
+                        *TOKEN_MOUNTS,
+                        {"name": "d", "mountPath": "/run//./nvidia-container-devices/../nvidia-container-devices/0"},
+                    ]
+                ),
+                volumes=TOKEN_VOLUMES,
+            ),
+            "GPU006",
+        ),
+        (
+            "volumeDevices only",
+            build_pod(build_container(volumeDevices=[{"name": "v", "devicePath": "/run/nvidia-container-devices/0"}])),
+            "GPU006",
+        ),
+        (
+            "GPU resource only in requests of an init container",
+            build_pod(build_container(), init=[build_container("setup", requests={"aliyun.com/gpu-mem": 1})]),
+            "GPU004",
+        ),
+        (
+            "CDI annotation on a CPU pod",
+            build_pod(build_container(), annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}),
+            "GPU010",
+        ),
+        (
+            "unreadable card-model annotation on a CPU pod",
+            build_pod(build_container(), annotations={"gpu-admission.io/min-gpu-memory": "lots"}),
+            "GPU102",
+        ),
     ],
 )
 def test_a_field_a_precheck_reads_is_found_wherever_it_hides(name: str, obj: dict[str, Any], policy_id: str) -> None:
@@ -170,9 +247,15 @@ def test_a_privileged_cpu_pod_is_still_kept_off_gpu_nodes() -> None:
     decision = both(obj, settings.Settings())
 
     assert decision.allowed
-    assert {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]
-    }}}} in decision.patch
+    assert {
+        "op": "add",
+        "path": "/spec/affinity",
+        "value": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}
+            }
+        },
+    } in decision.patch
 
 
 def test_a_cpu_sidecar_of_a_gpu_pod_still_gets_void_devices() -> None:
@@ -181,7 +264,11 @@ def test_a_cpu_sidecar_of_a_gpu_pod_still_gets_void_devices() -> None:
     decision = both(obj, settings.Settings())
 
     assert decision.allowed
-    assert {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]} in decision.patch
+    assert {
+        "op": "add",
+        "path": "/spec/containers/1/env",
+        "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+    } in decision.patch
 
 
 def test_a_privileged_ephemeral_container_added_to_a_gpu_pod_is_refused() -> None:
@@ -196,5 +283,7 @@ def test_an_ordinary_cpu_pod_passes_every_policy_and_gets_only_void_devices() ->
     decision = both(build_pod(build_container()), settings.Settings())
 
     assert decision.allowed
-    assert decision.patch == ({"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},)
+    assert decision.patch == (
+        {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
+    )
     assert {r.result for r in decision.results} == {model.Result.PASS, model.Result.SKIP}

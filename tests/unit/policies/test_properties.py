@@ -43,9 +43,7 @@ NODE_KEYS = [
 MODES = ["default", "cgpu", "core_mem", "share", "mps", "topology", "bogus"]
 
 garbage = st.one_of(st.none(), st.integers(-3, 3), st.text(max_size=3), st.booleans(), st.just([1]))
-quantity = st.one_of(
-    st.integers(-1, 150), st.sampled_from(["1", "2", "100", "0", "1.5", "abc", "3Gi"]), st.floats(0, 3), garbage
-)
+quantity = st.one_of(st.integers(-1, 150), st.sampled_from(["1", "2", "100", "0", "1.5", "abc", "3Gi"]), st.floats(0, 3), garbage)
 resource_map = st.dictionaries(st.sampled_from([*GPU_KEYS, "cpu"]), quantity, max_size=3)
 # Weighted towards well-formed GPU requests, so that the mutators and GPU005 have work to do.
 gpu_limits = st.fixed_dictionaries(
@@ -64,9 +62,7 @@ env_entry = st.one_of(
         optional={
             "value": env_value,
             "valueFrom": st.one_of(
-                st.fixed_dictionaries(
-                    {"configMapKeyRef": st.fixed_dictionaries({"name": st.just("cm"), "key": st.just("k")})}
-                ),
+                st.fixed_dictionaries({"configMapKeyRef": st.fixed_dictionaries({"name": st.just("cm"), "key": st.just("k")})}),
                 garbage,
             ),
         },
@@ -148,7 +144,11 @@ volume = st.one_of(
         optional={
             "hostPath": st.one_of(
                 st.fixed_dictionaries(
-                    {"path": st.one_of(st.sampled_from(["/dev", "/dev/shm", "/tmp", "/var/lib/kubelet/", "/run/../dev"]), garbage)}
+                    {
+                        "path": st.one_of(
+                            st.sampled_from(["/dev", "/dev/shm", "/tmp", "/var/lib/kubelet/", "/run/../dev"]), garbage
+                        )
+                    }
                 ),
                 garbage,
             )
@@ -171,8 +171,14 @@ pod_spec = st.fixed_dictionaries(
 annotation_maps = st.one_of(
     st.dictionaries(
         st.sampled_from(
-            ["gpu-admission.io/gpu-model", "gpu-admission.io/exclude-gpu-model", "gpu-admission.io/min-gpu-memory", "team",
-             "ALIYUN_COM_GPU_MEM_IDX", "gpu-admission.io/allocation"]
+            [
+                "gpu-admission.io/gpu-model",
+                "gpu-admission.io/exclude-gpu-model",
+                "gpu-admission.io/min-gpu-memory",
+                "team",
+                "ALIYUN_COM_GPU_MEM_IDX",
+                "gpu-admission.io/allocation",
+            ]
         ),
         st.one_of(st.sampled_from(["A10", "Tesla V100, T4", "", ",", "16Gi", "16384", "lots", "a/b"]), garbage),
         max_size=3,

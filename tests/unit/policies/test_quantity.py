@@ -12,7 +12,6 @@ from __future__ import annotations
 import fractions
 
 import hypothesis
-
 import pytest
 
 from policies.gpu import quantity
@@ -132,11 +131,34 @@ PARSE_CASES: list[tuple[str, tuple[int, int], quantity.Format]] = [
 
 # ParseQuantity refuses these (the invalid list, plus the spellings of the issue).
 INVALID = [
-    "1.1.M", "1+1.0M", "0.1mi", "0.1am", "aoeu", ".5i", "1i", "-3.01i", "-3.01e-",
-    " 1", "1 ",  # the parser itself trims nothing
-    "", "1kk", "K", "1K", "1KB", "--1", "+-1", "1e", "1e+", "Non-Numeric", "1 k", "1_000", "0x10",
+    "1.1.M",
+    "1+1.0M",
+    "0.1mi",
+    "0.1am",
+    "aoeu",
+    ".5i",
+    "1i",
+    "-3.01i",
+    "-3.01e-",
+    " 1",
+    "1 ",  # the parser itself trims nothing
+    "",
+    "1kk",
+    "K",
+    "1K",
+    "1KB",
+    "--1",
+    "+-1",
+    "1e",
+    "1e+",
+    "Non-Numeric",
+    "1 k",
+    "1_000",
+    "0x10",
     "1e99999999999999999999",  # exponent past int64
-    ".e-10", "Pi", "-Ei",  # no digit where Go's arbitrary-precision path needs one
+    ".e-10",
+    "Pi",
+    "-Ei",  # no digit where Go's arbitrary-precision path needs one
 ]
 
 # TestQuantityString: (mantissa, power of ten, format) -> canonical text, and an alternate spelling.
@@ -283,14 +305,24 @@ def test_odd_spellings_are_read_as_the_apiserver_reads_and_stores_them(text: str
     assert quantity.count(text) == value
 
 
-@pytest.mark.parametrize("text", ["0.5", "1500m", "1.1", "1n", "-1", "-2000m", "12E", "9.3E", "x", "1kk", "", True, [1], {"a": 1}])
+@pytest.mark.parametrize(
+    "text", ["0.5", "1500m", "1.1", "1n", "-1", "-2000m", "12E", "9.3E", "x", "1kk", "", True, [1], {"a": 1}]
+)
 def test_count_is_none_for_what_is_not_a_whole_non_negative_int64(text: object) -> None:
     assert quantity.count(text) is None
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [(2, 2), (2.0, 2), (1e3, 1000), (0.5, fractions.Fraction(1, 2)), (1e21, 10**21), (1e-7, fractions.Fraction(1, 10**7)), (None, 0)],
+    [
+        (2, 2),
+        (2.0, 2),
+        (1e3, 1000),
+        (0.5, fractions.Fraction(1, 2)),
+        (1e21, 10**21),
+        (1e-7, fractions.Fraction(1, 10**7)),
+        (None, 0),
+    ],
 )
 def test_numbers_and_null_decode_as_the_apiserver_decodes_their_json(
     field: float | None, value: int | fractions.Fraction
@@ -386,11 +418,18 @@ def test_any_text_parses_or_is_refused_and_the_written_form_is_a_fixed_point(tex
     quantity.milli_value(found)  # never raises
 
 
-@pytest.mark.parametrize("value", ["3", "2000m", " 2 ", "1500m", "-0", "1e19", "1000E", "x", "", 2, 2.0, -0.0, True, None, {}, []])
+@pytest.mark.parametrize(
+    "value", ["3", "2000m", " 2 ", "1500m", "-0", "1e19", "1000E", "x", "", 2, 2.0, -0.0, True, None, {}, []]
+)
 def test_stored_answers_the_same_from_its_cache(value: object) -> None:
     # Text values are cached (frozen results shared between reviews); the answer stays the uncached one.
     first, again = quantity.stored(value), quantity.stored(value)
     assert first == again == quantity._stored(value)
     if isinstance(first, quantity.Quantity):
         assert isinstance(again, quantity.Quantity)  # equal to first, as asserted above
-        assert (first.unscaled, first.exponent, first.format, first.text) == (again.unscaled, again.exponent, again.format, again.text)
+        assert (first.unscaled, first.exponent, first.format, first.text) == (
+            again.unscaled,
+            again.exponent,
+            again.format,
+            again.text,
+        )

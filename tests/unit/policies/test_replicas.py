@@ -33,17 +33,25 @@ def replica(i: int) -> dict[str, Any]:
             "annotations": {"team": "a"},
         },
         "spec": {
-            "initContainers": [{"name": "fetch", "image": "busybox:1.36", "volumeMounts": [{"name": token, "mountPath": "/var/run/secrets"}]}],
+            "initContainers": [
+                {"name": "fetch", "image": "busybox:1.36", "volumeMounts": [{"name": token, "mountPath": "/var/run/secrets"}]}
+            ],
             "containers": [
                 {
                     "name": "main",
                     "image": "trainer:1.0",
                     "env": [{"name": "EPOCHS", "value": "10"}],
                     "resources": {"limits": {"aliyun.com/gpu-mem": "8"}},
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": token, "mountPath": "/var/run/secrets", "readOnly": True}],
+                    "volumeMounts": [
+                        {"name": "data", "mountPath": "/data"},
+                        {"name": token, "mountPath": "/var/run/secrets", "readOnly": True},
+                    ],
                 }
             ],
-            "volumes": [{"name": "data", "emptyDir": {}}, {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+            "volumes": [
+                {"name": "data", "emptyDir": {}},
+                {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+            ],
             "nodeName": "gpu-0",
         },
     }
@@ -68,7 +76,11 @@ def test_replicas_of_one_template_give_one_key_and_name_what_was_left_out() -> N
 def test_the_form_is_the_object_less_volatile_metadata_with_the_token_volume_renamed() -> None:
     form = replicas.replica_form(replica(0), keeps_names=False).object
 
-    assert form["metadata"] == {"namespace": "team-a", "labels": {"app": "train", "pod-template-hash": "7d9f5"}, "annotations": {"team": "a"}}
+    assert form["metadata"] == {
+        "namespace": "team-a",
+        "labels": {"app": "train", "pod-template-hash": "7d9f5"},
+        "annotations": {"team": "a"},
+    }
     assert form["spec"]["volumes"] == [
         {"name": "data", "emptyDir": {}},
         {"name": "kube-api-access-*", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
@@ -79,7 +91,9 @@ def test_the_form_is_the_object_less_volatile_metadata_with_the_token_volume_ren
     ]
     assert form["spec"]["initContainers"][0]["volumeMounts"] == [{"name": "kube-api-access-*", "mountPath": "/var/run/secrets"}]
     assert list(form) == ["apiVersion", "kind", "metadata", "spec"], "the object's own key order"
-    assert replicas.replica_form(form, keeps_names=False).object == form, "idempotent (the placeholder is no token name to rename)"
+    assert replicas.replica_form(form, keeps_names=False).object == form, (
+        "idempotent (the placeholder is no token name to rename)"
+    )
 
 
 def _set(path: tuple[str | int, ...], value: Any) -> Callable[[dict[str, Any]], None]:

@@ -14,11 +14,27 @@ from policies.gpu import allocation, reservations
 
 NOW = 1_800_000_000.0
 ENTRY = allocation.Allocation(
-    uid="u1", namespace="team", name="p1", node="gpu-0", cards=(1,), memory_gib=4, core_percent=30,
-    assumed_at=NOW, expires=NOW + 60, source="reservation",
+    uid="u1",
+    namespace="team",
+    name="p1",
+    node="gpu-0",
+    cards=(1,),
+    memory_gib=4,
+    core_percent=30,
+    assumed_at=NOW,
+    expires=NOW + 60,
+    source="reservation",
 )
 OLD = allocation.Allocation(
-    uid="u0", namespace="team", name="p0", node="gpu-0", cards=(0,), whole=True, assumed_at=NOW, expires=NOW + 60, source="reservation",
+    uid="u0",
+    namespace="team",
+    name="p0",
+    node="gpu-0",
+    cards=(0,),
+    whole=True,
+    assumed_at=NOW,
+    expires=NOW + 60,
+    source="reservation",
 )
 
 
@@ -66,7 +82,15 @@ def test_the_lease_body_takes_another_namespace_and_leaves_out_an_unknown_owner(
 @pytest.mark.parametrize("node", ["gpu-0", "g" * 250])
 def test_a_lease_round_trips(node: str) -> None:
     entry = allocation.Allocation(
-        uid="u1", namespace="team", name="p1", node=node, cards=(0, 2), memory_gib=3, assumed_at=NOW, expires=NOW + 9, source="reservation",
+        uid="u1",
+        namespace="team",
+        name="p1",
+        node=node,
+        cards=(0, 2),
+        memory_gib=3,
+        assumed_at=NOW,
+        expires=NOW + 9,
+        source="reservation",
     )
     lease = reservations.lease_body(node, "uid", {"u1": entry}, "me")
     assert reservations.lease_node(lease) == node
@@ -119,7 +143,9 @@ def test_a_good_entry_in_a_lease_survives_beside_a_bad_one() -> None:
 
 def test_the_union_holds_the_node_annotation_and_the_lease_and_the_lease_wins() -> None:
     stale = dataclasses.replace(OLD, uid="u1")  # the same pod in both: the old version's entry
-    node = {"metadata": {"name": "gpu-0", "annotations": {gpu.RESERVATIONS_ANNOTATION: reservations.encode({"u0": OLD, "u1": stale})}}}
+    node = {
+        "metadata": {"name": "gpu-0", "annotations": {gpu.RESERVATIONS_ANNOTATION: reservations.encode({"u0": OLD, "u1": stale})}}
+    }
     lease = reservations.lease_body("gpu-0", "uid", {"u1": ENTRY}, "me")
     assert reservations.union(node, lease) == {"u0": OLD, "u1": ENTRY}
     assert reservations.union(node, None) == {"u0": OLD, "u1": stale}

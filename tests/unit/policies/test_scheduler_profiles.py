@@ -170,7 +170,11 @@ def test_a_koordinator_gpu_share_pod_is_a_gpu_pod_so_its_gpu_container_keeps_its
         {"op": "add", "path": "/spec/containers/1/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}
     ]
     # without the profile the engine does not know the name, and voids the GPU container too
-    assert {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]} in default.patch
+    assert {
+        "op": "add",
+        "path": "/spec/containers/0/env",
+        "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+    } in default.patch
 
 
 @pytest.mark.parametrize("profile", ["hami", "volcano", "koordinator", "kai"])
@@ -210,13 +214,34 @@ def test_a_kai_fraction_example_pod_names_its_scheduler_and_carries_a_fraction_a
 @pytest.mark.parametrize(
     ("document", "line"),
     [
-        ({"scheduler": "slurm"}, "scheduler: unknown scheduler profile 'slurm'; known: gpushare, hami, volcano, koordinator, kai"),
-        ({"scheduler": {"profile": "HAMi"}}, "scheduler.profile: unknown scheduler profile 'HAMi'; known: gpushare, hami, volcano, koordinator, kai"),
-        ({"scheduler": {"profile": "hami", "writers": [{"serviceAccount": "hami-scheduler"}]}}, "scheduler.writers[0].namespace: is required"),
-        ({"scheduler": {"profile": "hami", "writers": [{"namespace": "kube-system"}]}}, "scheduler.writers[0].serviceAccount: is required"),
-        ({"scheduler": {"profile": "hami", "writers": [{"namespace": "Kube_System", "serviceAccount": "x"}]}}, "scheduler.writers[0].namespace: is required"),
-        ({"scheduler": {"profile": "hami", "writers": ["kube-system/hami-scheduler"]}}, "scheduler.writers[0]: must be {namespace: ..., serviceAccount: ...}"),
-        ({"scheduler": {"profile": "hami", "writers": [{"namespace": "a", "serviceAccount": "b", "user": "c"}]}}, "scheduler.writers[0].user: unknown key"),
+        (
+            {"scheduler": "slurm"},
+            "scheduler: unknown scheduler profile 'slurm'; known: gpushare, hami, volcano, koordinator, kai",
+        ),
+        (
+            {"scheduler": {"profile": "HAMi"}},
+            "scheduler.profile: unknown scheduler profile 'HAMi'; known: gpushare, hami, volcano, koordinator, kai",
+        ),
+        (
+            {"scheduler": {"profile": "hami", "writers": [{"serviceAccount": "hami-scheduler"}]}},
+            "scheduler.writers[0].namespace: is required",
+        ),
+        (
+            {"scheduler": {"profile": "hami", "writers": [{"namespace": "kube-system"}]}},
+            "scheduler.writers[0].serviceAccount: is required",
+        ),
+        (
+            {"scheduler": {"profile": "hami", "writers": [{"namespace": "Kube_System", "serviceAccount": "x"}]}},
+            "scheduler.writers[0].namespace: is required",
+        ),
+        (
+            {"scheduler": {"profile": "hami", "writers": ["kube-system/hami-scheduler"]}},
+            "scheduler.writers[0]: must be {namespace: ..., serviceAccount: ...}",
+        ),
+        (
+            {"scheduler": {"profile": "hami", "writers": [{"namespace": "a", "serviceAccount": "b", "user": "c"}]}},
+            "scheduler.writers[0].user: unknown key",
+        ),
         ({"scheduler": {"profile": "kai", "writers": []}}, "scheduler.writers: the kai profile has no device annotations"),
         ({"scheduler": {"writer": []}}, "scheduler.writer: unknown key; known: profile, writers"),
         ({"scheduler": 7}, "scheduler: must be a profile name"),

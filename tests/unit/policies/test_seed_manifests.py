@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.policies.conftest import Evaluate, ManifestLoader, Patched
 from policies.trustzone import DEFAULT_ZONE
+from tests.unit.policies.conftest import Evaluate, ManifestLoader, Patched
 
 VOID_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 
@@ -13,9 +13,7 @@ EXPECTED_PATCHES = {
     # Whole cards on a chosen card model: nothing to add.
     "seeds/tf-notebook.yaml": (),
     # No GPU: the image default cannot expose the node's cards.
-    "seeds/not-in-gpu-node.yaml": (
-        {"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},
-    ),
+    "seeds/not-in-gpu-node.yaml": ({"op": "add", "path": "/spec/containers/0/env", "value": [VOID_ENV]},),
     # GPU memory on node pools the seed selects itself (share, cgpu): kept as written.
     "seeds/cgpu-test-no-isolation.yaml": (),
     "seeds/cgpu-test.yaml": (),

@@ -63,9 +63,7 @@ def refused_by(decision: model.Decision) -> list[str]:
 
 
 def affinity_added(decision: model.Decision) -> bool:
-    return any(
-        op["path"].endswith("/affinity") or op.get("value") == DOES_NOT_EXIST for op in decision.patch
-    )
+    return any(op["path"].endswith("/affinity") or op.get("value") == DOES_NOT_EXIST for op in decision.patch)
 
 
 def assert_kept_off_gpu_nodes(obj: dict[str, Any], *, config: dict[str, Any] | None = None, namespace: str = "team-a") -> None:
@@ -73,7 +71,10 @@ def assert_kept_off_gpu_nodes(obj: dict[str, Any], *, config: dict[str, Any] | N
     decision = run_engine(obj, config=config, namespace=namespace)
     assert decision.allowed, decision.denial_message
     assert affinity_added(decision)
-    assert any(w.startswith("GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes") for w in decision.notices)
+    assert any(
+        w.startswith("GPU103: pods that use no GPU but have node power are kept off GPU nodes: kept off GPU nodes")
+        for w in decision.notices
+    )
     assert not decision.warnings  # the validating webhook's warnings: nothing to warn about
     patched = apply_patch(obj, decision.patch)
     assert trustzone.stays_off_gpu_nodes(spec_of(patched))
@@ -212,8 +213,18 @@ def test_the_same_host_path_in_a_pod_without_gpus_is_admitted_and_kept_off_gpu_n
         {"nodeSelector": {"aliyun.accelerator/nvidia_name": "Tesla-T4"}},
         {"nodeSelector": {"nvidia.com/gpu.present": "true"}},
         {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
-        {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-            {"weight": 1, "preference": {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "Exists"}]}}]}}},
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 1,
+                            "preference": {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "Exists"}]},
+                        }
+                    ]
+                }
+            }
+        },
         {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]},
     ],
     ids=["selects-a-gpu-label", "selects-gpu-present", "tolerates-the-gpu-taint", "prefers-a-gpu-mode", "claims-dra-devices"],
@@ -230,7 +241,14 @@ def test_a_wildcard_toleration_is_no_intent_and_gets_the_affinity() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["/var/lib/lxcfs/proc/../proc/meminfo", "/var/lib/lxcfs/cgroup", "/etc/localtime", "//etc/./localtime", "/usr/share/zoneinfo/UTC"]
+    "path",
+    [
+        "/var/lib/lxcfs/proc/../proc/meminfo",
+        "/var/lib/lxcfs/cgroup",
+        "/etc/localtime",
+        "//etc/./localtime",
+        "/usr/share/zoneinfo/UTC",
+    ],
 )
 def test_the_built_in_allowed_paths_pass_read_only_and_are_refused_writable(path: str) -> None:
     assert run_engine(host_path_pod(path)).allowed
@@ -250,7 +268,9 @@ def test_an_admin_allows_a_path_per_namespace_read_only_or_writable() -> None:
     config = {
         "trustZone": {
             "allow": {"hostPaths": ["/opt/models"]},
-            "namespaces": [{"name": "scratch", "namespaces": ["research"], "allow": {"hostPaths": [{"path": "/scratch", "readOnly": False}]}}],
+            "namespaces": [
+                {"name": "scratch", "namespaces": ["research"], "allow": {"hostPaths": [{"path": "/scratch", "readOnly": False}]}}
+            ],
         }
     }
     assert run_engine(host_path_pod("/opt/models/llama"), config=config).allowed
@@ -262,7 +282,10 @@ def test_an_admin_allows_a_path_per_namespace_read_only_or_writable() -> None:
 def test_a_writable_allowed_path_allows_no_path_below_it_where_a_link_could_have_been_planted() -> None:
     # Pod A may write /scratch and plants /scratch/x -> /; pod B mounting hostPath /scratch/x would
     # get the node's root. Below a writable entry only subPath reaches (the kubelet checks its links).
-    config = {"trustZone": {"allow": {"hostPaths": [{"path": "/scratch", "readOnly": False}]}}, "hostPaths": {"allow": ["/var/log"]}}
+    config = {
+        "trustZone": {"allow": {"hostPaths": [{"path": "/scratch", "readOnly": False}]}},
+        "hostPaths": {"allow": ["/var/log"]},
+    }
     for planted in ("/scratch/x", "/scratch/x/etc", "/var/log/planted-link"):
         decision = run_engine(host_path_pod(planted), config=config)
         assert refused_by(decision) == ["GPU003"], planted
@@ -281,9 +304,24 @@ def test_the_earlier_host_path_allow_setting_still_allows_writable_paths() -> No
 # --- capabilities and other privileges ------------------------------------------------------------
 
 ESCAPING_CAPABILITIES = [
-    ["SYS_ADMIN"], ["ALL"], ["sys_module"], ["CAP_DAC_READ_SEARCH"], [" sys_rawio "], ["BPF"], ["PERFMON"],
-    ["SYS_BOOT"], ["SYSLOG"], ["SYS_TIME"], ["MAC_ADMIN"], ["LINUX_IMMUTABLE"], ["WAKE_ALARM"], ["NET_ADMIN"], ["net_raw"],
-    ["CHECKPOINT_RESTORE"], ["A_CAPABILITY_ADDED_NEXT_YEAR"], ["CHOWN", "SYS_MODULE"],
+    ["SYS_ADMIN"],
+    ["ALL"],
+    ["sys_module"],
+    ["CAP_DAC_READ_SEARCH"],
+    [" sys_rawio "],
+    ["BPF"],
+    ["PERFMON"],
+    ["SYS_BOOT"],
+    ["SYSLOG"],
+    ["SYS_TIME"],
+    ["MAC_ADMIN"],
+    ["LINUX_IMMUTABLE"],
+    ["WAKE_ALARM"],
+    ["NET_ADMIN"],
+    ["net_raw"],
+    ["CHECKPOINT_RESTORE"],
+    ["A_CAPABILITY_ADDED_NEXT_YEAR"],
+    ["CHOWN", "SYS_MODULE"],
 ]
 
 
@@ -298,7 +336,8 @@ def test_a_capability_outside_the_allowlist_is_refused_in_a_gpu_pod_whatever_its
 
 
 @pytest.mark.parametrize(
-    "added", [["IPC_LOCK"], ["SYS_NICE", "sys_resource"], ["CAP_SYS_PTRACE"], ["NET_BIND_SERVICE", "CHOWN", "SETUID", "MKNOD"], []]
+    "added",
+    [["IPC_LOCK"], ["SYS_NICE", "sys_resource"], ["CAP_SYS_PTRACE"], ["NET_BIND_SERVICE", "CHOWN", "SETUID", "MKNOD"], []],
 )
 def test_baseline_and_gpu_workload_capabilities_pass_in_a_gpu_pod(added: list[str]) -> None:
     decision = run_engine(pod(gpu_main(securityContext={"capabilities": {"add": added}})))
@@ -320,7 +359,9 @@ def test_a_capability_that_needs_the_pods_own_namespace_is_refused_beside_the_ho
     allow: dict[str, Any] = {namespace: True, "capabilities": ["NET_ADMIN", "NET_RAW"]}  # NET_*: an admin's addition
     config = {"trustZone": {"namespaces": [{"name": "mps", "namespaces": ["mps"], "allow": allow}]}}
     shared = pod(gpu_main(securityContext={"capabilities": {"add": [capability]}}), **{namespace: True})
-    assert run_engine(pod(gpu_main(securityContext={"capabilities": {"add": [capability]}})), config=config, namespace="mps").allowed
+    assert run_engine(
+        pod(gpu_main(securityContext={"capabilities": {"add": [capability]}})), config=config, namespace="mps"
+    ).allowed
 
     assert run_engine(pod(gpu_main(), **{namespace: True}), config=config, namespace="mps").allowed
     decision = run_engine(shared, config=config, namespace="mps")
@@ -342,13 +383,25 @@ def test_a_capability_that_needs_the_pods_own_namespace_is_refused_beside_the_ho
     ],
     ids=["hostPID", "hostIPC", "hostNetwork", "privileged", "procMount", "selinux-type", "selinux-user", "hostProcess"],
 )
-def test_host_namespaces_and_node_security_options_are_refused_in_a_gpu_pod(spec: dict[str, Any], container: dict[str, Any]) -> None:
+def test_host_namespaces_and_node_security_options_are_refused_in_a_gpu_pod(
+    spec: dict[str, Any], container: dict[str, Any]
+) -> None:
     assert refused_by(run_engine(pod(gpu_main(**container), **spec))) == ["GPU002"]
     assert_kept_off_gpu_nodes(pod(main(**container), **spec))
 
 
 def test_a_namespace_allowance_opens_host_ipc_and_network_for_mps_and_nccl_jobs_there_only() -> None:
-    config = {"trustZone": {"namespaces": [{"name": "nccl", "namespaceSelector": {"matchLabels": {"team": "hpc"}}, "allow": {"hostIPC": True, "hostNetwork": True}}]}}
+    config = {
+        "trustZone": {
+            "namespaces": [
+                {
+                    "name": "nccl",
+                    "namespaceSelector": {"matchLabels": {"team": "hpc"}},
+                    "allow": {"hostIPC": True, "hostNetwork": True},
+                }
+            ]
+        }
+    }
     job = pod(gpu_main(), hostIPC=True, hostNetwork=True)
 
     allowed = engine.evaluate(
@@ -361,7 +414,14 @@ def test_a_namespace_allowance_opens_host_ipc_and_network_for_mps_and_nccl_jobs_
 
 @pytest.mark.parametrize(
     "allow",
-    [{"capabilities": ["SYS_ADMIN"]}, {"capabilities": ["cap_all"]}, {"volumeTypes": ["hostPath"]}, {"hostPaths": ["/"]}, {"hostPaths": ["relative"]}, {"hostNetwork": "yes"}],
+    [
+        {"capabilities": ["SYS_ADMIN"]},
+        {"capabilities": ["cap_all"]},
+        {"volumeTypes": ["hostPath"]},
+        {"hostPaths": ["/"]},
+        {"hostPaths": ["relative"]},
+        {"hostNetwork": "yes"},
+    ],
 )
 def test_allowances_that_would_reopen_the_node_are_refused_with_one_line(allow: dict[str, Any]) -> None:
     with pytest.raises(settings.InvalidSettings) as raised:
@@ -370,7 +430,10 @@ def test_allowances_that_would_reopen_the_node_are_refused_with_one_line(allow: 
 
 
 def test_a_namespace_allowance_must_be_anchored_to_namespaces() -> None:
-    for entry in ({"name": "x", "allow": {"hostIPC": True}}, {"name": "x", "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}}):
+    for entry in (
+        {"name": "x", "allow": {"hostIPC": True}},
+        {"name": "x", "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}},
+    ):
         with pytest.raises(settings.InvalidSettings, match="is not anchored to namespaces"):
             settings.from_mapping({"trustZone": {"namespaces": [entry]}})
 
@@ -418,7 +481,11 @@ def test_a_nic_is_no_gpu_so_its_container_gets_void_even_when_the_image_says_all
     decision = run_engine(obj)
 
     assert decision.allowed
-    assert {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]} in decision.patch
+    assert {
+        "op": "add",
+        "path": "/spec/containers/0/env",
+        "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+    } in decision.patch
     assert not trustzone.reach(spec_of(obj)).intent
 
 
@@ -478,13 +545,21 @@ def test_a_workload_template_without_gpus_is_admitted_and_its_pods_will_get_the_
 def test_an_ephemeral_container_with_an_escaping_capability_is_refused_on_a_pod_on_a_gpu_node() -> None:
     old = pod(main(), nodeName="gpu-0")
     new = copy.deepcopy(old)
-    new["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "busybox", "securityContext": {"capabilities": {"add": ["SYS_MODULE"]}}}]
+    new["spec"]["ephemeralContainers"] = [
+        {"name": "dbg", "image": "busybox", "securityContext": {"capabilities": {"add": ["SYS_MODULE"]}}}
+    ]
     request = model.Request(
-        operation="UPDATE", object=new, old_object=old, subresource="ephemeralcontainers", node_labels={"aliyun.accelerator/nvidia_name": "Tesla-T4"}
+        operation="UPDATE",
+        object=new,
+        old_object=old,
+        subresource="ephemeralcontainers",
+        node_labels={"aliyun.accelerator/nvidia_name": "Tesla-T4"},
     )
     decision = engine.evaluate(request, settings=settings.Settings())
     assert refused_by(decision) == ["GPU009"]
-    on_cpu = engine.evaluate(dataclasses.replace(request, node_labels={"kubernetes.io/os": "linux"}), settings=settings.Settings())
+    on_cpu = engine.evaluate(
+        dataclasses.replace(request, node_labels={"kubernetes.io/os": "linux"}), settings=settings.Settings()
+    )
     assert on_cpu.allowed
 
 
@@ -508,5 +583,9 @@ def test_node_agents_device_annotations_are_refused_on_every_pod(key: str) -> No
 
 def test_a_node_agents_ordinary_annotations_pass() -> None:
     obj = pod(main())
-    obj["metadata"]["annotations"] = {"scheduling.koordinator.sh/gang-name": "g", "hami.io/gpu-scheduler-policy": "binpack", "volcano.sh/queue-name": "q"}
+    obj["metadata"]["annotations"] = {
+        "scheduling.koordinator.sh/gang-name": "g",
+        "hami.io/gpu-scheduler-policy": "binpack",
+        "volcano.sh/queue-name": "q",
+    }
     assert run_engine(obj).allowed

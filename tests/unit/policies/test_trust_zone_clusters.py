@@ -67,7 +67,10 @@ def test_the_keep_off_affinity_fails_a_gpu_node_whoever_labelled_it(stack: str) 
     assert not matches(labels, KEEP_OFF)
     assert trustzone.DEFAULT_ZONE.gpu_node_label(labels) is not None
     # A pod bound to such a node reaches it, whatever its own affinity says.
-    reach = trustzone.reach({"nodeName": "n", "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}}}, node_labels=labels)
+    reach = trustzone.reach(
+        {"nodeName": "n", "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}}},
+        node_labels=labels,
+    )
     assert reach and reach.intent
 
 
@@ -85,7 +88,10 @@ def test_the_keep_off_affinity_lets_cpu_nodes_through(labels: dict[str, str]) ->
 
 
 def test_a_privileged_cpu_pod_gets_every_label_in_every_term_and_a_second_pass_adds_nothing() -> None:
-    terms = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]
+    terms = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+    ]
     obj = pod(main(securityContext={"privileged": True}), affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms}}})
 
     decision = run_engine(obj)
@@ -102,7 +108,15 @@ def test_a_privileged_cpu_pod_gets_every_label_in_every_term_and_a_second_pass_a
 
 
 def test_only_our_label_in_the_affinity_no_longer_keeps_a_privileged_pod_off_gpu_nodes() -> None:
-    ours = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}]}}}
+    ours = {
+        "nodeAffinity": {
+            REQUIRED: {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "aliyun.accelerator/nvidia_name", "operator": "DoesNotExist"}]}
+                ]
+            }
+        }
+    }
     obj = pod(main(securityContext={"privileged": True}), affinity=ours)
 
     assert not trustzone.stays_off_gpu_nodes(obj["spec"])
@@ -130,7 +144,9 @@ def test_configured_gpu_node_labels_join_the_affinity_and_the_reach() -> None:
         {"key": "example.com/gpu-pool", "operator": "DoesNotExist"},
         {"key": "node-role", "operator": "NotIn", "values": ["gpu", "gpu-large"]},
     ]
-    assert refused_by(run_engine(pod(main(securityContext={"privileged": True}), nodeSelector={"node-role": "gpu"}), config=config)) == ["GPU002"]
+    assert refused_by(
+        run_engine(pod(main(securityContext={"privileged": True}), nodeSelector={"node-role": "gpu"}), config=config)
+    ) == ["GPU002"]
 
 
 @pytest.mark.parametrize(
@@ -190,14 +206,26 @@ def test_the_seed_notebook_with_host_port_8888_is_admitted() -> None:
 
 
 def test_a_cpu_deployment_with_the_kubelet_port_is_kept_off_gpu_nodes() -> None:
-    template = {"metadata": {"labels": {"app": "w"}}, "spec": {"containers": [main(ports=[{"containerPort": 80, "hostPort": 10250}])]}}
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template}}
+    template = {
+        "metadata": {"labels": {"app": "w"}},
+        "spec": {"containers": [main(ports=[{"containerPort": 80, "hostPort": 10250}])]},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "w"},
+        "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template},
+    }
 
     decision = run_engine(deployment)
 
     assert decision.allowed
     assert decision.patch == (
-        {"op": "add", "path": "/spec/template/spec/affinity", "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}}},
+        {
+            "op": "add",
+            "path": "/spec/template/spec/affinity",
+            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": KEEP_OFF}]}}},
+        },
         {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": VOID},
     )
     assert any("hostPort 10250" in notice for notice in decision.notices)
@@ -205,7 +233,12 @@ def test_a_cpu_deployment_with_the_kubelet_port_is_kept_off_gpu_nodes() -> None:
 
 
 def test_configured_host_ports_replace_the_built_in_ranges_and_namespaces_add_to_them() -> None:
-    config = {"trustZone": {"hostPorts": ["8000-8999"], "namespaces": [{"name": "mon", "namespaces": ["monitoring"], "allow": {"hostPorts": [9100]}}]}}
+    config = {
+        "trustZone": {
+            "hostPorts": ["8000-8999"],
+            "namespaces": [{"name": "mon", "namespaces": ["monitoring"], "allow": {"hostPorts": [9100]}}],
+        }
+    }
 
     assert run_engine(with_port(8888, gpu=True), config=config).allowed
     assert refused_by(run_engine(with_port(6006, gpu=True), config=config)) == ["GPU002"]
@@ -224,7 +257,10 @@ def test_the_built_in_ranges_leave_out_every_reserved_port() -> None:
 # ACK's lxcfs admission webhook, lxcfs.go at commit 2155668 (the seven /proc files, no readOnly) and
 # at f6a24c6 (readOnly: true, swaps and loadavg commented out, /sys/devices/system/cpu/online added).
 LXCFS_EARLY = [f"/proc/{name}" for name in ("cpuinfo", "meminfo", "diskstats", "stat", "swaps", "uptime", "loadavg")]
-LXCFS_LATER = [*(f"/proc/{name}" for name in ("cpuinfo", "meminfo", "diskstats", "stat", "uptime")), "/sys/devices/system/cpu/online"]
+LXCFS_LATER = [
+    *(f"/proc/{name}" for name in ("cpuinfo", "meminfo", "diskstats", "stat", "uptime")),
+    "/sys/devices/system/cpu/online",
+]
 
 
 def lxcfs_injected(obj: dict[str, Any], targets: list[str], *, read_only: bool) -> dict[str, Any]:
@@ -252,10 +288,18 @@ def test_the_lxcfs_webhooks_injections_are_admitted_on_a_gpu_pod(targets: list[s
 
 @pytest.mark.parametrize(
     "volume_path",
-    ["/var/lib/lxcfs/proc/../cgroup", "/var/lib/lxcfs/cgroup", "/var/lib/lxcfs/proc", "/var/lib/lxcfs", "/var/lib/lxcfs//proc/meminfo"],
+    [
+        "/var/lib/lxcfs/proc/../cgroup",
+        "/var/lib/lxcfs/cgroup",
+        "/var/lib/lxcfs/proc",
+        "/var/lib/lxcfs",
+        "/var/lib/lxcfs//proc/meminfo",
+    ],
 )
 def test_a_writable_mount_elsewhere_under_the_lxcfs_root_is_refused(volume_path: str) -> None:
-    obj = pod(main(True, volumeMounts=[{"name": "x", "mountPath": "/x"}]), volumes=[{"name": "x", "hostPath": {"path": volume_path}}])
+    obj = pod(
+        main(True, volumeMounts=[{"name": "x", "mountPath": "/x"}]), volumes=[{"name": "x", "hostPath": {"path": volume_path}}]
+    )
 
     assert refused_by(run_engine(obj)) == ["GPU003"]
     read_only = copy.deepcopy(obj)

@@ -46,16 +46,37 @@ def test_long_lists_are_cut_largest_first_and_say_how_many_were_left_out() -> No
 
 @pytest.mark.parametrize(
     "text",
-    [None, "", "{", "[]", '{"cards": 3}', '{"cards": [1]}', '{"cards": [{"index": -1, "totalMiB": 1}]}',
-     '{"cards": [{"index": 0}]}', '{"cards": [{"index": 0, "totalMiB": 1}, {"index": 0, "totalMiB": 1}]}',
-     '{"cards": [{"index": true, "totalMiB": 1}]}', 42],
+    [
+        None,
+        "",
+        "{",
+        "[]",
+        '{"cards": 3}',
+        '{"cards": [1]}',
+        '{"cards": [{"index": -1, "totalMiB": 1}]}',
+        '{"cards": [{"index": 0}]}',
+        '{"cards": [{"index": 0, "totalMiB": 1}, {"index": 0, "totalMiB": 1}]}',
+        '{"cards": [{"index": true, "totalMiB": 1}]}',
+        42,
+    ],
 )
 def test_malformed_annotations_read_as_none(text: object) -> None:
     assert usage.parse(text) is None
 
 
 def test_malformed_entries_inside_a_card_are_skipped() -> None:
-    text = json.dumps({"cards": [{"index": 0, "totalMiB": 100, "pods": [{"uid": 3}, POD_JSON], "outOfBand": [{"pid": "x"}, {"pid": 9, "usedMiB": -1}]}]})
+    text = json.dumps(
+        {
+            "cards": [
+                {
+                    "index": 0,
+                    "totalMiB": 100,
+                    "pods": [{"uid": 3}, POD_JSON],
+                    "outOfBand": [{"pid": "x"}, {"pid": 9, "usedMiB": -1}],
+                }
+            ]
+        }
+    )
     parsed = usage.parse(text)
     assert parsed is not None
     assert parsed.cards[0].pods == (POD,)
@@ -66,7 +87,9 @@ POD_JSON = {"uid": "u-1", "namespace": "ml", "name": "train-0", "usedMiB": 4100,
 
 
 def test_pod_memory_is_summed_per_card() -> None:
-    node = usage.NodeUsage(cards=(summary().cards[0], usage.CardUse(index=1, total_mib=100, pods=(dataclasses.replace(POD, used_mib=7),))))
+    node = usage.NodeUsage(
+        cards=(summary().cards[0], usage.CardUse(index=1, total_mib=100, pods=(dataclasses.replace(POD, used_mib=7),)))
+    )
     assert node.pod_mib("u-1") == {0: 4100, 1: 7}
     assert node.pod_mib("nobody") == {}
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from webhook.kube import errors as kube_errors
 from webhook.certificates import provision
+from webhook.kube import errors as kube_errors
 
 
 class MemoryStore:

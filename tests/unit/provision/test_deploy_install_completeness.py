@@ -39,7 +39,11 @@ def test_the_extender_pod_takes_its_certificates_from_its_init_container_not_fro
     for flag, name in (("tls_cert_file", "tls.crt"), ("tls_private_key_file", "tls.key"), ("tls_client_ca_file", "ca.crt")):
         assert getattr(served, flag) == f"{read['mountPath']}/{name}", flag
     hardened = init["securityContext"]
-    assert hardened["readOnlyRootFilesystem"] and not hardened["allowPrivilegeEscalation"] and hardened["capabilities"]["drop"] == ["ALL"]
+    assert (
+        hardened["readOnlyRootFilesystem"]
+        and not hardened["allowPrivilegeEscalation"]
+        and hardened["capabilities"]["drop"] == ["ALL"]
+    )
 
 
 def test_the_extender_may_write_only_its_two_secrets_in_its_namespace() -> None:
@@ -69,7 +73,11 @@ def test_the_extender_keeps_its_ledger_leases_in_its_own_namespace_and_nowhere_e
     ]
     binding = objects[("RoleBinding", "gpu-admission-extender-ledger")]
     assert binding["metadata"]["namespace"] == "gpu-admission"
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gpu-admission-extender-ledger"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "gpu-admission-extender-ledger",
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": extendercerts.SERVICE, "namespace": "gpu-admission"}]
     cluster_rules = objects[("ClusterRole", extendercerts.SERVICE)]["rules"]
     assert all("leases" not in r["resources"] for r in cluster_rules), "no Lease in any other namespace"

@@ -40,7 +40,9 @@ def serve_args(args: list[str]) -> argparse.Namespace:
     return cli.make_parser().parse_args(args)
 
 
-def test_the_webhook_runs_at_least_two_replicas_spread_over_nodes_with_a_disruption_budget(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_the_webhook_runs_at_least_two_replicas_spread_over_nodes_with_a_disruption_budget(
+    webhook: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     spec = deployment(webhook)["spec"]
     assert spec["replicas"] >= 2
     assert spec["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
@@ -79,11 +81,17 @@ def test_probes_use_readyz_and_healthz_over_https_on_the_serving_port(webhook: d
     assert service["selector"] == deployment(webhook)["spec"]["selector"]["matchLabels"]
 
 
-def test_the_args_are_self_managed_certificates_for_the_service_the_configurations_call(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_the_args_are_self_managed_certificates_for_the_service_the_configurations_call(
+    webhook: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     (container,) = pod_spec(webhook)["containers"]
     args = serve_args(container["args"])
     assert args.self_managed_certs and args.tls_cert_file is None
-    assert (args.certs_secret, args.service, args.webhook_configuration) == (provision.SECRET, provision.SERVICE, provision.WEBHOOK_CONFIGURATION)
+    assert (args.certs_secret, args.service, args.webhook_configuration) == (
+        provision.SECRET,
+        provision.SERVICE,
+        provision.WEBHOOK_CONFIGURATION,
+    )
     assert args.namespace == "$(POD_NAMESPACE)" and {e["name"] for e in container["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
     assert args.port == 8443
     for configuration in documents(DEPLOY / "webhook-configurations.yaml"):
@@ -100,7 +108,9 @@ def test_the_grace_period_covers_both_drain_phases_and_requests_in_flight(webhoo
     assert pod_spec(webhook)["terminationGracePeriodSeconds"] > args.drain_seconds + args.drain_idle_seconds + 5
 
 
-def test_rbac_grants_only_the_secret_the_lease_and_the_two_configurations_by_name(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_rbac_grants_only_the_secret_the_lease_and_the_two_configurations_by_name(
+    webhook: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     role = webhook[("Role", provision.SERVICE)]
     rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))): sorted(r["verbs"]) for r in role["rules"]}
     assert rules == {
@@ -117,7 +127,11 @@ def test_rbac_grants_only_the_secret_the_lease_and_the_two_configurations_by_nam
         "verbs": ["get", "update"],
     }
     account = pod_spec(webhook)["serviceAccountName"]
-    for kind, name in (("RoleBinding", provision.SERVICE), ("ClusterRoleBinding", provision.SERVICE), ("ClusterRoleBinding", CONTEXT)):
+    for kind, name in (
+        ("RoleBinding", provision.SERVICE),
+        ("ClusterRoleBinding", provision.SERVICE),
+        ("ClusterRoleBinding", CONTEXT),
+    ):
         binding = webhook[(kind, name)]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-admission"}]
 
@@ -125,10 +139,14 @@ def test_rbac_grants_only_the_secret_the_lease_and_the_two_configurations_by_nam
 CONTEXT = "gpu-admission-webhook-context"
 
 
-def test_the_cluster_context_reads_namespaces_and_config_maps_but_no_secrets(webhook: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_the_cluster_context_reads_namespaces_and_config_maps_but_no_secrets(
+    webhook: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     rules = {(r["apiGroups"][0], tuple(r["resources"])): sorted(r["verbs"]) for r in webhook[("ClusterRole", CONTEXT)]["rules"]}
     assert rules == {
-        ("", ("namespaces",)): ["get", "list", "watch"], ("", ("configmaps",)): ["get"], ("", ("nodes",)): ["get"],
+        ("", ("namespaces",)): ["get", "list", "watch"],
+        ("", ("configmaps",)): ["get"],
+        ("", ("nodes",)): ["get"],
         ("", ("events",)): ["create"],  # the PolicyViolation Event on a denied object, create only
         # GPU011: the DRA claims and claim templates a pod names, one get each (docs/dra.md)
         ("resource.k8s.io", ("resourceclaims", "resourceclaimtemplates")): ["get"],
@@ -189,7 +207,7 @@ def _restricted_violations(spec: dict[str, Any]) -> list[str]:
     for container in spec.get("initContainers", []) + spec["containers"]:
         context = container.get("securityContext", {})
         name = container["name"]
-        if not (context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is True):
+        if context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is not True:
             found.append(f"{name}: runAsNonRoot")
         if context.get("allowPrivilegeEscalation") is not False:
             found.append(f"{name}: allowPrivilegeEscalation")
@@ -227,7 +245,9 @@ def test_the_process_attribution_component_mounts_proc_read_only_without_host_pi
     assert component["kind"] == "Component"
     patches = {p["target"]["kind"]: yaml.safe_load(p["patch"]) for p in component["patches"]}
     daemonset = {op["path"]: op["value"] for op in patches["DaemonSet"]}
-    assert daemonset["/spec/template/spec/containers/0/volumeMounts"] == [{"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}]
+    assert daemonset["/spec/template/spec/containers/0/volumeMounts"] == [
+        {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    ]
     assert daemonset["/spec/template/spec/volumes"] == [{"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}}]
     assert not any("hostPID" in path for path in daemonset)
     # The mount is where the base's labeler already reads (--proc-root).
@@ -334,7 +354,11 @@ def test_the_cert_manager_component_injects_the_ca_and_drops_the_self_managed_rb
     component: dict[str, Any] = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())
     assert component["kind"] == "Component"
     patches = [yaml.safe_load(p["patch"]) for p in component["patches"] if "patch" in p]
-    injected = {p["kind"] for p in patches if p["metadata"].get("annotations", {}).get("cert-manager.io/inject-ca-from") == "gpu-admission/gpu-admission-webhook"}
+    injected = {
+        p["kind"]
+        for p in patches
+        if p["metadata"].get("annotations", {}).get("cert-manager.io/inject-ca-from") == "gpu-admission/gpu-admission-webhook"
+    }
     assert injected == {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     deleted = {p["kind"] for p in patches if p.get("$patch") == "delete"}
     assert deleted == {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
@@ -359,11 +383,24 @@ def test_the_background_audit_component_turns_the_audit_on_with_exactly_its_rbac
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    listed = {("", "pods"), ("", "nodes"), ("", "replicationcontrollers"), ("apps", "deployments"), ("apps", "statefulsets"),
-              ("apps", "daemonsets"), ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"),
-              ("", "configmaps")}  # GPU211 (keys only); Secrets are an opt-in left commented out
+    listed = {
+        ("", "pods"),
+        ("", "nodes"),
+        ("", "replicationcontrollers"),
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("apps", "replicasets"),
+        ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("", "configmaps"),
+    }  # GPU211 (keys only); Secrets are an opt-in left commented out
     assert {key: ["list"] for key in listed} == {key: value for key, value in verbs.items() if key in listed}
-    assert verbs[("wgpolicyk8s.io", "policyreports")] == verbs[("wgpolicyk8s.io", "clusterpolicyreports")] == ["create", "delete", "get", "list", "update"]
+    assert (
+        verbs[("wgpolicyk8s.io", "policyreports")]
+        == verbs[("wgpolicyk8s.io", "clusterpolicyreports")]
+        == ["create", "delete", "get", "list", "update"]
+    )
     assert set(verbs) == listed | {("wgpolicyk8s.io", "policyreports"), ("wgpolicyk8s.io", "clusterpolicyreports")}
     lease_rules = objects[("Role", "gpu-admission-webhook-audit")]["rules"]
     assert {(tuple(r.get("resourceNames", ())), tuple(r["verbs"])) for r in lease_rules} == {

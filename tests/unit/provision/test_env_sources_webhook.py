@@ -56,9 +56,19 @@ def test_it_is_a_separate_validating_entry_for_config_maps_and_secrets_that_fail
     (configuration,) = [c for c in configurations() if hook in c["webhooks"]]
     assert configuration["kind"] == "ValidatingWebhookConfiguration"
     assert hook["rules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps", "secrets"], "scope": "Namespaced"}
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["configmaps", "secrets"],
+            "scope": "Namespaced",
+        }
     ]
-    assert (hook["failurePolicy"], hook["sideEffects"], hook["clientConfig"]["service"]["path"]) == ("Fail", "NoneOnDryRun", "/validate")
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["clientConfig"]["service"]["path"]) == (
+        "Fail",
+        "NoneOnDryRun",
+        "/validate",
+    )
     pods = next(h for h in configuration["webhooks"] if h["name"] == "validate.gpu-admission.io")
     assert hook["namespaceSelector"] == pods["namespaceSelector"]
     assert hook["clientConfig"]["service"] == pods["clientConfig"]["service"]

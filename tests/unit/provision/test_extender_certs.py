@@ -79,7 +79,9 @@ def test_a_client_pair_due_for_renewal_or_from_a_dropped_ca_is_issued_again_and_
     assert "due for renewal" in due.reason and due.entries["tls.crt"] != current["tls.crt"]
     other = authority.issue_ca(now=NOW)
     foreign = authority.issue_client(other, common_name="someone", now=NOW)
-    forged = extendercerts.plan_client(material, {**current, "tls.crt": foreign.certificate_pem, "tls.key": foreign.key_pem}, now=NOW)
+    forged = extendercerts.plan_client(
+        material, {**current, "tls.crt": foreign.certificate_pem, "tls.key": foreign.key_pem}, now=NOW
+    )
     assert "signed by no CA the extender trusts" in forged.reason
     assert material.ca is not None and rotation.signed_by(certificate(forged.entries["tls.crt"]), material.ca.certificate)
 
@@ -99,7 +101,9 @@ def test_a_new_ca_bundle_reaches_the_client_secrets_ca_crt_without_a_new_pair() 
     assert "ca.crt follows" in plan.reason and plan.entries["tls.crt"] == current["tls.crt"]
 
 
-def test_kube_scheduler_with_the_client_pair_completes_mutual_tls_with_the_extender_and_a_stranger_does_not(tmp_path: Path) -> None:
+def test_kube_scheduler_with_the_client_pair_completes_mutual_tls_with_the_extender_and_a_stranger_does_not(
+    tmp_path: Path,
+) -> None:
     serving, client = MemoryStore(), MemoryStore()
     material, _ = extendercerts.ensure(serving, client, hosts=HOSTS, now=datetime.datetime.now(datetime.UTC))
     served = tmp_path / "extender"
@@ -109,7 +113,9 @@ def test_kube_scheduler_with_the_client_pair_completes_mutual_tls_with_the_exten
     stranger = tmp_path / "stranger"
     other = authority.issue_ca(now=datetime.datetime.now(datetime.UTC))
     pair = authority.issue_client(other, common_name=extendercerts.CLIENT_COMMON_NAME, now=datetime.datetime.now(datetime.UTC))
-    extendercerts.write_files(stranger, {"ca.crt": stored(client)["ca.crt"], "tls.crt": pair.certificate_pem, "tls.key": pair.key_pem})
+    extendercerts.write_files(
+        stranger, {"ca.crt": stored(client)["ca.crt"], "tls.crt": pair.certificate_pem, "tls.key": pair.key_pem}
+    )
 
     def handshake(caller: Path) -> bool:
         server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -123,7 +129,10 @@ def test_kube_scheduler_with_the_client_pair_completes_mutual_tls_with_the_exten
         peer = client_context.wrap_bio(client_in, client_out, server_hostname=f"{extendercerts.SERVICE}.gpu-admission.svc")
         done = {"server": False, "client": False}
         for _ in range(10):
-            for name, side, _inbox, outbox, other_inbox in (("client", peer, client_in, client_out, server_in), ("server", server, server_in, server_out, client_in)):
+            for name, side, _inbox, outbox, other_inbox in (
+                ("client", peer, client_in, client_out, server_in),
+                ("server", server, server_in, server_out, client_in),
+            ):
                 if not done[name]:
                     try:
                         side.do_handshake()

@@ -20,14 +20,22 @@ import yaml
 
 from policies import nodeaffinity
 from webhook import config
-from webhook.commands import dryrun
 from webhook.cmdline import manifests
+from webhook.commands import dryrun
 
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "gpu-operator"
 DEPLOY = REPO / "deploy"
 OPERATOR_NAMESPACE = "gpu-operator"
-COMPONENTS = ("container-toolkit", "dcgm-exporter", "device-plugin", "driver", "gpu-feature-discovery", "mig-manager", "operator-validator")
+COMPONENTS = (
+    "container-toolkit",
+    "dcgm-exporter",
+    "device-plugin",
+    "driver",
+    "gpu-feature-discovery",
+    "mig-manager",
+    "operator-validator",
+)
 
 
 def deploy_settings_text() -> str:
@@ -126,7 +134,9 @@ def test_a_tenant_copy_of_an_operator_daemonset_in_its_own_namespace_is_still_re
 def test_the_exemption_leaves_ordinary_gpu_pods_in_other_namespaces_to_the_policies(tmp_path: Path) -> None:
     settings = settings_from(with_operator_exempt(deploy_settings_text()), tmp_path)
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "team-a"},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "team-a"},
         "spec": {"containers": [{"name": "app", "image": "app", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]},
     }
     [outcome] = outcomes([pod], settings)

@@ -18,8 +18,15 @@ class Clock:
 
 def elector(leases: MemoryLeases, identity: str, clock: Clock) -> leader.Elector:
     return leader.Elector(
-        leases, namespace="gpu-admission", name="certs", identity=identity, duration_s=15, retry_s=5.0,
-        clock=clock, monotonic=clock, labels={"app.kubernetes.io/part-of": "gpu-admission"},
+        leases,
+        namespace="gpu-admission",
+        name="certs",
+        identity=identity,
+        duration_s=15,
+        retry_s=5.0,
+        clock=clock,
+        monotonic=clock,
+        labels={"app.kubernetes.io/part-of": "gpu-admission"},
     )
 
 
@@ -74,7 +81,15 @@ async def test_a_write_that_loses_the_race_is_not_leadership(leases: MemoryLease
 
     def stale_read() -> dict[str, object] | None:  # b read before a's renewal landed
         seen = original()
-        return None if seen is None else {**seen, "metadata": {**seen["metadata"], "resourceVersion": "0"}, "spec": {**seen["spec"], "holderIdentity": ""}}
+        return (
+            None
+            if seen is None
+            else {
+                **seen,
+                "metadata": {**seen["metadata"], "resourceVersion": "0"},
+                "spec": {**seen["spec"], "holderIdentity": ""},
+            }
+        )
 
     leases.read = stale_read  # type: ignore[method-assign]  # a fake that reads stale data
     assert not await second.step() and not second.leader
@@ -87,8 +102,12 @@ def test_a_retry_period_as_long_as_the_lease_is_refused(leases: MemoryLeases) ->
 
 async def test_a_wall_clock_jump_does_not_let_a_follower_take_over_early(leases: MemoryLeases) -> None:
     wall, steady = Clock(), Clock()
-    first = leader.Elector(leases, namespace="gpu-admission", name="certs", identity="a", duration_s=15, retry_s=5.0, clock=wall, monotonic=steady)
-    second = leader.Elector(leases, namespace="gpu-admission", name="certs", identity="b", duration_s=15, retry_s=5.0, clock=wall, monotonic=steady)
+    first = leader.Elector(
+        leases, namespace="gpu-admission", name="certs", identity="a", duration_s=15, retry_s=5.0, clock=wall, monotonic=steady
+    )
+    second = leader.Elector(
+        leases, namespace="gpu-admission", name="certs", identity="b", duration_s=15, retry_s=5.0, clock=wall, monotonic=steady
+    )
     assert await first.step()
     assert not await second.step()
     wall.now += 3600  # NTP steps the clock an hour forward; only 5 s really passed

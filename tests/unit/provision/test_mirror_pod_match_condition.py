@@ -27,12 +27,11 @@ from aiohttp import test_utils
 from hypothesis import strategies as st
 
 from policies import cel, settings
+from tests.unit.policies.test_properties import CONFIGS, pod_spec
+from tests.unit.webhook.test_served_bytes import plain
 from webhook.admission import app as admission_app
 from webhook.admission import mirror, review
 from webhook.commands import vap
-
-from tests.unit.policies.test_properties import CONFIGS, pod_spec
-from tests.unit.webhook.test_served_bytes import plain
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 MIRROR = {"kubernetes.io/config.mirror": "0123abcd"}
@@ -72,13 +71,23 @@ def sent_by(expression: str, body: dict[str, Any]) -> bool:
 
 
 def pod_review(
-    *, username: str, annotations: dict[str, str] | None, resource: str = "pods", spec: dict[str, Any] | None = None,
-    ephemeral_update: bool = False, uid: str = "uid-1",
+    *,
+    username: str,
+    annotations: dict[str, str] | None,
+    resource: str = "pods",
+    spec: dict[str, Any] | None = None,
+    ephemeral_update: bool = False,
+    uid: str = "uid-1",
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": "p", "namespace": "team-a"}
     if annotations is not None:
         metadata["annotations"] = annotations
-    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec or {"containers": [{"name": "c", "image": "i"}]}}
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec or {"containers": [{"name": "c", "image": "i"}]},
+    }
     request: dict[str, Any] = {
         "uid": uid,
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -144,16 +153,31 @@ def test_other_resources_are_sent() -> None:
 
 
 USERS = [
-    "alice", "", "system:node:gpu-node-1", "system:node:", "system:nodes", "system:node", "System:node:x",
-    "node:system:node:x", " system:node:x", "system:serviceaccount:kube-system:replicaset-controller",
+    "alice",
+    "",
+    "system:node:gpu-node-1",
+    "system:node:",
+    "system:nodes",
+    "system:node",
+    "System:node:x",
+    "node:system:node:x",
+    " system:node:x",
+    "system:serviceaccount:kube-system:replicaset-controller",
 ]
 ANNOTATIONS = st.one_of(
     st.none(),
     st.dictionaries(
-        st.sampled_from([
-            "kubernetes.io/config.mirror", "kubernetes.io/config.source", "Kubernetes.io/config.mirror",
-            "kubernetes.io/config.mirror ", "team", "ALIYUN_COM_GPU_MEM_IDX", "gpu-admission.io/allocation",
-        ]),
+        st.sampled_from(
+            [
+                "kubernetes.io/config.mirror",
+                "kubernetes.io/config.source",
+                "Kubernetes.io/config.mirror",
+                "kubernetes.io/config.mirror ",
+                "team",
+                "ALIYUN_COM_GPU_MEM_IDX",
+                "gpu-admission.io/allocation",
+            ]
+        ),
         st.sampled_from(["", "0123abcd", "forged", "0"]),
         max_size=3,
     ),
@@ -172,9 +196,7 @@ def mutation_and_verdict(answer: dict[str, Any]) -> dict[str, Any]:
 
 @hypothesis.settings(max_examples=150, deadline=None, suppress_health_check=list(hypothesis.HealthCheck))
 @hypothesis.given(
-    cases=st.lists(
-        st.tuples(st.sampled_from(USERS), ANNOTATIONS, pod_spec, st.booleans()), min_size=1, max_size=4
-    ),
+    cases=st.lists(st.tuples(st.sampled_from(USERS), ANNOTATIONS, pod_spec, st.booleans()), min_size=1, max_size=4),
     config=st.sampled_from(CONFIGS),
 )
 def test_generated_reviews_get_the_outcome_they_got_with_the_condition_on_both_webhooks(
@@ -189,11 +211,15 @@ def test_generated_reviews_get_the_outcome_they_got_with_the_condition_on_both_w
     async def run() -> None:
         async with test_utils.TestClient(test_utils.TestServer(admission_app.make_app(loaded))) as client:
             for index, (username, annotations, spec, ephemeral_update) in enumerate(cases):
-                body = pod_review(username=username, annotations=annotations, spec=spec, ephemeral_update=ephemeral_update, uid=f"uid-{index}")
+                body = pod_review(
+                    username=username, annotations=annotations, spec=spec, ephemeral_update=ephemeral_update, uid=f"uid-{index}"
+                )
                 skipped = not sent_by(expression, body)
                 assert mirror.is_kubelets_mirror_pod(review.check(body)) == skipped, (username, annotations)
                 for endpoint in ("mutate", "validate"):
-                    answer = await client.post(f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"})
+                    answer = await client.post(
+                        f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"}
+                    )
                     assert answer.status == 200
                     served = await answer.read()
                     if skipped:
@@ -212,7 +238,9 @@ def test_a_tenants_forged_mirror_pod_is_still_refused_and_patched() -> None:
         "nodeName": "gpu-node-1",
         "containers": [
             {
-                "name": "c", "image": "i", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                "name": "c",
+                "image": "i",
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
                 "resources": {"limits": {"aliyun.com/gpu-mem": 15}},
                 "volumeMounts": [{"name": "dev", "mountPath": "/dev"}],
             }
@@ -227,7 +255,9 @@ def test_a_tenants_forged_mirror_pod_is_still_refused_and_patched() -> None:
             for username in ("alice", "system:node:gpu-node-1"):
                 body = pod_review(username=username, annotations=forged, spec=spec)
                 for endpoint in ("mutate", "validate"):
-                    answer = await client.post(f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"})
+                    answer = await client.post(
+                        f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"}
+                    )
                     seen[(username, endpoint)] = json.loads(await answer.read())["response"]
         return seen
 

@@ -18,11 +18,11 @@ import yaml
 from prometheus_client import parser as text_parser
 
 from webhook.admission import clustercontext, configwatch
-from webhook.serving import metrics, tls
 from webhook.audit import background
 from webhook.extender import app as extender_app
 from webhook.extender import occupancy
 from webhook.labeler import health, runner
+from webhook.serving import metrics, tls
 
 REPO = Path(__file__).resolve().parents[3]
 RULES = REPO / "deploy" / "components" / "monitoring" / "rules.yaml"
@@ -31,7 +31,12 @@ DASHBOARD = REPO / "deploy" / "grafana" / "gpu-admission.json"
 
 # Our names all start so; PromQL functions, keywords and label names never do.
 _METRIC = re.compile(r"\b(?:gpu_admission_[a-z0-9_]+|process_[a-z0-9_]+)\b")
-_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",), "summary": ("", "_sum", "_count")}
+_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "gauge": ("",),
+    "summary": ("", "_sum", "_count"),
+}
 
 
 class _Loop:
@@ -93,7 +98,9 @@ def test_every_metric_the_rules_use_is_exported() -> None:
     used = {name for expr in _rule_expressions() for name in _METRIC.findall(expr)}
     assert used and used <= names, sorted(used - names)
     # The five alerts the issue asks for are there, each on the metric that measures it.
-    alerts = {rule["alert"]: rule["expr"] for group in yaml.safe_load(RULES.read_text())["spec"]["groups"] for rule in group["rules"]}
+    alerts = {
+        rule["alert"]: rule["expr"] for group in yaml.safe_load(RULES.read_text())["spec"]["groups"] for rule in group["rules"]
+    }
     assert "gpu_admission_certificate_expiry_timestamp_seconds" in alerts["GpuAdmissionCertificateExpiresSoon"]
     assert 'result="denied"' in alerts["GpuAdmissionDenyRateHigh"]
     assert "gpu_admission_review_duration_seconds_bucket" in alerts["GpuAdmissionLatencyNearTimeout"]
@@ -120,7 +127,9 @@ def test_the_name_check_catches_a_name_we_do_not_export() -> None:
 def test_the_latency_alert_stays_under_the_webhook_timeout() -> None:
     configurations = list(yaml.safe_load_all((REPO / "deploy" / "webhook-configurations.yaml").read_text()))
     timeouts = {hook["timeoutSeconds"] for doc in configurations if doc for hook in doc.get("webhooks", [])}
-    expressions = {rule["alert"]: rule["expr"] for group in yaml.safe_load(RULES.read_text())["spec"]["groups"] for rule in group["rules"]}
+    expressions = {
+        rule["alert"]: rule["expr"] for group in yaml.safe_load(RULES.read_text())["spec"]["groups"] for rule in group["rules"]
+    }
     found = re.search(r"\)\)\)\s*>\s*([\d.]+)", expressions["GpuAdmissionLatencyNearTimeout"])
     threshold = float(found.group(1))  # type: ignore[union-attr]
     assert timeouts and 0 < threshold < min(timeouts)
@@ -150,5 +159,7 @@ def test_the_monitors_scrape_ports_the_workloads_declare() -> None:
     added = [op["value"] for op in operations if op["path"].endswith("/ports/-")]
     assert added == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
     assert [e["port"] for e in monitors["gpu-admission-webhook"]["spec"]["podMetricsEndpoints"]] == ["metrics"]
-    webhook = next(doc for doc in yaml.safe_load_all((deploy / "webhook.yaml").read_text()) if doc and doc["kind"] == "Deployment")
+    webhook = next(
+        doc for doc in yaml.safe_load_all((deploy / "webhook.yaml").read_text()) if doc and doc["kind"] == "Deployment"
+    )
     assert webhook["spec"]["template"]["spec"]["containers"][0]["name"] == "webhook"  # what containers/0 patches

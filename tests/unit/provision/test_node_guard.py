@@ -22,8 +22,8 @@ import yaml
 from cel_expr_python import cel  # type: ignore[import-untyped]  # stubs without py.typed
 from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import-untyped]
 
-from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies import gpu
+from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies.gpu import usage
 from webhook.labeler import inventory, labels, ownership
 
@@ -126,14 +126,23 @@ LABELER_USER = service_account_user(DEPLOY / "labeler.yaml")
 EXTENDER_USER = service_account_user(DEPLOY / "extender.yaml")
 
 
-def request(*, user: str, name: str = "node-a", operation: str = "UPDATE", subresource: str = "", claim: str | None = "node-a",
-            resource: str = "nodes") -> dict[str, Any]:
+def request(
+    *,
+    user: str,
+    name: str = "node-a",
+    operation: str = "UPDATE",
+    subresource: str = "",
+    claim: str | None = "node-a",
+    resource: str = "nodes",
+) -> dict[str, Any]:
     """An AdmissionRequest as CEL sees it: empty fields left out, as in the apiserver's JSON."""
     user_info: dict[str, Any] = {"username": user, "groups": ["system:serviceaccounts", "system:authenticated"]}
     if claim is not None:
         user_info["extra"] = {NODE_CLAIM: [claim], "authentication.kubernetes.io/pod-name": ["labeler-x"]}
     built: dict[str, Any] = {
-        "operation": operation, "name": name, "userInfo": user_info,
+        "operation": operation,
+        "name": name,
+        "userInfo": user_info,
         "resource": {"group": "", "version": "v1", "resource": resource},
     }
     if subresource:
@@ -143,9 +152,13 @@ def request(*, user: str, name: str = "node-a", operation: str = "UPDATE", subre
 
 def node(name: str = "node-a") -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {
-            "name": name, "uid": "0f6d", "resourceVersion": "41", "creationTimestamp": "2026-01-01T00:00:00Z",
+            "name": name,
+            "uid": "0f6d",
+            "resourceVersion": "41",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
             "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": "z1", gpu.SCHEDULE_LABEL: "cgpu"},
             "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
         },
@@ -192,10 +205,21 @@ def test_the_labeler_policy_lists_exactly_the_labels_annotations_and_resources_t
     spec = policy(guard, LABELER)["spec"]
     own_labels = set(literal_list(spec, "ownLabels"))
     own_annotations = set(literal_list(spec, "ownAnnotations"))
-    assert own_labels == {gpu.CARD_NAME_LABEL, gpu.CARD_MEMORY_LABEL, gpu.CARD_COUNT_LABEL, gpu.CARD_MEMORY_MIB_LABEL,
-                          labels.DRIVER_VERSION_LABEL, labels.CUDA_VERSION_LABEL}
-    assert own_annotations == {gpu.INVENTORY_ANNOTATION, gpu.TOPOLOGY_ANNOTATION, labels.MIXED_ANNOTATION,
-                               ownership.OWNED_ANNOTATION, usage.USAGE_ANNOTATION}
+    assert own_labels == {
+        gpu.CARD_NAME_LABEL,
+        gpu.CARD_MEMORY_LABEL,
+        gpu.CARD_COUNT_LABEL,
+        gpu.CARD_MEMORY_MIB_LABEL,
+        labels.DRIVER_VERSION_LABEL,
+        labels.CUDA_VERSION_LABEL,
+    }
+    assert own_annotations == {
+        gpu.INVENTORY_ANNOTATION,
+        gpu.TOPOLOGY_ANNOTATION,
+        labels.MIXED_ANNOTATION,
+        ownership.OWNED_ANNOTATION,
+        usage.USAGE_ANNOTATION,
+    }
     # And by behaviour: a node with everything (mixed cards, versions, links) gets nothing outside them.
     desired = labels.compute(INVENTORY)
     assert set(desired.labels) == own_labels
@@ -213,7 +237,9 @@ def test_the_extender_policy_lists_exactly_the_stamp_and_the_annotations_bind_wr
     assert literal_list(spec, "nodeAnnotations") == [gpu.LEDGER_FREED_ANNOTATION]
     shared = allocation_.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0,), memory_gib=4)
     whole = allocation_.Allocation(uid="u", namespace="n", name="p", node="node-a", cards=(0, 1), whole=True)
-    written = set(allocation_.bind_annotations(shared, card_memory_gib=15)) | set(allocation_.bind_annotations(whole, card_memory_gib=15))
+    written = set(allocation_.bind_annotations(shared, card_memory_gib=15)) | set(
+        allocation_.bind_annotations(whole, card_memory_gib=15)
+    )
     assert set(literal_list(spec, "bindingAnnotations")) == written
 
 
@@ -235,7 +261,9 @@ def test_the_labeler_rbac_writes_nothing_but_nodes_and_their_status() -> None:
     [role] = [d for d in documents(DEPLOY / "labeler.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: set(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
     assert verbs["nodes"] == {"get", "patch"} and verbs["nodes/status"] == {"patch"}
-    writes = {resource: granted - {"get", "list", "watch"} for resource, granted in verbs.items() if not resource.startswith("nodes")}
+    writes = {
+        resource: granted - {"get", "list", "watch"} for resource, granted in verbs.items() if not resource.startswith("nodes")
+    }
     assert not any(writes.values()), writes
 
 
@@ -246,10 +274,13 @@ def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> No
     [role] = [d for d in documents(DEPLOY / "extender.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: sorted(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
     assert verbs == {
-        "nodes": ["get", "list", "patch", "watch"], "pods": ["get", "list", "watch"], "pods/binding": ["create"],
+        "nodes": ["get", "list", "patch", "watch"],
+        "pods": ["get", "list", "watch"],
+        "pods/binding": ["create"],
         "poddisruptionbudgets": ["list"],
         # DRA (docs/dra.md): read slices and claims; the leader's DeviceTaintRules, nothing else written
-        "resourceslices": ["list", "watch"], "resourceclaims": ["list", "watch"],
+        "resourceslices": ["list", "watch"],
+        "resourceclaims": ["list", "watch"],
         "devicetaintrules": ["create", "delete", "list"],
     }
 
@@ -275,7 +306,9 @@ def test_the_labelers_stale_removal_and_take_over_pass(labeler_policy: Policy) -
     assert verdict.allowed, verdict.denials
     # Another component's aliyun.accelerator labels, taken over with --take-over.
     foreign = node()
-    foreign["metadata"]["labels"].update({gpu.CARD_NAME_LABEL: "Tesla-P4", gpu.CARD_COUNT_LABEL: "1", gpu.CARD_MEMORY_LABEL: "7611MiB"})
+    foreign["metadata"]["labels"].update(
+        {gpu.CARD_NAME_LABEL: "Tesla-P4", gpu.CARD_COUNT_LABEL: "1", gpu.CARD_MEMORY_LABEL: "7611MiB"}
+    )
     taken = ownership.plan(ownership.Node.from_object(foreign), desired=labels.compute(INVENTORY), take_over=True)
     verdict = labeler_policy.review(request=request(user=LABELER_USER), obj=merged(foreign, taken.patch or {}), old=foreign)
     assert verdict.allowed, verdict.denials
@@ -285,7 +318,9 @@ def test_the_labelers_real_capacity_patch_passes_on_node_status(labeler_policy: 
     before = node()
     patch = ownership.capacity_patch(ownership.Node.from_object(before), want=labels.capacity(INVENTORY, mode=gpu.Mode.CGPU))
     assert patch is not None and str(gpu.Resource.GPU_MEM) in patch["status"]["capacity"]
-    verdict = labeler_policy.review(request=request(user=LABELER_USER, subresource="status"), obj=merged(before, patch), old=before)
+    verdict = labeler_policy.review(
+        request=request(user=LABELER_USER, subresource="status"), obj=merged(before, patch), old=before
+    )
     assert verdict.allowed, verdict.denials
 
 
@@ -347,7 +382,9 @@ def test_a_token_without_a_node_claim_is_refused_everything(labeler_policy: Poli
         ({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "x", "uid": "1"}]}}, "ownerReferences"),
     ],
 )
-def test_anything_but_its_own_keys_on_its_own_node_is_refused(labeler_policy: Policy, patch: dict[str, Any], refused: str) -> None:
+def test_anything_but_its_own_keys_on_its_own_node_is_refused(
+    labeler_policy: Policy, patch: dict[str, Any], refused: str
+) -> None:
     before = node()
     # Mixed in with a legitimate change, so that the refusal is not an all-or-nothing accident.
     after = merged(merged(before, {"metadata": {"labels": {gpu.CARD_COUNT_LABEL: "2"}}}), patch)
@@ -402,13 +439,16 @@ def test_the_extenders_stamp_passes_and_nothing_else_on_a_node(extender_policy: 
         message = denied(extender_policy, obj=merged(after, patch), old=before, user=EXTENDER_USER, claim=None)
         assert refused in message, (patch, message)
     status = merged(before, {"status": {"capacity": {str(gpu.Resource.GPU_MEM): "300"}}})
-    assert "spec or status" in denied(extender_policy, obj=status, old=before, user=EXTENDER_USER, claim=None, subresource="status")
+    assert "spec or status" in denied(
+        extender_policy, obj=status, old=before, user=EXTENDER_USER, claim=None, subresource="status"
+    )
     assert "not create nodes" in denied(extender_policy, obj=node(), old=None, user=EXTENDER_USER, claim=None, operation="CREATE")
 
 
 def binding(annotations: Mapping[str, str]) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Binding",
+        "apiVersion": "v1",
+        "kind": "Binding",
         "metadata": {"name": "p", "namespace": "team", "uid": "u", "annotations": dict(annotations)},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"},
     }
@@ -418,10 +458,13 @@ def test_the_extenders_binding_may_carry_only_the_allocation_annotations(extende
     def review(obj: dict[str, Any]) -> Verdict:
         return extender_policy.review(
             request=request(user=EXTENDER_USER, claim=None, operation="CREATE", resource="pods", subresource="binding", name="p"),
-            obj=obj, old=None,
+            obj=obj,
+            old=None,
         )
 
-    allocation = allocation_.Allocation(uid="u", namespace="team", name="p", node="node-a", cards=(1,), memory_gib=4, assumed_at=1.0)
+    allocation = allocation_.Allocation(
+        uid="u", namespace="team", name="p", node="node-a", cards=(1,), memory_gib=4, assumed_at=1.0
+    )
     written = allocation_.bind_annotations(allocation, card_memory_gib=15)
     assert review(binding(written)).allowed
     no_annotations = binding({})
@@ -447,6 +490,8 @@ def test_messages_name_the_refused_key_and_what_is_allowed(labeler_policy: Polic
     before = node()
     after = merged(before, {"metadata": {"labels": {"topology.kubernetes.io/zone": "z9"}}})
     message = denied(labeler_policy, obj=after, old=before, user=LABELER_USER)
-    assert message.startswith("gpu-admission node guard: the labeler may change only its own labels (aliyun.accelerator/nvidia_name, ")
+    assert message.startswith(
+        "gpu-admission node guard: the labeler may change only its own labels (aliyun.accelerator/nvidia_name, "
+    )
     assert message.endswith("), not topology.kubernetes.io/zone")
     assert json.dumps(message)  # a plain string the apiserver can carry

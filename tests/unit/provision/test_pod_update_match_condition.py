@@ -125,9 +125,18 @@ def test_pod_updates_are_validated_but_never_mutated_and_the_mirror_pod_conditio
 
 # --- GPU010: device-injection annotations -----------------------------------------------------------
 
-DEVICE_KEYS = ["cdi.k8s.io/gpu", "nvidia.cdi.k8s.io/container.main", "nvidia.cdi.k8s.io/pod", "nvidia.cdi.k8s.io",
-               "cdi-devices.noderesource.dev/container.main", "cdi-devices.nri.io", "devices.noderesource.dev/pod",
-               "devices.nri.io/container.c", "mounts.noderesource.dev/pod", "mounts.nri.io"]
+DEVICE_KEYS = [
+    "cdi.k8s.io/gpu",
+    "nvidia.cdi.k8s.io/container.main",
+    "nvidia.cdi.k8s.io/pod",
+    "nvidia.cdi.k8s.io",
+    "cdi-devices.noderesource.dev/container.main",
+    "cdi-devices.nri.io",
+    "devices.noderesource.dev/pod",
+    "devices.nri.io/container.c",
+    "mounts.noderesource.dev/pod",
+    "mounts.nri.io",
+]
 
 
 @pytest.mark.parametrize("key", DEVICE_KEYS)
@@ -151,7 +160,9 @@ def test_a_device_annotation_kept_or_removed_is_not_sent(condition: cel.Expressi
     assert not sent(condition, req=req, new=pod(None), old=pod({key: "nvidia.com/gpu=0"}))
 
 
-@pytest.mark.parametrize("key", ["CDI.K8S.IO/gpu", "cdi.k8s.io.gpu", "xcdi.k8s.io/gpu", "example.com/cdi.k8s.io", "nvidia.com/gpu"])
+@pytest.mark.parametrize(
+    "key", ["CDI.K8S.IO/gpu", "cdi.k8s.io.gpu", "xcdi.k8s.io/gpu", "example.com/cdi.k8s.io", "nvidia.com/gpu"]
+)
 def test_keys_no_reader_acts_on_are_not_sent(condition: cel.Expression, key: str) -> None:
     assert not gpu.is_device_annotation(key)
     assert not sent(condition, req=request(), new=pod({key: "nvidia.com/gpu=all"}), old=pod(None))

@@ -15,10 +15,10 @@ from kubernetes.client import exceptions as client_exceptions
 
 from certs import authority, rotation
 from tests.unit.provision.conftest import MemoryClients, MemoryLeases, MemoryStore, presented_certificate
+from webhook.certificates import provision
 from webhook.kube import errors as kube_errors
 from webhook.kube import leader
 from webhook.serving import metrics, tls
-from webhook.certificates import provision
 
 NOW = datetime.datetime(2026, 3, 1, 12, 0, tzinfo=datetime.UTC)
 HOSTS = provision.Target().hosts
@@ -83,7 +83,10 @@ def test_target_hosts_are_the_service_names_then_the_extra_hosts_each_once() -> 
     assert provision.Target(service="", extra_hosts=("127.0.0.1",)).hosts == ("127.0.0.1",)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("365d", 365 * 86400), ("60d", 60 * 86400), ("1h30m", 5400), ("90s", 90), ("0.5s", 0.5), ("12", 12), ("500ms", 0.5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("365d", 365 * 86400), ("60d", 60 * 86400), ("1h30m", 5400), ("90s", 90), ("0.5s", 0.5), ("12", 12), ("500ms", 0.5)],
+)
 def test_durations(text: str, seconds: float) -> None:
     assert provision.duration(text).total_seconds() == seconds
 
@@ -118,7 +121,9 @@ def served_serial(context: ssl.SSLContext) -> int:
     return presented_certificate(context, server_hostname=provision.SERVICE + ".gpu-admission.svc").serial_number
 
 
-async def test_one_replica_writes_and_both_serve_every_renewal(store: MemoryStore, clients: MemoryClients, leases: MemoryLeases) -> None:
+async def test_one_replica_writes_and_both_serve_every_renewal(
+    store: MemoryStore, clients: MemoryClients, leases: MemoryLeases
+) -> None:
     clock = Clock()
     first, second = manager(store, clients, leases, "a", clock), manager(store, clients, leases, "b", clock)
     material = await first.bootstrap(retry_s=0)
@@ -144,7 +149,9 @@ async def test_one_replica_writes_and_both_serve_every_renewal(store: MemoryStor
     assert served_serial(second.serving.context) == served_serial(first.serving.context) != initial
 
 
-async def test_bootstrap_of_a_follower_waits_until_the_leader_has_written(store: MemoryStore, clients: MemoryClients, leases: MemoryLeases) -> None:
+async def test_bootstrap_of_a_follower_waits_until_the_leader_has_written(
+    store: MemoryStore, clients: MemoryClients, leases: MemoryLeases
+) -> None:
     clock = Clock()
     first, second = manager(store, clients, leases, "a", clock), manager(store, clients, leases, "b", clock)
     await first.elector.step()  # a holds the Lease but has not written yet
@@ -163,7 +170,9 @@ async def test_bootstrap_of_a_follower_waits_until_the_leader_has_written(store:
     assert calls == 2 and material.serving is not None and not second.elector.leader
 
 
-async def test_a_stored_pair_that_does_not_load_keeps_the_served_one(store: MemoryStore, clients: MemoryClients, leases: MemoryLeases) -> None:
+async def test_a_stored_pair_that_does_not_load_keeps_the_served_one(
+    store: MemoryStore, clients: MemoryClients, leases: MemoryLeases
+) -> None:
     clock = Clock()
     one = manager(store, clients, leases, "a", clock)
     material = await one.bootstrap(retry_s=0)
@@ -172,7 +181,11 @@ async def test_a_stored_pair_that_does_not_load_keeps_the_served_one(store: Memo
     before = one.serving.fingerprint
     other = provision.reconcile(MemoryStore(), None, hosts=HOSTS, now=NOW).material
     assert other.serving is not None and material.serving is not None
-    broken = rotation.Material(trusted=material.trusted, ca=material.ca, serving=authority.KeyPair(certificate=other.serving.certificate, key=material.serving.key))
+    broken = rotation.Material(
+        trusted=material.trusted,
+        ca=material.ca,
+        serving=authority.KeyPair(certificate=other.serving.certificate, key=material.serving.key),
+    )
     assert not one.apply(broken)
     assert one.serving.fingerprint == before
 
@@ -226,7 +239,13 @@ def test_a_new_secret_is_created_as_kubernetes_tls_with_our_labels() -> None:
 def test_an_existing_secret_is_replaced_conditionally_keeping_its_type_and_labels() -> None:
     existing = {
         "type": "Opaque",
-        "metadata": {"name": provision.SECRET, "namespace": "gpu-admission", "resourceVersion": "7", "labels": {"team": "infra"}, "managedFields": [{}]},
+        "metadata": {
+            "name": provision.SECRET,
+            "namespace": "gpu-admission",
+            "resourceVersion": "7",
+            "labels": {"team": "infra"},
+            "managedFields": [{}],
+        },
         "data": {"ca.crt": base64.b64encode(b"x").decode(), "junk": "!!not base64!!"},
     }
     core = FakeCore(existing)

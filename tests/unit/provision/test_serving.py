@@ -23,11 +23,11 @@ from certs import rotation
 from policies import settings
 from tests.unit.provision.conftest import presented_certificate
 from webhook import cli
+from webhook.admission import app as admission_app
+from webhook.admission import keys
 from webhook.certificates import certfiles
 from webhook.cmdline import errors
 from webhook.serving import metrics, shell, tls
-from webhook.admission import app as admission_app
-from webhook.admission import keys
 
 REPO = Path(__file__).resolve().parents[3]
 NOW = datetime.datetime.now(datetime.UTC)
@@ -45,7 +45,11 @@ def certs(tmp_path: Path) -> Path:
 
 def watching(certs: Path) -> tuple[tls.FileWatch, metrics.Registry]:
     registry = metrics.Registry()
-    watch = tls.FileWatch(tls.Serving(tls.new_server_context(), gauge=tls.expiry_gauge(registry)), cert_file=str(certs / "tls.crt"), key_file=str(certs / "tls.key"))
+    watch = tls.FileWatch(
+        tls.Serving(tls.new_server_context(), gauge=tls.expiry_gauge(registry)),
+        cert_file=str(certs / "tls.crt"),
+        key_file=str(certs / "tls.key"),
+    )
     watch.start()
     return watch, registry
 
@@ -64,14 +68,18 @@ def test_rewritten_files_are_served_by_the_same_context_and_the_expiry_metric_fo
     assert "# TYPE gpu_admission_certificate_expiry_timestamp_seconds gauge" in registry.render()
 
 
-def test_a_half_written_rotation_keeps_the_old_pair_and_is_retried_until_complete(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_half_written_rotation_keeps_the_old_pair_and_is_retried_until_complete(
+    certs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     watch, _ = watching(certs)
     before = presented_certificate(watch.serving.context)
     fresh = tmp_path_factory.mktemp("fresh")
     certfiles.generate(out_dir=fresh, hosts=("localhost",), now=NOW)
     certfiles.write_atomically(certs / "tls.key", (fresh / "tls.key").read_bytes(), mode=0o600)  # key first, as generate writes
     assert watch.changed() and not watch.reload(reason="test")
-    assert presented_certificate(watch.serving.context) == before, "OpenSSL would have dropped the live key: the pair was tried aside first"
+    assert presented_certificate(watch.serving.context) == before, (
+        "OpenSSL would have dropped the live key: the pair was tried aside first"
+    )
     certfiles.write_atomically(certs / "tls.crt", (fresh / "tls.crt").read_bytes(), mode=0o644)
     assert watch.reload(reason="test") and presented_certificate(watch.serving.context) == leaf(fresh)
 
@@ -110,9 +118,29 @@ async def test_a_draining_app_closes_each_connection_after_its_answer() -> None:
 
 def test_sigterm_drains_ready_503_and_connection_close_then_stops_accepting_then_exits(certs: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--tls-cert-file", str(certs / "tls.crt"),
-         "--tls-private-key-file", str(certs / "tls.key"), "--drain-seconds", "2.5", "--drain-idle-seconds", "10"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(certs / "tls.crt"),
+            "--tls-private-key-file",
+            str(certs / "tls.key"),
+            "--drain-seconds",
+            "2.5",
+            "--drain-idle-seconds",
+            "10",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         assert process.stdout is not None
@@ -167,12 +195,17 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     ("argv", "needle"),
     [
         (["serve", "--port", "0"], "either --tls-cert-file"),
-        (["serve", "--port", "0", "--self-managed-certs", "--tls-cert-file", "x", "--tls-private-key-file", "y"], "either --tls-cert-file"),
+        (
+            ["serve", "--port", "0", "--self-managed-certs", "--tls-cert-file", "x", "--tls-private-key-file", "y"],
+            "either --tls-cert-file",
+        ),
         (["serve", "--port", "0", "--tls-cert-file", "x"], "go together"),
         (["serve", "--port", "0", "--self-managed-certs", "--renew-before", "400d"], "renew-before"),
     ],
 )
-def test_serve_certificate_modes_are_checked_in_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+def test_serve_certificate_modes_are_checked_in_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
     status, out, err = run(capsys, *argv)
     assert status == 2 and out == "" and err.count("\n") == 1 and needle in err
 
@@ -222,6 +255,7 @@ def test_certs_show_output_file_writes_the_report_whole_and_prints_nothing(
     target.write_text("an older report\n")
     status_file, out, _ = run(capsys, "certs", "show", "--out-dir", str(certs), "-o", "json", "--output-file", str(target))
     assert status_file == status == 0 and out == ""
+
     def steady(text: str) -> Any:  # daysLeft moves with the clock between the two runs
         report = json.loads(text)
         for row in report["certificates"]:

@@ -38,18 +38,29 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     scheduler = authority.issue_client(client_ca, common_name="kube-scheduler", now=now)
     stranger = authority.issue_client(serving_ca, common_name="someone-else", now=now)  # trusted for serving, not as a client
     files = {
-        "ca.crt": serving_ca.certificate_pem, "tls.crt": serving.certificate_pem, "tls.key": serving.key_pem,
-        "client-ca.crt": client_ca.certificate_pem, "scheduler.crt": scheduler.certificate_pem, "scheduler.key": scheduler.key_pem,
-        "stranger.crt": stranger.certificate_pem, "stranger.key": stranger.key_pem,
+        "ca.crt": serving_ca.certificate_pem,
+        "tls.crt": serving.certificate_pem,
+        "tls.key": serving.key_pem,
+        "client-ca.crt": client_ca.certificate_pem,
+        "scheduler.crt": scheduler.certificate_pem,
+        "scheduler.key": scheduler.key_pem,
+        "stranger.crt": stranger.certificate_pem,
+        "stranger.key": stranger.key_pem,
     }
     for name, data in files.items():
         (directory / name).write_bytes(data)
-    (directory / "kubeconfig").write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "nowhere",
-        "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "nobody", "user": {"token": "not-a-token"}}],
-        "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "nobody"}}],
-    }))
+    (directory / "kubeconfig").write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "nowhere",
+                "clusters": [{"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "nobody", "user": {"token": "not-a-token"}}],
+                "contexts": [{"name": "nowhere", "context": {"cluster": "nowhere", "user": "nobody"}}],
+            }
+        )
+    )
     return directory
 
 
@@ -57,10 +68,26 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def extender(pki: pathlib.Path) -> Iterator[int]:
     log = (pki / "extender.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "extender", "--host", "127.0.0.1", "--port", "0",
-         "--tls-cert-file", str(pki / "tls.crt"), "--tls-private-key-file", str(pki / "tls.key"),
-         "--tls-client-ca-file", str(pki / "client-ca.crt"), "--kubeconfig", str(pki / "kubeconfig")],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "extender",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(pki / "tls.crt"),
+            "--tls-private-key-file",
+            str(pki / "tls.key"),
+            "--tls-client-ca-file",
+            str(pki / "client-ca.crt"),
+            "--kubeconfig",
+            str(pki / "kubeconfig"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 30
@@ -81,9 +108,13 @@ def extender(pki: pathlib.Path) -> Iterator[int]:
 
 
 def _post(port: int, path: str, *, pki: pathlib.Path, cert: str | None) -> tuple[int, dict[str, object]]:
-    body = json.dumps(BIND if path == "/bind" else {"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "NodeNames": ["gpu-0"]}).encode()
-    request = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-               "Connection: close\r\n\r\n").encode() + body
+    body = json.dumps(
+        BIND if path == "/bind" else {"Pod": {"metadata": {"name": "p"}, "spec": {"containers": []}}, "NodeNames": ["gpu-0"]}
+    ).encode()
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + body
     pair = None if cert is None else (pki / f"{cert}.crt", pki / f"{cert}.key")
     status, payload, _ = tlsclient.exchange(port, request, ca_file=pki / "ca.crt", client=pair)
     return status, json.loads(payload or b"{}")
@@ -109,7 +140,10 @@ def test_the_schedulers_certificate_gets_through_to_the_binder(extender: int, pk
 def test_probes_need_no_certificate(extender: int, pki: pathlib.Path) -> None:
     """/healthz answers an anonymous kubelet; 503 here, as no apiserver ever filled the cache."""
     context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    with socket.create_connection(("127.0.0.1", extender), timeout=10) as plain, context.wrap_socket(plain, server_hostname="127.0.0.1") as sock:
+    with (
+        socket.create_connection(("127.0.0.1", extender), timeout=10) as plain,
+        context.wrap_socket(plain, server_hostname="127.0.0.1") as sock,
+    ):
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         answer = b""
         while chunk := sock.recv(65536):

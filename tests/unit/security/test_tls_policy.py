@@ -169,9 +169,22 @@ def test_gpu_admission_serve_applies_the_same_policy_on_its_socket(tmp_path: pat
     certfiles.generate(out_dir=tmp_path, hosts=("127.0.0.1",), now=datetime.datetime.now(datetime.UTC))
     log = (tmp_path / "serve.out").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tls-cert-file",
+            str(tmp_path / "tls.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "tls.key"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         port = _port(tmp_path / "serve.out", process)

@@ -14,9 +14,25 @@ def serve(tls_dir: pathlib.Path, *extra: str, out: pathlib.Path, env: Mapping[st
     """The server on 127.0.0.1 and a free port with the pair in ``tls_dir``; stdout and stderr go to ``out``."""
     with out.open("w") as stream:
         return subprocess.Popen(
-            [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-             "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tls_dir / "tls.key"), *extra],
-            stdout=stream, stderr=subprocess.STDOUT, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--tls-cert-file",
+                str(tls_dir / "tls.crt"),
+                "--tls-private-key-file",
+                str(tls_dir / "tls.key"),
+                *extra,
+            ],
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
         )
 
 

@@ -4,9 +4,9 @@ the ConfigMap/Secret cache for GPU001, readiness before the first list, and the 
 from __future__ import annotations
 
 import argparse
-import pathlib
 import asyncio
 import json
+import pathlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -16,12 +16,11 @@ import pytest
 
 from policies import lookups, model, settings
 from webhook import cli
-from webhook.admission import clustercontext
+from webhook.admission import app as admission_app
+from webhook.admission import clustercontext, envsources, keys, namespaces
 from webhook.cmdline import errors
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
-from webhook.admission import app as admission_app
-from webhook.admission import envsources, keys, namespaces
 
 
 def ns(name: str, version: str = "1", **labels: str) -> dict[str, Any]:
@@ -60,7 +59,9 @@ def test_a_replace_forgets_namespaces_deleted_while_the_watch_was_down() -> None
 def test_an_expired_watch_event_raises_gone_and_other_errors_their_kube_error() -> None:
     labels = namespaces.Labels()
     with pytest.raises(kube_errors.Gone) as gone:
-        labels.apply({"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old resource version: 5 (9)"}})
+        labels.apply(
+            {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old resource version: 5 (9)"}}
+        )
     assert str(gone.value) == "namespace watch: 410 Expired: too old resource version: 5 (9)" and gone.value.status == 410
     with pytest.raises(kube_errors.ServerError) as failed:
         labels.apply({"type": "ERROR", "object": {"code": 500, "reason": "InternalError"}})
@@ -244,19 +245,26 @@ GPU = {"resources": {"limits": {"nvidia.com/gpu": 1}}}  # without one, GPU104's 
 
 
 def pod(container: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", **container}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i", **container}]},
+    }
 
 
 def test_gpu001_names_the_sources_that_can_set_visible_devices() -> None:
-    obj = pod({
-        "envFrom": [
-            {"configMapRef": {"name": "plain"}},
-            {"secretRef": {"name": "creds"}},
-            {"configMapRef": {"name": "prefixed"}, "prefix": "APP_"},  # cannot produce the variable
-            # A prefix that composes a guarded name is refused from the spec alone: nothing to read.
-            {"configMapRef": {"name": "nvidia"}, "prefix": "NVIDIA_"},
-        ]
-    })
+    obj = pod(
+        {
+            "envFrom": [
+                {"configMapRef": {"name": "plain"}},
+                {"secretRef": {"name": "creds"}},
+                {"configMapRef": {"name": "prefixed"}, "prefix": "APP_"},  # cannot produce the variable
+                # A prefix that composes a guarded name is refused from the spec alone: nothing to read.
+                {"configMapRef": {"name": "nvidia"}, "prefix": "NVIDIA_"},
+            ]
+        }
+    )
     found = lookups.env_sources(obj, namespace="lab")
     assert {(s.kind, s.name) for s in found} == {("ConfigMap", "plain"), ("Secret", "creds")}
     assert {s.namespace for s in found} == {"lab"}
@@ -266,10 +274,16 @@ def test_gpu001_sources_follow_env_precedence_and_value_from() -> None:
     # valueFrom for a guarded name is refused whatever the source holds, so it is never read; an
     # envFrom source is still read, because env sets only NVIDIA_VISIBLE_DEVICES and the source could
     # carry an isolation variable.
-    by_value_from = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}],
-                        "envFrom": [{"configMapRef": {"name": "read"}}]})
+    by_value_from = pod(
+        {
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}],
+            "envFrom": [{"configMapRef": {"name": "read"}}],
+        }
+    )
     assert {s.name for s in lookups.env_sources(by_value_from, namespace="n")} == {"read"}
-    by_value = pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], "envFrom": [{"configMapRef": {"name": "read"}}]})
+    by_value = pod(
+        {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], "envFrom": [{"configMapRef": {"name": "read"}}]}
+    )
     assert {s.name for s in lookups.env_sources(by_value, namespace="n")} == {"read"}
     prefixed = pod({"envFrom": [{"prefix": "CGPU_", "configMapRef": {"name": "prefixed"}}]})
     assert lookups.env_sources(prefixed, namespace="n") == frozenset()  # refused from the spec
@@ -367,12 +381,18 @@ def review(obj: dict[str, Any], *, namespace: str) -> dict[str, Any]:
 
 
 PRIVILEGED_GPU_POD = pod({"securityContext": {"privileged": True}, "resources": {"limits": {"nvidia.com/gpu": 1}}})
-LAB_WARNS = settings.from_mapping({
-    "namespaceOverrides": [{"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}}]
-})
+LAB_WARNS = settings.from_mapping(
+    {
+        "namespaceOverrides": [
+            {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}}
+        ]
+    }
+)
 
 
-def app_with(config: settings.Settings, *, informer: namespaces.Informer | None = None, env: envsources.Cache | None = None) -> Any:
+def app_with(
+    config: settings.Settings, *, informer: namespaces.Informer | None = None, env: envsources.Cache | None = None
+) -> Any:
     app = admission_app.make_app(config)
     if informer is not None:
         app[keys.NAMESPACES] = informer
@@ -404,10 +424,18 @@ async def test_gpu001_judges_an_env_from_config_map_by_its_data(aiohttp_client: 
     data = {"devices": {"NVIDIA_VISIBLE_DEVICES": "all"}, "other": {"LOG_LEVEL": "debug"}}
     env = envsources.Cache(lambda s: data.get(s.name))
     client = await aiohttp_client(app_with(settings.Settings(), env=env))
-    answered = await (await client.post("/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "devices"}}]}), namespace="lab"))).json()
+    answered = await (
+        await client.post(
+            "/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "devices"}}]}), namespace="lab")
+        )
+    ).json()
     assert answered["response"]["allowed"] is False
     assert "GPU001" in answered["response"]["status"]["message"] and "'devices'" in answered["response"]["status"]["message"]
-    answered = await (await client.post("/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "other"}}]}), namespace="lab"))).json()
+    answered = await (
+        await client.post(
+            "/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "other"}}]}), namespace="lab")
+        )
+    ).json()
     assert answered["response"]["allowed"] is True and not answered["response"].get("warnings")
 
 
@@ -434,7 +462,9 @@ async def test_lookups_do_not_block_the_event_loop(aiohttp_client: Callable[...,
         return None
 
     client = await aiohttp_client(app_with(settings.Settings(), env=envsources.Cache(slow, timeout_s=2)))
-    pending = asyncio.ensure_future(client.post("/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "x"}}]}), namespace="lab")))
+    pending = asyncio.ensure_future(
+        client.post("/validate", json=review(pod({**GPU, "envFrom": [{"configMapRef": {"name": "x"}}]}), namespace="lab"))
+    )
     try:
         assert (await client.get("/healthz")).status == 200, "the loop answers while the read waits"
         assert not pending.done()
@@ -452,9 +482,13 @@ def serve_args(*extra: str) -> argparse.Namespace:
 
 def test_with_access_labels_and_config_maps_are_on_and_secrets_off() -> None:
     parts = clustercontext.wanted(serve_args("--kubeconfig", "kc"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=True, configmaps=True, secrets=False, nodes=True, events=True, claims=True)
+    assert parts == clustercontext.Wanted(
+        namespace_labels=True, configmaps=True, secrets=False, nodes=True, events=True, claims=True
+    )
     parts = clustercontext.wanted(serve_args("--no-namespace-labels", "--lookup-secrets", "--no-events"), access=True)
-    assert parts == clustercontext.Wanted(namespace_labels=False, configmaps=True, secrets=True, nodes=True, events=False, claims=True)
+    assert parts == clustercontext.Wanted(
+        namespace_labels=False, configmaps=True, secrets=True, nodes=True, events=False, claims=True
+    )
 
 
 def test_without_access_everything_is_off_and_asking_for_a_part_is_an_error() -> None:
@@ -509,5 +543,7 @@ async def test_the_watch_error_counter_is_there_at_zero_before_any_error(aiohttp
 
 
 def _watch_errors(exposition: str) -> float:
-    (value,) = [float(line.split()[1]) for line in exposition.splitlines() if line.startswith(clustercontext.WATCH_ERRORS_METRIC + " ")]
+    (value,) = [
+        float(line.split()[1]) for line in exposition.splitlines() if line.startswith(clustercontext.WATCH_ERRORS_METRIC + " ")
+    ]
     return value

@@ -3,8 +3,6 @@ AdmissionReview it gets with it off, while replicas of one template are judged o
 
 from __future__ import annotations
 
-import pytest
-
 import argparse
 import asyncio
 import copy
@@ -17,27 +15,27 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import hypothesis
+import pytest
 from aiohttp import test_utils
 from hypothesis import strategies as st
 
 from policies import engine, model, settings
+from tests.unit.policies.test_properties import CONFIGS, objects
 from webhook.admission import app as admission_app
 from webhook.admission import decisioncache, decisions, envsources, keys, namespaces
-
-from tests.unit.policies.test_properties import CONFIGS, objects
 
 NOW = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC)
 GPU_LIMITS = {"limits": {"nvidia.com/gpu": 1}}
 # Settings where the name, a namespace label and an expiry decide the verdict.
 NAMED = settings.from_mapping(
-    {
-        "exceptions": [
-            {"name": "exporter", "policies": ["GPU002"], "match": {"namespaces": ["team-a"], "names": ["exporter-*"]}}
-        ]
-    }
+    {"exceptions": [{"name": "exporter", "policies": ["GPU002"], "match": {"namespaces": ["team-a"], "names": ["exporter-*"]}}]}
 )
 LAB_WARNS = settings.from_mapping(
-    {"namespaceOverrides": [{"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}}]}
+    {
+        "namespaceOverrides": [
+            {"name": "lab", "namespaceSelector": {"matchLabels": {"team": "lab"}}, "policies": {"GPU002": {"action": "warn"}}}
+        ]
+    }
 )
 
 
@@ -62,7 +60,10 @@ def review(obj: Mapping[str, Any], *, uid: str, namespace: str = "team-a", opera
             "name": str(obj.get("metadata", {}).get("name", "")) if isinstance(obj.get("metadata"), dict) else "",
             "namespace": namespace,
             "operation": operation,
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller", "groups": ["system:serviceaccounts"]},
+            "userInfo": {
+                "username": "system:serviceaccount:kube-system:replicaset-controller",
+                "groups": ["system:serviceaccounts"],
+            },
             "object": obj,
             "dryRun": False,
         },
@@ -83,7 +84,10 @@ def replicas(obj: Mapping[str, Any], count: int) -> Iterator[dict[str, Any]]:
         spec = copied.get("spec")
         if copied.get("kind") == "Pod" and isinstance(spec, dict) and isinstance(spec.get("volumes", []), list):
             token = f"kube-api-access-{index:05d}"
-            spec["volumes"] = [*spec.get("volumes", []), {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
+            spec["volumes"] = [
+                *spec.get("volumes", []),
+                {"name": token, "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+            ]
             for container in spec.get("containers", []) if isinstance(spec.get("containers"), list) else []:
                 if isinstance(container, dict) and isinstance(container.get("volumeMounts", []), list):
                     mount = {"name": token, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}
@@ -138,7 +142,11 @@ class Pair:
 
 
 # Every built-in policy skips the first and third replica (by name) and judges the second.
-BY_NAME = {"exceptions": [{"name": "x", "policies": [p.id for p in engine.POLICIES], "match": {"namespaces": ["team-a"], "names": ["app-0000[02]"]}}]}
+BY_NAME = {
+    "exceptions": [
+        {"name": "x", "policies": [p.id for p in engine.POLICIES], "match": {"namespaces": ["team-a"], "names": ["app-0000[02]"]}}
+    ]
+}
 
 
 @hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(hypothesis.HealthCheck))
@@ -183,7 +191,9 @@ def test_a_decision_that_names_the_pod_is_not_kept() -> None:
         async with Pair(settings.Settings()) as pair:
             for index in range(2):
                 name = f"exporter-{index}"
-                named = pod(name, volumeMounts=[{"name": name, "mountPath": "/host-dev"}], resources={"limits": {"nvidia.com/gpu": 1}})
+                named = pod(
+                    name, volumeMounts=[{"name": name, "mountPath": "/host-dev"}], resources={"limits": {"nvidia.com/gpu": 1}}
+                )
                 named["spec"]["volumes"] = [{"name": name, "hostPath": {"path": "/dev"}}]
                 answer = (await pair.same(named))["validate"]["response"]
                 assert answer["allowed"] is False and name in answer["status"]["message"]
@@ -212,7 +222,9 @@ def test_a_namespace_label_change_changes_the_answer() -> None:
         async with Pair(LAB_WARNS, NAMESPACES=informer) as pair:
             privileged = pod(securityContext={"privileged": True}, resources=GPU_LIMITS)
             assert (await pair.same(privileged))["validate"]["response"]["allowed"] is True
-            informer.labels.apply({"type": "MODIFIED", "object": {"metadata": {"name": "team-a", "resourceVersion": "2", "labels": {}}}})
+            informer.labels.apply(
+                {"type": "MODIFIED", "object": {"metadata": {"name": "team-a", "resourceVersion": "2", "labels": {}}}}
+            )
             assert (await pair.same(privileged))["validate"]["response"]["allowed"] is False
             assert (pair.cache.misses, pair.cache.hits) == (2, 2)  # each /validate reused its /mutate's entry
 
@@ -249,7 +261,14 @@ def test_an_exception_by_name_keeps_names_in_the_key() -> None:
 # --- the cache alone ---------------------------------------------------------------------------------
 
 
-def decide(cache: decisioncache.Cache, obj: Mapping[str, Any], config: settings.Settings, *, now: datetime.datetime = NOW, **overrides: Any) -> model.Decision:
+def decide(
+    cache: decisioncache.Cache,
+    obj: Mapping[str, Any],
+    config: settings.Settings,
+    *,
+    now: datetime.datetime = NOW,
+    **overrides: Any,
+) -> model.Decision:
     env_sources = overrides.pop("env_sources", ())
     question = decisions.Question(object=obj, namespace="team-a", user="u", now=now, **overrides)
     return cache.decide(question, settings=config, env_sources=env_sources)
@@ -257,7 +276,16 @@ def decide(cache: decisioncache.Cache, obj: Mapping[str, Any], config: settings.
 
 def test_an_entry_lives_until_the_next_exception_expiry() -> None:
     expiring = settings.from_mapping(
-        {"exceptions": [{"name": "until-june-2", "policies": ["GPU002"], "match": {"namespaces": ["team-a"]}, "expires": "2026-06-02T00:00:00Z"}]}
+        {
+            "exceptions": [
+                {
+                    "name": "until-june-2",
+                    "policies": ["GPU002"],
+                    "match": {"namespaces": ["team-a"]},
+                    "expires": "2026-06-02T00:00:00Z",
+                }
+            ]
+        }
     )
     cache = decisioncache.Cache()
     privileged = pod(securityContext={"privileged": True}, resources=GPU_LIMITS)
@@ -284,7 +312,9 @@ def test_looked_up_data_json_cannot_hold_is_judged_without_the_cache() -> None:
     odd: Any = {"KEY": b"bytes, not text"}
     decision = decide(cache, reader, config, env_lookup=lambda s: odd if s == source else None, env_sources=(source,))
     assert (cache.bypassed, len(cache)) == (1, 0)
-    assert decision == decide(decisioncache.Cache(max_entries=0), reader, config, env_lookup=lambda s: odd if s == source else None)
+    assert decision == decide(
+        decisioncache.Cache(max_entries=0), reader, config, env_lookup=lambda s: odd if s == source else None
+    )
 
 
 def test_the_least_recently_used_entry_goes_first() -> None:
@@ -348,12 +378,25 @@ def test_the_bench_stream_hits_on_replicas_only_and_every_answer_matches_the_eng
     """bench/replica_stream.py's pods as the apiserver hands them over (token volume, defaults):
     Deployment and Job replicas hit, pods unique by design never do, and no cached decision differs
     from the engine's own."""
-    spec = importlib.util.spec_from_file_location("replica_stream", pathlib.Path(__file__).parents[3] / "bench" / "replica_stream.py")
+    spec = importlib.util.spec_from_file_location(
+        "replica_stream", pathlib.Path(__file__).parents[3] / "bench" / "replica_stream.py"
+    )
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("replica_stream", bench)  # dataclasses look their module up there
     spec.loader.exec_module(bench)
-    args = argparse.Namespace(seed=3, deployments=6, jobs=4, indexed_share=0.5, statefulsets=2, daemonsets=1, nodes=4, bare=5, namespaces=2, horizon_s=60.0)
+    args = argparse.Namespace(
+        seed=3,
+        deployments=6,
+        jobs=4,
+        indexed_share=0.5,
+        statefulsets=2,
+        daemonsets=1,
+        nodes=4,
+        bare=5,
+        namespaces=2,
+        horizon_s=60.0,
+    )
     config, cache = settings.Settings(), decisioncache.Cache()
     hits: dict[str, int] = {}
     for create in bench.stream(args):

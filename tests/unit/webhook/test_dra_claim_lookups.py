@@ -32,9 +32,13 @@ class Reader:
 
 def using(**ref: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "team-a"},
-        "spec": {"containers": [{"name": "main", "image": "app:1", "resources": {"claims": [{"name": "c"}]}}],
-                 "resourceClaims": [{"name": "c", **ref}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "app", "namespace": "team-a"},
+        "spec": {
+            "containers": [{"name": "main", "image": "app:1", "resources": {"claims": [{"name": "c"}]}}],
+            "resourceClaims": [{"name": "c", **ref}],
+        },
     }
 
 
@@ -77,13 +81,19 @@ async def test_a_failed_read_fails_closed(aiohttp_client: Callable[..., Any], ma
 async def test_pods_without_claims_read_nothing(aiohttp_client: Callable[..., Any], make_review: ReviewFactory) -> None:
     reader = Reader({})
     client = await aiohttp_client(app_with(claims.Cache(reader)))
-    plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "team-a"},
-             "spec": {"containers": [{"name": "main", "image": "app:1"}]}}
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "app", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "main", "image": "app:1"}]},
+    }
     assert (await validate(client, make_review, plain))["allowed"] is True
     assert reader.reads == []
 
 
-async def test_without_lookups_a_pod_using_a_claim_gets_a_warning(aiohttp_client: Callable[..., Any], make_review: ReviewFactory) -> None:
+async def test_without_lookups_a_pod_using_a_claim_gets_a_warning(
+    aiohttp_client: Callable[..., Any], make_review: ReviewFactory
+) -> None:
     client = await aiohttp_client(app_with(None))
     answer = await validate(client, make_review, using(resourceClaimName="gpu"))
     assert answer["allowed"] is True and any("cannot be judged offline" in w for w in answer.get("warnings", []))

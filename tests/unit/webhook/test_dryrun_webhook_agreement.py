@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from policies import settings as engine_settings
-from webhook.commands import dryrun
-from webhook.cmdline import manifests
 from webhook.admission import response
+from webhook.cmdline import manifests
+from webhook.commands import dryrun
 
 GPU_RESOURCES = ("nvidia.com/gpu", "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu", "cpu")
 MODES = ("default", "cgpu", "core_mem", "share", "mps", "topology", "bogus")
@@ -65,9 +65,19 @@ def pod_specs(draw: st.DrawFn) -> dict[str, Any]:
         path = draw(st.sampled_from(["/dev", "/dev/nvidia0", "/run/nvidia", "/var/lib/kubelet/device-plugins", "/data", "/"]))
         spec["volumes"] = [{"name": "host", "hostPath": {"path": path}}]
     if draw(st.booleans()):
-        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "ack.node.gpu.schedule", "operator": "In", "values": [draw(st.sampled_from(MODES))]}]}
-        ]}}}
+        spec["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "ack.node.gpu.schedule", "operator": "In", "values": [draw(st.sampled_from(MODES))]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
     return spec
 
 
@@ -77,11 +87,15 @@ def objects(draw: st.DrawFn) -> dict[str, Any]:
     namespace = draw(st.sampled_from([None, "default", "team-a", "kube-system"]))
     if namespace is not None:
         metadata["namespace"] = namespace
-    annotations = draw(st.dictionaries(
-        st.sampled_from(["gpu-admission.io/gpu-model", "gpu-admission.io/exclude-gpu-model", "gpu-admission.io/min-gpu-memory"]),
-        st.sampled_from(["Tesla-V100-SXM2-32GB", "Tesla-M40", "12000", "lots"]),
-        max_size=2,
-    ))
+    annotations = draw(
+        st.dictionaries(
+            st.sampled_from(
+                ["gpu-admission.io/gpu-model", "gpu-admission.io/exclude-gpu-model", "gpu-admission.io/min-gpu-memory"]
+            ),
+            st.sampled_from(["Tesla-V100-SXM2-32GB", "Tesla-M40", "12000", "lots"]),
+            max_size=2,
+        )
+    )
     spec = draw(pod_specs())
     kind = draw(st.sampled_from(["Pod", "Pod", "Deployment", "Job"]))
     if kind == "Pod":

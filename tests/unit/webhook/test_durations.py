@@ -15,7 +15,17 @@ def test_go_style_durations_days_and_bare_seconds_are_read(text: str, seconds: f
     assert durations.seconds(text) == seconds
 
 
-@pytest.mark.parametrize(("text", "message"), [("", "is not a duration"), ("10 minutes", "is not a duration"), ("5x", "is not a duration"), ("-3", "not negative"), ("nan", "not negative"), ("inf", "finite")])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is not a duration"),
+        ("10 minutes", "is not a duration"),
+        ("5x", "is not a duration"),
+        ("-3", "not negative"),
+        ("nan", "not negative"),
+        ("inf", "finite"),
+    ],
+)
 def test_anything_else_is_a_one_line_error_naming_the_text(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as caught:
         durations.seconds(text)

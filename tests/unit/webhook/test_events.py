@@ -20,21 +20,39 @@ GPU_ENV = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
 
 
 def denial(name: str = "trainer", *, policies: tuple[str, ...] = ("GPU001",), namespace: str = "team-a") -> events.Denial:
-    return events.Denial(namespace=namespace, kind="Deployment", name=name, api_version="apps/v1", operation="CREATE", policies=policies, message="m")
+    return events.Denial(
+        namespace=namespace,
+        kind="Deployment",
+        name=name,
+        api_version="apps/v1",
+        operation="CREATE",
+        policies=policies,
+        message="m",
+    )
 
 
 def test_the_event_names_the_object_and_the_policy_in_the_objects_namespace() -> None:
     body = events.event_body(
         events.Denial(
-            namespace="team-a", kind="Deployment", name="trainer", api_version="apps/v1", uid="u-9", operation="UPDATE",
-            policies=("GPU001", "GPU003"), message="GPU001: container main sets NVIDIA_VISIBLE_DEVICES",
+            namespace="team-a",
+            kind="Deployment",
+            name="trainer",
+            api_version="apps/v1",
+            uid="u-9",
+            operation="UPDATE",
+            policies=("GPU001", "GPU003"),
+            message="GPU001: container main sets NVIDIA_VISIBLE_DEVICES",
         ),
         now=NOW,
     )
     assert body == {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"trainer.{int(NOW * 1e9):x}", "namespace": "team-a", "labels": {"app.kubernetes.io/managed-by": "gpu-admission"}},
+        "metadata": {
+            "name": f"trainer.{int(NOW * 1e9):x}",
+            "namespace": "team-a",
+            "labels": {"app.kubernetes.io/managed-by": "gpu-admission"},
+        },
         "involvedObject": {"kind": "Deployment", "namespace": "team-a", "name": "trainer", "apiVersion": "apps/v1", "uid": "u-9"},
         "reason": "PolicyViolation",
         "message": "UPDATE denied by GPU001, GPU003: GPU001: container main sets NVIDIA_VISIBLE_DEVICES",
@@ -53,20 +71,36 @@ def test_a_long_message_is_cut_to_the_event_limit() -> None:
 
 def test_a_denial_is_taken_from_the_reviewed_object() -> None:
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "trainer-7d9f-", "uid": "u-1"}}
-    found = events.Denial.of(obj, namespace="team-a", kind="Pod", operation="CREATE", policies=["GPU002", "GPU001", "GPU002"], message="m")
+    found = events.Denial.of(
+        obj, namespace="team-a", kind="Pod", operation="CREATE", policies=["GPU002", "GPU001", "GPU002"], message="m"
+    )
     # a CREATE's object does not exist yet: no uid; a generateName names it
-    assert found == events.Denial(namespace="team-a", kind="Pod", name="trainer-7d9f-", api_version="v1", operation="CREATE", policies=("GPU001", "GPU002"), message="m")
+    assert found == events.Denial(
+        namespace="team-a",
+        kind="Pod",
+        name="trainer-7d9f-",
+        api_version="v1",
+        operation="CREATE",
+        policies=("GPU001", "GPU002"),
+        message="m",
+    )
     assert events.event_body(found, now=NOW)["metadata"]["name"].startswith("trainer-7d9f.")
-    updated = events.Denial.of(obj | {"metadata": {"name": "p", "uid": "u-1"}}, namespace="t", kind="Pod", operation="UPDATE", policies=[], message="")
+    updated = events.Denial.of(
+        obj | {"metadata": {"name": "p", "uid": "u-1"}}, namespace="t", kind="Pod", operation="UPDATE", policies=[], message=""
+    )
     assert updated is not None and updated.uid == "u-1"
 
 
 @pytest.mark.parametrize(
-    "obj", [None, {}, {"metadata": "x"}, {"metadata": {"name": 7}}, {"metadata": {}}, "text"],
+    "obj",
+    [None, {}, {"metadata": "x"}, {"metadata": {"name": 7}}, {"metadata": {}}, "text"],
 )
 def test_a_malformed_or_nameless_object_gives_no_denial_and_never_raises(obj: Any) -> None:
     assert events.Denial.of(obj, namespace="team-a", kind="Pod", operation="CREATE", policies=["GPU001"], message="m") is None
-    assert events.Denial.of({"metadata": {"name": "p"}}, namespace="", kind="Pod", operation="CREATE", policies=[], message="") is None
+    assert (
+        events.Denial.of({"metadata": {"name": "p"}}, namespace="", kind="Pod", operation="CREATE", policies=[], message="")
+        is None
+    )
 
 
 async def test_one_event_per_object_and_policies_per_interval() -> None:
@@ -157,7 +191,10 @@ def _deployment(env: list[dict[str, str]] | None) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "trainer", "namespace": "team-a"},
-        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [container]}}},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [container]}},
+        },
     }
 
 
@@ -231,7 +268,9 @@ def _kept_off_pod(*, privileged: bool = True, name: str = "dind-x7k2p") -> dict[
 def _pod_review(obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
     review = _review(obj, dry_run=dry_run)
     request = review["request"]
-    request.update(kind={"group": "", "version": "v1", "kind": "Pod"}, resource={"group": "", "version": "v1", "resource": "pods"})
+    request.update(
+        kind={"group": "", "version": "v1", "kind": "Pod"}, resource={"group": "", "version": "v1", "resource": "pods"}
+    )
     request.update(namespace="ci", name=obj["metadata"]["name"])
     return review
 
@@ -245,7 +284,13 @@ async def test_a_pod_kept_off_gpu_nodes_gets_gpu103s_notice_as_an_event_with_its
     assert answered["response"]["allowed"] is True
     await _until(lambda: len(sent) == 1)
     (body,) = sent
-    assert body["involvedObject"] == {"kind": "Pod", "namespace": "ci", "name": "dind-x7k2p", "apiVersion": "v1", "uid": "3f1c-uid"}
+    assert body["involvedObject"] == {
+        "kind": "Pod",
+        "namespace": "ci",
+        "name": "dind-x7k2p",
+        "apiVersion": "v1",
+        "uid": "3f1c-uid",
+    }
     assert body["reason"] == "KeptOffGpuNodes" and body["type"] == "Normal"
     assert body["message"] == (
         'GPU103: kept off GPU nodes (required node affinity against every GPU node label): container "dind" is '

@@ -54,19 +54,29 @@ def test_an_unreadable_pod_or_no_cluster_access_refuses() -> None:
         raise OSError("cannot read pod ml/train-0: 403 Forbidden")
 
     extra = {evictions.NODE_CLAIM: [NODE_A]}
-    assert "403 Forbidden" in evictions.judge(user=evictions.LABELER_USER, extra=extra, namespace="ml", name="train-0", pod_node=broken)
-    assert "no cluster access" in evictions.judge(user=evictions.LABELER_USER, extra=extra, namespace="ml", name="train-0", pod_node=None)
+    assert "403 Forbidden" in evictions.judge(
+        user=evictions.LABELER_USER, extra=extra, namespace="ml", name="train-0", pod_node=broken
+    )
+    assert "no cluster access" in evictions.judge(
+        user=evictions.LABELER_USER, extra=extra, namespace="ml", name="train-0", pod_node=None
+    )
     two = {evictions.NODE_CLAIM: [NODE_A, NODE_B]}  # a claim is one node; anything else is no claim
-    assert "no authentication" in evictions.judge(user=evictions.LABELER_USER, extra=two, namespace="ml", name="train-0", pod_node=pod_node)
+    assert "no authentication" in evictions.judge(
+        user=evictions.LABELER_USER, extra=two, namespace="ml", name="train-0", pod_node=pod_node
+    )
 
 
 async def test_the_endpoint_answers_the_review(aiohttp_client: Callable[..., Any], make_review: ReviewFactory) -> None:
     app = admission_app.make_app(settings.Settings())
     app[keys.POD_NODES] = pod_node
     client = await aiohttp_client(app)
-    allowed = await (await client.post("/validate-eviction", json=as_labeler(make_review(eviction("train-0")), node=NODE_A))).json()
+    allowed = await (
+        await client.post("/validate-eviction", json=as_labeler(make_review(eviction("train-0")), node=NODE_A))
+    ).json()
     assert allowed["response"]["allowed"] is True
-    refused = await (await client.post("/validate-eviction", json=as_labeler(make_review(eviction("train-1")), node=NODE_A))).json()
+    refused = await (
+        await client.post("/validate-eviction", json=as_labeler(make_review(eviction("train-1")), node=NODE_A))
+    ).json()
     assert refused["response"]["allowed"] is False and refused["response"]["status"]["code"] == 403
     assert "runs on node gpu-b, not on gpu-a" in refused["response"]["status"]["message"]
     bad = await client.post("/validate-eviction", data=b"{}")

@@ -20,9 +20,20 @@ from webhook.cmdline import flags
 
 # Every command (path of subcommand names) that reads the cluster.
 CLUSTER_COMMANDS = (
-    ("audit",), ("inspect",), ("extender",), ("serve",), ("labeler",),
-    ("certs", "install"), ("certs", "rotate"), ("certs", "show"), ("certs", "extender"),
-    ("explain",), ("snapshot",), ("simulate",), ("defrag", "plan"), ("defrag", "apply"),
+    ("audit",),
+    ("inspect",),
+    ("extender",),
+    ("serve",),
+    ("labeler",),
+    ("certs", "install"),
+    ("certs", "rotate"),
+    ("certs", "show"),
+    ("certs", "extender"),
+    ("explain",),
+    ("snapshot",),
+    ("simulate",),
+    ("defrag", "plan"),
+    ("defrag", "apply"),
 )
 LONG_RUNNING = (("serve",), ("extender",), ("labeler",))
 REPO = pathlib.Path(__file__).resolve().parents[3]
@@ -120,7 +131,11 @@ def test_cluster_flags_come_in_pairs_declared_once(path: tuple[str, ...], parser
         assert _option(parser, "-A") is _option(parser, "--all-namespaces")
 
 
-@pytest.mark.parametrize(("path", "parser"), [(p, q) for p, q in LEAVES if _option(q, "-o")], ids=[i for (p, q), i in zip(LEAVES, LEAF_IDS, strict=True) if _option(q, "-o")])
+@pytest.mark.parametrize(
+    ("path", "parser"),
+    [(p, q) for p, q in LEAVES if _option(q, "-o")],
+    ids=[i for (p, q), i in zip(LEAVES, LEAF_IDS, strict=True) if _option(q, "-o")],
+)
 def test_o_is_always_a_format_and_a_file_name_is_refused_naming_output_file(
     path: tuple[str, ...], parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -179,10 +194,15 @@ def test_a_renamed_flag_is_one_line_naming_the_new_one(capsys: pytest.CaptureFix
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("usage: gpu-admission thing ")
-        assert err.splitlines()[-1] == f"gpu-admission thing: error: {argv[1]} is no longer a flag of gpu-admission thing: use {named}"
+        assert (
+            err.splitlines()[-1]
+            == f"gpu-admission thing: error: {argv[1]} is no longer a flag of gpu-admission thing: use {named}"
+        )
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90.0), ("1h30m", 5400.0), ("500ms", 0.5), ("365d", 365 * 86400.0), ("0", 0.0), ("2.5", 2.5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90.0), ("1h30m", 5400.0), ("500ms", 0.5), ("365d", 365 * 86400.0), ("0", 0.0), ("2.5", 2.5)]
+)
 def test_durations_are_one_syntax(text: str, seconds: float) -> None:
     assert flags.duration(text) == seconds
     assert flags.duration_delta(text) == datetime.timedelta(seconds=seconds)
@@ -210,7 +230,9 @@ def test_an_unknown_flag_prints_the_subcommands_usage(capsys: pytest.CaptureFixt
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(usage), err
-    assert f"gpu-admission {' '.join(a for a in argv if not a.startswith('-') and a != 'x')}: error: unrecognized arguments: " in err
+    assert (
+        f"gpu-admission {' '.join(a for a in argv if not a.startswith('-') and a != 'x')}: error: unrecognized arguments: " in err
+    )
 
 
 # --- --context really selects the context --------------------------------------------------------
@@ -218,7 +240,9 @@ def test_an_unknown_flag_prints_the_subcommands_usage(capsys: pytest.CaptureFixt
 
 def _kubeconfig(path: pathlib.Path) -> pathlib.Path:
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "first",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "first",
         "clusters": [
             {"name": "one", "cluster": {"server": "https://one.example:6443"}},
             {"name": "two", "cluster": {"server": "https://two.example:6443"}},
@@ -287,7 +311,11 @@ def test_a_json_log_line_carries_time_level_logger_message_and_the_text_fields()
     assert parsed["level"] == "info" and parsed["logger"] == "webhook.admission.handlers"
     assert parsed["message"] == "uid=abc-1 endpoint=validate CREATE ns=team-a allowed=False exempt='kube-system'"
     assert (parsed["uid"], parsed["endpoint"], parsed["ns"], parsed["allowed"], parsed["exempt"]) == (
-        "abc-1", "validate", "team-a", "False", "kube-system",
+        "abc-1",
+        "validate",
+        "team-a",
+        "False",
+        "kube-system",
     )
     assert parsed["time"].endswith("+00:00") and "T" in parsed["time"]
 
@@ -334,7 +362,11 @@ def test_configure_logging_installs_the_json_formatter(monkeypatch: pytest.Monke
     handler.setStream(stream)  # type: ignore[attr-defined] # a StreamHandler, as configure_logging made it
     logging.getLogger("webhook.commands.serve").info("uid=- shutting down")
     assert json.loads(stream.getvalue()) | {"time": ""} == {
-        "time": "", "level": "info", "logger": "webhook.commands.serve", "message": "uid=- shutting down", "uid": "-",
+        "time": "",
+        "level": "info",
+        "logger": "webhook.commands.serve",
+        "message": "uid=- shutting down",
+        "uid": "-",
     }
 
 

@@ -35,7 +35,9 @@ def served(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[tuple[subp
     process = childserver.serve(tls_dir, "--metrics-port", "0", "--workers", "2", out=out, env=env)
     try:
         childserver.until(
-            lambda: len(_found(out, "listening on https")) >= 2 and len(_found(out, "metrics on http")) >= 2, what="two workers", timeout=60
+            lambda: len(_found(out, "listening on https")) >= 2 and len(_found(out, "metrics on http")) >= 2,
+            what="two workers",
+            timeout=60,
         )
         yield process, out, directory
     finally:
@@ -67,7 +69,9 @@ def _scrape(url: str, tls_dir: pathlib.Path) -> str:
 
 def _reviews_counted(text: str) -> float:
     found = metrics.samples(text)
-    return sum(v for (name, labels), v in found.items() if name == "gpu_admission_reviews_total" and ("endpoint", "validate") in labels)
+    return sum(
+        v for (name, labels), v in found.items() if name == "gpu_admission_reviews_total" and ("endpoint", "validate") in labels
+    )
 
 
 def _pids_answering(directory: pathlib.Path) -> set[str]:
@@ -87,8 +91,11 @@ def test_every_scrape_counts_every_review_whichever_worker_answers(
     assert [_reviews_counted(text) for text in scrapes] == [REVIEWS] * len(scrapes)
     last = metrics.samples(scrapes[-1])
     latency = sum(
-        v for (name, labels), v in last.items()
-        if name == "gpu_admission_review_duration_seconds_count" and ("operation", "CREATE") in labels and ("kind", "Pod") in labels
+        v
+        for (name, labels), v in last.items()
+        if name == "gpu_admission_review_duration_seconds_count"
+        and ("operation", "CREATE") in labels
+        and ("kind", "Pod") in labels
     )
     assert latency == REVIEWS
     assert last[("gpu_admission_reviews_in_flight", frozenset({("endpoint", "validate")}))] == 0

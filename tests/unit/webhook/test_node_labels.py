@@ -11,9 +11,8 @@ import pytest
 from policies import settings
 from tests.conftest import ReviewFactory
 from webhook import cli
-from webhook.admission import clustercontext
 from webhook.admission import app as admission_app
-from webhook.admission import keys, nodes
+from webhook.admission import clustercontext, keys, nodes
 
 GPU_NODE = {"ack.node.gpu.schedule": "cgpu", "aliyun.accelerator/nvidia_name": "Tesla-T4"}
 CPU_NODE = {"kubernetes.io/os": "linux"}
@@ -96,7 +95,9 @@ async def test_a_failed_read_fails_closed(aiohttp_client: Callable[..., Any], ma
     assert "nothing keeps the pod off GPU nodes" in answer["status"]["message"]
 
 
-async def test_without_node_lookups_the_webhook_fails_closed_too(aiohttp_client: Callable[..., Any], make_review: ReviewFactory) -> None:
+async def test_without_node_lookups_the_webhook_fails_closed_too(
+    aiohttp_client: Callable[..., Any], make_review: ReviewFactory
+) -> None:
     client = await aiohttp_client(app_with(None))
 
     answer = await attach(client, make_review, "cpu-0", debugger(capabilities={"add": ["SYS_ADMIN"]}))

@@ -21,7 +21,9 @@ async def _post(client: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _bound(make_pod: Factory) -> dict[str, Any]:
-    pod: dict[str, Any] = make_pod(limits={"aliyun.com/gpu-mem": 4}, annotations=BOUND, node_selector={"ack.node.gpu.schedule": "cgpu"})
+    pod: dict[str, Any] = make_pod(
+        limits={"aliyun.com/gpu-mem": 4}, annotations=BOUND, node_selector={"ack.node.gpu.schedule": "cgpu"}
+    )
     pod["spec"]["nodeName"] = "gpu-0"
     return pod
 

@@ -15,18 +15,29 @@ def _body(data: object) -> bytes:
     return json.dumps(data).encode()
 
 
-def test_a_recorded_apiserver_review_parses_into_the_request_fields(make_review: Callable[..., dict[str, Any]], make_pod: Callable[..., dict[str, Any]]) -> None:
+def test_a_recorded_apiserver_review_parses_into_the_request_fields(
+    make_review: Callable[..., dict[str, Any]], make_pod: Callable[..., dict[str, Any]]
+) -> None:
     pod = make_pod(namespace=None)
-    data = make_review(pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002", namespace="team-a", dry_run=True, subresource="ephemeralcontainers")
+    data = make_review(
+        pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002", namespace="team-a", dry_run=True, subresource="ephemeralcontainers"
+    )
     parsed = review.parse(_body(data))
     assert parsed.uid == "705ab4f5-6393-11e8-b7cc-42010a800002"
     assert (parsed.operation, parsed.namespace, parsed.name, parsed.object_kind) == ("CREATE", "team-a", "trainer", "Pod")
     assert parsed.object == pod and parsed.old_object is None
-    assert (parsed.user, parsed.groups, parsed.subresource, parsed.dry_run) == ("alice", ("system:authenticated",), "ephemeralcontainers", True)
+    assert (parsed.user, parsed.groups, parsed.subresource, parsed.dry_run) == (
+        "alice",
+        ("system:authenticated",),
+        "ephemeralcontainers",
+        True,
+    )
 
 
 def test_a_minimal_review_with_only_uid_and_operation_is_accepted() -> None:
-    parsed = review.parse(_body({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": {"uid": "u", "operation": "DELETE"}}))
+    parsed = review.parse(
+        _body({"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "request": {"uid": "u", "operation": "DELETE"}})
+    )
     assert (parsed.object, parsed.namespace, parsed.user, parsed.groups, parsed.dry_run) == (None, "", "", (), False)
 
 

@@ -22,12 +22,11 @@ from aiohttp import test_utils
 from hypothesis import strategies as st
 
 from policies import settings
-from webhook.admission import app as admission_app
-from webhook.admission import decisions, handlers, keys, response, review
-
 from tests.unit.policies.test_properties import CONFIGS, objects
 from tests.unit.webhook.test_decision_cache import BY_NAME, replicas
 from tests.unit.webhook.test_decision_cache import review as make_review
+from webhook.admission import app as admission_app
+from webhook.admission import decisions, handlers, keys, response, review
 
 
 def plain(body: dict[str, Any], *, endpoint: str, config: settings.Settings) -> bytes:
@@ -70,7 +69,9 @@ def test_every_served_answer_is_the_plain_paths_byte_for_byte(objs: list[dict[st
                     sent += 1
                     body = make_review(copied, uid=f"uid-{sent}")
                     for endpoint in ("mutate", "validate"):
-                        answer = await client.post(f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"})
+                        answer = await client.post(
+                            f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"}
+                        )
                         assert answer.status == 200
                         assert answer.headers["Content-Type"] == "application/json; charset=utf-8"
                         assert await answer.read() == plain(body, endpoint=endpoint, config=loaded), (endpoint, copied)
@@ -109,7 +110,9 @@ def test_a_denial_with_warnings_and_a_patch_with_non_ascii_text_match_too() -> N
             for index, obj in enumerate((pod, allowed_pod)):
                 body = make_review(obj, uid=f"ü-{index}")
                 for endpoint in ("mutate", "validate"):
-                    answer = await client.post(f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"})
+                    answer = await client.post(
+                        f"/{endpoint}", data=json.dumps(body), headers={"Content-Type": "application/json"}
+                    )
                     served = await answer.read()
                     assert served == plain(body, endpoint=endpoint, config=loaded)
                     seen[(index, endpoint)] = json.loads(served)["response"]

@@ -83,7 +83,9 @@ async def serving(server: shell.Shell) -> AsyncIterator[asyncio.Task[None]]:
 
 def make_shell(app: web.Application, pki: Path, **options: Any) -> shell.Shell:
     files = shell.TlsFiles(cert_file=str(pki / "tls.crt"), key_file=str(pki / "tls.key"), check_interval=3600)
-    return shell.Shell(app, listen=shell.Listen(host="127.0.0.1", port=0), certificates=shell.files(files), signals=False, **options)
+    return shell.Shell(
+        app, listen=shell.Listen(host="127.0.0.1", port=0), certificates=shell.files(files), signals=False, **options
+    )
 
 
 async def refused(port: int) -> bool:
@@ -175,7 +177,9 @@ async def test_a_reload_serves_the_new_pair_to_new_handshakes_and_established_co
         context = client_context(pki)
 
         def connect() -> ssl.SSLSocket:
-            return context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S), server_hostname="127.0.0.1")
+            return context.wrap_socket(
+                socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S), server_hostname="127.0.0.1"
+            )
 
         kept = await asyncio.to_thread(connect)
         try:
@@ -254,7 +258,9 @@ def test_the_trusted_client_cas_follow_the_bundle_and_a_dropped_ca_is_no_longer_
     live.offer(certificate_pem=pair.certificate_pem, key_pem=pair.key_pem, source="pair")
 
     def peer(client_pair: authority.KeyPair | None) -> str | None:
-        return _common_name(handshake(live.context, client_pair=client_pair, trust=serving_ca.certificate_pem, directory=tmp_path))
+        return _common_name(
+            handshake(live.context, client_pair=client_pair, trust=serving_ca.certificate_pem, directory=tmp_path)
+        )
 
     assert peer(old_client) == "old-scheduler"
     assert peer(None) is None, "a client without a certificate still gets through (probes); the app decides"
@@ -280,14 +286,18 @@ def test_a_watched_bundle_file_is_reloaded_when_it_changes_and_a_broken_one_is_r
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     watch = tls.FileWatch(
-        tls.Serving(tls.new_server_context()), cert_file=str(tmp_path / "tls.crt"), key_file=str(tmp_path / "tls.key"),
+        tls.Serving(tls.new_server_context()),
+        cert_file=str(tmp_path / "tls.crt"),
+        key_file=str(tmp_path / "tls.key"),
         client_ca_file=str(tmp_path / "client-ca.crt"),
     )
     watch.start()
     new_client = authority.issue_client(new_ca, common_name="new-scheduler", now=NOW)
 
     def peer() -> str | None:
-        return _common_name(handshake(watch.serving.context, client_pair=new_client, trust=serving_ca.certificate_pem, directory=tmp_path))
+        return _common_name(
+            handshake(watch.serving.context, client_pair=new_client, trust=serving_ca.certificate_pem, directory=tmp_path)
+        )
 
     with pytest.raises(Refused):
         peer()

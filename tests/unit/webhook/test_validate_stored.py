@@ -21,7 +21,12 @@ REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 def privileged_cpu_pod() -> dict[str, Any]:
     container = {"name": "dind", "image": "docker:dind", "securityContext": {"privileged": True}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ci-runner", "namespace": "ci"}, "spec": {"containers": [container]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ci-runner", "namespace": "ci"},
+        "spec": {"containers": [container]},
+    }
 
 
 async def post(client: Any, path: str, review: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +80,12 @@ async def test_a_workload_template_is_still_credited_with_what_its_pods_will_get
 
 async def test_an_ordinary_gpu_pod_is_admitted_at_validate_as_before(webhook: Any, make_review: Any) -> None:
     container = {"name": "train", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train", "namespace": "ml"}, "spec": {"containers": [container]}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"containers": [container]},
+    }
 
     answer = await post(webhook, "/validate", make_review(obj))
 
@@ -87,7 +97,12 @@ async def test_a_cpu_pod_whose_only_node_power_is_a_host_port_is_sent_and_refuse
 ) -> None:
     # The kubelet's port through the CNI portmap plugin; no GPU, no other node power.
     container = {"name": "main", "image": "registry.example/app:1", "ports": [{"containerPort": 80, "hostPort": 10250}]}
-    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "squatter", "namespace": "ci"}, "spec": {"containers": [container]}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "squatter", "namespace": "ci"},
+        "spec": {"containers": [container]},
+    }
     mutated = await post(webhook, "/mutate", make_review(obj))
     patched = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(mutated["response"]["patch"])))
     assert trustzone.stays_off_gpu_nodes(patched["spec"])

@@ -142,7 +142,9 @@ async def test_exempt_namespaces_are_allowed_with_a_reason_and_no_patch(
 ) -> None:
     client = await webhook_client()
     pod = make_pod(
-        namespace=namespace, privileged=True, limits={"aliyun.com/gpu-mem": 3},
+        namespace=namespace,
+        privileged=True,
+        limits={"aliyun.com/gpu-mem": 3},
         env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
     )
     _, answer = await _post(client, path, make_review(pod))
@@ -183,7 +185,9 @@ async def test_dry_run_requests_get_the_same_verdict_and_patch(
         assert dry == real
 
 
-async def test_a_delete_review_without_object_is_allowed(webhook_client: Factory, make_review: Factory, make_pod: Factory) -> None:
+async def test_a_delete_review_without_object_is_allowed(
+    webhook_client: Factory, make_review: Factory, make_pod: Factory
+) -> None:
     client = await webhook_client()
     for path in ("/mutate", "/validate"):
         status, answer = await _post(client, path, make_review(None, operation="DELETE", old_object=make_pod()))
@@ -201,15 +205,27 @@ BAD_BODIES: list[tuple[str, bytes, str]] = [
     ("empty body", b"", "not JSON"),
     ("non-object body", b"[1, 2, 3]", "must be a JSON object"),
     ("no request", json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), "no request"),
-    ("v1beta1", json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}).encode(), "apiVersion"),
+    (
+        "v1beta1",
+        json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}).encode(),
+        "apiVersion",
+    ),
     (
         "wrong types",
-        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 1, "operation": "CREATE"}}).encode(),
+        json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 1, "operation": "CREATE"}}
+        ).encode(),
         "uid",
     ),
     (
         "object not an object",
-        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "u", "operation": "CREATE", "object": "pod"}}).encode(),
+        json.dumps(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {"uid": "u", "operation": "CREATE", "object": "pod"},
+            }
+        ).encode(),
         "request.object",
     ),
     ("too deep", _nested(5000), "nests deeper"),

@@ -51,7 +51,9 @@ def two_workers(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> Iterator[tuple
         childserver.stop(process)
 
 
-def test_two_workers_listen_on_one_port_and_answer(two_workers: tuple[subprocess.Popen[str], pathlib.Path], tls_dir: pathlib.Path) -> None:
+def test_two_workers_listen_on_one_port_and_answer(
+    two_workers: tuple[subprocess.Popen[str], pathlib.Path], tls_dir: pathlib.Path
+) -> None:
     process, out = two_workers
     ports = _ports(out)
     assert len(set(ports)) == 1 and ports[0] != 0
@@ -66,7 +68,9 @@ def test_a_worker_that_dies_is_replaced_and_the_port_keeps_answering(
     before = _children(process.pid)
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
-    childserver.until(lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker", timeout=30)
+    childserver.until(
+        lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker", timeout=30
+    )
     assert _ready(_ports(out)[0], tls_dir)
     assert "exited (status -9); starting another" in out.read_text()
 
@@ -76,7 +80,10 @@ def test_sigterm_stops_every_worker_and_the_supervisor(two_workers: tuple[subpro
     workers = _children(process.pid)
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
-    assert not any(pathlib.Path(f"/proc/{pid}").exists() and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] for pid in workers)
+    assert not any(
+        pathlib.Path(f"/proc/{pid}").exists() and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2]
+        for pid in workers
+    )
 
 
 def test_workers_do_not_outlive_a_supervisor_killed_outright(two_workers: tuple[subprocess.Popen[str], pathlib.Path]) -> None:
@@ -97,9 +104,25 @@ def _running(pid: int) -> bool:
 
 def test_a_missing_key_stops_the_supervisor_with_one_error_line(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
-         "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tmp_path / "missing.key")],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--workers",
+            "2",
+            "--tls-cert-file",
+            str(tls_dir / "tls.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "missing.key"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 2 and completed.stderr.count("gpu-admission: error:") == 1, completed.stderr
 
@@ -107,18 +130,48 @@ def test_a_missing_key_stops_the_supervisor_with_one_error_line(tls_dir: pathlib
 def test_a_key_that_does_not_load_stops_every_worker_with_its_status(tls_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     (tmp_path / "tls.key").write_text("not a key")
     completed = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "2",
-         "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tmp_path / "tls.key")],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--workers",
+            "2",
+            "--tls-cert-file",
+            str(tls_dir / "tls.crt"),
+            "--tls-private-key-file",
+            str(tmp_path / "tls.key"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 2 and "gpu-admission: error:" in completed.stderr, completed.stderr
 
 
 def test_workers_must_be_positive(tls_dir: pathlib.Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "serve", "--port", "0", "--workers", "0",
-         "--tls-cert-file", str(tls_dir / "tls.crt"), "--tls-private-key-file", str(tls_dir / "tls.key")],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--port",
+            "0",
+            "--workers",
+            "0",
+            "--tls-cert-file",
+            str(tls_dir / "tls.crt"),
+            "--tls-private-key-file",
+            str(tls_dir / "tls.key"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert completed.returncode == 2 and "--workers must be at least 1" in completed.stderr
 
@@ -140,7 +193,9 @@ def test_the_supervisor_holds_none_of_the_application_once_its_workers_run(
     # A replacement is the serve command run afresh: it answers on the same port.
     victim = min(workers)
     os.kill(victim, signal.SIGKILL)
-    childserver.until(lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker", timeout=30)
+    childserver.until(
+        lambda: len(_children(process.pid) - {victim}) == 2 and len(_ports(out)) >= 3, what="a replacement worker", timeout=30
+    )
     replacement = (_children(process.pid) - workers).pop()
     assert b"--workers\x001\x00--reuse-port" in pathlib.Path(f"/proc/{replacement}/cmdline").read_bytes()
     assert set(_ports(out)) == {_ports(out)[0]} and _ready(_ports(out)[0], tls_dir)
@@ -154,7 +209,9 @@ def test_the_scratch_metrics_directory_goes_with_the_small_supervisor(tls_dir: p
         childserver.until(lambda: len(_ports(out)) >= 2, what="two workers listening", timeout=30)
         # The small supervisor was exec'd after serve set the variable: its environment has it.
         environ = pathlib.Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
-        directory = pathlib.Path(next(e for e in environ if e.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1].decode())
+        directory = pathlib.Path(
+            next(e for e in environ if e.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1].decode()
+        )
         assert directory.is_dir()
     finally:
         childserver.stop(process)

@@ -66,7 +66,9 @@ class Check(abc.ABC):
             message = f"{self.id}: {self.summary}: {detail}" if detail else f"{self.id}: {self.summary}"
         else:
             message = detail
-        return findings.finding(self.id, self.rule, result, action, self.severity, self.category, message, subject, tuple(related))
+        return findings.finding(
+            self.id, self.rule, result, action, self.severity, self.category, message, subject, tuple(related)
+        )
 
     def verdict(
         self,
@@ -81,9 +83,7 @@ class Check(abc.ABC):
         The failure's detail joins the problems with "; "; it relates the first `MAX_RELATED` of `related`.
         """
         if problems:
-            return self.finding(
-                subject, result=model.Result.FAIL, detail="; ".join(problems), related=related[:MAX_RELATED]
-            )
+            return self.finding(subject, result=model.Result.FAIL, detail="; ".join(problems), related=related[:MAX_RELATED])
         return self.finding(subject, result=model.Result.PASS, detail=passed)
 
 
@@ -191,7 +191,5 @@ class ExceptionCheck(Check):
     """Judges an exception of the settings file (cluster-wide audits only)."""
 
     @abc.abstractmethod
-    def check_exception(
-        self, exception: settings.PolicyException, *, now: datetime.datetime
-    ) -> findings.Finding | None:
+    def check_exception(self, exception: settings.PolicyException, *, now: datetime.datetime) -> findings.Finding | None:
         """The result on `exception` at `now`; None where the check does not apply to it."""

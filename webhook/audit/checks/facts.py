@@ -16,7 +16,6 @@ from policies import gpu, nodeaffinity, podspec
 from policies.gpu import allocation, quantity, usage
 from webhook.audit import findings
 
-
 # --- metadata ------------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from policies import gpu, model
 from webhook.audit import findings
 from webhook.audit.checks import base, facts
 
+
 class ModeResourceMismatch(base.NodeCheck):
     """GPU nodes advertising another mode's resources, or in no known mode."""
 

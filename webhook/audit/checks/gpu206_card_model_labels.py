@@ -36,7 +36,6 @@ class CardModelLabels(base.NodeCheck):
             return self.finding(
                 subject,
                 result=model.Result.FAIL,
-                detail=f"missing {', '.join(missing)}; pods cannot select this node's card model "
-                "(run the labeler on it)",
+                detail=f"missing {', '.join(missing)}; pods cannot select this node's card model (run the labeler on it)",
             )
         return self.finding(subject, result=model.Result.PASS, detail=str(present[gpu.CARD_NAME_LABEL]))

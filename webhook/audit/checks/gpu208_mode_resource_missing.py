@@ -47,7 +47,6 @@ class ModeResourceMissing(base.NodeCheck):
             return self.finding(
                 subject,
                 result=model.Result.FAIL,
-                detail=f"the node is in mode {found} but advertises no {', '.join(missing)}; "
-                "is its device plugin running?",
+                detail=f"the node is in mode {found} but advertises no {', '.join(missing)}; is its device plugin running?",
             )
         return self.finding(subject, result=model.Result.PASS, detail=f"mode {found}")

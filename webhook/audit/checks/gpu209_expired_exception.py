@@ -23,9 +23,7 @@ class ExpiredException(base.ExceptionCheck):
     category = "GPU Configuration"
     action = model.Action.WARN
 
-    def check_exception(
-        self, exception: settings.PolicyException, *, now: datetime.datetime
-    ) -> findings.Finding | None:
+    def check_exception(self, exception: settings.PolicyException, *, now: datetime.datetime) -> findings.Finding | None:
         """A failure for an exception expired at `now`; None for one still in force (no pass result)."""
         if not exception.expired(now):
             return None

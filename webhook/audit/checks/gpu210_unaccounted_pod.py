@@ -94,6 +94,4 @@ class UnaccountedGpuPod(base.PodCheck):
                 result=model.Result.FAIL,
                 detail=f"on node {bound}: {problem}; the allocation was not made by the extender for this pod",
             )
-        return self.finding(
-            subject, result=model.Result.PASS, detail=f"card {facts.card_list(found)} of node {bound}"
-        )
+        return self.finding(subject, result=model.Result.PASS, detail=f"card {facts.card_list(found)} of node {bound}")

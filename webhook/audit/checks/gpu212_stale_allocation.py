@@ -60,6 +60,4 @@ class StaleAllocation(base.NodeCheck):
                 f"holds card {facts.card_list(held)}: its node is likely lost; force-delete the pod to free the card"
             )
             involved.append(facts.allocation_ref(held))
-        return self.verdict(
-            subject, base.shortened(problems), passed="no card is held by a pod that is gone", related=involved
-        )
+        return self.verdict(subject, base.shortened(problems), passed="no card is held by a pod that is gone", related=involved)

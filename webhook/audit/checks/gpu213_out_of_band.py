@@ -58,7 +58,8 @@ class OutOfBandProcesses(base.NodeCheck):
                 problems.append(f"card {card.index}: {card.truncated} more process(es) not listed in the summary")
         if problems:
             detail = (
-                f"on node {facts.name_of(node)}: " + "; ".join(base.shortened(problems))
+                f"on node {facts.name_of(node)}: "
+                + "; ".join(base.shortened(problems))
                 + "; the scheduler does not count this memory: stop it, or run it as a pod that asks for the GPU"
             )
             return self.finding(subject, result=model.Result.FAIL, detail=detail)

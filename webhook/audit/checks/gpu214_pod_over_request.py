@@ -85,7 +85,9 @@ class PodExceedsRequest(base.PodCheck):
             return self.finding(
                 subject,
                 result=model.Result.FAIL,
-                detail=f"on node {facts.name_of(node)}: " + "; ".join(problems) + "; ask for what the job needs, or cap its memory",
+                detail=f"on node {facts.name_of(node)}: "
+                + "; ".join(problems)
+                + "; ask for what the job needs, or cap its memory",
                 related=[facts.node_ref(node)],
             )
         used = ", ".join(f"{mib} MiB on card {index}" for index, mib in sorted(held.items()))

@@ -53,7 +53,8 @@ class CardUseExceedsAllocations(base.NodeCheck):
             return self.finding(
                 subject,
                 result=model.Result.FAIL,
-                detail=f"on node {facts.name_of(node)}: " + "; ".join(problems)
+                detail=f"on node {facts.name_of(node)}: "
+                + "; ".join(problems)
                 + "; pods placed on this card by its allocations may run out of memory",
             )
         return self.finding(subject, result=model.Result.PASS, detail="every card's real use is within its allocations")

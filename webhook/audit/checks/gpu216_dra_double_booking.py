@@ -37,13 +37,17 @@ class DraDoubleBooking(base.NodeCheck):
         if not held:
             return None
         problems = [
-            f"card {c.index} ({c.card.uuid}) is allocated to " + ", ".join(h.describe() for h in c.dra)
-            + " and to pods " + ", ".join(a.pod_key for a in c.allocations[: base.MAX_NAMED])
+            f"card {c.index} ({c.card.uuid}) is allocated to "
+            + ", ".join(h.describe() for h in c.dra)
+            + " and to pods "
+            + ", ".join(a.pod_key for a in c.allocations[: base.MAX_NAMED])
             for c in held
             if c.allocations
         ]
         related = [
-            findings.ObjectRef(namespace=h.namespace, kind="ResourceClaim", name=h.claim, api_version="resource.k8s.io/v1", uid=h.uid)
+            findings.ObjectRef(
+                namespace=h.namespace, kind="ResourceClaim", name=h.claim, api_version="resource.k8s.io/v1", uid=h.uid
+            )
             for c in held
             if c.allocations
             for h in c.dra

@@ -20,7 +20,9 @@ from webhook.audit import findings
 from webhook.audit.checks import base, facts
 
 # What the finding asks for: our labeler writes the first; the second needs no card model.
-LABEL_TO_ADD = f"run the labeler on it (it writes {gpu.CARD_NAME_LABEL}), or `kubectl label node NAME nvidia.com/gpu.present=true`"
+LABEL_TO_ADD = (
+    f"run the labeler on it (it writes {gpu.CARD_NAME_LABEL}), or `kubectl label node NAME nvidia.com/gpu.present=true`"
+)
 
 
 def gpu_resources(node: Mapping[str, Any], zone: trustzone.TrustZone) -> dict[str, int]:

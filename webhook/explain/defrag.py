@@ -26,11 +26,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from policies import podspec, settings
+from policies import podspec
 from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
 from policies.gpu import cardrequest, cards
 from webhook.explain import analysis, predicates
-from webhook.extender import placement
+from webhook.extender import placement, preemption
 
 CONTROLLERS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Job"})
 DEFAULT_MAX_MOVES = 20
@@ -74,30 +74,21 @@ def owner(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
 
 
 class Budgets:
-    """PodDisruptionBudgets and how many more disruptions the plan may still spend on each."""
+    """PodDisruptionBudgets (read as the extender's preemption reads them: `preemption.budgets_of`)
+    and how many more disruptions the plan may still spend on each."""
 
     def __init__(self, pdbs: Sequence[Mapping[str, Any]]) -> None:
-        self._entries: list[tuple[str, str, settings.LabelSelector | None]] = []
-        self.left: dict[str, int] = {}
-        for pdb in pdbs:
-            metadata = podspec.mapping(pdb.get("metadata"))
-            key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-            raw = podspec.mapping(pdb.get("spec")).get("selector")
-            try:
-                selector = settings.label_selector(raw, field="selector") if raw is not None else None
-            except settings.InvalidSettings:
-                selector = None
-            allowed = podspec.mapping(pdb.get("status")).get("disruptionsAllowed", 0)
-            self._entries.append((key, str(metadata.get("namespace", "")), selector))
-            self.left[key] = allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0
+        self._budgets = preemption.budgets_of(pdbs)
+        self.left: dict[str, int] = {budget.key: budget.allowed for budget in self._budgets}
 
     def covering(self, pod: Mapping[str, Any]) -> list[str]:
         metadata = podspec.mapping(pod.get("metadata"))
         labels = {str(k): str(v) for k, v in podspec.mapping(metadata.get("labels")).items()}
+        namespace = metadata.get("namespace")
         return [
-            key
-            for key, namespace, selector in self._entries
-            if namespace == metadata.get("namespace") and selector is not None and selector.matches(labels)
+            budget.key
+            for budget in self._budgets
+            if namespace == budget.namespace and budget.selector is not None and budget.selector.matches(labels)
         ]
 
 

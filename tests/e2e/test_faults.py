@@ -240,15 +240,17 @@ def ledger_leases(cluster: Cluster) -> dict[str, dict[str, Any]]:
     return {node: dict(lease) for node, lease in reservations.leases_by_node(json.loads(completed.stdout)["items"]).items()}
 
 
-def held(cluster: Cluster, node: str, *, ttl: float) -> list[int]:
+def held(cluster: Cluster, node: str, *, ttl: float, check: bool = True) -> list[int]:
     """GiB per card as the allocation model counts it now: bound pods, unbound pods with a fresh
     allocation annotation, unexpired ledger entries (the node's Lease, and the Node annotation an
-    earlier version wrote). Never past a card either."""
+    earlier version wrote). Never past a card either (`check`; off only while an earlier test's
+    namespace is torn down: this model counts Terminating pods, which the extender frees at once,
+    so a Pending pod of that namespace bound before its own deletion reads as a card too many)."""
     obj = cluster.get("node", node, namespace="default")
     ledger = reservations.union(obj, ledger_leases(cluster).get(node))
     state = cards.node_state(obj, all_pods(cluster), now=time.time(), ttl=ttl, reservations=ledger)
     used = [card.memory_used for card in state.cards]
-    assert all(gib <= CARD_GIB for gib in used), f"{node} over-committed counting reservations: {used}"
+    assert not check or all(gib <= CARD_GIB for gib in used), f"{node} over-committed counting reservations: {used}"
     return used
 
 
@@ -406,7 +408,7 @@ def test_binds_cut_by_killing_the_extender_hold_their_card_only_until_the_reserv
     throwaway: Cluster, gpu_node: str
 ) -> None:
     eventually(
-        lambda: sum(bound_use(throwaway, gpu_node)) == 0 and sum(held(throwaway, gpu_node, ttl=SHORT_TTL_S)) == 0,
+        lambda: sum(bound_use(throwaway, gpu_node)) == 0 and sum(held(throwaway, gpu_node, ttl=SHORT_TTL_S, check=False)) == 0,
         what=f"{gpu_node} empty after the previous test",
         timeout=120,
     )

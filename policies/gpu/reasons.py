@@ -19,6 +19,7 @@ code and message. The codes are a public contract (JSON output, README): never r
 | BAD_REQUEST | the pod's GPU request is malformed; it fits nowhere |
 | NOT_CACHED | the extender has not loaded the node yet |
 | DRA_ALLOCATED | a card that would hold the pod is allocated to a DRA ResourceClaim (matched by its UUID in the driver's ResourceSlice): it is offered again once the claim is released |
+| NAMESPACE_BUDGET | the pod's namespace has a GPU budget (`gpuBudgets`) and the pod's charge on the node would take it over: names the budget, what is used and what the pod asks; retried when room frees up |
 | PREEMPTION_IMPOSSIBLE | the node is full, and no set of pods of lower priority than the pod frees one card (or set of whole cards) for it: preemption cannot help here |
 """
 
@@ -52,6 +53,7 @@ class Code(enum.StrEnum):
     NOT_CACHED = "NOT_CACHED"
     PREEMPTION_IMPOSSIBLE = "PREEMPTION_IMPOSSIBLE"
     DRA_ALLOCATED = "DRA_ALLOCATED"
+    NAMESPACE_BUDGET = "NAMESPACE_BUDGET"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ the built-in policies; each section is read in its own module, and none of them 
 - `selection`: label selectors, namespace matches and anchoring to namespaces;
 - `policyactions`: `policies`, `namespaceOverrides`, `exceptions`, `errorActions`;
 - `trust`: `trustZone` and `hostPaths`; `claims`: `dra`; `usagelimits`: `usageLimits`;
+  `budgets`: `gpuBudgets`;
 - `scheduling`: `scheduler`, `gpuSchedulerName`, `extenderSchedulers`;
 - `base`: the `Settings` the policies read (given the built-in policies, not importing them) and
   the scalar keys.
@@ -83,6 +84,11 @@ usageLimits:                       # what the labeler does about a pod above its
     namespaces: [ml]               #   that matches decides, anchored as exceptions are; elsewhere
     mode: evict                    #   observe. observe: an Event on the pod; evict: the Event, then
     gracePeriodSeconds: 300        #   the Eviction API after this long above (default 300)
+gpuBudgets:                        # GPU memory (and whole cards) each selected namespace may hold
+  - name: team-a                   #   at once, charged in one unit (docs/concepts/budgets.md); the
+    namespaces: [team-a]           #   first entry that matches decides, anchored as exceptions are;
+    memory: 160Gi                  #   a quantity with a unit; a namespace no entry selects is
+    cards: 4                       #   unlimited. cards (optional): whole cards at most
 scheduler: gpushare                # the GPU scheduler in front of which this is the gate
                                    #   (policies.schedulers): gpushare | hami | volcano | koordinator
                                    #   | kai; or a mapping naming who writes its device annotations:
@@ -125,7 +131,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policies import builtin, model, policy
-from policies.settings import base, claims, policyactions, scheduling, shapes, trust, usagelimits
+from policies.settings import base, budgets, claims, policyactions, scheduling, shapes, trust, usagelimits
 from policies.settings.base import _ACTION_TABLES as _ACTION_TABLES
 
 # The names callers use, from the section that owns each.
@@ -134,6 +140,8 @@ from policies.settings.base import DEFAULT_USER_POLICY_BUDGET_S as DEFAULT_USER_
 from policies.settings.base import MAX_USER_POLICY_BUDGET_S as MAX_USER_POLICY_BUDGET_S
 from policies.settings.base import NEUTRAL_VISIBLE_DEVICES_CHOICES as NEUTRAL_VISIBLE_DEVICES_CHOICES
 from policies.settings.base import expired_exceptions as expired_exceptions
+from policies.settings.budgets import Budget as Budget
+from policies.settings.budgets import budgets_of as budgets_of
 from policies.settings.claims import DEFAULT_GPU_CLASSES as DEFAULT_GPU_CLASSES
 from policies.settings.claims import ClaimGrant as ClaimGrant
 from policies.settings.claims import DraSettings as DraSettings
@@ -193,6 +201,7 @@ _KEYS = (
     "errorActions",
     "dra",
     "usageLimits",
+    "gpuBudgets",
     "scheduler",
 )
 
@@ -248,6 +257,7 @@ def from_mapping(data: Mapping[str, Any] | None, *, user_policies: Iterable[poli
         zone_namespaces=zone_namespaces,
         dra=claims.read(data.get("dra")),
         usage_limits=usagelimits.usage_limits(data.get("usageLimits")),
+        gpu_budgets=budgets.budgets(data.get("gpuBudgets")),
         scheduler=scheduler,
     )
     # The policies that assume this project's extender do not apply in front of another scheduler.

@@ -1,6 +1,6 @@
 """The settings the policies read, as one frozen object that knows no policy by module.
 
-`Settings` joins the sections (`policyactions`, `trust`, `claims`, `usagelimits`, `scheduling`) and
+`Settings` joins the sections (`policyactions`, `trust`, `claims`, `usagelimits`, `budgets`, `scheduling`) and
 answers what the policies ask of them: a policy's action in a namespace, the exception that exempts
 an object, the trust zone's allowance. It is given the built-in policies (`builtin_policies`) rather
 than importing them, so the policies can read it without an import circle. The scalar keys
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, Self
 
 from policies import gpu, hostpaths, model, schedulers, trustzone
-from policies.settings import claims, policyactions, scheduling, selection, shapes, trust, usagelimits
+from policies.settings import budgets, claims, policyactions, scheduling, selection, shapes, trust, usagelimits
 
 DEFAULT_EXEMPT_NAMESPACES: frozenset[str] = frozenset({"kube-system", "kube-node-lease", "gpu-admission"})
 # NVIDIA_VISIBLE_DEVICES values that expose no device node: `void` (and empty) behave like runc,
@@ -94,6 +94,13 @@ class Settings:
             if entry.match.matches(namespace, labels):
                 return entry
         return usagelimits.DEFAULT_USAGE_LIMIT
+
+    # What each namespace may hold of GPU memory and whole cards (`gpuBudgets`; the extender keeps them).
+    gpu_budgets: tuple[budgets.Budget, ...] = ()
+
+    def gpu_budget(self, namespace: str, namespace_labels: Mapping[str, str] | None = None) -> budgets.Budget | None:
+        """The first `gpuBudgets` entry that selects the namespace; None where none does (unlimited)."""
+        return budgets.budget_for(self.gpu_budgets, namespace, namespace_labels)
 
     # The GPU scheduler this is the gate in front of (`scheduler`) and its trusted writers.
     scheduler: schedulers.Scheduler = schedulers.DEFAULT_SCHEDULER

@@ -86,7 +86,7 @@ def test_each_action_is_accepted(action: str) -> None:
             {"exemptNamespace": ["x"]},
             "exemptNamespace: unknown key; known: policies, namespaceOverrides, exceptions, exemptNamespaces, "
             "defaultSharedMode, gpuSchedulerName, extenderSchedulers, visibleDevicesNeutralValue, userPolicyBudgetSeconds, "
-            "keepNonGpuPodsOffGpuNodes, trustZone, hostPaths, errorActions, dra, usageLimits, scheduler",
+            "keepNonGpuPodsOffGpuNodes, trustZone, hostPaths, errorActions, dra, usageLimits, gpuBudgets, scheduler",
         ),
         ({"exemptNamespaces": "kube-system"}, "exemptNamespaces: must be a list of namespace names, got 'kube-system'"),
         ({"exemptNamespaces": ["ok", ""]}, "exemptNamespaces: must be a list of namespace names, got ['ok', '']"),

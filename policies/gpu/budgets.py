@@ -199,9 +199,10 @@ def allocation_charge(held: allocation.Allocation, node: Mapping[str, Any] | Non
     return Charge(memory_mib=memory, cards=len(held.cards))
 
 
-def asked(wanted: cardrequest.Request, node: cards.NodeCards) -> Charge:
-    """The most a pod the extender places would be charged on this node (filter's bound)."""
-    if wanted.cards:
+def asked(wanted: cardrequest.Request, node: cards.NodeCards | None) -> Charge:
+    """The most a pod the extender places would be charged on this node (filter's bound); a share's
+    charge needs no node (None)."""
+    if wanted.cards and node is not None:
         largest = sorted((card.memory_mib for card in node.cards), reverse=True)[: wanted.cards]
         return Charge(memory_mib=sum(largest), cards=wanted.cards)
     return Charge(memory_mib=wanted.memory_gib * MIB_PER_GIB)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import yaml
 
@@ -35,6 +37,30 @@ def load(path: str | None, *, policies_dir: str | None = None) -> settings.Setti
         raise errors.InputError(f"{path}: config must be a mapping, not {type(data).__name__}")
     try:
         return settings.from_mapping(data, user_policies=user_policies)
+    except settings.InvalidSettings as error:
+        raise errors.InputError(f"{path}: {error}") from error
+
+
+_T = TypeVar("_T")
+
+
+def load_section(path: str | pathlib.Path, read: Callable[[Mapping[str, Any] | None], _T]) -> _T:
+    """One section of the settings file at ``path``, as ``read`` makes it of the loaded document
+    (``settings.budgets_of``, ``settings.usage_limits_of``): the rest is the webhook's, and may name
+    user policies the reader does not load. Every problem is one ``errors.InputError`` line naming
+    the file, as with ``load``."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise errors.InputError(f"{path}: cannot read config: {_reason(error)}") from error
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise errors.InputError(f"{path}: invalid YAML: {yaml_reason(error)}") from error
+    if data is not None and not isinstance(data, dict):
+        raise errors.InputError(f"{path}: config must be a mapping, not {type(data).__name__}")
+    try:
+        return read(data)
     except settings.InvalidSettings as error:
         raise errors.InputError(f"{path}: {error}") from error
 

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from policies import podspec
 from policies.gpu import allocation, cardrequest, cards, inspection, reservations
-from webhook.extender import binder, holds, nudge, occupancy, overview, placement, preemption, reality, taints, wire
+from webhook.extender import binder, budgeting, holds, nudge, occupancy, overview, placement, preemption, reality, taints, wire
 from webhook.extender import store as store_module
 from webhook.serving import metrics
 
@@ -168,6 +168,8 @@ BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey(
 # Writes a record of each nomination the preempt verb led to (`holds`); absent: the hold lives only
 # as long as kube-scheduler's nomination.
 HOLDS = web.AppKey("holds", holds.Recorder)
+# The namespaces' GPU budgets (`budgeting`); absent: no budget is kept (every namespace unlimited).
+KEEPER = web.AppKey("keeper", budgeting.Keeper)
 
 
 def make_app(
@@ -183,13 +185,16 @@ def make_app(
     ledger_namespace: str = reservations.LEDGER_NAMESPACE,
     max_body_bytes: int = MAX_BODY_BYTES,
     taint_keeper: taints.Keeper | None = None,
+    keeper: budgeting.Keeper | None = None,
 ) -> web.Application:
     """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up;
     `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background;
     `nudger`, when given, hears of turned-away pods and freed cards and stamps Nodes for
     kube-scheduler (`nudge`); `taint_keeper`, when given, keeps the DRA DeviceTaintRules of cards
     that hold shared pods (`taints`); `leases`, when given, is where the preemption holds are
-    recorded (the hold Leases in `ledger_namespace`: `holds`)."""
+    recorded (the hold Leases in `ledger_namespace`: `holds`); `keeper`, when given, keeps the
+    namespaces' GPU budgets in filter, preempt, `/inspect` and `/metrics` (bind keeps them through
+    its own keeper: `binder.Binder`)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[STORE] = cache
     app[BINDER] = bind
@@ -214,6 +219,11 @@ def make_app(
     if taint_keeper is not None:
         app[TAINT_KEEPER] = taint_keeper
         app.cleanup_ctx.append(_background("keep the DRA taint rules", lambda app: app[TAINT_KEEPER].run()))
+    if keeper is not None:
+        app[KEEPER] = keeper
+        app[METERS].registry.register_collector(
+            budgeting.Collector(keeper, clock=app[SETTINGS].clock), names=budgeting.METRIC_NAMES
+        )
     app.router.add_post("/filter", filter_nodes)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind_pod)
@@ -375,6 +385,8 @@ async def filter_nodes(request: web.Request) -> web.Response:
         else:
             states = holds.held_states(cache, _states(cache, args, settings=settings), pod=args.pod, now=settings.clock())
             outcome = placement.filter_nodes(wanted, states=states, names=args.node_names)
+        if KEEPER in request.app:
+            outcome = request.app[KEEPER].judge(outcome, pod=args.pod, wanted=wanted, now=settings.clock())
     except Exception as error:  # noqa: BLE001 - a bug must fail this call, not the process
         log.exception("filter %s", args.pod_key)
         meters.requests.inc(verb="filter", result="error")
@@ -482,7 +494,13 @@ async def preempt(request: web.Request) -> web.Response:
         now = settings.clock()
         uid = str(podspec.mapping(args.pod.get("metadata")).get("uid", ""))
         before = promises.current(uid, now=now)
-        kept = preemption.answer(cache, args, now=now, ttl=settings.ttl, budgets=preemption.budgets_of(pdbs), promised=before)
+        room = None
+        if KEEPER in request.app:
+            keeper, wanted = request.app[KEEPER], cardrequest.pod_request(args.pod)
+            room = lambda node, victims: keeper.room_after(args.pod, wanted, node, victims, now=now)  # noqa: E731
+        kept = preemption.answer(
+            cache, args, now=now, ttl=settings.ttl, budgets=preemption.budgets_of(pdbs), promised=before, room=room
+        )
         promises.answered(uid, kept, before=before, now=now)
     except Exception:  # noqa: BLE001 - a bug must fail this call safely (no node), not the process
         log.exception("preempt %s", args.pod_key)
@@ -513,7 +531,10 @@ async def preempt(request: web.Request) -> web.Response:
 
 async def inspect_all(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    return _json_answer(request.app[OVERVIEW].inspect_json(now=settings.clock(), ttl=settings.ttl))
+    body = request.app[OVERVIEW].inspect_json(now=settings.clock(), ttl=settings.ttl)
+    if KEEPER in request.app and (rows := budgeting.inspect_rows(request.app[KEEPER], now=settings.clock())):
+        body = body[:-1] + b', "budgets": ' + orjson.dumps(rows) + b"}"
+    return _json_answer(body)
 
 
 async def inspect_node(request: web.Request) -> web.Response:

@@ -66,8 +66,8 @@ from typing import Any
 
 from policies import podspec
 from policies.gpu import allocation as allocation_  # `allocation` is the name of what bind hands out
-from policies.gpu import cardrequest, cards, reservations
-from webhook.extender import api, placement, preemption, reality, wire
+from policies.gpu import budgets, cardrequest, cards, reservations
+from webhook.extender import api, budgeting, placement, preemption, reality, wire
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
 from webhook.kube import leasewrite
@@ -128,8 +128,10 @@ class Binder:
         honour_out_of_band: bool = False,
         namespace: str = reservations.LEDGER_NAMESPACE,
         identity: str = "",
+        keeper: budgeting.Keeper | None = None,
     ) -> None:
         self._api = client
+        self._keeper = keeper  # the namespaces' GPU budgets: a pod's charge is committed before its node's ledger
         self._namespace = namespace  # where the ledger Leases live
         self._identity = identity or default_identity()  # the Leases' holderIdentity (informational)
         self._honour_out_of_band = honour_out_of_band  # decide on cards less out-of-band use (`reality`)
@@ -293,6 +295,8 @@ class Binder:
                     expires=now + self._ttl,
                     source="reservation",
                 )
+            if chosen and self._keeper is not None:
+                await self._charge(batch, chosen, errors, node=read.node, expires=now + self._ttl)
             if not chosen:
                 return [_Decision(error=errors[i], conflicts=_first(i, conflicts)) for i in range(len(batch))]
             # Only the Lease's entries are written (`ledger` has no gone pods); the Node annotation's,
@@ -337,6 +341,29 @@ class Binder:
             ]
         message = f"{node_name}: gave up after {conflicts} conflicting updates of its reservation ledger; will retry"
         return [_Decision(error=message, conflicts=_first(i, conflicts)) for i in range(len(batch))]
+
+    async def _charge(
+        self,
+        batch: list[_Waiting],
+        chosen: dict[str, allocation_.Allocation],
+        errors: dict[int, str],
+        *,
+        node: Mapping[str, Any],
+        expires: float,
+    ) -> None:
+        """Each chosen pod's charge committed to its namespace's budget (`budgeting`) before the
+        node's ledger is written; a pod its budget has no room for leaves `chosen` with the reason."""
+        assert self._keeper is not None
+        for position, waiting in enumerate(batch):
+            request = waiting.request
+            choice = chosen.get(request.uid)
+            if choice is None:
+                continue
+            pod = {"metadata": {"namespace": request.namespace, "name": request.name, "uid": request.uid}}
+            refused = await self._keeper.charge(pod, budgets.allocation_charge(choice, node), expires=expires)
+            if refused:
+                errors[position] = f"{request.node}: {refused}"
+                del chosen[request.uid]
 
     async def prune(self, node_name: str) -> bool:
         """Drop expired entries from the node's ledger Lease, and those of pods that are gone or
@@ -399,7 +426,7 @@ class Binder:
             cached_node = cache.node(node_name)
             if cached_node is not None:
                 lease = cache.lease(node_name)
-                version = _revision(lease) if lease is not None else cache.lease_floor(node_name)
+                version = store_module.revision(lease) if lease is not None else cache.lease_floor(node_name)
                 need = max(version, cache.node_ledger_version(node_name))
                 # Our own last commit on this node, decided on this cache: it covers that version
                 # already, with no need to wait for the pod watch to deliver our own Bindings.
@@ -425,8 +452,8 @@ class Binder:
             node, node_floor = cache.real_node(node_name) or cached_node, cache.node_ledger_version(node_name)
         else:
             node = await self._api.get_node(node_name)
-            node_floor = _revision(node) if reservations.node_reservations(node) else -1
-        version = _revision(lease) if lease is not None else -1
+            node_floor = store_module.revision(node) if reservations.node_reservations(node) else -1
+        version = store_module.revision(lease) if lease is not None else -1
         need = max(version, node_floor)
         if version >= 0 and cache is not None and cache.pods_synced and await cache.wait_for_pods(need, timeout=0.0):
             # a fresh Lease the pod cache is already past
@@ -457,7 +484,7 @@ class Binder:
         if self._cache is not None:
             self._cache.put_lease(committed)
             if read.cached:
-                self._cache.vouch(node_name, _revision(committed))
+                self._cache.vouch(node_name, store_module.revision(committed))
 
     async def _live(
         self, ledger: dict[str, allocation_.Allocation], *, read: _Read, node: str, now: float
@@ -525,13 +552,6 @@ class _Read:
 def default_identity() -> str:
     """This replica's name in the Leases it writes: the host (a pod's name) and the process."""
     return f"{socket.gethostname()}_{os.getpid()}"
-
-
-def _revision(obj: Mapping[str, Any]) -> int:
-    """An object's resourceVersion as an etcd revision; -1 when it is not a number (then the cache
-    cannot be compared with it and bind reads from the apiserver)."""
-    version = podspec.mapping(obj.get("metadata")).get("resourceVersion")
-    return int(version) if isinstance(version, str) and version.isdigit() else -1
 
 
 def _first(position: int, conflicts: int) -> int:

@@ -9,6 +9,7 @@ import concurrent.futures
 import datetime
 import json
 import logging
+import pathlib
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -16,11 +17,14 @@ from typing import Any
 
 import yaml
 
+from policies import settings
 from policies.gpu import allocation, cards, dra, inspection, reservations
 from policies.gpu import usage as policies_usage
+from policies.settings import scheduling
 from webhook import config
 from webhook.cmdline import errors, flags, output
-from webhook.extender import app, binder, kube, native, nudge, taints
+from webhook.config import watched
+from webhook.extender import app, binder, budgeting, kube, native, nudge, taints
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
 from webhook.serving import shell
@@ -103,15 +107,28 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
         "--config",
         metavar="FILE",
         help="the webhook's settings YAML: where its `scheduler` names another GPU scheduler, say that its "
-        "cards are not accounted here",
+        "cards are not accounted here; the extender also keeps its `gpuBudgets` (read again when the file changes)",
     )
 
 
 def scheduler_notice(path: str | None) -> str:
-    """The profile's notice when the settings at `path` name another GPU scheduler ("" for ours)."""
+    """The profile's notice when the settings at `path` name another GPU scheduler ("" for ours).
+    Only the `scheduler` section is read: the rest may name user policies not loaded here."""
     if path is None:
         return ""
-    return config.load(path).scheduler.profile.notice
+    return config.load_section(path, lambda data: scheduling.scheduler((data or {}).get("scheduler"))).profile.notice
+
+
+def budget_source(path: str | None) -> watched.SettingsFile[tuple[settings.Budget, ...]] | None:
+    """The `gpuBudgets` of the settings file at `path`, read again when it changes; None without a file."""
+    if path is None:
+        return None
+    return watched.SettingsFile(
+        pathlib.Path(path),
+        read=lambda found: config.load_section(found, settings.budgets_of),
+        what="GPU budgets",
+        describe=lambda found: f" ({len(found)} budgets)",
+    )
 
 
 # --- inspect --------------------------------------------------------------------------------------
@@ -222,6 +239,7 @@ def run_extender(args: argparse.Namespace) -> int:
         raise errors.InputError("--ledger-namespace must name a namespace")
     flags.configure_logging(args)
     notice = scheduler_notice(args.config)
+    budgets = budget_source(args.config)  # bad budgets stop the extender here, with the line naming the key
     if notice:
         log.warning("%s; this extender places and accounts only aliyun.com/gpu-mem, gpu-core.percentage and gpu pods", notice)
     if args.tls_client_ca_file and not args.tls_cert_file:
@@ -249,6 +267,7 @@ def run_extender(args: argparse.Namespace) -> int:
             require_client_certificate=bool(args.tls_client_ca_file),
             honour_out_of_band=args.honour_out_of_band_usage,
             ledger_namespace=args.ledger_namespace,
+            budgets=budgets,
         )
     )
     return 0
@@ -264,6 +283,7 @@ async def _serve(
     require_client_certificate: bool,
     honour_out_of_band: bool = False,
     ledger_namespace: str = reservations.LEDGER_NAMESPACE,
+    budgets: budgeting.Source | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=KUBE_THREADS, thread_name_prefix="kube"))
@@ -272,9 +292,17 @@ async def _serve(
     cache = store_module.Store(honour_out_of_band=honour_out_of_band, namespace=ledger_namespace)
     if honour_out_of_band:
         log.info("honouring out-of-band GPU usage: cards offer their memory less what processes outside any pod hold")
+    keeper = (
+        budgeting.Keeper(kube_api, cache, budgets, home=ledger_namespace, identity=binder.default_identity())
+        if budgets is not None
+        else None
+    )
     application = app.make_app(
         cache=cache,
-        bind=binder.Binder(kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band, namespace=ledger_namespace),
+        bind=binder.Binder(
+            kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band, namespace=ledger_namespace, keeper=keeper
+        ),
+        keeper=keeper,
         settings=app.Settings(
             ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band
         ),

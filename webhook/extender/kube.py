@@ -391,6 +391,8 @@ class Watcher:
             # filter does: `Store.dra_synced`).
             ("ResourceSlice", dra.SLICES_PATH, self._store.replace_slices, ""),
             ("ResourceClaim", dra.CLAIMS_PATH, self._store.replace_claims, ""),
+            # The namespaces' labels, for GPU budgets chosen by a namespaceSelector (`budgeting`).
+            ("Namespace", "/api/v1/namespaces", self._store.replace_namespaces, ""),
         ):
             if self._kube.streams_on_the_loop:
                 self._tasks.append(

@@ -34,7 +34,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from policies import gpu, podspec, settings
@@ -582,10 +582,13 @@ def answer(
     ttl: float,
     budgets: tuple[Budget, ...],
     promised: frozenset[str] = frozenset(),
+    room: Callable[[str, list[str]], bool] | None = None,
 ) -> dict[str, tuple[list[str], int]]:
     """The preempt verb's answer per offered node. `promised`: victims answered before for this
     preemptor, counted as going (like pods being deleted), so a second call keeps to the first
-    answer's card."""
+    answer's card. `room(node, victims)`: whether the pod's namespace has GPU budget for it there
+    once the victims are gone (`budgeting.Keeper.room_after`); a node without is not answered, so
+    no pod is evicted for a pod its budget would then refuse."""
     wanted = cardrequest.pod_request(args.pod)
     if not wanted.managed:  # nothing of ours to place: kube-scheduler's own choice stands
         return {node: (list(uids), args.violations.get(node, 0)) for node, uids in args.victims.items() if uids}
@@ -625,6 +628,8 @@ def answer(
             if victim not in holding and (pod := cache.pod(victim)) is not None and priority_of(pod) < priority
         ]
         victims = sorted((*choice.victims, *others), key=lambda p: (-p.priority, p.started, p.key))
+        if room is not None and not room(node, [p.uid for p in victims]):
+            continue
         kept[node] = ([p.uid for p in victims], violations(victims, budgets))
     return kept
 

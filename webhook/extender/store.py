@@ -26,10 +26,13 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from typing import Any, TypeVar
 
 from policies import gpu, podspec
-from policies.gpu import allocation, cards, dra, reservations
+from policies.gpu import allocation, budgets, cards, dra, reservations
 from webhook.extender import preemption, reality
 
 Object = dict[str, Any]
+
+
+_OWN_LEASE: Any = object()  # `Store.budget_usage`: the budget Lease held here
 
 
 class Store:
@@ -93,6 +96,20 @@ class Store:
         self.claims_synced = False
         self._dra_unserved: set[str] = set()  # kinds whose list answered 404 (`not_served`)
         self._dra_expected = False  # a watch of them runs (`expect_dra`): until it lists, the view is incomplete
+        # GPU budgets (`budgeting`): the pods of each namespace, the namespaces' labels (for the
+        # budgets' selectors), each budgeted namespace's ledger Lease (slim), and each namespace's
+        # usage as last computed, with the change counter it was computed at.
+        self._by_namespace: dict[str, set[str]] = {}
+        self._namespace_labels: dict[str, dict[str, str]] = {}
+        self.namespaces_synced = False
+        self._budget_leases: dict[str, Object] = {}
+        self._budget_lease_deleted: dict[str, int] = {}  # namespace -> the revision its budget Lease's deletion was seen at
+        self._budget_changes: dict[str, int] = {}  # namespace -> bumped on each change of its pods or its ledger
+        self._budget_epoch = 0  # bumped when nodes, claims or slices change (a charge may change with them)
+        self._usages: dict[str, tuple[tuple[int, int], float, budgets.Usage]] = {}  # namespace -> (versions, valid until, usage)
+        # Called with a namespace when its budget may have room again (a pod of it gone or finished,
+        # ledger entries gone): the budget gate tries its gated pods again.
+        self.on_budget_freed: Callable[[str], None] | None = None
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
@@ -226,6 +243,112 @@ class Store:
     def lease(self, node: str) -> Object | None:
         """The node's ledger Lease as last seen (slim), None where it has none."""
         return self._leases.get(node)
+
+    # --- GPU budgets ---
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """A namespace's labels as last seen; None where the namespace is not known here."""
+        return self._namespace_labels.get(namespace)
+
+    def namespaces(self) -> list[str]:
+        """The namespaces listed here (their labels are known)."""
+        return list(self._namespace_labels)
+
+    def pod_namespaces(self) -> list[str]:
+        """The namespaces of the pods held here."""
+        return list(self._by_namespace)
+
+    def namespace_pods(self, namespace: str) -> list[Object]:
+        return [self._pods[uid] for uid in self._by_namespace.get(namespace, ()) if uid in self._pods]
+
+    def budget_lease(self, namespace: str) -> Object | None:
+        """The namespace's budget ledger Lease as last seen (slim), None where it has none."""
+        return self._budget_leases.get(namespace)
+
+    def budget_lease_floor(self, namespace: str) -> int:
+        """`lease_floor` for a namespace's budget Lease: a revision at or after every prune of its
+        ledger, where none is here; -1: unknown (not listed yet)."""
+        return max(self._leases_listed, self._budget_lease_deleted.get(namespace, -1)) if self._leases_listed >= 0 else -1
+
+    def gone(self, uid: str) -> bool:
+        """Whether the pod watch saw this UID deleted (UIDs are never reused)."""
+        return uid in self._gone
+
+    def budget_usage(self, namespace: str, *, now: float, lease: Mapping[str, Any] | None = _OWN_LEASE) -> budgets.Usage:
+        """What the namespace holds against its budget (`budgets.usage`): its bound pods, its
+        allocated DRA claims and its ledger's entries (`lease`: that Lease's instead of the one
+        held here, for a bind deciding on what it read). Remembered until something it counts
+        changes or an entry expires."""
+        own = lease is _OWN_LEASE
+        key = (self._budget_changes.get(namespace, 0), self._budget_epoch)
+        if own:
+            found = self._usages.get(namespace)
+            if found is not None and found[0] == key and now < found[1]:
+                return found[2]
+        ledger = budgets.lease_ledger(self._budget_leases.get(namespace) if own else lease, home=self._namespace)
+        pods = self.namespace_pods(namespace)
+        nodes = {
+            node: self._real_nodes.get(node) or self._nodes[node]
+            for node in {cards.pod_node(p) for p in pods}
+            if node in self._nodes
+        }
+        claims = [
+            (uid, dra.claim_results(claim))
+            for uid, claim in self._claims.items()
+            if podspec.mapping(claim.get("metadata")).get("namespace") == namespace
+            and not dra.is_hold_claim(claim, namespace=self._namespace)
+        ]
+        found_usage = budgets.usage(
+            pods,
+            ledger,
+            nodes=nodes,
+            claims=claims,
+            device_mib=budgets.device_memory(self._slices.values()) if claims else None,
+            gone={uid for uid in ledger if uid in self._gone},
+            now=now,
+        )
+        if own:
+            until = min((e.expires for e in ledger.values() if e.expires is not None and e.expires > now), default=_NEVER)
+            self._usages[namespace] = (key, until, found_usage)
+        return found_usage
+
+    def _budget_changed(self, namespace: str, *, freed: bool = False) -> None:
+        if namespace:
+            self._budget_changes[namespace] = self._budget_changes.get(namespace, 0) + 1
+            if freed and self.on_budget_freed is not None:
+                self.on_budget_freed(namespace)
+
+    def put_namespace(self, obj: Mapping[str, Any]) -> None:
+        labels = podspec.mapping(podspec.mapping(obj.get("metadata")).get("labels"))
+        self._namespace_labels[_name(obj)] = {str(k): str(v) for k, v in labels.items()}
+
+    def replace_namespaces(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._namespace_labels = {}
+        for item in items:
+            self.put_namespace(item)
+        self.namespaces_synced = True
+
+    def put_budget_lease(self, obj: Mapping[str, Any]) -> bool:
+        """A namespace's budget ledger Lease (`budgets.lease_namespace`); False where it is none to trust."""
+        namespace = budgets.lease_namespace(obj, home=self._namespace)
+        if namespace is None:
+            return False
+        held = self._budget_leases.get(namespace)
+        if held is not None and (_same_version(obj, held) or _older(obj, held)):
+            return True
+        metadata = podspec.mapping(obj.get("metadata"))
+        slim = {
+            "metadata": {
+                **{k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata},
+                "annotations": dict(podspec.mapping(metadata.get("annotations"))),
+            }
+        }
+        self._budget_leases[namespace] = slim
+        shrunk = held is not None and bool(
+            set(budgets.lease_ledger(held, home=self._namespace)) - set(budgets.lease_ledger(slim, home=self._namespace))
+        )
+        self._budget_changed(namespace, freed=shrunk)
+        return True
 
     def ledger(self, node: str) -> dict[str, allocation.Allocation]:
         """The node's whole ledger: its Node annotation's entries (earlier versions) and its Lease's."""
@@ -654,6 +777,8 @@ class Store:
         for name in self._by_node:
             self._touch(name)  # a node may hold none of the listed pods: its version must still move
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
+        self._by_namespace, self._usages = {}, {}
+        self._budget_epoch += 1
         self._nominated, self._nominee_node = {}, {}
         self._held = {}
         self._forget_all()
@@ -669,6 +794,7 @@ class Store:
             self._touch(name)
         self._leases, self._states, self._lease_deleted = {}, {}, {}
         self._holds, self._hold_leases, self._newest_hold = {}, {}, {}
+        self._budget_leases, self._budget_lease_deleted, self._usages = {}, {}, {}
         self._forget_all()
         self._leases_version = self._leases_listed = -1  # the list's version follows (`seen`)
         self._vouched = {}
@@ -689,6 +815,7 @@ class Store:
     def _recount_dra(self) -> None:
         """What DRA holds, worked out again; nodes whose holds changed move their version (and
         where a card came free, `on_freed` hears of it)."""
+        self._budget_epoch += 1  # a claim's charge (its devices' memory) may have changed
         before = self._dra_holds
         self._dra_holds = dra.holds(self._slices.values(), self._claims.values(), namespace=self._namespace)
         for node in set(before) | set(self._dra_holds):
@@ -701,6 +828,12 @@ class Store:
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
         """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node`, `Pod`, `Lease`,
         `ResourceSlice` or `ResourceClaim`."""
+        if kind == "Namespace":
+            if event == "DELETED":
+                self._namespace_labels.pop(_name(obj), None)
+            else:
+                self.put_namespace(obj)
+            return
         if kind in ("ResourceSlice", "ResourceClaim"):
             kept = self._slices if kind == "ResourceSlice" else self._claims
             key = _name(obj) if kind == "ResourceSlice" else _uid(obj)
@@ -726,6 +859,11 @@ class Store:
                     self._hold_leases.pop(held_on, None)
                     self._holds.pop(held_on, None)
                     self._index_holds()
+            elif event == "DELETED" and (budgeted := budgets.lease_namespace(obj, home=self._namespace)) is not None:
+                if not _older(obj, self._budget_leases.get(budgeted)):
+                    self._budget_leases.pop(budgeted, None)
+                    self._budget_lease_deleted[budgeted] = revision(obj) if revision(obj) >= 0 else _UNPROVABLE
+                    self._budget_changed(budgeted, freed=True)
             elif event == "DELETED":
                 node = reservations.lease_node(obj, namespace=self._namespace)
                 if node is not None and not _older(obj, self._leases.get(node)):
@@ -733,7 +871,7 @@ class Store:
                     if dropped is not None and _lease_uids(dropped):
                         self._freed(node)
                     self._vouched.pop(node, None)
-                    self._lease_deleted[node] = _revision(obj) if _revision(obj) >= 0 else _UNPROVABLE
+                    self._lease_deleted[node] = revision(obj) if revision(obj) >= 0 else _UNPROVABLE
                     self._touch(node)
             else:
                 self.put_lease(obj)
@@ -752,6 +890,8 @@ class Store:
                 self._drop_pod(uid)
                 if held is not None and node and _holds_cards(held):
                     self._freed(node)
+                if held is not None:
+                    self._budget_changed(_namespace(held), freed=True)
             else:
                 self.put_pod(obj)
             # Events come in revision order: everything up to this one is applied now.
@@ -776,17 +916,18 @@ class Store:
             if held is None or _node_ledger_text(slim) != _node_ledger_text(held):
                 text = _node_ledger_text(slim)
                 # a ledger at a version that is no revision can never be proven covered: bind reads
-                self._node_ledger_rv[name] = (
-                    (_revision(slim) if _revision(slim) >= 0 else _UNPROVABLE) if text is not None else -1
-                )
+                self._node_ledger_rv[name] = (revision(slim) if revision(slim) >= 0 else _UNPROVABLE) if text is not None else -1
             if held is None or not _same_but_version(slim, held):
+                self._budget_epoch += 1  # a card's memory may have changed (budgets charge by it)
                 self._touch(name)  # a status heartbeat changes nothing kept here: the cached state stays
 
     def put_lease(self, obj: Mapping[str, Any]) -> None:
         """A ledger Lease (ignored unless it is a node's trusted ledger in the ledger namespace)."""
         node = reservations.lease_node(obj, namespace=self._namespace)
         if node is None:
-            self.put_hold_lease(obj)  # the preempt verb's records share the ledger's label and watch
+            # The preempt verb's records and the namespaces' budget ledgers share the ledger's label and watch.
+            if not self.put_hold_lease(obj):
+                self.put_budget_lease(obj)
             return
         held = self._leases.get(node)
         if held is not None and (_same_version(obj, held) or _older(obj, held)):
@@ -812,6 +953,11 @@ class Store:
         waited_for = self._nominee_node.get(uid)
         self._drop_pod(uid)
         self._pods[uid] = slim
+        namespace = _namespace(slim)
+        self._by_namespace.setdefault(namespace, set()).add(uid)
+        self._budget_changed(
+            namespace, freed=held is not None and allocation.is_terminal(slim) and not allocation.is_terminal(held)
+        )
         waits_for = preemption.nominated_node(slim)
         if waits_for:
             self._nominee_node[uid] = waits_for
@@ -839,7 +985,15 @@ class Store:
     def _drop_pod(self, uid: str) -> None:
         for referring in self._ledger_refs.pop(uid, set()):
             self._touch(referring)  # a ledger entry of this pod may count differently now
-        self._pods.pop(uid, None)
+        dropped = self._pods.pop(uid, None)
+        if dropped is not None:
+            namespace = _namespace(dropped)
+            members = self._by_namespace.get(namespace)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._by_namespace[namespace]
+            self._budget_changed(namespace)
         self._held.pop(uid, None)
         waited = self._nominee_node.pop(uid, None)
         if waited is not None:
@@ -925,6 +1079,10 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
             slim_spec[kind] = entries
     if "overhead" in spec:
         slim_spec["overhead"] = spec["overhead"]
+    # The budget gate (`gates`) and the claims a pod's budget charge may come through.
+    for key in ("schedulingGates", "resourceClaims"):
+        if key in spec:
+            slim_spec[key] = spec[key]
     for key in ("priority", "preemptionPolicy"):  # who may evict whom (`preemption`)
         if key in spec:
             slim_spec[key] = spec[key]
@@ -942,6 +1100,10 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str(podspec.mapping(obj.get("metadata")).get("name", ""))
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    return str(podspec.mapping(obj.get("metadata")).get("namespace", ""))
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -970,8 +1132,9 @@ def _lease_ledger_text(lease: Mapping[str, Any]) -> object:
     return podspec.mapping(podspec.mapping(lease.get("metadata")).get("annotations")).get(gpu.RESERVATIONS_ANNOTATION)
 
 
-def _revision(obj: Mapping[str, Any]) -> int:
-    """An object's resourceVersion as an etcd revision; -1 when it is not a number."""
+def revision(obj: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as an etcd revision; -1 when it is not a number (then the cache
+    cannot be compared with it, and bind reads from the apiserver)."""
     version = podspec.mapping(obj.get("metadata")).get("resourceVersion")
     return int(version) if isinstance(version, str) and version.isdigit() else -1
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Protocol
 
 from policies import settings
-from webhook.cmdline import errors
+from webhook.config import watched
 from webhook.kube import errors as kube_errors
 from webhook.labeler import podusage
 
@@ -68,16 +68,10 @@ class Actions(Protocol):
     def evict(self, pod: Target) -> None: ...
 
 
-class LimitsFile:
-    """The `usageLimits` of a settings file, read again when its bytes change.
-
-    A ConfigMap mounted as a volume is updated in place when it is edited (the kubelet's next sync
-    of the pod, about a minute), so an edit of the settings applies without restarting the labeler.
-    `read` (the labeler's reader) raises `errors.InputError` with one line naming the key: at
-    start that stops the labeler; later the line is logged and the last good limits stay, as the
-    webhook keeps its last good settings. The file is looked at no more than once per `every_s`,
-    and only when a limit is asked for (a pod above its request).
-    """
+class LimitsFile(watched.SettingsFile[settings.Settings]):
+    """The `usageLimits` of a settings file, read again when its bytes change (`watched.SettingsFile`):
+    at start bad limits stop the labeler; later they are logged and the last good limits stay. The
+    file is looked at only when a limit is asked for (a pod above its request)."""
 
     def __init__(
         self,
@@ -87,43 +81,18 @@ class LimitsFile:
         every_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._path, self._read, self._every_s, self._clock = path, read, every_s, clock
-        self._seen = _contents(path)
-        self._settings = read(path)
-        self._looked = clock()
-        self.reloads = 0  # for tests and logs: how many changes were taken
-        self.refusals = 0  # changes that did not load (the previous limits stayed)
+        super().__init__(
+            path,
+            read=read,
+            what="usage limits",
+            describe=lambda found: f" ({len(found.usage_limits)} entries)",
+            every_s=every_s,
+            clock=clock,
+        )
 
     def usage_limit(self, namespace: str) -> settings.UsageLimit:
-        """The limit for a pod of `namespace` under the file as it is now (see the class docstring)."""
-        self._refresh()
-        return self._settings.usage_limit(namespace)
-
-    def _refresh(self) -> None:
-        now = self._clock()
-        if now - self._looked < self._every_s:
-            return
-        self._looked = now
-        contents = _contents(self._path)
-        if contents == self._seen:
-            return
-        self._seen = contents
-        try:
-            self._settings = self._read(self._path)
-        except errors.InputError as error:
-            self.refusals += 1
-            logger.error("usage limits: the changed file is refused, the previous limits stay in force: %s", error)
-            return
-        self.reloads += 1
-        logger.info("usage limits: read again from %s (%d entries)", self._path, len(self._settings.usage_limits))
-
-
-def _contents(path: Path) -> bytes:
-    """The file's bytes; an unreadable file counts as content too (its error number)."""
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        return f"unreadable:{error.errno}".encode()
+        """The limit for a pod of `namespace` under the file as it is now."""
+        return self.current().usage_limit(namespace)
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -1,0 +1,318 @@
+"""GPU-memory budgets per namespace in the extender: filter refuses, bind commits, preempt checks.
+
+The budgets come from the webhook's settings file (`gpuBudgets`, read again when it changes:
+`webhook.config.watched`); what a pod is charged, and how a namespace's usage adds up, is
+`policies.gpu.budgets`'. Three places keep a budget:
+
+- filter (`Keeper.judge`): a node where the pod's charge (whole cards: the node's largest cards)
+  would take its namespace over budget fails with NAMESPACE_BUDGET, naming the budget, what is
+  used and what the pod asks; `failed`, so the pod is tried again when room frees up (a pod of
+  the namespace gone or finished, a ledger entry gone: the store tells the nudger as for cards);
+  `unresolvable` where the charge alone is more than the whole budget.
+- bind (`Keeper.charge`): before the node's ledger is written, the pod's charge for the cards
+  chosen is written to the namespace's budget Lease by compare-and-swap, on a read the pod cache
+  covers: the node ledger's protocol (`binder`), with the namespace in the node's place. Every
+  commit to a namespace happened at a distinct resourceVersion of its Lease and read the one
+  before, so it saw every earlier commit, as an entry or, where a later commit pruned the entry,
+  as a pod bound (pruned only once seen bound, and the pod cache is complete up to the version
+  read). So no two binds, in one process or in two replicas, spend the same room. Binds in one
+  process queue per namespace, so they do not conflict with each other.
+- preempt (`Keeper.room_after`): a node is answered only where the namespace has room for the pod
+  once the victims of its own namespace are gone.
+
+The extender never fails open on a budget it cannot read: where the budgets' namespace selectors
+need namespace labels not listed yet, filter and bind refuse with the reason (`Unreadable`); a
+settings file that turned bad keeps the last good budgets (and `problem` says why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from prometheus_client.core import GaugeMetricFamily
+
+from policies import podspec
+from policies.gpu import budgets, cardrequest, cards, reasons, reservations
+from policies.settings import budgets as settings_budgets
+from webhook.extender import placement
+from webhook.extender import store as store_module
+from webhook.kube import errors as kube_errors
+from webhook.kube import leasewrite
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 50
+POD_CATCH_UP_S = 1.0  # how long a charge waits for the pod watch to reach the budget Lease's version
+_BACKOFF_S = 0.002
+_BACKOFF_CAP_S = 0.1
+
+
+class Unreadable(Exception):
+    """The namespace's budget cannot be known now; the message says why (nothing fails open)."""
+
+
+class Source(Protocol):
+    """Where the budgets come from (`webhook.config.watched.SettingsFile` of `budgets_of`)."""
+
+    def current(self) -> tuple[settings_budgets.Budget, ...]: ...
+
+
+class Fixed:
+    """Budgets that do not change (tests, benches)."""
+
+    def __init__(self, found: Iterable[settings_budgets.Budget]) -> None:
+        self._found = tuple(found)
+
+    def current(self) -> tuple[settings_budgets.Budget, ...]:
+        return self._found
+
+
+class LeaseApi(leasewrite.Leases, Protocol):
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+class Keeper:
+    """Keeps the namespaces' GPU budgets for one extender process (safe beside other replicas)."""
+
+    def __init__(
+        self,
+        api: LeaseApi,
+        cache: store_module.Store,
+        source: Source,
+        *,
+        home: str = reservations.LEDGER_NAMESPACE,
+        identity: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._api, self._cache, self._source = api, cache, source
+        self._home, self._identity, self._clock = home, identity or "gpu-admission-extender", clock
+        self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self.conflicts = 0  # compare-and-swap conflicts on budget Leases (for metrics)
+
+    # --- reading ---
+
+    def all_budgets(self) -> tuple[settings_budgets.Budget, ...]:
+        return self._source.current()
+
+    def budget_of(self, namespace: str) -> settings_budgets.Budget | None:
+        """The namespace's budget, None where it has none (unlimited); `Unreadable` where its labels
+        are needed (a budget chooses by namespaceSelector) and not known yet."""
+        found = self._source.current()
+        if not found:
+            return None
+        labels = self._cache.namespace_labels(namespace)
+        if labels is None and any(b.match.selector is not None for b in found):
+            if not self._cache.namespaces_synced:
+                raise Unreadable("the GPU extender has not listed the namespaces yet (budgets choose them by label); retry")
+            # listed, and not there: a namespace created since; only its name label is known
+        return settings_budgets.budget_for(found, namespace, labels)
+
+    def usage(self, namespace: str, *, now: float) -> budgets.Usage:
+        return self._cache.budget_usage(namespace, now=now)
+
+    def budgeted(self, *, now: float) -> list[tuple[str, settings_budgets.Budget, budgets.Usage]]:
+        """Every namespace known here that has a budget, with its usage (inspect, metrics)."""
+        found = self._source.current()
+        if not found:
+            return []
+        names = sorted(set(self._cache.namespaces()) | set(self._cache.pod_namespaces()))
+        rows = []
+        for namespace in names:
+            budget = settings_budgets.budget_for(found, namespace, self._cache.namespace_labels(namespace))
+            if budget is not None:
+                rows.append((namespace, budget, self.usage(namespace, now=now)))
+        return rows
+
+    # --- filter ---
+
+    def judge(
+        self, outcome: placement.Outcome, *, pod: Mapping[str, Any], wanted: cardrequest.Request, now: float
+    ) -> placement.Outcome:
+        """The filter's outcome with the nodes where the pod's charge would take its namespace
+        over budget moved from passed to failed (unresolvable where it could never fit)."""
+        if not outcome.passed or not wanted.managed or wanted.problem:
+            return outcome
+        metadata = podspec.mapping(pod.get("metadata"))
+        namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
+        try:
+            budget = self.budget_of(namespace)
+        except Unreadable as error:
+            return _refuse(outcome, list(outcome.passed), f"namespace {namespace}: {error}", never=False)
+        if budget is None:
+            return outcome
+        used = self.usage(namespace, now=now).without([uid]).total
+        refused: dict[str, str] = {}
+        never: dict[str, str] = {}
+        shared = None if wanted.cards else budgets.asked(wanted, None)
+        for name in outcome.passed:
+            charge = shared if shared is not None else budgets.asked(wanted, self._cards(name))
+            why = budgets.over(budget.memory_mib, budget.cards, used, charge)
+            if not why:
+                continue
+            message = f"namespace {namespace} {budget.describe()}: {why}"
+            if budgets.over(budget.memory_mib, budget.cards, budgets.NOTHING, charge):
+                never[name] = message
+            else:
+                refused[name] = message
+        if refused:
+            outcome = _refuse(outcome, list(refused), refused, never=False)
+        if never:
+            outcome = _refuse(outcome, list(never), never, never=True)
+        return outcome
+
+    def _cards(self, node: str) -> cards.NodeCards:
+        return cards.node_cards(self._cache.real_node(node) or {})
+
+    # --- preempt ---
+
+    def room_after(
+        self, pod: Mapping[str, Any], wanted: cardrequest.Request, node: str, victims: Sequence[str], *, now: float
+    ) -> bool:
+        """Whether the pod's namespace has room for it on `node` once `victims` are gone (only those of
+        its own namespace free any of its budget); False where the budget cannot be read."""
+        metadata = podspec.mapping(pod.get("metadata"))
+        namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
+        try:
+            budget = self.budget_of(namespace)
+        except Unreadable:
+            return False
+        if budget is None:
+            return True
+        used = self.usage(namespace, now=now).without([uid, *victims]).total
+        return not budgets.over(budget.memory_mib, budget.cards, used, budgets.asked(wanted, self._cards(node)))
+
+    # --- bind ---
+
+    async def charge(self, pod: Mapping[str, Any], charge: budgets.Charge, *, expires: float | None) -> str:
+        """Commit `charge` for `pod` to its namespace's budget Lease; "" when committed (or the
+        namespace has no budget), else why not (NAMESPACE_BUDGET, or a budget it cannot read)."""
+        metadata = podspec.mapping(pod.get("metadata"))
+        namespace, uid, name = (str(metadata.get(k, "")) for k in ("namespace", "uid", "name"))
+        try:
+            budget = self.budget_of(namespace)
+        except Unreadable as error:
+            return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace}: {error}"
+        if budget is None:
+            return ""
+        async with self._locks[namespace]:
+            for attempt in range(MAX_ATTEMPTS):
+                try:
+                    lease = await self._read(namespace, attempt=attempt)
+                except Unreadable as error:
+                    return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace}: {error}"
+                now = self._clock()
+                usage = self._cache.budget_usage(namespace, now=now, lease=lease)
+                others = usage.without([uid])
+                why = budgets.over(budget.memory_mib, budget.cards, others.total, charge)
+                if why:
+                    return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace} {budget.describe()}: {why}"
+                pods = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in self._cache.namespace_pods(namespace)}
+                ledger = budgets.lease_ledger(lease, home=self._home)
+                gone = {entry for entry in ledger if self._cache.gone(entry)}
+                kept = budgets.prune(ledger, usage, pods=pods, gone=gone, now=now)
+                kept[uid] = budgets.Entry(uid=uid, pod=f"{namespace}/{name}", charge=charge, assumed_at=now, expires=expires)
+                body = budgets.lease_body(namespace, kept, self._identity, home=self._home)
+                try:
+                    committed = await leasewrite.write(self._api, self._home, body, read=lease)
+                except (kube_errors.Conflict, kube_errors.NotFound):
+                    self.conflicts += 1
+                    await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter
+                    continue
+                self._cache.put_budget_lease(committed)
+                return ""
+        return f"namespace {namespace}: gave up after {MAX_ATTEMPTS} conflicting updates of its budget ledger; will retry"
+
+    async def _read(self, namespace: str, *, attempt: int) -> Mapping[str, Any] | None:
+        """The namespace's budget Lease, on a read the pod cache covers: the cache's copy first (the
+        compare-and-swap proves it current), a GET after a conflict. `Unreadable` where the pod
+        watch does not reach the Lease's version in time."""
+        cache = self._cache
+        if attempt == 0 and cache.synced:
+            lease = cache.budget_lease(namespace)
+            version = store_module.revision(lease) if lease is not None else cache.budget_lease_floor(namespace)
+            if version >= 0 and await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S):
+                return lease
+        try:
+            lease = await self._api.get_lease(self._home, budgets.lease_name(namespace))
+        except kube_errors.NotFound:
+            return None  # never written: nothing was ever pruned from it
+        if budgets.lease_namespace(lease, home=self._home) != namespace:
+            raise Unreadable(f"the Lease {self._home}/{budgets.lease_name(namespace)} is not this namespace's budget ledger")
+        if not await cache.wait_for_pods(store_module.revision(lease), timeout=POD_CATCH_UP_S):
+            raise Unreadable("the pod watch is behind the budget ledger; retry")
+        cache.put_budget_lease(lease)
+        return lease
+
+
+def _refuse(outcome: placement.Outcome, names: list[str], messages: Mapping[str, str] | str, *, never: bool) -> placement.Outcome:
+    """`outcome` with `names` moved from passed to failed (or unresolvable with `never`)."""
+    moved = set(names)
+    target = outcome.unresolvable if never else outcome.failed
+    for name in names:
+        message = messages if isinstance(messages, str) else messages[name]
+        target[name] = message
+        outcome.reasons[name] = (reasons.Reason(code=reasons.Code.NAMESPACE_BUDGET, message=message),)
+    outcome.passed[:] = [name for name in outcome.passed if name not in moved]
+    return outcome
+
+
+# --- inspect and metrics -----------------------------------------------------------------------------
+
+MIB = 1 << 20
+METRIC_NAMES = (
+    "gpu_admission_extender_namespace_gpu_memory_budget_bytes",
+    "gpu_admission_extender_namespace_gpu_memory_used_bytes",
+    "gpu_admission_extender_namespace_gpu_cards_budget",
+    "gpu_admission_extender_namespace_gpu_cards_used",
+)
+
+
+def inspect_rows(keeper: Keeper, *, now: float) -> list[dict[str, Any]]:
+    """Used and budget per budgeted namespace, for `/inspect` (`budgets`) and `gpu-admission inspect`."""
+    return [
+        {
+            "namespace": namespace,
+            "budget": budget.name,
+            "memoryBudgetMiB": budget.memory_mib,
+            "memoryUsedMiB": used.total.memory_mib,
+            "cardsBudget": budget.cards,
+            "cardsUsed": used.total.cards,
+            "holders": len(used.by_holder),
+            "unknownCharges": sorted(used.problems.values())[:5],
+        }
+        for namespace, budget, used in keeper.budgeted(now=now)
+    ]
+
+
+class Collector:
+    """The namespaces' budgets and usage as Prometheus gauges, computed at scrape time."""
+
+    def __init__(self, keeper: Keeper, *, clock: Callable[[], float] = time.time) -> None:
+        self._keeper, self._clock = keeper, clock
+
+    def collect(self) -> list[Any]:
+        labels = ["namespace", "budget"]
+        families = [
+            GaugeMetricFamily(METRIC_NAMES[0], "GPU memory a namespace's budget allows (gpuBudgets).", labels=labels),
+            GaugeMetricFamily(
+                METRIC_NAMES[1],
+                "GPU memory charged to a budgeted namespace (bound pods, claims, binds in flight).",
+                labels=labels,
+            ),
+            GaugeMetricFamily(METRIC_NAMES[2], "Whole cards a namespace's budget allows, where it limits them.", labels=labels),
+            GaugeMetricFamily(METRIC_NAMES[3], "Whole cards charged to a budgeted namespace.", labels=labels),
+        ]
+        for namespace, budget, used in self._keeper.budgeted(now=self._clock()):
+            values = [namespace, budget.name]
+            families[0].add_metric(values, budget.memory_mib * MIB)
+            families[1].add_metric(values, used.total.memory_mib * MIB)
+            if budget.cards is not None:
+                families[2].add_metric(values, budget.cards)
+            families[3].add_metric(values, used.total.cards)
+        return families

@@ -278,6 +278,8 @@ def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> No
         "pods": ["get", "list", "watch"],
         "pods/binding": ["create"],
         "poddisruptionbudgets": ["list"],
+        # GPU budgets (issue 36): namespace labels for the budgets' selectors, read only
+        "namespaces": ["list", "watch"],
         # DRA (docs/dra.md): read slices and claims; the leader's DeviceTaintRules, nothing else written
         "resourceslices": ["list", "watch"],
         "resourceclaims": ["list", "watch"],

@@ -1,0 +1,210 @@
+"""GPU budgets in the extender (issue 36): filter refuses, bind commits by compare-and-swap, preempt checks room."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from policies.gpu import budgets, cardrequest, reasons, reservations
+from policies.settings import budgets as settings_budgets
+from policies.settings import selection
+from tests.unit.extender.conftest import FakeApiServer, node, pod
+from webhook.extender import binder, budgeting, placement, wire
+from webhook.extender import store as store_module
+
+GIB = 1024
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def budget(
+    name: str = "team-a", *, gib: int, cards: int | None = None, namespaces: tuple[str, ...] = ("team-a",)
+) -> settings_budgets.Budget:
+    return settings_budgets.Budget(
+        name=name,
+        match=selection.NamespaceMatch(names=frozenset(namespaces)),
+        memory_mib=gib * GIB,
+        cards=cards,
+        memory_text=f"{gib}Gi",
+    )
+
+
+def synced_store(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> store_module.Store:
+    cache = store_module.Store()
+    cache.replace_nodes(nodes)
+    cache.replace_pods(pods)
+    cache.replace_leases([])
+    cache.replace_namespaces([{"metadata": {"name": "team-a", "labels": {"team": "a"}}}, {"metadata": {"name": "team-b"}}])
+    cache.seen("Lease", "1")
+    cache.seen("Pod", "1000000")  # the pod watch has delivered everything the fake apiserver will write
+    return cache
+
+
+def judged(keeper: budgeting.Keeper, cache: store_module.Store, obj: dict[str, Any], names: list[str]) -> placement.Outcome:
+    wanted = cardrequest.pod_request(obj)
+    states = cache.states(names, now=1_000_000.0, ttl=120.0)
+    outcome = placement.filter_nodes(wanted, states=states, names=names)
+    return keeper.judge(outcome, pod=obj, wanted=wanted, now=1_000_000.0)
+
+
+def test_filter_refuses_every_node_once_the_namespace_budget_is_spent() -> None:
+    used = pod("used", mem=6, node_name="gpu-0", phase="Running")
+    cache = synced_store([node("gpu-0"), node("gpu-1")], [used])
+    keeper = budgeting.Keeper(FakeApiServer(), cache, budgeting.Fixed([budget(gib=8)]))
+
+    fits = judged(keeper, cache, pod("small", mem=2), ["gpu-0", "gpu-1"])
+    assert fits.passed == ["gpu-0", "gpu-1"]
+
+    over = judged(keeper, cache, pod("big", mem=4), ["gpu-0", "gpu-1"])
+    assert over.passed == []
+    assert set(over.failed) == {"gpu-0", "gpu-1"}  # failed, not unresolvable: retried when room frees up
+    assert (
+        over.failed["gpu-0"]
+        == "namespace team-a budget 'team-a' (8Gi of GPU memory): 6 GiB used + 4 GiB asked > 8 GiB of GPU memory"
+    )
+    assert [r.code for r in over.reasons["gpu-0"]] == [reasons.Code.NAMESPACE_BUDGET]
+
+    never = judged(keeper, cache, pod("huge", mem=9), ["gpu-0"])
+    assert list(never.unresolvable) == ["gpu-0"]  # more than the whole budget: no preemption can help
+
+    elsewhere = judged(keeper, cache, pod("other", namespace="team-b", mem=4), ["gpu-0", "gpu-1"])
+    assert elsewhere.passed == ["gpu-0", "gpu-1"]  # no budget: unlimited
+
+
+def test_filter_charges_whole_cards_by_the_nodes_largest_cards_and_counts_cards() -> None:
+    mixed = node("mixed", mode="topology", count=2, inventory=[16 * GIB, 80 * GIB])
+    small = node("small", mode="topology", count=2, inventory=[16 * GIB, 16 * GIB])
+    cache = synced_store([mixed, small], [])
+    keeper = budgeting.Keeper(FakeApiServer(), cache, budgeting.Fixed([budget(gib=40, cards=1)]))
+
+    one = judged(keeper, cache, pod("one", whole=1), ["mixed", "small"])
+    assert one.passed == ["small"]  # on the mixed node it may get the 80 GiB card
+    assert "0 GiB used + 80 GiB asked > 40 GiB" in one.unresolvable["mixed"]  # 80 GiB alone is over 40
+
+    two = judged(keeper, cache, pod("two", whole=2), ["small"])
+    assert "whole cards" in two.unresolvable["small"]  # 2 cards against a budget of 1
+
+
+def test_budgets_chosen_by_label_wait_for_the_namespace_list() -> None:
+    cache = store_module.Store()
+    cache.replace_nodes([node("gpu-0")])
+    cache.replace_pods([])
+    cache.replace_leases([])
+    by_label = settings_budgets.Budget(
+        name="labelled",
+        match=selection.NamespaceMatch(selector=selection.LabelSelector(match_labels={"team": "a"})),
+        memory_mib=GIB,
+    )
+    keeper = budgeting.Keeper(FakeApiServer(), cache, budgeting.Fixed([by_label]))
+    refused = judged(keeper, cache, pod("p", mem=1), ["gpu-0"])
+    assert refused.passed == []
+    assert "has not listed the namespaces yet" in refused.failed["gpu-0"]  # never fails open
+
+    cache.replace_namespaces([{"metadata": {"name": "team-a", "labels": {"team": "a"}}}])
+    assert judged(keeper, cache, pod("p", mem=1), ["gpu-0"]).passed == ["gpu-0"]
+    assert judged(keeper, cache, pod("q", mem=2), ["gpu-0"]).passed == []
+
+
+def _request(obj: dict[str, Any], node_name: str) -> wire.BindRequest:
+    meta = obj["metadata"]
+    return wire.BindRequest(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"], node=node_name)
+
+
+async def test_two_replicas_binding_at_once_never_go_over_a_namespace_budget() -> None:
+    apiserver = FakeApiServer()
+    nodes = [apiserver.add_node(node(f"gpu-{i}", count=4, gib=15)) for i in range(2)]
+    pods = [apiserver.add_pod(pod(f"p{i}", mem=2 if i % 3 else 3)) for i in range(24)]
+    replicas = []
+    for _ in range(2):
+        cache = synced_store(nodes, pods)
+        keeper = budgeting.Keeper(apiserver, cache, budgeting.Fixed([budget(gib=16)]), clock=Clock())
+        replicas.append(binder.Binder(apiserver, clock=Clock(), cache=cache, keeper=keeper))
+    rng = random.Random(7)
+    results = await asyncio.gather(
+        *(replicas[i % 2].bind(_request(p, rng.choice(["gpu-0", "gpu-1"]))) for i, p in enumerate(pods))
+    )
+    bound = [p for p in apiserver.pods.values() if p["spec"].get("nodeName")]
+    used = sum(int(p["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"]) for p in bound)
+    assert used <= 16
+    assert used >= 14  # filled as far as 2 and 3 GiB pods allow: no room left unused for a 2 GiB pod
+    refused = [r.error for r in results if r.error]
+    assert refused and all("NAMESPACE_BUDGET" in error for error in refused)
+    assert len(refused) + len(bound) == len(pods)
+    lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, budgets.lease_name("team-a"))]
+    assert budgets.lease_namespace(lease) == "team-a"
+    entries = budgets.lease_ledger(lease)
+    assert {e.pod for e in entries.values()} <= {f"team-a/{p['metadata']['name']}" for p in bound}
+
+
+async def test_a_charge_in_a_namespace_without_budget_writes_nothing() -> None:
+    apiserver = FakeApiServer()
+    cache = synced_store([], [])
+    keeper = budgeting.Keeper(apiserver, cache, budgeting.Fixed([budget(gib=1)]))
+    assert await keeper.charge(pod("x", namespace="team-b"), budgets.Charge(memory_mib=99 * GIB), expires=None) == ""
+    assert apiserver.lease_writes == 0
+    refused = await keeper.charge(pod("y"), budgets.Charge(memory_mib=2 * GIB), expires=None)
+    assert (
+        refused
+        == "NAMESPACE_BUDGET: namespace team-a budget 'team-a' (1Gi of GPU memory): 0 GiB used + 2 GiB asked > 1 GiB of GPU memory"
+    )
+    assert apiserver.lease_writes == 0
+
+
+async def test_an_entry_of_a_pod_seen_bound_is_pruned_and_the_pod_counts_instead() -> None:
+    apiserver = FakeApiServer()
+    first = pod("first", mem=4, uid="first")
+    cache = synced_store([node("gpu-0")], [first])
+    clock = Clock()
+    keeper = budgeting.Keeper(apiserver, cache, budgeting.Fixed([budget(gib=8)]), clock=clock)
+    assert await keeper.charge(first, budgets.Charge(memory_mib=4 * GIB), expires=clock.now + 120) == ""
+    assert keeper.usage("team-a", now=clock.now).total.memory_mib == 4 * GIB
+
+    running = {**first, "spec": {**first["spec"], "nodeName": "gpu-0"}, "status": {"phase": "Running"}}
+    cache.put_pod(running)
+    assert keeper.usage("team-a", now=clock.now).total.memory_mib == 4 * GIB  # once, not twice
+
+    assert await keeper.charge(pod("second", mem=4, uid="second"), budgets.Charge(memory_mib=4 * GIB), expires=None) == ""
+    lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, budgets.lease_name("team-a"))]
+    assert set(budgets.lease_ledger(lease)) == {"second"}  # "first" counts through its pod now
+    assert keeper.usage("team-a", now=clock.now).total.memory_mib == 8 * GIB
+
+    cache.apply("Pod", "DELETED", running)
+    assert keeper.usage("team-a", now=clock.now).total.memory_mib == 4 * GIB
+
+
+def test_preemption_needs_room_in_the_budget_once_the_victims_are_gone() -> None:
+    mine = pod("mine", mem=6, node_name="gpu-0", phase="Running", uid="mine")
+    theirs = pod("theirs", namespace="team-b", mem=6, node_name="gpu-0", phase="Running", uid="theirs")
+    cache = synced_store([node("gpu-0")], [mine, theirs])
+    keeper = budgeting.Keeper(FakeApiServer(), cache, budgeting.Fixed([budget(gib=8)]))
+    wanted = cardrequest.pod_request(pod("pre", mem=4))
+    preemptor = pod("pre", mem=4, uid="pre")
+    assert not keeper.room_after(preemptor, wanted, "gpu-0", ["theirs"], now=1_000_000.0)  # another namespace frees none
+    assert keeper.room_after(preemptor, wanted, "gpu-0", ["mine"], now=1_000_000.0)
+
+
+def test_inspect_rows_and_metrics_name_used_and_budget() -> None:
+    used = pod("used", mem=6, node_name="gpu-0", phase="Running")
+    cache = synced_store([node("gpu-0")], [used])
+    keeper = budgeting.Keeper(FakeApiServer(), cache, budgeting.Fixed([budget(gib=8, cards=2)]))
+    [row] = budgeting.inspect_rows(keeper, now=1_000_000.0)
+    assert row == {
+        "namespace": "team-a",
+        "budget": "team-a",
+        "memoryBudgetMiB": 8 * GIB,
+        "memoryUsedMiB": 6 * GIB,
+        "cardsBudget": 2,
+        "cardsUsed": 0,
+        "holders": 1,
+        "unknownCharges": [],
+    }
+    families = {f.name: f for f in budgeting.Collector(keeper, clock=lambda: 1_000_000.0).collect()}
+    [sample] = families["gpu_admission_extender_namespace_gpu_memory_used_bytes"].samples
+    assert sample.labels == {"namespace": "team-a", "budget": "team-a"} and sample.value == 6 * 2**30

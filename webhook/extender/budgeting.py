@@ -274,20 +274,22 @@ METRIC_NAMES = (
 
 
 def inspect_rows(keeper: Keeper, *, now: float) -> list[dict[str, Any]]:
-    """Used and budget per budgeted namespace, for `/inspect` (`budgets`) and `gpu-admission inspect`."""
-    return [
-        {
-            "namespace": namespace,
-            "budget": budget.name,
-            "memoryBudgetMiB": budget.memory_mib,
-            "memoryUsedMiB": used.total.memory_mib,
-            "cardsBudget": budget.cards,
-            "cardsUsed": used.total.cards,
-            "holders": len(used.by_holder),
-            "unknownCharges": sorted(used.problems.values())[:5],
-        }
-        for namespace, budget, used in keeper.budgeted(now=now)
-    ]
+    """Used and budget per budgeted namespace, for `/inspect` (`budgets`), as `gpu-admission inspect` shows them."""
+    return [row(namespace, budget, used) for namespace, budget, used in keeper.budgeted(now=now)]
+
+
+def row(namespace: str, budget: settings_budgets.Budget, used: budgets.Usage) -> dict[str, Any]:
+    """One namespace's budget and usage, as `/inspect` and `gpu-admission inspect --config` write it."""
+    return {
+        "namespace": namespace,
+        "budget": budget.name,
+        "memoryBudgetMiB": budget.memory_mib,
+        "memoryUsedMiB": used.total.memory_mib,
+        "cardsBudget": budget.cards,
+        "cardsUsed": used.total.cards,
+        "holders": len(used.by_holder),
+        "unknownCharges": sorted(used.problems.values())[:5],
+    }
 
 
 class Collector:

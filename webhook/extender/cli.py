@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 
 from policies import settings
-from policies.gpu import allocation, cards, dra, inspection, reservations
+from policies.gpu import allocation, budgets, cards, dra, inspection, reservations
 from policies.gpu import usage as policies_usage
+from policies.settings import budgets as settings_budgets
 from policies.settings import scheduling
 from webhook import config
 from webhook.cmdline import errors, flags, output
@@ -178,10 +179,53 @@ def run_inspect(args: argparse.Namespace) -> int:
         states = {name: state for name, state in states.items() if name in args.node}
     real = inspection.node_usages(nodes)  # the labeler's usage summaries, where nodes carry one
     text = _inspect_text(args, states, usage=real)
-    output.emit(
-        _with_unmatched(args, text, dra.unmatched(slices, claims, namespace=args.ledger_namespace)), path=args.output_file
-    )
+    text = _with_unmatched(args, text, dra.unmatched(slices, claims, namespace=args.ledger_namespace))
+    found = config.load_section(args.config, settings.budgets_of) if args.config is not None else ()
+    if found:
+        listed = {str(p.get("metadata", {}).get("namespace", "")): None for p in pods}
+        try:
+            namespaces, _ = client.list("/api/v1/namespaces")
+        except kube_errors.KubeError as error:  # names still match; label selectors see the name label only
+            log.warning("cannot read namespaces (%s); budgets chosen by label may be missed", error)
+            namespaces = []
+        labels = {str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in namespaces}
+        rows = []
+        for namespace in sorted(set(listed) | set(labels)):
+            budget = settings_budgets.budget_for(found, namespace, labels.get(namespace))
+            if budget is None:
+                continue
+            used = budgets.cluster_usage(
+                namespace,
+                pods=pods,
+                leases=leases,
+                nodes=nodes,
+                claims=claims,
+                slices=slices,
+                home=args.ledger_namespace,
+                now=now,
+            )
+            rows.append(budgeting.row(namespace, budget, used))
+        text = _with_budgets(args, text, rows)
+    output.emit(text, path=args.output_file)
     return 0
+
+
+def _with_budgets(args: argparse.Namespace, text: str, rows: list[dict[str, Any]]) -> str:
+    """The views with the namespaces' GPU budgets (used / budget): a `budgets` list in JSON and
+    YAML, a closing table in the text views; unchanged where no namespace has a budget."""
+    if not rows or args.output == "name":
+        return text
+    if args.output == "json":
+        return json.dumps({**json.loads(text), "budgets": rows}, indent=2) + "\n"
+    if args.output == "yaml":
+        return text + str(yaml.safe_dump({"budgets": rows}, sort_keys=False))
+    lines = ["", "NAMESPACE  BUDGET  GPU MEMORY (USED/BUDGET GiB)  WHOLE CARDS (USED/BUDGET)"]
+    for row in rows:
+        cards_ = f"{row['cardsUsed']}/{row['cardsBudget']}" if row["cardsBudget"] is not None else f"{row['cardsUsed']}/-"
+        memory = f"{budgets.gib(row['memoryUsedMiB'])}/{budgets.gib(row['memoryBudgetMiB'])}"
+        lines.append(f"{row['namespace']}  {row['budget']}  {memory}  {cards_}")
+        lines.extend(f"  charge unknown: {problem}" for problem in row["unknownCharges"])
+    return text + "\n".join(lines) + "\n"
 
 
 def _with_unmatched(args: argparse.Namespace, text: str, found: Sequence[dra.Held]) -> str:

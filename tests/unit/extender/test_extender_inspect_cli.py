@@ -42,6 +42,7 @@ def cluster(
         ],
         dra.SLICES_PATH: [],  # DRA allocates nothing here
         dra.CLAIMS_PATH: [],
+        "/api/v1/namespaces": [{"metadata": {"name": "team-a", "labels": {"team": "a"}}}],
     }
 
     class Api:
@@ -109,3 +110,41 @@ def test_the_extender_reads_the_same_notice_and_a_bad_profile_is_one_line(tmp_pa
         extender_cli.scheduler_notice(str(bad))
     assert "scheduler: unknown scheduler profile 'slurm'" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("fmt", ["json", "table"])
+def test_inspect_with_budgets_shows_used_and_budget_per_namespace(
+    cluster: None, fmt: str, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "gpuBudgets:\n  - {name: team-a, namespaceSelector: {matchLabels: {team: a}}, memory: 8Gi, cards: 1}\n", encoding="utf-8"
+    )
+    assert extender_cli.inspect_main(["-o", fmt, "--config", str(config)]) == 0
+    printed = capsys.readouterr().out
+    if fmt == "json":
+        assert json.loads(printed)["budgets"] == [
+            {
+                "namespace": "team-a",
+                "budget": "team-a",
+                "memoryBudgetMiB": 8192,
+                "memoryUsedMiB": 3072,  # the trainer's 3 GiB share; the node ledger's entry is no budget charge
+                "cardsBudget": 1,
+                "cardsUsed": 0,
+                "holders": 1,
+                "unknownCharges": [],
+            }
+        ]
+    else:
+        assert printed.rstrip().endswith("team-a  team-a  3/8  0/1")
+
+
+def test_inspect_refuses_a_bad_budget_in_one_line(
+    cluster: None, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("gpuBudgets:\n  - {name: a, namespaces: [team-a], memory: -8Gi}\n", encoding="utf-8")
+    assert extender_cli.inspect_main(["--config", str(config)]) == 2
+    told = capsys.readouterr()
+    assert told.out == ""
+    assert told.err == f"kubectl inspect cgpu: error: {config}: gpuBudgets[0].memory: must not be negative, got '-8Gi'\n"

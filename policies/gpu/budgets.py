@@ -202,10 +202,12 @@ def allocation_charge(held: allocation.Allocation, node: Mapping[str, Any] | Non
 def asked(wanted: cardrequest.Request, node: cards.NodeCards | None) -> Charge:
     """The most a pod the extender places would be charged on this node (filter's bound); a share's
     charge needs no node (None)."""
-    if wanted.cards and node is not None:
-        largest = sorted((card.memory_mib for card in node.cards), reverse=True)[: wanted.cards]
-        return Charge(memory_mib=sum(largest), cards=wanted.cards)
-    return Charge(memory_mib=wanted.memory_gib * MIB_PER_GIB)
+    if not wanted.cards:
+        return Charge(memory_mib=wanted.memory_gib * MIB_PER_GIB)
+    if node is None:
+        return Charge(cards=wanted.cards, problem="whole cards are charged by the node's cards; the node is not known")
+    largest = sorted((card.memory_mib for card in node.cards), reverse=True)[: wanted.cards]
+    return Charge(memory_mib=sum(largest), cards=wanted.cards)
 
 
 def least_asked(pod: Mapping[str, Any]) -> Charge:

@@ -166,8 +166,8 @@ class Keeper:
             outcome = _refuse(outcome, list(never), never, never=True)
         return outcome
 
-    def _cards(self, node: str) -> cards.NodeCards:
-        return cards.node_cards(self._cache.real_node(node) or {})
+    def _cards(self, node: str) -> cards.NodeCards | None:
+        return self._cache.real_cards(node)
 
     # --- preempt ---
 

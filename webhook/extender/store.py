@@ -250,6 +250,19 @@ class Store:
         """A namespace's labels as last seen; None where the namespace is not known here."""
         return self._namespace_labels.get(namespace)
 
+    def real_cards(self, name: str) -> cards.NodeCards | None:
+        """The node's cards as they are (not less out-of-band use), made once per copy of the Node."""
+        real = self._real_nodes.get(name)
+        if real is not None:
+            return cards.node_cards(real)
+        node = self._nodes.get(name)
+        if node is None:
+            return None
+        kept = self._node_cards.get(name)
+        if kept is None or kept[0] is not node:
+            kept = self._node_cards[name] = (node, cards.node_cards(node))
+        return kept[1]
+
     def namespaces(self) -> list[str]:
         """The namespaces listed here (their labels are known)."""
         return list(self._namespace_labels)

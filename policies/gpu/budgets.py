@@ -411,6 +411,8 @@ def usage(
     by_holder: dict[str, Charge] = {}
     problems: dict[str, str] = {}
     settled: set[str] = set()
+    claims = list(claims)
+    allocated = {result.claim for _, held in claims for result in held}
     for pod in pods:
         metadata = podspec.mapping(pod.get("metadata"))
         uid = str(metadata.get("uid", ""))
@@ -423,7 +425,10 @@ def usage(
         charge = held_charge(pod, nodes.get(node), now=now)
         if charge.problem:
             problems[uid] = charge.problem
-        else:
+        elif pod_claim_names(pod) <= allocated:
+            # A pod with claims counts through them once they are seen allocated (kube-scheduler
+            # allocates before it binds, but the claims' watch may be behind the pods'): until
+            # then its entry keeps counting.
             settled.add(uid)
         if charge.charged or charge.problem:
             by_holder[uid] = charge
@@ -443,6 +448,21 @@ def usage(
     for charge in by_holder.values():
         total += Charge(memory_mib=charge.memory_mib, cards=charge.cards)
     return Usage(total=total, by_holder=by_holder, problems=problems)
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the ResourceClaims a pod uses: `resourceClaimName`, or for a claim made from a
+    template the name its status records (absent until the claim is made)."""
+    spec, status = podspec.mapping(pod.get("spec")), podspec.mapping(pod.get("status"))
+    made = {
+        str(item.get("name")): item.get("resourceClaimName")
+        for item in map(podspec.mapping, podspec.sequence(status.get("resourceClaimStatuses")))
+    }
+    names: set[str] = set()
+    for claim in dra.pod_claims(spec):
+        name = claim.claim_name or made.get(claim.name)
+        names.add(name if isinstance(name, str) and name else f"(not made yet: {claim.name})")
+    return frozenset(names)
 
 
 def over(budget_memory_mib: int, budget_cards: int | None, used: Charge, charge: Charge) -> str:

@@ -1107,7 +1107,10 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
         },
         "spec": slim_spec,
         # The phase for the card model; the start time and the nomination for preemption (issue 27).
-        "status": {key: status[key] for key in ("phase", "startTime", "nominatedNodeName") if key in status},
+        # (and the names of the claims made from its templates, for its GPU budget: `budgets.pod_claim_names`).
+        "status": {
+            key: status[key] for key in ("phase", "startTime", "nominatedNodeName", "resourceClaimStatuses") if key in status
+        },
     }
 
 

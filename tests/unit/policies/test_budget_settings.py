@@ -266,7 +266,9 @@ def test_the_apiserver_name_label_selects_a_namespace_whose_labels_are_unknown()
     parsed = read(
         {
             "name": "by-name-label",
-            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ml"]}]},
+            "namespaceSelector": {
+                "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["ml"]}]
+            },
             "memory": "16Gi",
         }
     )
@@ -277,7 +279,9 @@ def test_the_apiserver_name_label_selects_a_namespace_whose_labels_are_unknown()
 
 
 def test_names_and_a_selector_together_must_both_hold() -> None:
-    parsed = read({"name": "both", "namespaces": ["team-a"], "namespaceSelector": {"matchLabels": {"gpu": "yes"}}, "memory": "8Gi"})
+    parsed = read(
+        {"name": "both", "namespaces": ["team-a"], "namespaceSelector": {"matchLabels": {"gpu": "yes"}}, "memory": "8Gi"}
+    )
 
     assert budgets.budget_for(parsed, "team-a", {"gpu": "yes"}) is parsed[0]
     assert budgets.budget_for(parsed, "team-a", {}) is None
@@ -290,14 +294,14 @@ def test_settings_answer_through_budget_for() -> None:
     assert loaded.gpu_budget("team-a-batch") == loaded.gpu_budgets[0]
     assert loaded.gpu_budget("x", {"gpu-admission.io/tier": "lab"}) == loaded.gpu_budgets[1]
     assert loaded.gpu_budget("x", {"gpu-admission.io/tier": "lab", "env": "prod"}) is None
-    assert loaded.gpu_budget("x", {"gpu-admission.io/tier": "lab", "env": "prod", "gpu-admission.io/team": "t"}) == (
-        loaded.gpu_budgets[2]
-    )
+    labelled = {"gpu-admission.io/tier": "lab", "env": "prod", "gpu-admission.io/team": "t"}
+    assert loaded.gpu_budget("x", labelled) == loaded.gpu_budgets[2]
     assert loaded.gpu_budget("x") is None
 
 
 def test_budgets_of_reads_only_the_budgets_of_a_whole_settings_document() -> None:
-    document = {**yaml.safe_load(DOCUMENT), "policies": {"TEAM001": {"action": "warn"}}}  # a user policy the extender does not load
+    # TEAM001 is a user policy: the extender, which loads none, must still read the budgets.
+    document = {**yaml.safe_load(DOCUMENT), "policies": {"TEAM001": {"action": "warn"}}}
 
     assert [b.name for b in budgets.budgets_of(document)] == ["team-a", "labs", "everyone-labelled"]
     assert budgets.budgets_of(None) == ()

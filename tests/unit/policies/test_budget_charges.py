@@ -143,6 +143,15 @@ def test_a_bound_pod_without_our_annotations_is_charged_its_ask() -> None:
     assert (unknown.memory_mib, unknown.cards, unknown.problem) == (0, 2, "the card memory of node mixed-0 is unknown")
 
 
+def test_an_allocation_naming_another_node_is_stale_and_the_ask_is_charged_instead() -> None:
+    # Our annotation says card 0 (16 GiB) of gpu-9, but someone bound the pod to mixed-0.
+    stale = placed(cards_=(0,), whole=True, on="gpu-9") | {
+        "spec": {"nodeName": "mixed-0", "containers": [{"name": "main", "resources": {"limits": {gpu.Resource.ALIYUN_GPU: 1}}}]}
+    }
+
+    assert budgets.held_charge(stale, MIXED, now=NOW) == charge(LARGE, 1)
+
+
 @pytest.mark.parametrize(
     ("wanted", "expected"),
     [

@@ -52,7 +52,9 @@ GFD_MEMORY_LABEL = "nvidia.com/gpu.memory"  # GPU Feature Discovery: MiB per car
 # budgeted namespace; the extender lifts it once the pod's charge is in the ledger.
 GATE = "gpu-admission.io/budget"
 MIB_PER_GIB = gpu.MIB_PER_GIB
-_MIG = re.compile(r"^nvidia\.com/mig-\d+g\.(\d+)gb(\+[a-z0-9.+]*)?$")
+# `nvidia.com/mig-<profile>`; the device plugin turns a profile's "+" into "." (`1g.10gb+me` is served
+# as `mig-1g.10gb.me`), newer profiles end in `-me`, a time-sliced slice in `.shared`.
+_MIG = re.compile(r"^nvidia\.com/mig-\d+g\.(\d+)gb([.+-][a-z0-9.+-]*)?$")
 _MAX_NAME = 253
 
 
@@ -262,7 +264,8 @@ def claim_charge(held: Iterable[dra.Held], memory: Mapping[tuple[str, str, str],
     for result in held:
         if result.admin_access:
             continue  # monitoring access to a device in use: it allocates nothing
-        consumed = dict(result.consumed).get("memory")
+        shares = dict(result.consumed)  # a capacity name without a domain is in the driver's
+        consumed = shares.get("memory", shares.get(f"{result.driver}/memory"))
         parsed = quantity.decoded(consumed) if consumed is not None else None
         if parsed is not None and parsed.sign >= 0:
             total += Charge(memory_mib=int(parsed.fraction()) // (1024 * 1024))
@@ -467,11 +470,13 @@ def pod_claim_names(pod: Mapping[str, Any]) -> frozenset[str]:
 
 def over(budget_memory_mib: int, budget_cards: int | None, used: Charge, charge: Charge) -> str:
     """Why `charge` on top of `used` does not fit the budget ("" where it fits)."""
-    if used.memory_mib + charge.memory_mib > budget_memory_mib:
+    # Only what the charge adds is checked (as ResourceQuota does): a namespace over a lowered card
+    # budget may still take shares while its memory has room.
+    if charge.memory_mib and used.memory_mib + charge.memory_mib > budget_memory_mib:
         return (
             f"{gib(used.memory_mib)} GiB used + {gib(charge.memory_mib)} GiB asked > {gib(budget_memory_mib)} GiB of GPU memory"
         )
-    if budget_cards is not None and used.cards + charge.cards > budget_cards:
+    if budget_cards is not None and charge.cards and used.cards + charge.cards > budget_cards:
         return f"{used.cards} whole cards used + {charge.cards} asked > {budget_cards} whole cards"
     return ""
 

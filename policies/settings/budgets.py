@@ -13,6 +13,7 @@ What a pod is charged, whatever it asks for (whole cards, MIG slices, shares, DR
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ from policies.gpu import quantity
 from policies.settings import selection, shapes
 
 MIB = 1024 * 1024
+# A number and nothing else (`160`, `1.5`, `+160`): bytes to Kubernetes, a slip for GiB to the admin.
+_BARE_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,7 +78,7 @@ def memory(value: object, *, field: str) -> tuple[int, str]:
         raise shapes.InvalidSettings(f"{field}: {value!r} is not a quantity; write e.g. 160Gi or 40960Mi")
     if found.sign < 0:
         raise shapes.InvalidSettings(f"{field}: must not be negative, got {value!r}")
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+    if isinstance(value, int) or _BARE_NUMBER.fullmatch(value.strip()):
         raise shapes.InvalidSettings(
             f"{field}: {value!r} has no unit and would be bytes; write the unit, e.g. {value}Gi or {value}Mi"
         )

@@ -14,7 +14,10 @@ MiB, and optionally whole cards. Everything a namespace holds is charged in that
 | a DRA claim, once allocated | each device's `memory` capacity in its ResourceSlice | 0 |
 
 A node's card memory is the largest card of its inventory (`gpu.INVENTORY_ANNOTATION`), else the
-labeler's `gpu.CARD_MEMORY_MIB_LABEL`, else GPU Feature Discovery's `nvidia.com/gpu.memory`. Pods
+labeler's `gpu.CARD_MEMORY_MIB_LABEL`, else GPU Feature Discovery's `nvidia.com/gpu.memory`. The
+labels name one card (the labeler's its smallest; GFD assumes a node of one model), so they are
+exact only on nodes of one card model; the labeler writes the inventory beside its label, so only
+nodes labelled by others rely on them. Pods
 bound to a node and not finished count (Terminating ones too: their processes hold the memory until
 they exit); a pod still Pending counts only through its namespace's ledger (below). A DRA claim is
 charged once, to the namespace it lives in, however many pods share it.

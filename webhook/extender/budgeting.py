@@ -200,6 +200,8 @@ class Keeper:
             return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace}: {error}"
         if budget is None:
             return ""
+        if charge.problem:  # never fail open: what cannot be charged is not let in
+            return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace} {budget.describe()}: the charge cannot be computed: {charge.problem}"
         async with self._locks[namespace]:
             for attempt in range(MAX_ATTEMPTS):
                 try:

@@ -208,3 +208,14 @@ def test_inspect_rows_and_metrics_name_used_and_budget() -> None:
     families = {f.name: f for f in budgeting.Collector(keeper, clock=lambda: 1_000_000.0).collect()}
     [sample] = families["gpu_admission_extender_namespace_gpu_memory_used_bytes"].samples
     assert sample.labels == {"namespace": "team-a", "budget": "team-a"} and sample.value == 6 * 2**30
+
+
+async def test_a_charge_that_cannot_be_computed_is_refused_not_let_in() -> None:
+    apiserver = FakeApiServer()
+    keeper = budgeting.Keeper(apiserver, synced_store([], []), budgeting.Fixed([budget(gib=80)]))
+    unknown = budgets.Charge(cards=1, problem="nvidia.com/gpu: the card memory of node (not bound) is unknown")
+    refused = await keeper.charge(pod("x"), unknown, expires=None)
+    assert refused.startswith(
+        "NAMESPACE_BUDGET: namespace team-a budget 'team-a' (80Gi of GPU memory): the charge cannot be computed:"
+    )
+    assert apiserver.lease_writes == 0

@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from policies import model, settings
-from webhook.admission import decisioncache, decisions, evictions, handlers, keys
+from webhook.admission import decisioncache, decisions, evictions, handlers, keys, settingscheck
 from webhook.serving import metrics
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ def make_app(
     app.router.add_post("/mutate", handlers.mutate)
     app.router.add_post("/validate", handlers.validate)
     app.router.add_post("/validate-eviction", evictions.validate_eviction)
+    app.router.add_post("/validate-settings", settingscheck.validate_settings)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/readyz", handlers.readyz)
     app.router.add_get("/metrics", handlers.metrics_text)

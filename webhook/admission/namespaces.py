@@ -55,6 +55,11 @@ class Labels:
         with self._lock:
             return len(self._labels)
 
+    def snapshot(self) -> dict[str, Mapping[str, str]]:
+        """Every known namespace's labels, as of now (`settingscheck`: does a budget select any?)."""
+        with self._lock:
+            return dict(self._labels)
+
     def replace(self, items: Iterable[Mapping[str, Any]], *, resource_version: str) -> None:
         """Install a full list (the items of a NamespaceList) and its resourceVersion."""
         fresh = {name: labels for name, labels in (_name_and_labels(item) for item in items) if name}

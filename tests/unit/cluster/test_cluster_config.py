@@ -114,6 +114,18 @@ def test_the_webhook_registrations_are_deliberate() -> None:
     with open(install.deploy_dir() / install.WEBHOOK_CONFIGURATIONS, encoding="utf-8") as stream:
         documents = [d for d in yaml.safe_load_all(stream) if d]
     hooks = [hook for document in documents for hook in document["webhooks"]]
+    # The settings ConfigMap's check is the one exception, on purpose: it fails open (the webhook must
+    # never block the repair of its own settings), writes nothing, and sees only its own namespace.
+    [settings_hook] = [hook for hook in hooks if hook["name"] == "validate-settings.gpu-admission.io"]
+    hooks.remove(settings_hook)
+    assert (settings_hook["failurePolicy"], settings_hook["sideEffects"]) == ("Ignore", "None")
+    assert settings_hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-admission"]}
+    ]
+    assert settings_hook["matchConditions"] == [
+        {"name": "the-settings-configmap", "expression": "object.metadata.name == 'gpu-admission-policy'"}
+    ]
+    assert settings_hook["clientConfig"]["service"]["path"] == "/validate-settings"
     for hook in hooks:
         assert hook["admissionReviewVersions"] == ["v1"]
         # /validate records an Event on a denial (never on a dry run); /mutate never denies.

@@ -389,6 +389,9 @@ class Usage:
     total: Charge
     by_holder: Mapping[str, Charge]
     problems: Mapping[str, str]  # holder -> why its charge is not fully known
+    # Pods that count through themselves: finished, or bound with a known charge and every claim
+    # they name seen allocated. Their ledger entries are no longer needed (`prune`).
+    settled: frozenset[str] = frozenset()
 
     def without(self, uids: Iterable[str]) -> Usage:
         """The usage less some holders' charges (a pod's own earlier entry, preemption's victims)."""
@@ -397,7 +400,12 @@ class Usage:
         total = NOTHING
         for charge in kept.values():
             total += Charge(memory_mib=charge.memory_mib, cards=charge.cards)
-        return Usage(total=total, by_holder=kept, problems={k: v for k, v in self.problems.items() if k not in dropped})
+        return Usage(
+            total=total,
+            by_holder=kept,
+            problems={k: v for k, v in self.problems.items() if k not in dropped},
+            settled=self.settled,
+        )
 
 
 def usage(
@@ -453,7 +461,7 @@ def usage(
     total = NOTHING
     for charge in by_holder.values():
         total += Charge(memory_mib=charge.memory_mib, cards=charge.cards)
-    return Usage(total=total, by_holder=by_holder, problems=problems)
+    return Usage(total=total, by_holder=by_holder, problems=problems, settled=frozenset(settled))
 
 
 def pod_claim_names(pod: Mapping[str, Any]) -> frozenset[str]:
@@ -492,14 +500,15 @@ def prune(
     gone: frozenset[str] | set[str],
     now: float,
 ) -> dict[str, Entry]:
-    """The entries still needed: unexpired, of pods not gone or finished, and not bound with a
-    charge of their own that `usage_` counted without a problem (those count through the pod)."""
+    """The entries still needed: unexpired, of pods not gone or finished, and not settled in
+    `usage_` (bound with a charge of their own known, every claim they name seen allocated: those
+    count through the pod)."""
     kept: dict[str, Entry] = {}
     for uid, entry in ledger.items():
         pod = pods.get(uid)
-        if not entry.counts(now) or uid in gone:
+        if not entry.counts(now) or uid in gone or uid in usage_.settled:
             continue
-        if pod is not None and (allocation.is_terminal(pod) or (allocation.bound_node(pod) and uid not in usage_.problems)):
+        if pod is not None and allocation.is_terminal(pod):
             continue
         kept[uid] = entry
     return kept

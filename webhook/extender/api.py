@@ -26,6 +26,10 @@ class Api(Protocol):
         later one (the apiserver may answer from its watch cache)."""
         ...
 
+    async def list_namespace_pods(self, namespace: str, *, at_least: str = "") -> list[Object]:
+        """Every pod of a namespace (`list_node_pods`' reads, for a GPU budget's usage: `budgeting`)."""
+        ...
+
     async def get_lease(self, namespace: str, name: str) -> Object:
         """A Lease (a node's reservation ledger, `policies.gpu.reservations.lease_body`); NotFound where there is none."""
         ...

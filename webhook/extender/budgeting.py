@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import random
 import time
@@ -76,6 +77,8 @@ class Fixed:
 class LeaseApi(leasewrite.Leases, Protocol):
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any]: ...
 
+    async def list_namespace_pods(self, namespace: str, *, at_least: str = "") -> list[dict[str, Any]]: ...
+
 
 class Keeper:
     """Keeps the namespaces' GPU budgets for one extender process (safe beside other replicas)."""
@@ -94,6 +97,7 @@ class Keeper:
         self._home, self._identity, self._clock = home, identity or "gpu-admission-extender", clock
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.conflicts = 0  # compare-and-swap conflicts on budget Leases (for metrics)
+        self._vouched: dict[str, int] = {}  # namespace -> the version of our last commit decided on this cache
 
     # --- reading ---
 
@@ -204,52 +208,67 @@ class Keeper:
             return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace} {budget.describe()}: the charge cannot be computed: {charge.problem}"
         async with self._locks[namespace]:
             for attempt in range(MAX_ATTEMPTS):
-                try:
-                    lease = await self._read(namespace, attempt=attempt)
-                except Unreadable as error:
-                    return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace}: {error}"
+                read = await self._read(namespace, attempt=attempt)
                 now = self._clock()
-                usage = self._cache.budget_usage(namespace, now=now, lease=lease)
+                usage = self._cache.budget_usage(namespace, now=now, lease=read.lease, pods=read.pods)
                 others = usage.without([uid])
                 why = budgets.over(budget.memory_mib, budget.cards, others.total, charge)
                 if why:
                     return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace} {budget.describe()}: {why}"
-                pods = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in self._cache.namespace_pods(namespace)}
-                ledger = budgets.lease_ledger(lease, home=self._home)
-                gone = {entry for entry in ledger if self._cache.gone(entry)}
+                listed = read.pods if read.pods is not None else self._cache.namespace_pods(namespace)
+                pods = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in listed}
+                ledger = budgets.lease_ledger(read.lease, home=self._home)
+                gone = {entry for entry in ledger if self._cache.gone(entry) or (read.pods is not None and entry not in pods)}
                 kept = budgets.prune(ledger, usage, pods=pods, gone=gone, now=now)
                 kept[uid] = budgets.Entry(uid=uid, pod=f"{namespace}/{name}", charge=charge, assumed_at=now, expires=expires)
                 body = budgets.lease_body(namespace, kept, self._identity, home=self._home)
                 try:
-                    committed = await leasewrite.write(self._api, self._home, body, read=lease)
+                    committed = await leasewrite.write(self._api, self._home, body, read=read.lease)
                 except (kube_errors.Conflict, kube_errors.NotFound):
                     self.conflicts += 1
                     await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter
                     continue
                 self._cache.put_budget_lease(committed)
+                if read.pods is None:  # decided on this cache: it covers our own commit's version
+                    self._vouched[namespace] = store_module.revision(committed)
                 return ""
         return f"namespace {namespace}: gave up after {MAX_ATTEMPTS} conflicting updates of its budget ledger; will retry"
 
-    async def _read(self, namespace: str, *, attempt: int) -> Mapping[str, Any] | None:
-        """The namespace's budget Lease, on a read the pod cache covers: the cache's copy first (the
-        compare-and-swap proves it current), a GET after a conflict. `Unreadable` where the pod
-        watch does not reach the Lease's version in time."""
+    async def _read(self, namespace: str, *, attempt: int) -> _Read:
+        """The namespace's budget Lease (version R) and a view of its pods complete up to R (the
+        node ledger's read, `binder._read`, per namespace): the cache's Lease and pods where the pod
+        watch has delivered everything up to R, or R is our own last commit, decided on this cache
+        (it pruned only what this cache showed bound or gone); else a GET of the Lease and, unless
+        the pod watch is past it already, a LIST of the namespace's pods as of R or later."""
         cache = self._cache
         if attempt == 0 and cache.synced:
             lease = cache.budget_lease(namespace)
             version = store_module.revision(lease) if lease is not None else cache.budget_lease_floor(namespace)
-            if version >= 0 and await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S):
-                return lease
+            own = lease is not None and version >= 0 and self._vouched.get(namespace) == version
+            if version >= 0 and (own or await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S)):
+                return _Read(lease=lease)
         try:
             lease = await self._api.get_lease(self._home, budgets.lease_name(namespace))
         except kube_errors.NotFound:
-            return None  # never written: nothing was ever pruned from it
-        if budgets.lease_namespace(lease, home=self._home) != namespace:
-            raise Unreadable(f"the Lease {self._home}/{budgets.lease_name(namespace)} is not this namespace's budget ledger")
-        if not await cache.wait_for_pods(store_module.revision(lease), timeout=POD_CATCH_UP_S):
-            raise Unreadable("the pod watch is behind the budget ledger; retry")
-        cache.put_budget_lease(lease)
-        return lease
+            lease = None  # never written (it has no owner and the extender deletes none): nothing was ever pruned
+        if lease is not None and budgets.lease_namespace(lease, home=self._home) != namespace:
+            raise kube_errors.KubeError(
+                f"the Lease {self._home}/{budgets.lease_name(namespace)} is not this namespace's budget ledger", status=409
+            )
+        version = store_module.revision(lease) if lease is not None else -1
+        if lease is not None:
+            cache.put_budget_lease(lease)
+        if version >= 0 and cache.pods_synced and await cache.wait_for_pods(version, timeout=0.0):
+            return _Read(lease=lease)
+        return _Read(
+            lease=lease, pods=await self._api.list_namespace_pods(namespace, at_least=str(version) if version >= 0 else "")
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Read:
+    lease: Mapping[str, Any] | None  # the budget Lease as read (its resourceVersion guards the write); None: none yet
+    pods: list[dict[str, Any]] | None = None  # the namespace's pods as listed; None: the cache's vouch for the read
 
 
 def _refuse(outcome: placement.Outcome, names: list[str], messages: Mapping[str, str] | str, *, never: bool) -> placement.Outcome:

@@ -92,6 +92,11 @@ class KubeApi:
         items, _ = await asyncio.to_thread(self.list, "/api/v1/pods", field_selector=f"spec.nodeName={node}", at_least=at_least)
         return items
 
+    async def list_namespace_pods(self, namespace: str, *, at_least: str = "") -> list[Object]:
+        """Every pod of a namespace (a GPU budget's), as of `at_least` or later (quorum without)."""
+        items, _ = await asyncio.to_thread(self.list, f"/api/v1/namespaces/{_quote(namespace)}/pods", at_least=at_least)
+        return items
+
     async def list_budgets(self) -> list[Object]:
         """Every PodDisruptionBudget (the preempt verb's tie-break; preemption is rare, so no watch)."""
         items, _ = await asyncio.to_thread(self.list, "/apis/policy/v1/poddisruptionbudgets")

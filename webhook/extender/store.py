@@ -287,19 +287,29 @@ class Store:
         """Whether the pod watch saw this UID deleted (UIDs are never reused)."""
         return uid in self._gone
 
-    def budget_usage(self, namespace: str, *, now: float, lease: Mapping[str, Any] | None = _OWN_LEASE) -> budgets.Usage:
+    def budget_usage(
+        self,
+        namespace: str,
+        *,
+        now: float,
+        lease: Mapping[str, Any] | None = _OWN_LEASE,
+        pods: Sequence[Mapping[str, Any]] | None = None,
+    ) -> budgets.Usage:
         """What the namespace holds against its budget (`budgets.usage`): its bound pods, its
         allocated DRA claims and its ledger's entries (`lease`: that Lease's instead of the one
-        held here, for a bind deciding on what it read). Remembered until something it counts
-        changes or an entry expires."""
-        own = lease is _OWN_LEASE
+        held here, for a bind deciding on what it read; `pods`: the namespace's pods as listed from
+        the apiserver instead of the cache's, where the cache cannot vouch for them: then an entry
+        of a pod not listed is of a pod gone). Remembered until something it counts changes or an
+        entry expires."""
+        own = lease is _OWN_LEASE and pods is None
         key = (self._budget_changes.get(namespace, 0), self._budget_epoch)
         if own:
             found = self._usages.get(namespace)
             if found is not None and found[0] == key and now < found[1]:
                 return found[2]
-        ledger = budgets.lease_ledger(self._budget_leases.get(namespace) if own else lease, home=self._namespace)
-        pods = self.namespace_pods(namespace)
+        ledger = budgets.lease_ledger(self._budget_leases.get(namespace) if lease is _OWN_LEASE else lease, home=self._namespace)
+        listed = pods
+        pods = self.namespace_pods(namespace) if listed is None else listed
         nodes = {
             node: self._real_nodes.get(node) or self._nodes[node]
             for node in {cards.pod_node(p) for p in pods}
@@ -317,7 +327,9 @@ class Store:
             nodes=nodes,
             claims=claims,
             device_mib=budgets.device_memory(self._slices.values()) if claims else None,
-            gone={uid for uid in ledger if uid in self._gone},
+            gone={uid for uid in ledger if uid in self._gone}
+            if listed is None
+            else set(ledger) - {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in listed},
             now=now,
         )
         if own:

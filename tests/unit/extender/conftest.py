@@ -181,6 +181,10 @@ class FakeApiServer:
         await self._turn("list_node_pods")
         return [copy.deepcopy(p) for p in self.pods.values() if p["spec"].get("nodeName") == node]
 
+    async def list_namespace_pods(self, namespace: str, *, at_least: str = "") -> list[Object]:
+        await self._turn("list_namespace_pods")
+        return [copy.deepcopy(p) for (ns, _), p in self.pods.items() if ns == namespace]
+
     async def get_lease(self, namespace: str, name: str) -> Object:
         await self._turn("get_lease")
         found = self.leases.get((namespace, name))

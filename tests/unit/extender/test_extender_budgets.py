@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from typing import Any
 
-from policies.gpu import budgets, cardrequest, reasons, reservations
+import pytest
+
+from policies.gpu import budgets, cardrequest, dra, reasons, reservations
 from policies.settings import budgets as settings_budgets
 from policies.settings import selection
 from tests.unit.extender.conftest import FakeApiServer, node, pod
@@ -36,14 +39,14 @@ def budget(
     )
 
 
-def synced_store(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> store_module.Store:
+def synced_store(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], *, complete_to: int = 1_000_000) -> store_module.Store:
     cache = store_module.Store()
     cache.replace_nodes(nodes)
     cache.replace_pods(pods)
     cache.replace_leases([])
     cache.replace_namespaces([{"metadata": {"name": "team-a", "labels": {"team": "a"}}}, {"metadata": {"name": "team-b"}}])
     cache.seen("Lease", "1")
-    cache.seen("Pod", "1000000")  # the pod watch has delivered everything the fake apiserver will write
+    cache.seen("Pod", str(complete_to))  # the pod watch has delivered everything up to here
     return cache
 
 
@@ -117,16 +120,48 @@ def _request(obj: dict[str, Any], node_name: str) -> wire.BindRequest:
     return wire.BindRequest(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"], node=node_name)
 
 
-async def test_two_replicas_binding_at_once_never_go_over_a_namespace_budget() -> None:
-    apiserver = FakeApiServer()
+class WatchedApiServer(FakeApiServer):
+    """The in-memory apiserver with a pod watch per replica: each Binding reaches every replica's
+    cache in revision order, after a random delay, and a cache is complete only up to what arrived
+    (`Store.pods_version`), as the real watch makes it."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__()
+        self.caches: list[store_module.Store] = []
+        self._rng = rng
+        self._feeds: list[asyncio.Task[None]] = []
+
+    async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Any) -> None:
+        await super().bind(namespace, name, uid=uid, node=node, annotations=annotations)
+        event = copy.deepcopy(self.pods[(namespace, name)])
+        for cache in self.caches:
+            self._feeds.append(
+                asyncio.create_task(
+                    self._deliver(
+                        cache, event, previous=self._feeds[-len(self.caches)] if len(self._feeds) >= len(self.caches) else None
+                    )
+                )
+            )
+
+    async def _deliver(self, cache: store_module.Store, event: dict[str, Any], *, previous: asyncio.Task[None] | None) -> None:
+        await asyncio.sleep(self._rng.random() * 0.005)
+        if previous is not None:
+            await previous  # in revision order
+        cache.apply("Pod", "MODIFIED", event)
+
+
+@pytest.mark.parametrize("seed", range(8))
+async def test_two_replicas_binding_at_once_never_go_over_a_namespace_budget(seed: int) -> None:
+    apiserver = WatchedApiServer(random.Random(seed))
     nodes = [apiserver.add_node(node(f"gpu-{i}", count=4, gib=15)) for i in range(2)]
     pods = [apiserver.add_pod(pod(f"p{i}", mem=2 if i % 3 else 3)) for i in range(24)]
     replicas = []
     for _ in range(2):
-        cache = synced_store(nodes, pods)
+        cache = synced_store(nodes, pods, complete_to=max(int(p["metadata"]["resourceVersion"]) for p in pods))
+        apiserver.caches.append(cache)
         keeper = budgeting.Keeper(apiserver, cache, budgeting.Fixed([budget(gib=16)]), clock=Clock())
         replicas.append(binder.Binder(apiserver, clock=Clock(), cache=cache, keeper=keeper))
-    rng = random.Random(7)
+    rng = random.Random(seed)
     results = await asyncio.gather(
         *(replicas[i % 2].bind(_request(p, rng.choice(["gpu-0", "gpu-1"]))) for i, p in enumerate(pods))
     )
@@ -136,6 +171,9 @@ async def test_two_replicas_binding_at_once_never_go_over_a_namespace_budget() -
     assert used >= 14  # filled as far as 2 and 3 GiB pods allow: no room left unused for a 2 GiB pod
     refused = [r.error for r in results if r.error]
     assert refused and all("NAMESPACE_BUDGET" in error for error in refused)
+    # The replicas raced on the budget Lease, and read past their caches where those could not vouch.
+    assert apiserver.calls.count("replace_lease") > apiserver.lease_writes - apiserver.calls.count("create_lease")
+    assert "get_lease" in apiserver.calls
     assert len(refused) + len(bound) == len(pods)
     lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, budgets.lease_name("team-a"))]
     assert budgets.lease_namespace(lease) == "team-a"
@@ -219,3 +257,25 @@ async def test_a_charge_that_cannot_be_computed_is_refused_not_let_in() -> None:
         "NAMESPACE_BUDGET: namespace team-a budget 'team-a' (80Gi of GPU memory): the charge cannot be computed:"
     )
     assert apiserver.lease_writes == 0
+
+
+def test_a_pod_with_claims_counts_through_its_entry_until_its_claims_are_seen_allocated() -> None:
+    bound = pod("dra", uid="dra", node_name="gpu-0", phase="Running")
+    bound["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    bound["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "dra-gpu-x7"}]
+    entry = budgets.Entry(uid="dra", pod="team-a/dra", charge=budgets.Charge(memory_mib=80 * GIB), assumed_at=0.0)
+    before = budgets.usage([bound], {"dra": entry}, nodes={}, claims=[], now=1.0)
+    assert before.total.memory_mib == 80 * GIB and "dra" not in before.settled
+    assert budgets.prune({"dra": entry}, before, pods={"dra": bound}, gone=set(), now=1.0) == {"dra": entry}
+
+    held = (dra.Held(namespace="team-a", claim="dra-gpu-x7", uid="c1", driver="gpu.nvidia.com", pool="gpu-0", device="gpu-1"),)
+    after = budgets.usage(
+        [bound],
+        {"dra": entry},
+        nodes={},
+        claims=[("c1", held)],
+        device_mib={("gpu.nvidia.com", "gpu-0", "gpu-1"): 40 * GIB},
+        now=1.0,
+    )
+    assert after.total.memory_mib == 40 * GIB and "dra" in after.settled  # the claim's device, once
+    assert budgets.prune({"dra": entry}, after, pods={"dra": bound}, gone=set(), now=1.0) == {}

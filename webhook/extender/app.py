@@ -221,6 +221,10 @@ def make_app(
         app.cleanup_ctx.append(_background("keep the DRA taint rules", lambda app: app[TAINT_KEEPER].run()))
     if keeper is not None:
         app[KEEPER] = keeper
+        if nudger is not None:
+            # Room in a budget freed with no event kube-scheduler retries a turned-away pod on (a pod
+            # deleted before our watch saw it, a ledger entry gone): a Node update does (`nudge`).
+            cache.on_budget_freed = lambda namespace, node: _nudge(nudger, node or cache.any_node())
         app[METERS].registry.register_collector(
             budgeting.Collector(keeper, clock=app[SETTINGS].clock), names=budgeting.METRIC_NAMES
         )
@@ -243,6 +247,11 @@ def make_app(
     app.router.add_get("/readyz", healthz)
     app.router.add_get("/metrics", metrics_text)
     return app
+
+
+def _nudge(nudger: nudge.Nudger, node: str) -> None:
+    if node:
+        nudger.freed(node)
 
 
 def _background(
@@ -310,6 +319,7 @@ async def _tidy(app: web.Application) -> None:
         if not cache.synced:
             continue
         now = settings.clock()
+        cache.budget_lapsed(now=now)  # budget room an expired ledger entry freed: `on_budget_freed`
         for name in cache.lapsed(now=now):
             cache.state(name, now=now, ttl=settings.ttl)  # a free that no event brought reaches the nudger
         for name in cache.stale_ledgers(now=now):

@@ -109,7 +109,8 @@ class Store:
         self._usages: dict[str, tuple[tuple[int, int], float, budgets.Usage]] = {}  # namespace -> (versions, valid until, usage)
         # Called with a namespace when its budget may have room again (a pod of it gone or finished,
         # ledger entries gone): the budget gate tries its gated pods again.
-        self.on_budget_freed: Callable[[str], None] | None = None
+        # With the node the room came from where known ("" for a ledger entry gone): `app` nudges.
+        self.on_budget_freed: Callable[[str, str], None] | None = None
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
@@ -263,6 +264,10 @@ class Store:
             kept = self._node_cards[name] = (node, cards.node_cards(node))
         return kept[1]
 
+    def any_node(self) -> str:
+        """A node's name ("" where none is known): a Node to stamp where room frees up nowhere in particular."""
+        return next(iter(self._nodes), "")
+
     def namespaces(self) -> list[str]:
         """The namespaces listed here (their labels are known)."""
         return list(self._namespace_labels)
@@ -337,11 +342,21 @@ class Store:
             self._usages[namespace] = (key, until, found_usage)
         return found_usage
 
-    def _budget_changed(self, namespace: str, *, freed: bool = False) -> None:
+    def _budget_changed(self, namespace: str, *, freed: bool = False, node: str = "") -> None:
         if namespace:
             self._budget_changes[namespace] = self._budget_changes.get(namespace, 0) + 1
             if freed and self.on_budget_freed is not None:
-                self.on_budget_freed(namespace)
+                self.on_budget_freed(namespace, node)
+
+    def budget_lapsed(self, *, now: float) -> list[str]:
+        """Namespaces whose remembered usage had a ledger entry expire by `now` (room freed with no
+        event: the tidy pass tells `on_budget_freed`, and computes their usage afresh)."""
+        lapsed = [namespace for namespace, (_, until, _) in self._usages.items() if until <= now]
+        for namespace in lapsed:
+            del self._usages[namespace]
+            if self.on_budget_freed is not None:
+                self.on_budget_freed(namespace, "")
+        return lapsed
 
     def put_namespace(self, obj: Mapping[str, Any]) -> None:
         labels = podspec.mapping(podspec.mapping(obj.get("metadata")).get("labels"))
@@ -916,7 +931,7 @@ class Store:
                 if held is not None and node and _holds_cards(held):
                     self._freed(node)
                 if held is not None:
-                    self._budget_changed(_namespace(held), freed=True)
+                    self._budget_changed(_namespace(held), freed=True, node=node or "")
             else:
                 self.put_pod(obj)
             # Events come in revision order: everything up to this one is applied now.
@@ -981,7 +996,9 @@ class Store:
         namespace = _namespace(slim)
         self._by_namespace.setdefault(namespace, set()).add(uid)
         self._budget_changed(
-            namespace, freed=held is not None and allocation.is_terminal(slim) and not allocation.is_terminal(held)
+            namespace,
+            freed=held is not None and allocation.is_terminal(slim) and not allocation.is_terminal(held),
+            node=cards.pod_node(slim),
         )
         waits_for = preemption.nominated_node(slim)
         if waits_for:

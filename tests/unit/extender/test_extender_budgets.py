@@ -279,3 +279,22 @@ def test_a_pod_with_claims_counts_through_its_entry_until_its_claims_are_seen_al
     )
     assert after.total.memory_mib == 40 * GIB and "dra" in after.settled  # the claim's device, once
     assert budgets.prune({"dra": entry}, after, pods={"dra": bound}, gone=set(), now=1.0) == {}
+
+
+def test_room_freed_in_a_budget_is_told_with_its_node_and_lapsed_entries_too() -> None:
+    running = pod("running", mem=4, uid="running", node_name="gpu-0", phase="Running")
+    cache = synced_store([node("gpu-0"), node("gpu-1")], [running])
+    told: list[tuple[str, str]] = []
+    cache.on_budget_freed = lambda namespace, node_name: told.append((namespace, node_name))
+    cache.apply("Pod", "DELETED", running)
+    assert told == [("team-a", "gpu-0")]
+
+    entry = budgets.Entry(uid="u", pod="team-a/p", charge=budgets.Charge(memory_mib=GIB), assumed_at=0.0, expires=100.0)
+    lease = budgets.lease_body("team-a", {"u": entry}, "replica")
+    lease["metadata"]["resourceVersion"] = "7"
+    cache.put_budget_lease(lease)
+    assert cache.budget_usage("team-a", now=50.0).total.memory_mib == GIB
+    told.clear()
+    assert cache.budget_lapsed(now=99.0) == []
+    assert cache.budget_lapsed(now=100.0) == ["team-a"] and told == [("team-a", "")]
+    assert cache.budget_usage("team-a", now=100.0).total.memory_mib == 0

@@ -721,7 +721,9 @@ def run(
             judged_budgets = _budget_results(
                 inventory,
                 budget_of=budget_of,
-                pods={ns: [_with_namespace(_unpack(kept[i]), ns) for i in found] for ns, found in budgeted.items()},
+                # Decoded one namespace at a time, as the node checks decode one node's pods.
+                pods=lambda ns: [_with_namespace(_unpack(kept[i]), ns) for i in budgeted.get(ns, ())],
+                with_pods=budgeted,
                 exempt=settings.exempt_namespaces,
                 default_namespace=default_namespace,
                 ledger_namespace=ledger_namespace,
@@ -744,20 +746,21 @@ def _budget_results(
     inventory: Inventory,
     *,
     budget_of: Callable[[str], settings_.Budget | None],
-    pods: Mapping[str, Sequence[Mapping[str, Any]]],
+    pods: Callable[[str], Sequence[Mapping[str, Any]]],
+    with_pods: Iterable[str],
     exempt: Iterable[str],
     default_namespace: str,
     ledger_namespace: str,
     now: float,
 ) -> tuple[list[findings.Finding], int]:
     """GPU218 on each namespace with a budget and GPU219 on each pod or claim charged to one, and how
-    many namespaces were judged. A namespace is known by its Namespace object, its pods, its claims
+    many namespaces were judged; `pods` decodes a namespace's pods, `with_pods` names those that have any. A namespace is known by its Namespace object, its pods, its claims
     or its budget ledger Lease; results on its pods and claims in an exempt namespace are `skip`."""
     claims = [_with_namespace(c, namespace_of(c, default=default_namespace)) for c in inventory.claims]
     listed = budgetusage.listed(
         nodes=inventory.nodes, leases=inventory.leases, claims=claims, slices=inventory.slices, home=ledger_namespace
     )
-    known = {*inventory.namespace_labels, *pods, *listed.claims, *listed.ledgers}
+    known = {*inventory.namespace_labels, *with_pods, *listed.claims, *listed.ledgers}
     exempt = frozenset(exempt)
     results: list[findings.Finding] = []
     judged = 0
@@ -766,7 +769,7 @@ def _budget_results(
         if budget is None:
             continue
         judged += 1
-        own = pods.get(namespace, ())
+        own = pods(namespace)
         holders = {str(podspec.mapping(p.get("metadata")).get("uid", "")): findings.ObjectRef.of(p) for p in own}
         for uid, name, _ in listed.claims.get(namespace, ()):
             holders[f"claim:{uid}"] = findings.ObjectRef(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 from collections.abc import Callable
@@ -14,8 +15,10 @@ from policies import settings
 from policies.gpu import budgets
 from tests.unit.explain.conftest import NOW
 from webhook import cli
+from webhook.cmdline import errors as cmd_errors
 from webhook.explain import analysis, budget, render, snapshot
 from webhook.explain import cli as explain_cli
+from webhook.kube import errors as kube_errors
 
 Factory = Callable[..., dict[str, Any]]
 
@@ -183,3 +186,41 @@ def test_the_cli_reads_budgets_from_config_and_a_snapshot_keeps_ledgers_and_labe
     assert judged["budget"]["state"] == "over" and judged["budget"]["budget"] == "gold"
     assert judged["budget"]["reason"]["message"].endswith("31 GiB used + 4 GiB asked > 34 GiB of GPU memory")
     assert "Budget:     not judged: no settings file given (--config FILE)" in bare
+
+
+class FakeApi:
+    def __init__(self, found: dict[str, Any] | None) -> None:
+        self.found = found
+        self.asked: list[str] = []
+
+    def request(self, method: str, path: str) -> dict[str, Any]:
+        self.asked.append(f"{method} {path}")
+        if self.found is None:
+            raise kube_errors.KubeError('namespaces "team-a" is forbidden', status=403)
+        return self.found
+
+
+def test_live_namespace_labels_are_read_and_a_refusal_is_said_not_guessed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = argparse.Namespace(snapshot=None, kubeconfig=None, context=None)
+    readable = FakeApi({"metadata": {"name": "team-a", "labels": {"tier": "gold"}}})
+    monkeypatch.setattr(explain_cli, "_client", lambda _: readable)
+
+    assert explain_cli.read_namespace_labels(args, "team-a") == {"tier": "gold"}
+    assert readable.asked == ["GET /api/v1/namespaces/team-a"]
+
+    monkeypatch.setattr(explain_cli, "_client", lambda _: FakeApi(None))
+    assert explain_cli.read_namespace_labels(args, "team-a") is None
+    assert "warning: cannot read namespace team-a" in capsys.readouterr().err
+
+
+def test_malformed_namespace_labels_in_a_snapshot_are_refused_naming_the_key(tmp_path: pathlib.Path) -> None:
+    document = snapshot.document(snapshot.take([], [], now=NOW, namespace_labels={"team-a": {}}))
+    assert document["namespaceLabels"] == {"team-a": {}}
+    document["namespaceLabels"] = ["team-a"]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+
+    with pytest.raises(cmd_errors.InputError, match="namespaceLabels must map each namespace to its labels"):
+        snapshot.load(str(path))

@@ -10,7 +10,7 @@ What is judged:
   created before the webhook, say), and reporting on a mutated copy would hide exactly that.
   GPU008 is left out (`Policy.stored_objects`): it judges what a request writes, and a bound pod
   carries nodeName and the extender's annotations by design; GPU210 judges the stored pod;
-- the consistency checks of `checks` (GPU201-GPU215), every registered one of each kind from
+- the consistency checks of `checks` (GPU201-GPU219), every registered one of each kind from
   `checks.CHECKS`: per Pod and workload template, per Pod as it runs, per Node and its cards, per
   ConfigMap/Secret (from keys-only copies: no Secret value is kept), per settings exception,
   and, for each namespace with a GPU budget (`gpuBudgets`), per namespace and per pod or DRA claim

@@ -224,6 +224,8 @@ BASES: tuple[tuple[type[base.Check], str], ...] = (
     (base.NodeCheck, "GPU nodes and their cards"),
     (base.EnvSourceCheck, "ConfigMaps and Secrets (keys only)"),
     (base.ExceptionCheck, "the exceptions in the settings file"),
+    (base.NamespaceCheck, "namespaces with a GPU budget (`gpuBudgets`), in whole-cluster audits"),
+    (base.ChargeCheck, "the pods and DRA claims charged to a namespace's GPU budget, in whole-cluster audits"),
 )
 
 

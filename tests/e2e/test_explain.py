@@ -83,7 +83,9 @@ def test_a_fragmented_node_is_named_with_its_largest_free_block(
     create(cluster, [pod("want-10", pool=pool, mem=10)], namespace=ns)
     wait_unschedulable(cluster, ns, "want-10")
     report = explain(cluster, capsys, "want-10", namespace=ns)
-    assert set(report) == {"pod", "admission", "request", "bound", "nodes", "suggestion"}
+    # "budget" (issue 36): without --config the namespace budgets are not known, and it says so.
+    assert set(report) == {"pod", "admission", "request", "bound", "nodes", "suggestion", "budget"}
+    assert report["budget"]["state"] == "unknown" and "no settings file given" in report["budget"]["why"]
     assert report["admission"]["allowed"] is True and report["request"]["memoryGiB"] == 10
     (node,) = pool.nodes
     assert codes(report, node) == ["FRAGMENTED"]

@@ -10,9 +10,11 @@ What is judged:
   created before the webhook, say), and reporting on a mutated copy would hide exactly that.
   GPU008 is left out (`Policy.stored_objects`): it judges what a request writes, and a bound pod
   carries nodeName and the extender's annotations by design; GPU210 judges the stored pod;
-- the consistency checks of `checks` (GPU201-GPU215), every registered one of each kind from
+- the consistency checks of `checks` (GPU201-GPU219), every registered one of each kind from
   `checks.CHECKS`: per Pod and workload template, per Pod as it runs, per Node and its cards, per
-  ConfigMap/Secret (from keys-only copies: no Secret value is kept) and per settings exception.
+  ConfigMap/Secret (from keys-only copies: no Secret value is kept), per settings exception,
+  and, for each namespace with a GPU budget (`gpuBudgets`), per namespace and per pod or DRA claim
+  charged to it (whole-cluster audits only).
 
 Decisions:
 
@@ -38,14 +40,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
 from policies import cel, engine, envsources, lookups, model, podspec, policy
 from policies import settings as settings_
-from policies.gpu import cards, dra, podparse, reservations
+from policies.gpu import budgetusage, cards, dra, podparse, reservations
 from webhook.audit import checks, findings, verdicts
 from webhook.audit.checks import base, facts, gpu217_unrecognised_gpu_node
 
@@ -106,6 +108,8 @@ NODE_CHECKS: tuple[base.NodeCheck, ...] = tuple(c for c in checks.CHECKS if isin
 SHARED_POD_CHECK_IDS: frozenset[str] = frozenset({"GPU201", "GPU203", "GPU204", "GPU210"})
 ENV_SOURCE_CHECKS: tuple[base.EnvSourceCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.EnvSourceCheck))
 EXCEPTION_CHECKS: tuple[base.ExceptionCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.ExceptionCheck))
+NAMESPACE_CHECKS: tuple[base.NamespaceCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.NamespaceCheck))
+CHARGE_CHECKS: tuple[base.ChargeCheck, ...] = tuple(c for c in checks.CHECKS if isinstance(c, base.ChargeCheck))
 
 # The validators that can judge an object as stored; a policy on what a request writes (GPU008:
 # nodeName and allocation annotations, which a bound pod carries by design) is left out.
@@ -514,6 +518,16 @@ def run(
     own_pod_checks = tuple(c for c in POD_CHECKS if c.id not in SHARED_POD_CHECK_IDS)
     if memo is not None and not memo.enabled:
         memo = None
+    budget_cache: dict[str, settings_.Budget | None] = {}
+
+    def budget_of(namespace: str) -> settings_.Budget | None:
+        if not settings.gpu_budgets:
+            return None
+        if namespace not in budget_cache:
+            budget_cache[namespace] = settings.gpu_budget(namespace, inventory.namespace_labels.get(namespace))
+        return budget_cache[namespace]
+
+    budgeted: dict[str, list[int]] = {}  # the pods of each budgeted namespace, by position in `kept`
     # The DRA claims and templates of each namespace, for GPU011 on the pods that use them: the audit
     # lists them all, so one it does not have does not exist.
     claims_by_namespace: dict[str, dict[tuple[str, str], Mapping[str, Any] | None]] = {}
@@ -643,6 +657,8 @@ def run(
         node_name = podspec.mapping(pod.get("spec")).get("nodeName")
         if isinstance(node_name, str) and node_name in gpu_nodes:
             bound.setdefault(node_name, []).append(position)
+        if budget_of(namespace) is not None:
+            budgeted.setdefault(namespace, []).append(position)
     results, folded = _fold(per_object, owners, uids)
     per_object.clear()  # every finding is in results now (judge() above is not called again)
 
@@ -701,6 +717,20 @@ def run(
             results.extend(
                 found for check in EXCEPTION_CHECKS if (found := check.check_exception(exception, now=moment)) is not None
             )
+        if settings.gpu_budgets:
+            judged_budgets = _budget_results(
+                inventory,
+                budget_of=budget_of,
+                # Decoded one namespace at a time, as the node checks decode one node's pods.
+                pods=lambda ns: [_with_namespace(_unpack(kept[i]), ns) for i in budgeted.get(ns, ())],
+                with_pods=budgeted,
+                exempt=settings.exempt_namespaces,
+                default_namespace=default_namespace,
+                ledger_namespace=ledger_namespace,
+                now=now,
+            )
+            objects += judged_budgets[1]
+            results.extend(judged_budgets[0])
     return Audit(
         findings=_sorted(results),
         scope=scope,
@@ -710,6 +740,61 @@ def run(
         nodes=tuple(sorted(states, key=lambda s: s.name)),
         admin_access_namespaces=admin_access_namespaces(inventory.namespace_labels, scope=scope),
     )
+
+
+def _budget_results(
+    inventory: Inventory,
+    *,
+    budget_of: Callable[[str], settings_.Budget | None],
+    pods: Callable[[str], Sequence[Mapping[str, Any]]],
+    with_pods: Iterable[str],
+    exempt: Iterable[str],
+    default_namespace: str,
+    ledger_namespace: str,
+    now: float,
+) -> tuple[list[findings.Finding], int]:
+    """GPU218 on each namespace with a budget and GPU219 on each pod or claim charged to one, and how
+    many namespaces were judged; `pods` decodes a namespace's pods, `with_pods` names those that have any. A namespace is known by its Namespace object, its pods, its claims
+    or its budget ledger Lease; results on its pods and claims in an exempt namespace are `skip`."""
+    claims = [_with_namespace(c, namespace_of(c, default=default_namespace)) for c in inventory.claims]
+    listed = budgetusage.listed(
+        nodes=inventory.nodes, leases=inventory.leases, claims=claims, slices=inventory.slices, home=ledger_namespace
+    )
+    known = {*inventory.namespace_labels, *with_pods, *listed.claims, *listed.ledgers}
+    exempt = frozenset(exempt)
+    results: list[findings.Finding] = []
+    judged = 0
+    for namespace in sorted(known):
+        budget = budget_of(namespace)
+        if budget is None:
+            continue
+        judged += 1
+        own = pods(namespace)
+        holders = {str(podspec.mapping(p.get("metadata")).get("uid", "")): findings.ObjectRef.of(p) for p in own}
+        for uid, name, _ in listed.claims.get(namespace, ()):
+            holders[f"claim:{uid}"] = findings.ObjectRef(
+                namespace=namespace, kind="ResourceClaim", name=name, api_version=f"{dra.GROUP}/{dra.VERSION}", uid=uid
+            )
+        lease = listed.ledgers.get(namespace)
+        context = base.BudgetContext(
+            namespace=namespace,
+            budget=budget,
+            usage=budgetusage.namespace_usage(namespace, own, listed, now=now),
+            holders=holders,
+            lease=_lease_ref(lease) if lease is not None else None,
+        )
+        subject = findings.ObjectRef(namespace="", kind="Namespace", name=namespace, api_version="v1")
+        results.extend(found for check in NAMESPACE_CHECKS if (found := check.check_namespace(subject, context)) is not None)
+        charged = [
+            found
+            for key in sorted(context.usage.by_holder)
+            for check in CHARGE_CHECKS
+            if (found := check.check_charge(key, context)) is not None
+        ]
+        if namespace in exempt:
+            charged = [_exempt(found, f"namespace {namespace} is exempt") for found in charged]
+        results.extend(charged)
+    return results, judged
 
 
 def admin_access_namespaces(labels: Mapping[str, Mapping[str, str]], *, scope: Scope) -> tuple[str, ...]:

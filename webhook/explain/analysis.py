@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from policies import gpu, model, nodeaffinity, podspec
 from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
@@ -39,6 +39,9 @@ from webhook.explain import predicates
 from webhook.extender import placement
 from webhook.extender import preemption as preemption_  # `preemption` names a verdict's field here
 from webhook.extender import store as store_module
+
+if TYPE_CHECKING:  # the note is made by `budget`, which reads this module
+    from webhook.explain import budget as budget_
 
 ReasonCode = reasons.Code  # the field `reasons` hides the module inside the dataclasses below
 
@@ -121,6 +124,9 @@ class Report:
     # cards are not the extender's, so the per-node part says nothing about them.
     scheduler: str = ""
     holds: tuple[HoldNote, ...] = ()  # the preemption hold records on the GPU nodes
+    # The pod against its namespace's GPU budget (`webhook.explain.budget.BudgetNote`), where it has
+    # one to be judged against; None: a bound pod, or one that asks for no GPU.
+    budget: budget_.BudgetNote | None = None
 
     @property
     def managed(self) -> bool:

@@ -20,13 +20,15 @@ from typing import Any
 
 import yaml
 
+from policies import podspec
+from policies import settings as settings_
 from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies.gpu import inspection, reservations
+from policies.gpu import budgetusage, inspection, reservations
 from webhook import config, kube
 from webhook.admission import decisions
 from webhook.cmdline import errors, flags, manifests, output
 from webhook.commands import dryrun
-from webhook.explain import analysis, defrag, render, simulate, snapshot
+from webhook.explain import analysis, budget, defrag, render, simulate, snapshot
 from webhook.extender import kube as extender_kube
 from webhook.kube import errors as kube_errors
 
@@ -114,7 +116,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     flags.add_output(parser, ("table", "json", "yaml"))
     flags.add_output_file(parser)
     parser.add_argument("--snapshot", metavar="FILE", help="read a snapshot file instead of the cluster")
-    parser.add_argument("--config", metavar="FILE", help="settings YAML for the admission step (as dry-run)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="settings YAML for the admission step (as dry-run) and, for explain, the namespaces' GPU budgets (gpuBudgets)",
+    )
     parser.add_argument("--policies-dir", metavar="DIR", help="user (CEL) policies for the admission step")
     _cluster_flags(parser)
 
@@ -201,6 +207,7 @@ def run_explain(args: argparse.Namespace) -> int:
         nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
     slices, claims = read_dra(args)
+    namespace = str(podspec.mapping(pod.get("metadata")).get("namespace") or args.namespace)
     report = explain_pod(
         pod,
         nodes=nodes,
@@ -211,9 +218,38 @@ def run_explain(args: argparse.Namespace) -> int:
         ledger_namespace=ledger_namespace,
         slices=slices,
         claims=claims,
+        budgets=Budgets(
+            gpu_budgets=settings.gpu_budgets if args.config else None,
+            namespace_labels=read_namespace_labels(args, namespace) if settings.gpu_budgets else {},
+            complete=not args.snapshot,
+        ),
     )
     output.emit(render.render(report, output=args.output, now=now), path=args.output_file)
     return 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Budgets:
+    """What explain judges the namespace's GPU budget with (`budget.judge`)."""
+
+    gpu_budgets: Sequence[settings_.Budget] | None  # None: no settings file read, the budgets are not known
+    namespace_labels: Mapping[str, str] | None  # the pod's namespace's labels; None: could not be read
+    complete: bool = True  # whether `pods` holds every pod (live) or only the GPU pods (a snapshot)
+
+
+def read_namespace_labels(args: argparse.Namespace, namespace: str) -> Mapping[str, str] | None:
+    """The namespace's labels: the snapshot's, or the live Namespace's; None (with a warning) where
+    they cannot be read, so that a budget selecting by label is not guessed."""
+    if getattr(args, "snapshot", None):
+        listed = snapshot.load(args.snapshot).namespace_labels
+        return None if listed is None else listed.get(namespace, {})
+    try:
+        found = _client(args).request("GET", f"/api/v1/namespaces/{namespace}")
+    except kube_errors.KubeError as error:
+        print(f"gpu-admission: warning: cannot read namespace {namespace}: {error}", file=sys.stderr)
+        return None
+    labels = podspec.mapping(podspec.mapping(found.get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def explain_pod(
@@ -227,10 +263,12 @@ def explain_pod(
     ledger_namespace: str = reservations.LEDGER_NAMESPACE,
     slices: Sequence[Mapping[str, Any]] = (),
     claims: Sequence[Mapping[str, Any]] = (),
+    budgets: Budgets | None = None,
 ) -> analysis.Report:
     """The report for one pod (admission with `settings`, default settings when None); `leases`:
-    the nodes' ledger Leases, trusted in `ledger_namespace` only; `slices` and `claims`: DRA's
-    ResourceSlices and ResourceClaims (cards they hold are not offered).
+    the nodes' ledger Leases (and the namespaces' budget ledgers), trusted in `ledger_namespace`
+    only; `slices` and `claims`: DRA's ResourceSlices and ResourceClaims (cards they hold are not
+    offered); `budgets`: judge the pod against its namespace's GPU budget (None: not at all).
 
     The pod is a stored one, so it is judged as the audit judges stored objects: a bound pod's
     nodeName and the extender's allocation annotations are there by design, not a request to refuse.
@@ -241,6 +279,19 @@ def explain_pod(
         nodes, pods, now=now, leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims
     )
     report = analysis.explain(pod, cluster=cluster, admission=decision)
+    if budgets is not None:
+        note = budget.judge(
+            pod,
+            gpu_budgets=budgets.gpu_budgets,
+            namespace_labels=budgets.namespace_labels,
+            pods=pods,
+            nodes=cluster.nodes,
+            candidates=[v.node for v in report.nodes],
+            objects=budgetusage.listed(nodes=nodes, leases=leases, claims=claims, slices=slices, home=ledger_namespace),
+            now=now,
+            complete=budgets.complete,
+        )
+        report = budget.applied(report, note)
     notice = loaded.scheduler.profile.notice
     return dataclasses.replace(report, scheduler=notice) if notice else report
 
@@ -259,12 +310,36 @@ def read_pdbs(args: argparse.Namespace) -> list[dict[str, Any]]:
     return items
 
 
+def read_namespaces(args: argparse.Namespace) -> dict[str, dict[str, str]] | None:
+    """Every Namespace's labels (for budgets that select by label); None, with a warning, where they cannot be listed."""
+    try:
+        client = _client(args)
+    except errors.InputError:  # no cluster configured: nothing else was read from one either
+        return None
+    try:
+        items, _ = client.list("/api/v1/namespaces")
+    except kube_errors.KubeError as error:
+        print(
+            f"gpu-admission: warning: cannot list the Namespaces, the snapshot has no namespace labels: {error}", file=sys.stderr
+        )
+        return None
+    return settings_.labels_by_namespace({"kind": "Namespace", **item} for item in items)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     nodes, pods, now = read_cluster(args)
     leases, ledger_namespace = read_ledgers(args)
     slices, claims = read_dra(args)
     taken = snapshot.take(
-        nodes, pods, now=now, pdbs=read_pdbs(args), leases=leases, ledger_namespace=ledger_namespace, slices=slices, claims=claims
+        nodes,
+        pods,
+        now=now,
+        pdbs=read_pdbs(args),
+        leases=leases,
+        ledger_namespace=ledger_namespace,
+        slices=slices,
+        claims=claims,
+        namespace_labels=read_namespaces(args),
     )
     as_json = args.output == "json" or (args.output is None and str(args.output_file or "").endswith(".json"))
     output.emit(snapshot.dumps(taken, as_json=as_json), path=args.output_file)

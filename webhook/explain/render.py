@@ -7,7 +7,14 @@ JSON (stable; README "explain"):
      "request": {"family", "memoryGiB", "corePercent", "cards", "modes": [...], "selectors": [...], "problem"},
      "bound": {"node", "cards": [...], "memoryGiB", "corePercent"} | null,
      "nodes": [{"node", "fits", "reasons": [{"code", "message"}], "cards": [...], "chosen": [...]}],
-     "suggestion": {"node", "change", "moves": [...]} | null}
+     "suggestion": {"node", "change", "moves": [...]} | null,
+     "budget": {"namespace", "state", "budget", "memoryMiB", "cards", "usedMiB", "usedCards", "askedMiB",
+                "askedCards", "reason": {"code", "message"} | null, "nodes": [...], "why"}}
+
+`budget` is there only where the pod was judged against its namespace's GPU budget (a Pending GPU
+pod, `webhook.explain.budget`): `state` unlimited, fits, charged (its charge is in the namespace's
+ledger already), over (`reason` NAMESPACE_BUDGET where it refuses the pod everywhere, `nodes` the
+nodes it refuses) or unknown (`why`: no settings file, namespace labels not readable).
 
 `cards` of a node: `{"index", "model", "memoryGiB", "usedGiB", "freeGiB", "coreUsed", "whole", "pods"}`.
 """
@@ -22,7 +29,7 @@ import yaml
 
 from policies import gpu
 from policies.gpu import cards, reasons
-from webhook.explain import analysis
+from webhook.explain import analysis, budget
 
 MAX_NODES_SHOWN = 10
 
@@ -114,6 +121,7 @@ class ReportJson(TypedDict):
     nodes: list[NodeJson]
     suggestion: dict[str, Any] | None
     scheduler: NotRequired[str]  # only in front of another GPU scheduler (its profile's notice)
+    budget: NotRequired[dict[str, Any]]  # only where the pod was judged against a namespace budget
 
 
 def card_json(card: cards.CardState) -> CardJson:
@@ -137,7 +145,27 @@ def as_json(report: analysis.Report) -> ReportJson:
     found = _as_json(report)
     if report.scheduler:
         found["scheduler"] = report.scheduler
+    if report.budget is not None:
+        found["budget"] = budget_json(report.budget)
     return found
+
+
+def budget_json(note: budget.BudgetNote) -> dict[str, Any]:
+    limit = note.budget
+    return {
+        "namespace": note.namespace,
+        "state": note.state,
+        "budget": limit.name if limit is not None else None,
+        "memoryMiB": limit.memory_mib if limit is not None else None,
+        "cards": limit.cards if limit is not None else None,
+        "usedMiB": note.used.memory_mib,
+        "usedCards": note.used.cards,
+        "askedMiB": note.asked.memory_mib,
+        "askedCards": note.asked.cards,
+        "reason": reason_json(note.reason) if note.reason is not None else None,
+        "nodes": sorted(note.per_node),
+        "why": note.why,
+    }
 
 
 def _as_json(report: analysis.Report) -> ReportJson:
@@ -216,6 +244,8 @@ def table(report: analysis.Report, *, now: float = 0.0) -> str:
     if report.modes:
         lines.append(f"Modes:      {', '.join(report.modes)}")
     lines.append(f"Selectors:  {'; '.join(report.selectors) if report.selectors else 'none'}")
+    if report.budget is not None:
+        lines.append(f"Budget:     {report.budget.describe()}")
     if report.bound is not None:
         where = ", ".join(f"GPU{i}" for i in report.bound.cards) or "no card recorded (no allocation annotation)"
         lines.append(f"Bound:      node {report.bound.node}, {where}")
@@ -235,6 +265,8 @@ def table(report: analysis.Report, *, now: float = 0.0) -> str:
             f"Best node:  {fitting[0].node} fits now"
             + (f" (GPU{','.join(map(str, fitting[0].cards))})" if fitting[0].cards else "")
         )
+    elif report.budget is not None and report.budget.reason is not None:
+        lines.append("Best node:  none until the namespace's budget has room for the pod (NAMESPACE_BUDGET)")
     elif suggestion is not None:
         lines.append(f"Best node:  {suggestion.node}: {suggestion.change}")
     else:

@@ -8,11 +8,15 @@ so a support case can be replayed without the cluster. The shape (YAML or JSON):
     takenAt: "2026-11-26T12:00:00.000Z"      # explain/simulate judge TTLs as at this moment
     nodes: [Node, ...]                        # every node: labels, annotations (inventory, topology,
                                               # the reservation ledger), unschedulable, taints, capacity
-    pods: [Pod, ...]                          # pods asking for a GPU the extender places or holding an
-                                              # allocation: metadata, the scheduling part of spec, phase
+    pods: [Pod, ...]                          # pods asking for a GPU the extender places, holding an
+                                              # allocation, or asking the device plugin's GPUs (charged
+                                              # to budgets): metadata, the scheduling part of spec, phase
     podDisruptionBudgets: [PDB, ...]          # selector and disruptionsAllowed, for defrag plans
     ledgerNamespace: gpu-admission            # where the extender keeps the ledger Leases
-    leases: [Lease, ...]                      # the nodes' ledger Leases (of that namespace only)
+    leases: [Lease, ...]                      # the nodes' ledger Leases and the namespaces' budget
+                                              # ledger Leases (of that namespace only)
+    namespaceLabels: {namespace: {labels}}    # the Namespaces' labels, for budgets that select by label
+                                              # (absent where they could not be listed)
     resourceSlices: [ResourceSlice, ...]      # Dynamic Resource Allocation: the published devices
     resourceClaims: [ResourceClaim, ...]      # and the allocated claims (`policies.gpu.dra`)
     reservations: {node: {uid: {...}}}        # the ledgers, decoded: each node's Lease and Node
@@ -37,7 +41,7 @@ from typing import Any
 import yaml
 
 from policies import gpu, podspec
-from policies.gpu import allocation, cardrequest, dra, reservations
+from policies.gpu import allocation, budgets, cardrequest, dra, reservations
 from webhook.cmdline import errors
 from webhook.extender import preemption
 
@@ -57,6 +61,8 @@ class Snapshot:
     ledger_namespace: str = reservations.LEDGER_NAMESPACE
     slices: list[Object] = dataclasses.field(default_factory=list)  # DRA ResourceSlices
     claims: list[Object] = dataclasses.field(default_factory=list)  # allocated DRA ResourceClaims
+    # The Namespaces' labels by name (budgets that select by label); None: not listed.
+    namespace_labels: dict[str, dict[str, str]] | None = None
 
 
 def take(
@@ -69,6 +75,7 @@ def take(
     ledger_namespace: str = reservations.LEDGER_NAMESPACE,
     slices: Iterable[Mapping[str, Any]] = (),
     claims: Iterable[Mapping[str, Any]] = (),
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Snapshot:
     """The snapshot of listed objects: every node, the pods that matter to GPU placement, the PDBs,
     and the nodes' ledger Leases (those `ledger_namespace` holds for a node; any other is left out)."""
@@ -78,8 +85,10 @@ def take(
     kept_leases += [
         slim_lease(lease) for lease in leases if preemption.hold_lease_node(lease, namespace=ledger_namespace) is not None
     ]
+    # The namespaces' budget ledgers (`policies.gpu.budgets`), which explain counts budgets with.
+    kept_leases += [slim_lease(lease) for lease in leases if budgets.lease_namespace(lease, home=ledger_namespace) is not None]
     kept_nodes = [slim_node(n) for n in nodes]
-    kept_pods = [slim_pod(p) for p in pods if is_gpu_pod(p)]
+    kept_pods = [slim_pod(p) for p in pods if is_gpu_pod(p) or budgets.native_asks(p)]
     kept_pdbs = [
         {
             "metadata": {k: v for k, v in podspec.mapping(b.get("metadata")).items() if k in ("name", "namespace", "uid")},
@@ -97,6 +106,7 @@ def take(
         ledger_namespace=ledger_namespace,
         slices=[dra.slim_slice(s) for s in slices],
         claims=[dra.slim_claim(c) for c in claims if dra.claim_results(c)],
+        namespace_labels=None if namespace_labels is None else {ns: dict(labels) for ns, labels in namespace_labels.items()},
     )
 
 
@@ -133,6 +143,7 @@ def document(snapshot: Snapshot) -> Object:
         "leases": snapshot.leases,
         "resourceSlices": snapshot.slices,
         "resourceClaims": snapshot.claims,
+        **({"namespaceLabels": snapshot.namespace_labels} if snapshot.namespace_labels is not None else {}),
         "reservations": {name: json.loads(reservations.encode(ledger)) for name, ledger in ledgers(snapshot).items()},
     }
 
@@ -183,7 +194,17 @@ def load(path: str) -> Snapshot:
         ledger_namespace=namespace,
         slices=_objects(data.get("resourceSlices"), path=path, key="resourceSlices"),
         claims=_objects(data.get("resourceClaims"), path=path, key="resourceClaims"),
+        namespace_labels=_labels(data.get("namespaceLabels"), path=path),
     )
+
+
+def _labels(value: object, *, path: str) -> dict[str, dict[str, str]] | None:
+    """`namespaceLabels` (absent: None, as in snapshots taken before it or without the Namespaces)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(labels, Mapping) for labels in value.values()):
+        raise errors.InputError(f"{path}: namespaceLabels must map each namespace to its labels")
+    return {str(ns): {str(k): str(v) for k, v in labels.items()} for ns, labels in value.items()}
 
 
 def _objects(value: object, *, path: str, key: str) -> list[Object]:
@@ -216,7 +237,13 @@ def slim_lease(lease: Mapping[str, Any]) -> Object:
     kept: Object = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels") if k in metadata}
     kept["annotations"] = {
         k: annotations[k]
-        for k in (reservations.NODE_ANNOTATION, gpu.RESERVATIONS_ANNOTATION, preemption.HOLDS_ANNOTATION)
+        for k in (
+            reservations.NODE_ANNOTATION,
+            gpu.RESERVATIONS_ANNOTATION,
+            preemption.HOLDS_ANNOTATION,
+            budgets.NAMESPACE_ANNOTATION,
+            budgets.LEDGER_ANNOTATION,
+        )
         if k in annotations
     }
     holder = podspec.mapping(lease.get("spec")).get("holderIdentity")

@@ -25,6 +25,8 @@ KIND_BASES: tuple[type[base.Check], ...] = (
     base.NodeCheck,
     base.EnvSourceCheck,
     base.ExceptionCheck,
+    base.NamespaceCheck,
+    base.ChargeCheck,
 )
 # The IDs and rule names reports carry: a check is never renumbered or renamed.
 STABLE: dict[str, str] = {
@@ -45,6 +47,8 @@ STABLE: dict[str, str] = {
     "GPU215": "card-use-exceeds-allocations",
     "GPU216": "dra-double-booking",
     "GPU217": "unrecognised-gpu-node",
+    "GPU218": "namespace-over-budget",
+    "GPU219": "unknown-budget-charge",
 }
 
 
@@ -96,6 +100,8 @@ def test_the_scan_runs_every_registered_check_of_each_kind() -> None:
         base.NodeCheck: scan.NODE_CHECKS,
         base.EnvSourceCheck: scan.ENV_SOURCE_CHECKS,
         base.ExceptionCheck: scan.EXCEPTION_CHECKS,
+        base.NamespaceCheck: scan.NAMESPACE_CHECKS,
+        base.ChargeCheck: scan.CHARGE_CHECKS,
     }
     for kind, listed in by_kind.items():
         assert listed == tuple(c for c in checks.CHECKS if isinstance(c, kind)), kind.__name__

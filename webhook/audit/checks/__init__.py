@@ -22,6 +22,8 @@ stable and continue the built-in policies' numbering:
 | GPU215 | card-use-exceeds-allocations | shared-mode card with the usage summary | its processes hold more than its allocations add up to, beyond the tolerance |
 | GPU216 | dra-double-booking | GPU node with cards DRA claims hold | a card an allocated ResourceClaim holds (matched by UUID) is also allocated by the extender |
 | GPU217 | unrecognised-gpu-node | Node with GPU capacity or allocatable | none of the GPU node labels (`trustzone.DEFAULT_GPU_NODE_LABELS`, `trustZone.gpuNodeLabels`) marks it, so GPU103's affinity does not keep pods with node power off it |
+| GPU218 | namespace-over-budget | Namespace with a GPU budget (`gpuBudgets`) | it holds more GPU memory (or whole cards) than its budget: a budget lowered below what it holds, or pods placed around the extender |
+| GPU219 | unknown-budget-charge | Pod or DRA ResourceClaim of a budgeted namespace | its GPU memory charge cannot be computed (`Charge.problem`: card memory nothing states, a device without a `memory` capacity) |
 
 DRA claims themselves are judged by the admission policy GPU011, which the audit runs on every
 ResourceClaim and ResourceClaimTemplate (a GPU class in a namespace not granted it; adminAccess
@@ -31,7 +33,8 @@ Each module's docstring says more. Actions are fixed: GPU201, GPU202, GPU204, GP
 GPU211, GPU213, GPU216 and GPU217 are `enforce` (cards are reachable, double-booked or used outside the accounting
 right now), the rest `warn`. A "GPU node" carries a GPU label (`ack.node.gpu.*`,
 `aliyun.accelerator/*`, `gpu-admission.io/gpu-memory-mib`), the labeler's inventory annotation,
-or non-zero GPU capacity (`facts.is_gpu_node`).
+or non-zero GPU capacity (`facts.is_gpu_node`). GPU218 and GPU219 judge only namespaces that
+have a budget, and only in whole-cluster audits.
 
 Adding a check means writing its module (a class on the base of the kind it judges, `base`) and
 adding an instance to CHECKS; nothing registers itself on import, and the scan runs every check
@@ -59,6 +62,8 @@ from webhook.audit.checks import (
     gpu215_card_over_allocation,
     gpu216_dra_double_booking,
     gpu217_unrecognised_gpu_node,
+    gpu218_namespace_over_budget,
+    gpu219_unknown_charge,
 )
 
 CHECKS: tuple[base.Check, ...] = (
@@ -79,4 +84,6 @@ CHECKS: tuple[base.Check, ...] = (
     gpu215_card_over_allocation.CardUseExceedsAllocations(),
     gpu216_dra_double_booking.DraDoubleBooking(),
     gpu217_unrecognised_gpu_node.UnrecognisedGpuNode(),
+    gpu218_namespace_over_budget.NamespaceOverBudget(),
+    gpu219_unknown_charge.UnknownCharge(),
 )

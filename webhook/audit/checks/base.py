@@ -13,6 +13,8 @@ included), or None where it does not apply:
 | `NodeCheck` | a GPU node and its cards | `check_node(node, context)` | `NodeContext` |
 | `EnvSourceCheck` | a ConfigMap or Secret, keys only | `check_source(source, context)` | `EnvSourceContext` |
 | `ExceptionCheck` | an exception in the settings file | `check_exception(exception, now=...)` | the time |
+| `NamespaceCheck` | a namespace with a GPU budget (`gpuBudgets`) | `check_namespace(namespace, context)` | `BudgetContext` |
+| `ChargeCheck` | a pod or DRA claim charged to a budgeted namespace | `check_charge(holder, context)` | `BudgetContext` |
 
 A check that judges two kinds derives from both bases (GPU203 judges pods and nodes). The contexts
 hold what the scan computes once for the whole audit (every node by name, a node's card state,
@@ -29,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from policies import model, settings, trustzone
-from policies.gpu import allocation, cards, podparse, reservations
+from policies.gpu import allocation, budgets, cards, podparse, reservations
 from webhook.audit import findings
 from webhook.audit.checks import facts
 
@@ -193,3 +195,42 @@ class ExceptionCheck(Check):
     @abc.abstractmethod
     def check_exception(self, exception: settings.PolicyException, *, now: datetime.datetime) -> findings.Finding | None:
         """The result on `exception` at `now`; None where the check does not apply to it."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BudgetContext:
+    """A namespace with a GPU budget, as a budget check sees it (whole-cluster audits only: the
+    usage needs every pod of the namespace, the ledger Leases and the ResourceSlices)."""
+
+    namespace: str
+    budget: settings.Budget  # the `gpuBudgets` entry that selects the namespace
+    usage: budgets.Usage  # what it holds (`policies.gpu.budgets.usage`), per pod (uid) or claim (`claim:<uid>`)
+    holders: Mapping[str, findings.ObjectRef]  # the Pod or ResourceClaim of each key of `usage.by_holder`
+    lease: findings.ObjectRef | None = None  # its budget ledger Lease, where it has one the scan trusts
+
+    def holder(self, key: str) -> findings.ObjectRef:
+        """The object charged under `key` (a Pod named by its uid where the scan did not list it)."""
+        found = self.holders.get(key)
+        if found is not None:
+            return found
+        if key.startswith("claim:"):
+            return findings.ObjectRef(
+                namespace=self.namespace, kind="ResourceClaim", name=key[6:], api_version="resource.k8s.io/v1"
+            )
+        return findings.ObjectRef(namespace=self.namespace, kind="Pod", name=key, api_version="v1", uid=key)
+
+
+class NamespaceCheck(Check):
+    """Judges a namespace that has a GPU budget: what it holds against the budget."""
+
+    @abc.abstractmethod
+    def check_namespace(self, namespace: findings.ObjectRef, context: BudgetContext) -> findings.Finding | None:
+        """The result on the namespace; None where the check does not apply to it."""
+
+
+class ChargeCheck(Check):
+    """Judges one pod or DRA claim charged to a budgeted namespace, by its key in the usage."""
+
+    @abc.abstractmethod
+    def check_charge(self, holder: str, context: BudgetContext) -> findings.Finding | None:
+        """The result on the holder (`context.holder(holder)`); None where the check does not apply."""

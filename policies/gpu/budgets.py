@@ -512,38 +512,3 @@ def prune(
             continue
         kept[uid] = entry
     return kept
-
-
-def cluster_usage(
-    namespace: str,
-    *,
-    pods: Iterable[Mapping[str, Any]],
-    leases: Iterable[Mapping[str, Any]],
-    nodes: Iterable[Mapping[str, Any]],
-    claims: Iterable[Mapping[str, Any]] = (),
-    slices: Iterable[Mapping[str, Any]] = (),
-    home: str = reservations.LEDGER_NAMESPACE,
-    now: float,
-) -> Usage:
-    """`usage` of one namespace from listed cluster objects (the `inspect` command, the audit):
-    its pods, its budget Lease among `leases`, its allocated claims (the extender's hold claims
-    left out)."""
-    ledger: dict[str, Entry] = {}
-    for lease in leases:
-        if lease_namespace(lease, home=home) == namespace:
-            ledger = lease_ledger(lease, home=home)
-    own = [p for p in pods if podspec.mapping(p.get("metadata")).get("namespace") == namespace]
-    held = [
-        (str(podspec.mapping(c.get("metadata")).get("uid", "")), dra.claim_results(c))
-        for c in claims
-        if podspec.mapping(c.get("metadata")).get("namespace") == namespace and not dra.is_hold_claim(c, namespace=home)
-    ]
-    by_name = {str(podspec.mapping(n.get("metadata")).get("name", "")): n for n in nodes}
-    return usage(
-        own,
-        ledger,
-        nodes=by_name,
-        claims=[(uid, results) for uid, results in held if results],
-        device_mib=device_memory(slices) if held else None,
-        now=now,
-    )

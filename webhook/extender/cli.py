@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from policies import settings
-from policies.gpu import allocation, budgets, cards, dra, inspection, reservations
+from policies.gpu import allocation, budgets, budgetusage, cards, dra, inspection, reservations
 from policies.gpu import usage as policies_usage
 from policies.settings import budgets as settings_budgets
 from policies.settings import scheduling
@@ -190,20 +190,16 @@ def run_inspect(args: argparse.Namespace) -> int:
             namespaces = []
         labels = {str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in namespaces}
         rows = []
+        objects = budgetusage.listed(nodes=nodes, leases=leases, claims=claims, slices=slices, home=args.ledger_namespace)
+        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for item in pods:
+            by_namespace.setdefault(str(item.get("metadata", {}).get("namespace", "")), []).append(item)
         for namespace in sorted(set(listed) | set(labels)):
             budget = settings_budgets.budget_for(found, namespace, labels.get(namespace))
             if budget is None:
                 continue
-            used = budgets.cluster_usage(
-                namespace,
-                pods=pods,
-                leases=leases,
-                nodes=nodes,
-                claims=claims,
-                slices=slices,
-                home=args.ledger_namespace,
-                now=now,
-            )
+            # The pods were listed before the Leases: an entry of a pod made since is no pod gone.
+            used = budgetusage.namespace_usage(namespace, by_namespace.get(namespace, ()), objects, now=now, complete=False)
             rows.append(budgeting.row(namespace, budget, used))
         text = _with_budgets(args, text, rows)
     output.emit(text, path=args.output_file)

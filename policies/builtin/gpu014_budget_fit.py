@@ -6,7 +6,9 @@ cards, since their memory depends on the node) is more than the budget on its ow
 there, however empty the namespace: the extender's filter, or the budget gate (GPU107), keeps it
 Pending for ever. Admission says so at once, as a warning that names the budget, and does not
 refuse: an admin may raise the budget later. Its default action is `warn`; Pods and workload
-templates are judged at create.
+templates are judged at create. The audit leaves it out (`stored_objects`): a stored pod may be
+running already, admitted under a budget lowered since, and a namespace holding more than its budget
+is the budget keeper's to report, not a fault of one pod.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class BudgetFit(policy.Validator):
     id = "GPU014"
     summary = "a pod must fit its namespace's GPU budget on its own"
     default_action = model.Action.WARN
+    stored_objects = False
 
     def enabled(self, context: policy.Context) -> bool:
         """Only where some namespace has a budget."""

@@ -41,15 +41,7 @@ SCHEDULING_GATES = "schedulingGates"
 
 def gated(spec: Mapping[str, Any]) -> bool:
     """Whether the pod spec carries the budget gate."""
-    return gate_index(spec) is not None
-
-
-def gate_index(spec: Mapping[str, Any]) -> int | None:
-    """The index of the budget gate in `spec.schedulingGates`; None where it carries none."""
-    for index, entry in enumerate(podspec.sequence(spec.get(SCHEDULING_GATES))):
-        if isinstance(entry, Mapping) and entry.get("name") == budgets.GATE:
-            return index
-    return None
+    return budgets.gate_index(spec) is not None
 
 
 def placed_without_extender(spec: Mapping[str, Any]) -> str:

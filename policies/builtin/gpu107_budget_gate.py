@@ -26,6 +26,8 @@ with both ("spec.nodeName: Forbidden: cannot be set until all schedulingGates ha
 kubernetes pkg/apis/core/validation ValidatePodCreate): such a pod in a budgeted namespace is
 refused here with a message that says why (it would hold GPUs outside its namespace's budget).
 GPU013 keeps the gate on until the extender lifts it; GPU014 warns about a pod that can never fit.
+In front of another GPU scheduler (the `scheduler` setting) the three are off: only this project's
+extender lifts the gate, and a gated pod would otherwise wait for ever.
 """
 
 from __future__ import annotations

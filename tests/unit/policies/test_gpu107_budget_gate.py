@@ -201,3 +201,13 @@ def test_malformed_gates_are_left_to_the_apiserver(pod: PodFactory, container: C
     decision = evaluate(obj, config=CONFIG)
 
     assert decision.allowed and decision.patch == ()
+
+
+@pytest.mark.parametrize("profile", ["hami", "volcano", "koordinator", "kai"])
+def test_in_front_of_another_scheduler_nothing_is_gated(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf, profile: str
+) -> None:
+    # Only this project's extender lifts the gate; elsewhere a gated pod would wait for ever.
+    decision = evaluate(pod(container(gpu={"nvidia.com/gpu": 1})), config={**CONFIG, "scheduler": profile})
+
+    assert decision.patch == () and result(decision, "GPU107") is model.Result.SKIP

@@ -3,15 +3,20 @@
 GPU107 creates the pods the device plugin or DRA places in a namespace with a GPU budget behind the
 scheduling gate `gpu-admission.io/budget` (`policies.gpu.budgets.GATE`); the extender's gatekeeper
 removes it once the pod's charge is in its namespace's ledger. Kubernetes lets anyone who may update
-the pod remove a scheduling gate (KEP-3521: gates are set at creation and "can be removed in
-arbitrary order" afterwards, by whoever may write the pod), so a tenant could lift its own pod past
-the budget. This policy refuses a pod UPDATE that removes the gate, however it is written (a
+the pod remove a scheduling gate (KEP-3521, Pod Scheduling Readiness: gates are set at creation and
+"can be removed in arbitrary order" afterwards, by whoever may write the pod), so a tenant could
+lift its own pod past the budget. This policy refuses a pod UPDATE that removes the gate, however it is written (a
 `kubectl edit`, a JSON patch `remove` of the entry or of the whole list, a strategic-merge or
 merge patch that empties or nulls the list, a PUT of the pod without it): the webhook compares the
 stored pod with the new one, so the spelling of the request does not matter. The one requester
 allowed is the extender's ServiceAccount (`EXTENDER`, deploy/extender.yaml's ServiceAccount
 `gpu-admission-extender` in the namespace `gpu-admission`, which every install uses), matched
 exactly against the request's `userInfo.username` as GPU010 matches a scheduler's writers.
+
+Nor can the gate be stepped around by binding the pod: kube-apiserver refuses a Binding of a pod
+with any scheduling gate ("pod %v has non-empty .spec.schedulingGates", kubernetes
+pkg/registry/core/pod/storage/storage.go `assignPod`), and a pod created with `spec.nodeName` in a
+budgeted namespace is GPU107's to refuse.
 
 Updates that keep the gate (labels, annotations, removing another gate) and pods without it pass;
 deploy/webhook-configurations.yaml sends a pod's UPDATE here only when the gate was on the stored

@@ -98,4 +98,3 @@ def test_a_pod_naming_its_node_is_refused_and_one_over_the_budget_is_warned(clus
     assert huge.returncode == 0, huge.stderr
     assert "GPU014" in huge.stderr and "budget 'team'" in huge.stderr, huge.stderr
     assert cluster.get("pod", "huge", namespace=namespace)["spec"]["schedulingGates"] == [GATE]
-

@@ -16,7 +16,8 @@ its first lists, and for every pod of the cache that carries the gate:
   cannot be computed, or alone exceeds the budget: keeps it gated, with an Event saying why;
 - else asks the keeper to commit the charge to the namespace's ledger (`Keeper.charge`, no expiry:
   the entry holds until the pod is seen bound, finished or gone) and, once committed, lifts the gate.
-  A refusal (the NAMESPACE_BUDGET message) keeps the pod gated, with an Event.
+  A refusal (the NAMESPACE_BUDGET message) keeps the pod gated, with an Event; a failure to write
+  the ledger (the keeper raises) keeps it gated until a later pass, and is logged.
 
 The Event (reason `NamespaceBudget`, type Warning like kube-scheduler's FailedScheduling) says which
 budget, what is used and what the pod asks; at most one per pod per `EVENT_INTERVAL_S`.
@@ -252,7 +253,13 @@ class Gatekeeper:
             charge = budgets.gate_charge(pod, nodes)
             why = self._never(budget, charge)
             if not why:
-                why = await self._keeper.charge(pod, charge, expires=None)
+                try:
+                    why = await self._keeper.charge(pod, charge, expires=None)
+                except Exception as error:  # noqa: BLE001 - the ledger write failed: not this pass, and nobody jumps the queue
+                    log.warning("cannot commit the charge of %s to its namespace's ledger: %s", key, error)
+                    waiting[namespace] = key
+                    done.kept[key] = f"its charge could not be committed: {error}"
+                    continue
                 if why:
                     waiting[namespace] = key
             if why:
@@ -281,7 +288,14 @@ class Gatekeeper:
         except kube_errors.KubeError as error:
             # 422: a test failed (another pod of that name, the gate list changed); 404: gone; 409: raced.
             expected = error.status in (404, 409, 422)
-            log.log(logging.INFO if expected else logging.WARNING, "cannot lift %s from %s/%s: %s", budgets.GATE, namespace, name, error)
+            log.log(
+                logging.INFO if expected else logging.WARNING,
+                "cannot lift %s from %s/%s: %s",
+                budgets.GATE,
+                namespace,
+                name,
+                error,
+            )
             return False
         self._lifted[uid] = str(metadata.get("resourceVersion", ""))
         self._evented.pop(uid, None)

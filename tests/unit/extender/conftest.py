@@ -269,7 +269,9 @@ class FakeApiServer:
         try:
             patched: Object = jsonpatch.apply_patch(copy.deepcopy(found), [dict(op) for op in operations])
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
-            raise kube_errors.KubeError(f"the server rejected our request due to an error in our request: {error}", status=422)
+            raise kube_errors.KubeError(
+                f"the server rejected our request due to an error in our request: {error}", status=422
+            ) from error
         patched["metadata"]["resourceVersion"] = self._next()
         self.pods[(namespace, name)] = patched
         return copy.deepcopy(patched)

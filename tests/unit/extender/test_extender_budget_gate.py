@@ -42,6 +42,7 @@ class FakeKeeper:
         self.used = dict(used_mib or {})
         self.unreadable: set[str] = set()
         self.charged: list[tuple[str, budgets.Charge, float | None]] = []
+        self.failing: set[str] = set()  # pods whose ledger write fails
         self.refused: list[str] = []
 
     def budget_of(self, namespace: str) -> budget_settings.Budget | None:
@@ -52,6 +53,8 @@ class FakeKeeper:
     async def charge(self, pod: Mapping[str, Any], charge: budgets.Charge, *, expires: float | None) -> str:
         await asyncio.sleep(0)
         metadata = pod["metadata"]
+        if metadata["name"] in self.failing:
+            raise RuntimeError("leases.coordination.k8s.io: 503 the server is busy")
         namespace = metadata["namespace"]
         found = self.budgets[namespace]
         used = budgets.Charge(memory_mib=self.used.get(namespace, 0))
@@ -214,7 +217,13 @@ async def test_a_refused_pod_stays_gated_with_one_event_a_minute(apiserver: Fake
     [event] = apiserver.recorded_events
     assert event["reason"] == "NamespaceBudget" and event["type"] == "Warning"
     assert event["message"] == f"waiting at scheduling gate gpu-admission.io/budget: {reason}"
-    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "team-a", "name": "train", "uid": "uid-train"}
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "team-a",
+        "name": "train",
+        "uid": "uid-train",
+    }
     assert event["metadata"]["namespace"] == "team-a" and event["metadata"]["name"].startswith("train.")
 
     clock.now += 31  # a minute after the first
@@ -235,7 +244,9 @@ async def test_a_pod_is_lifted_once_room_frees_up(apiserver: FakeApiServer) -> N
     assert gates_of(apiserver, "train") == []
 
 
-async def test_unreadable_budgets_keep_the_pod_gated_and_say_why(apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture) -> None:
+async def test_unreadable_budgets_keep_the_pod_gated_and_say_why(
+    apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
     apiserver.add_pod(gated_pod("train", {"nvidia.com/gpu": 1}))
     apiserver.add_pod(gated_pod("infer", {"nvidia.com/mig-1g.10gb": 1}))
     keeper = FakeKeeper({"team-a": budget("team-a", "160Gi")})
@@ -285,22 +296,43 @@ async def test_an_older_big_pod_is_not_starved_by_younger_small_ones(apiserver: 
     apiserver.add_pod(gated_pod("small", {"nvidia.com/mig-1g.10gb": 1}, created="2026-12-06T10:00:05Z"))
     apiserver.add_pod(gated_pod("big", {"nvidia.com/gpu": 1}, created="2026-12-06T10:00:00Z"))
     apiserver.add_pod(gated_pod("elsewhere", {"nvidia.com/mig-1g.10gb": 1}, namespace="team-b", created="2026-12-06T10:00:09Z"))
-    keeper = FakeKeeper(
-        {"team-a": budget("team-a", "100Gi"), "team-b": budget("team-b", "100Gi")}, used_mib={"team-a": 30 * GIB}
-    )
+    keeper = FakeKeeper({"team-a": budget("team-a", "100Gi"), "team-b": budget("team-b", "100Gi")}, used_mib={"team-a": 30 * GIB})
     gatekeeper, _, _ = keeper_of(apiserver, keeper)
 
     done = await gatekeeper.run_once()
 
     assert done.lifted == ["team-b/elsewhere"]  # another namespace's queue is its own
     assert keeper.refused == ["big"]
-    assert done.kept["team-a/small"] == "waits for the older pod team-a/big, first in line for budget 'team-a' (100Gi of GPU memory)"
+    assert (
+        done.kept["team-a/small"] == "waits for the older pod team-a/big, first in line for budget 'team-a' (100Gi of GPU memory)"
+    )
 
     keeper.used["team-a"] = 10 * GIB
     again = await gatekeeper.run_once()
 
     assert again.lifted == ["team-a/big", "team-a/small"]  # oldest first
     assert [name for name, _, _ in keeper.charged] == ["elsewhere", "big", "small"]
+
+
+async def test_a_failed_ledger_write_keeps_the_pod_and_its_younger_neighbours_gated(
+    apiserver: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    apiserver.add_pod(gated_pod("first", {"nvidia.com/mig-1g.10gb": 1}, created="2026-12-06T10:00:00Z"))
+    apiserver.add_pod(gated_pod("second", {"nvidia.com/mig-1g.10gb": 1}, created="2026-12-06T10:00:01Z"))
+    apiserver.add_pod(gated_pod("other", {"nvidia.com/mig-1g.10gb": 1}, namespace="team-b"))
+    keeper = FakeKeeper({"team-a": budget("team-a", "100Gi"), "team-b": budget("team-b", "100Gi")})
+    keeper.failing.add("first")
+    gatekeeper, _, _ = keeper_of(apiserver, keeper)
+
+    with caplog.at_level(logging.WARNING, logger="webhook.extender.gates"):
+        done = await gatekeeper.run_once()
+
+    assert done.lifted == ["team-b/other"]  # the pass goes on in other namespaces
+    assert done.kept["team-a/first"].startswith("its charge could not be committed: leases.coordination.k8s.io: 503")
+    assert done.kept["team-a/second"].startswith("waits for the older pod team-a/first")
+    assert any("cannot commit the charge of team-a/first" in r.getMessage() for r in caplog.records)
+    keeper.failing.clear()
+    assert (await gatekeeper.run_once()).lifted == ["team-a/first", "team-a/second"]
 
 
 async def test_pods_without_a_creation_time_come_after_in_the_order_first_seen(apiserver: FakeApiServer) -> None:
@@ -454,7 +486,12 @@ def test_the_extender_may_patch_pods_and_create_events() -> None:
     deploy = pathlib.Path(__file__).resolve().parents[3] / "deploy" / "extender.yaml"
     documents = [d for d in yaml.safe_load_all(deploy.read_text()) if d]
     [role] = [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpu-admission-extender"]
-    verbs = {(group, resource): rule["verbs"] for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    verbs = {
+        (group, resource): rule["verbs"]
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
     assert verbs[("", "pods")] == ["get", "list", "watch", "patch"]  # the gate's lift
     assert verbs[("", "events")] == ["create"]  # NamespaceBudget
 

@@ -133,7 +133,9 @@ def test_pods_without_the_gate_pass(pod: PodFactory, container: ContainerFactory
     assert update(ungated, ungated, user=TENANT).allowed
 
 
-def test_a_create_with_or_without_the_gate_is_not_judged(gated: dict[str, Any], pod: PodFactory, container: ContainerFactory) -> None:
+def test_a_create_with_or_without_the_gate_is_not_judged(
+    gated: dict[str, Any], pod: PodFactory, container: ContainerFactory
+) -> None:
     assert run_engine(gated, config=CONFIG).allowed
     assert run_engine(pod(container(gpu={"nvidia.com/gpu": 1})), namespace="team-b", config=CONFIG).allowed
 

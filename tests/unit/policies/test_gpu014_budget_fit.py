@@ -60,7 +60,9 @@ def test_a_pod_that_fits_passes(
     assert not any(w.startswith("GPU014") for w in decision.warnings)
 
 
-def test_without_a_budget_nothing_is_said(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf) -> None:
+def test_without_a_budget_nothing_is_said(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate, result: ResultOf
+) -> None:
     obj = pod(container(gpu={"aliyun.com/gpu-mem": 400}))
 
     assert result(evaluate(obj, config=CONFIG, namespace="team-b"), "GPU014") is model.Result.PASS
@@ -68,7 +70,11 @@ def test_without_a_budget_nothing_is_said(pod: PodFactory, container: ContainerF
 
 
 def test_a_workload_whose_pods_never_fit_is_warned(
-    pod: PodFactory, container: ContainerFactory, workload: WorkloadFactory, evaluate: Evaluate, violation_messages: ViolationMessages
+    pod: PodFactory,
+    container: ContainerFactory,
+    workload: WorkloadFactory,
+    evaluate: Evaluate,
+    violation_messages: ViolationMessages,
 ) -> None:
     decision = evaluate(workload("Deployment", pod(container(gpu={"nvidia.com/mig-7g.80gb": 1}))), config=CONFIG)
 

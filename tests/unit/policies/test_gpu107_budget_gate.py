@@ -87,7 +87,9 @@ def test_a_dra_pod_gets_the_gate(pod: PodFactory, container: ContainerFactory, e
     assert evaluate(patched(obj, decision.patch), config=CONFIG).patch == ()
 
 
-def test_an_init_container_asking_for_a_card_gates_the_pod(pod: PodFactory, container: ContainerFactory, evaluate: Evaluate) -> None:
+def test_an_init_container_asking_for_a_card_gates_the_pod(
+    pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
+) -> None:
     obj = pod(container(), init=[container("warm", gpu={"nvidia.com/gpu": 1})])
 
     assert evaluate(obj, config=CONFIG).patch[-1] == ADD_LIST  # after GPU104's void for the card-less container

@@ -492,7 +492,9 @@ def gated_pod(*gates: str) -> dict[str, Any]:
         },
         "spec": {
             "schedulingGates": [{"name": gate} for gate in gates],
-            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
         },
         "status": {"phase": "Pending"},
     }
@@ -528,7 +530,10 @@ def test_the_extender_may_lift_the_budget_gate_and_change_nothing_else_on_a_pod(
         ([{"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 1}], "spec fields activeDeadlineSeconds"),
         ([{"op": "add", "path": "/spec/tolerations", "value": [{"operator": "Exists"}]}], "spec fields tolerations"),
         ([{"op": "add", "path": "/metadata/labels/app", "value": "x"}], "Pod labels (app)"),
-        ([{"op": "add", "path": "/metadata/annotations/cdi.k8s.io~1x", "value": "nvidia.com/gpu=all"}], "Pod annotations (cdi.k8s.io/x)"),
+        (
+            [{"op": "add", "path": "/metadata/annotations/cdi.k8s.io~1x", "value": "nvidia.com/gpu=all"}],
+            "Pod annotations (cdi.k8s.io/x)",
+        ),
         ([{"op": "add", "path": "/metadata/finalizers", "value": ["x/y"]}], "Pod metadata fields finalizers"),
     ]
     for operations, refused in cases:

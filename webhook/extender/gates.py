@@ -20,7 +20,8 @@ its first lists, and for every pod of the cache that carries the gate:
   the ledger (the keeper raises) keeps it gated until a later pass, and is logged.
 
 The Event (reason `NamespaceBudget`, type Warning like kube-scheduler's FailedScheduling) says which
-budget, what is used and what the pod asks; at most one per pod per `EVENT_INTERVAL_S`.
+budget, what is used and what the pod asks; at most one per pod per `EVENT_INTERVAL_S`, and at most
+`EVENTS_PER_PASS` per pass, written together once the pass has lifted what it could.
 
 **Order.** Each pass takes the gated pods oldest first (`metadata.creationTimestamp`, then the order
 this process first saw them), and within a namespace strictly first come, first served: once the
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 Object = dict[str, Any]
 INTERVAL_S = 1.0  # a pass at least this often, woken or not
 EVENT_INTERVAL_S = 60.0  # at most one Event per gated pod per minute
+EVENTS_PER_PASS = 50  # written together at the end of a pass; the rest wait for the next passes
 EVENT_REASON = "NamespaceBudget"
 COMPONENT = "gpu-admission-extender"
 MAX_MESSAGE = 1024
@@ -227,6 +229,7 @@ class Gatekeeper:
         nodes = self._cache.nodes()
         waiting: dict[str, str] = {}  # namespace -> the older pod refused this pass
         unreadable: set[str] = set()
+        told: list[tuple[Object, str]] = []  # the Events to write, after the pass
         for pod, index in gated:
             metadata = podspec.mapping(pod.get("metadata"))
             namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
@@ -245,12 +248,15 @@ class Gatekeeper:
                 if await self._lift(pod, index):
                     done.lifted.append(key)
                 continue
-            if namespace in waiting:
-                why = f"waits for the older pod {waiting[namespace]}, first in line for {budget.describe()}"
-                done.kept[key] = why
-                await self._event(pod, f"waiting at scheduling gate {budgets.GATE}: {why}")
-                continue
             charge = budgets.gate_charge(pod, nodes)
+            if namespace in waiting:
+                why = (
+                    f"asks for {charge.describe()} and waits for the older pod {waiting[namespace]}, first in line "
+                    f"for {budget.describe()}"
+                )
+                done.kept[key] = why
+                told.append((pod, why))
+                continue
             why = self._never(budget, charge)
             if not why:
                 try:
@@ -264,11 +270,21 @@ class Gatekeeper:
                     waiting[namespace] = key
             if why:
                 done.kept[key] = why
-                await self._event(pod, f"waiting at scheduling gate {budgets.GATE}: {why}")
+                told.append((pod, why))
                 continue
             if await self._lift(pod, index):
                 done.lifted.append(key)
+        await self._tell(told)
         return done
+
+    async def _tell(self, told: list[tuple[Object, str]]) -> None:
+        """The Events of the pods kept gated whose last one is a minute old, at most `EVENTS_PER_PASS`, at once."""
+        now = self._monotonic()
+        due = [(pod, why) for pod, why in told if now - self._evented.get(_uid(pod), -math.inf) >= self._event_interval]
+        due = due[:EVENTS_PER_PASS]
+        for pod, _ in due:
+            self._evented[_uid(pod)] = now
+        await asyncio.gather(*(self._event(pod, f"waiting at scheduling gate {budgets.GATE}: {why}") for pod, why in due))
 
     @staticmethod
     def _never(budget: budget_settings.Budget, charge: budgets.Charge) -> str:
@@ -304,11 +320,6 @@ class Gatekeeper:
 
     async def _event(self, pod: Mapping[str, Any], message: str) -> None:
         metadata = podspec.mapping(pod.get("metadata"))
-        uid = str(metadata.get("uid", ""))
-        now = self._monotonic()
-        if now - self._evented.get(uid, -math.inf) < self._event_interval:
-            return
-        self._evented[uid] = now
         namespace = str(metadata.get("namespace", ""))
         try:
             await self._api.create_event(namespace, event_body(pod, message, now=self._wall()))
@@ -321,3 +332,7 @@ class Gatekeeper:
             return
         self._unreadable_logged[namespace] = now
         log.warning("pods of namespace %s stay behind %s: its GPU budget cannot be read: %s", namespace, budgets.GATE, error)
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str(podspec.mapping(pod.get("metadata")).get("uid", ""))

@@ -231,6 +231,26 @@ async def test_a_refused_pod_stays_gated_with_one_event_a_minute(apiserver: Fake
     assert len(apiserver.recorded_events) == 2
 
 
+async def test_events_are_bounded_per_pass_and_the_rest_come_in_the_next(apiserver: FakeApiServer) -> None:
+    count = gates.EVENTS_PER_PASS + 10
+    names = [f"ns{i:03d}" for i in range(count)]
+    for namespace in names:
+        apiserver.add_pod(gated_pod(f"p-{namespace}", {"nvidia.com/gpu": 1}, namespace=namespace))
+    # 30 GiB used of 100 in each: 80 GiB does not fit.
+    keeper = FakeKeeper({n: budget(n, "100Gi") for n in names}, used_mib=dict.fromkeys(names, 30 * GIB))
+    gatekeeper, _, clock = keeper_of(apiserver, keeper)
+
+    await gatekeeper.run_once()
+    assert len(apiserver.recorded_events) == gates.EVENTS_PER_PASS
+    clock.now += 1
+    await gatekeeper.run_once()
+    assert len(apiserver.recorded_events) == count
+    assert len({e["involvedObject"]["name"] for e in apiserver.recorded_events}) == count  # each pod once
+    clock.now += 1
+    await gatekeeper.run_once()
+    assert len(apiserver.recorded_events) == count
+
+
 async def test_a_pod_is_lifted_once_room_frees_up(apiserver: FakeApiServer) -> None:
     apiserver.add_pod(gated_pod("train", {"nvidia.com/gpu": 1}))
     keeper = FakeKeeper({"team-a": budget("team-a", "100Gi")}, used_mib={"team-a": 30 * GIB})
@@ -304,7 +324,8 @@ async def test_an_older_big_pod_is_not_starved_by_younger_small_ones(apiserver: 
     assert done.lifted == ["team-b/elsewhere"]  # another namespace's queue is its own
     assert keeper.refused == ["big"]
     assert (
-        done.kept["team-a/small"] == "waits for the older pod team-a/big, first in line for budget 'team-a' (100Gi of GPU memory)"
+        done.kept["team-a/small"]
+        == "asks for 10 GiB and waits for the older pod team-a/big, first in line for budget 'team-a' (100Gi of GPU memory)"
     )
 
     keeper.used["team-a"] = 10 * GIB
@@ -329,7 +350,7 @@ async def test_a_failed_ledger_write_keeps_the_pod_and_its_younger_neighbours_ga
 
     assert done.lifted == ["team-b/other"]  # the pass goes on in other namespaces
     assert done.kept["team-a/first"].startswith("its charge could not be committed: leases.coordination.k8s.io: 503")
-    assert done.kept["team-a/second"].startswith("waits for the older pod team-a/first")
+    assert "waits for the older pod team-a/first" in done.kept["team-a/second"]
     assert any("cannot commit the charge of team-a/first" in r.getMessage() for r in caplog.records)
     keeper.failing.clear()
     assert (await gatekeeper.run_once()).lifted == ["team-a/first", "team-a/second"]

@@ -14,6 +14,8 @@ its first lists, and for every pod of the cache that carries the gate:
   never failing open;
 - where the pod's charge (`budgets.gate_charge`: the most any node of the cluster could charge it)
   cannot be computed, or alone exceeds the budget: keeps it gated, with an Event saying why;
+- while another scheduling gate holds the pod too (Kueue's, say): leaves it, uncharged, until that
+  gate is lifted, so a pod held elsewhere neither takes its namespace's room nor a turn in its queue;
 - else asks the keeper to commit the charge to the namespace's ledger (`Keeper.charge`, no expiry:
   the entry holds until the pod is seen bound, finished or gone) and, once committed, lifts the gate.
   A refusal (the NAMESPACE_BUDGET message) keeps the pod gated, with an Event; a failure to write
@@ -248,6 +250,12 @@ class Gatekeeper:
                 if await self._lift(pod, index):
                     done.lifted.append(key)
                 continue
+            others = _other_gates(pod)
+            if others:
+                # Charged only once nothing else holds it: a pod another gate keeps (Kueue's queue, say)
+                # would hold its namespace's room for nothing, and it takes no turn in the queue.
+                done.kept[key] = f"waits for its other scheduling gates first ({', '.join(others)})"
+                continue
             charge = budgets.gate_charge(pod, nodes)
             if namespace in waiting:
                 why = (
@@ -336,3 +344,9 @@ class Gatekeeper:
 
 def _uid(pod: Mapping[str, Any]) -> str:
     return str(podspec.mapping(pod.get("metadata")).get("uid", ""))
+
+
+def _other_gates(pod: Mapping[str, Any]) -> list[str]:
+    """The names of the pod's scheduling gates but the budget gate."""
+    gates_ = podspec.sequence(podspec.mapping(pod.get("spec")).get("schedulingGates"))
+    return [str(g.get("name")) for g in gates_ if isinstance(g, Mapping) and g.get("name") != budgets.GATE]

@@ -130,7 +130,7 @@ def gates_of(apiserver: FakeApiServer, name: str, namespace: str = "team-a") -> 
 
 
 async def test_a_pod_whose_charge_is_committed_is_lifted_with_the_exact_patch(apiserver: FakeApiServer) -> None:
-    apiserver.add_pod(gated_pod("train", {"nvidia.com/gpu": 1}, gates_=[OTHER, GATE]))
+    apiserver.add_pod(gated_pod("train", {"nvidia.com/gpu": 1}))
     keeper = FakeKeeper({"team-a": budget("team-a", "160Gi")})
     gatekeeper, _, _ = keeper_of(apiserver, keeper)
 
@@ -144,13 +144,43 @@ async def test_a_pod_whose_charge_is_committed_is_lifted_with_the_exact_patch(ap
             "train",
             [
                 {"op": "test", "path": "/metadata/uid", "value": "uid-train"},
-                {"op": "test", "path": "/spec/schedulingGates/1", "value": {"name": "gpu-admission.io/budget"}},
-                {"op": "remove", "path": "/spec/schedulingGates/1"},
+                {"op": "test", "path": "/spec/schedulingGates/0", "value": {"name": "gpu-admission.io/budget"}},
+                {"op": "remove", "path": "/spec/schedulingGates/0"},
             ],
         )
     ]
-    assert gates_of(apiserver, "train") == [OTHER]  # the other gate is not ours to lift
+    assert gates_of(apiserver, "train") == []
     assert apiserver.recorded_events == []
+
+
+async def test_a_pod_another_gate_holds_is_charged_only_once_that_gate_is_lifted(apiserver: FakeApiServer) -> None:
+    apiserver.add_pod(gated_pod("queued", {"nvidia.com/gpu": 1}, gates_=[OTHER, GATE], created="2026-12-06T09:00:00Z"))
+    apiserver.add_pod(gated_pod("ready", {"nvidia.com/mig-1g.10gb": 1}, created="2026-12-06T09:30:00Z"))
+    keeper = FakeKeeper({"team-a": budget("team-a", "160Gi")})
+    gatekeeper, _, _ = keeper_of(apiserver, keeper)
+
+    done = await gatekeeper.run_once()
+
+    assert done.kept == {"team-a/queued": "waits for its other scheduling gates first (example.com/other)"}
+    assert done.lifted == ["team-a/ready"]  # the older pod held elsewhere takes no turn
+    assert [name for name, _, _ in keeper.charged] == ["ready"] and apiserver.recorded_events == []
+    apiserver.pods[("team-a", "queued")]["spec"]["schedulingGates"] = [GATE]  # Kueue admitted it
+    assert (await gatekeeper.run_once()).lifted == ["team-a/queued"]
+    assert [name for name, _, _ in keeper.charged] == ["ready", "queued"]
+
+
+async def test_where_there_is_no_budget_the_gate_is_lifted_at_its_index_beside_others(apiserver: FakeApiServer) -> None:
+    apiserver.add_pod(gated_pod("train", {"nvidia.com/gpu": 1}, namespace="team-b", gates_=[OTHER, GATE]))
+    gatekeeper, _, _ = keeper_of(apiserver, FakeKeeper({}))
+
+    assert (await gatekeeper.run_once()).lifted == ["team-b/train"]
+    [(_, _, operations)] = apiserver.pod_patches
+    assert operations == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-train"},
+        {"op": "test", "path": "/spec/schedulingGates/1", "value": {"name": "gpu-admission.io/budget"}},
+        {"op": "remove", "path": "/spec/schedulingGates/1"},
+    ]
+    assert gates_of(apiserver, "train", "team-b") == [OTHER]  # the other gate is not ours to lift
 
 
 @pytest.mark.parametrize(
@@ -370,19 +400,30 @@ async def test_pods_without_a_creation_time_come_after_in_the_order_first_seen(a
 
 
 async def test_a_lift_whose_test_fails_removes_nothing_and_is_tried_again(apiserver: FakeApiServer) -> None:
-    apiserver.add_pod(gated_pod("train", {"nvidia.com/mig-1g.10gb": 1}, gates_=[OTHER, GATE]))
-    keeper = FakeKeeper({"team-a": budget("team-a", "100Gi")})
-    gatekeeper, cache, _ = keeper_of(apiserver, keeper)
+    apiserver.add_pod(gated_pod("train", {"nvidia.com/mig-1g.10gb": 1}, namespace="team-b", gates_=[OTHER, GATE]))
+    gatekeeper, cache, _ = keeper_of(apiserver, FakeKeeper({}))
     cache.frozen = cache.pods()
-    apiserver.pods[("team-a", "train")]["spec"]["schedulingGates"] = [GATE]  # the other gate went, the cache lags
+    apiserver.pods[("team-b", "train")]["spec"]["schedulingGates"] = [GATE]  # the other gate went, the cache lags
 
     first = await gatekeeper.run_once()
 
-    assert first.lifted == [] and gates_of(apiserver, "train") == [GATE]  # index 1 is no gate now: nothing removed
+    assert first.lifted == [] and gates_of(apiserver, "train", "team-b") == [GATE]  # index 1 is no gate now
     cache.frozen = None  # the watch catches up
-    assert (await gatekeeper.run_once()).lifted == ["team-a/train"]
-    assert gates_of(apiserver, "train") == []
-    assert [name for name, _, _ in keeper.charged] == ["train", "train"]  # the same entry, by pod UID, again
+    assert (await gatekeeper.run_once()).lifted == ["team-b/train"]
+    assert gates_of(apiserver, "train", "team-b") == []
+
+
+async def test_a_gate_another_replica_lifted_first_is_no_error_and_no_second_charge(apiserver: FakeApiServer) -> None:
+    apiserver.add_pod(gated_pod("train", {"nvidia.com/mig-1g.10gb": 1}))
+    keeper = FakeKeeper({"team-a": budget("team-a", "100Gi")})
+    gatekeeper, cache, _ = keeper_of(apiserver, keeper)
+    cache.frozen = cache.pods()
+    apiserver.pods[("team-a", "train")]["spec"]["schedulingGates"] = []  # the other replica's lift
+
+    assert (await gatekeeper.run_once()).lifted == []  # its test failed: 422, nothing removed
+    assert [name for name, _, _ in keeper.charged] == ["train"]  # the same ledger entry, by pod UID, as the other's
+    cache.frozen = None
+    assert await gatekeeper.run_once() == gates.Pass()
 
 
 async def test_a_pod_replaced_under_the_same_name_is_not_lifted_on_the_old_ones_charge(apiserver: FakeApiServer) -> None:

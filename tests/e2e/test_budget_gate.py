@@ -4,20 +4,26 @@ The webhook runs with a GPU budget for one fresh namespace. There a pod asking f
 is stored behind `gpu-admission.io/budget` and kube-scheduler reports it SchedulingGated; a
 Deployment's pods are gated one by one, its template is not; a pod naming its node is refused; a
 pod over the budget alone is admitted with a warning; a tenant lifting the gate is refused. In a
-namespace without a budget nothing is gated. (The extender's own lift is proven in
-test_node_guard.py: this cluster's extender is not the one that holds the gatekeeper.)
+namespace without a budget nothing is gated. The gatekeeper itself (`webhook.extender.gates`, with a
+stand-in for the budget keeper) runs with a token of the extender's ServiceAccount and the RBAC of
+deploy/extender.yaml: it lifts a pod whose charge was committed through the node guard and GPU013,
+and records a NamespaceBudget Event on one it keeps.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from policies.gpu import budgets
+from policies.settings import budgets as budget_settings
 from tests.e2e.harness import Cluster, eventually, webhook_settings
+from webhook.extender import gates, kube, native
 
 pytestmark = pytest.mark.e2e
 
@@ -98,3 +104,113 @@ def test_a_pod_naming_its_node_is_refused_and_one_over_the_budget_is_warned(clus
     assert huge.returncode == 0, huge.stderr
     assert "GPU014" in huge.stderr and "budget 'team'" in huge.stderr, huge.stderr
     assert cluster.get("pod", "huge", namespace=namespace)["spec"]["schedulingGates"] == [GATE]
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+@pytest.fixture(scope="module")
+def extender_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig holding a token of the extender's ServiceAccount, with its RBAC from deploy/."""
+    wanted = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    items = [
+        d
+        for name in ("namespace.yaml", "extender.yaml")
+        for d in yaml.safe_load_all((DEPLOY / name).read_text())
+        if d and d["kind"] in wanted
+    ]
+    applied = cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert applied.returncode == 0, applied.stderr
+    account = "system:serviceaccount:gpu-admission:gpu-admission-extender"
+    eventually(
+        lambda: cluster.kubectl("auth", "can-i", "patch", "pods", "-A", f"--as={account}").stdout.strip() == "yes",
+        what="the extender's RBAC",
+    )
+    created = cluster.kubectl("create", "token", "gpu-admission-extender", "-n", "gpu-admission", "--duration=10m")
+    assert created.returncode == 0, created.stderr
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "e2e",
+                "cluster": {
+                    "server": cluster.state.server,
+                    "certificate-authority": str(cluster.state.directory / "pki" / "ca.crt"),
+                },
+            }
+        ],
+        "users": [{"name": "extender", "user": {"token": created.stdout.strip()}}],
+        "contexts": [{"name": "extender", "context": {"cluster": "e2e", "user": "extender"}}],
+        "current-context": "extender",
+    }
+    path = tmp_path_factory.mktemp("extender") / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
+
+
+class Keeper:
+    """A stand-in for the budget keeper: 32 GiB, of which `used` is held."""
+
+    def __init__(self, namespace: str, *, used_mib: int) -> None:
+        [self.budget] = budget_settings.budgets([{"name": "team", "namespaces": [namespace], "memory": "32Gi"}])
+        self.namespace = namespace
+        self.used = used_mib
+
+    def budget_of(self, namespace: str) -> budget_settings.Budget | None:
+        return self.budget if namespace == self.namespace else None
+
+    async def charge(self, pod: Mapping[str, Any], charge: budgets.Charge, *, expires: float | None) -> str:
+        why = budgets.over(self.budget.memory_mib, None, budgets.Charge(memory_mib=self.used), charge)
+        if why:
+            return f"NAMESPACE_BUDGET: {self.budget.describe()}: {why}"
+        self.used += charge.memory_mib
+        return ""
+
+
+class Cache:
+    """The pods of one namespace and the nodes, read from the apiserver as the watch cache holds them."""
+
+    synced = True
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.cluster.pods(namespace=self.namespace)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        listed = self.cluster.kubectl("get", "nodes", "-o", "json")
+        assert listed.returncode == 0, listed.stderr
+        items: list[dict[str, Any]] = json.loads(listed.stdout)["items"]
+        return items
+
+
+@pytest.mark.parametrize("on_the_loop", [True, False], ids=["event-loop-session", "client-threads"])
+async def test_the_gatekeeper_lifts_and_keeps_with_the_extenders_own_rights(
+    cluster: Cluster, extender_kubeconfig: Path, on_the_loop: bool
+) -> None:
+    namespace = cluster.namespace()  # budgeted by the stand-in keeper only: the webhook gates nothing here
+    for name in ("fits", "waits"):
+        pod = gpu_pod(name, {"nvidia.com/mig-1g.10gb": 1}, schedulingGates=[GATE])
+        created = create(cluster, pod, namespace=namespace)
+        assert created.returncode == 0, created.stderr
+    client = kube.load_client(str(extender_kubeconfig))
+    session = native.Session.of(client.configuration, limit=4) if on_the_loop else None
+    assert (session is not None) is on_the_loop
+    api = kube.KubeApi(client, session=session)
+    keeper = Keeper(namespace, used_mib=20 * 1024)  # 12 GiB left: the first pod fits, the second not
+    try:
+        done = await gates.Gatekeeper(keeper, Cache(cluster, namespace), api).run_once()
+    finally:
+        await api.close()
+
+    assert done.lifted == [f"{namespace}/fits"], done
+    assert "30 GiB used + 10 GiB asked > 32 GiB" in done.kept[f"{namespace}/waits"]
+    assert "schedulingGates" not in cluster.get("pod", "fits", namespace=namespace)["spec"]
+    assert cluster.get("pod", "waits", namespace=namespace)["spec"]["schedulingGates"] == [GATE]
+    listed = cluster.kubectl("get", "events", "-n", namespace, "--field-selector", "reason=NamespaceBudget", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    [event] = json.loads(listed.stdout)["items"]
+    assert event["involvedObject"]["name"] == "waits" and "budget 'team'" in event["message"]
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")

@@ -16,8 +16,8 @@ How a request is evaluated:
    relabelling; audit reports it).
    Only the policies whose `kinds` include the object's kind run (`policy.judges`): pod policies
    never see a ConfigMap, GPU007 never sees a Pod. A plain Pod UPDATE (no subresource) is judged
-   only by the policies that declare `pod_updates` (GPU008 and GPU010: the allocation and the
-   device annotations); for every other policy the pod spec it judged at create is immutable,
+   only by the policies that declare `pod_updates` (GPU008, GPU010 and GPU013: the allocation and
+   the device annotations, the budget gate); for every other policy the pod spec it judged at create is immutable,
    so a running pod's label or annotation edit is neither refused nor patched by them.
 2. Mutators run in ID order on an in-memory copy, each on the previous one's output. A mutator
    acting `enforce` applies its additions; `warn` only warns with what it would add; `audit` only

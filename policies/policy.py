@@ -85,9 +85,10 @@ class Policy(abc.ABC):
     # on its kinds, so a pod policy never sees a ConfigMap.
     kinds: ClassVar[frozenset[str]] = podspec.SUPPORTED_KINDS
     # Whether the policy also judges a plain pod UPDATE (the pod itself, not a subresource), with
-    # the stored pod in `request.old_object`. Only GPU008 (the allocation annotations) and GPU010
-    # (the device-injection annotations) do: every other policy judges what a pod is created
-    # with, and must neither refuse nor patch a running pod's unrelated update.
+    # the stored pod in `request.old_object`. Only GPU008 (the allocation annotations), GPU010
+    # (the device-injection annotations) and GPU013 (the budget gate) do: every other policy
+    # judges what a pod is created with, and must neither refuse nor patch a running pod's
+    # unrelated update.
     pod_updates: ClassVar[bool] = False
     # Whether the policy can judge an object as stored (the audit). False for a policy that judges
     # what a request writes and the stored object legitimately carries afterwards (GPU008: a bound

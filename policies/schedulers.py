@@ -19,7 +19,8 @@ sources (files and versions cited beside each profile):
   `userInfo.username`) change them; anyone else, a tenant's create or update included, stays
   refused. `default_writers` are the service accounts the scheduler's own chart installs;
 - `skipped`: the policies that assume this project's extender and do not apply (the mode
-  selectors GPU101/GPU005, GPU008's extender bypass, GPU105's scheduler name);
+  selectors GPU101/GPU005, GPU008's extender bypass, GPU105's scheduler name, the GPU budgets'
+  gate and warning GPU107/GPU013/GPU014);
 - `ours`, `audit` and `notice`: whether this project's extender and audit account the cards
   (only `gpushare`); for every other profile they do not read its allocations, and `explain`,
   `audit`, `inspect` and the extender say so in one line (`Profile.notice`).
@@ -63,8 +64,10 @@ class ServiceAccount:
         return f"{self.namespace}/{self.name}"
 
 
-# The policies that assume this project's extender and node modes.
-EXTENDER_POLICIES: frozenset[str] = frozenset({"GPU005", "GPU008", "GPU101", "GPU105"})
+# The policies that assume this project's extender and node modes. GPU013, GPU014 and GPU107 are
+# the GPU budgets', which only this project's extender keeps: in front of another scheduler nothing
+# would lift the budget gate.
+EXTENDER_POLICIES: frozenset[str] = frozenset({"GPU005", "GPU008", "GPU013", "GPU014", "GPU101", "GPU105", "GPU107"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

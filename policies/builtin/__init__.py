@@ -20,12 +20,15 @@ from policies.builtin import (
     gpu010_device_annotations,
     gpu011_dra_claims,
     gpu012_mps_memory_limit,
+    gpu013_budget_gate_kept,
+    gpu014_budget_fit,
     gpu101_schedule_mode,
     gpu102_card_model,
     gpu103_off_gpu_nodes,
     gpu104_void_devices,
     gpu105_scheduler_name,
     gpu106_mps_memory_limit,
+    gpu107_budget_gate,
 )
 
 POLICIES: tuple[policy.Policy, ...] = (
@@ -41,10 +44,13 @@ POLICIES: tuple[policy.Policy, ...] = (
     gpu010_device_annotations.DeviceAnnotations(),
     gpu011_dra_claims.DraClaims(),
     gpu012_mps_memory_limit.MpsMemoryLimitEnv(),
+    gpu013_budget_gate_kept.BudgetGateKept(),
+    gpu014_budget_fit.BudgetFit(),
     gpu101_schedule_mode.ScheduleMode(),
     gpu102_card_model.CardModel(),
     gpu103_off_gpu_nodes.OffGpuNodes(),
     gpu104_void_devices.VoidDevices(),
     gpu105_scheduler_name.SchedulerName(),
     gpu106_mps_memory_limit.MpsMemoryLimit(),
+    gpu107_budget_gate.BudgetGate(),
 )

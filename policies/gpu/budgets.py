@@ -512,3 +512,14 @@ def prune(
             continue
         kept[uid] = entry
     return kept
+
+
+# --- the budget gate -----------------------------------------------------------------------------------
+
+
+def gate_index(spec: Mapping[str, Any]) -> int | None:
+    """The index of `GATE` in a pod spec's `schedulingGates`; None where the spec carries none."""
+    for index, entry in enumerate(podspec.sequence(spec.get("schedulingGates"))):
+        if isinstance(entry, Mapping) and entry.get("name") == GATE:
+            return index
+    return None

@@ -26,8 +26,10 @@ import yaml
 
 from policies import gpu
 from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
+from policies.gpu import budgets
 from tests.e2e.harness import Cluster, eventually
 from webhook.cluster import nodes
+from webhook.extender import gates
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +133,9 @@ class As:
         self.jwt = jwt
         self.context = ssl.create_default_context(cafile=str(cluster.state.directory / "pki" / "ca.crt"))
 
-    def call(self, method: str, path: str, body: Mapping[str, Any], *, content_type: str = "application/json") -> tuple[int, str]:
+    def call(
+        self, method: str, path: str, body: Mapping[str, Any] | list[dict[str, Any]], *, content_type: str = "application/json"
+    ) -> tuple[int, str]:
         """The HTTP status and the apiserver's message (a Status' message, or the object's kind)."""
         request = urllib.request.Request(
             self.server + path,
@@ -305,6 +309,42 @@ def test_the_extenders_binding_carries_only_the_allocation_annotations(
     code, output = bind(written)
     assert code == 201, output
     assert cluster.get("pod", "waits", namespace=namespace)["spec"]["nodeName"] == two_nodes[1]
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_the_extender_lifts_the_budget_gate_and_nothing_else_and_nobody_else_does(cluster: Cluster, accounts: None) -> None:
+    """The extender's token may remove gpu-admission.io/budget by its test-guarded JSON patch (the node
+    guard and GPU013 let it through); the same patch changing the image is refused by the guard, and
+    anyone else's removal (the admin's here) by GPU013 through the validating webhook."""
+    namespace = cluster.namespace()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated"},
+        "spec": {
+            "schedulingGates": [{"name": "example.com/other"}, {"name": budgets.GATE}],
+            "containers": [{"name": "app", "image": "app"}],
+        },
+    }
+    created = cluster.apply(pod, namespace=namespace)
+    assert created.returncode == 0, created.stderr
+    uid = cluster.get("pod", "gated", namespace=namespace)["metadata"]["uid"]
+    extender = As(cluster, token(cluster, EXTENDER))
+    path = f"/api/v1/namespaces/{namespace}/pods/gated"
+
+    def patch(operations: list[dict[str, Any]]) -> tuple[int, str]:
+        return extender.call("PATCH", path, operations, content_type="application/json-patch+json")
+
+    lift = gates.lift_patch(uid=uid, index=1)
+    code, output = patch([*lift, {"op": "replace", "path": "/spec/containers/0/image", "value": "other"}])
+    assert code == 403 and REFUSED in output and "spec fields containers" in output, output
+    admin = cluster.kubectl("patch", "pod", "gated", "-n", namespace, "--type=json", "-p", json.dumps(lift[1:]))
+    assert admin.returncode != 0 and "GPU013" in admin.stderr, admin.stderr
+    assert cluster.get("pod", "gated", namespace=namespace)["spec"]["schedulingGates"][1] == {"name": budgets.GATE}
+    assert patch(gates.lift_patch(uid="another-uid", index=1))[0] == 422  # the test guards the pod's identity
+    code, output = patch(lift)
+    assert code == 200, output
+    assert cluster.get("pod", "gated", namespace=namespace)["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 

@@ -7,7 +7,7 @@ longer holds, or the pod is already bound) and `NotFound` (404: the object is go
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 Object = dict[str, Any]
@@ -48,4 +48,14 @@ class Api(Protocol):
         Binding's annotations onto the pod in the same write that sets `spec.nodeName`, so a pod is
         never bound without its allocation annotations. The UID is a precondition (Conflict where
         the pod was replaced or is bound already; NotFound where it is gone)."""
+        ...
+
+    async def json_patch_pod(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> Object:
+        """Apply a JSON patch (RFC 6902) to the pod: the budget gate's lift (`gates.lift_patch`), whose
+        `test` operations make the apiserver refuse it (422) where the pod or its gate list is not
+        what the cache saw; NotFound where the pod is gone. Returns the pod as stored."""
+        ...
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> Object:
+        """Create a core/v1 Event (`gates.event_body`: a gated pod's NamespaceBudget)."""
         ...

@@ -360,6 +360,49 @@ class KubeApi:
         except Exception as error:  # the client's TLS failures (status 0), urllib3 connection and timeout errors
             raise kube_errors.translate(error, what=f"{method} {path}") from error
 
+    # --- the budget gate (`gates`) ---
+
+    async def json_patch_pod(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> Object:
+        """`api.Api.json_patch_pod`, tried once: a repeat whose first answer was lost fails its
+        `test` (the gate is gone) and changes nothing, and the gatekeeper's next pass looks again."""
+        path = _pod_path(namespace, name)
+        body = [dict(operation) for operation in operations]
+        query = [("fieldManager", FIELD_MANAGER)]
+        what = f"PATCH {path}"
+        if self._session is not None:
+            return await self._native_once(
+                "PATCH", path, query=query, body=orjson.dumps(body), content_type=_JSON_PATCH, what=what, lane=native.REQUESTS
+            )
+        return await asyncio.to_thread(self._json_patch_once, path, body, query)
+
+    def _json_patch_once(self, path: str, body: Sequence[Mapping[str, Any]], query: Sequence[tuple[str, str]]) -> Object:
+        """A JSON patch on the client's blocking path (`_send` takes mapping bodies only)."""
+        what = f"PATCH {path}"
+        try:
+            serialized = self._client.param_serialize(
+                method="PATCH",
+                resource_path=path,
+                query_params=list(query),
+                header_params={"Accept": "application/json", "Content-Type": _JSON_PATCH},
+                body=[dict(operation) for operation in body],
+                auth_settings=["BearerToken"],
+            )
+            response: Any = self._client.call_api(*serialized, _request_timeout=self._timeout)
+        except Exception as error:  # as `_send`
+            raise kube_errors.translate(error, what=what) from error
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise _error(response, data, what)
+        decoded = _loads(data)
+        if not isinstance(decoded, dict):
+            raise kube_errors.KubeError(f"{what}: unexpected answer", status=response.status)
+        return decoded
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> Object:
+        # A create, not repeated on an error: a lost Event only costs an explanation.
+        path = f"/api/v1/namespaces/{_quote(namespace)}/events"
+        return await self._request_async("POST", path, body=body, idempotent=False)
+
 
 class Watcher:
     """Keeps a Store in step with the apiserver: list, then watch, relisting after any failure.
@@ -591,3 +634,6 @@ def _watch_query(resource_version: str, label_selector: str) -> list[tuple[str, 
     if label_selector:
         query.append(("labelSelector", label_selector))
     return query
+
+
+_JSON_PATCH = "application/json-patch+json"  # `KubeApi.json_patch_pod`

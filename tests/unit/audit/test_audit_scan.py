@@ -191,7 +191,7 @@ def test_audit_settings_turn_every_mutator_off_and_keep_the_rest() -> None:
     configured = settings_.from_mapping({"policies": {"GPU002": {"action": "warn"}}, "exemptNamespaces": ["infra"]})
     effective = scan.audit_settings(configured)
     assert {p: a for p, a in effective.actions.items() if p.startswith("GPU1")} == {
-        f"GPU10{i}": model.Action.OFF for i in range(1, 7)
+        f"GPU10{i}": model.Action.OFF for i in range(1, 8)
     }
     assert effective.actions["GPU002"] is model.Action.WARN
     assert dataclasses.replace(effective, actions=configured.actions) == configured

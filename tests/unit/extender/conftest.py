@@ -13,9 +13,11 @@ import copy
 import itertools
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jsonpatch
+import jsonpointer
 import pytest
 
 from policies import gpu
@@ -139,6 +141,8 @@ class FakeApiServer:
         self.lease_writes = 0
         self.conflicts = 0
         self.fail_next_binding: dict[str, Exception] = {}
+        self.pod_patches: list[tuple[str, str, list[Object]]] = []  # the JSON patches of pods, as sent
+        self.recorded_events: list[Object] = []
 
     # --- setup ---
 
@@ -256,6 +260,30 @@ class FakeApiServer:
 
     def _next(self) -> str:
         return str(next(self._versions))
+
+    # --- the budget gate's writes (`gates`) ---
+
+    async def json_patch_pod(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> Object:
+        """A JSON patch of the pod, all or nothing: a failed `test` (or a bad path) is a 422, as the apiserver's."""
+        await self._turn("json_patch_pod")
+        self.pod_patches.append((namespace, name, [dict(op) for op in operations]))
+        found = self.pods.get((namespace, name))
+        if found is None:
+            raise kube_errors.NotFound(f'pods "{name}" not found', status=404)
+        try:
+            patched: Object = jsonpatch.apply_patch(copy.deepcopy(found), [dict(op) for op in operations])
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
+            raise kube_errors.KubeError(
+                f"the server rejected our request due to an error in our request: {error}", status=422
+            ) from error
+        patched["metadata"]["resourceVersion"] = self._next()
+        self.pods[(namespace, name)] = patched
+        return copy.deepcopy(patched)
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> Object:
+        await self._turn("create_event")
+        self.recorded_events.append(copy.deepcopy(dict(body)))
+        return copy.deepcopy(dict(body))
 
 
 @pytest.fixture

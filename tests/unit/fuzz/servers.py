@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -169,6 +169,12 @@ class MemoryApi:
 
     async def bind(self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         raise kube_errors.NotFound(f"pods {namespace}/{name} not found", status=404)
+
+    async def json_patch_pod(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        raise kube_errors.NotFound(f"pods {namespace}/{name} not found", status=404)
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        raise kube_errors.Conflict("the fuzz apiserver refuses every write", status=409)
 
 
 def gpu_node(name: str, *, mode: str = "cgpu", count: int = 2, gib: int = 16) -> dict[str, Any]:

@@ -344,7 +344,11 @@ def test_ordinary_updates_of_a_bound_gpu_pod_pass_and_nothing_else_judges_them(
     decision = update(evaluate, old, new)
 
     assert decision.allowed and decision.patch == () and decision.warnings == ()
-    assert [(r.policy, r.result) for r in decision.results] == [("GPU008", model.Result.PASS), ("GPU010", model.Result.PASS)]
+    assert [(r.policy, r.result) for r in decision.results] == [
+        ("GPU008", model.Result.PASS),
+        ("GPU010", model.Result.PASS),
+        ("GPU013", model.Result.PASS),
+    ]
 
 
 def test_an_update_of_a_pod_that_breaks_a_create_rule_is_not_refused_for_it(

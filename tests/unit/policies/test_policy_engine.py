@@ -30,18 +30,25 @@ def test_registry_lists_every_policy_once_in_id_order_with_its_sentence_and_defa
         "GPU010",
         "GPU011",
         "GPU012",
+        "GPU013",
+        "GPU014",
         "GPU101",
         "GPU102",
         "GPU103",
         "GPU104",
         "GPU105",
         "GPU106",
+        "GPU107",
     ]
     assert {p.id: p.kind for p in engine.POLICIES} == {
         **{i: model.PolicyKind.VALIDATE for i in ids if i.startswith("GPU0")},
         **{i: model.PolicyKind.MUTATE for i in ids if i.startswith("GPU1")},
     }
-    assert all(p.default_action is model.Action.ENFORCE for p in engine.POLICIES)
+    # GPU014 only warns by default: a pod over its namespace's GPU budget waits, it is not refused.
+    assert {p.id: p.default_action for p in engine.POLICIES} == {
+        **{i: model.Action.ENFORCE for i in ids},
+        "GPU014": model.Action.WARN,
+    }
     for item in engine.POLICIES:
         assert item.summary and not item.summary.endswith(".") and ":" not in item.summary
 
@@ -252,9 +259,9 @@ def test_delete_and_connect_are_not_evaluated(
 def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_updates(
     pod: PodFactory, container: ContainerFactory, evaluate: Evaluate
 ) -> None:
-    # A running pod that predates a policy (here GPU001's) keeps taking label edits: only GPU008
-    # and GPU010, which judge the allocation and device annotations an update can change, run;
-    # nothing is patched.
+    # A running pod that predates a policy (here GPU001's) keeps taking label edits: only GPU008,
+    # GPU010 and GPU013, which judge the allocation and device annotations and the budget gate an
+    # update can change, run; nothing is patched.
     old = pod(container(env=[ALL]))
     new = pod(container(env=[ALL]))
     new["metadata"]["labels"] = {"team": "b"}
@@ -262,8 +269,12 @@ def test_a_plain_pod_update_is_judged_only_by_the_policies_that_declare_pod_upda
     decision = evaluate(new, operation="UPDATE", old=old)
 
     assert decision.allowed and decision.patch == () and decision.warnings == ()
-    assert [(r.policy, r.result) for r in decision.results] == [("GPU008", model.Result.PASS), ("GPU010", model.Result.PASS)]
-    assert [p.id for p in engine.POLICIES if p.pod_updates] == ["GPU008", "GPU010"]
+    assert [(r.policy, r.result) for r in decision.results] == [
+        ("GPU008", model.Result.PASS),
+        ("GPU010", model.Result.PASS),
+        ("GPU013", model.Result.PASS),
+    ]
+    assert [p.id for p in engine.POLICIES if p.pod_updates] == ["GPU008", "GPU010", "GPU013"]
 
 
 @pytest.mark.parametrize("subresource", ["status", "binding", "resize"])

@@ -13,7 +13,10 @@ from policies import engine, gpu, model, settings
 def test_defaults_enforce_every_policy_and_exempt_the_system_namespaces() -> None:
     defaults = settings.Settings()
 
-    assert {p.id: defaults.action(p.id) for p in engine.POLICIES} == {p.id: model.Action.ENFORCE for p in engine.POLICIES}
+    assert {p.id: defaults.action(p.id) for p in engine.POLICIES} == {
+        **{p.id: model.Action.ENFORCE for p in engine.POLICIES},
+        "GPU014": model.Action.WARN,  # a pod over its namespace's GPU budget is warned about, not refused
+    }
     assert defaults.exempt_namespaces == {"kube-system", "kube-node-lease", "gpu-admission"}
     assert defaults.default_shared_mode is gpu.Mode.CGPU
     assert defaults.gpu_scheduler_name == ""

@@ -24,7 +24,7 @@ from cel_expr_python.ext import ext_optional, ext_strings  # type: ignore[import
 
 from policies import gpu
 from policies.gpu import allocation as allocation_  # `allocation` names a pod's allocation here
-from policies.gpu import usage
+from policies.gpu import budgets, usage
 from webhook.labeler import inventory, labels, ownership
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
@@ -267,16 +267,18 @@ def test_the_labeler_rbac_writes_nothing_but_nodes_and_their_status() -> None:
     assert not any(writes.values()), writes
 
 
-def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> None:
+def test_the_extender_rbac_patches_nodes_for_its_stamp_and_pods_only_for_the_budget_gate() -> None:
     """The ledger left the Node for a Lease per node; the one Node write left is the ledger-freed
-    stamp (`nudge`), which the node guard narrows to that key. The preempt verb only lists
+    stamp (`nudge`), which the node guard narrows to that key; the one Pod write is the budget
+    gate's lift (`gates`), which the guard narrows to that. The preempt verb only lists
     PodDisruptionBudgets (issue 27): kube-scheduler evicts, never the extender."""
     [role] = [d for d in documents(DEPLOY / "extender.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: sorted(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
     assert verbs == {
         "nodes": ["get", "list", "patch", "watch"],
-        "pods": ["get", "list", "watch"],
+        "pods": ["get", "list", "patch", "watch"],
         "pods/binding": ["create"],
+        "events": ["create"],  # NamespaceBudget, on pods kept behind the budget gate
         "poddisruptionbudgets": ["list"],
         # GPU budgets (issue 36): namespace labels for the budgets' selectors, read only
         "namespaces": ["list", "watch"],
@@ -476,6 +478,69 @@ def test_the_extenders_binding_may_carry_only_the_allocation_annotations(extende
     [message] = forged.denials
     refused = message.rsplit("), not ", 1)[1]
     assert set(refused.split(", ")) == {"gpu-admission.io/gpu-model", "CGPU_DISABLE"}, message
+
+
+def gated_pod(*gates: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train",
+            "namespace": "team",
+            "uid": "u",
+            "resourceVersion": "7",
+            "labels": {"app": "train"},
+            "annotations": {"team": "ml"},
+        },
+        "spec": {
+            "schedulingGates": [{"name": gate} for gate in gates],
+            "containers": [
+                {"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def lifted(before: Mapping[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+    import jsonpatch
+
+    result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(dict(before)), operations)
+    result["metadata"]["resourceVersion"] = "8"
+    return result
+
+
+def review_pod(extender_policy: Policy, obj: Mapping[str, Any], old: Mapping[str, Any]) -> Verdict:
+    return extender_policy.review(
+        request=request(user=EXTENDER_USER, claim=None, resource="pods", name="train"), obj=obj, old=old
+    )
+
+
+def test_the_extender_may_lift_the_budget_gate_and_change_nothing_else_on_a_pod(extender_policy: Policy) -> None:
+    from webhook.extender import gates
+
+    before = gated_pod("example.com/other", budgets.GATE)
+    after = lifted(before, gates.lift_patch(uid="u", index=1))
+    assert after["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert review_pod(extender_policy, after, before).allowed
+    only = gated_pod(budgets.GATE)
+    assert review_pod(extender_policy, lifted(only, gates.lift_patch(uid="u", index=0)), only).allowed
+    cases: list[tuple[list[dict[str, Any]], str]] = [
+        ([{"op": "remove", "path": "/spec/schedulingGates"}], "leaving its other gates"),
+        ([{"op": "remove", "path": "/spec/schedulingGates/0"}], "leaving its other gates"),
+        ([{"op": "replace", "path": "/spec/containers/0/image", "value": "evil:1"}], "spec fields containers"),
+        ([{"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 1}], "spec fields activeDeadlineSeconds"),
+        ([{"op": "add", "path": "/spec/tolerations", "value": [{"operator": "Exists"}]}], "spec fields tolerations"),
+        ([{"op": "add", "path": "/metadata/labels/app", "value": "x"}], "Pod labels (app)"),
+        (
+            [{"op": "add", "path": "/metadata/annotations/cdi.k8s.io~1x", "value": "nvidia.com/gpu=all"}],
+            "Pod annotations (cdi.k8s.io/x)",
+        ),
+        ([{"op": "add", "path": "/metadata/finalizers", "value": ["x/y"]}], "Pod metadata fields finalizers"),
+    ]
+    for operations, refused in cases:
+        message = "; ".join(review_pod(extender_policy, lifted(before, operations), before).denials)
+        assert refused in message, (operations, message)
 
 
 def test_the_extenders_messages_name_what_it_may_change(extender_policy: Policy) -> None:

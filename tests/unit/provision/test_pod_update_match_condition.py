@@ -1,6 +1,6 @@
 """deploy/webhook-configurations.yaml: the validating webhook gets a pod's own UPDATE only when an
-allocation annotation differs (GPU008) or a device annotation is added or changed (GPU010),
-evaluated with the CEL runtime the user policies use."""
+allocation annotation differs (GPU008), a device annotation is added or changed (GPU010) or the
+budget gate is removed (GPU013), evaluated with the CEL runtime the user policies use."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from policies import cel, gpu
+from policies.gpu import budgets
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 CONDITION = "pod-update-changes-guarded-annotations"
@@ -188,3 +189,52 @@ def test_crios_devices_keys_in_the_expression_are_the_gpu_models() -> None:
     tail = expression.split("oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) ||", 1)[1]
     listed = tail.split("[", 1)[1].split("]", 1)[0]
     assert [key.strip().strip("'") for key in listed.split(",")] == list(gpu.CRIO_DEVICES_ANNOTATIONS)
+
+
+# --- GPU013: the budget scheduling gate -------------------------------------------------------------------
+
+BUDGET_GATE = {"name": budgets.GATE}
+OTHER_GATE = {"name": "example.com/other"}
+
+
+def gated(*gates: dict[str, str] | None) -> dict[str, Any]:
+    """A pod whose spec.schedulingGates is `gates` (no field at all for a single None)."""
+    found = pod(None)
+    if gates != (None,):
+        found["spec"]["schedulingGates"] = [dict(g) for g in gates if g is not None]
+    return found
+
+
+@pytest.mark.parametrize(
+    "new",
+    [gated(None), gated(), gated(OTHER_GATE), gated(OTHER_GATE, {"name": "gpu-admission.io/Budget"})],
+    ids=["field-gone", "emptied", "other-left", "other-spelling-left"],
+)
+@pytest.mark.parametrize("subresource", [None, ""])
+def test_an_update_that_removes_the_budget_gate_is_sent(
+    condition: cel.Expression, new: dict[str, Any], subresource: str | None
+) -> None:
+    assert sent(condition, req=request(subresource=subresource), new=new, old=gated(OTHER_GATE, BUDGET_GATE))
+    assert sent(condition, req=request(subresource=subresource), new=new, old=gated(BUDGET_GATE))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (gated(BUDGET_GATE), gated(BUDGET_GATE)),  # kept (a label edit, say)
+        (gated(OTHER_GATE, BUDGET_GATE), gated(BUDGET_GATE)),  # another gate lifted
+        (gated(OTHER_GATE), gated(None)),  # a pod without ours
+        (gated(None), gated(None)),
+        (gated({"note": "no name"}), gated(None)),  # a gate without a name cannot fail the condition
+    ],
+    ids=["kept", "other-lifted", "never-gated", "no-gates", "nameless"],
+)
+def test_updates_that_keep_the_budget_gate_or_never_had_it_are_not_sent(
+    condition: cel.Expression, old: dict[str, Any], new: dict[str, Any]
+) -> None:
+    assert not sent(condition, req=request(), new=new, old=old)
+
+
+def test_the_gate_in_the_expression_is_the_gpu_models() -> None:
+    [expression] = [c["expression"] for c in validating_hook()["matchConditions"] if c["name"] == CONDITION]
+    assert expression.count(f"g.name == '{budgets.GATE}'") == 2

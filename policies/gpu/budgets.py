@@ -240,6 +240,50 @@ def gate_charge(pod: Mapping[str, Any], nodes: Iterable[Mapping[str, Any]]) -> C
 # --- DRA claims --------------------------------------------------------------------------------------
 
 
+def claims_gate_charge(
+    pod: Mapping[str, Any],
+    *,
+    allocated: Mapping[str, tuple[dra.Held, ...]],
+    pending: Mapping[str, Mapping[str, Any]],
+    memory: Mapping[tuple[str, str, str], int],
+) -> Charge:
+    """What a pod's DRA claims are charged before it is placed: a claim allocated already, its
+    devices (`claim_charge`); a claim not allocated yet, each request's device count times the
+    largest device memory any ResourceSlice publishes (the most it could be given: a class's CEL
+    selectors are not evaluated here); a claim not made yet (from a template), a problem: the gate
+    waits for it. `allocated` and `pending` are the namespace's claims by name (`pending`: their
+    specs)."""
+    total = NOTHING
+    largest = max(memory.values(), default=0)
+    for name in sorted(pod_claim_names(pod)):
+        if name in allocated:
+            total += claim_charge(allocated[name], memory)
+        elif name in pending:
+            total += _requests_charge(pending[name], largest, claim=name)
+        else:
+            total += Charge(problem=f"ResourceClaim {name} is not there yet; its charge is known once it is made")
+    return total
+
+
+def _requests_charge(spec: Mapping[str, Any], largest: int, *, claim: str) -> Charge:
+    count = 0
+    for item in map(podspec.mapping, podspec.sequence(podspec.mapping(spec.get("devices")).get("requests"))):
+        exact = podspec.mapping(item.get("exactly")) or (item if "deviceClassName" in item else {})
+        bodies = [exact] if exact else [podspec.mapping(a) for a in podspec.sequence(item.get("firstAvailable"))]
+        most = 0
+        for body in bodies:
+            if body.get("adminAccess") is True:
+                continue  # monitoring access allocates nothing
+            if body.get("allocationMode") == "All":
+                return Charge(problem=f"ResourceClaim {claim} asks for all matching devices; its charge is known once allocated")
+            asked = body.get("count", 1)
+            most = max(most, asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else 1)
+        count += most
+    if count and not largest:
+        return Charge(problem=f"ResourceClaim {claim}: no ResourceSlice publishes a device memory capacity to charge by")
+    return Charge(memory_mib=count * largest)
+
+
 def device_memory(slices: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], int]:
     """Each published device's `memory` capacity in MiB, by (driver, pool, name) (v1, v1beta2, v1beta1)."""
     found: dict[tuple[str, str, str], int] = {}

@@ -26,7 +26,20 @@ from aiohttp import web
 
 from policies import podspec
 from policies.gpu import allocation, cardrequest, cards, inspection, reservations
-from webhook.extender import binder, budgeting, holds, nudge, occupancy, overview, placement, preemption, reality, taints, wire
+from webhook.extender import (
+    binder,
+    budgeting,
+    gates,
+    holds,
+    nudge,
+    occupancy,
+    overview,
+    placement,
+    preemption,
+    reality,
+    taints,
+    wire,
+)
 from webhook.extender import store as store_module
 from webhook.serving import metrics
 
@@ -170,6 +183,8 @@ BUDGETS: web.AppKey[Callable[[], Awaitable[list[dict[str, Any]]]]] = web.AppKey(
 HOLDS = web.AppKey("holds", holds.Recorder)
 # The namespaces' GPU budgets (`budgeting`); absent: no budget is kept (every namespace unlimited).
 KEEPER = web.AppKey("keeper", budgeting.Keeper)
+# Lifts the budget gate of pods the extender does not place once their charge is committed (`gates`).
+GATEKEEPER = web.AppKey("gatekeeper", gates.Gatekeeper)
 
 
 def make_app(
@@ -186,6 +201,7 @@ def make_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     taint_keeper: taints.Keeper | None = None,
     keeper: budgeting.Keeper | None = None,
+    gatekeeper: gates.Gatekeeper | None = None,
 ) -> web.Application:
     """The extender app. `watch`, when given, starts keeping `cache` in step on app start-up;
     `tidy_every` (seconds), when given, prunes stale reservation ledgers in the background;
@@ -194,7 +210,8 @@ def make_app(
     that hold shared pods (`taints`); `leases`, when given, is where the preemption holds are
     recorded (the hold Leases in `ledger_namespace`: `holds`); `keeper`, when given, keeps the
     namespaces' GPU budgets in filter, preempt, `/inspect` and `/metrics` (bind keeps them through
-    its own keeper: `binder.Binder`)."""
+    its own keeper: `binder.Binder`); `gatekeeper`, when given, lifts the budget gate of the pods
+    kube-scheduler places alone (`gates`)."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_observe])
     app[STORE] = cache
     app[BINDER] = bind
@@ -221,10 +238,22 @@ def make_app(
         app.cleanup_ctx.append(_background("keep the DRA taint rules", lambda app: app[TAINT_KEEPER].run()))
     if keeper is not None:
         app[KEEPER] = keeper
-        if nudger is not None:
-            # Room in a budget freed with no event kube-scheduler retries a turned-away pod on (a pod
-            # deleted before our watch saw it, a ledger entry gone): a Node update does (`nudge`).
-            cache.on_budget_freed = lambda namespace, node: _nudge(nudger, node or cache.any_node())
+    if gatekeeper is not None:
+        app[GATEKEEPER] = gatekeeper
+        cache.on_gated = gatekeeper.wake
+        app.cleanup_ctx.append(_background("lift budget gates", lambda app: app[GATEKEEPER].run()))
+    if keeper is not None:
+
+        def freed(namespace: str, node: str) -> None:
+            # Room in a budget: gated pods may go, and kube-scheduler retries a turned-away pod only
+            # on an event; a pod deleted before our watch saw it, or a ledger entry gone, sent none
+            # it acts on: a Node update is one (`nudge`).
+            if gatekeeper is not None:
+                gatekeeper.wake()
+            if nudger is not None and (node := node or cache.any_node()):
+                nudger.freed(node)
+
+        cache.on_budget_freed = freed
         app[METERS].registry.register_collector(
             budgeting.Collector(keeper, clock=app[SETTINGS].clock), names=budgeting.METRIC_NAMES
         )
@@ -247,11 +276,6 @@ def make_app(
     app.router.add_get("/readyz", healthz)
     app.router.add_get("/metrics", metrics_text)
     return app
-
-
-def _nudge(nudger: nudge.Nudger, node: str) -> None:
-    if node:
-        nudger.freed(node)
 
 
 def _background(

@@ -25,7 +25,7 @@ from policies.settings import scheduling
 from webhook import config
 from webhook.cmdline import errors, flags, output
 from webhook.config import watched
-from webhook.extender import app, binder, budgeting, kube, native, nudge, taints
+from webhook.extender import app, binder, budgeting, gates, kube, native, nudge, taints
 from webhook.extender import store as store_module
 from webhook.kube import errors as kube_errors
 from webhook.serving import shell
@@ -343,6 +343,8 @@ async def _serve(
             kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band, namespace=ledger_namespace, keeper=keeper
         ),
         keeper=keeper,
+        # Every replica lifts gates: a second lift of one pod fails its JSON patch's test (422).
+        gatekeeper=gates.Gatekeeper(keeper, cache, kube_api) if keeper is not None else None,
         settings=app.Settings(
             ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band
         ),

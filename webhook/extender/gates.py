@@ -91,6 +91,10 @@ class Cache(Protocol):
 
     def nodes(self) -> list[Object]: ...
 
+    def claims_gate_charge(self, pod: Mapping[str, Any]) -> budgets.Charge:
+        """What the pod's DRA claims are charged at the gate (`Store.claims_gate_charge`)."""
+        ...
+
 
 class GateApi(Protocol):
     """What the gatekeeper writes (`api.Api`'s last two methods)."""
@@ -256,7 +260,7 @@ class Gatekeeper:
                 # would hold its namespace's room for nothing, and it takes no turn in the queue.
                 done.kept[key] = f"waits for its other scheduling gates first ({', '.join(others)})"
                 continue
-            charge = budgets.gate_charge(pod, nodes)
+            charge = budgets.gate_charge(pod, nodes) + self._cache.claims_gate_charge(pod)
             if namespace in waiting:
                 why = (
                     f"asks for {charge.describe()} and waits for the older pod {waiting[namespace]}, first in line "

@@ -91,6 +91,7 @@ class Store:
         # ResourceClaims by UID (slim), and what they hold per node and card UUID.
         self._slices: dict[str, Object] = {}
         self._claims: dict[str, Object] = {}
+        self._claim_specs: dict[tuple[str, str], Object] = {}  # (namespace, name) -> spec of every claim (budget gate)
         self._dra_holds: dict[str, dict[str, tuple[dra.Held, ...]]] = {}
         self.slices_synced = False
         self.claims_synced = False
@@ -111,6 +112,8 @@ class Store:
         # ledger entries gone): the budget gate tries its gated pods again.
         # With the node the room came from where known ("" for a ledger entry gone): `app` nudges.
         self.on_budget_freed: Callable[[str, str], None] | None = None
+        # Called when a pod carrying the budget gate arrives or changes (`gates`: a pass soon).
+        self.on_gated: Callable[[], None] | None = None
         # Called with a node's name when cards may have come free there: a counted pod deleted,
         # finished or moved, or ledger entries gone (`nudge`: kube-scheduler must hear of it).
         self.on_freed: Callable[[str], None] | None = None
@@ -287,6 +290,17 @@ class Store:
         """`lease_floor` for a namespace's budget Lease: a revision at or after every prune of its
         ledger, where none is here; -1: unknown (not listed yet)."""
         return max(self._leases_listed, self._budget_lease_deleted.get(namespace, -1)) if self._leases_listed >= 0 else -1
+
+    def claims_gate_charge(self, pod: Mapping[str, Any]) -> budgets.Charge:
+        """What the pod's DRA claims are charged at the budget gate (`budgets.claims_gate_charge`)."""
+        if not podspec.mapping(pod.get("spec")).get("resourceClaims"):
+            return budgets.NOTHING
+        namespace = _namespace(pod)
+        allocated = {_name(claim): dra.claim_results(claim) for claim in self._claims.values() if _namespace(claim) == namespace}
+        pending = {name: spec for (ns, name), spec in self._claim_specs.items() if ns == namespace}
+        return budgets.claims_gate_charge(
+            pod, allocated=allocated, pending=pending, memory=budgets.device_memory(self._slices.values())
+        )
 
     def gone(self, uid: str) -> bool:
         """Whether the pod watch saw this UID deleted (UIDs are never reused)."""
@@ -848,7 +862,9 @@ class Store:
         self._recount_dra()
 
     def replace_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
+        items = list(items)
         self._claims = {_uid(item): dra.slim_claim(item) for item in items if dra.claim_results(item)}
+        self._claim_specs = {(_namespace(item), _name(item)): _claim_spec(item) for item in items}
         self.claims_synced = True
         self._recount_dra()
 
@@ -877,6 +893,11 @@ class Store:
         if kind in ("ResourceSlice", "ResourceClaim"):
             kept = self._slices if kind == "ResourceSlice" else self._claims
             key = _name(obj) if kind == "ResourceSlice" else _uid(obj)
+            if kind == "ResourceClaim":
+                if event == "DELETED":
+                    self._claim_specs.pop((_namespace(obj), _name(obj)), None)
+                else:
+                    self._claim_specs[(_namespace(obj), _name(obj))] = _claim_spec(obj)
             if event == "DELETED" or (kind == "ResourceClaim" and not dra.claim_results(obj)):
                 if kept.pop(key, None) is None:
                     return
@@ -995,6 +1016,8 @@ class Store:
         self._pods[uid] = slim
         namespace = _namespace(slim)
         self._by_namespace.setdefault(namespace, set()).add(uid)
+        if self.on_gated is not None and budgets.gate_index(podspec.mapping(slim.get("spec"))) is not None:
+            self.on_gated()
         self._budget_changed(
             namespace,
             freed=held is not None and allocation.is_terminal(slim) and not allocation.is_terminal(held),
@@ -1131,7 +1154,16 @@ def slim_pod(pod: Mapping[str, Any]) -> Object:
     return {
         "metadata": {
             key: metadata[key]
-            for key in ("name", "namespace", "uid", "resourceVersion", "annotations", "labels", "deletionTimestamp")
+            for key in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "annotations",
+                "labels",
+                "deletionTimestamp",
+                "creationTimestamp",  # the budget gate's order: oldest first (`gates`)
+            )
             if key in metadata
         },
         "spec": slim_spec,
@@ -1149,6 +1181,11 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _namespace(obj: Mapping[str, Any]) -> str:
     return str(podspec.mapping(obj.get("metadata")).get("namespace", ""))
+
+
+def _claim_spec(obj: Mapping[str, Any]) -> Object:
+    """The device requests of a ResourceClaim (what the budget gate charges before allocation)."""
+    return {"devices": {"requests": podspec.mapping(podspec.mapping(obj.get("spec")).get("devices")).get("requests") or []}}
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

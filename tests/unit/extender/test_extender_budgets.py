@@ -298,3 +298,81 @@ def test_room_freed_in_a_budget_is_told_with_its_node_and_lapsed_entries_too() -
     assert cache.budget_lapsed(now=99.0) == []
     assert cache.budget_lapsed(now=100.0) == ["team-a"] and told == [("team-a", "")]
     assert cache.budget_usage("team-a", now=100.0).total.memory_mib == 0
+
+
+def _claim(name: str, requests: list[dict[str, Any]], *, allocated_device: str = "") -> dict[str, Any]:
+    claim: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "team-a", "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": requests}},
+    }
+    if allocated_device:
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": "gpu.nvidia.com", "pool": "gpu-0", "device": allocated_device}]
+                }
+            }
+        }
+    return claim
+
+
+def _slice() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "gpu-0-slice"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "gpu-0",
+            "pool": {"name": "gpu-0", "generation": 1},
+            "devices": [
+                {"name": "gpu-0", "capacity": {"memory": {"value": "80Gi"}}},
+                {"name": "mig-1", "capacity": {"memory": {"value": "10Gi"}}},
+            ],
+        },
+    }
+
+
+def test_the_gate_charges_dra_claims_by_what_they_ask_until_allocated() -> None:
+    cache = synced_store([node("gpu-0")], [])
+    cache.replace_slices([_slice()])
+    cache.replace_claims(
+        [
+            _claim("two", [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}]),
+            _claim("done", [{"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com"}}], allocated_device="mig-1"),
+            _claim("all", [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}]),
+            _claim(
+                "either",
+                [
+                    {
+                        "name": "gpu",
+                        "firstAvailable": [
+                            {"name": "big", "deviceClassName": "a"},
+                            {"name": "two", "deviceClassName": "b", "count": 2},
+                        ],
+                    }
+                ],
+            ),
+        ]
+    )
+
+    def gated(*claims: str, made: dict[str, str] | None = None) -> dict[str, Any]:
+        obj = pod("p")
+        obj["spec"]["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims] + [
+            {"name": key, "resourceClaimTemplateName": "t"} for key in (made or {})
+        ]
+        obj["status"]["resourceClaimStatuses"] = [
+            {"name": key, "resourceClaimName": value} for key, value in (made or {}).items()
+        ]
+        return obj
+
+    assert cache.claims_gate_charge(gated("two")) == budgets.Charge(memory_mib=160 * GIB)  # 2 x the largest device
+    assert cache.claims_gate_charge(gated("done")) == budgets.Charge(memory_mib=10 * GIB)  # allocated: its device
+    assert cache.claims_gate_charge(gated("either")) == budgets.Charge(memory_mib=160 * GIB)  # the larger alternative
+    assert cache.claims_gate_charge(gated(made={"gpu": "two"})) == budgets.Charge(memory_mib=160 * GIB)
+    assert "asks for all matching devices" in cache.claims_gate_charge(gated("all")).problem
+    assert "is not there yet" in cache.claims_gate_charge(gated(made={"gpu": ""})).problem
+    assert cache.claims_gate_charge(pod("plain", mem=1)) == budgets.NOTHING
+
+    cache.apply("ResourceClaim", "DELETED", _claim("two", []))
+    assert "is not there yet" in cache.claims_gate_charge(gated("two")).problem

@@ -87,12 +87,5 @@ async def validate_eviction(request: web.Request) -> web.Response:
         log.warning(
             "uid=%s eviction of pod %s/%s by %s refused: %s", checked.uid, checked.namespace, checked.name, checked.user, why
         )
-    answer = response.build(
-        uid=checked.uid,
-        allowed=not why,
-        api_version=checked.api_version,
-        kind=checked.kind,
-        status_code=response.DENIED_CODE if why else None,
-        message=why,
-    )
+    answer = response.for_verdict(request=checked, why=why)
     return web.Response(body=jsoncodec.dumps(answer), content_type="application/json", charset="utf-8")

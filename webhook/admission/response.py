@@ -78,6 +78,20 @@ def for_validation(*, request: review.Review, decision: model.Decision) -> revie
     )
 
 
+def for_verdict(*, request: review.Review, why: str, warnings: Sequence[str] = ()) -> review.AdmissionReviewResponse:
+    """The answer of an endpoint that judges one thing itself (`evictions`, `settingscheck`):
+    allowed where `why` is empty, else denied (403) with `why` as the message."""
+    return build(
+        uid=request.uid,
+        allowed=not why,
+        api_version=request.api_version,
+        kind=request.kind,
+        status_code=DENIED_CODE if why else None,
+        message=why,
+        warnings=warnings,
+    )
+
+
 def for_internal_error(*, request: review.Review, endpoint: str) -> review.AdmissionReviewResponse:
     """A well-formed review whose evaluation failed inside the webhook (a bug, never bad input).
 

@@ -95,13 +95,5 @@ async def validate_settings(request: web.Request) -> web.Response:
         log.warning(
             "uid=%s settings ConfigMap %s/%s by %s refused: %s", checked.uid, checked.namespace, checked.name, checked.user, why
         )
-    answer = response.build(
-        uid=checked.uid,
-        allowed=not why,
-        api_version=checked.api_version,
-        kind=checked.kind,
-        status_code=response.DENIED_CODE if why else None,
-        message=why,
-        warnings=warnings,
-    )
+    answer = response.for_verdict(request=checked, why=why, warnings=warnings)
     return web.Response(body=jsoncodec.dumps(answer), content_type="application/json", charset="utf-8")

@@ -23,32 +23,16 @@ def load(path: str | None, *, policies_dir: str | None = None) -> settings.Setti
     user_policies = userpolicies.load(policies_dir)
     if path is None:
         return settings.from_mapping({}, user_policies=user_policies)
-    try:
-        text = pathlib.Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise errors.InputError(f"{path}: cannot read config: {_reason(error)}") from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise errors.InputError(f"{path}: invalid YAML: {yaml_reason(error)}") from error
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise errors.InputError(f"{path}: config must be a mapping, not {type(data).__name__}")
-    try:
-        return settings.from_mapping(data, user_policies=user_policies)
-    except settings.InvalidSettings as error:
-        raise errors.InputError(f"{path}: {error}") from error
+    return load_section(path, lambda data: settings.from_mapping(data or {}, user_policies=user_policies))
 
 
 _T = TypeVar("_T")
 
 
 def load_section(path: str | pathlib.Path, read: Callable[[Mapping[str, Any] | None], _T]) -> _T:
-    """One section of the settings file at ``path``, as ``read`` makes it of the loaded document
-    (``settings.budgets_of``, ``settings.usage_limits_of``): the rest is the webhook's, and may name
-    user policies the reader does not load. Every problem is one ``errors.InputError`` line naming
-    the file, as with ``load``."""
+    """What ``read`` makes of the settings document at ``path``: the whole settings (``load``), or one
+    section (``settings.budgets_of``: the rest is the webhook's, and may name user policies the reader
+    does not load). Every problem is one ``errors.InputError`` line naming the file."""
     try:
         text = pathlib.Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:

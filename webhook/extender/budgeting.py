@@ -49,7 +49,7 @@ from webhook.kube import leasewrite
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 50
-POD_CATCH_UP_S = 1.0  # how long a charge waits for the pod watch to reach the budget Lease's version
+POD_CATCH_UP_S = 0.1  # how long a charge waits for the pod watch to reach the budget Lease's version (then it LISTs), as binder
 _BACKOFF_S = 0.002
 _BACKOFF_CAP_S = 0.1
 

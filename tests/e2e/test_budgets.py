@@ -38,6 +38,9 @@ TEAM_GIB = 32  # the first test's budget
 BURST_BUDGETS_GIB = (40, 52, 30)
 BURST_SIZES_GIB = (2, 3, 5)
 BURST_PODS = 200
+# One namespace, one node: binds batched on the node, each charged to the same budget Lease.
+ONE_NODE_PODS = 24
+ONE_NODE_BUDGET_GIB = 40
 
 
 class Namespaces:
@@ -47,9 +50,14 @@ class Namespaces:
         self.team = cluster.namespace()  # budget TEAM_GIB
         self.free = cluster.namespace()  # no budget: unlimited
         self.burst = tuple(cluster.namespace() for _ in BURST_BUDGETS_GIB)
+        self.one_node = cluster.namespace()  # budget ONE_NODE_BUDGET_GIB
 
     def budgets_gib(self) -> dict[str, int]:
-        return {self.team: TEAM_GIB, **dict(zip(self.burst, BURST_BUDGETS_GIB, strict=True))}
+        return {
+            self.team: TEAM_GIB,
+            **dict(zip(self.burst, BURST_BUDGETS_GIB, strict=True)),
+            self.one_node: ONE_NODE_BUDGET_GIB,
+        }
 
 
 def budget_name(namespace: str) -> str:
@@ -316,3 +324,35 @@ def test_a_burst_of_200_pods_in_three_budgeted_namespaces_with_two_replicas_neve
     finally:
         for r in replicas:
             r.stop()
+
+
+def test_a_burst_in_one_budgeted_namespace_onto_one_node_binds_without_waiting_on_itself(
+    cluster: Cluster, spaces: Namespaces, settings_file: str, pools: list[str]
+) -> None:
+    """kube-scheduler's binds to one node arrive together and are committed as one batch, each pod's
+    charge to the same budget Lease first: the extender must not wait for the pod watch to show
+    Bindings that come only after the batch (each bind would wait, and time out)."""
+    replica = extender_e2e._replica(cluster, "a", flags=["--config", settings_file])
+    try:
+        pool = extender_e2e.make_pool(cluster, pools)  # one node, four 15 GiB cards: 60 GiB
+        ns = spaces.one_node
+        extender_e2e.create(
+            cluster,
+            [
+                extender_e2e.gpu_pod(f"one-{i:02d}", pool=pool, scheduler=replica.scheduler_name, group="one", mem=1)
+                for i in range(ONE_NODE_PODS)
+            ],
+            namespace=ns,
+        )
+        cluster.running_pods(namespace=ns, count=ONE_NODE_PODS, timeout=60)
+        assert used_gib(cluster, ns, card_gib={pool.nodes[0]: 15}, budget=ONE_NODE_BUDGET_GIB) == ONE_NODE_PODS
+        assert replica.metric("gpu_admission_extender_requests_total", verb="bind", result="ok") == ONE_NODE_PODS
+        failed = [
+            m
+            for p in cluster.pods(namespace=ns)
+            for m in extender_e2e.events_of(cluster, ns, p["metadata"]["name"])
+            if "bind" in m.lower() and "fail" in m.lower()
+        ]
+        assert not failed, failed[:3]
+    finally:
+        replica.stop()

@@ -16,7 +16,10 @@ The budgets come from the webhook's settings file (`gpuBudgets`, read again when
   before, so it saw every earlier commit, as an entry or, where a later commit pruned the entry,
   as a pod bound (pruned only once seen bound, and the pod cache is complete up to the version
   read). So no two binds, in one process or in two replicas, spend the same room. Binds in one
-  process queue per namespace, so they do not conflict with each other.
+  process queue per namespace, so they do not conflict with each other. A Lease this process
+  committed last is read again without waiting for the pod watch (as the node ledger's own
+  commit, `binder`): that commit was decided on this cache, so the cache covers its version;
+  waiting would wait for the Bindings of the node's batch, which come only after it.
 - preempt (`Keeper.room_after`): a node is answered only where the namespace has room for the pod
   once the victims of its own namespace are gone.
 
@@ -94,6 +97,7 @@ class Keeper:
         self._home, self._identity, self._clock = home, identity or "gpu-admission-extender", clock
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self.conflicts = 0  # compare-and-swap conflicts on budget Leases (for metrics)
+        self._own: dict[str, int] = {}  # namespace -> revision of this process's last commit to its budget Lease
 
     # --- reading ---
 
@@ -225,6 +229,7 @@ class Keeper:
                     await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter
                     continue
                 self._cache.put_budget_lease(committed)
+                self._own[namespace] = store_module.revision(committed)
                 return ""
         return f"namespace {namespace}: gave up after {MAX_ATTEMPTS} conflicting updates of its budget ledger; will retry"
 
@@ -236,7 +241,8 @@ class Keeper:
         if attempt == 0 and cache.synced:
             lease = cache.budget_lease(namespace)
             version = store_module.revision(lease) if lease is not None else cache.budget_lease_floor(namespace)
-            if version >= 0 and await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S):
+            own = lease is not None and version >= 0 and self._own.get(namespace) == version and cache.pods_version >= 0
+            if version >= 0 and (own or await cache.wait_for_pods(version, timeout=POD_CATCH_UP_S)):
                 return lease
         try:
             lease = await self._api.get_lease(self._home, budgets.lease_name(namespace))

@@ -270,7 +270,8 @@ def test_the_labeler_rbac_writes_nothing_but_nodes_and_their_status() -> None:
 def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> None:
     """The ledger left the Node for a Lease per node; the one Node write left is the ledger-freed
     stamp (`nudge`), which the node guard narrows to that key. The preempt verb only lists
-    PodDisruptionBudgets (issue 27): kube-scheduler evicts, never the extender."""
+    PodDisruptionBudgets (issue 27): kube-scheduler evicts, never the extender. It lists and watches
+    Namespaces for their labels only (issue 36: a GPU budget may select namespaces by label)."""
     [role] = [d for d in documents(DEPLOY / "extender.yaml") if d["kind"] == "ClusterRole"]
     verbs = {resource: sorted(rule["verbs"]) for rule in role["rules"] for resource in rule["resources"]}
     assert verbs == {
@@ -278,6 +279,7 @@ def test_the_extender_rbac_patches_nodes_for_its_stamp_and_writes_no_pod() -> No
         "pods": ["get", "list", "watch"],
         "pods/binding": ["create"],
         "poddisruptionbudgets": ["list"],
+        "namespaces": ["list", "watch"],
         # DRA (docs/dra.md): read slices and claims; the leader's DeviceTaintRules, nothing else written
         "resourceslices": ["list", "watch"],
         "resourceclaims": ["list", "watch"],

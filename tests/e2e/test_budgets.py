@@ -237,6 +237,21 @@ def test_a_burst_of_200_pods_in_three_budgeted_namespaces_with_two_replicas_neve
         pool = extender_e2e.make_pool(cluster, pools, count=4)
         card_gib = {name: 15 for name in pool.nodes}
         limits = dict(zip(spaces.burst, BURST_BUDGETS_GIB, strict=True))
+        # Both replicas place a pod of a namespace without a budget first: each kube-scheduler sees
+        # the pool's nodes schedulable (the node controller's not-ready taint gone), so the burst is
+        # raced by both from its first pod, not won by whichever scheduler saw the nodes first.
+        group = f"warm-{pool.name}"
+        extender_e2e.create(
+            cluster,
+            [
+                extender_e2e.gpu_pod(f"{group}-{i}", pool=pool, scheduler=r.scheduler_name, group=group, mem=1)
+                for i, r in enumerate(replicas)
+            ],
+            namespace=spaces.free,
+        )
+        cluster.running_pods(
+            namespace=spaces.free, selector=f"{extender_e2e.GROUP_LABEL}={group}", count=len(replicas), timeout=120
+        )
         before = [r.metric("gpu_admission_extender_requests_total", verb="bind", result="ok") for r in replicas]
         by_namespace: dict[str, list[dict[str, Any]]] = {ns: [] for ns in spaces.burst}
         for i in range(BURST_PODS):

@@ -26,6 +26,13 @@ pod from /proc. The last line of output is one JSON object of the headline figur
 
 With `--against REF` the extender of commit REF runs too (rounds "before"), interleaved with the
 others on the same control plane, so a change is measured side by side with what it replaces.
+
+With `--budgets` this tree's extender also runs with a settings file (`--config`) that gives every
+namespace the pods land in a GPU-memory budget (`gpuBudgets`) of all the cluster's GPU memory, so
+that it never refuses (rounds "budgets"): what keeping the budgets costs (their filter check and
+the compare-and-swap of the namespace's budget Lease in every bind). The record's `budgets` has
+its figures and `ratio_to_extender`, its pods/s over the rounds "extender" (the same extender without
+budgets) of the same run.
 """
 
 from __future__ import annotations
@@ -65,17 +72,19 @@ from webhook.extender import kube  # noqa: E402
 
 CONFIG = ROOT / "deploy" / "scheduler-config-second.yaml"
 T4 = 15360
+CARDS = 4
+NAMESPACES = ("default",)  # where the pods land (`pods`)
 
 
 def fake_nodes(count: int) -> list[nodes.FakeNode]:
     listed = inventory.encode_inventory(
-        inventory.Card(index=i, memory_mib=T4, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(4)
+        inventory.Card(index=i, memory_mib=T4, uuid=f"GPU-bench-{i}", name="Tesla-T4") for i in range(CARDS)
     )
     return [
         nodes.FakeNode(
             name=f"bench-{i:04d}",
             labels={"ack.node.gpu.schedule": "cgpu", "ack.node.gpu.placement": "binpack"},
-            capacity={"aliyun.com/gpu-mem": "60", "aliyun.com/gpu-count": "4"},
+            capacity={"aliyun.com/gpu-mem": str(CARDS * T4 // 1024), "aliyun.com/gpu-count": str(CARDS)},
             annotations={gpu.INVENTORY_ANNOTATION: listed},
         )
         for i in range(count)
@@ -87,7 +96,7 @@ def pods(count: int, *, scheduler: str, prefix: str) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{prefix}-{i:05d}", "namespace": "default", "labels": {"bench": prefix}},
+            "metadata": {"name": f"{prefix}-{i:05d}", "namespace": NAMESPACES[0], "labels": {"bench": prefix}},
             "spec": {
                 "schedulerName": scheduler,
                 "containers": [
@@ -229,8 +238,29 @@ def exact_quantile(values: list[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def start_extender(state: controlplane.State, *, log_level: str, source: Path | None = None) -> int:
-    """`gpu-admission extender` from this tree, or from `source` (an exported older commit)."""
+def budget_settings(node_count: int, namespaces: tuple[str, ...] = NAMESPACES) -> dict[str, Any]:
+    """Settings (`gpuBudgets`) that give each of `namespaces` a budget of all the GPU memory of
+    `node_count` bench nodes: kept (charged, checked, written) on every bind, never refusing one."""
+    memory_gib = max(1, node_count) * CARDS * T4 // 1024
+    return {
+        "gpuBudgets": [
+            {"name": f"bench-{namespace}", "namespaces": [namespace], "memory": f"{memory_gib}Gi"} for namespace in namespaces
+        ]
+    }
+
+
+def budget_figures(figures: dict[str, dict[str, float | None]]) -> dict[str, float | None]:
+    """The rounds "budgets" against the rounds "extender" of the same run: their figures and
+    `ratio_to_extender` (pods/s with budgets over pods/s without)."""
+    with_budgets, without = figures["budgets"], figures["extender"]
+    rate, reference = with_budgets["extender_pods_per_s"], without["extender_pods_per_s"]
+    ratio = round(rate / reference, 3) if rate is not None and reference else None
+    return {"ratio_to_extender": ratio, "extender_pods_per_s_without_budgets": reference, **with_budgets}
+
+
+def start_extender(state: controlplane.State, *, log_level: str, source: Path | None = None, config: Path | None = None) -> int:
+    """`gpu-admission extender` from this tree, or from `source` (an exported older commit), with
+    `config` (a settings file: `--config`) where given."""
     port = controlplane.free_port()
     command = [
         sys.executable,
@@ -245,6 +275,7 @@ def start_extender(state: controlplane.State, *, log_level: str, source: Path | 
         str(state.kubeconfig),
         "--log-level",
         log_level,
+        *(["--config", str(config)] if config is not None else []),
     ]
     controlplane.start(state, "extender", command=command, env={"PYTHONPATH": str(source)} if source is not None else None)
 
@@ -443,6 +474,7 @@ def one_round(
     consulted: bool = True,
     profile_seconds: int = 0,
     profile_dir: Path | None = None,
+    config: Path | None = None,
 ) -> Round:
     """One backlog of `count` pods drained by a fresh kube-scheduler; `source` False: no extender,
     None: the extender of this tree, a path: the extender of that exported tree. The extender is
@@ -450,12 +482,12 @@ def one_round(
     each round's extender costs only its own round. `consulted` False: the extender runs (its
     watches, its background work) but the scheduler does not call it. `profile_seconds`: a
     kube-apiserver CPU profile of that many seconds, from the tenth bound pod on, into
-    `profile_dir`."""
+    `profile_dir`. `config`: the extender's settings file (`--config`; the budgets)."""
     name = f"bench-{kind}-{index}"
     port = (
         None
         if source is False
-        else start_extender(state, log_level=log_level, source=source if isinstance(source, Path) else None)
+        else start_extender(state, log_level=log_level, source=source if isinstance(source, Path) else None, config=config)
     )
     try:
         config = scheduler_config(state, name=name, extender_port=port if consulted else None)
@@ -784,6 +816,12 @@ def main() -> int:
         help="measure the apiserver's idle CPU (KWOK heartbeats, controllers) for SECONDS before the rounds (0: not)",
     )
     parser.add_argument(
+        "--budgets",
+        action="store_true",
+        help="also rounds 'budgets': this tree's extender with a GPU budget on every namespace the pods land in, "
+        "too large to refuse (what keeping budgets costs); the record's 'budgets' has ratio_to_extender",
+    )
+    parser.add_argument(
         "--watching",
         action="store_true",
         help="also rounds 'watching': the plain scheduler while this tree's extender runs unconsulted "
@@ -833,7 +871,12 @@ def main() -> int:
             **({"watching": current} if args.watching else {}),
             **({"before": older} if older else {}),
             "extender": current,
+            **({"budgets": current} if args.budgets else {}),
         }
+        configs: dict[str, Path] = {}
+        if args.budgets:
+            configs["budgets"] = directory / "budgets.yaml"
+            configs["budgets"].write_text(json.dumps(budget_settings(args.nodes)))  # JSON is YAML
         rounds: dict[str, list[Round]] = {kind: [] for kind in kinds}
         for index in range(args.rounds):
             for kind, source in kinds.items():
@@ -849,6 +892,7 @@ def main() -> int:
                         consulted=kind != "watching",
                         profile_seconds=args.profile,
                         profile_dir=profile_dir,
+                        config=configs.get(kind),
                     )
                 )
         if args.idle:
@@ -875,6 +919,13 @@ def main() -> int:
         }
         if "before" in figures:
             line["before"] = {"ref": args.against, **figures["before"]}
+        if "budgets" in figures:
+            line["budgets"] = budget_figures(figures)
+            print(
+                f"\nwith budgets: {line['budgets']['extender_pods_per_s']} pods/s, without: "
+                f"{line['budgets']['extender_pods_per_s_without_budgets']} pods/s, ratio {line['budgets']['ratio_to_extender']}",
+                flush=True,
+            )
         if "watching" in figures:
             line["watching"] = {
                 k: figures["watching"][k]

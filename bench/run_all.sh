@@ -95,7 +95,7 @@ if [ "$smoke" = 1 ]; then
   run cel_candidates      $PY bench/cel_candidates.py --rounds 2
   run explain_scale       $PY bench/explain_scale.py --nodes 10 --pods 20 --repeat 1
   run extender_cpu        $PY bench/extender_cpu.py --nodes 20 --percentage 100 --pods 10 --rounds 1 --warmup 5 --against "$AGAINST_DIR"
-  run extender_throughput $PY bench/extender_throughput.py --nodes 5 --pods 20 --rounds 1 --idle 0
+  run extender_throughput $PY bench/extender_throughput.py --nodes 5 --pods 20 --rounds 1 --idle 0 --budgets
   run audit_inprocess     $PY bench/audit_inprocess.py --against "$AGAINST_DIR" --pods 200 --nodes 20 --rounds 1
   run audit_throughput    $PY bench/audit_throughput.py --pods 40 --nodes 8 --repeat 1 --against "$AGAINST_DIR"
   run labeler_usage       $PY bench/labeler_usage.py interval --passes 5 --processes 3
@@ -116,7 +116,7 @@ else
   run cel_candidates      $PY bench/cel_candidates.py --rounds 10
   run explain_scale       $PY bench/explain_scale.py --nodes 500 --pods 1000
   run extender_cpu        $PY bench/extender_cpu.py --nodes 5000 --percentage 100 --pods 300 --rounds 3 --against "$AGAINST_DIR"
-  run extender_throughput $PY bench/extender_throughput.py --nodes 500 --pods 1000 --rounds 2
+  run extender_throughput $PY bench/extender_throughput.py --nodes 500 --pods 1000 --rounds 2 --budgets
   run extender_throughput_5000 $PY bench/extender_throughput.py --nodes 5000 --pods 500 --rounds 1
   run audit_inprocess     $PY bench/audit_inprocess.py --against "$AGAINST_DIR" --pods 30000 --rounds 3
   run audit_throughput    $PY bench/audit_throughput.py --pods 10000 --nodes 500 --repeat 1 --against "$AGAINST_DIR"

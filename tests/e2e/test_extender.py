@@ -61,6 +61,7 @@ class Replica:
     extender: str  # process names under the cluster state
     scheduler: str
     port: int = 0
+    flags: tuple[str, ...] = ()  # more flags for the extender (e.g. --config)
 
     @property
     def state(self) -> controlplane.State:
@@ -81,6 +82,7 @@ class Replica:
             str(self.state.kubeconfig),
             "--reservation-ttl",
             "60",
+            *self.flags,
         ]
         controlplane.start(self.state, self.extender, command=command)
         controlplane.wait_for(
@@ -169,7 +171,7 @@ def extender_schedulers(cluster: Cluster, tmp_path_factory: pytest.TempPathFacto
         yield
 
 
-def _replica(cluster: Cluster, tag: str) -> Replica:
+def _replica(cluster: Cluster, tag: str, *, flags: Sequence[str] = ()) -> Replica:
     assert tag in TAGS, "a scheduler the webhook's extenderSchedulers does not list gets no GPU pods"
     suffix = uuid.uuid4().hex[:6]
     replica = Replica(
@@ -177,6 +179,7 @@ def _replica(cluster: Cluster, tag: str) -> Replica:
         scheduler_name=scheduler_name(tag),
         extender=f"e2e-extender-{tag}-{suffix}",
         scheduler=f"e2e-scheduler-{tag}-{suffix}",
+        flags=tuple(flags),
     )
     replica.start_extender()
     try:

@@ -16,7 +16,10 @@ The budgets come from the webhook's settings file (`gpuBudgets`, read again when
   before, so it saw every earlier commit, as an entry or, where a later commit pruned the entry,
   as a pod bound (pruned only once seen bound, and the pod cache is complete up to the version
   read). So no two binds, in one process or in two replicas, spend the same room. Binds in one
-  process queue per namespace, so they do not conflict with each other.
+  process queue per namespace, so they do not conflict with each other. A Lease this process
+  committed last is read again without waiting for the pod watch (as the node ledger's own
+  commit, `binder`): that commit was decided on this cache, so the cache covers its version;
+  waiting would wait for the Bindings of the node's batch, which come only after it.
 - preempt (`Keeper.room_after`): a node is answered only where the namespace has room for the pod
   once the victims of its own namespace are gone.
 

@@ -153,7 +153,7 @@ class Keeper:
             return _refuse(outcome, list(outcome.passed), f"namespace {namespace}: {error}", never=False)
         if budget is None:
             return outcome
-        used = self.usage(namespace, now=now).without([uid]).total
+        used = self.usage(namespace, now=now).total_without([uid])
         refused: dict[str, str] = {}
         never: dict[str, str] = {}
         shared = None if wanted.cards else budgets.asked(wanted, None)
@@ -191,7 +191,7 @@ class Keeper:
             return False
         if budget is None:
             return True
-        used = self.usage(namespace, now=now).without([uid, *victims]).total
+        used = self.usage(namespace, now=now).total_without([uid, *victims])
         return not budgets.over(budget.memory_mib, budget.cards, used, budgets.asked(wanted, self._cards(node)))
 
     # --- bind ---
@@ -214,8 +214,7 @@ class Keeper:
                 read = await self._read(namespace, attempt=attempt)
                 now = self._clock()
                 usage = self._cache.budget_usage(namespace, now=now, lease=read.lease, pods=read.pods)
-                others = usage.without([uid])
-                why = budgets.over(budget.memory_mib, budget.cards, others.total, charge)
+                why = budgets.over(budget.memory_mib, budget.cards, usage.total_without([uid]), charge)
                 if why:
                     return f"{reasons.Code.NAMESPACE_BUDGET}: namespace {namespace} {budget.describe()}: {why}"
                 listed = read.pods if read.pods is not None else self._cache.namespace_pods(namespace)

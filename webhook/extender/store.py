@@ -108,6 +108,7 @@ class Store:
         self._budget_changes: dict[str, int] = {}  # namespace -> bumped on each change of its pods or its ledger
         self._budget_epoch = 0  # bumped when nodes, claims or slices change (a charge may change with them)
         self._usages: dict[str, tuple[tuple[int, int], float, budgets.Usage]] = {}  # namespace -> (versions, valid until, usage)
+        self._book = budgets.Book()  # the bound pods' and the claims' charges, per namespace, kept per event
         # Called with a namespace when its budget may have room again (a pod of it gone or finished,
         # ledger entries gone): the budget gate tries its gated pods again.
         # With the node the room came from where known ("" for a ledger entry gone): `app` nudges.
@@ -327,8 +328,13 @@ class Store:
             if found is not None and found[0] == key and now < found[1]:
                 return found[2]
         ledger = budgets.lease_ledger(self._budget_leases.get(namespace) if lease is _OWN_LEASE else lease, home=self._namespace)
+        if pods is None:  # the book's counts and the ledger's entries: no pod recounted (`budgets.Book`)
+            found_usage = self._book.usage(namespace, ledger, gone=self._gone.__contains__, now=now)
+            if own:
+                until = min((e.expires for e in ledger.values() if e.expires is not None and e.expires > now), default=_NEVER)
+                self._usages[namespace] = (key, until, found_usage)
+            return found_usage
         listed = pods
-        pods = self.namespace_pods(namespace) if listed is None else listed
         nodes = {
             node: self._real_nodes.get(node) or self._nodes[node]
             for node in {cards.pod_node(p) for p in pods}
@@ -346,14 +352,9 @@ class Store:
             nodes=nodes,
             claims=claims,
             device_mib=budgets.device_memory(self._slices.values()) if claims else None,
-            gone={uid for uid in ledger if uid in self._gone}
-            if listed is None
-            else set(ledger) - {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in listed},
+            gone=set(ledger) - {str(podspec.mapping(p.get("metadata")).get("uid", "")) for p in listed},
             now=now,
         )
-        if own:
-            until = min((e.expires for e in ledger.values() if e.expires is not None and e.expires > now), default=_NEVER)
-            self._usages[namespace] = (key, until, found_usage)
         return found_usage
 
     def _budget_changed(self, namespace: str, *, freed: bool = False, node: str = "") -> None:
@@ -832,6 +833,7 @@ class Store:
             self._touch(name)  # a node may hold none of the listed pods: its version must still move
         self._pods, self._pod_node, self._by_node, self._states = {}, {}, {}, {}
         self._by_namespace, self._usages = {}, {}
+        self._book = budgets.Book()
         self._budget_epoch += 1
         self._nominated, self._nominee_node = {}, {}
         self._held = {}
@@ -841,6 +843,7 @@ class Store:
         self._ledger_refs = {}
         for item in items:
             self.put_pod(item)
+        self._book_claims()
         self.pods_synced = True
 
     def replace_leases(self, items: Iterable[Mapping[str, Any]]) -> None:
@@ -872,6 +875,7 @@ class Store:
         """What DRA holds, worked out again; nodes whose holds changed move their version (and
         where a card came free, `on_freed` hears of it)."""
         self._budget_epoch += 1  # a claim's charge (its devices' memory) may have changed
+        self._book_claims()
         before = self._dra_holds
         self._dra_holds = dra.holds(self._slices.values(), self._claims.values(), namespace=self._namespace)
         for node in set(before) | set(self._dra_holds):
@@ -880,6 +884,25 @@ class Store:
                 self._touch(node)
                 if any(uuid not in new for uuid in old):
                     self._freed(node)
+
+    def _book_claims(self) -> None:
+        """Every namespace's allocated claims into the book again (claims change rarely), and the
+        pods that name claims, whose settling may have changed with them."""
+        held: dict[str, list[tuple[str, tuple[dra.Held, ...]]]] = {}
+        for uid, claim in self._claims.items():
+            if not dra.is_hold_claim(claim, namespace=self._namespace):
+                held.setdefault(_namespace(claim), []).append((uid, dra.claim_results(claim)))
+        memory = budgets.device_memory(self._slices.values()) if held else {}
+        for namespace in set(held) | set(self._book.claim_namespaces()):
+            for uid in self._book.claims(namespace, held.get(namespace, []), memory):
+                self._book_pod(uid)
+
+    def _book_pod(self, uid: str) -> None:
+        """The pod's charge into the book again (its node's cards or its claims changed)."""
+        pod = self._pods.get(uid)
+        if pod is not None:
+            node = cards.pod_node(pod)
+            self._book.put(uid, pod, (self._real_nodes.get(node) or self._nodes.get(node)) if node else None)
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
         """One watch event (`ADDED`, `MODIFIED`, `DELETED`) for `kind` `Node`, `Pod`, `Lease`,
@@ -980,6 +1003,8 @@ class Store:
                 self._node_ledger_rv[name] = (revision(slim) if revision(slim) >= 0 else _UNPROVABLE) if text is not None else -1
             if held is None or not _same_but_version(slim, held):
                 self._budget_epoch += 1  # a card's memory may have changed (budgets charge by it)
+                for uid in list(self._by_node.get(name, ())):
+                    self._book_pod(uid)
                 self._touch(name)  # a status heartbeat changes nothing kept here: the cached state stays
 
     def put_lease(self, obj: Mapping[str, Any]) -> None:
@@ -1036,6 +1061,7 @@ class Store:
             self._pod_node[uid] = node
             self._by_node.setdefault(node, set()).add(uid)
             self._touch(node)
+        self._book.put(uid, slim, (self._real_nodes.get(node) or self._nodes.get(node)) if node else None)
         if was_on and (was_on != node or allocation.is_terminal(slim) or not self._counts(slim)):
             self._freed(was_on)  # finished, being deleted, or no longer on that node
 
@@ -1051,6 +1077,7 @@ class Store:
         for referring in self._ledger_refs.pop(uid, set()):
             self._touch(referring)  # a ledger entry of this pod may count differently now
         dropped = self._pods.pop(uid, None)
+        self._book.drop(uid)
         if dropped is not None:
             namespace = _namespace(dropped)
             members = self._by_namespace.get(namespace)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
 from typing import Any
 
 import pytest
 
+from policies import gpu
 from policies.gpu import budgets, cardrequest, dra, reasons, reservations
 from policies.settings import budgets as settings_budgets
 from policies.settings import selection
@@ -376,3 +378,115 @@ def test_the_gate_charges_dra_claims_by_what_they_ask_until_allocated() -> None:
 
     cache.apply("ResourceClaim", "DELETED", _claim("two", []))
     assert "is not there yet" in cache.claims_gate_charge(gated("two")).problem
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_stores_running_usage_is_what_counting_afresh_gives_through_random_changes(seed: int) -> None:
+    """The store keeps each namespace's usage one event at a time (`budgets.Book`); at every step it
+    equals `budgets.usage` over the namespace's pods, claims and ledger counted afresh."""
+    rng = random.Random(seed)
+    mixed = node("mixed", mode="topology", count=2, inventory=[16 * GIB, 80 * GIB])
+    shared = node("shared", count=4, gib=15)
+    plain = node("plain", mode=None, capacity={"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "7"})
+    plain["metadata"]["labels"]["nvidia.com/gpu.memory"] = "40960"
+    cache = synced_store([mixed, shared, plain], [])
+    cache.replace_slices([_slice()])
+    clock = 1_000.0
+    ledger: dict[str, budgets.Entry] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    claims: dict[str, dict[str, Any]] = {}
+    seen_memory, seen_claims = 0, False
+    for step in range(120):
+        choice = rng.random()
+        uid = f"u{rng.randrange(30)}"
+        namespace = rng.choice(["team-a", "team-b"])
+        if choice < 0.45:  # a pod appears or changes
+            kind = rng.choice(["share", "whole", "gpu", "mig", "claim"])
+            obj = (
+                pod(uid, namespace=namespace, mem=rng.choice([1, 4]), uid=uid)
+                if kind == "share"
+                else pod(uid, namespace=namespace, whole=1, uid=uid)
+                if kind == "whole"
+                else pod(uid, namespace=namespace, uid=uid)
+            )
+            if kind == "gpu":
+                obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+            if kind == "mig":
+                obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+            if kind == "claim":
+                obj["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"c-{uid}"}]
+            where = {"share": "shared", "whole": "mixed", "gpu": "plain", "mig": "plain", "claim": "plain"}[kind]
+            if rng.random() < 0.7:
+                obj["spec"]["nodeName"] = where
+                obj["status"]["phase"] = rng.choice(["Running", "Running", "Succeeded"])
+                if kind == "whole":
+                    obj["metadata"]["annotations"][gpu_allocation_key()] = allocation_text(where, [rng.choice([0, 1])])
+            obj["metadata"]["resourceVersion"] = str(step + 10)
+            if uid in pods and pods[uid]["metadata"]["namespace"] != namespace:
+                cache.apply("Pod", "DELETED", pods.pop(uid))
+            pods[uid] = obj
+            cache.apply("Pod", "MODIFIED", obj)
+        elif choice < 0.6 and uid in pods:
+            cache.apply("Pod", "DELETED", pods.pop(uid))
+        elif choice < 0.75:  # a claim allocated or released
+            name = f"c-{uid}"
+            if name in claims and rng.random() < 0.5:
+                cache.apply("ResourceClaim", "DELETED", claims.pop(name))
+            else:
+                claims[name] = _claim(
+                    name,
+                    [{"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com"}}],
+                    allocated_device=rng.choice(["mig-1", "gpu-0"]),
+                )
+                cache.apply("ResourceClaim", "MODIFIED", claims[name])
+        elif choice < 0.9:  # a ledger entry
+            ledger[uid] = budgets.Entry(
+                uid=uid,
+                pod=f"team-a/{uid}",
+                charge=budgets.Charge(memory_mib=rng.choice([1, 8]) * GIB),
+                assumed_at=clock,
+                expires=rng.choice([None, clock + rng.choice([-5, 50])]),
+            )
+        else:
+            clock += 10
+        lease = budgets.lease_body("team-a", ledger, "replica")
+        lease["metadata"]["resourceVersion"] = str(step + 10)
+        cache.put_budget_lease(lease)
+        for name in ("team-a", "team-b"):
+            kept = cache.budget_usage(name, now=clock)
+            mine = [p for p in pods.values() if p["metadata"]["namespace"] == name]
+            held = [(c["metadata"]["uid"], dra.claim_results(c)) for c in claims.values()]
+            fresh = budgets.usage(
+                mine,
+                budgets.lease_ledger(lease) if name == "team-a" else {},
+                nodes={n["metadata"]["name"]: n for n in (mixed, shared, plain)},
+                claims=held if name == "team-a" else [],
+                device_mib=budgets.device_memory([_slice()]),
+                gone={u for u in ledger if cache.gone(u)},
+                now=clock,
+            )
+            assert kept.total == fresh.total, (step, name)
+            assert dict(kept.by_holder) == dict(fresh.by_holder), (step, name)
+            assert dict(kept.problems) == dict(fresh.problems), (step, name)
+            assert set(kept.settled) == set(fresh.settled), (step, name)
+            seen_memory = max(seen_memory, kept.total.memory_mib)
+            seen_claims = seen_claims or any(key.startswith("claim:") for key in kept.by_holder)
+    assert seen_memory >= 40 * GIB and seen_claims  # the walk charged whole cards, slices, shares and claims
+
+
+def gpu_allocation_key() -> str:
+    return gpu.ALLOCATION_ANNOTATION
+
+
+def allocation_text(node_name: str, cards: list[int]) -> str:
+    return json.dumps(
+        {
+            "node": node_name,
+            "cards": cards,
+            "memGiB": 0,
+            "corePercent": 0,
+            "whole": True,
+            "assumedAt": "2026-12-06T00:00:00.000Z",
+        },
+        separators=(",", ":"),
+    )

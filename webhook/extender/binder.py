@@ -354,16 +354,26 @@ class Binder:
         """Each chosen pod's charge committed to its namespace's budget (`budgeting`) before the
         node's ledger is written; a pod its budget has no room for leaves `chosen` with the reason."""
         assert self._keeper is not None
+        by_namespace: dict[str, list[tuple[int, wire.BindRequest]]] = {}
         for position, waiting in enumerate(batch):
-            request = waiting.request
-            choice = chosen.get(request.uid)
-            if choice is None:
-                continue
-            pod = {"metadata": {"namespace": request.namespace, "name": request.name, "uid": request.uid}}
-            refused = await self._keeper.charge(pod, budgets.allocation_charge(choice, node), expires=expires)
-            if refused:
-                errors[position] = f"{request.node}: {refused}"
-                del chosen[request.uid]
+            if waiting.request.uid in chosen:
+                by_namespace.setdefault(waiting.request.namespace, []).append((position, waiting.request))
+        # One compare-and-swap per namespace for the whole batch, as for the node's ledger.
+        for asked in by_namespace.values():
+            refused = await self._keeper.charge_many(
+                [
+                    (
+                        {"metadata": {"namespace": request.namespace, "name": request.name, "uid": request.uid}},
+                        budgets.allocation_charge(chosen[request.uid], node),
+                    )
+                    for _, request in asked
+                ],
+                expires=expires,
+            )
+            for position, request in asked:
+                if refused.get(request.uid):
+                    errors[position] = f"{request.node}: {refused[request.uid]}"
+                    del chosen[request.uid]
 
     async def prune(self, node_name: str) -> bool:
         """Drop expired entries from the node's ledger Lease, and those of pods that are gone or

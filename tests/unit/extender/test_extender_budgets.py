@@ -490,3 +490,18 @@ def allocation_text(node_name: str, cards: list[int]) -> str:
         },
         separators=(",", ":"),
     )
+
+
+async def test_charges_to_one_namespace_waiting_together_share_one_write() -> None:
+    apiserver = FakeApiServer()
+    keeper = budgeting.Keeper(apiserver, synced_store([], []), budgeting.Fixed([budget(gib=10)]))
+    asked = [pod(f"p{i}", uid=f"u{i:02d}") for i in range(20)]
+    answers = await asyncio.gather(*(keeper.charge(p, budgets.Charge(memory_mib=GIB), expires=None) for p in asked))
+    assert answers[:10] == [""] * 10  # first come, first served, in the order they asked
+    assert all(
+        a.startswith("NAMESPACE_BUDGET: namespace team-a budget 'team-a' (10Gi of GPU memory): 10 GiB used + 1 GiB asked")
+        for a in answers[10:]
+    )
+    assert apiserver.lease_writes <= 2  # the first charge's write, then one for all that waited behind it
+    lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, budgets.lease_name("team-a"))]
+    assert sorted(budgets.lease_ledger(lease)) == [f"u{i:02d}" for i in range(10)]

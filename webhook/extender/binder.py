@@ -295,10 +295,17 @@ class Binder:
                     expires=now + self._ttl,
                     source="reservation",
                 )
-            if chosen and self._keeper is not None:
-                await self._charge(batch, chosen, errors, node=read.node, expires=now + self._ttl)
             if not chosen:
                 return [_Decision(error=errors[i], conflicts=_first(i, conflicts)) for i in range(len(batch))]
+            # The chosen pods' charges go to their namespaces' budget Leases while the node's ledger
+            # is written: both must be in before a Binding, neither needs the other, and in series
+            # they cost a bind two writes' time. A pod its budget refuses keeps its node ledger
+            # entry until it expires (or its next bind replaces it): over-counting a card is safe.
+            charging = (
+                asyncio.ensure_future(self._charge(batch, dict(chosen), node=read.node, expires=now + self._ttl))
+                if self._keeper is not None
+                else None
+            )
             # Only the Lease's entries are written (`ledger` has no gone pods); the Node annotation's,
             # from an earlier version, count above but stay where they are until they expire.
             kept = reservations.prune({uid: e for uid, e in ledger.items() if uid in held}, pods=pods, now=now)
@@ -309,10 +316,20 @@ class Binder:
             try:
                 committed = await self._write(node_name, read, kept)
             except (kube_errors.Conflict, _LeaseGone):
+                if charging is not None:
+                    await asyncio.gather(charging, return_exceptions=True)  # charged again with the next choice
                 conflicts += 1
                 await asyncio.sleep(min(_BACKOFF_CAP_S, _BACKOFF_S * (attempt + 1)) * random.random())  # noqa: S311 - jitter, not crypto
                 continue
+            except BaseException:
+                if charging is not None:
+                    charging.cancel()
+                raise
             self._committed(node_name, read, committed)
+            if charging is not None:
+                for position, why in (await charging).items():
+                    errors[position] = why
+                    chosen.pop(batch[position].request.uid, None)
             # Each step of the bind queue, for bench/extender_throughput.py --extender-log-level debug:
             # how long the batch's binds waited behind the node's previous commit, then this one's steps.
             log.debug(
@@ -345,35 +362,40 @@ class Binder:
     async def _charge(
         self,
         batch: list[_Waiting],
-        chosen: dict[str, allocation_.Allocation],
-        errors: dict[int, str],
+        chosen: Mapping[str, allocation_.Allocation],
         *,
         node: Mapping[str, Any],
         expires: float,
-    ) -> None:
-        """Each chosen pod's charge committed to its namespace's budget (`budgeting`) before the
-        node's ledger is written; a pod its budget has no room for leaves `chosen` with the reason."""
+    ) -> dict[int, str]:
+        """Each chosen pod's charge committed to its namespace's budget (`budgeting`), one charge of
+        the batch per namespace; returns the positions of the pods their budget has no room for,
+        with the reason."""
         assert self._keeper is not None
         by_namespace: dict[str, list[tuple[int, wire.BindRequest]]] = {}
         for position, waiting in enumerate(batch):
             if waiting.request.uid in chosen:
                 by_namespace.setdefault(waiting.request.namespace, []).append((position, waiting.request))
-        # One compare-and-swap per namespace for the whole batch, as for the node's ledger.
-        for asked in by_namespace.values():
-            refused = await self._keeper.charge_many(
-                [
-                    (
-                        {"metadata": {"namespace": request.namespace, "name": request.name, "uid": request.uid}},
-                        budgets.allocation_charge(chosen[request.uid], node),
-                    )
-                    for _, request in asked
-                ],
-                expires=expires,
+        answers = await asyncio.gather(
+            *(
+                self._keeper.charge_many(
+                    [
+                        (
+                            {"metadata": {"namespace": request.namespace, "name": request.name, "uid": request.uid}},
+                            budgets.allocation_charge(chosen[request.uid], node),
+                        )
+                        for _, request in asked
+                    ],
+                    expires=expires,
+                )
+                for asked in by_namespace.values()
             )
+        )
+        refused: dict[int, str] = {}
+        for asked, answer in zip(by_namespace.values(), answers, strict=True):
             for position, request in asked:
-                if refused.get(request.uid):
-                    errors[position] = f"{request.node}: {refused[request.uid]}"
-                    del chosen[request.uid]
+                if answer.get(request.uid):
+                    refused[position] = f"{request.node}: {answer[request.uid]}"
+        return refused
 
     async def prune(self, node_name: str) -> bool:
         """Drop expired entries from the node's ledger Lease, and those of pods that are gone or

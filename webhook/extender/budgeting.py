@@ -9,17 +9,19 @@ The budgets come from the webhook's settings file (`gpuBudgets`, read again when
   used and what the pod asks; `failed`, so the pod is tried again when room frees up (a pod of
   the namespace gone or finished, a ledger entry gone: the store tells the nudger as for cards);
   `unresolvable` where the charge alone is more than the whole budget.
-- bind (`Keeper.charge`): before the node's ledger is written, the pod's charge for the cards
-  chosen is written to the namespace's budget Lease by compare-and-swap, on a read the pod cache
-  covers: the node ledger's protocol (`binder`), with the namespace in the node's place. Every
-  commit to a namespace happened at a distinct resourceVersion of its Lease and read the one
-  before, so it saw every earlier commit, as an entry or, where a later commit pruned the entry,
-  as a pod bound (pruned only once seen bound, and the pod cache is complete up to the version
-  read). So no two binds, in one process or in two replicas, spend the same room. Binds in one
-  process queue per namespace, so they do not conflict with each other. A Lease this process
-  committed last is read again without waiting for the pod watch (as the node ledger's own
-  commit, `binder`): that commit was decided on this cache, so the cache covers its version;
-  waiting would wait for the Bindings of the node's batch, which come only after it.
+- bind (`Keeper.charge_many`): before the Binding, beside the write of the node's ledger, the
+  charges of the cards chosen are written to the namespace's budget Lease by compare-and-swap, on
+  a read the pod cache covers: the node ledger's protocol (`binder`), with the namespace in the
+  node's place. Every commit to a namespace happened at a distinct resourceVersion of its Lease
+  and read the one before, so it saw every earlier commit, as an entry or, where a later commit
+  pruned the entry, as a pod bound (pruned only once seen bound, and the pod cache is complete up
+  to the version read, or the pods were listed as of it). So no two binds, in one process or in
+  two replicas, spend the same room. Charges to one namespace queue in one process and are
+  committed together (one read, each judged with those before it, one write), so they do not
+  conflict with each other and a namespace takes pods as fast as its writes allow whole batches.
+  A Lease this process committed last on a read of this cache is read again without waiting for
+  the pod watch (as the node ledger's own commit): the cache covers its version; waiting would
+  wait for the Bindings of the node's batch, which come only after it.
 - preempt (`Keeper.room_after`): a node is answered only where the namespace has room for the pod
   once the victims of its own namespace are gone.
 

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from webhook.cluster import controlplane, install, nodes
 
 
@@ -155,3 +157,49 @@ def bare_control_plane(directory: Path, *, bin_dir: Path, fake_nodes: int) -> It
         yield state
     finally:
         controlplane.down(directory)
+
+
+def extender_token(cluster: Cluster, directory: Path) -> Path:
+    """A kubeconfig in `directory` holding a token of the extender's ServiceAccount, with its RBAC
+    from deploy/ (the ClusterRole, and the Roles of its namespace: the ledger and budget Leases),
+    so that a test's extender acts with the rights it has in a cluster, not an admin's."""
+    wanted = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    items = [
+        d
+        for name in ("namespace.yaml", "extender.yaml")
+        for d in yaml.safe_load_all((deploy / name).read_text())
+        if d and d["kind"] in wanted
+    ]
+    applied = cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert applied.returncode == 0, applied.stderr
+    account = "system:serviceaccount:gpu-admission:gpu-admission-extender"
+    eventually(
+        lambda: (
+            cluster.kubectl("auth", "can-i", "patch", "pods", "-A", f"--as={account}").stdout.strip() == "yes"
+            and cluster.kubectl("auth", "can-i", "update", "leases", "-n", "gpu-admission", f"--as={account}").stdout.strip()
+            == "yes"
+        ),
+        what="the extender's RBAC",
+    )
+    created = cluster.kubectl("create", "token", "gpu-admission-extender", "-n", "gpu-admission", "--duration=30m")
+    assert created.returncode == 0, created.stderr
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "e2e",
+                "cluster": {
+                    "server": cluster.state.server,
+                    "certificate-authority": str(cluster.state.directory / "pki" / "ca.crt"),
+                },
+            }
+        ],
+        "users": [{"name": "extender", "user": {"token": created.stdout.strip()}}],
+        "contexts": [{"name": "extender", "context": {"cluster": "e2e", "user": "extender"}}],
+        "current-context": "extender",
+    }
+    path = directory / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return path

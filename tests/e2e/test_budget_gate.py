@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from policies.gpu import budgets
 from policies.settings import budgets as budget_settings
-from tests.e2e.harness import Cluster, eventually, webhook_settings
+from tests.e2e.harness import Cluster, eventually, extender_token, webhook_settings
 from webhook.extender import gates, kube, native
 
 pytestmark = pytest.mark.e2e
@@ -112,41 +111,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 @pytest.fixture(scope="module")
 def extender_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kubeconfig holding a token of the extender's ServiceAccount, with its RBAC from deploy/."""
-    wanted = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
-    items = [
-        d
-        for name in ("namespace.yaml", "extender.yaml")
-        for d in yaml.safe_load_all((DEPLOY / name).read_text())
-        if d and d["kind"] in wanted
-    ]
-    applied = cluster.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-    assert applied.returncode == 0, applied.stderr
-    account = "system:serviceaccount:gpu-admission:gpu-admission-extender"
-    eventually(
-        lambda: cluster.kubectl("auth", "can-i", "patch", "pods", "-A", f"--as={account}").stdout.strip() == "yes",
-        what="the extender's RBAC",
-    )
-    created = cluster.kubectl("create", "token", "gpu-admission-extender", "-n", "gpu-admission", "--duration=10m")
-    assert created.returncode == 0, created.stderr
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "e2e",
-                "cluster": {
-                    "server": cluster.state.server,
-                    "certificate-authority": str(cluster.state.directory / "pki" / "ca.crt"),
-                },
-            }
-        ],
-        "users": [{"name": "extender", "user": {"token": created.stdout.strip()}}],
-        "contexts": [{"name": "extender", "context": {"cluster": "e2e", "user": "extender"}}],
-        "current-context": "extender",
-    }
-    path = tmp_path_factory.mktemp("extender") / "kubeconfig"
-    path.write_text(json.dumps(config))
-    return path
+    return extender_token(cluster, tmp_path_factory.mktemp("extender"))
 
 
 class Keeper:

@@ -12,8 +12,9 @@ What must hold is read from what the apiserver stores, not from the extender's m
 the `aliyun.com/gpu-mem` (or whole cards' memory) of the pods bound in a budgeted namespace never
 exceeds its budget, at every poll.
 
-Not covered here: a MIG slice (placed by the device plugin, not the extender) is charged once the
-budget's scheduling gate lets it through; that gate is not part of this module yet.
+A MIG slice is placed by kube-scheduler and the device plugin, not the extender: the webhook gives
+it the budget's scheduling gate, the extender's gatekeeper charges it to the namespace's ledger and
+lifts the gate, and a slice the budget has no room for stays gated until room frees up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.request
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,7 +30,8 @@ import pytest
 
 from policies.gpu import budgets, reservations
 from tests.e2e import test_extender as extender_e2e  # its Replica, KWOK pools and pods
-from tests.e2e.harness import Cluster, eventually, webhook_settings
+from tests.e2e.harness import Cluster, eventually, extender_token, webhook_settings
+from webhook.cluster import nodes
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +44,9 @@ BURST_PODS = 200
 # One namespace, one node: binds batched on the node, each charged to the same budget Lease.
 ONE_NODE_PODS = 24
 ONE_NODE_BUDGET_GIB = 40
+# Shares and MIG slices (nvidia.com/mig-1g.10gb: 10 GiB each) in one budget.
+MIG_BUDGET_GIB = 24
+MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 
 
 class Namespaces:
@@ -51,12 +57,14 @@ class Namespaces:
         self.free = cluster.namespace()  # no budget: unlimited
         self.burst = tuple(cluster.namespace() for _ in BURST_BUDGETS_GIB)
         self.one_node = cluster.namespace()  # budget ONE_NODE_BUDGET_GIB
+        self.mig = cluster.namespace()  # budget MIG_BUDGET_GIB
 
     def budgets_gib(self) -> dict[str, int]:
         return {
             self.team: TEAM_GIB,
             **dict(zip(self.burst, BURST_BUDGETS_GIB, strict=True)),
             self.one_node: ONE_NODE_BUDGET_GIB,
+            self.mig: MIG_BUDGET_GIB,
         }
 
 
@@ -108,6 +116,13 @@ def held_gib(pod: Mapping[str, Any], *, card_gib: Mapping[str, int]) -> int:
     if not node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
         return 0
     limits = _limits(pod)
+    slices = [
+        int(value) * (budgets.mig_memory_mib(name) or 0) // 1024
+        for name, value in limits.items()
+        if name.startswith("nvidia.com/mig-")
+    ]
+    if slices:
+        return sum(slices)
     if "aliyun.com/gpu-mem" in limits:
         return int(limits["aliyun.com/gpu-mem"])
     if "aliyun.com/gpu" in limits:
@@ -371,5 +386,113 @@ def test_a_burst_in_one_budgeted_namespace_onto_one_node_binds_without_waiting_o
             if "binding rejected" in m
         ]
         assert not rejected, rejected[:3]
+    finally:
+        replica.stop()
+
+
+def _mig_pool(cluster: Cluster, pools: list[str]) -> str:
+    """One KWOK node as NVIDIA's device plugin leaves a MIG card in the mixed strategy: seven 1g.10gb
+    slices, no GPU mode label (the default mode); tainted like the extender pools."""
+    pool = f"mig{uuid.uuid4().hex[:6]}"
+    manifest = nodes.FakeNode(name=pool, labels={extender_e2e.POOL_LABEL: pool}, capacity={MIG_RESOURCE: "7"}).manifest()
+    manifest["spec"]["taints"] = [{"key": extender_e2e.TAINT_KEY, "value": pool, "effect": "NoSchedule"}]
+    pools.append(pool)
+    completed = cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    assert completed.returncode == 0, completed.stderr
+    eventually(
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in cluster.get("node", pool, namespace="default").get("status", {}).get("conditions", [])
+        ),
+        what=f"MIG node {pool} Ready",
+    )
+    return pool
+
+
+def _slice_pod(name: str, *, node_pool: str, scheduler: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {extender_e2e.GROUP_LABEL: "mig"}},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {extender_e2e.POOL_LABEL: node_pool},
+            "tolerations": [{"key": extender_e2e.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.example/trainer:1", "resources": {"limits": {MIG_RESOURCE: "1"}}}],
+        },
+    }
+
+
+def test_a_mig_slice_waits_at_the_budget_gate_and_counts_with_the_shares(
+    cluster: Cluster, spaces: Namespaces, settings_file: str, pools: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The issue's mix in one 24 GiB budget: a 10 GiB MIG slice (the webhook gates it, the extender
+    charges it and lifts the gate), an 8 GiB share; the next slice (10 + 8 + 10 > 24) stays gated,
+    with an Event saying why, until the share goes."""
+    # The extender with its own rights: only its ServiceAccount may lift the gate (GPU013).
+    token = extender_token(cluster, tmp_path_factory.mktemp("mig-extender"))
+    replica = extender_e2e._replica(cluster, "a", flags=["--config", settings_file, "--kubeconfig", str(token)])
+    try:
+        shares = extender_e2e.make_pool(cluster, pools)  # one node, four 15 GiB cards
+        mig = _mig_pool(cluster, pools)
+        ns, scheduler = spaces.mig, replica.scheduler_name
+        card_gib = {name: 15 for name in shares.nodes}
+
+        # What the webhook makes of the slice: the budget's gate (a server-side dry run shows it).
+        dry = cluster.kubectl(
+            "create",
+            "-n",
+            ns,
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            "-",
+            stdin=json.dumps(_slice_pod("dry", node_pool=mig, scheduler=scheduler)),
+        )
+        assert dry.returncode == 0, dry.stderr
+        assert {"name": budgets.GATE} in json.loads(dry.stdout)["spec"].get("schedulingGates", [])
+
+        extender_e2e.create(cluster, [_slice_pod("slice-1", node_pool=mig, scheduler=scheduler)], namespace=ns)
+        try:
+            [first] = cluster.running_pods(namespace=ns, count=1, timeout=120)
+        except AssertionError as error:
+            pod = cluster.get("pod", "slice-1", namespace=ns)
+            raise AssertionError(
+                f"{error}: spec.schedulingGates={pod['spec'].get('schedulingGates')}, status={pod.get('status')}, "
+                f"events={extender_e2e.events_of(cluster, ns, 'slice-1')}, extender log: "
+                + (cluster.state.directory / "logs" / f"{replica.extender}.log").read_text()[-3000:]
+            ) from error
+        assert first["spec"]["nodeName"] == mig and not first["spec"].get("schedulingGates")
+        extender_e2e.create(
+            cluster, [extender_e2e.gpu_pod("share-8", pool=shares, scheduler=scheduler, group="mig", mem=8)], namespace=ns
+        )
+        cluster.running_pods(namespace=ns, count=2, timeout=120)
+        assert used_gib(cluster, ns, card_gib=card_gib, budget=MIG_BUDGET_GIB) == 18
+
+        extender_e2e.create(cluster, [_slice_pod("slice-2", node_pool=mig, scheduler=scheduler)], namespace=ns)
+        eventually(
+            lambda: any(
+                "waiting at scheduling gate gpu-admission.io/budget" in m for m in extender_e2e.events_of(cluster, ns, "slice-2")
+            ),
+            what="the NamespaceBudget Event on the gated slice",
+            timeout=60,
+        )
+        held = cluster.get("pod", "slice-2", namespace=ns)
+        assert {"name": budgets.GATE} in held["spec"].get("schedulingGates", []) and not held["spec"].get("nodeName")
+        assert used_gib(cluster, ns, card_gib=card_gib, budget=MIG_BUDGET_GIB) == 18
+
+        completed = cluster.kubectl("delete", "pod", "share-8", "-n", ns, "--wait=true", "--timeout=60s")
+        assert completed.returncode == 0, completed.stderr
+        cluster.pod_once(
+            "slice-2",
+            namespace=ns,
+            condition=lambda p: p.get("status", {}).get("phase") == "Running",
+            what="the gated slice to run once the share is gone",
+            timeout=120,
+        )
+        assert used_gib(cluster, ns, card_gib=card_gib, budget=MIG_BUDGET_GIB) == 20
+        row = inspect_budgets(replica)[ns]
+        assert row["memoryBudgetMiB"] == MIG_BUDGET_GIB * 1024
     finally:
         replica.stop()

@@ -284,9 +284,11 @@ class Keeper:
                 )
             if not added:
                 return why_not
-            listed = read.pods if read.pods is not None else self._cache.namespace_pods(namespace)
-            pods = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in listed}
             ledger = budgets.lease_ledger(read.lease, home=self._home)
+            if read.pods is not None:
+                pods = {str(podspec.mapping(p.get("metadata")).get("uid", "")): p for p in read.pods}
+            else:  # only the ledger's pods are looked at: a namespace may hold thousands of pods
+                pods = {uid: found for uid in ledger if (found := self._cache.pod(uid)) is not None}
             gone = {entry for entry in ledger if self._cache.gone(entry) or (read.pods is not None and entry not in pods)}
             kept = budgets.prune(ledger, usage, pods=pods, gone=gone, now=now)
             for uid in why_not:

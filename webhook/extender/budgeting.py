@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from policies import podspec
 from policies.gpu import budgets, cardrequest, cards, reasons, reservations
@@ -389,6 +389,7 @@ METRIC_NAMES = (
     "gpu_admission_extender_namespace_gpu_memory_used_bytes",
     "gpu_admission_extender_namespace_gpu_cards_budget",
     "gpu_admission_extender_namespace_gpu_cards_used",
+    "gpu_admission_extender_budget_conflicts_total",
 )
 
 
@@ -419,7 +420,7 @@ class Collector:
 
     def collect(self) -> list[Any]:
         labels = ["namespace", "budget"]
-        families = [
+        families: list[Any] = [
             GaugeMetricFamily(METRIC_NAMES[0], "GPU memory a namespace's budget allows (gpuBudgets).", labels=labels),
             GaugeMetricFamily(
                 METRIC_NAMES[1],
@@ -429,6 +430,12 @@ class Collector:
             GaugeMetricFamily(METRIC_NAMES[2], "Whole cards a namespace's budget allows, where it limits them.", labels=labels),
             GaugeMetricFamily(METRIC_NAMES[3], "Whole cards charged to a budgeted namespace.", labels=labels),
         ]
+        conflicts = CounterMetricFamily(
+            METRIC_NAMES[4].removesuffix("_total"),
+            "Compare-and-swap conflicts on the namespaces' budget Leases (another replica wrote first; retried).",
+        )
+        conflicts.add_metric([], self._keeper.conflicts)
+        families.append(conflicts)
         for namespace, budget, used in self._keeper.budgeted(now=self._clock()):
             values = [namespace, budget.name]
             families[0].add_metric(values, budget.memory_mib * MIB)

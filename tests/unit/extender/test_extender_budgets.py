@@ -248,6 +248,8 @@ def test_inspect_rows_and_metrics_name_used_and_budget() -> None:
     families = {f.name: f for f in budgeting.Collector(keeper, clock=lambda: 1_000_000.0).collect()}
     [sample] = families["gpu_admission_extender_namespace_gpu_memory_used_bytes"].samples
     assert sample.labels == {"namespace": "team-a", "budget": "team-a"} and sample.value == 6 * 2**30
+    [conflicts] = families["gpu_admission_extender_budget_conflicts"].samples
+    assert conflicts.name == "gpu_admission_extender_budget_conflicts_total" and conflicts.value == 0
 
 
 async def test_a_charge_that_cannot_be_computed_is_refused_not_let_in() -> None:

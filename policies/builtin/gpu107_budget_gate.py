@@ -74,7 +74,20 @@ class BudgetGate(policy.PodMutator):
         what = placed_without_extender(spec)
         if not what or gated(spec):
             return policy.Mutation()
-        budget = context.settings.gpu_budget(context.namespace, context.request.namespace_labels)
+        labels = context.request.namespace_labels
+        budget = context.settings.gpu_budget(context.namespace, labels)
+        unknown = budget is None and labels is None and not spec.get("nodeName")
+        if unknown and any(b.match.selector is not None for b in context.settings.gpu_budgets):
+            # The namespace's labels are not known here (no cluster access, a namespace too new for
+            # the webhook's cache), and a budget chooses namespaces by label: gate it, the safe side.
+            # Where it has no budget, the extender lifts the gate without a charge at once.
+            guessed = next(b for b in context.settings.gpu_budgets if b.match.selector is not None)
+            return self._gate(
+                context,
+                spec,
+                what=what,
+                why=f"the namespace's labels are unknown here, and {guessed.describe()} chooses by label",
+            )
         if budget is None:
             return policy.Mutation()
         if spec.get("nodeName") not in (None, ""):
@@ -88,6 +101,11 @@ class BudgetGate(policy.PodMutator):
                     ),
                 )
             )
+        return self._gate(context, spec, what=what, why=budget.describe())
+
+    @staticmethod
+    def _gate(context: policy.Context, spec: Mapping[str, Any], *, what: str, why: str) -> policy.Mutation:
+        template = context.template
         gates = spec.get(SCHEDULING_GATES)
         entry = {"name": budgets.GATE}
         if gates is None:
@@ -98,5 +116,5 @@ class BudgetGate(policy.PodMutator):
             return policy.Mutation()  # not a list: the apiserver refuses the pod anyway
         return policy.Mutation(
             operations=(operation,),
-            changes=(f"added scheduling gate {budgets.GATE} ({what}; {budget.describe()})",),
+            changes=(f"added scheduling gate {budgets.GATE} ({what}; {why})",),
         )

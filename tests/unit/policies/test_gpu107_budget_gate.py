@@ -138,6 +138,9 @@ def test_a_budget_chosen_by_namespace_label_gates_there(pod: PodFactory, contain
 
     assert decide({"budget": "teams"}).patch == (ADD_LIST,)
     assert decide({"budget": "other"}).patch == ()
+    # Labels unknown (no cluster access, a namespace newer than the webhook's cache): gated, the
+    # safe side; the extender lifts a gate without a charge where there is no budget.
+    assert decide(None).patch == (ADD_LIST,)
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "Job", "CronJob", "StatefulSet"])

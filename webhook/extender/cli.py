@@ -343,8 +343,10 @@ async def _serve(
             kube_api, ttl=ttl, cache=cache, honour_out_of_band=honour_out_of_band, namespace=ledger_namespace, keeper=keeper
         ),
         keeper=keeper,
-        # Every replica lifts gates: a second lift of one pod fails its JSON patch's test (422).
-        gatekeeper=gates.Gatekeeper(keeper, cache, kube_api) if keeper is not None else None,
+        # The leader of the replicas' own election for it lifts the gates (and writes their Events).
+        gatekeeper=gates.Gatekeeper(keeper, cache, kube_api, elector=gates.elector_for(client, namespace=ledger_namespace))
+        if keeper is not None
+        else None,
         settings=app.Settings(
             ttl=ttl, require_client_certificate=require_client_certificate, honour_out_of_band=honour_out_of_band
         ),

@@ -42,6 +42,7 @@ pod again replaces its entry (the ledger is by pod UID), so nothing is charged t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -55,6 +56,7 @@ from policies import podspec
 from policies.gpu import allocation, budgets
 from policies.settings import budgets as budget_settings
 from webhook.kube import errors as kube_errors
+from webhook.kube import leader
 
 log = logging.getLogger(__name__)
 
@@ -165,10 +167,15 @@ class Gatekeeper:
         event_interval: float = EVENT_INTERVAL_S,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        elector: leader.Elector | None = None,
     ) -> None:
         self._keeper = keeper
         self._cache = cache
         self._api = api
+        # Only the leader of the replicas' election (its own Lease, `elector_for`) lifts gates, so
+        # that replicas do not each write the same NamespaceBudget Events (a second lift of one pod
+        # would only fail its JSON patch's test). None: this process alone (tests).
+        self._elector = elector
         self._interval = interval
         self._event_interval = event_interval
         self._monotonic = monotonic
@@ -185,17 +192,21 @@ class Gatekeeper:
         self._wake.set()
 
     async def run(self) -> None:
-        """A pass every `interval` or when woken, until cancelled; a failed pass is logged, the loop goes on."""
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
-            except TimeoutError:
-                pass
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except Exception:  # noqa: BLE001 - the next pass tries again; pods stay gated meanwhile
-                log.warning("budget gate pass failed", exc_info=True)
+        """Contend for the election (where there is an elector); a pass every `interval` or when
+        woken, until cancelled; a failed pass is logged, the loop goes on."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self._elector is not None:
+                await stack.enter_async_context(leader.elected(self._elector))
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                try:
+                    await self.run_once()
+                except Exception:  # noqa: BLE001 - the next pass tries again; pods stay gated meanwhile
+                    log.warning("budget gate pass failed", exc_info=True)
 
     def _gated(self) -> list[tuple[Object, int]]:
         """The pods to look at now, each with its gate's index, oldest first."""
@@ -227,7 +238,7 @@ class Gatekeeper:
     async def run_once(self) -> Pass:
         """One pass over the gated pods of the cache."""
         done = Pass()
-        if not self._cache.synced:
+        if not self._cache.synced or (self._elector is not None and not self._elector.leader):
             return done
         gated = self._gated()
         if not gated:
@@ -354,3 +365,17 @@ def _other_gates(pod: Mapping[str, Any]) -> list[str]:
     """The names of the pod's scheduling gates but the budget gate."""
     gates_ = podspec.sequence(podspec.mapping(pod.get("spec")).get("schedulingGates"))
     return [str(g.get("name")) for g in gates_ if isinstance(g, Mapping) and g.get("name") != budgets.GATE]
+
+
+LEASE_NAME = "gpu-admission-extender-budget-gate"
+
+
+def elector_for(client: Any, *, namespace: str) -> leader.Elector:
+    """The Lease election among extender replicas for lifting budget gates (its own Lease: the
+    leader of the taint rules may be a replica that keeps no budgets)."""
+    return leader.Elector(
+        leader.KubeLeaseStore(client, namespace=namespace, name=LEASE_NAME),
+        namespace=namespace,
+        name=LEASE_NAME,
+        identity=leader.identity(),
+    )

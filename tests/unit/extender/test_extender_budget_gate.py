@@ -569,3 +569,25 @@ async def test_the_real_cache_and_adapter_fit_the_gatekeeper() -> None:
     gatekeeper = gates.Gatekeeper(FakeKeeper({}), cache, kube.KubeApi(Client(Raw(200, {}))))  # type: ignore[arg-type]  # a stand-in client
     assert not cache.synced
     assert await gatekeeper.run_once() == gates.Pass()
+
+
+class Election:
+    """An elector as the gatekeeper reads it: whether this replica leads now."""
+
+    def __init__(self, leader: bool) -> None:
+        self.leader = leader
+
+
+async def test_only_the_leader_of_the_replicas_lifts_gates(apiserver: FakeApiServer) -> None:
+    # Replicas would otherwise each write the same Events; a follower leaves the pod to the leader.
+    apiserver.add_pod(gated_pod("train", {"nvidia.com/gpu": 1}, namespace="team-b"))
+    keeper = FakeKeeper({"team-a": budget("team-a", "16Gi")})
+    election = Election(leader=False)
+    gatekeeper, _, _ = keeper_of(apiserver, keeper, elector=election)
+
+    assert (await gatekeeper.run_once()).lifted == []
+    assert gates_of(apiserver, "train", "team-b") == [{"name": budgets.GATE}]
+
+    election.leader = True
+    assert (await gatekeeper.run_once()).lifted == ["team-b/train"]
+    assert gates_of(apiserver, "train", "team-b") == []

@@ -158,6 +158,9 @@ class MemoryApi:
     async def list_node_pods(self, node: str, *, at_least: str = "") -> list[dict[str, Any]]:
         return []
 
+    async def list_namespace_pods(self, namespace: str, *, at_least: str = "") -> list[dict[str, Any]]:
+        return []
+
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any]:
         raise kube_errors.NotFound(f"leases {namespace}/{name} not found", status=404)
 

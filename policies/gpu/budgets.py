@@ -653,6 +653,11 @@ class Book:
             part.cards += counted.cards
         self._of[uid] = (namespace, counted, settled)
 
+    def charged(self, uid: str) -> bool:
+        """Whether the pod counts here now with a charge (bound, unfinished, holding GPUs)."""
+        found = self._of.get(uid)
+        return found is not None and found[1] is not None
+
     def drop(self, uid: str) -> None:
         found = self._of.pop(uid, None)
         if found is None:

@@ -247,7 +247,12 @@ def make_app(
         def freed(namespace: str, node: str) -> None:
             # Room in a budget: gated pods may go, and kube-scheduler retries a turned-away pod only
             # on an event; a pod deleted before our watch saw it, or a ledger entry gone, sent none
-            # it acts on: a Node update is one (`nudge`).
+            # it acts on: a Node update is one (`nudge`). Namespaces without a budget free none.
+            try:
+                if keeper.budget_of(namespace) is None:
+                    return
+            except budgeting.Unreadable:
+                pass  # it may have one: tell
             if gatekeeper is not None:
                 gatekeeper.wake()
             if nudger is not None and (node := node or cache.any_node()):

@@ -357,6 +357,12 @@ class Store:
         )
         return found_usage
 
+    def _holds_budget(self, uid: str, namespace: str) -> bool:
+        """Whether the pod holds room in its namespace's budget: charged as bound, or named by the
+        namespace's budget ledger (its going frees room; other pods' going frees none)."""
+        lease = self._budget_leases.get(namespace)
+        return self._book.charged(uid) or (lease is not None and uid in budgets.lease_ledger(lease, home=self._namespace))
+
     def _budget_changed(self, namespace: str, *, freed: bool = False, node: str = "") -> None:
         if namespace:
             self._budget_changes[namespace] = self._budget_changes.get(namespace, 0) + 1
@@ -967,6 +973,7 @@ class Store:
                 uid = _uid(obj)
                 held = self._pods.get(uid)
                 node = self._pod_node.get(uid)
+                charged = held is not None and self._holds_budget(uid, _namespace(held))
                 self._gone[uid] = None
                 self._victims_gone.pop(uid, None)
                 if len(self._gone) > MAX_GONE:
@@ -975,7 +982,7 @@ class Store:
                 if held is not None and node and _holds_cards(held):
                     self._freed(node)
                 if held is not None:
-                    self._budget_changed(_namespace(held), freed=True, node=node or "")
+                    self._budget_changed(_namespace(held), freed=charged, node=node or "")
             else:
                 self.put_pod(obj)
             # Events come in revision order: everything up to this one is applied now.
@@ -1037,6 +1044,7 @@ class Store:
         # Where the pod's cards counted: a change that stops them counting frees them (`_freed`).
         was_on = self._pod_node.get(uid) if held is not None and _holds_cards(held) and self._counts(held) else None
         waited_for = self._nominee_node.get(uid)
+        charged = held is not None and self._holds_budget(uid, _namespace(held))
         self._drop_pod(uid)
         self._pods[uid] = slim
         namespace = _namespace(slim)
@@ -1045,7 +1053,7 @@ class Store:
             self.on_gated()
         self._budget_changed(
             namespace,
-            freed=held is not None and allocation.is_terminal(slim) and not allocation.is_terminal(held),
+            freed=charged and allocation.is_terminal(slim),
             node=cards.pod_node(slim),
         )
         waits_for = preemption.nominated_node(slim)

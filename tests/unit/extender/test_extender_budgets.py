@@ -507,3 +507,25 @@ async def test_charges_to_one_namespace_waiting_together_share_one_write() -> No
     assert apiserver.lease_writes <= 2  # the first charge's write, then one for all that waited behind it
     lease = apiserver.leases[(reservations.LEDGER_NAMESPACE, budgets.lease_name("team-a"))]
     assert sorted(budgets.lease_ledger(lease)) == [f"u{i:02d}" for i in range(10)]
+
+
+def test_pods_that_hold_no_budget_free_none_when_they_go() -> None:
+    # The extender must not stamp Nodes for every pod of the cluster that ends (a real node's e2e
+    # found a web server's restart stamping it): only a pod charged, or named by the ledger, frees room.
+    plain = pod("web", uid="web", node_name="gpu-0", phase="Running")  # no GPU
+    unbound = pod("waiting", mem=4, uid="waiting")
+    cache = synced_store([node("gpu-0")], [plain, unbound])
+    told: list[tuple[str, str]] = []
+    cache.on_budget_freed = lambda namespace, node_name: told.append((namespace, node_name))
+    cache.apply("Pod", "DELETED", plain)
+    cache.apply("Pod", "MODIFIED", {**unbound, "status": {"phase": "Failed"}})
+    assert told == []
+
+    entry = budgets.Entry(uid="gated", pod="team-a/gated", charge=budgets.Charge(memory_mib=GIB), assumed_at=0.0)
+    lease = budgets.lease_body("team-a", {"gated": entry}, "replica")
+    lease["metadata"]["resourceVersion"] = "9"
+    cache.put_budget_lease(lease)
+    gated = pod("gated", uid="gated")
+    cache.put_pod(gated)
+    cache.apply("Pod", "DELETED", gated)
+    assert told == [("team-a", "")]  # its ledger entry held room
